@@ -1,0 +1,3 @@
+"""Every check module; importing this package registers their rules."""
+
+from . import amp_loop, loading, precision  # noqa: F401

@@ -1,0 +1,89 @@
+"""How the model is loaded: renamed kwargs and attention kernels against the weights' dtype (PD214, PD215)."""
+
+from __future__ import annotations
+
+from .. import dtypes
+from ..derive import Setup, call_evidence, decide, evidence_of
+from ..engine import Example, rule
+from ..facts import KNOWN, MachineFacts, ScriptFacts, StackFacts
+from ..findings import Draft, Edit, Fix
+from ..probes.stack import at_least
+from ._common import native_bf16, weights_source_edit
+
+_HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+
+
+@rule(
+    "PD214", "torch-dtype-kwarg-renamed", severity="warning", phase="load",
+    summary="`torch_dtype=` is deprecated in from_pretrained (transformers >= 4.56): use `dtype=`.",
+    what="`from_pretrained(..., torch_dtype=...)` on transformers 4.56 or newer.",
+    why="transformers 4.56 renamed the argument; v5 keeps `torch_dtype` as an alias that warns. The doctor treats "
+        "both spellings as one setting for every other rule.",
+    error="`torch_dtype` is deprecated! Use `dtype` instead!",
+    fix="Rename the keyword: `dtype=...` (keep `torch_dtype` only for transformers < 4.56).",
+    fix_safety="Safe: the same setting under its current name.",
+    fires=[Example(_HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', torch_dtype=torch.float32)\n")],
+    silent=[Example(_HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"),
+            Example(_HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', torch_dtype=torch.float32)\n",
+                    versions={"transformers": "4.46.3"})],
+)
+def torch_dtype_kwarg_renamed(script: ScriptFacts, stack: StackFacts):
+    if not at_least(stack, "transformers", "4.56"):
+        return
+    version = stack.get("transformers")
+    for load in script.of("model_load"):
+        if "torch_dtype" in load.kwargs and "dtype" not in load.kwargs:
+            yield Draft(f"torch_dtype= is deprecated on transformers {version.version} ({version.source}); "
+                        f"use dtype=", evidence=(call_evidence(load, "torch_dtype="),),
+                        fix=Fix("rename torch_dtype= to dtype=", safe=True,
+                                edits=(Edit("rename_kwarg", load.location.path, load.location.line,
+                                            call="from_pretrained", old="torch_dtype", new="dtype"),)),
+                        confidence="likely" if version.source == "assumed" else "certain")
+
+
+_FLASH = ("flash_attention_2", "flash_attention_3")
+
+
+@rule(
+    "PD215", "flash-attn-fp32-weights", severity="error", phase="first-step",
+    summary="FlashAttention with float32 weights: the kernel takes only fp16/bf16.",
+    what="`attn_implementation=\"flash_attention_2\"` on a model whose weights are float32. An error in a loop "
+         "without autocast; a warning under fp16/bf16 autocast (Trainer `bf16=True`), where inputs are cast.",
+    why="FlashAttention kernels are written for fp16 and bf16 only.",
+    error="RuntimeError: FlashAttention only support fp16 and bf16 data type",
+    fix="Load with `dtype=torch.bfloat16` (or float16), or run under `torch.autocast(..., dtype=torch.bfloat16)`.",
+    fix_safety="Unsafe: bf16 weights change what is trained.",
+    fires=[
+        Example(_HEAD + "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32, "
+                "attn_implementation='flash_attention_2').cuda()\n"
+                "opt = torch.optim.AdamW(model.parameters())\nfor b in loader:\n"
+                "    model(**b).loss.backward()\n    opt.step()\n"),
+    ],
+    silent=[
+        Example(_HEAD + "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.bfloat16, "
+                "attn_implementation='flash_attention_2').cuda()\n"
+                "opt = torch.optim.AdamW(model.parameters())\nfor b in loader:\n"
+                "    model(**b).loss.backward()\n    opt.step()\n"),
+        Example(_HEAD + "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32, "
+                "attn_implementation='sdpa')\nTrainer(model=model, args=TrainingArguments('o')).train()\n"),
+    ],
+)
+def flash_attn_fp32_weights(setup: Setup, machine: MachineFacts, stack: StackFacts):
+    load = setup.model_load
+    if load is None or not setup.trains or setup.weights.value != dtypes.FLOAT32:
+        return
+    impl = decide(load.kwarg("attn_implementation"), machine, stack)
+    if impl.state != KNOWN or impl.value not in _FLASH:
+        return
+    autocast = setup.amp.value in ("fp16", "bf16", "autocast")
+    target = "torch.bfloat16" if native_bf16(machine) is not False else "torch.float16"
+    edit = weights_source_edit(setup, target)
+    yield Draft(f"{impl.value} with float32 weights: the kernel takes only fp16/bf16"
+                + (" (autocast casts the inputs, so it runs, with a warning)" if autocast else
+                   " and no autocast casts the inputs"),
+                evidence=(evidence_of(impl, impl.value, load),) + setup.weights.evidence + setup.amp.evidence,
+                severity="warning" if autocast else "",
+                error=("Flash Attention 2.0 only supports torch.float16 and torch.bfloat16 dtypes, but the current "
+                       "dype in the model is torch.float32." if autocast else ""),
+                fix=Fix(f"load with dtype={target}" + ("" if autocast else " or wrap the forward in torch.autocast"),
+                        safe=False, edits=(edit,) if edit else ()))

@@ -1,0 +1,393 @@
+"""Precision flags against the weights' dtype: Trainer / TRL / Accelerator setups (PD201-PD204, PD209-PD212)."""
+
+from __future__ import annotations
+
+import re
+
+from .. import dtypes
+from ..derive import Setup, call_evidence, evidence_of, load_dtype_value
+from ..engine import Example, rule
+from ..facts import ABSENT, KNOWN, MachineFacts, StackFacts
+from ..findings import Draft, Edit, Evidence, Fix
+from ..probes.stack import at_least
+from ._common import PURE_FP16_WARNING, describe_trainable, gpu_phrase, native_bf16, set_kwarg, weights_source_edit
+
+_HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+
+
+def _trainer_script(load_kwargs: str, args_kwargs: str, extra: str = "") -> str:
+    return (_HEAD + extra +
+            f'model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-3.2-1B"{load_kwargs})\n'
+            f'args = TrainingArguments(output_dir="out"{args_kwargs})\n'
+            "Trainer(model=model, args=args).train()\n")
+
+
+_LORA = ("from peft import LoraConfig, get_peft_model\n")
+
+
+def _lora_script(load_kwargs: str, args_kwargs: str, lora_kwargs: str = "", peft_kwargs: str = "") -> str:
+    return (_HEAD + _LORA +
+            f'model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-3.2-1B"{load_kwargs})\n'
+            f'config = LoraConfig(r=16, target_modules=["q_proj", "v_proj"]{lora_kwargs})\n'
+            f"model = get_peft_model(model, config{peft_kwargs})\n"
+            f'args = TrainingArguments(output_dir="out"{args_kwargs})\n'
+            "Trainer(model=model, args=args).train()\n")
+
+
+def _fp16_amp_on_gpu(setup: Setup, machine: MachineFacts) -> bool:
+    """fp16 AMP creates a GradScaler, except on a CPU-only machine (accelerate skips it there)."""
+    return setup.amp.value == "fp16" and not (machine.known and not machine.gpus)
+
+
+@rule(
+    "PD201", "fp16-params-with-grad-scaler", severity="error", phase="first-step",
+    summary="Trainable parameters in float16 under fp16 AMP: GradScaler refuses to unscale their gradients.",
+    what="The model's trainable parameters are float16 (`dtype=torch.float16`, `.half()`, fp16 adapters, "
+         "`modules_to_save` copies) while fp16 mixed precision (`fp16=True`, `mixed_precision=\"fp16\"`, a "
+         "GradScaler) is on.",
+    why="AMP keeps fp32 master weights and computes in fp16; `GradScaler.unscale_` refuses fp16 gradients "
+        "because they cannot hold the unscaled values. Trainer and Accelerate unscale before clipping and in "
+        "`optimizer.step()`, so the first step fails.",
+    error="ValueError: Attempting to unscale FP16 gradients.",
+    fix="Keep trainable weights in fp32 and let fp16 AMP downcast (load with `dtype=torch.float32`), or train "
+        "LoRA adapters (peft >= 0.12 keeps them fp32) on the fp16 base; on Ampere or newer prefer bf16 weights "
+        "with `bf16=True`. Never drop `fp16=True` instead: pure fp16 training underflows (PD204).",
+    fix_safety="Unsafe: fp32 weights take twice the memory of fp16.",
+    fires=[
+        Example(_trainer_script(", torch_dtype=torch.float16", ", fp16=True")),
+        Example(_trainer_script(", dtype=torch.half", ", fp16=True, gradient_checkpointing=True"),
+                target="titan-rtx"),
+        Example(_lora_script(", dtype=torch.float16", ", fp16=True", lora_kwargs=', modules_to_save=["lm_head"]'),
+                note="modules_to_save copies stay fp16"),
+        Example(_lora_script(", dtype=torch.float16", ", fp16=True", peft_kwargs=", autocast_adapter_dtype=False")),
+        Example(_lora_script(", dtype=torch.float16", ", fp16=True"), versions={"peft": "0.11.1"}),
+        Example("import torch\nfrom accelerate import Accelerator\nfrom transformers import AutoModelForCausalLM\n"
+                "acc = Accelerator(mixed_precision=\"fp16\")\n"
+                "model = AutoModelForCausalLM.from_pretrained(\"gpt2\").half()\n"
+                "opt = torch.optim.AdamW(model.parameters())\n"
+                "model, opt = acc.prepare(model, opt)\n"),
+    ],
+    silent=[
+        Example(_trainer_script(", dtype=torch.float32", ", fp16=True")),
+        Example(_lora_script(", dtype=torch.float16", ", fp16=True"), note="peft >= 0.12 upcasts adapters"),
+        Example(_trainer_script(", dtype=torch.float16", ", fp16=True"), target="cpu",
+                note="no GradScaler on a CPU-only machine"),
+        Example(_trainer_script(", dtype=get_dtype()", ", fp16=True"), note="run-time dtype: unknown, no guess"),
+    ],
+)
+def fp16_params_with_grad_scaler(setup: Setup, machine: MachineFacts):
+    if not setup.trains or not _fp16_amp_on_gpu(setup, machine):
+        return
+    trainable = setup.trainable_dtypes()
+    if not trainable.known or dtypes.FLOAT16 not in trainable.value:
+        return
+    evidence = setup.weights.evidence + setup.amp.evidence + (
+        setup.peft.evidence if setup.peft.value else ()) + trainable.evidence
+    edit = weights_source_edit(setup, "torch.float32") if not setup.peft.value else None
+    notes = [PURE_FP16_WARNING]
+    bf16 = native_bf16(machine)
+    if bf16 is False and machine.gpus:
+        notes.append(f"Do not switch to bf16 on {gpu_phrase(machine)}: it has no native bf16 (emulated, slow).")
+    if setup.peft.value and setup.modules_to_save.value:
+        fix = Fix("Upcast the trainable copies after get_peft_model: "
+                  "`for p in model.parameters(): p.data = p.data.float() if p.requires_grad else p.data` "
+                  "(or `peft.cast_mixed_precision_params(model, dtype=torch.float16)`)", safe=False,
+                  notes=tuple(notes))
+    elif setup.peft.value:
+        fix = Fix("Create the adapters in fp32: drop `autocast_adapter_dtype=False` (peft >= 0.12 upcasts LoRA "
+                  "weights to fp32 by default) or upgrade peft", safe=False, notes=tuple(notes))
+    elif bf16:
+        fix = Fix(f"{gpu_phrase(machine)} has native bf16: load the weights in bf16 and train with bf16=True "
+                  f"(no loss scaling needed), or keep fp32 weights under fp16 AMP",
+                  safe=False, edits=tuple(e for e in (weights_source_edit(setup, "torch.bfloat16"),) if e),
+                  notes=tuple(notes))
+    else:
+        fix = Fix("Load the weights in float32 and let fp16 AMP downcast the compute; if fp32 weights do not fit, "
+                  "train LoRA adapters (fp32 in peft >= 0.12) on the fp16 base", safe=False,
+                  edits=(edit,) if edit else (), notes=tuple(notes))
+    yield Draft(f"trainable parameters are float16 ({describe_trainable(setup)}) while fp16 AMP's GradScaler "
+                f"is on: it refuses to unscale fp16 gradients", evidence=_unique(evidence), fix=fix,
+                confidence="likely" if trainable.inferred or setup.weights.inferred else "certain")
+
+
+@rule(
+    "PD202", "bf16-params-with-fp16-scaler", severity="error", phase="first-step",
+    summary="bfloat16 trainable parameters under fp16 AMP: the CUDA unscale kernel has no bf16 version.",
+    what="Trainable parameters are bfloat16 (`dtype=torch.bfloat16`, `dtype=\"auto\"` on a bf16 checkpoint, "
+         "`.bfloat16()`) while fp16 AMP (`fp16=True`, `mixed_precision=\"fp16\"`, a CUDA GradScaler) is on.",
+    why="GradScaler's `_amp_foreach_non_finite_check_and_unscale_` is implemented for float and half on CUDA, not "
+        "bfloat16; loss scaling is pointless for bf16 anyway (it has fp32's exponent range).",
+    error="RuntimeError: \"_amp_foreach_non_finite_check_and_unscale_cuda\" not implemented for 'BFloat16'",
+    fix="Train bf16 weights with bf16 mixed precision (`bf16=True` / `mixed_precision=\"bf16\"`, no scaler) on "
+        "Ampere or newer; for fp16 AMP load the weights in fp32.",
+    fix_safety="Unsafe on pre-Ampere GPUs (bf16 is emulated there); safe on Ampere or newer.",
+    fires=[
+        Example(_trainer_script(", dtype=torch.bfloat16", ", fp16=True")),
+        Example(_trainer_script(', torch_dtype="bfloat16"', ", fp16=True"), target="a100"),
+        Example("import torch\nfrom transformers import AutoModelForCausalLM\n"
+                "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.bfloat16).cuda()\n"
+                "opt = torch.optim.AdamW(model.parameters())\n"
+                "scaler = torch.amp.GradScaler('cuda')\n"
+                "for batch in loader:\n"
+                "    scaler.scale(model(**batch).loss).backward()\n"
+                "    scaler.step(opt)\n    scaler.update()\n"),
+    ],
+    silent=[
+        Example(_trainer_script(", dtype=torch.bfloat16", ", bf16=True")),
+        Example(_lora_script(", dtype=torch.bfloat16", ", fp16=True"), note="fp32 adapters: bf16 base has no grads"),
+    ],
+)
+def bf16_params_with_fp16_scaler(setup: Setup, machine: MachineFacts):
+    if not setup.trains or not _fp16_amp_on_gpu(setup, machine):
+        return
+    trainable = setup.trainable_dtypes()
+    if not trainable.known or dtypes.BFLOAT16 not in trainable.value:
+        return
+    edits: list[Edit] = []
+    if native_bf16(machine) is not False and setup.style == "trainer" and setup.training_args is not None:
+        edits = [set_kwarg(setup.training_args, "fp16", "False"), set_kwarg(setup.training_args, "bf16", "True")]
+        fix = Fix("Train the bf16 weights with bf16 mixed precision: fp16=False, bf16=True (no loss scaling)",
+                  safe=native_bf16(machine) is True, edits=tuple(edits))
+    elif native_bf16(machine) is False:
+        edit = weights_source_edit(setup, "torch.float32")
+        fix = Fix(f"{gpu_phrase(machine) or 'This machine'} has no native bf16: load the weights in float32 and "
+                  f"keep fp16 AMP", safe=False, edits=(edit,) if edit else ())
+    else:
+        fix = Fix("Use bf16 mixed precision for bf16 weights (`mixed_precision=\"bf16\"` or no GradScaler with "
+                  "`torch.autocast(..., dtype=torch.bfloat16)`)", safe=False)
+    yield Draft(f"trainable parameters are bfloat16 ({describe_trainable(setup)}) under fp16 AMP's GradScaler, "
+                f"which cannot unscale bf16 gradients on CUDA",
+                evidence=_unique(setup.weights.evidence + setup.amp.evidence), fix=fix,
+                confidence="likely" if setup.weights.inferred else "certain")
+
+
+@rule(
+    "PD204", "pure-fp16-no-loss-scaling", severity="error", phase="later-steps",
+    summary="float16 weights trained without loss scaling: gradients underflow, Adam's update turns NaN.",
+    what="Trainable parameters are float16 and no fp16 AMP loss scaling runs: Trainer with `fp16=False`, "
+         "`Accelerator(mixed_precision=\"no\")`, a plain loop without GradScaler, or bf16 autocast over fp16 "
+         "weights. This is the popular \"just turn AMP off\" fix for PD201.",
+    why="fp16's smallest normal is 6.1e-5: small gradients flush to zero, and Adam's eps=1e-8 rounds to 0 in fp16, "
+        "so parameters with zero gradient compute 0/0 = NaN in the update.",
+    error="no exception: loss becomes nan after the first optimizer steps, or training silently stalls",
+    fix="Keep fp32 master weights and use fp16 AMP with loss scaling (Trainer `fp16=True` on an fp32 model), or "
+        "bf16 weights with `bf16=True` on Ampere or newer. Raising Adam's eps only hides it.",
+    fix_safety="Unsafe: fp32 weights take twice the memory of fp16.",
+    fires=[
+        Example(_trainer_script(", dtype=torch.float16", ", fp16=False, bf16=False, gradient_checkpointing=True"),
+                target="titan-rtx", note="seed 001's 'ultimate fix'"),
+        Example("import torch\nfrom transformers import AutoModelForCausalLM\n"
+                "model = AutoModelForCausalLM.from_pretrained('gpt2').half().cuda()\n"
+                "opt = torch.optim.AdamW(model.parameters(), lr=1e-4)\n"
+                "for batch in loader:\n    model(**batch).loss.backward()\n    opt.step()\n"),
+    ],
+    silent=[
+        Example(_trainer_script(", dtype=torch.float32", ", fp16=True"), target="titan-rtx"),
+        Example(_lora_script(", dtype=torch.float16", ""), note="fp32 adapters on a frozen fp16 base"),
+    ],
+)
+def pure_fp16_no_loss_scaling(setup: Setup, machine: MachineFacts):
+    if not setup.trains or not setup.amp.known:
+        return
+    if setup.amp.value == "fp16" and not (machine.known and not machine.gpus):
+        return
+    trainable = setup.trainable_dtypes()
+    if not trainable.known or dtypes.FLOAT16 not in trainable.value:
+        return
+    bf16 = native_bf16(machine)
+    if bf16:
+        fix = Fix(f"{gpu_phrase(machine)} has native bf16: load in bf16 and train with bf16=True", safe=False,
+                  edits=tuple(e for e in (weights_source_edit(setup, "torch.bfloat16"),) if e))
+    else:
+        edits = [e for e in (weights_source_edit(setup, "torch.float32"),) if e]
+        if setup.style == "trainer" and setup.training_args is not None:
+            edits.append(set_kwarg(setup.training_args, "fp16", "True"))
+        fix = Fix("Load the weights in float32 and train with fp16 AMP (fp16=True: autocast + GradScaler)",
+                  safe=False, edits=tuple(edits))
+    mode = {"no": "no mixed precision", "bf16": "bf16 autocast without loss scaling",
+            "autocast": "autocast without a GradScaler"}.get(setup.amp.value, "no loss scaling")
+    yield Draft(f"float16 parameters are trained with {mode}: small gradients underflow and Adam's update "
+                f"turns NaN", evidence=_unique(setup.weights.evidence + setup.amp.evidence), fix=fix,
+                confidence="likely" if setup.amp.inferred or setup.weights.inferred else "certain")
+
+
+@rule(
+    "PD209", "fp16-and-bf16-both-enabled", severity="error", phase="config",
+    summary="fp16 and bf16 both on (or Trainer and Accelerator asking for different precisions).",
+    what="`TrainingArguments`/`SFTConfig` with `fp16=True` and `bf16=True` (often one hard-coded, one from "
+         "argparse or `is_bf16_supported()`), the same for `fp16_full_eval`/`bf16_full_eval`, or an "
+         "`Accelerator(mixed_precision=...)` that disagrees with the Trainer's precision flags.",
+    why="TrainingArguments validates in `__post_init__` and refuses both; the accelerate state is a process-wide "
+        "singleton that cannot change precision once created.",
+    error="ValueError: At most one of fp16 and bf16 can be True, but not both",
+    fix="Choose one: bf16=True on Ampere or newer, otherwise fp16=True (with fp32 weights).",
+    fix_safety="Safe: the training arguments could never be constructed.",
+    fires=[
+        Example(_trainer_script(", dtype=torch.float32", ", fp16=True, bf16=True")),
+        Example(_trainer_script(", dtype=torch.float32", ", fp16=True, bf16=torch.cuda.is_bf16_supported()"),
+                target="t4", note="emulated bf16 makes the guard answer True on a T4"),
+        Example("import argparse\nfrom trl import SFTConfig, SFTTrainer\n"
+                "p = argparse.ArgumentParser()\np.add_argument('--bf16', action='store_true')\n"
+                "a = p.parse_args()\n"
+                "cfg = SFTConfig(output_dir='o', fp16=True, bf16=a.bf16)\n"
+                "SFTTrainer(model='gpt2', args=cfg).train()\n", script_args=("--bf16",)),
+    ],
+    silent=[
+        Example(_trainer_script(", dtype=torch.float32", ", fp16=True, bf16=False")),
+        Example(_trainer_script(", dtype=torch.float32",
+                                ", fp16=not torch.cuda.is_bf16_supported(), bf16=torch.cuda.is_bf16_supported()"),
+                target="t4"),
+        Example("from trl import SFTConfig, SFTTrainer\ncfg = SFTConfig(output_dir='o', fp16=True)\n"
+                "SFTTrainer(model='gpt2', args=cfg).train()\n", note="TRL: bf16 defaults to not fp16"),
+    ],
+)
+def fp16_and_bf16_both_enabled(script, setup: Setup, machine: MachineFacts, stack: StackFacts):
+    from ..derive import decide
+
+    for args in script.of("training_args"):
+        for fp, bf, what in (("fp16", "bf16", ""), ("fp16_full_eval", "bf16_full_eval", " for full eval")):
+            vf = decide(args.kwarg(fp), machine, stack)
+            vb = decide(args.kwarg(bf), machine, stack)
+            if vf.state == KNOWN and vb.state == KNOWN and vf.value is True and vb.value is True:
+                keep_bf16 = native_bf16(machine) is True
+                edit = set_kwarg(args, fp if keep_bf16 else bf, "False")
+                yield Draft(f"{fp}=True and {bf}=True{what}: TrainingArguments refuses both",
+                            evidence=(evidence_of(vf, f"{fp}=True", args), evidence_of(vb, f"{bf}=True", args)),
+                            error=f"ValueError: At most one of fp16 and bf16 can be True{what}, but not both",
+                            fix=Fix(f"keep {'bf16' if keep_bf16 else 'fp16'}: set {edit.name or fp}=False"
+                                    if edit.kind == "set_kwarg" else
+                                    f"keep {'bf16' if keep_bf16 else 'fp16'} and turn the other off",
+                                    safe=True, edits=(edit,)))
+    acc = setup.accelerator
+    if acc is not None and setup.trainer is not None and setup.amp.known and setup.style == "trainer":
+        v = decide(acc.kwarg("mixed_precision"), machine, stack)
+        if v.state == KNOWN and str(v.value) != setup.amp.value:
+            yield Draft(f"Accelerator(mixed_precision={v.value!r}) but the Trainer's flags ask for "
+                        f"{setup.amp.value!r}: the accelerate state is already initialised",
+                        evidence=(evidence_of(v, f"mixed_precision={v.value!r}", acc),) + setup.amp.evidence,
+                        error="ValueError: AcceleratorState has already been initialized and cannot be changed, "
+                              f"restart your runtime completely and pass `mixed_precision='{setup.amp.value}'` "
+                              "to `Accelerator()`.",
+                        fix=Fix("Set precision in one place: drop the Accelerator() (Trainer creates its own) or "
+                                "make both agree", safe=False))
+
+
+_FP16_OVERFLOW_FAMILIES = re.compile(r"(^|[/_\-])(flan-t5|t5|mt5|umt5|byt5|gemma\d?|gemma-\d|deepseek-v2)"
+                                     r"([/_\-.]|$)", re.I)
+
+
+@rule(
+    "PD210", "fp16-overflow-bf16-pretrained", severity="warning", phase="later-steps",
+    summary="fp16 on a model family pre-trained in bf16 whose activations overflow fp16 (T5, Gemma, DeepSeek-V2).",
+    what="fp16 AMP or fp16 weights on T5 / Flan-T5 / mT5, Gemma / Gemma-2 / Gemma-3 or DeepSeek-V2, families with "
+         "documented fp16 overflow. Llama, Mistral and Qwen are routinely fine-tuned in fp16 and are not flagged.",
+    why="These models were pre-trained in bf16 and their activations exceed fp16's maximum of 65504; bf16 has "
+        "fp32's exponent range.",
+    error="no exception: loss: nan / grad_norm: nan after a few steps, GradScaler skipping every step",
+    fix="Stay on the bf16 path: bf16=True on Ampere or newer; fp32 on older GPUs.",
+    fix_safety="Display only: the choice depends on the GPU.",
+    fires=[
+        Example("import torch\nfrom transformers import AutoModelForSeq2SeqLM, Seq2SeqTrainer, "
+                "Seq2SeqTrainingArguments\n"
+                "model = AutoModelForSeq2SeqLM.from_pretrained('google/flan-t5-large', dtype=torch.float32)\n"
+                "args = Seq2SeqTrainingArguments(output_dir='o', fp16=True)\n"
+                "Seq2SeqTrainer(model=model, args=args).train()\n"),
+        Example(_trainer_script(", dtype=torch.float32", ", fp16=True").replace("meta-llama/Llama-3.2-1B",
+                                                                                  "google/gemma-2-2b")),
+    ],
+    silent=[
+        Example(_trainer_script(", dtype=torch.float32", ", fp16=True")),
+        Example("import torch\nfrom transformers import AutoModelForSeq2SeqLM, Seq2SeqTrainer, "
+                "Seq2SeqTrainingArguments\n"
+                "model = AutoModelForSeq2SeqLM.from_pretrained('google/flan-t5-large', dtype=torch.float32)\n"
+                "args = Seq2SeqTrainingArguments(output_dir='o', bf16=True)\n"
+                "Seq2SeqTrainer(model=model, args=args).train()\n"),
+    ],
+)
+def fp16_overflow_bf16_pretrained(setup: Setup, machine: MachineFacts):
+    if not setup.trains or not setup.family or not _FP16_OVERFLOW_FAMILIES.search(setup.family):
+        return
+    fp16_weights = setup.weights.value == dtypes.FLOAT16
+    if setup.amp.value != "fp16" and not fp16_weights:
+        return
+    advice = "bf16=True" if native_bf16(machine) is not False else "fp32 (this GPU has no native bf16)"
+    ev = call_evidence(setup.model_load, f"model family: {setup.family}")
+    yield Draft(f"{setup.family} was pre-trained in bf16 and overflows in fp16; train it with {advice}",
+                evidence=(ev,) + (setup.amp.evidence if setup.amp.value == "fp16" else setup.weights.evidence),
+                fix=Fix(f"switch to {advice}", safe=False))
+
+
+@rule(
+    "PD211", "implicit-checkpoint-dtype-v5", severity="warning", phase="load",
+    summary="No dtype passed to from_pretrained on transformers >= 5: the checkpoint's dtype is loaded, not fp32.",
+    what="`from_pretrained(...)` without `dtype=`/`torch_dtype=` in a training script, on transformers 5 or newer.",
+    why="transformers 5 changed the default to `dtype=\"auto\"`: scripts that relied on fp32 now train bf16/fp16 "
+        "weights — PD202 with fp16=True on a bf16 checkpoint, PD201 on an fp16 one, or silent pure-bf16 training.",
+    error="no exception by itself; with fp16=True on a bf16 checkpoint: RuntimeError: "
+          "\"_amp_foreach_non_finite_check_and_unscale_cuda\" not implemented for 'BFloat16'",
+    fix="Pass the dtype explicitly: `dtype=torch.float32` for fp16 AMP / fp32 master weights, or "
+        "`dtype=torch.bfloat16` together with `bf16=True` when pure bf16 is intended.",
+    fix_safety="Safe: restores the transformers 4 behaviour the script was written for.",
+    fires=[
+        Example(_trainer_script("", ", fp16=True")),
+    ],
+    silent=[
+        Example(_trainer_script(", dtype=torch.float32", ", fp16=True")),
+        Example(_trainer_script("", ", fp16=True"), versions={"transformers": "4.46.0"}),
+    ],
+)
+def implicit_checkpoint_dtype_v5(setup: Setup, stack: StackFacts):
+    load = setup.model_load
+    if not setup.trains or load is None or not at_least(stack, "transformers", "5.0"):
+        return
+    if load_dtype_value(load)[1].state != ABSENT:
+        return
+    if setup.quantized.value:
+        return  # quantized loads pick their compute dtype from the quantization config
+    version = stack.get("transformers")
+    intended = "torch.bfloat16" if setup.amp.value == "bf16" else "torch.float32"
+    loaded = setup.weights.value or "unknown for a hub checkpoint"
+    yield Draft(f"from_pretrained() without dtype loads the checkpoint's dtype ({loaded}) on transformers "
+                f"{version.version} ({version.source}), not float32",
+                evidence=(call_evidence(load, "no dtype= / torch_dtype="),) + setup.amp.evidence,
+                fix=Fix(f"pass dtype={intended} explicitly", safe=True,
+                        edits=(Edit("set_kwarg", load.location.path, load.location.line, call="from_pretrained",
+                                    name="dtype", new=intended),)),
+                confidence="likely" if version.source == "assumed" else "certain")
+
+
+@rule(
+    "PD212", "pure-bf16-weights-no-master-copy", severity="info", phase="later-steps",
+    summary="Full fine-tune with bf16 weights and bf16 optimizer state: tiny late updates round away.",
+    what="All parameters trained in bfloat16 (`dtype=torch.bfloat16` + `bf16=True`, no adapters). A common, working "
+         "setup: reported for the trade-off only.",
+    why="bf16 keeps 8 bits of mantissa: updates smaller than the weight's resolution are rounded away late in "
+        "training, which can stall the loss.",
+    error="no exception: the loss may stall late in training",
+    fix="If it matters: fp32 master weights with bf16 autocast (load fp32, bf16=True), fp32 LoRA adapters, or a "
+        "Kahan-summation / stochastic-rounding optimizer.",
+    fix_safety="Display only.",
+    fires=[Example(_trainer_script(", dtype=torch.bfloat16", ", bf16=True"))],
+    silent=[
+        Example(_trainer_script(", dtype=torch.float32", ", bf16=True")),
+        Example(_lora_script(", dtype=torch.bfloat16", ", bf16=True")),
+    ],
+)
+def pure_bf16_weights_no_master_copy(setup: Setup):
+    if not setup.trains or setup.peft.value or setup.weights.value != dtypes.BFLOAT16:
+        return
+    if setup.amp.value == "fp16" or setup.quantized.value:
+        return
+    yield Draft("every parameter is trained in bfloat16 with no fp32 master copy",
+                evidence=setup.weights.evidence,
+                fix=Fix("optional: load in float32 and keep bf16=True (autocast), if memory allows", safe=False))
+
+
+def _unique(evidence: tuple[Evidence, ...]) -> tuple[Evidence, ...]:
+    seen, out = set(), []
+    for e in evidence:
+        key = (e.location, e.note)
+        if key not in seen:
+            seen.add(key)
+            out.append(e)
+    return tuple(out)

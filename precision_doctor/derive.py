@@ -1,0 +1,435 @@
+"""The training setup a script builds, derived from its facts: which model is trained, in which
+dtype, with which trainable parameters, under which mixed-precision mode.
+
+One place answers these questions for every check, so two rules can never disagree about, say,
+the weights' dtype. Everything here is a pure function of `Facts`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from . import dtypes
+from .facts import ABSENT, CONDITIONAL, KNOWN, Call, Facts, MachineFacts, Origin, Predicate, ScriptFacts, StackFacts, Value
+from .findings import Evidence
+from .probes.stack import at_least
+
+TORCH_EMULATES_BF16 = "2.3"  # torch.cuda.is_bf16_supported(including_emulation=True) from this release on
+
+
+# --- hardware predicates ----------------------------------------------------------------------
+
+def evaluate(p: Predicate, machine: MachineFacts, stack: StackFacts) -> bool | None:
+    """What a script's hardware check returns on the target machine; None when it is not known."""
+    if not machine.known:
+        return None
+    gpu = machine.gpus[0] if machine.gpus else None
+    if p.kind == "cuda_available":
+        return gpu is not None
+    if p.kind == "mps_available":
+        return False
+    if p.kind == "bf16_supported":
+        if gpu is None:
+            return False
+        if gpu.native_bf16:
+            return True
+        return p.emulation and at_least(stack, "torch", TORCH_EMULATES_BF16)
+    if p.kind == "capability_at_least":
+        return gpu is not None and gpu.capability >= tuple(p.number)
+    if p.kind == "gpu_count_at_least":
+        return len(machine.gpus) >= p.number[0]
+    parts = [evaluate(q, machine, stack) for q in p.parts]
+    if p.kind == "not":
+        return None if parts[0] is None else not parts[0]
+    if None in parts:
+        return None
+    return all(parts) if p.kind == "all" else any(parts)
+
+
+def decide(v: Value, machine: MachineFacts, stack: StackFacts) -> Value:
+    """A hardware-dependent value decided against the target; unchanged when it cannot be."""
+    if v.state != CONDITIONAL or v.predicate is None:
+        return v
+    answer = evaluate(v.predicate, machine, stack)
+    if answer is None:
+        return v
+    branch = decide(v.if_true if answer else v.if_false, machine, stack)
+    note = f"{v.predicate.text} is {answer} on {machine.describe()}"
+    if v.predicate.kind == "bf16_supported" and answer and machine.gpus and not machine.gpus[0].native_bf16:
+        note += " (emulated bf16: the default including_emulation=True)"
+    return replace(branch, origins=branch.origins + (Origin("profile", note, v.location),),
+                   location=branch.location or v.location)
+
+
+# --- derived facts ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Fact:
+    """A derived value with the evidence behind it. value None means unknown (see `unknown`)."""
+
+    value: Any = None
+    evidence: tuple[Evidence, ...] = ()
+    source: Value | None = None  # the expression a fix would edit
+    call: Call | None = None  # the call that holds it
+    inferred: bool = False  # from a library default or an assumed version, not written in the script
+    unknown: str = ""
+
+    @property
+    def known(self) -> bool:
+        return self.value is not None
+
+
+@dataclass(frozen=True)
+class Setup:
+    path: str
+    trains: bool
+    style: str  # trainer | accelerate | loop | none
+    trainer: Call | None = None
+    training_args: Call | None = None
+    trl: bool = False
+    model_load: Call | None = None
+    model_names: frozenset = frozenset()
+    family: str = ""
+    weights: Fact = Fact(unknown="no model load found")
+    quantized: Fact = Fact()
+    peft: Fact = Fact(False)
+    adapter_dtype: Fact = Fact()
+    modules_to_save: Fact = Fact(())
+    amp: Fact = Fact(unknown="no training found")
+    fp16: Fact = Fact()
+    bf16: Fact = Fact()
+    accelerator: Call | None = None
+    casts: tuple[Call, ...] = ()  # dtype casts of the trained model, in order
+    optimizers: tuple[Call, ...] = ()
+    scalers: tuple[Call, ...] = ()
+    autocasts: tuple[Call, ...] = ()
+    methods: tuple[Call, ...] = ()
+    clips: tuple[Call, ...] = ()
+    chain: tuple[Call, ...] = ()  # wrappers between the load and the training entry
+    notes: tuple[str, ...] = field(default=())
+
+    def trainable_dtypes(self) -> Fact:
+        """The dtypes of the parameters that receive gradients."""
+        if not self.weights.known:
+            return Fact(unknown=self.weights.unknown)
+        if not self.peft.value:
+            return Fact((self.weights.value,), self.weights.evidence, inferred=self.weights.inferred)
+        out = []
+        if self.adapter_dtype.known:
+            out.append(self.adapter_dtype.value)
+        if self.modules_to_save.value:
+            out.append(self.weights.value)
+        return Fact(tuple(dict.fromkeys(out)), self.adapter_dtype.evidence + self.modules_to_save.evidence,
+                    inferred=self.adapter_dtype.inferred)
+
+
+def evidence_of(v: Value, note: str, fallback: Call | None = None) -> Evidence:
+    """Evidence for a value: where the value itself is written, and its origin."""
+    origin = v.origins[-1] if v.origins else Origin("code", v.text)
+    loc = v.location or (origin.location if origin else None) or (fallback.location if fallback else None)
+    excerpt = v.text or (fallback.text if fallback else "")
+    if origin.kind in ("default", "script-arg", "launcher", "profile", "assumed"):
+        note = f"{note} ({origin.detail})"
+    return Evidence(loc, excerpt, note, origin.kind)
+
+
+def call_evidence(c: Call, note: str) -> Evidence:
+    return Evidence(c.location, c.text, note, "code")
+
+
+# --- the derivation ---------------------------------------------------------------------------
+
+def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
+    machine, stack, launch = facts.machine, facts.stack, facts.launch
+    by_key = {c.key: c for c in script.calls}
+    trainers = script.of("trainer")
+    trainer = trainers[0] if trainers else None
+    args_call = by_key.get(trainer.refs.get("args", "")) if trainer else None
+    if trainer and args_call is None:
+        args_call = next(iter(script.of("training_args")), None) if len(script.of("training_args")) == 1 else None
+    optimizers = tuple(script.of("optimizer"))
+    accelerators = script.of("accelerator")
+    methods = tuple(script.of("method"))
+    style = "trainer" if trainer else "accelerate" if accelerators else "loop" if optimizers else "none"
+    trains = bool(trainer or optimizers or any(m.callee.endswith((".backward", ".step")) for m in methods))
+
+    entry = _training_entry(trainer, optimizers, script)
+    load, chain = _follow_model(entry, by_key)
+    loads = script.of("model_load")
+    if load is None and len(loads) == 1:
+        load = loads[0]
+    names = _model_names(load, chain, trainer, optimizers)
+    casts = tuple(c for c in script.calls if c.kind == "cast" and c.receiver in names and _dtype_of_cast(c)) + \
+        tuple(c for c in chain if c.kind == "cast" and _dtype_of_cast(c) and c.receiver not in names)
+    casts = tuple(sorted(set(casts), key=lambda c: (c.location.path, c.location.line)))
+
+    family = _family(load, script)
+    weights = _weights(load, script, machine, stack)
+    pre_training = _first_training_line(trainer, optimizers)
+    for c in casts:
+        if pre_training is None or (c.location.path, c.location.line) < pre_training:
+            d = _dtype_of_cast(c)
+            weights = Fact(d, weights.evidence + (call_evidence(c, f"model cast to {d}"),), source=None, call=c)
+    quantized = _quantization(load, by_key, machine, stack)
+    peft, adapter_dtype, modules_to_save = _peft(script, chain, trainer, by_key, weights, stack)
+    amp, fp16, bf16 = _amp(style, args_call, accelerators, script, machine, stack, launch)
+    trl = bool((trainer and trainer.callee.startswith("trl")) or (args_call and args_call.callee.startswith("trl")))
+    return Setup(
+        path=script.path, trains=trains, style=style, trainer=trainer, training_args=args_call, trl=trl,
+        model_load=load, model_names=frozenset(names), family=family, weights=weights, quantized=quantized,
+        peft=peft, adapter_dtype=adapter_dtype, modules_to_save=modules_to_save, amp=amp, fp16=fp16, bf16=bf16,
+        accelerator=accelerators[0] if accelerators else None, casts=casts, optimizers=optimizers,
+        scalers=tuple(script.of("grad_scaler")), autocasts=tuple(script.of("autocast")), methods=methods,
+        clips=tuple(script.of("clip_grad")), chain=chain)
+
+
+def _training_entry(trainer: Call | None, optimizers: tuple[Call, ...], script: ScriptFacts) -> str:
+    if trainer:
+        return trainer.refs.get("model") or trainer.refs.get("0", "")
+    for opt in optimizers:
+        if "0" in opt.refs:
+            return opt.refs["0"]
+    for prep in script.of("prepare"):
+        if "0" in prep.refs:
+            return prep.refs["0"]
+    return ""
+
+
+def _follow_model(key: str, by_key: dict[str, Call]) -> tuple[Call | None, tuple[Call, ...]]:
+    chain: list[Call] = []
+    seen = set()
+    while key and key in by_key and key not in seen:
+        seen.add(key)
+        c = by_key[key]
+        if c.kind == "model_load":
+            return c, tuple(reversed(chain))
+        chain.append(c)
+        if c.kind == "cast":
+            key = c.refs.get("self", "")
+        elif c.kind == "prepare":
+            key = c.refs.get("0", "")
+        else:
+            key = c.refs.get("model") or c.refs.get("0", "")
+    return None, tuple(reversed(chain))
+
+
+def _model_names(load: Call | None, chain: tuple[Call, ...], trainer: Call | None,
+                 optimizers: tuple[Call, ...]) -> set[str]:
+    names: set[str] = set()
+    for c in ((load,) if load else ()) + chain:
+        for t in c.target.split(","):
+            if t:
+                names.add(t)
+    if trainer:
+        v = trainer.kwargs.get("model") or (trainer.args[0] if trainer.args else None)
+        if v is not None and v.text.isidentifier():
+            names.add(v.text)
+    for opt in optimizers:
+        if opt.args and opt.args[0].text.endswith(".parameters()"):
+            names.add(opt.args[0].text[:-len(".parameters()")])
+    if load and not names and load.target:
+        names.add(load.target)
+    return names
+
+
+def _dtype_of_cast(c: Call) -> str | None:
+    method = c.callee.rsplit(".", 1)[-1]
+    if method in ("half",):
+        return dtypes.FLOAT16
+    if method == "bfloat16":
+        return dtypes.BFLOAT16
+    if method == "float":
+        return dtypes.FLOAT32
+    if method == "to":
+        for v in list(c.args) + [c.kwargs[k] for k in ("dtype",) if k in c.kwargs]:
+            if v.state == KNOWN:
+                d = dtypes.from_string(v.value)
+                if d and d != dtypes.AUTO and isinstance(v.value, str) and v.value.startswith("torch."):
+                    return d
+    return None
+
+
+def _family(load: Call | None, script: ScriptFacts) -> str:
+    if load is None:
+        return ""
+    source = load.args[0] if load.args else load.kwarg("pretrained_model_name_or_path")
+    if source.state == KNOWN and isinstance(source.value, str):
+        cfg = script.local_configs.get(source.value)
+        if cfg and cfg.get("model_type"):
+            return str(cfg["model_type"])
+        return source.value.lower()
+    return ""
+
+
+def load_dtype_value(load: Call) -> tuple[str, Value]:
+    """The dtype argument as written (`dtype=` and `torch_dtype=` are one setting)."""
+    for name in ("dtype", "torch_dtype"):
+        if name in load.kwargs:
+            return name, load.kwargs[name]
+    return "", Value(state=ABSENT)
+
+
+def _weights(load: Call | None, script: ScriptFacts, machine: MachineFacts, stack: StackFacts) -> Fact:
+    if load is None:
+        return Fact(unknown="the trained model's from_pretrained call was not found")
+    name, raw = load_dtype_value(load)
+    v = decide(raw, machine, stack)
+    if v.state == ABSENT:
+        if at_least(stack, "transformers", "5.0"):
+            return _checkpoint_dtype(load, script, stack, Evidence(
+                load.location, load.text,
+                f"no dtype passed: transformers {stack.get('transformers').version} loads the checkpoint's dtype",
+                "default"), inferred=True)
+        return Fact(dtypes.FLOAT32, (Evidence(load.location, load.text,
+                                              "no dtype passed: transformers < 5 loads float32", "default"),),
+                    call=load, inferred=True)
+    if v.state == CONDITIONAL:
+        return Fact(unknown=f"{name}={v.text} depends on the GPU ({v.predicate.text}); pass --target to decide",
+                    call=load, source=v)
+    if v.state != KNOWN:
+        return Fact(unknown=f"{name}={v.text}: {v.reason}", call=load, source=v)
+    d = dtypes.from_string(v.value)
+    if d == dtypes.AUTO:
+        return _checkpoint_dtype(load, script, stack, evidence_of(v, f"{name}='auto': the checkpoint's dtype", load),
+                                 inferred=False)
+    if d is None:
+        return Fact(unknown=f"{name}={v.text} is not a dtype the doctor knows", call=load, source=v)
+    return Fact(d, (evidence_of(v, f"weights loaded in {d}", load),), source=v, call=load)
+
+
+def _checkpoint_dtype(load: Call, script: ScriptFacts, stack: StackFacts, ev: Evidence, inferred: bool) -> Fact:
+    source = load.args[0] if load.args else load.kwarg("pretrained_model_name_or_path")
+    cfg = script.local_configs.get(source.value) if source.state == KNOWN else None
+    d = dtypes.from_string((cfg or {}).get("dtype") or (cfg or {}).get("torch_dtype"))
+    if d and d != dtypes.AUTO:
+        return Fact(d, (ev, Evidence(None, cfg.get("path", "config.json"), f"checkpoint dtype {d}", "code")),
+                    call=load, inferred=inferred)
+    what = f"'{source.value}'" if source.state == KNOWN else source.text
+    return Fact(unknown=f"the weights take the checkpoint's dtype, which is not known for {what}", call=load,
+                evidence=(ev,), inferred=inferred)
+
+
+def _quantization(load: Call | None, by_key: dict[str, Call], machine: MachineFacts, stack: StackFacts) -> Fact:
+    if load is None:
+        return Fact(None)
+    for flag, bits in (("load_in_4bit", "4bit"), ("load_in_8bit", "8bit")):
+        v = decide(load.kwarg(flag), machine, stack)
+        if v.is_(True):
+            return Fact(bits, (evidence_of(v, f"{flag}=True", load),), call=load)
+    qc = load.refs.get("quantization_config")
+    if qc and qc in by_key:
+        cfg = by_key[qc]
+        for flag, bits in (("load_in_4bit", "4bit"), ("load_in_8bit", "8bit")):
+            v = decide(cfg.kwarg(flag), machine, stack)
+            if v.is_(True):
+                return Fact(bits, (call_evidence(cfg, f"BitsAndBytesConfig({flag}=True)"),), call=cfg)
+    if load.kwarg("quantization_config").state not in (ABSENT,) and not qc:
+        return Fact(unknown="quantization_config cannot be followed", call=load)
+    return Fact(None)
+
+
+def _peft(script: ScriptFacts, chain: tuple[Call, ...], trainer: Call | None, by_key: dict[str, Call],
+          weights: Fact, stack: StackFacts) -> tuple[Fact, Fact, Fact]:
+    wrappers = [c for c in chain if c.kind in ("get_peft_model", "peft_load")]
+    if not wrappers:
+        wrappers = script.of("get_peft_model") if len(script.of("get_peft_model")) == 1 else []
+    config_call = None
+    peft = Fact(False)
+    if wrappers:
+        w = wrappers[-1]
+        if w.kind == "peft_load" and not w.kwarg("is_trainable").is_(True):
+            return Fact(False, (call_evidence(w, "adapters loaded frozen (is_trainable not set)"),)), Fact(), Fact(())
+        peft = Fact(True, (call_evidence(w, "LoRA adapters attached"),), call=w)
+        config_call = by_key.get(w.refs.get("1") or w.refs.get("peft_config", ""))
+    elif trainer and trainer.kwarg("peft_config").state not in (ABSENT,) and not trainer.kwarg("peft_config").is_(None):
+        peft = Fact(True, (evidence_of(trainer.kwarg("peft_config"), "adapters attached by the trainer", trainer),),
+                    call=trainer)
+        config_call = by_key.get(trainer.refs.get("peft_config", ""))
+    if not peft.value:
+        return peft, Fact(), Fact(())
+    w = peft.call
+    peft_version = stack.get("peft")
+    opt_out = w.kwarg("autocast_adapter_dtype") if w.kind in ("get_peft_model", "peft_load") else Value(state=ABSENT)
+    if opt_out.is_(False):
+        adapter = Fact(weights.value, (evidence_of(opt_out, "adapters kept in the base dtype", w),), call=w)
+    elif at_least(stack, "peft", "0.12"):
+        adapter = Fact(dtypes.FLOAT32, (Evidence(w.location, w.text,
+                                                 f"peft {peft_version.version} ({peft_version.source}) creates "
+                                                 f"LoRA adapters in float32", peft_version.source),),
+                       call=w, inferred=True)
+    else:
+        adapter = Fact(weights.value, (Evidence(w.location, w.text,
+                                                f"peft {peft_version.version} < 0.12 keeps adapters in the base "
+                                                f"dtype", peft_version.source),), call=w, inferred=True)
+    modules = Fact(())
+    if config_call is not None:
+        v = config_call.kwarg("modules_to_save")
+        if v.state == KNOWN and v.value:
+            modules = Fact(tuple(v.value), (evidence_of(v, "modules_to_save copies stay in the base dtype",
+                                                        config_call),), call=config_call, source=v)
+    return peft, adapter, modules
+
+
+def _amp(style: str, args_call: Call | None, accelerators: list[Call], script: ScriptFacts,
+         machine: MachineFacts, stack: StackFacts, launch) -> tuple[Fact, Fact, Fact]:
+    if style == "trainer":
+        if args_call is None:
+            return Fact(unknown="the Trainer's args= cannot be followed"), Fact(), Fact()
+        trl = args_call.callee.startswith("trl")
+        fp16 = _flag(args_call, "fp16", False, machine, stack)
+        if trl and args_call.kwarg("bf16").state == ABSENT:
+            bf16 = Fact(None if fp16.value is None else not fp16.value,
+                        (Evidence(args_call.location, args_call.text, "bf16 unset: TRL turns it on when fp16 is off",
+                                  "default"),), call=args_call, inferred=True, unknown=fp16.unknown)
+        else:
+            bf16 = _flag(args_call, "bf16", False, machine, stack)
+        if not fp16.known or not bf16.known:
+            return Fact(unknown=fp16.unknown or bf16.unknown), fp16, bf16
+        mode = "fp16" if fp16.value else "bf16" if bf16.value else "no"
+        ev = fp16.evidence if fp16.value else bf16.evidence if bf16.value else fp16.evidence + bf16.evidence
+        return Fact(mode, ev, call=args_call, inferred=fp16.inferred and bf16.inferred), fp16, bf16
+    if style == "accelerate":
+        acc = accelerators[0]
+        v = decide(acc.kwarg("mixed_precision"), machine, stack)
+        if v.state == KNOWN:
+            return Fact(str(v.value), (evidence_of(v, f"Accelerator(mixed_precision={v.value!r})", acc),),
+                        call=acc, source=v), Fact(), Fact()
+        if v.state == ABSENT:
+            flag = launch.mixed_precision if launch.known else Value(state=ABSENT)
+            if flag.state == KNOWN:
+                return Fact(str(flag.value), (call_evidence(acc, "Accelerator() without mixed_precision"),
+                                              Evidence(None, launch.command, f"launch sets mixed_precision="
+                                                       f"{flag.value}", "launcher")), call=acc), Fact(), Fact()
+            if launch.known and launch.launcher == "python":
+                return Fact("no", (call_evidence(acc, "Accelerator() without mixed_precision under plain python"),),
+                            call=acc, inferred=True), Fact(), Fact()
+            return Fact(unknown="Accelerator() takes mixed_precision from the launch (accelerate config or "
+                                "--mixed_precision); pass --launcher to decide", call=acc), Fact(), Fact()
+        return Fact(unknown=f"mixed_precision={v.text}: {v.reason or 'depends on the GPU'}", call=acc), Fact(), Fact()
+    scalers = [s for s in script.of("grad_scaler") if not decide(s.kwarg("enabled"), machine, stack).is_(False)]
+    if scalers:
+        return Fact("fp16", (call_evidence(scalers[0], "GradScaler: fp16 loss scaling"),), call=scalers[0]), \
+            Fact(), Fact()
+    autocasts = script.of("autocast")
+    if autocasts:
+        return Fact("autocast", tuple(call_evidence(a, "autocast") for a in autocasts[:1])), Fact(), Fact()
+    return Fact("no", (), inferred=True), Fact(), Fact()
+
+
+def _flag(call: Call, name: str, default: bool, machine: MachineFacts, stack: StackFacts) -> Fact:
+    v = decide(call.kwarg(name), machine, stack)
+    if v.state == ABSENT:
+        return Fact(default, (Evidence(call.location, call.text, f"{name} not set (default {default})", "default"),),
+                    call=call, inferred=True)
+    if v.state == CONDITIONAL:
+        return Fact(unknown=f"{name}={v.text} depends on the GPU ({v.predicate.text}); pass --target to decide",
+                    call=call, source=v)
+    if v.state != KNOWN:
+        return Fact(unknown=f"{name}={v.text}: {v.reason}", call=call, source=v)
+    return Fact(bool(v.value), (evidence_of(v, f"{name}={v.value}", call),), source=v, call=call)
+
+
+def _first_training_line(trainer: Call | None, optimizers: tuple[Call, ...]) -> tuple[str, int] | None:
+    points = [(c.location.path, c.location.line) for c in ((trainer,) if trainer else ()) + optimizers]
+    return min(points) if points else None

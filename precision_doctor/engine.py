@@ -1,0 +1,155 @@
+"""The rule registry and the engine that runs checks over facts and ranks their findings.
+
+A rule is a plain function registered by `@rule(...)` alone; the decorator carries its id, name,
+default severity, documentation and the examples that must fire and must stay silent. The
+function's parameter names say which facts it reads (`script`, `setup`, `machine`, `stack`,
+`launch`, `facts`); the engine injects them.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterable
+
+from .facts import Facts
+from .findings import SEVERITY_RANK, Draft, Finding
+
+INJECTABLE = ("facts", "script", "setup", "machine", "stack", "launch")
+
+
+@dataclass(frozen=True)
+class Example:
+    """A script (and the machine/launch it runs on) that a rule must fire on, or stay silent on."""
+
+    code: str
+    target: str | None = None
+    launcher: str | None = None
+    script_args: tuple[str, ...] = ()
+    versions: dict[str, str] = field(default_factory=dict)  # stack overrides: {"transformers": "4.46.0"}
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    name: str
+    severity: str
+    phase: str
+    summary: str  # one line
+    what: str  # what it detects
+    why: str  # why it breaks
+    error: str  # the real message the job dies with, or the symptom
+    fix: str  # the endorsed fix
+    fix_safety: str
+    fires: tuple[Example, ...]
+    silent: tuple[Example, ...]
+    needs: tuple[str, ...]  # facts that must be known for the rule to run ("machine")
+    func: Callable[..., Iterable[Draft]]
+    params: tuple[str, ...]
+    per_script: bool
+
+
+REGISTRY: dict[str, Rule] = {}
+
+
+def rule(id: str, name: str, *, severity: str, phase: str, summary: str, what: str, why: str, error: str,
+         fix: str, fires: list[Example], silent: list[Example], fix_safety: str = "",
+         needs: tuple[str, ...] = ()) -> Callable:
+    def register(func: Callable) -> Callable:
+        params = tuple(inspect.signature(func).parameters)
+        unknown = [p for p in params if p not in INJECTABLE]
+        if unknown:
+            raise TypeError(f"{func.__name__}: cannot inject {unknown}; use {INJECTABLE}")
+        if id in REGISTRY:
+            raise ValueError(f"rule id {id} registered twice")
+        if not fires or not silent:
+            raise ValueError(f"{id}: a rule needs at least one firing example and one silent look-alike")
+        REGISTRY[id] = Rule(id=id, name=name, severity=severity, phase=phase, summary=summary, what=what,
+                            why=why, error=error, fix=fix, fix_safety=fix_safety, fires=tuple(fires),
+                            silent=tuple(silent), needs=needs, func=func, params=params,
+                            per_script="script" in params or "setup" in params)
+        return func
+
+    return register
+
+
+def rules() -> list[Rule]:
+    from . import checks  # noqa: F401  (registers every rule)
+
+    return sorted(REGISTRY.values(), key=lambda r: r.id)
+
+
+def get_rule(rule_id: str) -> Rule | None:
+    rules()
+    key = rule_id.upper()
+    found = REGISTRY.get(key)
+    if found is None:
+        found = next((r for r in REGISTRY.values() if r.name == rule_id), None)
+    return found
+
+
+@dataclass(frozen=True)
+class Skipped:
+    rule_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Result:
+    findings: tuple[Finding, ...]
+    skipped: tuple[Skipped, ...]
+    crashed: tuple[Skipped, ...]
+
+
+def run(facts: Facts, select: Iterable[str] | None = None) -> Result:
+    from .derive import derive_setup
+
+    chosen = [r for r in rules() if select is None or r.id in set(select)]
+    setups = {s.path: derive_setup(s, facts) for s in facts.scripts}
+    findings: list[Finding] = []
+    skipped: list[Skipped] = []
+    crashed: list[Skipped] = []
+    for r in chosen:
+        missing = [n for n in r.needs if not getattr(facts, n).known]
+        if missing:
+            reason = "; ".join(f"{n} unknown: {getattr(facts, n).reason if n == 'machine' else 'not given'}"
+                               for n in missing)
+            skipped.append(Skipped(r.id, reason))
+            continue
+        contexts = facts.scripts if r.per_script else (None,)
+        for script in contexts:
+            available = {"facts": facts, "machine": facts.machine, "stack": facts.stack, "launch": facts.launch,
+                         "script": script, "setup": setups.get(script.path) if script else None}
+            try:
+                drafts = list(r.func(**{p: available[p] for p in r.params}))
+            except Exception as exc:  # a crashed check is a result, not a crash of the tool
+                crashed.append(Skipped(r.id, f"{type(exc).__name__}: {exc}"))
+                continue
+            for d in drafts:
+                findings.append(_stamp(r, d, script.path if script else ""))
+    findings.sort(key=Finding.sort_key)
+    return Result(tuple(_dedupe(findings)), tuple(skipped), tuple(crashed))
+
+
+def _stamp(r: Rule, d: Draft, path: str) -> Finding:
+    severity = r.severity
+    if d.severity and SEVERITY_RANK[d.severity] > SEVERITY_RANK[r.severity]:
+        severity = d.severity  # a check may only lower the declared severity
+    return Finding(rule_id=r.id, name=r.name, severity=severity, message=d.message, path=d.path or path,
+                   evidence=d.evidence, error=d.error or r.error, why=r.why, fix=d.fix,
+                   phase=d.phase or r.phase, confidence=d.confidence)
+
+
+def _dedupe(findings: list[Finding]) -> list[Finding]:
+    seen, out = set(), []
+    for f in findings:
+        key = (f.rule_id, f.message, f.locations)
+        if key not in seen:
+            seen.add(key)
+            out.append(f)
+    return out
+
+
+def with_severity(f: Finding, severity: str) -> Finding:
+    return replace(f, severity=severity)

@@ -1,0 +1,39 @@
+"""A rule's full documentation, in the sections of ruff's rule pages."""
+
+from __future__ import annotations
+
+from .engine import Rule
+
+
+def rule_doc(r: Rule) -> str:
+    fires = r.fires[0]
+    silent = r.silent[0]
+    parts = [
+        f"{r.id} {r.name}  ({r.severity}; hit {r.phase.replace('-', ' ')})",
+        "",
+        r.summary,
+        "",
+        "What it does",
+        f"  {r.what}",
+        "",
+        "Why is this bad?",
+        f"  {r.why}",
+        "",
+        "The error",
+        f"  {r.error}",
+        "",
+        "Example" + (f" (on --target {fires.target})" if fires.target else ""),
+        _indent(fires.code),
+        "Use instead" + (f" (on --target {silent.target})" if silent.target else ""),
+        _indent(silent.code),
+        "Fix",
+        f"  {r.fix}",
+        "",
+        "Fix safety",
+        f"  {r.fix_safety or 'Display only: the fix is described, not applied automatically.'}",
+    ]
+    return "\n".join(parts)
+
+
+def _indent(code: str) -> str:
+    return "\n".join("    " + line for line in code.rstrip().splitlines()) + "\n"

@@ -1,0 +1,258 @@
+"""The facts every check reads: plain frozen data that round-trips through JSON.
+
+A probe fills these; a check only reads them. Three states keep apart what the doctor knows,
+what it could not learn (and why), and what the script decides only at run time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+KNOWN = "known"
+ABSENT = "absent"  # the argument is not passed: the library default applies
+CONDITIONAL = "conditional"  # decided by the hardware the job runs on
+DYNAMIC = "dynamic"  # computed at run time in a way static reading cannot follow
+
+
+@dataclass(frozen=True)
+class Location:
+    path: str
+    line: int
+    column: int = 1  # 1-based, in characters
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+@dataclass(frozen=True)
+class Origin:
+    """One step of where an effective value came from."""
+
+    kind: str  # code | default | script-arg | launcher | env | accelerate-config | profile | assumed
+    detail: str
+    location: Location | None = None
+
+
+@dataclass(frozen=True)
+class Predicate:
+    """A hardware question a script asks at run time, e.g. torch.cuda.is_bf16_supported()."""
+
+    kind: str  # cuda_available | bf16_supported | capability_at_least | gpu_count_at_least | mps_available | not | all | any
+    text: str
+    emulation: bool = True  # bf16_supported: True is torch's default (including_emulation=True)
+    number: tuple[int, ...] = ()  # capability_at_least (major, minor) / gpu_count_at_least (n,)
+    parts: tuple[Predicate, ...] = ()
+
+
+@dataclass(frozen=True)
+class Value:
+    """An argument's effective value, where it came from, and how sure the doctor is of it."""
+
+    state: str
+    value: Any = None
+    text: str = ""
+    origins: tuple[Origin, ...] = ()
+    location: Location | None = None  # where the expression that holds the value is written
+    predicate: Predicate | None = None
+    if_true: Value | None = None
+    if_false: Value | None = None
+    reason: str = ""  # why the value is dynamic
+
+    @property
+    def known(self) -> bool:
+        return self.state == KNOWN
+
+    def is_(self, expected: Any) -> bool:
+        return self.state == KNOWN and self.value == expected
+
+
+def absent(detail: str = "") -> Value:
+    return Value(state=ABSENT, reason=detail)
+
+
+@dataclass(frozen=True)
+class Call:
+    """A call the script makes that matters to training, with its resolved arguments."""
+
+    kind: str  # see probes/script_calls.py for the closed set
+    callee: str  # dotted name as written, e.g. "torch.cuda.amp.GradScaler"
+    location: Location
+    scope: str  # "<module>" or the enclosing function's qualified name
+    target: str = ""  # the name the result is assigned to ("model", "self.model")
+    receiver: str = ""  # for method calls: the object ("model" in model.half())
+    args: tuple[Value, ...] = ()
+    kwargs: dict[str, Value] = field(default_factory=dict)
+    text: str = ""  # first line of the call's source, for excerpts
+    in_loop: bool = False
+    refs: dict[str, str] = field(default_factory=dict)  # argument -> key of the recorded call it evaluates to
+
+    @property
+    def key(self) -> str:
+        return f"{self.location.path}:{self.location.line}:{self.location.column}"
+
+    def kwarg(self, name: str) -> Value:
+        return self.kwargs.get(name) or absent(f"{name} not passed")
+
+
+@dataclass(frozen=True)
+class Unknown:
+    what: str
+    reason: str
+    location: Location | None = None
+
+
+@dataclass(frozen=True)
+class ScriptFacts:
+    path: str
+    calls: tuple[Call, ...] = ()
+    imports: tuple[str, ...] = ()  # dotted modules and names imported
+    unknowns: tuple[Unknown, ...] = ()
+    local_configs: dict[str, dict] = field(default_factory=dict)  # model path -> its config.json
+    files: tuple[str, ...] = ()  # the script and the local modules it imports
+
+    def of(self, *kinds: str) -> list[Call]:
+        return [c for c in self.calls if c.kind in kinds]
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    capability: tuple[int, int]
+    memory_total_mib: int = 0
+
+    @property
+    def native_bf16(self) -> bool:
+        return self.capability >= (8, 0)
+
+    @property
+    def tf32(self) -> bool:
+        return self.capability >= (8, 0)
+
+    @property
+    def fp8(self) -> bool:
+        return self.capability >= (8, 9)
+
+    @property
+    def sm(self) -> str:
+        return f"sm_{self.capability[0]}{self.capability[1]}"
+
+
+@dataclass(frozen=True)
+class MachineFacts:
+    """The machine the job will run on. `known` False means: the doctor could not tell."""
+
+    known: bool
+    source: str  # "target titan-rtx", "snapshot node.json", "this machine"
+    gpus: tuple[Gpu, ...] = ()
+    reason: str = ""  # why unknown
+
+    @property
+    def has_gpu(self) -> bool:
+        return bool(self.gpus)
+
+    def describe(self) -> str:
+        if not self.known:
+            return f"unknown ({self.reason})"
+        if not self.gpus:
+            return f"no GPU ({self.source})"
+        first = self.gpus[0]
+        return f"{len(self.gpus)}× {first.name} ({first.sm}) ({self.source})"
+
+
+@dataclass(frozen=True)
+class LaunchFacts:
+    """How the job is started: `python`, `accelerate launch`, `torchrun`, `deepspeed`."""
+
+    known: bool
+    launcher: str = ""  # python | accelerate | torchrun | deepspeed
+    command: str = ""
+    num_processes: Value = field(default_factory=lambda: absent("launch not given"))
+    mixed_precision: Value = field(default_factory=lambda: absent("launch not given"))
+    main_process_port: Value = field(default_factory=lambda: absent("launch not given"))
+    script_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PackageVersion:
+    name: str
+    version: str  # "" when not determined
+    source: str  # installed | declared | assumed
+
+    def describe(self) -> str:
+        return f"{self.name} {self.version} ({self.source})"
+
+
+@dataclass(frozen=True)
+class StackFacts:
+    packages: dict[str, PackageVersion] = field(default_factory=dict)
+
+    def get(self, name: str) -> PackageVersion:
+        return self.packages.get(name) or PackageVersion(name, "", "assumed")
+
+
+@dataclass(frozen=True)
+class Facts:
+    scripts: tuple[ScriptFacts, ...]
+    machine: MachineFacts
+    launch: LaunchFacts
+    stack: StackFacts
+
+    def to_json(self) -> dict:
+        return _to_jsonable(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> Facts:
+        return _from_jsonable(cls, data)
+
+
+# --- JSON round trip -------------------------------------------------------------------------
+
+def _to_jsonable(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj):
+        return {f.name: _to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): _to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_to_jsonable(v) for v in obj]
+    return obj
+
+
+def _from_jsonable(tp: Any, data: Any) -> Any:
+    import typing
+
+    if data is None:
+        return None
+    if isinstance(tp, str):
+        tp = _TYPES[tp.split("|")[0].strip()]
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp)
+        kwargs = {f.name: _from_jsonable(hints[f.name], data[f.name])
+                  for f in dataclasses.fields(tp) if f.name in data}
+        return tp(**kwargs)
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_from_jsonable(args[0], v) for v in data)
+        return tuple(data)
+    if origin is dict:
+        _, value_type = typing.get_args(tp)
+        return {k: _from_jsonable(value_type, v) for k, v in data.items()}
+    if origin is typing.Union or type(tp).__name__ == "UnionType":
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _from_jsonable(inner[0], data) if inner else data
+    return data
+
+
+_TYPES: dict[str, Any] = {}
+for _cls in (Location, Origin, Predicate, Value, Call, Unknown, ScriptFacts, Gpu, MachineFacts,
+             LaunchFacts, PackageVersion, StackFacts, Facts):
+    _TYPES[_cls.__name__] = _cls
+
+
+def dumps(facts: Facts) -> str:
+    return json.dumps(facts.to_json(), indent=2, sort_keys=True)

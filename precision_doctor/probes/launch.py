@@ -1,0 +1,85 @@
+"""The launch command (`--launcher "accelerate launch --num_processes 2 ..."`) as facts."""
+
+from __future__ import annotations
+
+import shlex
+
+from ..errors import InputError
+from ..facts import KNOWN, LaunchFacts, Origin, Value
+
+# flag spellings each launcher accepts, mapped to the fact they set
+_FLAGS = {
+    "accelerate": {"--num_processes": "num_processes", "--mixed_precision": "mixed_precision",
+                   "--main_process_port": "main_process_port", "--config_file": "config_file",
+                   "--num_machines": "num_machines", "--gpu_ids": "gpu_ids"},
+    "torchrun": {"--nproc_per_node": "num_processes", "--nproc-per-node": "num_processes",
+                 "--master_port": "main_process_port", "--master-port": "main_process_port",
+                 "--nnodes": "num_machines"},
+    "deepspeed": {"--num_gpus": "num_processes", "--num-gpus": "num_processes", "--master_port": "main_process_port",
+                  "--num_nodes": "num_machines"},
+}
+_BOOL_FLAGS = {"--multi_gpu", "--cpu", "--standalone", "--use_deepspeed", "--use_fsdp", "--debug", "-m"}
+
+
+def parse_launcher(command: str) -> LaunchFacts:
+    try:
+        words = shlex.split(command)
+    except ValueError as exc:
+        raise InputError(f"--launcher: cannot split {command!r} ({exc}); quote it as one shell command") from None
+    if not words:
+        raise InputError("--launcher: empty; give the launch command, e.g. \"torchrun --nproc_per_node 4\"")
+    launcher, rest = _launcher_of(words)
+    if launcher is None:
+        raise InputError(f"--launcher: '{words[0]}' is not a launcher the doctor knows; "
+                         f"use python, accelerate launch, torchrun or deepspeed")
+    values: dict[str, Value] = {}
+    flags = _FLAGS.get(launcher, {})
+    script_args: tuple[str, ...] = ()
+    i = 0
+    while i < len(rest):
+        word = rest[i]
+        name, eq, inline = word.partition("=")
+        if name in flags:
+            raw = inline if eq else (rest[i + 1] if i + 1 < len(rest) else "")
+            values[flags[name]] = Value(state=KNOWN, value=_number(raw), text=f"{name} {raw}",
+                                        origins=(Origin("launcher", f"{name} {raw}"),))
+            i += 1 if eq else 2
+            continue
+        if word.endswith(".py"):
+            script_args = tuple(rest[i + 1:])
+            break
+        if word.startswith("-") and word not in _BOOL_FLAGS and not eq and i + 1 < len(rest) \
+                and not rest[i + 1].startswith("-") and not rest[i + 1].endswith(".py"):
+            i += 2  # an option we do not model, with its value
+            continue
+        i += 1
+    if launcher == "python":
+        values.setdefault("num_processes", Value(state=KNOWN, value=1, text="python",
+                                                 origins=(Origin("launcher", "plain python: one process"),)))
+    kw = {k: v for k, v in values.items() if k in ("num_processes", "mixed_precision", "main_process_port")}
+    return LaunchFacts(known=True, launcher=launcher, command=command, script_args=script_args, **kw)
+
+
+def _launcher_of(words: list[str]) -> tuple[str | None, list[str]]:
+    head = words[0].rsplit("/", 1)[-1]
+    if head == "accelerate" and len(words) > 1 and words[1] == "launch":
+        return "accelerate", words[2:]
+    if head in ("torchrun",):
+        return "torchrun", words[1:]
+    if head == "deepspeed":
+        return "deepspeed", words[1:]
+    if head.startswith("python"):
+        if len(words) > 2 and words[1] == "-m" and words[2] in ("torch.distributed.run", "torch.distributed.launch"):
+            return "torchrun", words[3:]
+        if len(words) > 2 and words[1] == "-m" and words[2] == "accelerate.commands.launch":
+            return "accelerate", words[3:]
+        return "python", words[1:]
+    return None, words
+
+
+def _number(raw: str):
+    return int(raw) if raw.isdigit() else raw
+
+
+def no_launcher() -> LaunchFacts:
+    return LaunchFacts(known=False)

@@ -1,0 +1,447 @@
+"""The script probe: reads a training script's AST (never runs it) into ScriptFacts.
+
+Every call that matters to precision, placement or the training loop becomes a `Call` with its
+arguments resolved to `Value`s. `Call.refs` links an argument to the recorded call it evaluates
+to (Trainer(model=model) -> the from_pretrained call), which is how checks follow the model.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+from ..errors import InputError
+from ..facts import KNOWN, Call, Location, Origin, ScriptFacts, Unknown, Value
+from .dataclass_defaults import is_training_arguments
+from .resolve import Cond, Context, DictSym, Dyn, Imports, Known, Namespace, ObjSym, Resolver
+from .scopes import ScopeIndex, dotted
+
+MAX_SCRIPT_BYTES = 2 * 1024 * 1024
+MAX_LOCAL_MODULES = 20
+
+# --- what a call is ---------------------------------------------------------------------------
+
+TRAINER_SUFFIX = "Trainer"
+MODEL_LOADER_EXCLUDE = ("Tokenizer", "Processor", "FeatureExtractor", "Config", "ImageProcessor", "PeftModel",
+                        "Dataset", "Pipeline")
+CAST_METHODS = {"half", "bfloat16", "float", "double", "to", "cuda", "cpu"}
+LOOP_METHODS = {"scale", "unscale_", "step", "update", "backward", "zero_grad"}
+OPTIMIZER_PREFIXES = ("torch.optim.", "bitsandbytes.optim.", "bnb.optim.", "transformers.optimization.",
+                      "apex.optimizers.", "deepspeed.ops.adam.")
+PEFT_CONFIGS = {"LoraConfig", "AdaLoraConfig", "IA3Config", "LoHaConfig", "LoKrConfig", "OFTConfig", "BOFTConfig",
+                "VeraConfig", "PromptTuningConfig", "PrefixTuningConfig", "PromptEncoderConfig"}
+AUTOCASTS = {"torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast", "torch.cpu.amp.autocast",
+             "torch.amp.autocast_mode.autocast"}
+GRAD_SCALERS = {"torch.amp.GradScaler", "torch.cuda.amp.GradScaler", "torch.cpu.amp.GradScaler",
+                "torch.GradScaler", "torch.amp.grad_scaler.GradScaler"}
+CLIPPERS = {"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_", "torch.nn.utils.clip_grad_norm"}
+
+
+def classify(callee: str, node: ast.Call, local_trainers: set[str], local_args: set[str]) -> str:
+    last = callee.rsplit(".", 1)[-1]
+    if callee in AUTOCASTS or (callee.endswith(".autocast") and not callee.startswith("torch")):
+        return "autocast"
+    if callee in GRAD_SCALERS:
+        return "grad_scaler"
+    if callee in CLIPPERS:
+        return "clip_grad"
+    if is_training_arguments(callee) or callee in local_args:
+        return "training_args"
+    if (callee.startswith(("transformers.", "trl.")) and last.endswith(TRAINER_SUFFIX)) or callee in local_trainers:
+        return "trainer"
+    if callee == "accelerate.Accelerator":
+        return "accelerator"
+    if last == "BitsAndBytesConfig":
+        return "bnb_config"
+    if last in PEFT_CONFIGS and (callee.startswith("peft") or callee == last):
+        return "peft_config"
+    if last == "get_peft_model":
+        return "get_peft_model"
+    if last in ("prepare_model_for_kbit_training", "prepare_model_for_int8_training"):
+        return "prepare_kbit"
+    if last == "cast_mixed_precision_params":
+        return "cast_mixed"
+    if callee.startswith(OPTIMIZER_PREFIXES) and last[:1].isupper() and "Scheduler" not in last and \
+            "LR" not in last:
+        return "optimizer"
+    if last == "from_pretrained" and isinstance(node.func, ast.Attribute):
+        owner = dotted(node.func.value).rsplit(".", 1)[-1]
+        if owner == "PeftModel" or (owner.startswith("PeftModel")):
+            return "peft_load"
+        if owner and not any(x in owner for x in MODEL_LOADER_EXCLUDE) and (
+                owner.startswith(("Auto", "AutoPeft")) or "For" in owner or owner.endswith("Model")
+                or owner.endswith("LMHeadModel")):
+            return "model_load"
+        return ""
+    if isinstance(node.func, ast.Attribute):
+        method = node.func.attr
+        if method in CAST_METHODS:
+            return "cast"
+        if method == "gradient_checkpointing_enable":
+            return "gc_enable"
+        if method == "enable_input_require_grads":
+            return "input_grads"
+        if method in LOOP_METHODS:
+            return "method"
+        if method == "prepare":
+            return "prepare"
+        if method in ("clip_grad_norm_", "clip_grad_value_"):
+            return "clip_grad"
+        if method == "train" and not node.args and not node.keywords:
+            return "train"
+        if method == "train" and any(k.arg == "resume_from_checkpoint" for k in node.keywords):
+            return "train"
+    return ""
+
+
+# --- reading the file -------------------------------------------------------------------------
+
+def read_source(path: Path) -> str:
+    if not path.exists():
+        raise InputError(f"{path}: no such file; pass the path of a training script (.py)")
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory; pass the training scripts it contains")
+    size = path.stat().st_size
+    if size > MAX_SCRIPT_BYTES:
+        raise InputError(f"{path}: {size / 2**20:.1f} MiB is too large for a training script "
+                         f"(limit {MAX_SCRIPT_BYTES // 2**20} MiB); is it generated? pass the script that trains")
+    data = path.read_bytes()
+    if not data.strip():
+        raise InputError(f"{path}: the file is empty; pass the training script itself")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise InputError(f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+                         f"save the script as UTF-8") from None
+    if "\x00" in text:
+        raise InputError(f"{path}: contains NUL bytes, so it is not Python source; pass the training script")
+    return text
+
+
+def parse(path: Path, text: str) -> ast.Module:
+    try:
+        return ast.parse(text, filename=str(path))
+    except SyntaxError as exc:
+        where = f"{path}:{exc.lineno or 0}:{exc.offset or 0}"
+        raise InputError(f"{where}: syntax error: {exc.msg}; the doctor reads scripts Python can parse") from None
+    except (ValueError, RecursionError, MemoryError) as exc:
+        raise InputError(f"{path}: cannot be parsed as Python ({type(exc).__name__}); "
+                         f"pass the training script itself") from None
+
+
+# --- the collector ----------------------------------------------------------------------------
+
+class _Collector:
+    def __init__(self, path: str, text: str, tree: ast.Module, script_args: tuple[str, ...]):
+        self.path = path
+        self.tree = tree
+        self.index = ScopeIndex(tree)
+        self.imports = Imports(tree)
+        self.r = Resolver(path, text, tree, self.index, self.imports, script_args)
+        self.lines = text.splitlines()
+        self.calls: list[Call] = []
+        self.unknowns: list[Unknown] = []
+        self.by_node: dict[int, int] = {}  # id(ast node) -> index in self.calls
+        self._parsed_args: dict[str, Call] = {}
+        self.targets = self._assignment_targets()
+        self.local_trainers, self.local_args = self._local_subclasses()
+
+    def _local_subclasses(self) -> tuple[set[str], set[str]]:
+        trainers, args = set(), set()
+        for name, cls in self.index.classes.items():
+            for base in cls.bases:
+                q = self.r.qualified(base)
+                if q.rsplit(".", 1)[-1].endswith(TRAINER_SUFFIX) and q.startswith(("transformers", "trl")):
+                    trainers.add(name)
+                if is_training_arguments(q):
+                    args.add(name)
+        return trainers, args
+
+    def _assignment_targets(self) -> dict[int, str]:
+        out: dict[int, str] = {}
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+                names = [dotted(t) for t in node.targets if dotted(t)]
+                if names:
+                    out[id(node.value)] = names[0]
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.value, ast.Call) and dotted(node.target):
+                out[id(node.value)] = dotted(node.target)
+            elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple):
+                pass
+            elif isinstance(node, (ast.With, ast.AsyncWith)):
+                for item in node.items:
+                    if isinstance(item.context_expr, ast.Call) and item.optional_vars is not None:
+                        out[id(item.context_expr)] = dotted(item.optional_vars)
+        for node in ast.walk(self.tree):  # `model, opt = accelerator.prepare(model, opt)`
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
+                    isinstance(node.targets[0], (ast.Tuple, ast.List)):
+                out[id(node.value)] = ",".join(dotted(e) for e in node.targets[0].elts)
+        return out
+
+    def collect(self) -> None:
+        nodes = [n for n in ast.walk(self.tree) if isinstance(n, ast.Call)]
+        nodes.sort(key=lambda n: (n.lineno, n.col_offset))
+        for node in nodes:
+            callee = self.r.qualified(node.func)
+            kind = classify(callee, node, self.local_trainers, self.local_args)
+            if not kind:
+                if callee in self.index.functions:
+                    self._add(node, "local_call", callee, bind=self.index.functions[callee][0])
+                elif self._flow(node, callee):
+                    self._add(node, "flow", callee)
+                elif isinstance(node.func, (ast.Name, ast.Attribute)) and self._is_variable(dotted(node.func)):
+                    self._add(node, "call_var", dotted(node.func))
+                continue
+            if kind == "cast" and not self._cast_worth_recording(node):
+                continue
+            self._add(node, kind, callee or dotted(node.func) or self.r.text(node.func))
+        self._link_refs()
+        self._apply_attribute_overrides()
+
+    def _flow(self, node: ast.Call, callee: str) -> bool:
+        """`model = load_model(...)`: a local function whose result is assigned."""
+        if id(node) not in self.targets:
+            return False
+        if callee in self.index.functions:
+            return True
+        return callee in self.imports.names.values() and callee.split(".")[0] not in (
+            "torch", "transformers", "peft", "accelerate", "trl", "os", "sys", "json", "argparse")
+
+    def _is_variable(self, name: str) -> bool:
+        """A call of something the script assigned (a model called on inputs), not a function or class."""
+        if not name or name in self.index.functions or name in self.index.classes or name in self.imports.names:
+            return False
+        return any(name in s.assigns for s in self.index.scopes)
+
+    def _cast_worth_recording(self, node: ast.Call) -> bool:
+        method = node.func.attr
+        if method in ("half", "bfloat16", "float", "double", "cuda", "cpu"):
+            return not node.args or method == "cuda"
+        return True
+
+    def _add(self, node: ast.Call, kind: str, callee: str, bind=None) -> Call:
+        scope = self.index.scope_of.get(id(node), self.index.module)
+        if bind is not None:  # a call of a local function: arguments by parameter name
+            names = sorted(bind.params, key=lambda n: bind.params[n][0])
+            positional = [n for n in names if bind.params[n][0] >= 0]
+            if bind.class_name:
+                positional = positional[1:]
+            node = ast.Call(func=node.func, args=[], keywords=[ast.keyword(arg=positional[i], value=a)
+                                                              for i, a in enumerate(node.args)
+                                                              if i < len(positional) and not isinstance(a, ast.Starred)]
+                            + list(node.keywords), lineno=node.lineno, col_offset=node.col_offset)
+            self.index.scope_of[id(node)] = scope
+            self.index.loop_depth_of[id(node)] = self.index.loop_depth_of.get(id(node.func), 0)
+        args = tuple(self.r.value(a, scope) if not isinstance(a, ast.Starred) else
+                     Value(state="dynamic", text=self.r.text(a), reason="*args cannot be followed")
+                     for a in node.args)
+        kwargs: dict[str, Value] = {}
+        for kw in node.keywords:
+            if kw.arg is not None:
+                kwargs[kw.arg] = self.r.value(kw.value, scope)
+                continue
+            sym = self.r.sym(kw.value, scope, Context(self.r.script_args))
+            if isinstance(sym, DictSym):
+                for k, v in sym.items.items():
+                    value = self.r.to_value(v, kw.value)
+                    kwargs[k] = replace(value, text=f"{self.r.text(kw.value)}[{k!r}]")
+            else:
+                self.unknowns.append(Unknown(f"**{self.r.text(kw.value)} in {callee}()",
+                                             getattr(sym, "reason", "cannot be followed"), self.r.loc(node)))
+        receiver = dotted(node.func.value) if isinstance(node.func, ast.Attribute) else ""
+        line_text = self.lines[node.lineno - 1].strip() if node.lineno <= len(self.lines) else ""
+        call = Call(kind=kind, callee=callee, location=self.r.loc(node), scope=scope.name,
+                    target=self.targets.get(id(node), ""), receiver=receiver, args=args, kwargs=kwargs,
+                    text=line_text[:160], in_loop=self.index.loop_depth_of.get(id(node), 0) > 0)
+        self.by_node[id(node)] = len(self.calls)
+        self.calls.append(call)
+        for name, value in list(kwargs.items()) + [(str(i), v) for i, v in enumerate(args)]:
+            if value.state == "dynamic" and kind in ("training_args", "model_load", "accelerator", "autocast",
+                                                     "grad_scaler", "bnb_config", "trainer") \
+                    and not value.reason.endswith("an object, not a value") \
+                    and name not in _UNINTERESTING_ARGS:
+                self.unknowns.append(Unknown(f"{name}= of {callee.rsplit('.', 1)[-1]}()", value.reason,
+                                             value.location or call.location))
+        return call
+
+    def _link_refs(self) -> None:
+        """Point each argument that evaluates to a recorded call at that call."""
+        ctx = Context(self.r.script_args)
+        nodes = {id(n): n for n in ast.walk(self.tree) if isinstance(n, ast.Call)}
+        self._synthesize_parsed_training_args(nodes, ctx)
+        for node_id, index in self.by_node.items():
+            node = nodes.get(node_id)
+            if node is None:  # a local-function call, recorded with its arguments bound by name
+                continue
+            scope = self.index.scope_of.get(node_id, self.index.module)
+            refs: dict[str, str] = dict(self.calls[index].refs)
+            pairs = [(str(i), a) for i, a in enumerate(node.args)] + \
+                    [(k.arg, k.value) for k in node.keywords if k.arg]
+            if isinstance(node.func, ast.Attribute):
+                pairs.append(("self", node.func.value))
+            for name, expr in pairs:
+                if name in refs:
+                    continue
+                target = self._call_of(expr, scope, ctx)
+                if target is not None:
+                    refs[name] = target.key
+            if refs:
+                self.calls[index] = replace(self.calls[index], refs=refs)
+
+    def _call_of(self, expr: ast.AST, scope, ctx) -> Call | None:
+        if isinstance(expr, ast.Call):
+            if id(expr) in self.by_node:
+                return self.calls[self.by_node[id(expr)]]
+            if isinstance(expr.func, ast.Attribute) and expr.func.attr in ("parameters", "named_parameters"):
+                return self._call_of(expr.func.value, scope, ctx)
+            return None
+        if isinstance(expr, (ast.Name, ast.Attribute)):
+            sym = self.r.sym(expr, scope, ctx)
+            if isinstance(sym, ObjSym):
+                if id(sym.call) in self.by_node:
+                    return self.calls[self.by_node[id(sym.call)]]
+                return self._call_of(sym.call, sym.scope, ctx)
+            if isinstance(sym, Namespace) and sym.class_name:
+                return self._parsed_args.get(sym.class_name)
+        return None
+
+    def _synthesize_parsed_training_args(self, nodes: dict, ctx: Context) -> None:
+        """Training arguments that come from HfArgumentParser exist only on the command line."""
+        for node_id, index in list(self.by_node.items()):
+            call = self.calls[index]
+            if call.kind != "trainer":
+                continue
+            node = nodes[node_id]
+            args_expr = next((k.value for k in node.keywords if k.arg == "args"), None)
+            if args_expr is None and len(node.args) >= 2:
+                args_expr = node.args[1]
+            if args_expr is None:
+                continue
+            scope = self.index.scope_of.get(node_id, self.index.module)
+            sym = self.r.sym(args_expr, scope, ctx)
+            if not (isinstance(sym, Namespace) and sym.class_name and is_training_arguments(sym.class_name)):
+                continue
+            if sym.class_name not in self._parsed_args:
+                kwargs = {k: self.r.to_value(v, args_expr) for k, v in sym.fields.items()
+                          if not (isinstance(v, Known) and v.origins and v.origins[0].kind == "default")}
+                self._parsed_args[sym.class_name] = Call(
+                    kind="training_args", callee=sym.class_name, location=sym.location or call.location,
+                    scope=call.scope, target=dotted(args_expr), text="(parsed from the command line)",
+                    kwargs=kwargs)
+                self.calls.append(self._parsed_args[sym.class_name])
+            self.calls[index] = replace(call, refs={**call.refs, "args": self._parsed_args[sym.class_name].key})
+
+    def _apply_attribute_overrides(self) -> None:
+        """`training_args.bf16 = True` after construction changes what the Trainer sees."""
+        for i, call in enumerate(self.calls):
+            if call.kind not in ("training_args", "bnb_config") or not call.target or "," in call.target:
+                continue
+            prefix = call.target + "."
+            for scope in self.index.scopes:
+                for name, events in scope.assigns.items():
+                    if not name.startswith(prefix) or name.count(".") != call.target.count(".") + 1:
+                        continue
+                    last = events[-1]
+                    if last.value is None:
+                        continue
+                    value = self.r.value(last.value, scope)
+                    value = replace(value, origins=(Origin("code", f"{name} = {self.r.text(last.value)}",
+                                                           self.r.loc(last.node or last.value)),) + value.origins[1:])
+                    kwargs = dict(call.kwargs)
+                    kwargs[name[len(prefix):]] = value
+                    self.calls[i] = call = replace(call, kwargs=kwargs)
+
+
+_UNINTERESTING_ARGS = {"0", "output_dir", "model", "train_dataset", "eval_dataset", "tokenizer", "processing_class",
+                       "data_collator", "callbacks", "compute_metrics", "args", "pretrained_model_name_or_path",
+                       "params", "cache_dir", "token", "revision", "trust_remote_code", "device", "peft_config",
+                       "formatting_func", "report_to", "run_name", "logging_dir"}
+
+
+# --- local modules, model configs --------------------------------------------------------------
+
+def _local_modules(script: Path, tree: ast.Module) -> list[Path]:
+    base = script.parent
+    found = []
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level <= 1:
+            names = [node.module]
+        for name in names:
+            rel = Path(*name.split("."))
+            for candidate in (base / rel.with_suffix(".py"), base / rel / "__init__.py"):
+                if candidate.is_file() and candidate.resolve() != script.resolve():
+                    found.append(candidate)
+    return found
+
+
+def _local_model_configs(script: Path, calls: list[Call]) -> dict[str, dict]:
+    """config.json of local checkpoint directories, for the dtype and family the weights really have."""
+    out: dict[str, dict] = {}
+    for call in calls:
+        if call.kind not in ("model_load", "peft_load"):
+            continue
+        source = call.args[0] if call.args else call.kwarg("pretrained_model_name_or_path")
+        if source.state != KNOWN or not isinstance(source.value, str):
+            continue
+        for base in (script.parent, Path.cwd()):
+            cfg = (base / source.value / "config.json")
+            if cfg.is_file():
+                try:
+                    data = json.loads(cfg.read_text(encoding="utf-8"))
+                except (OSError, ValueError):
+                    continue
+                out[source.value] = {k: data.get(k) for k in ("model_type", "torch_dtype", "dtype", "architectures")
+                                     if k in data}
+                out[source.value]["path"] = os.path.relpath(cfg)
+                break
+    return out
+
+
+def probe_script(path: Path, script_args: tuple[str, ...] = (), display: str | None = None) -> ScriptFacts:
+    """Read a script (and the sibling modules it imports) into facts. Raises InputError on bad input."""
+    shown = display or str(path)
+    text = read_source(path)
+    tree = parse(path, text)
+    collector = _Collector(shown, text, tree, tuple(script_args))
+    collector.collect()
+    calls = list(collector.calls)
+    unknowns = list(collector.unknowns)
+    imports = list(collector.imports.modules)
+    files = [shown]
+    for module in _local_modules(path, tree)[:MAX_LOCAL_MODULES]:
+        try:
+            mtext = read_source(module)
+            mtree = parse(module, mtext)
+        except InputError as exc:
+            unknowns.append(Unknown(f"local module {module.name}", str(exc)))
+            continue
+        mshown = os.path.relpath(module) if display is None else str(Path(shown).parent / module.name)
+        sub = _Collector(mshown, mtext, mtree, tuple(script_args))
+        sub.collect()
+        calls.extend(sub.calls)
+        unknowns.extend(sub.unknowns)
+        imports.extend(sub.imports.modules)
+        files.append(mshown)
+    return ScriptFacts(path=shown, calls=tuple(calls), imports=tuple(dict.fromkeys(imports)),
+                       unknowns=tuple(_dedupe(unknowns)), local_configs=_local_model_configs(path, calls),
+                       files=tuple(files))
+
+
+def _dedupe(unknowns: list[Unknown]) -> list[Unknown]:
+    seen, out = set(), []
+    for u in unknowns:
+        key = (u.what, u.location)
+        if key not in seen:
+            seen.add(key)
+            out.append(u)
+    return out
+
+
+__all__ = ["probe_script", "read_source", "parse", "classify", "Location", "Cond", "Dyn"]

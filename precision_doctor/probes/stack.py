@@ -1,0 +1,74 @@
+"""Versions of the ML stack, read from package metadata (never by importing the packages)."""
+
+from __future__ import annotations
+
+import re
+from importlib import metadata
+from pathlib import Path
+
+from ..facts import PackageVersion, StackFacts
+
+# The releases the rules were checked against; assumed when a package is neither installed nor declared.
+CURRENT = {
+    "torch": "2.13.0", "transformers": "5.23.0", "accelerate": "1.15.0", "peft": "0.21.2",
+    "bitsandbytes": "0.50.0", "trl": "1.16.0", "deepspeed": "0.18.0",
+}
+TRACKED = ("torch", "transformers", "accelerate", "peft", "bitsandbytes", "trl", "deepspeed",
+           "transformer-engine", "torchao")
+
+
+def probe_stack(script_dirs: list[Path] | None = None, overrides: dict[str, str] | None = None) -> StackFacts:
+    packages: dict[str, PackageVersion] = {}
+    declared = _declared(script_dirs or [])
+    for name in TRACKED:
+        if overrides and name in overrides:
+            packages[name] = PackageVersion(name, overrides[name], "given")
+            continue
+        try:
+            packages[name] = PackageVersion(name, metadata.version(name), "installed")
+            continue
+        except metadata.PackageNotFoundError:
+            pass
+        if name in declared:
+            packages[name] = PackageVersion(name, declared[name], "declared")
+        elif name in CURRENT:
+            packages[name] = PackageVersion(name, CURRENT[name], "assumed")
+    return StackFacts(packages=packages)
+
+
+_PIN = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*(?:\[[^\]]*\])?\s*(==|>=|~=)\s*([0-9][0-9A-Za-z.+\-]*)")
+
+
+def _declared(dirs: list[Path]) -> dict[str, str]:
+    """Pins from requirements*.txt / pyproject.toml next to the scripts (== or lower bounds)."""
+    found: dict[str, str] = {}
+    for d in dirs:
+        for candidate in [d / "requirements.txt", d.parent / "requirements.txt", d / "pyproject.toml"]:
+            if not candidate.is_file():
+                continue
+            try:
+                lines = candidate.read_text(encoding="utf-8", errors="replace").splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                m = _PIN.match(line.strip().strip('",'))
+                if m:
+                    found.setdefault(m.group(1).lower().replace("_", "-"), m.group(3))
+    return found
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in re.split(r"[.+\-]", text):
+        if not piece.isdigit():
+            m = re.match(r"\d+", piece)
+            if m:
+                parts.append(int(m.group()))
+            break
+        parts.append(int(piece))
+    return tuple(parts) or (0,)
+
+
+def at_least(stack: StackFacts, name: str, version: str) -> bool:
+    got = stack.get(name).version or CURRENT.get(name, "0")
+    return version_tuple(got) >= version_tuple(version)

@@ -1,0 +1,73 @@
+"""Named GPU profiles for `--target NAME[:COUNT]`, so a laptop can check a script for the cluster."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import InputError
+from ..facts import Gpu, MachineFacts
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    gpu_name: str
+    capability: tuple[int, int]
+    memory_gib: int
+    aliases: tuple[str, ...] = ()
+
+
+PROFILES: tuple[Profile, ...] = (
+    Profile("p100", "Tesla P100-PCIE-16GB", (6, 0), 16),
+    Profile("v100-16gb", "Tesla V100-SXM2-16GB", (7, 0), 16),
+    Profile("v100-32gb", "Tesla V100-SXM2-32GB", (7, 0), 32, aliases=("v100",)),
+    Profile("t4", "Tesla T4", (7, 5), 16),
+    Profile("titan-rtx", "NVIDIA TITAN RTX", (7, 5), 24),
+    Profile("rtx-2080-ti", "NVIDIA GeForce RTX 2080 Ti", (7, 5), 11),
+    Profile("a100-40gb", "NVIDIA A100-SXM4-40GB", (8, 0), 40),
+    Profile("a100-80gb", "NVIDIA A100-SXM4-80GB", (8, 0), 80, aliases=("a100",)),
+    Profile("rtx-3090", "NVIDIA GeForce RTX 3090", (8, 6), 24),
+    Profile("a10", "NVIDIA A10", (8, 6), 24),
+    Profile("a10g", "NVIDIA A10G", (8, 6), 24),
+    Profile("a6000", "NVIDIA RTX A6000", (8, 6), 48),
+    Profile("rtx-4090", "NVIDIA GeForce RTX 4090", (8, 9), 24),
+    Profile("l4", "NVIDIA L4", (8, 9), 24),
+    Profile("l40s", "NVIDIA L40S", (8, 9), 48),
+    Profile("rtx-6000-ada", "NVIDIA RTX 6000 Ada Generation", (8, 9), 48),
+    Profile("h100", "NVIDIA H100 80GB HBM3", (9, 0), 80),
+    Profile("h200", "NVIDIA H200", (9, 0), 141),
+)
+
+CPU_TARGET = "cpu"
+
+
+def find_profile(name: str) -> Profile | None:
+    key = name.strip().lower()
+    for p in PROFILES:
+        if key == p.name or key in p.aliases:
+            return p
+    return None
+
+
+def machine_from_target(spec: str) -> MachineFacts:
+    """`l40s:2` -> two L40S GPUs; `cpu` -> a machine with no GPU."""
+    name, _, count_text = spec.partition(":")
+    if name.strip().lower() == CPU_TARGET:
+        return MachineFacts(known=True, source="target cpu", gpus=())
+    profile = find_profile(name)
+    if profile is None:
+        known = ", ".join(p.name for p in PROFILES)
+        raise InputError(f"--target {spec}: unknown GPU '{name}'; known: cpu, {known} "
+                         f"(see `precision-doctor targets`)")
+    count = 1
+    if count_text:
+        if not count_text.isdigit() or int(count_text) < 1:
+            raise InputError(f"--target {spec}: the count after ':' must be a whole number ≥ 1, e.g. {name}:2")
+        count = int(count_text)
+    gpus = tuple(Gpu(index=i, name=profile.gpu_name, capability=profile.capability,
+                     memory_total_mib=profile.memory_gib * 1024) for i in range(count))
+    return MachineFacts(known=True, source=f"target {profile.name}" + (f":{count}" if count_text else ""), gpus=gpus)
+
+
+def unknown_machine() -> MachineFacts:
+    return MachineFacts(known=False, source="", reason="no --target given")

@@ -1,0 +1,129 @@
+"""The report for people: rich colour on a terminal, plain readable text when piped or NO_COLOR."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from .. import __version__
+from ..engine import Result
+from ..facts import Facts
+from ..findings import SEVERITIES, Finding
+
+_STYLE = {"error": "bold red", "warning": "bold yellow", "info": "bold cyan"}
+_MARK = {"error": "✗", "warning": "!", "info": "i"}
+_PHASE = {"launch": "before the job starts", "config": "when the training arguments are built",
+          "load": "while loading the model", "wrap": "when the trainer wraps the model",
+          "first-step": "at the first optimizer step", "later-steps": "after some steps"}
+_STACK_SHOWN = ("torch", "transformers", "accelerate", "peft", "trl", "bitsandbytes")
+
+
+class _Lines:
+    """Source lines for excerpts; files that are not here (a --facts snapshot) just have none."""
+
+    def __init__(self):
+        self._cache: dict[str, list[str]] = {}
+
+    def get(self, path: str, line: int) -> str:
+        if path not in self._cache:
+            try:
+                self._cache[path] = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+            except OSError:
+                self._cache[path] = []
+        lines = self._cache[path]
+        return lines[line - 1].strip() if 0 < line <= len(lines) else ""
+
+
+def render(result: Result, facts: Facts, console: Console, quiet: bool = False) -> None:
+    fancy = console.is_terminal and not console.no_color
+    out = console.print
+    lines = _Lines()
+    if not quiet:
+        _header(facts, out)
+    by_path: dict[str, list[Finding]] = {}
+    for f in result.findings:
+        by_path.setdefault(f.path, []).append(f)
+    for script in facts.scripts:
+        found = by_path.get(script.path, [])
+        if quiet and not found:
+            continue
+        status = _status(found)
+        out(f"\n[bold]{escape(script.path)}[/bold]  {status}")
+        for f in found:
+            _finding(f, out, lines, fancy)
+    if not quiet:
+        _unknowns(facts, out)
+        _skipped(result, out)
+    counts = {s: sum(1 for f in result.findings if f.severity == s) for s in SEVERITIES}
+    summary = " · ".join(f"{n} {s}{'s' if n != 1 and s != 'info' else ''}" for s, n in counts.items())
+    out(f"\n{summary}")
+
+
+def _header(facts: Facts, out) -> None:
+    stack = ", ".join(facts.stack.get(n).describe() for n in _STACK_SHOWN if facts.stack.get(n).version)
+    launch = facts.launch.command if facts.launch.known else "not given (--launcher)"
+    out(f"[bold]precision-doctor {__version__}[/bold] · {len(facts.scripts)} script"
+        f"{'s' if len(facts.scripts) != 1 else ''}")
+    out(f"machine: {escape(facts.machine.describe())}")
+    out(f"launch:  {escape(launch)}")
+    out(f"stack:   {escape(stack)}", soft_wrap=True)
+
+
+def _status(found: list[Finding]) -> str:
+    if not found:
+        return "[green]no problems found[/green]"
+    worst = found[0].severity
+    n = len(found)
+    return f"[{_STYLE[worst]}]{n} finding{'s' if n != 1 else ''}[/{_STYLE[worst]}]"
+
+
+def _finding(f: Finding, out, lines: _Lines, fancy: bool) -> None:
+    style = _STYLE[f.severity]
+    mark = f"{_MARK[f.severity]} " if fancy else ""
+    likely = "" if f.confidence == "certain" else " (likely)"
+    out(f"\n  [{style}]{mark}{f.severity}[/{style}] [bold]{f.rule_id}[/bold] {f.name}{likely}")
+    out(f"    {escape(f.message)}", soft_wrap=True)
+    if f.evidence:
+        out("    [dim]evidence[/dim]")
+        for e in f.evidence:
+            where = f"{e.location.path}:{e.location.line}" if e.location else (e.origin or "")
+            source = lines.get(e.location.path, e.location.line) if e.location else ""
+            excerpt = source or e.excerpt
+            out(f"      [cyan]{escape(where)}[/cyan]  {escape(excerpt)}  [dim]← {escape(e.note)}[/dim]",
+                soft_wrap=True)
+    if f.error:
+        lead = "the job dies" if f.severity == "error" else "what the job shows"
+        out(f"    [dim]{lead} {_PHASE.get(f.phase, '')}[/dim]")
+        out(f"      [{style}]{escape(f.error)}[/{style}]", soft_wrap=True)
+    if f.why:
+        out(f"    [dim]why[/dim]  {escape(f.why)}", soft_wrap=True)
+    if f.fix:
+        safety = "[green]safe[/green]" if f.fix.safe else "[yellow]review[/yellow]"
+        out(f"    [bold]fix[/bold]  {escape(f.fix.description)}  [{safety}]", soft_wrap=True)
+        for edit in f.fix.edits:
+            out(f"         {escape(edit.describe())}", soft_wrap=True)
+        for cmd in f.fix.commands:
+            out(f"         $ {escape(cmd)}", soft_wrap=True)
+        for note in f.fix.notes:
+            out(f"         [yellow]note[/yellow] {escape(note)}", soft_wrap=True)
+
+
+def _unknowns(facts: Facts, out) -> None:
+    items = [(s, u) for s in facts.scripts for u in s.unknowns]
+    if not items:
+        return
+    out(f"\n[bold]unknown[/bold] ({len(items)}): values read only at run time; rules that need them stay silent")
+    for s, u in items:
+        where = f"{u.location.path}:{u.location.line}" if u.location else s.path
+        out(f"  [cyan]{escape(where)}[/cyan]  {escape(u.what)}: {escape(u.reason)}", soft_wrap=True)
+
+
+def _skipped(result: Result, out) -> None:
+    if result.skipped:
+        reasons = sorted({s.reason for s in result.skipped})
+        ids = ", ".join(s.rule_id for s in result.skipped)
+        out(f"\n[dim]skipped {ids}: {'; '.join(reasons)}[/dim]", soft_wrap=True)
+    for c in result.crashed:
+        out(f"\n[red]check {c.rule_id} crashed[/red]: {escape(c.reason)} (please report it)", soft_wrap=True)
