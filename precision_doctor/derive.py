@@ -162,7 +162,7 @@ def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
     names = _model_names(load, chain, trainer, optimizers)
     casts = tuple(c for c in script.calls if c.kind == "cast" and c.receiver in names and _dtype_of_cast(c)) + \
         tuple(c for c in chain if c.kind == "cast" and _dtype_of_cast(c) and c.receiver not in names)
-    casts = tuple(sorted(set(casts), key=lambda c: (c.location.path, c.location.line)))
+    casts = tuple(sorted({c.key: c for c in casts}.values(), key=lambda c: (c.location.path, c.location.line)))
 
     family = _family(load, script)
     weights = _weights(load, script, machine, stack)

@@ -91,7 +91,7 @@ class Call:
 
     @property
     def key(self) -> str:
-        return f"{self.location.path}:{self.location.line}:{self.location.column}"
+        return f"{self.location.path}:{self.location.line}:{self.location.column}:{self.callee}"
 
     def kwarg(self, name: str) -> Value:
         return self.kwargs.get(name) or absent(f"{name} not passed")

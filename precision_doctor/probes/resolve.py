@@ -550,6 +550,8 @@ class Resolver:
             return self.sym(fn.returns[0], fn, ctx, depth)
         if callee:
             return ObjSym(node, scope, callee)
+        if isinstance(node.func, ast.Attribute):  # a method of a call's result: load().half()
+            return ObjSym(node, scope, f"<expr>.{node.func.attr}")
         return Dyn(f"{self.text(node)[:60]} is computed at run time")
 
     def _torch_attr(self, s: Any) -> Any:

@@ -198,7 +198,9 @@ class _Collector:
                 continue
             if kind == "cast" and not self._cast_worth_recording(node):
                 continue
-            self._add(node, kind, callee or dotted(node.func) or self.r.text(node.func))
+            if not callee and isinstance(node.func, ast.Attribute):
+                callee = f"<expr>.{node.func.attr}"  # a method of a call result: model = load().half()
+            self._add(node, kind, callee or self.r.text(node.func))
         self._link_refs()
         self._apply_attribute_overrides()
 

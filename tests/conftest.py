@@ -1,0 +1,29 @@
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from precision_doctor import engine  # noqa: E402
+from precision_doctor.collect import gather  # noqa: E402
+from precision_doctor.probes.stack import CURRENT  # noqa: E402
+
+
+def check_code(tmp_path, code, target=None, launcher=None, script_args=(), versions=None, name="train.py"):
+    """Run the whole static pipeline on `code` against a fixed stack (current releases unless overridden)."""
+    path = tmp_path / name
+    path.write_text(code, encoding="utf-8")
+    facts = gather([str(path)], target=target, launcher=launcher, script_args=tuple(script_args),
+                   stack_overrides={**CURRENT, **(versions or {})})
+    return engine.run(facts), facts
+
+
+@pytest.fixture
+def run_check(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+    def _run(code, **kw):
+        return check_code(tmp_path, code, **kw)
+
+    return _run
