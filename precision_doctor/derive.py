@@ -160,8 +160,10 @@ def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
     if load is None and len(loads) == 1:
         load = loads[0]
     names = _model_names(load, chain, trainer, optimizers)
-    casts = tuple(c for c in script.calls if c.kind == "cast" and c.receiver in names and _dtype_of_cast(c)) + \
-        tuple(c for c in chain if c.kind == "cast" and _dtype_of_cast(c) and c.receiver not in names)
+    # casts of the trained model: in the scopes that build it (a helper's own parameter is another object)
+    scopes = {c.scope for c in ((load,) if load else ()) + chain + optimizers + ((trainer,) if trainer else ())}
+    casts = tuple(c for c in script.calls if c.kind == "cast" and c.receiver in names and c.scope in scopes
+                  and _dtype_of_cast(c)) + tuple(c for c in chain if c.kind == "cast" and _dtype_of_cast(c))
     casts = tuple(sorted({c.key: c for c in casts}.values(), key=lambda c: (c.location.path, c.location.line)))
 
     family = _family(load, script)

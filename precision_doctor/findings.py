@@ -54,7 +54,8 @@ class Edit:
         if self.kind == "rename_kwarg":
             return f"{where}  {self.old}= → {self.new}= in {self.call}(...)"
         if self.kind == "replace_callee":
-            return f"{where}  {self.old}(...) → {self.new}(...)"
+            first = f"{self.name}, " if self.name else ""
+            return f"{where}  {self.old}(...) → {self.new}({first}...)"
         if self.kind == "insert_after":
             return f"{where}  add after this line: {self.new}"
         if self.kind == "insert_before":

@@ -185,9 +185,11 @@ def grad_scaler_with_bf16_autocast(setup: Setup, machine: MachineFacts, stack: S
             yield Draft("a GradScaler scales the loss of a bf16 autocast region, which needs no loss scaling",
                         evidence=(call_evidence(scalers[0], "GradScaler always enabled"),
                                   evidence_of(v, "autocast dtype bfloat16", a)),
-                        fix=Fix("make the scaler conditional: enabled=(dtype == torch.float16)", safe=True,
+                        fix=Fix(f"make the scaler conditional: enabled=({a.kwarg('dtype').text} == torch.float16)",
+                                safe=True,
                                 edits=(Edit("set_kwarg", scalers[0].location.path, scalers[0].location.line,
-                                            call="GradScaler", name="enabled", new="False"),)))
+                                            call="GradScaler", name="enabled",
+                                            new=f"({a.kwarg('dtype').text} == torch.float16)"),)))
             return
 
 
@@ -286,7 +288,7 @@ def half_model_float_inputs(script: ScriptFacts, setup: Setup):
 
 
 @rule(
-    "PD213", "deprecated-cuda-amp-api", severity="warning", phase="load",
+    "PD213", "deprecated-cuda-amp-api", severity="warning", phase="config",
     summary="torch.cuda.amp.autocast / GradScaler are deprecated (torch >= 2.4).",
     what="`torch.cuda.amp.autocast`, `torch.cuda.amp.GradScaler`, `torch.cpu.amp.*`, also imported by name.",
     why="torch 2.4 deprecated the device-specific AMP namespaces in favour of `torch.amp` with a device argument; "

@@ -502,7 +502,7 @@ class Resolver:
         pred = hardware_predicate(self, node)
         if pred is not None:
             return _predicate_sym(pred)
-        last = callee.rsplit(".", 1)[-1]
+        last = node.func.attr if isinstance(node.func, ast.Attribute) else callee.rsplit(".", 1)[-1]
         if callee == "getattr" and len(node.args) >= 2 and self.qualified(node.args[0]) == "torch":
             attr = self.sym(node.args[1], scope, ctx, depth)
             if isinstance(attr, Known) and isinstance(attr.value, str) and dtypes.from_torch_attr(attr.value):
@@ -595,6 +595,10 @@ class Resolver:
     # -- argparse
     def argparse_namespace(self, parser_node: ast.AST, scope: Scope, ctx: Context) -> Namespace | Dyn:
         parser_name = dotted(parser_node)
+        if isinstance(parser_node, ast.Call):  # build_parser().parse_args(): the parser that function returns
+            fn = self.index.functions.get(dotted(parser_node.func), [])
+            if len(fn) == 1 and len(fn[0].returns) == 1 and dotted(fn[0].returns[0]):
+                scope, parser_name = fn[0], dotted(fn[0].returns[0])
         if not parser_name:
             return Dyn("an argument parser that is not a plain variable")
         key = (id(scope), parser_name)

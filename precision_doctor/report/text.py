@@ -14,7 +14,7 @@ from ..findings import SEVERITIES, Finding
 
 _STYLE = {"error": "bold red", "warning": "bold yellow", "info": "bold cyan"}
 _MARK = {"error": "✗", "warning": "!", "info": "i"}
-_PHASE = {"launch": "before the job starts", "config": "when the training arguments are built",
+_PHASE = {"launch": "before the job starts", "config": "while the script builds its training objects",
           "load": "while loading the model", "wrap": "when the trainer wraps the model",
           "first-step": "at the first optimizer step", "later-steps": "after some steps"}
 _STACK_SHOWN = ("torch", "transformers", "accelerate", "peft", "trl", "bitsandbytes")
