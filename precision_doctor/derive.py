@@ -388,6 +388,8 @@ def _amp(style: str, args_call: Call | None, accelerators: list[Call], script: S
             bf16 = _flag(args_call, "bf16", False, machine, stack)
         if not fp16.known or not bf16.known:
             return Fact(unknown=fp16.unknown or bf16.unknown), fp16, bf16
+        if fp16.value and bf16.value:  # the arguments never construct (PD209): no mode to reason about
+            return Fact(unknown="fp16 and bf16 are both on"), fp16, bf16
         mode = "fp16" if fp16.value else "bf16" if bf16.value else "no"
         ev = fp16.evidence if fp16.value else bf16.evidence if bf16.value else fp16.evidence + bf16.evidence
         return Fact(mode, ev, call=args_call, inferred=fp16.inferred and bf16.inferred), fp16, bf16

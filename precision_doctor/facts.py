@@ -102,6 +102,7 @@ class Unknown:
     what: str
     reason: str
     location: Location | None = None
+    hardware: bool = False  # decided by the GPU: unknown only while the machine is
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import InputError
-from ..facts import KNOWN, Call, Location, Origin, ScriptFacts, Unknown, Value
+from ..facts import CONDITIONAL, KNOWN, Call, Location, Origin, ScriptFacts, Unknown, Value
 from .dataclass_defaults import is_training_arguments
 from .resolve import Cond, Context, DictSym, Dyn, Imports, Known, Namespace, ObjSym, Resolver
 from .scopes import ScopeIndex, dotted
@@ -262,6 +262,10 @@ class _Collector:
         self.by_node[id(node)] = len(self.calls)
         self.calls.append(call)
         for name, value in list(kwargs.items()) + [(str(i), v) for i, v in enumerate(args)]:
+            if value.state == CONDITIONAL:
+                self.unknowns.append(Unknown(f"{name}= of {callee.rsplit('.', 1)[-1]}()",
+                                             f"depends on the GPU ({value.predicate.text}); pass --target to decide",
+                                             value.location or call.location, hardware=True))
             if value.state == "dynamic" and kind in ("training_args", "model_load", "accelerator", "autocast",
                                                      "grad_scaler", "bnb_config", "trainer") \
                     and not value.reason.endswith("an object, not a value") \

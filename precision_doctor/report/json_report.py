@@ -39,7 +39,7 @@ def render(result: Result, facts: Facts) -> str:
     unknowns = [{"what": u.what, "reason": u.reason,
                  "path": u.location.path if u.location else s.path,
                  "line": u.location.line if u.location else None}
-                for s in facts.scripts for u in s.unknowns]
+                for s in facts.scripts for u in s.unknowns if not (u.hardware and facts.machine.known)]
     counts = {s: sum(1 for f in result.findings if f.severity == s) for s in SEVERITIES}
     doc = {
         "version": SCHEMA_VERSION,

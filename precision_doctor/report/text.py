@@ -111,10 +111,10 @@ def _finding(f: Finding, out, lines: _Lines, fancy: bool) -> None:
 
 
 def _unknowns(facts: Facts, out) -> None:
-    items = [(s, u) for s in facts.scripts for u in s.unknowns]
+    items = [(s, u) for s in facts.scripts for u in s.unknowns if not (u.hardware and facts.machine.known)]
     if not items:
         return
-    out(f"\n[bold]unknown[/bold] ({len(items)}): values read only at run time; rules that need them stay silent")
+    out(f"\n[bold]unknown[/bold] ({len(items)}): values the doctor cannot decide statically; rules that need them stay silent")
     for s, u in items:
         where = f"{u.location.path}:{u.location.line}" if u.location else s.path
         out(f"  [cyan]{escape(where)}[/cyan]  {escape(u.what)}: {escape(u.reason)}", soft_wrap=True)

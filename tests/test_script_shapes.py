@@ -1,0 +1,110 @@
+"""The shapes real scripts give their values: each resolves to the effective value, or says unknown."""
+
+from pathlib import Path
+
+import pytest
+
+from precision_doctor import engine
+from precision_doctor.collect import gather
+from precision_doctor.derive import derive_setup
+from precision_doctor.probes.stack import CURRENT
+
+SHAPES = Path(__file__).resolve().parents[1] / "fixtures" / "shapes"
+
+
+def run(name, target=None, args=()):
+    facts = gather([str(SHAPES / name)], target=target, script_args=tuple(args), stack_overrides=CURRENT)
+    return engine.run(facts), derive_setup(facts.scripts[0], facts), facts
+
+
+@pytest.mark.parametrize("args,weights,amp,fired", [
+    ((), "float32", "no", set()),
+    (("--fp16", "--torch_dtype", "float16"), "float16", "fp16", {"PD201"}),
+    (("--bf16", "True", "--torch_dtype", "bfloat16"), "bfloat16", "bf16", {"PD212"}),
+    (("--fp16", "--torch_dtype=bfloat16"), "bfloat16", "fp16", {"PD202"}),
+    (("--fp16", "true", "--bf16", "1"), "float32", None, {"PD209"}),
+])
+def test_hf_argument_parser(args, weights, amp, fired):
+    result, setup, _ = run("hf_argparser.py", args=args)
+    assert setup.weights.value == weights
+    assert setup.amp.value == amp
+    assert {f.rule_id for f in result.findings} == fired
+    if args:
+        origins = [e.origin for f in result.findings for e in f.evidence]
+        assert not fired or "script-arg" in origins
+
+
+@pytest.mark.parametrize("args,weights,amp,fired", [
+    ((), "float32", "no", set()),
+    (("--precision", "fp16", "--half-weights"), "float16", "fp16", {"PD201"}),
+    (("--precision", "bf16", "--half-weights"), "float16", "bf16", {"PD204"}),
+    (("--precision", "bf16"), "float32", "bf16", set()),
+])
+def test_argparse_dict_kwargs_and_attribute_override(args, weights, amp, fired):
+    result, setup, _ = run("argparse_and_kwargs.py", args=args)
+    assert (setup.weights.value, setup.amp.value) == (weights, amp)
+    assert {f.rule_id for f in result.findings} == fired
+
+
+@pytest.mark.parametrize("target,weights,amp,fired", [
+    (None, None, None, set()),
+    ("t4", "float16", "fp16", {"PD201"}),
+    ("a100", "bfloat16", "bf16", {"PD212"}),
+    ("cpu", "float16", "fp16", {"PD204"}),
+])
+def test_hardware_branches_are_decided_against_the_target(target, weights, amp, fired):
+    result, setup, facts = run("hardware_branches.py", target=target)
+    assert setup.weights.value == weights
+    assert setup.amp.value == amp
+    assert {f.rule_id for f in result.findings} == fired
+    hardware_unknowns = [u for u in facts.scripts[0].unknowns if u.hardware]
+    assert len(hardware_unknowns) == 3  # dtype, bf16, fp16 all hang on the GPU
+
+
+def test_hardware_branch_evidence_names_the_gpu_answer():
+    result, _, _ = run("hardware_branches.py", target="t4")
+    pd201 = next(f for f in result.findings if f.rule_id == "PD201")
+    assert any(e.origin == "profile" and "Tesla T4" in e.note for e in pd201.evidence)
+
+
+def test_runtime_values_are_unknown_and_silent():
+    result, setup, facts = run("runtime_values.py", target="a100")
+    assert not result.findings
+    whats = {u.what for u in facts.scripts[0].unknowns}
+    assert {"dtype= of from_pretrained()", "fp16= of TrainingArguments()", "bf16= of TrainingArguments()"} <= whats
+    assert setup.weights.value is None and "run time" in setup.weights.unknown
+
+
+def test_trl_config_turns_bf16_on_by_default():
+    result, setup, _ = run("sft_trl_defaults.py")
+    assert setup.trl and setup.amp.value == "bf16" and setup.bf16.inferred
+    assert {f.rule_id for f in result.findings} == {"PD204"}
+
+
+def test_script_is_never_executed(tmp_path, monkeypatch):
+    sentinel = tmp_path / "ran"
+    monkeypatch.setenv("PD_SENTINEL", str(sentinel))
+    result, _, _ = run("import_side_effects.py")
+    assert not sentinel.exists() and not Path(str(sentinel) + ".system").exists()
+    assert not result.findings
+
+
+def test_loops_and_branches_do_not_invent_values(run_check):
+    code = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+            "for attempt in range(3):\n    dtype = torch.float16\n"
+            "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=dtype)\n"
+            "try:\n    fp16 = True\nexcept Exception:\n    fp16 = False\n"
+            "Trainer(model=m, args=TrainingArguments('o', fp16=fp16)).train()\n")
+    result, facts = run_check(code)
+    assert not [f for f in result.findings if f.severity == "error"]
+    assert len([u for u in facts.scripts[0].unknowns if not u.hardware]) >= 2
+
+
+def test_function_parameters_follow_their_call_site(run_check):
+    code = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+            "def build(dtype, use_fp16=False):\n"
+            "    model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=dtype)\n"
+            "    Trainer(model=model, args=TrainingArguments('o', fp16=use_fp16)).train()\n"
+            "build(torch.float16, use_fp16=True)\n")
+    result, _ = run_check(code)
+    assert "PD201" in {f.rule_id for f in result.findings}
