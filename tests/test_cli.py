@@ -1,0 +1,136 @@
+"""The command line as a user meets it: exit codes, one-line errors, rules and targets listings."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SEED001 = "fixtures/seed001_titan_fp16/buggy/train.py"
+
+
+def doctor(*args, cwd=ROOT, stdin=None):
+    return subprocess.run([sys.executable, "-m", "precision_doctor", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=60, input=stdin)
+
+
+def assert_one_line_error(proc, *fragments):
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for frag in fragments:
+        assert frag in lines[0], lines[0]
+
+
+def test_missing_file(tmp_path):
+    assert_one_line_error(doctor("check", str(tmp_path / "nope.py")), "no such file")
+
+
+def test_directory_without_python_files(tmp_path):
+    (tmp_path / "notes.txt").write_text("hi")
+    assert_one_line_error(doctor("check", str(tmp_path)), "no Python files")
+
+
+def test_syntax_error_says_where(tmp_path):
+    p = tmp_path / "broken.py"
+    p.write_text("import torch\nmodel = (\n")
+    assert_one_line_error(doctor("check", str(p)), "broken.py:", "syntax error")
+
+
+def test_non_utf8(tmp_path):
+    p = tmp_path / "latin.py"
+    p.write_bytes(b"import torch\n# caf\xe9\n")
+    assert_one_line_error(doctor("check", str(p)), "latin.py:2", "not UTF-8")
+
+
+def test_empty_file(tmp_path):
+    p = tmp_path / "empty.py"
+    p.write_text("  \n")
+    assert_one_line_error(doctor("check", str(p)), "empty")
+
+
+def test_huge_generated_file(tmp_path):
+    p = tmp_path / "generated.py"
+    p.write_text("x = 1\n" * 500_000)
+    assert_one_line_error(doctor("check", str(p)), "too large")
+
+
+def test_deeply_nested_expression_is_bad_input_not_a_crash(tmp_path):
+    p = tmp_path / "deep.py"
+    p.write_text("x = " + "(" * 5000 + "1" + ")" * 5000 + "\n")
+    proc = doctor("check", str(p))
+    assert proc.returncode in (0, 2) and "Traceback" not in proc.stderr
+
+
+def test_unknown_target_and_bad_format():
+    assert_one_line_error(doctor("check", SEED001, "--target", "tpu-v5"), "unknown GPU", "precision-doctor targets")
+    assert_one_line_error(doctor("check", SEED001, "--format", "xml"), "--format")
+    assert_one_line_error(doctor("check", SEED001, "--fail-on", "fatal"), "--fail-on")
+    assert_one_line_error(doctor("check", SEED001, "--launcher", "srun python"), "launcher")
+
+
+def test_fail_on_levels():
+    assert doctor("check", SEED001, "--target", "titan-rtx").returncode == 1
+    assert doctor("check", SEED001, "--target", "titan-rtx", "--fail-on", "never").returncode == 0
+    fixed = "fixtures/seed001_titan_fp16/fixed/train.py"
+    assert doctor("check", fixed, "--target", "titan-rtx").returncode == 0
+    assert doctor("check", fixed, "--target", "titan-rtx", "--fail-on", "info").returncode == 0
+
+
+def test_warning_level_gate():
+    proc = doctor("check", "fixtures/seed004_h100_amp_guide/train.py", "--target", "h100", "--fail-on", "warning",
+                  "--", "--mixed_precision", "bf16")
+    assert proc.returncode == 1
+    assert doctor("check", "fixtures/seed004_h100_amp_guide/train.py", "--target", "h100",
+                  "--", "--mixed_precision", "bf16").returncode == 0  # warnings only, default gate is error
+
+
+def test_script_args_after_double_dash_reach_the_scripts_parser():
+    quiet = doctor("check", "fixtures/shapes/hf_argparser.py", "--format", "json")
+    loud = doctor("check", "fixtures/shapes/hf_argparser.py", "--format", "json", "--",
+                  "--fp16", "--torch_dtype", "float16")
+    assert json.loads(quiet.stdout)["findings"] == []
+    assert [f["id"] for f in json.loads(loud.stdout)["findings"]] == ["PD201"]
+
+
+def test_launcher_script_args_are_used_too():
+    proc = doctor("check", "fixtures/shapes/hf_argparser.py", "--format", "json", "--launcher",
+                  "torchrun --nproc_per_node 1 fixtures/shapes/hf_argparser.py --fp16 --torch_dtype float16")
+    assert [f["id"] for f in json.loads(proc.stdout)["findings"]] == ["PD201"]
+
+
+def test_directory_of_scripts_gives_one_combined_report():
+    proc = doctor("check", "fixtures/seed004_h100_amp_guide", "--format", "json", "--target", "h100")
+    paths = {s["path"] for s in json.loads(proc.stdout)["facts"]["scripts"]}
+    assert {Path(p).name for p in paths} == {"train.py", "train_fixed.py"}
+
+
+def test_rules_lists_every_rule_and_rule_prints_the_doc():
+    proc = doctor("rules")
+    assert proc.returncode == 0
+    for rid in ("PD201", "PD204", "PD215"):
+        assert rid in proc.stdout
+    doc = doctor("rule", "PD201")
+    assert doc.returncode == 0
+    for section in ("What it does", "Why is this bad?", "Attempting to unscale FP16 gradients", "Use instead",
+                    "Fix safety"):
+        assert section in doc.stdout
+    assert doctor("rule", "pure-fp16-no-loss-scaling").returncode == 0
+    assert_one_line_error(doctor("rule", "PD999"), "no rule")
+
+
+def test_targets_lists_profiles():
+    proc = doctor("targets")
+    for name in ("titan-rtx", "a100-80gb", "h100", "l40s", "t4", "cpu"):
+        assert name in proc.stdout
+
+
+@pytest.mark.parametrize("env", [{"NO_COLOR": "1"}, {}])
+def test_plain_output_when_piped(env):
+    proc = subprocess.run([sys.executable, "-m", "precision_doctor", "check", SEED001, "--target", "titan-rtx"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60, env={**__import__("os").environ, **env})
+    assert "\x1b[" not in proc.stdout
+    assert "error PD201" in proc.stdout

@@ -1,0 +1,63 @@
+"""Facts round-trip through JSON; the engine stamps, ranks and survives a crashing check."""
+
+import json
+
+from precision_doctor import engine
+from precision_doctor.engine import REGISTRY, Example, rule
+from precision_doctor.facts import Facts
+from precision_doctor.findings import Draft, Evidence
+from precision_doctor.facts import Location
+
+
+def test_facts_round_trip_through_json(run_check):
+    code = (
+        "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+        "d = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16\n"
+        "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=d)\n"
+        "Trainer(model=m, args=TrainingArguments('o', fp16=True)).train()\n")
+    result, facts = run_check(code, target="t4")
+    again = Facts.from_json(json.loads(json.dumps(facts.to_json())))
+    assert again == facts
+    assert [f.rule_id for f in engine.run(again).findings] == [f.rule_id for f in result.findings]
+
+
+def test_ranking_puts_errors_first_then_the_earliest_phase(run_check):
+    code = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+            "m = AutoModelForCausalLM.from_pretrained('gpt2', torch_dtype=torch.bfloat16)\n"
+            "Trainer(model=m, args=TrainingArguments('o', fp16=True, bf16=True)).train()\n")
+    result, _ = run_check(code)
+    ids = [f.rule_id for f in result.findings]
+    severities = [f.severity for f in result.findings]
+    assert severities == sorted(severities, key=["error", "warning", "info"].index)
+    assert ids[0] == "PD209"  # the arguments refuse to construct before anything else runs
+
+
+def test_crashing_check_is_reported_not_raised(run_check, monkeypatch):
+    @rule("PD999", "always-crashes", severity="error", phase="config", summary="s", what="w", why="y", error="e",
+          fix="f", fires=[Example("x = 1\n")], silent=[Example("y = 2\n")])
+    def crashes(setup):
+        raise RuntimeError("boom")
+        yield  # pragma: no cover
+
+    try:
+        result, _ = run_check("x = 1\n")
+        assert [c.rule_id for c in result.crashed] == ["PD999"]
+        assert "boom" in result.crashed[0].reason
+    finally:
+        REGISTRY.pop("PD999")
+
+
+def test_a_check_may_lower_but_not_raise_severity(run_check):
+    @rule("PD998", "lowers", severity="warning", phase="config", summary="s", what="w", why="y", error="e",
+          fix="f", fires=[Example("x = 1\n")], silent=[Example("y = 2\n")])
+    def lowers(script):
+        loc = Location(script.path, 1)
+        yield Draft("raise me", evidence=(Evidence(loc, "x", "n"),), severity="error")
+        yield Draft("lower me", evidence=(Evidence(loc, "x", "n"),), severity="info")
+
+    try:
+        result, _ = run_check("x = 1\n")
+        got = {f.message: f.severity for f in result.findings if f.rule_id == "PD998"}
+        assert got == {"raise me": "warning", "lower me": "info"}
+    finally:
+        REGISTRY.pop("PD998")

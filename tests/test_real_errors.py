@@ -1,0 +1,108 @@
+"""The errors the rules declare are the ones the real libraries raise: reproduced on the CPU with tiny
+models built from a config (never a hub download), then the doctor's prediction is checked against them."""
+
+import os
+import warnings
+
+import pytest
+
+from precision_doctor.engine import get_rule
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+
+def declared(rule_id):
+    return get_rule(rule_id).error.split(": ", 1)[1]
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory):
+    cfg = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=2, vocab_size=128)
+    path = tmp_path_factory.mktemp("tiny-llama")
+    transformers.LlamaForCausalLM(cfg).save_pretrained(path)
+    return path
+
+
+def test_pd201_fp16_weights_under_grad_scaler(tiny_llama, run_check):
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float16)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    scaler = torch.amp.GradScaler("cpu")
+    ids = torch.randint(0, 128, (2, 8))
+    scaler.scale(model(input_ids=ids, labels=ids).loss).backward()
+    with pytest.raises(ValueError) as err:
+        scaler.unscale_(opt)
+    assert str(err.value) == declared("PD201")
+
+    code = ("import torch\nfrom transformers import AutoModelForCausalLM\n"
+            f"model = AutoModelForCausalLM.from_pretrained({str(tiny_llama)!r}, dtype=torch.float16)\n"
+            "opt = torch.optim.AdamW(model.parameters(), lr=1e-4)\nscaler = torch.amp.GradScaler('cuda')\n"
+            "for ids in loader:\n    scaler.scale(model(input_ids=ids, labels=ids).loss).backward()\n"
+            "    scaler.unscale_(opt)\n    scaler.step(opt)\n    scaler.update()\n")
+    result, _ = run_check(code)
+    assert "PD201" in {f.rule_id for f in result.findings}
+
+
+def test_pd201_twin_fp32_weights_unscale_fine(tiny_llama):
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    scaler = torch.amp.GradScaler("cpu")
+    ids = torch.randint(0, 128, (2, 8))
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = model(input_ids=ids, labels=ids).loss
+    scaler.scale(loss).backward()
+    scaler.unscale_(opt)
+    scaler.step(opt)
+
+
+def test_pd203_cast_after_the_optimizer(run_check):
+    model = torch.nn.Linear(8, 8)
+    opt = torch.optim.AdamW(model.parameters(), foreach=True)
+    model(torch.randn(2, 8)).sum().backward()
+    opt.step()
+    model.to(torch.bfloat16)
+    model(torch.randn(2, 8, dtype=torch.bfloat16)).sum().backward()
+    with pytest.raises(RuntimeError) as err:
+        opt.step()
+    assert str(err.value) == declared("PD203")
+    example = get_rule("PD203").fires[0]
+    result, _ = run_check(example.code)
+    assert "PD203" in {f.rule_id for f in result.findings}
+
+
+def test_pd208_half_model_float_input():
+    model = torch.nn.Linear(16, 4).half()
+    with pytest.raises(RuntimeError) as err:
+        model(torch.randn(8, 16))
+    assert str(err.value) == declared("PD208")
+
+
+def test_pd209_both_flags_refused_by_training_arguments(tmp_path):
+    with pytest.raises(ValueError) as err:
+        transformers.TrainingArguments(output_dir=str(tmp_path), fp16=True, bf16=True, use_cpu=True)
+    assert str(err.value) == declared("PD209")
+
+
+def test_pd213_deprecation_warning_text():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.amp.GradScaler()
+    messages = [str(w.message) for w in caught if issubclass(w.category, FutureWarning)]
+    assert declared("PD213") in messages
+
+
+def test_fp16_trainer_on_cpu_creates_no_scaler(tiny_llama, tmp_path, run_check):
+    """Why PD201 stays silent on --target cpu (and PD204 speaks): accelerate skips the GradScaler there."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float16)
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), fp16=True, use_cpu=True, report_to=[])
+    ids = torch.randint(0, 128, (8,))
+    data = [{"input_ids": ids, "labels": ids} for _ in range(2)]
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=data)
+    assert trainer.accelerator.scaler is None
+    code = get_rule("PD201").fires[0].code
+    result, _ = run_check(code, target="cpu")
+    fired = {f.rule_id for f in result.findings}
+    assert "PD201" not in fired and "PD204" in fired
