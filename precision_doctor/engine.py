@@ -8,7 +8,6 @@ function's parameter names say which facts it reads (`script`, `setup`, `machine
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
@@ -57,7 +56,8 @@ def rule(id: str, name: str, *, severity: str, phase: str, summary: str, what: s
          fix: str, fires: list[Example], silent: list[Example], fix_safety: str = "",
          needs: tuple[str, ...] = ()) -> Callable:
     def register(func: Callable) -> Callable:
-        params = tuple(inspect.signature(func).parameters)
+        code = func.__code__
+        params = code.co_varnames[:code.co_argcount]
         unknown = [p for p in params if p not in INJECTABLE]
         if unknown:
             raise TypeError(f"{func.__name__}: cannot inject {unknown}; use {INJECTABLE}")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-from dataclasses import dataclass, field
 from typing import Any
 
 from .. import dtypes
@@ -20,54 +19,60 @@ MAX_DEPTH = 24
 
 # --- symbols ---------------------------------------------------------------------------------
 
-@dataclass
-class Known:
-    value: Any
-    origins: tuple[Origin, ...] = ()
-    location: Location | None = None
+class _Sym:
+    """Resolver symbols are plain slotted classes: they are made by the thousand and defined at import."""
+
+    __slots__ = ()
+
+    def __init__(self, *args, **kwargs):
+        names = self.__slots__
+        for name, value in zip(names, args):
+            setattr(self, name, value)
+        for name in names[len(args):]:
+            setattr(self, name, kwargs.get(name, self._defaults.get(name)))
+
+    _defaults: dict = {}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{n}={getattr(self, n)!r}' for n in self.__slots__)})"
 
 
-@dataclass
-class Cond:
-    predicate: Predicate
-    if_true: Any
-    if_false: Any
+class Known(_Sym):
+    __slots__ = ("value", "origins", "location")
+    _defaults = {"origins": ()}
 
 
-@dataclass
-class Dyn:
-    reason: str
+class Cond(_Sym):
+    __slots__ = ("predicate", "if_true", "if_false")
 
 
-@dataclass
-class DictSym:
-    items: dict[str, Any]
-    location: Location | None = None
+class Dyn(_Sym):
+    __slots__ = ("reason",)
 
 
-@dataclass
-class Namespace:
+class DictSym(_Sym):
+    __slots__ = ("items", "location")
+
+
+class Namespace(_Sym):
     """Parsed command-line options (argparse) or a dataclass instance (HfArgumentParser)."""
 
-    fields: dict[str, Any]
-    what: str
-    class_name: str = ""
-    location: Location | None = None
+    __slots__ = ("fields", "what", "class_name", "location")
+    _defaults = {"class_name": ""}
 
 
-@dataclass
-class ObjSym:
+class ObjSym(_Sym):
     """The result of a call: attribute access reads the call's keyword arguments."""
 
-    call: ast.Call
-    scope: Scope
-    callee: str
+    __slots__ = ("call", "scope", "callee")
 
 
-@dataclass
-class Context:
-    script_args: tuple[str, ...] = ()
-    visiting: set = field(default_factory=set)
+class Context(_Sym):
+    __slots__ = ("script_args", "visiting")
+
+    def __init__(self, script_args=()):
+        self.script_args = script_args
+        self.visiting = set()
 
 
 TORCH_DTYPE_PREFIX = "torch."
@@ -80,10 +85,10 @@ BOOL_STRINGS = {"true": True, "1": True, "yes": True, "y": True, "t": True,
 class Imports:
     """Maps local names to the dotted names they were imported as."""
 
-    def __init__(self, tree: ast.Module):
+    def __init__(self, nodes: list[ast.AST]):
         self.names: dict[str, str] = {}
         self.modules: list[str] = []
-        for node in ast.walk(tree):
+        for node in nodes:
             if isinstance(node, ast.Import):
                 for a in node.names:
                     self.modules.append(a.name)
@@ -110,8 +115,9 @@ class Imports:
 
 class Resolver:
     def __init__(self, path: str, source: str, tree: ast.Module, index: ScopeIndex,
-                 imports: Imports, script_args: tuple[str, ...] = ()):
+                 imports: Imports, script_args: tuple[str, ...] = (), nodes: list[ast.AST] | None = None):
         self.path = path
+        self.nodes = nodes if nodes is not None else list(ast.walk(tree))
         self.lines = source.splitlines()
         self.tree = tree
         self.index = index
@@ -296,10 +302,7 @@ class Resolver:
         return Dyn(f"{name} has no assignment on every path")
 
     def _if_test(self, scope: Scope, node_id: int) -> ast.AST | None:
-        for node in ast.walk(scope.node):
-            if isinstance(node, ast.If) and id(node) == node_id:
-                return node.test
-        return None
+        return self.index.if_tests.get(node_id)
 
     def _assignment_value(self, a, scope: Scope, ctx: Context, depth: int) -> Any:
         if a.value is None:
@@ -352,7 +355,7 @@ class Resolver:
     def calls_to(self, fname: str) -> list[ast.Call]:
         if self._calls_to is None:
             self._calls_to = {}
-            for node in ast.walk(self.tree):
+            for node in self.nodes:
                 if isinstance(node, ast.Call):
                     callee = dotted(node.func)
                     if callee:
@@ -608,7 +611,8 @@ class Resolver:
 
     def _build_namespace(self, parser_name: str, scope: Scope, ctx: Context) -> Namespace | Dyn:
         receivers = {parser_name}
-        for node in ast.walk(scope.node):  # argument groups add options to the same parser
+        scope_nodes = self.nodes if scope.node is self.tree else list(ast.walk(scope.node))
+        for node in scope_nodes:  # argument groups add options to the same parser
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
                     isinstance(node.value.func, ast.Attribute) and \
                     node.value.func.attr in ("add_argument_group", "add_mutually_exclusive_group") and \
@@ -619,7 +623,7 @@ class Resolver:
         real = argparse.ArgumentParser(add_help=False, exit_on_error=False, allow_abbrev=False)
         defaults: dict[str, Any] = {}
         sentinel = object()
-        for node in ast.walk(scope.node):
+        for node in scope_nodes:
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                     and node.func.attr == "add_argument" and dotted(node.func.value) in receivers):
                 continue

@@ -61,6 +61,7 @@ class ScopeIndex(ast.NodeVisitor):
         self.scope_of: dict[int, Scope] = {}
         self.chain_of: dict[int, tuple] = {}
         self.loop_depth_of: dict[int, int] = {}
+        self.if_tests: dict[int, ast.AST] = {}
         self._scope = self.module
         self._chain: tuple = ()
         self._class = ""
@@ -104,6 +105,7 @@ class ScopeIndex(ast.NodeVisitor):
 
     # -- branches
     def visit_If(self, node: ast.If) -> None:
+        self.if_tests[id(node)] = node.test
         self._mark(node.test)
         self.visit(node.test)
         self._block(node.body, ("if", id(node), True))

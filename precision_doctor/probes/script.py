@@ -139,9 +139,10 @@ class _Collector:
     def __init__(self, path: str, text: str, tree: ast.Module, script_args: tuple[str, ...]):
         self.path = path
         self.tree = tree
+        self.nodes = list(ast.walk(tree))  # one walk; every pass below reads this list
         self.index = ScopeIndex(tree)
-        self.imports = Imports(tree)
-        self.r = Resolver(path, text, tree, self.index, self.imports, script_args)
+        self.imports = Imports(self.nodes)
+        self.r = Resolver(path, text, tree, self.index, self.imports, script_args, self.nodes)
         self.lines = text.splitlines()
         self.calls: list[Call] = []
         self.unknowns: list[Unknown] = []
@@ -163,7 +164,7 @@ class _Collector:
 
     def _assignment_targets(self) -> dict[int, str]:
         out: dict[int, str] = {}
-        for node in ast.walk(self.tree):
+        for node in self.nodes:
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
                 names = [dotted(t) for t in node.targets if dotted(t)]
                 if names:
@@ -176,14 +177,14 @@ class _Collector:
                 for item in node.items:
                     if isinstance(item.context_expr, ast.Call) and item.optional_vars is not None:
                         out[id(item.context_expr)] = dotted(item.optional_vars)
-        for node in ast.walk(self.tree):  # `model, opt = accelerator.prepare(model, opt)`
+        for node in self.nodes:  # `model, opt = accelerator.prepare(model, opt)`
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
                     isinstance(node.targets[0], (ast.Tuple, ast.List)):
                 out[id(node.value)] = ",".join(dotted(e) for e in node.targets[0].elts)
         return out
 
     def collect(self) -> None:
-        nodes = [n for n in ast.walk(self.tree) if isinstance(n, ast.Call)]
+        nodes = [n for n in self.nodes if isinstance(n, ast.Call)]
         nodes.sort(key=lambda n: (n.lineno, n.col_offset))
         for node in nodes:
             callee = self.r.qualified(node.func)
@@ -277,7 +278,7 @@ class _Collector:
     def _link_refs(self) -> None:
         """Point each argument that evaluates to a recorded call at that call."""
         ctx = Context(self.r.script_args)
-        nodes = {id(n): n for n in ast.walk(self.tree) if isinstance(n, ast.Call)}
+        nodes = {id(n): n for n in self.nodes if isinstance(n, ast.Call)}
         self._synthesize_parsed_training_args(nodes, ctx)
         for node_id, index in self.by_node.items():
             node = nodes.get(node_id)
@@ -370,10 +371,10 @@ _UNINTERESTING_ARGS = {"0", "output_dir", "model", "train_dataset", "eval_datase
 
 # --- local modules, model configs --------------------------------------------------------------
 
-def _local_modules(script: Path, tree: ast.Module) -> list[Path]:
+def _local_modules(script: Path, nodes: list[ast.AST]) -> list[Path]:
     base = script.parent
     found = []
-    for node in ast.walk(tree):
+    for node in nodes:
         names = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
@@ -421,7 +422,7 @@ def probe_script(path: Path, script_args: tuple[str, ...] = (), display: str | N
     unknowns = list(collector.unknowns)
     imports = list(collector.imports.modules)
     files = [shown]
-    for module in _local_modules(path, tree)[:MAX_LOCAL_MODULES]:
+    for module in _local_modules(path, collector.nodes)[:MAX_LOCAL_MODULES]:
         try:
             mtext = read_source(module)
             mtree = parse(module, mtext)

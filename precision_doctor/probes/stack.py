@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
-from importlib import metadata
+import sys
 from pathlib import Path
 
 from ..facts import PackageVersion, StackFacts
@@ -20,20 +21,43 @@ TRACKED = ("torch", "transformers", "accelerate", "peft", "bitsandbytes", "trl",
 def probe_stack(script_dirs: list[Path] | None = None, overrides: dict[str, str] | None = None) -> StackFacts:
     packages: dict[str, PackageVersion] = {}
     declared = _declared(script_dirs or [])
+    installed = installed_versions() if not overrides else {}
     for name in TRACKED:
         if overrides and name in overrides:
             packages[name] = PackageVersion(name, overrides[name], "given")
             continue
-        try:
-            packages[name] = PackageVersion(name, metadata.version(name), "installed")
+        if name in installed:
+            packages[name] = PackageVersion(name, installed[name], "installed")
             continue
-        except metadata.PackageNotFoundError:
-            pass
         if name in declared:
             packages[name] = PackageVersion(name, declared[name], "declared")
         elif name in CURRENT:
             packages[name] = PackageVersion(name, CURRENT[name], "assumed")
     return StackFacts(packages=packages)
+
+
+_DIST_INFO = re.compile(r"^([A-Za-z0-9_.]+)-([0-9][^-]*?)\.(dist-info|egg-info)$")
+
+
+def installed_versions() -> dict[str, str]:
+    """Versions from the *.dist-info folder names on sys.path: what importlib.metadata reads, minus its
+    import cost, and without importing any package."""
+    wanted = {n.replace("-", "_").lower(): n for n in TRACKED}
+    found: dict[str, str] = {}
+    for entry in sys.path:
+        if not entry or not os.path.isdir(entry):
+            continue
+        try:
+            names = os.listdir(entry)
+        except OSError:
+            continue
+        for name in names:
+            m = _DIST_INFO.match(name)
+            if m:
+                key = m.group(1).replace("-", "_").replace(".", "_").lower()
+                if key in wanted and wanted[key] not in found:
+                    found[wanted[key]] = m.group(2)
+    return found
 
 
 _PIN = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*(?:\[[^\]]*\])?\s*(==|>=|~=)\s*([0-9][0-9A-Za-z.+\-]*)")

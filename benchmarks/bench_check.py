@@ -1,0 +1,83 @@
+"""Speed and memory of static `check` (figures, not a pass/fail test).
+
+Prints: cold wall time and peak RSS of `precision-doctor check <seed-001 fixture>` (median of N runs)
+beside `python -c pass`, and scripts per second over a generated tree of 1,000 training scripts.
+Targets: <= 150 ms median cold wall, <= 60 MiB peak RSS, >= 300 scripts/s.
+
+    python benchmarks/bench_check.py [--runs 15] [--tree 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SEED001 = ROOT / "fixtures" / "seed001_titan_fp16" / "buggy" / "train.py"
+
+
+def measure(cmd: list[str]) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MiB) of one child process."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    _, _, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    return wall, usage.ru_maxrss / 1024
+
+
+def median_of(cmd: list[str], runs: int) -> tuple[float, float]:
+    measure(cmd)  # warm the OS file cache; "cold" means a fresh interpreter, not a cold disk
+    samples = [measure(cmd) for _ in range(runs)]
+    return statistics.median(s[0] for s in samples), statistics.median(s[1] for s in samples)
+
+
+TEMPLATES = [
+    "seed001_titan_fp16/buggy/train.py", "seed002_fp16_device_map/simple_finetune.py",
+    "seed004_h100_amp_guide/train.py", "shapes/hf_argparser.py", "shapes/argparse_and_kwargs.py",
+    "shapes/hardware_branches.py", "seed000_accelerate_implicit_bf16/train.py",
+]
+
+
+def make_tree(dest: Path, n: int) -> None:
+    rng = random.Random(0)
+    sources = [(ROOT / "fixtures" / t).read_text() for t in TEMPLATES]
+    for i in range(n):
+        text = rng.choice(sources).replace("float16", rng.choice(["float16", "bfloat16", "float32"]))
+        sub = dest / f"project{i // 50:02d}"
+        sub.mkdir(exist_ok=True)
+        (sub / f"train_{i:04d}.py").write_text(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--tree", type=int, default=1000)
+    opts = parser.parse_args()
+    exe = shutil.which("precision-doctor")
+    doctor = [exe] if exe else [sys.executable, "-m", "precision_doctor"]
+    base_wall, base_rss = median_of([sys.executable, "-c", "pass"], opts.runs)
+    wall, rss = median_of(doctor + ["check", str(SEED001), "--target", "titan-rtx", "--fail-on", "never"],
+                          opts.runs)
+    print(f"python -c pass                      median wall {base_wall * 1000:6.1f} ms   peak RSS {base_rss:5.1f} MiB")
+    print(f"check seed-001 fixture (cold)       median wall {wall * 1000:6.1f} ms   peak RSS {rss:5.1f} MiB"
+          f"   (targets: <= 150 ms, <= 60 MiB)")
+    with tempfile.TemporaryDirectory() as tmp:
+        make_tree(Path(tmp), opts.tree)
+        start = time.perf_counter()
+        subprocess.run(doctor + ["check", tmp, "--format", "json", "--fail-on", "never"], stdout=subprocess.DEVNULL,
+                       check=True)
+        elapsed = time.perf_counter() - start
+    print(f"tree of {opts.tree} scripts, one process   {elapsed:6.2f} s   {opts.tree / elapsed:7.0f} scripts/s"
+          f"   (target: >= 300 scripts/s)")
+
+
+if __name__ == "__main__":
+    main()
