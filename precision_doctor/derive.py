@@ -126,12 +126,20 @@ class Setup:
 
 def evidence_of(v: Value, note: str, fallback: Call | None = None) -> Evidence:
     """Evidence for a value: where the value itself is written, and its origin."""
-    origin = v.origins[-1] if v.origins else Origin("code", v.text)
-    loc = v.location or (origin.location if origin else None) or (fallback.location if fallback else None)
+    literal = v.origins[-1] if v.origins else Origin("code", v.text)
+    loc = v.location or literal.location or (fallback.location if fallback else None)
     excerpt = v.text or (fallback.text if fallback else "")
-    if origin.kind in ("default", "script-arg", "launcher", "profile", "assumed"):
-        note = f"{note} ({origin.detail})"
-    return Evidence(loc, excerpt, note, origin.kind)
+    external = [o for o in v.origins if o.kind != "code"]
+    for o in external:
+        note = f"{note} ({o.detail})"
+    kind = min((o.kind for o in external), key=_ORIGIN_PRIORITY.index, default="code")
+    trail = tuple(f"{o.location}  {o.detail}" for o in v.origins
+                  if o.kind == "code" and o.location and o is not literal
+                  and (loc is None or (o.location.path, o.location.line) != (loc.path, loc.line)))
+    return Evidence(loc, excerpt, note, kind, trail)
+
+
+_ORIGIN_PRIORITY = ("script-arg", "launcher", "env", "accelerate-config", "profile", "default", "assumed", "code")
 
 
 def call_evidence(c: Call, note: str) -> Evidence:

@@ -37,3 +37,11 @@ def rule_doc(r: Rule) -> str:
 
 def _indent(code: str) -> str:
     return "\n".join("    " + line for line in code.rstrip().splitlines()) + "\n"
+
+
+def rules_markdown(rules: list[Rule]) -> str:
+    """The README's rule table, generated from the registry (a test keeps the README in step)."""
+    rows = ["| id | name | severity | what it catches |", "|---|---|---|---|"]
+    for r in rules:
+        rows.append(f"| {r.id} | `{r.name}` | {r.severity} | {r.summary.replace('|', '/')} |")
+    return "\n".join(rows)

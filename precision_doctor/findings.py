@@ -28,6 +28,7 @@ class Evidence:
     excerpt: str  # the source line (or the flag) as written
     note: str  # what it contributes: "weights float16", "fp16 AMP (GradScaler)"
     origin: str = "code"  # code | default | script-arg | launcher | env | accelerate-config | profile | assumed
+    trail: tuple[str, ...] = ()  # the assignments the value passed through, "train.py:23 use_fp16 = args.fp16"
 
 
 @dataclass(frozen=True)

@@ -27,3 +27,13 @@ def run_check(tmp_path, monkeypatch):
         return check_code(tmp_path, code, **kw)
 
     return _run
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true",
+                     help="rewrite golden files (README rule table, golden reports) from the current code")
+
+
+@pytest.fixture
+def update_golden(request):
+    return request.config.getoption("--update-golden")

@@ -442,7 +442,11 @@ class Resolver:
     # -- conditions
     def _branch(self, test: Any, body, orelse) -> Any:
         if isinstance(test, Known):
-            return body() if test.value else orelse()
+            chosen = body() if test.value else orelse()
+            decided_by = tuple(o for o in test.origins if o.kind != "code")
+            if isinstance(chosen, Known) and decided_by:  # keep where the deciding flag came from
+                return Known(chosen.value, decided_by + tuple(chosen.origins), chosen.location)
+            return chosen
         if isinstance(test, Cond):
             return Cond(test.predicate, body(), orelse()) if _is_plain_predicate(test) else \
                 Dyn("a condition that mixes hardware checks and run-time values")

@@ -25,7 +25,8 @@ def finding_json(f: Finding) -> dict:
         "evidence": [{"path": e.location.path if e.location else None,
                       "line": e.location.line if e.location else None,
                       "column": e.location.column if e.location else None,
-                      "excerpt": e.excerpt, "note": e.note, "origin": e.origin} for e in f.evidence],
+                      "excerpt": e.excerpt, "note": e.note, "origin": e.origin, "via": list(e.trail)}
+                     for e in f.evidence],
         "error": f.error,
         "why": f.why,
         "fix": None if f.fix is None else {

@@ -93,6 +93,8 @@ def _finding(f: Finding, out, lines: _Lines, fancy: bool) -> None:
             excerpt = source or e.excerpt
             out(f"      [cyan]{escape(where)}[/cyan]  {escape(excerpt)}  [dim]← {escape(e.note)}[/dim]",
                 soft_wrap=True)
+            for step in e.trail:
+                out(f"        [dim]via {escape(step)}[/dim]", soft_wrap=True)
     if f.error:
         lead = "the job dies" if f.severity == "error" else "what the job shows"
         out(f"    [dim]{lead} {_PHASE.get(f.phase, '')}[/dim]")
