@@ -171,7 +171,7 @@ def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
     # casts of the trained model: in the scopes that build it (a helper's own parameter is another object)
     scopes = {c.scope for c in ((load,) if load else ()) + chain + optimizers + ((trainer,) if trainer else ())}
     casts = tuple(c for c in script.calls if c.kind == "cast" and c.receiver in names and c.scope in scopes
-                  and _dtype_of_cast(c)) + tuple(c for c in chain if c.kind == "cast" and _dtype_of_cast(c))
+                  and dtype_of_cast(c)) + tuple(c for c in chain if c.kind == "cast" and dtype_of_cast(c))
     casts = tuple(sorted({c.key: c for c in casts}.values(), key=lambda c: (c.location.path, c.location.line)))
 
     family = _family(load, script)
@@ -179,7 +179,7 @@ def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
     pre_training = _first_training_line(trainer, optimizers)
     for c in casts:
         if pre_training is None or (c.location.path, c.location.line) < pre_training:
-            d = _dtype_of_cast(c)
+            d = dtype_of_cast(c)
             weights = Fact(d, weights.evidence + (call_evidence(c, f"model cast to {d}"),), source=None, call=c)
     quantized = _quantization(load, by_key, machine, stack)
     peft, adapter_dtype, modules_to_save = _peft(script, chain, trainer, by_key, weights, stack)
@@ -243,7 +243,7 @@ def _model_names(load: Call | None, chain: tuple[Call, ...], trainer: Call | Non
     return names
 
 
-def _dtype_of_cast(c: Call) -> str | None:
+def dtype_of_cast(c: Call) -> str | None:
     method = c.callee.rsplit(".", 1)[-1]
     if method in ("half",):
         return dtypes.FLOAT16

@@ -8,9 +8,10 @@ function's parameter names say which facts it reads (`script`, `setup`, `machine
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
+from ._util import unique
 from .facts import Facts
 from .findings import SEVERITY_RANK, Draft, Finding
 
@@ -129,7 +130,7 @@ def run(facts: Facts, select: Iterable[str] | None = None) -> Result:
             for d in drafts:
                 findings.append(_stamp(r, d, script.path if script else ""))
     findings.sort(key=Finding.sort_key)
-    return Result(tuple(_dedupe(findings)), tuple(skipped), tuple(crashed))
+    return Result(tuple(unique(findings, key=lambda f: (f.rule_id, f.message, f.locations))), tuple(skipped), tuple(crashed))
 
 
 def _stamp(r: Rule, d: Draft, path: str) -> Finding:
@@ -141,15 +142,3 @@ def _stamp(r: Rule, d: Draft, path: str) -> Finding:
                    phase=d.phase or r.phase, confidence=d.confidence)
 
 
-def _dedupe(findings: list[Finding]) -> list[Finding]:
-    seen, out = set(), []
-    for f in findings:
-        key = (f.rule_id, f.message, f.locations)
-        if key not in seen:
-            seen.add(key)
-            out.append(f)
-    return out
-
-
-def with_severity(f: Finding, severity: str) -> Finding:
-    return replace(f, severity=severity)

@@ -2,7 +2,6 @@
 Regenerate with `python -m pytest tests/test_readme.py --update-golden`."""
 
 import re
-import subprocess
 from pathlib import Path
 
 from precision_doctor.engine import rules

@@ -73,7 +73,6 @@ def test_seed002_guard_with_emulation_is_decided_per_gpu():
     """The write-up's own guard: is_bf16_supported() answers True on a T4 (emulated), so bf16 is picked."""
     code = (FIX / "seed002_fp16_device_map/simple_finetune_fixed.py").read_text()
     code = code.replace("torch.cuda.is_bf16_supported(including_emulation=False)", "torch.cuda.is_bf16_supported()")
-    from precision_doctor.probes.script import probe_script
     import tempfile
 
     with tempfile.TemporaryDirectory() as d:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from .. import dtypes
-from ..derive import Setup, call_evidence, decide, evidence_of
+from ..derive import Setup, call_evidence, decide, dtype_of_cast, evidence_of
 from ..engine import Example, rule
 from ..facts import ABSENT, KNOWN, Call, MachineFacts, ScriptFacts, StackFacts
 from ..findings import Draft, Edit, Fix
@@ -72,13 +72,13 @@ def optimizer_state_dtype_mismatch(script: ScriptFacts, setup: Setup):
     opt = setup.optimizers[0]
     after = (opt.location.path, opt.location.line)
     for c in setup.casts:
-        d = _cast_dtype(c)
+        d = dtype_of_cast(c)
         if d in (dtypes.FLOAT16, dtypes.BFLOAT16) and (c.location.path, c.location.line) > after \
                 and c.location.path == opt.location.path and c.scope == opt.scope:
             yield _pd203(c, opt, d, c.receiver or "the model")
     helpers = {}
     for c in script.of("cast"):
-        d = _cast_dtype(c)
+        d = dtype_of_cast(c)
         if d in (dtypes.FLOAT16, dtypes.BFLOAT16) and c.scope != "<module>" and c.receiver:
             helpers.setdefault(c.scope.rsplit(".", 1)[-1], []).append((c, d))
     for call in script.of("local_call"):
@@ -88,12 +88,6 @@ def optimizer_state_dtype_mismatch(script: ScriptFacts, setup: Setup):
                 continue
             if call.in_loop or (call.location.path, call.location.line) > after:
                 yield _pd203(cast, opt, d, passed.text, via=call)
-
-
-def _cast_dtype(c: Call) -> str | None:
-    from ..derive import _dtype_of_cast
-
-    return _dtype_of_cast(c)
 
 
 def _pd203(cast: Call, opt: Call, d: str, what: str, via: Call | None = None) -> Draft:

@@ -8,6 +8,7 @@ from .. import dtypes
 from ..derive import Setup, call_evidence, evidence_of, load_dtype_value
 from ..engine import Example, rule
 from ..facts import ABSENT, KNOWN, MachineFacts, StackFacts
+from .._util import unique
 from ..findings import Draft, Edit, Evidence, Fix
 from ..probes.stack import at_least
 from ._common import PURE_FP16_WARNING, describe_trainable, gpu_phrase, native_bf16, set_kwarg, weights_source_edit
@@ -37,6 +38,14 @@ def _lora_script(load_kwargs: str, args_kwargs: str, lora_kwargs: str = "", peft
 def _fp16_amp_on_gpu(setup: Setup, machine: MachineFacts) -> bool:
     """fp16 AMP creates a GradScaler, except on a CPU-only machine (accelerate skips it there)."""
     return setup.amp.value == "fp16" and not (machine.known and not machine.gpus)
+
+
+def _trainable_under_scaler(setup: Setup, machine: MachineFacts, dtype: str):
+    """The trainable-dtype fact when parameters of `dtype` get gradients under a GradScaler, else None."""
+    if not setup.trains or not _fp16_amp_on_gpu(setup, machine):
+        return None
+    trainable = setup.trainable_dtypes()
+    return trainable if trainable.known and dtype in trainable.value else None
 
 
 @rule(
@@ -76,10 +85,8 @@ def _fp16_amp_on_gpu(setup: Setup, machine: MachineFacts) -> bool:
     ],
 )
 def fp16_params_with_grad_scaler(setup: Setup, machine: MachineFacts):
-    if not setup.trains or not _fp16_amp_on_gpu(setup, machine):
-        return
-    trainable = setup.trainable_dtypes()
-    if not trainable.known or dtypes.FLOAT16 not in trainable.value:
+    trainable = _trainable_under_scaler(setup, machine, dtypes.FLOAT16)
+    if trainable is None:
         return
     evidence = setup.weights.evidence + setup.amp.evidence + (
         setup.peft.evidence if setup.peft.value else ()) + trainable.evidence
@@ -138,10 +145,7 @@ def fp16_params_with_grad_scaler(setup: Setup, machine: MachineFacts):
     ],
 )
 def bf16_params_with_fp16_scaler(setup: Setup, machine: MachineFacts):
-    if not setup.trains or not _fp16_amp_on_gpu(setup, machine):
-        return
-    trainable = setup.trainable_dtypes()
-    if not trainable.known or dtypes.BFLOAT16 not in trainable.value:
+    if _trainable_under_scaler(setup, machine, dtypes.BFLOAT16) is None:
         return
     edits: list[Edit] = []
     if native_bf16(machine) is not False and setup.style == "trainer" and setup.training_args is not None:
@@ -384,10 +388,4 @@ def pure_bf16_weights_no_master_copy(setup: Setup):
 
 
 def _unique(evidence: tuple[Evidence, ...]) -> tuple[Evidence, ...]:
-    seen, out = set(), []
-    for e in evidence:
-        key = (e.location, e.note)
-        if key not in seen:
-            seen.add(key)
-            out.append(e)
-    return tuple(out)
+    return tuple(unique(evidence, key=lambda e: (e.location, e.note)))

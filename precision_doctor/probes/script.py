@@ -13,6 +13,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+from .._util import unique
 from ..errors import InputError
 from ..facts import CONDITIONAL, KNOWN, Call, Location, Origin, ScriptFacts, Unknown, Value
 from .dataclass_defaults import is_training_arguments
@@ -437,18 +438,8 @@ def probe_script(path: Path, script_args: tuple[str, ...] = (), display: str | N
         imports.extend(sub.imports.modules)
         files.append(mshown)
     return ScriptFacts(path=shown, calls=tuple(calls), imports=tuple(dict.fromkeys(imports)),
-                       unknowns=tuple(_dedupe(unknowns)), local_configs=_local_model_configs(path, calls),
+                       unknowns=tuple(unique(unknowns, key=lambda u: (u.what, u.location))), local_configs=_local_model_configs(path, calls),
                        files=tuple(files))
-
-
-def _dedupe(unknowns: list[Unknown]) -> list[Unknown]:
-    seen, out = set(), []
-    for u in unknowns:
-        key = (u.what, u.location)
-        if key not in seen:
-            seen.add(key)
-            out.append(u)
-    return out
 
 
 __all__ = ["probe_script", "read_source", "parse", "classify", "Location", "Cond", "Dyn"]
