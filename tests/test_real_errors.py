@@ -106,3 +106,11 @@ def test_fp16_trainer_on_cpu_creates_no_scaler(tiny_llama, tmp_path, run_check):
     result, _ = run_check(code, target="cpu")
     fired = {f.rule_id for f in result.findings}
     assert "PD201" not in fired and "PD204" in fired
+
+
+def test_pd216_trainer_rejects_tokenizer_keyword(tiny_llama, tmp_path):
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_llama)
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[])
+    with pytest.raises(TypeError) as err:
+        transformers.Trainer(model=model, args=args, tokenizer=None)
+    assert str(err.value) == declared("PD216")

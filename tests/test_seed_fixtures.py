@@ -21,7 +21,7 @@ CASES = [
     ("seed001_titan_fp16/buggy/train.py", "titan-rtx", (), {"PD201"}, {"PD204"}),
     ("seed001_titan_fp16/fixed/train.py", "titan-rtx", (), set(), {"PD201", "PD204"}),
     ("seed001_titan_fp16/ultimate_fix/train.py", "titan-rtx", (), {"PD204"}, {"PD201"}),
-    ("seed002_fp16_device_map/simple_finetune.py", "t4", (), {"PD201"}, set()),
+    ("seed002_fp16_device_map/simple_finetune.py", "t4", (), {"PD201", "PD216"}, set()),
     ("seed002_fp16_device_map/simple_finetune.py", "cpu", (), {"PD204"}, {"PD201"}),
     ("seed002_fp16_device_map/simple_finetune_fixed.py", "t4", (), set(), {"PD201", "PD202", "PD209"}),
     ("seed002_fp16_device_map/simple_finetune_fixed.py", "a100", (), set(), {"PD201", "PD202", "PD209"}),
@@ -114,3 +114,9 @@ def test_json_output_is_stable_and_complete():
     assert {"path", "line", "column"} <= set(first["locations"][0])
     assert {"description", "safe"} <= set(first["fix"])
     assert isinstance(doc["unknowns"], list) and "scripts" in doc["facts"]
+
+
+def test_seed002_trainer_construction_fails_before_the_first_step_on_transformers_5():
+    result = _run("seed002_fp16_device_map/simple_finetune.py", "t4", ())
+    errors = [f.rule_id for f in result.findings if f.severity == "error"]
+    assert errors[:2] == ["PD216", "PD201"]  # Trainer(tokenizer=...) raises before any step runs

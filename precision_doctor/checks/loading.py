@@ -1,4 +1,5 @@
-"""How the model is loaded: renamed kwargs and attention kernels against the weights' dtype (PD214, PD215)."""
+"""Loading and construction APIs: renamed keywords, and attention kernels against the weights' dtype
+(PD214-PD216)."""
 
 from __future__ import annotations
 
@@ -87,3 +88,43 @@ def flash_attn_fp32_weights(setup: Setup, machine: MachineFacts, stack: StackFac
                        "dype in the model is torch.float32." if autocast else ""),
                 fix=Fix(f"load with dtype={target}" + ("" if autocast else " or wrap the forward in torch.autocast"),
                         safe=False, edits=(edit,) if edit else ()))
+
+
+@rule(
+    "PD216", "trainer-tokenizer-kwarg-removed", severity="error", phase="wrap",
+    summary="`Trainer(tokenizer=...)` was removed in transformers 5: use `processing_class=`.",
+    what="`Trainer(..., tokenizer=...)` (and its subclasses that forward keywords to it) on transformers 5 or "
+         "newer, where the keyword no longer exists; a deprecation warning on 4.46-4.57.",
+    why="transformers 4.46 renamed the argument to `processing_class` (it also takes processors and image "
+        "processors) and 5.0 removed the old name, so the Trainer is never constructed.",
+    error="TypeError: Trainer.__init__() got an unexpected keyword argument 'tokenizer'",
+    fix="Pass the tokenizer as `processing_class=tokenizer`.",
+    fix_safety="Safe: the same object under the current name.",
+    fires=[Example(_HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
+                   "Trainer(model=m, args=TrainingArguments('o'), tokenizer=tok).train()\n")],
+    silent=[Example(_HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
+                    "Trainer(model=m, args=TrainingArguments('o'), processing_class=tok).train()\n"),
+            Example(_HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
+                    "Trainer(model=m, args=TrainingArguments('o'), tokenizer=tok).train()\n",
+                    versions={"transformers": "4.44.2"})],
+)
+def trainer_tokenizer_kwarg_removed(script: ScriptFacts, stack: StackFacts):
+    if not at_least(stack, "transformers", "4.46"):
+        return
+    version = stack.get("transformers")
+    removed = at_least(stack, "transformers", "5.0")
+    for trainer in script.of("trainer"):
+        if "tokenizer" not in trainer.kwargs or not trainer.callee.startswith("transformers"):
+            continue
+        name = trainer.callee.rsplit(".", 1)[-1]
+        yield Draft(f"{name}(tokenizer=...) " + (f"no longer exists on transformers {version.version}"
+                                                   if removed else f"is deprecated on transformers {version.version}")
+                    + f" ({version.source}); use processing_class=",
+                    evidence=(call_evidence(trainer, "tokenizer="),),
+                    severity="" if removed else "warning",
+                    error="" if removed else ("FutureWarning: `tokenizer` is deprecated and will be removed in "
+                                              "version 5.0.0 for `Trainer.__init__`. Use `processing_class` instead."),
+                    fix=Fix("rename tokenizer= to processing_class=", safe=True,
+                            edits=(Edit("rename_kwarg", trainer.location.path, trainer.location.line, call=name,
+                                        old="tokenizer", new="processing_class"),)),
+                    confidence="likely" if version.source == "assumed" else "certain")
