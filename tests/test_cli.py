@@ -134,3 +134,23 @@ def test_plain_output_when_piped(env):
                           cwd=ROOT, capture_output=True, text=True, timeout=60, env={**__import__("os").environ, **env})
     assert "\x1b[" not in proc.stdout
     assert "error PD201" in proc.stdout
+
+
+def test_rich_colour_on_a_terminal_and_quiet_mode():
+    import io
+
+    from rich.console import Console
+
+    from precision_doctor import engine
+    from precision_doctor.collect import gather
+    from precision_doctor.report.text import render
+
+    facts = gather([str(ROOT / SEED001)], target="titan-rtx")
+    result = engine.run(facts)
+    buf = io.StringIO()
+    render(result, facts, Console(file=buf, force_terminal=True, color_system="standard", width=200))
+    coloured = buf.getvalue()
+    assert "\x1b[" in coloured and "✗ error" in coloured
+    buf = io.StringIO()
+    render(result, facts, Console(file=buf, width=200), quiet=True)
+    assert "machine:" not in buf.getvalue() and "PD201" in buf.getvalue()
