@@ -1,19 +1,28 @@
-"""Gather every fact a check needs: scripts, machine, launch and stack. The only impure layer."""
+"""Gather every fact a check needs: scripts, machine, launch and stack. The only impure layer.
+
+The machine comes from one of three places: this machine (NVML, processes, ports, environment,
+accelerate config), a named `--target` profile, or a `--facts` snapshot taken on the cluster node.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, Callable, Mapping
 
 from .errors import InputError
-from .facts import Facts
-from .probes.launch import no_launcher, parse_launcher
+from .facts import Facts, LaunchFacts, MachineFacts, StackFacts, _from_jsonable, _to_jsonable
+from .probes.launch import launch_from_env, parse_launcher
 from .probes.script import probe_script
 from .probes.stack import probe_stack
-from .probes.target import machine_from_target, unknown_machine
+from .probes.target import machine_from_target
 
 SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", "env", ".env", "site-packages", "node_modules",
              ".tox", ".nox", ".mypy_cache", ".pytest_cache", "build", "dist"}
+SNAPSHOT_KIND = "precision-doctor-snapshot"
+SNAPSHOT_VERSION = 1
 
 
 def expand_paths(paths: list[str]) -> list[Path]:
@@ -37,14 +46,85 @@ def expand_paths(paths: list[str]) -> list[Path]:
     return list(dict.fromkeys(out))
 
 
+@dataclass(frozen=True)
+class System:
+    """The outside world the machine probes read; tests pass fakes built from a machine fixture."""
+
+    nvml: Any = None  # the pynvml module
+    psutil: Any = None  # the psutil module
+    check_ports: Callable | None = None  # ports -> (checked, busy)
+
+
+def this_machine(environ: Mapping[str, str], launch: LaunchFacts, system: System = System()) -> MachineFacts:
+    from .probes.gpu import probe_gpus
+    from .probes.host import describe_processes, probe_host
+
+    port = launch.main_process_port.value if launch.main_process_port.state == "known" else None
+    host = probe_host(environ, ports=[port] if isinstance(port, int) else [], config_file=launch.config_file,
+                      psutil=system.psutil, check_ports=system.check_ports)
+    machine = probe_gpus(nvml=system.nvml, visible=environ.get("CUDA_VISIBLE_DEVICES"),
+                         processes=lambda pids: describe_processes(pids, psutil=system.psutil, me=host.user))
+    return replace(machine, host=host)
+
+
+def read_snapshot(path: str) -> tuple[MachineFacts, StackFacts]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"--facts {path}: no such file; write one with `precision-doctor snapshot -o {path}`") \
+            from None
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise InputError(f"--facts {path}: not a JSON snapshot ({type(exc).__name__}); write one with "
+                         f"`precision-doctor snapshot -o FILE`") from None
+    if not isinstance(data, dict) or data.get("kind") != SNAPSHOT_KIND:
+        raise InputError(f"--facts {path}: not a precision-doctor snapshot (no \"kind\": \"{SNAPSHOT_KIND}\")")
+    if data.get("version") != SNAPSHOT_VERSION:
+        raise InputError(f"--facts {path}: snapshot version {data.get('version')!r}; this doctor reads "
+                         f"version {SNAPSHOT_VERSION}")
+    try:
+        machine = _from_jsonable(MachineFacts, data["machine"])
+        stack = _from_jsonable(StackFacts, data.get("stack", {"packages": {}}))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"--facts {path}: malformed snapshot ({type(exc).__name__}: {exc})") from None
+    return replace(machine, source=f"snapshot {Path(path).name}"), stack
+
+
+def snapshot_json(machine: MachineFacts, stack: StackFacts) -> str:
+    return json.dumps({"kind": SNAPSHOT_KIND, "version": SNAPSHOT_VERSION, "machine": _to_jsonable(machine),
+                       "stack": _to_jsonable(stack)}, indent=2)
+
+
+def gather_machine(target: str | None, facts_file: str | None, launch: LaunchFacts,
+                   environ: Mapping[str, str] | None = None,
+                   system: System = System()) -> tuple[MachineFacts, StackFacts | None]:
+    if target and facts_file:
+        raise InputError("--target and --facts both describe the machine; pass one of them")
+    if facts_file:
+        return read_snapshot(facts_file)
+    if target:
+        return machine_from_target(target), None
+    return this_machine(os.environ if environ is None else environ, launch, system), None
+
+
 def gather(paths: list[str], target: str | None = None, launcher: str | None = None,
-           script_args: tuple[str, ...] = (), stack_overrides: dict[str, str] | None = None) -> Facts:
+           script_args: tuple[str, ...] = (), stack_overrides: dict[str, str] | None = None,
+           facts_file: str | None = None, environ: Mapping[str, str] | None = None,
+           system: System = System()) -> Facts:
     files = expand_paths(paths)
-    launch = parse_launcher(launcher) if launcher else no_launcher()
+    env = os.environ if environ is None else environ
+    if launcher:
+        launch = parse_launcher(launcher)
+    elif not target and not facts_file:  # the doctor may itself run under torchrun / accelerate launch
+        launch = launch_from_env(dict(env))
+    else:
+        launch = LaunchFacts(known=False)
     args = tuple(script_args) or launch.script_args
-    machine = machine_from_target(target) if target else unknown_machine()
+    machine, snapshot_stack = gather_machine(target, facts_file, launch, env, system)
     scripts = tuple(probe_script(f, args, display=_display(f)) for f in files)
-    stack = probe_stack(sorted({f.parent for f in files}), stack_overrides)
+    if stack_overrides is None and snapshot_stack is not None:  # the node's versions, not this laptop's
+        stack = snapshot_stack
+    else:
+        stack = probe_stack(sorted({f.parent for f in files}), stack_overrides)
     return Facts(scripts=scripts, machine=machine, launch=launch, stack=stack)
 
 

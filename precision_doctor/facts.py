@@ -119,11 +119,35 @@ class ScriptFacts:
 
 
 @dataclass(frozen=True)
+class GpuProcess:
+    """A process holding a CUDA context on a GPU, with what the OS says about it."""
+
+    pid: int
+    used_mib: int = 0
+    status: str = "unknown"  # running | sleeping | stopped | zombie | gone | unknown
+    user: str = ""
+    mine: bool | None = None  # None: the OS would not say
+    command: str = ""
+    started: float = 0.0  # epoch seconds
+    parent_alive: bool | None = None
+
+    @property
+    def stale(self) -> bool:
+        """Holds a context but will never run again (or not without help)."""
+        return self.status in ("zombie", "stopped", "gone") or self.parent_alive is False
+
+
+@dataclass(frozen=True)
 class Gpu:
     index: int
     name: str
     capability: tuple[int, int]
     memory_total_mib: int = 0
+    memory_used_mib: int = 0
+    uuid: str = ""
+    compute_mode: str = "Default"  # Default | Exclusive_Process | Prohibited
+    mig: bool = False
+    processes: tuple[GpuProcess, ...] = ()
 
     @property
     def native_bf16(self) -> bool:
@@ -150,6 +174,9 @@ class MachineFacts:
     source: str  # "target titan-rtx", "snapshot node.json", "this machine"
     gpus: tuple[Gpu, ...] = ()
     reason: str = ""  # why unknown
+    driver_version: str = ""
+    cuda_driver_version: str = ""
+    host: HostFacts | None = None  # processes and ports; None for a bare --target profile
 
     @property
     def has_gpu(self) -> bool:
@@ -165,6 +192,34 @@ class MachineFacts:
 
 
 @dataclass(frozen=True)
+class BusyPort:
+    port: int
+    pid: int | None = None  # None: the OS would not say who holds it
+    command: str = ""
+    user: str = ""
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """Ports and environment of the machine the job starts on."""
+
+    hostname: str = ""
+    user: str = ""
+    ports_checked: tuple[int, ...] = ()
+    busy_ports: tuple[BusyPort, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)  # CUDA_VISIBLE_DEVICES, ACCELERATE_*, MASTER_PORT, NCCL_*, ...
+    accelerate_config: dict[str, Any] = field(default_factory=dict)
+    accelerate_config_path: str = ""
+
+    def port_state(self, port: int) -> BusyPort | bool | None:
+        """The holder when busy, True when checked and free, None when not checked."""
+        for b in self.busy_ports:
+            if b.port == port:
+                return b
+        return True if port in self.ports_checked else None
+
+
+@dataclass(frozen=True)
 class LaunchFacts:
     """How the job is started: `python`, `accelerate launch`, `torchrun`, `deepspeed`."""
 
@@ -175,6 +230,9 @@ class LaunchFacts:
     mixed_precision: Value = field(default_factory=lambda: absent("launch not given"))
     main_process_port: Value = field(default_factory=lambda: absent("launch not given"))
     script_args: tuple[str, ...] = ()
+    num_machines: int = 1
+    config_file: str = ""
+    standalone: bool = False
 
 
 @dataclass(frozen=True)
@@ -250,8 +308,8 @@ def _from_jsonable(tp: Any, data: Any) -> Any:
 
 
 _TYPES: dict[str, Any] = {}
-for _cls in (Location, Origin, Predicate, Value, Call, Unknown, ScriptFacts, Gpu, MachineFacts,
-             LaunchFacts, PackageVersion, StackFacts, Facts):
+for _cls in (Location, Origin, Predicate, Value, Call, Unknown, ScriptFacts, GpuProcess, Gpu, MachineFacts,
+             BusyPort, HostFacts, LaunchFacts, PackageVersion, StackFacts, Facts):
     _TYPES[_cls.__name__] = _cls
 
 

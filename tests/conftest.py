@@ -9,13 +9,25 @@ from precision_doctor import engine  # noqa: E402
 from precision_doctor.collect import gather  # noqa: E402
 from precision_doctor.probes.stack import CURRENT  # noqa: E402
 
+from .fake_nvml import NO_NVML, fake_system  # noqa: E402
 
-def check_code(tmp_path, code, target=None, launcher=None, script_args=(), versions=None, name="train.py"):
+
+def machine_probes(machine=None, environ=None):
+    """A machine fixture's fakes (or a machine without NVML), so no test reads the real host."""
+    if machine is None:
+        return {"environ": environ or {}, "system": NO_NVML}
+    system, env = fake_system(machine)
+    return {"environ": {**env, **(environ or {})}, "system": system}
+
+
+def check_code(tmp_path, code, target=None, launcher=None, script_args=(), versions=None, name="train.py",
+               facts_file=None, environ=None, machine=None):
     """Run the whole static pipeline on `code` against a fixed stack (current releases unless overridden)."""
     path = tmp_path / name
     path.write_text(code, encoding="utf-8")
     facts = gather([str(path)], target=target, launcher=launcher, script_args=tuple(script_args),
-                   stack_overrides={**CURRENT, **(versions or {})})
+                   stack_overrides={**CURRENT, **(versions or {})}, facts_file=facts_file,
+                   **machine_probes(machine, environ))
     return engine.run(facts), facts
 
 

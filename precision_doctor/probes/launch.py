@@ -57,7 +57,26 @@ def parse_launcher(command: str) -> LaunchFacts:
         values.setdefault("num_processes", Value(state=KNOWN, value=1, text="python",
                                                  origins=(Origin("launcher", "plain python: one process"),)))
     kw = {k: v for k, v in values.items() if k in ("num_processes", "mixed_precision", "main_process_port")}
-    return LaunchFacts(known=True, launcher=launcher, command=command, script_args=script_args, **kw)
+    machines = values.get("num_machines")
+    config = values.get("config_file")
+    return LaunchFacts(known=True, launcher=launcher, command=command, script_args=script_args,
+                       num_machines=machines.value if machines and isinstance(machines.value, int) else 1,
+                       config_file=str(config.value) if config else "", standalone="--standalone" in rest, **kw)
+
+
+def launch_from_env(env: dict[str, str]) -> LaunchFacts:
+    """The doctor itself runs under a launcher (`torchrun ... precision-doctor check`): read its variables."""
+    world = env.get("WORLD_SIZE", "")
+    if not world.isdigit() or "LOCAL_RANK" not in env:
+        return no_launcher()
+    launcher = "accelerate" if any(k.startswith("ACCELERATE_") for k in env) else "torchrun"
+    origin = (Origin("env", f"WORLD_SIZE={world}"),)
+    mp = env.get("ACCELERATE_MIXED_PRECISION")
+    return LaunchFacts(known=True, launcher=launcher, command=f"{launcher} (from the environment)",
+                       num_processes=Value(state=KNOWN, value=int(world), text=f"WORLD_SIZE={world}", origins=origin),
+                       mixed_precision=Value(state=KNOWN, value=mp, text=f"ACCELERATE_MIXED_PRECISION={mp}",
+                                             origins=(Origin("env", f"ACCELERATE_MIXED_PRECISION={mp}"),))
+                       if mp else Value(state="absent"))
 
 
 def _launcher_of(words: list[str]) -> tuple[str | None, list[str]]:

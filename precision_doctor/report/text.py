@@ -66,7 +66,7 @@ def _header(facts: Facts, out) -> None:
     launch = facts.launch.command if facts.launch.known else "not given (--launcher)"
     out(f"[bold]precision-doctor {__version__}[/bold] · {len(facts.scripts)} script"
         f"{'s' if len(facts.scripts) != 1 else ''}")
-    out(f"machine: {escape(facts.machine.describe())}")
+    out(f"machine: {escape(facts.machine.describe())}", soft_wrap=True)
     out(f"launch:  {escape(launch)}")
     out(f"stack:   {escape(stack)}", soft_wrap=True)
 

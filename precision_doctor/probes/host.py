@@ -1,0 +1,192 @@
+"""This host: the processes behind GPU contexts, the rendezvous ports, the launch environment and the
+accelerate config file. Everything the OS refuses to tell is recorded as not known, never guessed."""
+
+from __future__ import annotations
+
+import errno
+import getpass
+import os
+import socket
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from ..facts import BusyPort, GpuProcess, HostFacts
+
+DEFAULT_PORT = 29500
+PORTS_TO_CHECK = tuple(range(29500, 29511))
+ENV_PREFIXES = ("ACCELERATE_", "NCCL_", "TORCH_", "PYTORCH_")
+ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "MASTER_PORT", "MASTER_ADDR", "LOCAL_RANK", "RANK", "WORLD_SIZE",
+             "LOCAL_WORLD_SIZE", "HF_HOME")
+_STATUS = {"zombie": "zombie", "stopped": "stopped", "tracing-stop": "stopped", "running": "running",
+           "sleeping": "sleeping", "disk-sleep": "sleeping", "idle": "sleeping", "dead": "gone"}
+
+
+def launch_env(environ: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in sorted(environ.items()) if k in ENV_NAMES or k.startswith(ENV_PREFIXES)}
+
+
+def describe_processes(pids: Iterable[int], psutil: Any = None, me: str | None = None) -> dict[int, GpuProcess]:
+    """What the OS says about each pid: status, owner, command, age, whether its parent is alive."""
+    if psutil is None:
+        import psutil as psutil_module
+
+        psutil = psutil_module
+    me = me or _current_user()
+    out: dict[int, GpuProcess] = {}
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            with proc.oneshot():
+                status = _STATUS.get(proc.status(), proc.status())
+                user = _safe(proc.username)
+                command = " ".join(_safe(proc.cmdline, []) or []) or _safe(proc.name)
+                started = _safe(proc.create_time, 0.0)
+                ppid = _safe(proc.ppid)
+            parent_alive = None
+            if ppid is not None:
+                parent_alive = ppid > 1 and psutil.pid_exists(ppid)
+            out[pid] = GpuProcess(pid=pid, status=status, user=user or "", mine=(user == me) if user else None,
+                                  command=command or "", started=started or 0.0, parent_alive=parent_alive)
+        except psutil.NoSuchProcess:
+            out[pid] = GpuProcess(pid=pid, status="gone")
+        except psutil.AccessDenied:
+            out[pid] = GpuProcess(pid=pid, status="unknown")
+        except Exception:  # e.g. a pid from another container's namespace
+            out[pid] = GpuProcess(pid=pid, status="unknown")
+    return out
+
+
+def _check_ports(ports: Iterable[int], psutil: Any = None) -> tuple[tuple[int, ...], tuple[BusyPort, ...]]:
+    """Bind-test each port on all interfaces (where the rendezvous store listens); name holders if allowed."""
+    checked, busy = [], []
+    for port in sorted(set(ports)):
+        state = _bind_test(port)
+        if state is None:
+            continue
+        checked.append(port)
+        if not state:
+            busy.append(port)
+    holders = _port_holders(busy, psutil) if busy else {}
+    return tuple(checked), tuple(holders.get(p, BusyPort(p)) for p in busy)
+
+
+def _bind_test(port: int) -> bool | None:
+    """True free, False in use, None could not tell."""
+    for family, addr in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
+        try:
+            s = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:
+            continue
+        try:
+            # like the rendezvous store: a port left in TIME_WAIT is reusable, a listener is not
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((addr, port))
+            return True
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return False
+            if exc.errno in (errno.EACCES, errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+                continue
+            return None
+        finally:
+            s.close()
+    return None
+
+
+def _port_holders(ports: list[int], psutil: Any = None) -> dict[int, BusyPort]:
+    if psutil is None:
+        import psutil as psutil_module
+
+        psutil = psutil_module
+    found: dict[int, BusyPort] = {}
+    try:
+        conns = psutil.net_connections(kind="inet")
+    except Exception:  # AccessDenied on some systems: the holder stays unnamed
+        return found
+    for c in conns:
+        if not c.laddr or c.laddr.port not in ports or c.status not in ("LISTEN", "NONE") or c.pid is None:
+            continue
+        try:
+            proc = psutil.Process(c.pid)
+            found[c.laddr.port] = BusyPort(c.laddr.port, c.pid, " ".join(proc.cmdline()) or proc.name(),
+                                           _safe(proc.username) or "")
+        except Exception:
+            found[c.laddr.port] = BusyPort(c.laddr.port, c.pid)
+    return found
+
+
+# --- accelerate config -------------------------------------------------------------------------
+
+def accelerate_config_path(environ: Mapping[str, str], explicit: str = "") -> Path:
+    """Where `accelerate launch` reads its default config (accelerate's own rule)."""
+    if explicit:
+        return Path(explicit).expanduser()
+    if environ.get("ACCELERATE_CONFIG_FILE"):
+        return Path(environ["ACCELERATE_CONFIG_FILE"]).expanduser()
+    hf_home = environ.get("HF_HOME") or os.path.join(environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
+    return Path(hf_home).expanduser() / "accelerate" / "default_config.yaml"
+
+
+def read_accelerate_config(path: Path) -> dict[str, Any]:
+    """The top-level keys of an accelerate YAML (or JSON) config; nested sections are skipped."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return {}
+    if path.suffix == ".json":
+        import json
+
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return {}
+        return {k: v for k, v in data.items() if not isinstance(v, (dict, list))}
+    out: dict[str, Any] = {}
+    for raw in text.splitlines():
+        if not raw or raw[0] in " \t#-" or ":" not in raw:
+            continue
+        key, _, value = raw.partition(":")
+        value = value.split(" #", 1)[0].strip().strip("'\"")
+        if value:
+            out[key.strip()] = _scalar(value)
+    return out
+
+
+def _scalar(text: str) -> Any:
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("null", "~"):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def probe_host(environ: Mapping[str, str], ports: Iterable[int] = (), config_file: str = "",
+               psutil: Any = None, check_ports=None) -> HostFacts:
+    path = accelerate_config_path(environ, config_file)
+    config = read_accelerate_config(path) if path.is_file() else {}
+    wanted = set(PORTS_TO_CHECK) | set(ports)
+    for source in (environ.get("MASTER_PORT", ""), str(config.get("main_process_port", ""))):
+        if source.isdigit():
+            wanted.add(int(source))
+    checked, busy = (check_ports or _check_ports)(wanted, psutil)
+    return HostFacts(hostname=socket.gethostname(), user=_current_user(), ports_checked=checked, busy_ports=busy,
+                     env=launch_env(environ), accelerate_config=config,
+                     accelerate_config_path=str(path) if config else "")
+
+
+def _current_user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:
+        return ""
+
+
+def _safe(fn, default=None):
+    try:
+        return fn()
+    except Exception:
+        return default
