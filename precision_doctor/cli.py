@@ -35,9 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="check training scripts statically (never runs them)",
                            description="Check training scripts statically (never runs them). "
                                        "The scripts' own arguments go after `--`.")
-    check.add_argument("paths", nargs="+", metavar="PATH", help="training scripts, or folders of them")
+    check.add_argument("paths", nargs="*", metavar="PATH",
+                       help="training scripts, or folders of them (none: check the machine alone)")
     check.add_argument("--target", metavar="NAME[:COUNT]",
                        help="the GPU the job runs on, e.g. titan-rtx, a100:8, cpu (see `precision-doctor targets`)")
+    check.add_argument("--facts", metavar="FILE", help="check against a machine snapshot (`precision-doctor "
+                                                         "snapshot -o FILE` on the cluster node) instead of this one")
     check.add_argument("--launcher", metavar="CMD",
                        help='the launch command, e.g. "accelerate launch --num_processes 2 --mixed_precision bf16"')
     check.add_argument("--format", dest="fmt", choices=FORMATS, default="text", help="output format (default text)")
@@ -50,6 +53,13 @@ def build_parser() -> argparse.ArgumentParser:
     rule = sub.add_parser("rule", help="print a rule's full documentation")
     rule.add_argument("rule_id", metavar="RULE", help="a rule id (PD201) or name")
     sub.add_parser("targets", help="list the GPU profiles --target accepts")
+    snap = sub.add_parser("snapshot", help="write this machine's facts (or a profile's) as JSON for --facts",
+                          description="Write the machine facts the checks read (GPUs, compute modes, GPU processes, "
+                                      "busy ports, launch environment, accelerate config, installed versions) as "
+                                      "JSON. Run it on the cluster node; check scripts anywhere with --facts.")
+    snap.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    snap.add_argument("--target", metavar="NAME[:COUNT]", help="a profile's facts, to adjust by hand")
+    snap.add_argument("--launcher", metavar="CMD", help="the launch command whose port to test")
     return parser
 
 
@@ -64,7 +74,8 @@ def run_check(opts, script_args: tuple[str, ...]) -> int:
     from .collect import gather
     from .findings import SEVERITY_RANK
 
-    facts = gather(opts.paths, target=opts.target, launcher=opts.launcher, script_args=script_args)
+    facts = gather(opts.paths, target=opts.target, launcher=opts.launcher, script_args=script_args,
+                   facts_file=opts.facts)
     result = engine.run(facts)
     if opts.fmt == "json":
         from .report.json_report import render as render_json
@@ -79,11 +90,47 @@ def run_check(opts, script_args: tuple[str, ...]) -> int:
     return EXIT_FINDINGS if failing else EXIT_OK
 
 
+def write_snapshot(opts) -> int:
+    import os
+    from pathlib import Path
+
+    from .collect import gather_machine, snapshot_json
+    from .probes.launch import no_launcher, parse_launcher
+    from .probes.stack import probe_stack
+
+    launch = parse_launcher(opts.launcher) if opts.launcher else no_launcher()
+    machine, _ = gather_machine(opts.target, None, launch, os.environ)
+    if opts.target:  # a profile to edit by hand: the fields exist, empty
+        from .facts import HostFacts
+
+        machine = replace_host(machine, HostFacts())
+    text = snapshot_json(machine, probe_stack()) + "\n"
+    if opts.output:
+        out = Path(opts.output)
+        tmp = out.with_name(out.name + ".tmp")
+        try:
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, out)
+        except OSError as exc:
+            raise InputError(f"-o {opts.output}: cannot write ({exc.strerror})") from None
+        print(f"wrote {out} ({machine.describe()})", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+def replace_host(machine, host):
+    from dataclasses import replace
+
+    return replace(machine, host=host)
+
+
 def list_rules() -> int:
     from .engine import rules
+    from .explain import severity_label
 
     for r in rules():
-        print(f"{r.id}  {r.name:<40} {r.severity:<8} {r.summary}")
+        print(f"{r.id}  {r.name:<40} {severity_label(r):<20} {r.summary}")
     return EXIT_OK
 
 
@@ -128,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
             return show_rule(opts.rule_id)
         if opts.command == "targets":
             return list_targets()
+        if opts.command == "snapshot":
+            return write_snapshot(opts)
         parser.print_help()
         return EXIT_USAGE
     except InputError as exc:

@@ -402,23 +402,7 @@ def _amp(style: str, args_call: Call | None, accelerators: list[Call], script: S
         ev = fp16.evidence if fp16.value else bf16.evidence if bf16.value else fp16.evidence + bf16.evidence
         return Fact(mode, ev, call=args_call, inferred=fp16.inferred and bf16.inferred), fp16, bf16
     if style == "accelerate":
-        acc = accelerators[0]
-        v = decide(acc.kwarg("mixed_precision"), machine, stack)
-        if v.state == KNOWN:
-            return Fact(str(v.value), (evidence_of(v, f"Accelerator(mixed_precision={v.value!r})", acc),),
-                        call=acc, source=v), Fact(), Fact()
-        if v.state == ABSENT:
-            flag = launch.mixed_precision if launch.known else Value(state=ABSENT)
-            if flag.state == KNOWN:
-                return Fact(str(flag.value), (call_evidence(acc, "Accelerator() without mixed_precision"),
-                                              Evidence(None, launch.command, f"launch sets mixed_precision="
-                                                       f"{flag.value}", "launcher")), call=acc), Fact(), Fact()
-            if launch.known and launch.launcher == "python":
-                return Fact("no", (call_evidence(acc, "Accelerator() without mixed_precision under plain python"),),
-                            call=acc, inferred=True), Fact(), Fact()
-            return Fact(unknown="Accelerator() takes mixed_precision from the launch (accelerate config or "
-                                "--mixed_precision); pass --launcher to decide", call=acc), Fact(), Fact()
-        return Fact(unknown=f"mixed_precision={v.text}: {v.reason or 'depends on the GPU'}", call=acc), Fact(), Fact()
+        return accelerate_precision(accelerators[0], machine, stack, launch), Fact(), Fact()
     scalers = [s for s in script.of("grad_scaler") if not decide(s.kwarg("enabled"), machine, stack).is_(False)]
     if scalers:
         return Fact("fp16", (call_evidence(scalers[0], "GradScaler: fp16 loss scaling"),), call=scalers[0]), \
@@ -427,6 +411,43 @@ def _amp(style: str, args_call: Call | None, accelerators: list[Call], script: S
     if autocasts:
         return Fact("autocast", tuple(call_evidence(a, "autocast") for a in autocasts[:1])), Fact(), Fact()
     return Fact("no", (), inferred=True), Fact(), Fact()
+
+
+def accelerate_precision(acc: Call, machine: MachineFacts, stack: StackFacts, launch) -> Fact:
+    """Accelerator's effective mixed precision, resolved as accelerate does: the argument, else
+    ACCELERATE_MIXED_PRECISION, which `accelerate launch` sets from its flag, else from its config file."""
+    v = decide(acc.kwarg("mixed_precision"), machine, stack)
+    if v.state == KNOWN:
+        return Fact(str(v.value), (evidence_of(v, f"Accelerator(mixed_precision={v.value!r})", acc),),
+                    call=acc, source=v)
+    if v.state != ABSENT:
+        return Fact(unknown=f"mixed_precision={v.text}: {v.reason or 'depends on the GPU'}", call=acc)
+    bare = call_evidence(acc, "Accelerator() without mixed_precision")
+    host = machine.host
+    env = host.env if host else {}
+    config = host.accelerate_config if host else {}
+    flag = launch.mixed_precision if launch.known else Value(state=ABSENT)
+    if flag.state == KNOWN:
+        return Fact(str(flag.value), (bare, Evidence(None, launch.command, f"mixed_precision={flag.value} "
+                                                     f"({flag.origins[0].detail if flag.origins else 'launch'})",
+                                                     flag.origins[0].kind if flag.origins else "launcher")),
+                    call=acc)
+    if env.get("ACCELERATE_MIXED_PRECISION"):
+        value = env["ACCELERATE_MIXED_PRECISION"]
+        return Fact(value, (bare, Evidence(None, f"ACCELERATE_MIXED_PRECISION={value}",
+                                           f"mixed_precision={value} (environment)", "env")), call=acc)
+    under_accelerate = launch.known and launch.launcher == "accelerate"
+    if config.get("mixed_precision") is not None and (under_accelerate or not launch.known):
+        value = str(config["mixed_precision"])
+        path = host.accelerate_config_path
+        note = f"mixed_precision: {value} in the accelerate config" + (
+            "" if under_accelerate else ", which `accelerate launch` applies")
+        return Fact(value, (bare, Evidence(None, path, note, "accelerate-config")), call=acc,
+                    inferred=not under_accelerate)
+    if launch.known:
+        return Fact("no", (bare,), call=acc, inferred=True)
+    return Fact(unknown="Accelerator() takes mixed_precision from the launch (accelerate config or "
+                        "--mixed_precision); pass --launcher to decide", call=acc)
 
 
 def _flag(call: Call, name: str, default: bool, machine: MachineFacts, stack: StackFacts) -> Fact:

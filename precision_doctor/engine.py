@@ -28,6 +28,8 @@ class Example:
     script_args: tuple[str, ...] = ()
     versions: dict[str, str] = field(default_factory=dict)  # stack overrides: {"transformers": "4.46.0"}
     note: str = ""
+    machine: str | None = None  # a machine fixture (fixtures/machines/NAME.json): GPUs, processes, ports, env
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class Rule:
     fires: tuple[Example, ...]
     silent: tuple[Example, ...]
     needs: tuple[str, ...]  # facts that must be known for the rule to run ("machine")
+    escalates_to: str  # the most a finding may be raised to (a declared exception, e.g. warning -> error)
     func: Callable[..., Iterable[Draft]]
     params: tuple[str, ...]
     per_script: bool
@@ -55,7 +58,7 @@ REGISTRY: dict[str, Rule] = {}
 
 def rule(id: str, name: str, *, severity: str, phase: str, summary: str, what: str, why: str, error: str,
          fix: str, fires: list[Example], silent: list[Example], fix_safety: str = "",
-         needs: tuple[str, ...] = ()) -> Callable:
+         needs: tuple[str, ...] = (), escalates_to: str = "") -> Callable:
     def register(func: Callable) -> Callable:
         code = func.__code__
         params = code.co_varnames[:code.co_argcount]
@@ -68,7 +71,8 @@ def rule(id: str, name: str, *, severity: str, phase: str, summary: str, what: s
             raise ValueError(f"{id}: a rule needs at least one firing example and one silent look-alike")
         REGISTRY[id] = Rule(id=id, name=name, severity=severity, phase=phase, summary=summary, what=what,
                             why=why, error=error, fix=fix, fix_safety=fix_safety, fires=tuple(fires),
-                            silent=tuple(silent), needs=needs, func=func, params=params,
+                            silent=tuple(silent), needs=needs, escalates_to=escalates_to or severity,
+                            func=func, params=params,
                             per_script="script" in params or "setup" in params)
         return func
 
@@ -135,8 +139,8 @@ def run(facts: Facts, select: Iterable[str] | None = None) -> Result:
 
 def _stamp(r: Rule, d: Draft, path: str) -> Finding:
     severity = r.severity
-    if d.severity and SEVERITY_RANK[d.severity] > SEVERITY_RANK[r.severity]:
-        severity = d.severity  # a check may only lower the declared severity
+    if d.severity and SEVERITY_RANK[d.severity] >= SEVERITY_RANK[r.escalates_to]:
+        severity = d.severity  # lower than declared, or up to the escalation the rule declares, never beyond
     return Finding(rule_id=r.id, name=r.name, severity=severity, message=d.message, path=d.path or path,
                    evidence=d.evidence, error=d.error or r.error, why=r.why, fix=d.fix,
                    phase=d.phase or r.phase, confidence=d.confidence)

@@ -5,11 +5,15 @@ from __future__ import annotations
 from .engine import Rule
 
 
+def severity_label(r: Rule) -> str:
+    return r.severity if r.escalates_to == r.severity else f"{r.severity} (up to {r.escalates_to})"
+
+
 def rule_doc(r: Rule) -> str:
     fires = r.fires[0]
     silent = r.silent[0]
     parts = [
-        f"{r.id} {r.name}  ({r.severity}; hit {r.phase.replace('-', ' ')})",
+        f"{r.id} {r.name}  ({severity_label(r)}; hit {r.phase.replace('-', ' ')})",
         "",
         r.summary,
         "",
@@ -43,5 +47,5 @@ def rules_markdown(rules: list[Rule]) -> str:
     """The README's rule table, generated from the registry (a test keeps the README in step)."""
     rows = ["| id | name | severity | what it catches |", "|---|---|---|---|"]
     for r in rules:
-        rows.append(f"| {r.id} | `{r.name}` | {r.severity} | {r.summary.replace('|', '/')} |")
+        rows.append(f"| {r.id} | `{r.name}` | {severity_label(r)} | {r.summary.replace('|', '/')} |")
     return "\n".join(rows)

@@ -61,3 +61,19 @@ def test_a_check_may_lower_but_not_raise_severity(run_check):
         assert got == {"raise me": "warning", "lower me": "info"}
     finally:
         REGISTRY.pop("PD998")
+
+
+def test_a_rule_may_escalate_only_as_far_as_it_declares(run_check):
+    @rule("PD997", "escalates", severity="info", escalates_to="warning", phase="config", summary="s", what="w",
+          why="y", error="e", fix="f", fires=[Example("x = 1\n")], silent=[Example("y = 2\n")])
+    def escalates(script):
+        loc = Location(script.path, 1)
+        yield Draft("to warning", evidence=(Evidence(loc, "x", "n"),), severity="warning")
+        yield Draft("to error", evidence=(Evidence(loc, "x", "n"),), severity="error")
+
+    try:
+        result, _ = run_check("x = 1\n")
+        got = {f.message: f.severity for f in result.findings if f.rule_id == "PD997"}
+        assert got == {"to warning": "warning", "to error": "info"}
+    finally:
+        REGISTRY.pop("PD997")

@@ -13,6 +13,7 @@ from precision_doctor.collect import gather
 from precision_doctor.probes.stack import CURRENT
 from precision_doctor.report.json_report import finding_json
 
+from .conftest import machine_probes
 from .test_seed_fixtures import CASES, FIX
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -26,7 +27,7 @@ def _name(rel, target, args):
                          ids=[f"{c[0]}@{c[1]}" for c in CASES])
 def test_golden_report(rel, target, args, update_golden, monkeypatch):
     monkeypatch.chdir(FIX)
-    facts = gather([rel], target=target, script_args=args, stack_overrides=CURRENT)
+    facts = gather([rel], target=target, script_args=args, stack_overrides=CURRENT, **machine_probes())
     result = engine.run(facts)
     got = [finding_json(f) for f in result.findings]
     path = GOLDEN / _name(rel, target, args)

@@ -114,3 +114,28 @@ def test_pd216_trainer_rejects_tokenizer_keyword(tiny_llama, tmp_path):
     with pytest.raises(TypeError) as err:
         transformers.Trainer(model=model, args=args, tokenizer=None)
     assert str(err.value) == declared("PD216")
+
+
+def test_pd102_mirrors_torchs_is_bf16_supported():
+    """The installed torch still emulates: the default asks only whether a bf16 tensor can be created."""
+    import inspect
+
+    sig = inspect.signature(torch.cuda.is_bf16_supported)
+    assert sig.parameters["including_emulation"].default is True
+    source = inspect.getsource(torch.cuda.is_bf16_supported)
+    assert "major >= 8" in source and "_check_bf16_tensor_supported" in source
+
+
+def test_pd114_mirrors_trainers_dataparallel_decision():
+    """predict_trainer_wrap follows the installed Trainer: model parallel from hf_device_map, then
+    DataParallel when n_gpu > 1 unless the model is 8-bit or 4-bit."""
+    import inspect
+
+    from precision_doctor.checks.launch import predict_trainer_wrap
+
+    init = inspect.getsource(transformers.Trainer.__init__)
+    wrap = inspect.getsource(transformers.Trainer._wrap_model)
+    assert "hf_device_map" in init and "len(devices) > 1" in init and "self.args._n_gpu = 1" in init
+    assert "self.args.n_gpu > 1" in wrap and "is_loaded_in_8bit" in wrap and "is_loaded_in_4bit" in wrap
+    assert "nn.DataParallel(model)" in wrap
+    assert predict_trainer_wrap.__doc__ and "4-bit" in predict_trainer_wrap.__doc__

@@ -12,7 +12,8 @@ CASES = [(r.id, "fires", i, ex) for r in rules() for i, ex in enumerate(r.fires)
                          ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES])
 def test_rule_example(run_check, rule_id, expect, index, example):
     result, _ = run_check(example.code, target=example.target, launcher=example.launcher,
-                          script_args=example.script_args, versions=example.versions)
+                          script_args=example.script_args, versions=example.versions, machine=example.machine,
+                          environ=example.env)
     assert not result.crashed, result.crashed
     hits = [f for f in result.findings if f.rule_id == rule_id]
     if expect == "fires":

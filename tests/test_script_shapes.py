@@ -9,11 +9,14 @@ from precision_doctor.collect import gather
 from precision_doctor.derive import derive_setup
 from precision_doctor.probes.stack import CURRENT
 
+from .conftest import machine_probes
+
 SHAPES = Path(__file__).resolve().parents[1] / "fixtures" / "shapes"
 
 
 def run(name, target=None, args=()):
-    facts = gather([str(SHAPES / name)], target=target, script_args=tuple(args), stack_overrides=CURRENT)
+    facts = gather([str(SHAPES / name)], target=target, script_args=tuple(args), stack_overrides=CURRENT,
+                   **machine_probes())
     return engine.run(facts), derive_setup(facts.scripts[0], facts), facts
 
 
@@ -50,7 +53,7 @@ def test_argparse_dict_kwargs_and_attribute_override(args, weights, amp, fired):
     (None, None, None, set()),
     ("t4", "float16", "fp16", {"PD201"}),
     ("a100", "bfloat16", "bf16", {"PD212"}),
-    ("cpu", "float16", "fp16", {"PD204"}),
+    ("cpu", "float16", "fp16", {"PD204", "PD105"}),
 ])
 def test_hardware_branches_are_decided_against_the_target(target, weights, amp, fired):
     result, setup, facts = run("hardware_branches.py", target=target)

@@ -11,6 +11,8 @@ from precision_doctor import engine
 from precision_doctor.collect import gather
 from precision_doctor.probes.stack import CURRENT
 
+from .conftest import machine_probes
+
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "fixtures"
 
@@ -34,7 +36,7 @@ CASES = [
 
 
 def _run(rel, target, args):
-    facts = gather([str(FIX / rel)], target=target, script_args=args, stack_overrides=CURRENT)
+    facts = gather([str(FIX / rel)], target=target, script_args=args, stack_overrides=CURRENT, **machine_probes())
     return engine.run(facts)
 
 
@@ -79,12 +81,12 @@ def test_seed002_guard_with_emulation_is_decided_per_gpu():
         p = Path(d) / "t.py"
         p.write_text(code)
         for target, expected in (("t4", "bfloat16"), ("a100", "bfloat16"), ("cpu", "float32")):
-            facts = gather([str(p)], target=target, stack_overrides=CURRENT)
+            facts = gather([str(p)], target=target, stack_overrides=CURRENT, **machine_probes())
             from precision_doctor.derive import derive_setup
 
             setup = derive_setup(facts.scripts[0], facts)
             assert setup.weights.value == expected, target
-        facts = gather([str(p)], target="t4", stack_overrides={**CURRENT, "torch": "2.2.2"})
+        facts = gather([str(p)], target="t4", stack_overrides={**CURRENT, "torch": "2.2.2"}, **machine_probes())
         assert derive_setup(facts.scripts[0], facts).weights.value == "float32"  # no emulation before 2.3
 
 

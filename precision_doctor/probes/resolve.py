@@ -536,6 +536,12 @@ class Resolver:
                 except Exception:
                     return Dyn(f"{self.text(node)} fails or varies at run time")
             return inner
+        if callee == "torch.device" and node.args:  # torch.device("cuda", 0) is its string form
+            parts = [self.sym(a, scope, ctx, depth) for a in node.args[:2]]
+            if all(isinstance(p, Known) for p in parts):
+                text = ":".join(str(p.value) for p in parts)
+                return Known(text, parts[0].origins, parts[0].location)
+            return Dyn(f"{self.text(node)} names a device only known at run time")
         if callee in ("os.environ.get", "os.getenv"):
             name = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else "?"
             return Dyn(f"environment variable {name}")

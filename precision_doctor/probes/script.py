@@ -55,6 +55,12 @@ def classify(callee: str, node: ast.Call, local_trainers: set[str], local_args: 
         return "trainer"
     if callee == "accelerate.Accelerator":
         return "accelerator"
+    if callee == "torch.cuda.set_device":
+        return "set_device"
+    if last == "DistributedDataParallel" and callee.startswith("torch"):
+        return "ddp"
+    if last == "fp8_autocast" and callee.startswith("transformer_engine"):
+        return "fp8_autocast"
     if last == "BitsAndBytesConfig":
         return "bnb_config"
     if last in PEFT_CONFIGS and (callee.startswith("peft") or callee == last):

@@ -14,7 +14,7 @@ from ..findings import SEVERITIES, Finding
 
 _STYLE = {"error": "bold red", "warning": "bold yellow", "info": "bold cyan"}
 _MARK = {"error": "✗", "warning": "!", "info": "i"}
-_PHASE = {"launch": "before the job starts", "config": "while the script builds its training objects",
+_PHASE = {"launch": "at launch", "config": "while the script builds its training objects",
           "load": "while loading the model", "wrap": "when the trainer wraps the model",
           "first-step": "at the first optimizer step", "later-steps": "after some steps"}
 _STACK_SHOWN = ("torch", "transformers", "accelerate", "peft", "trl", "bitsandbytes")
@@ -45,6 +45,13 @@ def render(result: Result, facts: Facts, console: Console, quiet: bool = False) 
     by_path: dict[str, list[Finding]] = {}
     for f in result.findings:
         by_path.setdefault(f.path, []).append(f)
+    machine_findings = by_path.get("", [])
+    if not quiet or machine_findings:
+        out(f"\n[bold]machine[/bold]  {_status(machine_findings) if facts.machine.known else '[dim]not probed[/dim]'}")
+        if not quiet:
+            _machine(facts, out)
+        for f in machine_findings:
+            _finding(f, out, lines, fancy)
     for script in facts.scripts:
         found = by_path.get(script.path, [])
         if quiet and not found:
@@ -69,6 +76,37 @@ def _header(facts: Facts, out) -> None:
     out(f"machine: {escape(facts.machine.describe())}", soft_wrap=True)
     out(f"launch:  {escape(launch)}")
     out(f"stack:   {escape(stack)}", soft_wrap=True)
+
+
+def _machine(facts: Facts, out) -> None:
+    m = facts.machine
+    if not m.known:
+        out(f"  [dim]{escape(m.reason)}: the rules that need the machine are skipped (pass --target or --facts)[/dim]",
+            soft_wrap=True)
+        return
+    if m.driver_version:
+        out(f"  driver {escape(m.driver_version)}, CUDA {escape(m.cuda_driver_version or '?')}")
+    if not m.gpus:
+        out("  no GPU visible")
+    for g in m.gpus:
+        used = f", {g.memory_used_mib / 1024:.1f} GiB in use" if g.memory_used_mib >= 1024 else ""
+        extras = [g.compute_mode] if g.compute_mode != "Default" else []
+        if g.mig:
+            extras.append("MIG")
+        if g.processes:
+            extras.append(f"{len(g.processes)} process{'es' if len(g.processes) != 1 else ''}")
+        extra = f" · {', '.join(extras)}" if extras else ""
+        out(f"  GPU {g.index}  {escape(g.name)} (sm_{g.capability[0]}{g.capability[1]}, "
+            f"{g.memory_total_mib / 1024:.0f} GiB{used}){escape(extra)}", soft_wrap=True)
+    host = m.host
+    if host is not None:
+        if host.busy_ports:
+            ports = ", ".join(f"{b.port}" + (f" (pid {b.pid})" if b.pid else "") for b in host.busy_ports)
+            out(f"  busy ports: {escape(ports)}")
+        if host.accelerate_config_path:
+            mp = host.accelerate_config.get("mixed_precision", "not set")
+            out(f"  accelerate config: {escape(host.accelerate_config_path)} (mixed_precision: {escape(str(mp))})",
+                soft_wrap=True)
 
 
 def _status(found: list[Finding]) -> str:
