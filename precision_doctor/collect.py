@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .errors import InputError
-from .facts import Facts, LaunchFacts, MachineFacts, StackFacts, _from_jsonable, _to_jsonable
+from .facts import (Facts, LaunchFacts, MachineFacts, ScriptFacts, StackFacts, Unknown, _from_jsonable,
+                    _to_jsonable)
 from .probes.launch import launch_from_env, parse_launcher
 from .probes.script import probe_script
 from .probes.stack import probe_stack
@@ -27,13 +28,18 @@ SNAPSHOT_VERSION = 1
 
 def expand_paths(paths: list[str]) -> list[Path]:
     """Files as given; directories walked for .py files (virtual environments and caches skipped)."""
-    out: list[Path] = []
+    return [p for p, _ in _expand(paths)]
+
+
+def _expand(paths: list[str]) -> list[tuple[Path, bool]]:
+    """(file, named on the command line) pairs; a file found by walking a folder was not named."""
+    out: list[tuple[Path, bool]] = []
     for raw in paths:
         p = Path(raw)
         if not p.exists():
             raise InputError(f"{raw}: no such file or directory; pass a training script (.py) or a folder of them")
         if p.is_file():
-            out.append(p)
+            out.append((p, True))
             continue
         found = []
         for root, dirs, files in os.walk(p):
@@ -42,8 +48,19 @@ def expand_paths(paths: list[str]) -> list[Path]:
             found.extend(Path(root) / f for f in sorted(files) if f.endswith(".py"))
         if not found:
             raise InputError(f"{raw}: a directory with no Python files; pass a training script or a folder of them")
-        out.extend(found)
+        out.extend((f, False) for f in found)
     return list(dict.fromkeys(out))
+
+
+def _probe(path: Path, named: bool, args: tuple[str, ...]) -> ScriptFacts:
+    """A named file that cannot be read is bad input (exit 2); one found in a folder is reported and skipped."""
+    try:
+        return probe_script(path, args, display=_display(path))
+    except InputError as exc:
+        if named:
+            raise
+        shown = _display(path)
+        return ScriptFacts(path=shown, unknowns=(Unknown("not checked", str(exc).split(": ", 1)[-1]),))
 
 
 @dataclass(frozen=True)
@@ -110,7 +127,8 @@ def gather(paths: list[str], target: str | None = None, launcher: str | None = N
            script_args: tuple[str, ...] = (), stack_overrides: dict[str, str] | None = None,
            facts_file: str | None = None, environ: Mapping[str, str] | None = None,
            system: System = System()) -> Facts:
-    files = expand_paths(paths)
+    entries = _expand(paths)
+    files = [p for p, _ in entries]
     env = os.environ if environ is None else environ
     if launcher:
         launch = parse_launcher(launcher)
@@ -120,7 +138,7 @@ def gather(paths: list[str], target: str | None = None, launcher: str | None = N
         launch = LaunchFacts(known=False)
     args = tuple(script_args) or launch.script_args
     machine, snapshot_stack = gather_machine(target, facts_file, launch, env, system)
-    scripts = tuple(probe_script(f, args, display=_display(f)) for f in files)
+    scripts = tuple(_probe(f, named, args) for f, named in entries)
     if stack_overrides is None and snapshot_stack is not None:  # the node's versions, not this laptop's
         stack = snapshot_stack
     else:

@@ -87,6 +87,7 @@ class Call:
     kwargs: dict[str, Value] = field(default_factory=dict)
     text: str = ""  # first line of the call's source, for excerpts
     in_loop: bool = False
+    in_branch: bool = False  # under an if/try of its scope: the script decides at run time whether it runs
     refs: dict[str, str] = field(default_factory=dict)  # argument -> key of the recorded call it evaluates to
 
     @property

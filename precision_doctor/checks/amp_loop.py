@@ -19,9 +19,12 @@ def _scaler_targets(script: ScriptFacts) -> set[str]:
 
 
 def _enabled_scalers(setup: Setup, machine: MachineFacts, stack: StackFacts) -> list[Call]:
-    """GradScalers that are on: `enabled=False` is off; an `enabled=` expression is the script's own switch."""
+    """GradScalers that are always on: `enabled=False` is off; an `enabled=` expression, or creating it under an
+    `if`, is the script's own switch."""
     out = []
     for s in setup.scalers:
+        if s.in_branch:
+            continue
         v = decide(s.kwarg("enabled"), machine, stack)
         if v.state == ABSENT or v.is_(True):
             out.append(s)
@@ -175,7 +178,10 @@ def grad_scaler_with_bf16_autocast(setup: Setup, machine: MachineFacts, stack: S
         return
     for a in setup.autocasts:
         v = decide(a.kwarg("dtype"), machine, stack)
-        if v.state == KNOWN and dtypes.from_string(v.value) == dtypes.BFLOAT16:
+        together = [s for s in scalers if s.location.path == a.location.path and
+                    (s.scope == a.scope or "<module>" in (s.scope, a.scope))]  # one training loop, not a library
+        if together and v.state == KNOWN and dtypes.from_string(v.value) == dtypes.BFLOAT16:
+            scalers = together
             yield Draft("a GradScaler scales the loss of a bf16 autocast region, which needs no loss scaling",
                         evidence=(call_evidence(scalers[0], "GradScaler always enabled"),
                                   evidence_of(v, "autocast dtype bfloat16", a)),

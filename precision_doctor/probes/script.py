@@ -266,7 +266,9 @@ class _Collector:
         line_text = self.lines[node.lineno - 1].strip() if node.lineno <= len(self.lines) else ""
         call = Call(kind=kind, callee=callee, location=self.r.loc(node), scope=scope.name,
                     target=self.targets.get(id(node), ""), receiver=receiver, args=args, kwargs=kwargs,
-                    text=line_text[:160], in_loop=self.index.loop_depth_of.get(id(node), 0) > 0)
+                    text=line_text[:160], in_loop=self.index.loop_depth_of.get(id(node), 0) > 0,
+                    in_branch=any(step[0] in ("if", "try", "except") for step in
+                                  self.index.chain_of.get(id(node), ())))
         self.by_node[id(node)] = len(self.calls)
         self.calls.append(call)
         for name, value in list(kwargs.items()) + [(str(i), v) for i, v in enumerate(args)]:
@@ -418,6 +420,22 @@ def _local_model_configs(script: Path, calls: list[Call]) -> dict[str, dict]:
     return out
 
 
+_MODULE_CACHE: dict[tuple, ScriptFacts] = {}
+
+
+def _local_module(module: Path, shown: str, script_args: tuple[str, ...]) -> ScriptFacts:
+    """A sibling module's facts, read once per run however many scripts import it."""
+    stat = module.stat()
+    key = (str(module.resolve()), stat.st_mtime_ns, stat.st_size, shown, script_args)
+    if key not in _MODULE_CACHE:
+        text = read_source(module)
+        sub = _Collector(shown, text, parse(module, text), script_args)
+        sub.collect()
+        _MODULE_CACHE[key] = ScriptFacts(path=shown, calls=tuple(sub.calls), imports=tuple(sub.imports.modules),
+                                         unknowns=tuple(sub.unknowns))
+    return _MODULE_CACHE[key]
+
+
 def probe_script(path: Path, script_args: tuple[str, ...] = (), display: str | None = None) -> ScriptFacts:
     """Read a script (and the sibling modules it imports) into facts. Raises InputError on bad input."""
     shown = display or str(path)
@@ -430,18 +448,15 @@ def probe_script(path: Path, script_args: tuple[str, ...] = (), display: str | N
     imports = list(collector.imports.modules)
     files = [shown]
     for module in _local_modules(path, collector.nodes)[:MAX_LOCAL_MODULES]:
+        mshown = os.path.relpath(module) if display is None else str(Path(shown).parent / module.name)
         try:
-            mtext = read_source(module)
-            mtree = parse(module, mtext)
+            sub = _local_module(module, mshown, tuple(script_args))
         except InputError as exc:
             unknowns.append(Unknown(f"local module {module.name}", str(exc)))
             continue
-        mshown = os.path.relpath(module) if display is None else str(Path(shown).parent / module.name)
-        sub = _Collector(mshown, mtext, mtree, tuple(script_args))
-        sub.collect()
         calls.extend(sub.calls)
         unknowns.extend(sub.unknowns)
-        imports.extend(sub.imports.modules)
+        imports.extend(sub.imports)
         files.append(mshown)
     return ScriptFacts(path=shown, calls=tuple(calls), imports=tuple(dict.fromkeys(imports)),
                        unknowns=tuple(unique(unknowns, key=lambda u: (u.what, u.location))), local_configs=_local_model_configs(path, calls),
