@@ -285,7 +285,7 @@ def _weights(load: Call | None, script: ScriptFacts, machine: MachineFacts, stac
         return Fact(unknown="the trained model's from_pretrained call was not found")
     name, raw = load_dtype_value(load)
     v = decide(raw, machine, stack)
-    if v.state == ABSENT:
+    if v.state == ABSENT or v.is_(None):  # dtype=None is the library default
         if at_least(stack, "transformers", "5.0"):
             return _checkpoint_dtype(load, script, stack, Evidence(
                 load.location, load.text,

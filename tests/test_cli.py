@@ -154,3 +154,15 @@ def test_rich_colour_on_a_terminal_and_quiet_mode():
     buf = io.StringIO()
     render(result, facts, Console(file=buf, width=200), quiet=True)
     assert "machine:" not in buf.getvalue() and "PD201" in buf.getvalue()
+
+
+def test_unreadable_files_found_in_a_folder_are_listed_not_fatal(tmp_path):
+    (tmp_path / "empty.py").write_text("")
+    (tmp_path / "broken.py").write_text("def (\n")
+    for name in ("train.py", "model_utility_configs.py"):
+        (tmp_path / name).write_text((ROOT / "fixtures/seed001_titan_fp16/ultimate_fix" / name).read_text())
+    proc = doctor("check", str(tmp_path), "--format", "json", "--target", "titan-rtx")
+    doc = json.loads(proc.stdout)
+    skipped = {Path(u["path"]).name: u["reason"] for u in doc["unknowns"] if u["what"] == "not checked"}
+    assert set(skipped) == {"empty.py", "broken.py"} and "syntax error" in skipped["broken.py"]
+    assert proc.returncode == 1  # the real script's PD204 still gates

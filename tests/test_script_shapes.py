@@ -111,3 +111,28 @@ def test_function_parameters_follow_their_call_site(run_check):
             "build(torch.float16, use_fp16=True)\n")
     result, _ = run_check(code)
     assert "PD201" in {f.rule_id for f in result.findings}
+
+
+@pytest.mark.parametrize("args,fired", [
+    ((), {"PD211"}),  # no --dtype: None, the library default (the checkpoint's dtype on transformers 5)
+    (("--model_name_or_path", "gpt2", "--fp16", "--dtype", "float16"), {"PD201"}),
+    (("--model_name_or_path", "gpt2", "--fp16", "--dtype", "auto"), set()),  # a hub checkpoint's dtype: unknown
+    (("config.json",), set()),  # the sys.argv switch takes the JSON branch: values from a file, unknown
+])
+def test_transformers_example_layout(args, fired):
+    result, _, facts = run("hf_example_style.py", target="a100", args=args)
+    assert {f.rule_id for f in result.findings} == fired
+    if args == ("config.json",):
+        assert any("run-time" in u.reason for u in facts.scripts[0].unknowns)
+
+
+@pytest.mark.parametrize("args,fired", [
+    ((), set()),
+    (("--dtype", "float16"), {"PD204"}),  # SFTConfig turns bf16 on; fp16 weights get no loss scaling
+    (("--dtype", "float16", "--use_peft"), set()),  # get_peft_config: fp32 LoRA adapters on a frozen fp16 base
+    (("--dtype", "bfloat16", "--fp16"), {"PD202"}),
+])
+def test_trl_example_layout(args, fired):
+    result, setup, _ = run("trl_parser_style.py", target="a100", args=args)
+    assert {f.rule_id for f in result.findings} == fired
+    assert setup.trl

@@ -344,7 +344,8 @@ def implicit_checkpoint_dtype_v5(setup: Setup, stack: StackFacts):
     load = setup.model_load
     if not setup.trains or load is None or not at_least(stack, "transformers", "5.0"):
         return
-    if load_dtype_value(load)[1].state != ABSENT:
+    written = load_dtype_value(load)[1]
+    if written.state != ABSENT and not written.is_(None):
         return
     if setup.quantized.value:
         return  # quantized loads pick their compute dtype from the quantization config

@@ -301,6 +301,16 @@ class Resolver:
             return self._assignment_value(a, scope, ctx, depth)
         return Dyn(f"{name} has no assignment on every path")
 
+    def assigned_node(self, name: str, scope: Scope) -> ast.AST | None:
+        """The expression last assigned to `name` in this scope or an enclosing one, unconditionally."""
+        s: Scope | None = scope
+        while s is not None:
+            events = [a for a in s.assigns.get(name, []) if a.value is not None and a.index is None]
+            if events:
+                return events[-1].value
+            s = s.parent
+        return None
+
     def _if_test(self, scope: Scope, node_id: int) -> ast.AST | None:
         return self.index.if_tests.get(node_id)
 
@@ -367,6 +377,9 @@ class Resolver:
     # -- attributes
     def _attribute(self, node: ast.Attribute, scope: Scope, ctx: Context, depth: int) -> Any:
         qual = self.qualified(node)
+        if qual == "sys.argv":  # the script's command line as the doctor was given it
+            return Known([self.path] + list(ctx.script_args),
+                         (Origin("script-arg", "the script's command line"),), self.loc(node))
         if qual.startswith(TORCH_DTYPE_PREFIX) and qual.count(".") == 1:
             dtype = dtypes.from_torch_attr(node.attr)
             if dtype:
@@ -542,6 +555,29 @@ class Resolver:
                 text = ":".join(str(p.value) for p in parts)
                 return Known(text, parts[0].origins, parts[0].location)
             return Dyn(f"{self.text(node)} names a device only known at run time")
+        if callee in _TRL_HELPERS and node.args:  # TRL recipes: None unless the model config turns it on
+            switch = _TRL_HELPERS[callee]
+            config = self.sym(node.args[0], scope, ctx, depth)
+            flags = [self.member(config, f, node, ctx, depth) for f in switch]
+            if all(isinstance(f, Known) and not f.value for f in flags):
+                return Known(None, tuple(o for f in flags for o in f.origins), self.loc(node))
+            if any(isinstance(f, Known) and f.value for f in flags):
+                return ObjSym(node, scope, callee)
+            return Dyn(f"{self.text(node)} depends on run-time options")
+        if callee == "len" and len(node.args) == 1:
+            inner = self.sym(node.args[0], scope, ctx, depth)
+            if isinstance(inner, Known) and isinstance(inner.value, (list, tuple, str, dict)):
+                return Known(len(inner.value), inner.origins, inner.location)
+            return Dyn(f"{self.text(node)} is computed at run time")
+        if isinstance(node.func, ast.Attribute) and node.func.attr in _STR_METHODS:
+            owner = self.sym(node.func.value, scope, ctx, depth)
+            args = [self.sym(a, scope, ctx, depth) for a in node.args]
+            if isinstance(owner, Known) and isinstance(owner.value, str) and all(isinstance(a, Known) for a in args):
+                try:
+                    return Known(getattr(owner.value, node.func.attr)(*[a.value for a in args]), owner.origins,
+                                 owner.location)
+                except Exception:
+                    return Dyn(f"{self.text(node)} fails at run time")
         if callee in ("os.environ.get", "os.getenv"):
             name = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else "?"
             return Dyn(f"environment variable {name}")
@@ -695,6 +731,8 @@ class Resolver:
         if not isinstance(parser, ObjSym) or not parser.call.args:
             return Dyn("an argument parser that cannot be followed")
         spec = parser.call.args[0]
+        if isinstance(spec, ast.Name):  # dataclass_types = (ScriptArguments, SFTConfig, ...); TrlParser(dataclass_types)
+            spec = self.assigned_node(spec.id, parser.scope) or spec
         classes = spec.elts if isinstance(spec, (ast.Tuple, ast.List)) else [spec]
         if method != "parse_args_into_dataclasses" and method != "parse_args_and_config":
             return [Dyn(f"{method} reads its values from a file or dict at run time") for _ in classes]
@@ -868,6 +906,11 @@ def _apply_hf_args(fields: dict[str, Any], args: list[str]) -> dict[str, Any]:
             i += 2
     return out
 
+
+_TRL_HELPERS = {"trl.get_peft_config": ("use_peft",),
+                "trl.get_quantization_config": ("load_in_4bit", "load_in_8bit")}
+
+_STR_METHODS = {"endswith", "startswith", "lower", "upper", "strip", "replace"}
 
 _BUILTIN_CASTS = {"bool": bool, "str": str, "int": int, "float": float}
 
