@@ -294,11 +294,8 @@ def _weights(load: Call | None, script: ScriptFacts, machine: MachineFacts, stac
         return Fact(dtypes.FLOAT32, (Evidence(load.location, load.text,
                                               "no dtype passed: transformers < 5 loads float32", "default"),),
                     call=load, inferred=True)
-    if v.state == CONDITIONAL:
-        return Fact(unknown=f"{name}={v.text} depends on the GPU ({v.predicate.text}); pass --target to decide",
-                    call=load, source=v)
     if v.state != KNOWN:
-        return Fact(unknown=f"{name}={v.text}: {v.reason}", call=load, source=v)
+        return _undecided(name, v, load)
     d = dtypes.from_string(v.value)
     if d == dtypes.AUTO:
         return _checkpoint_dtype(load, script, stack, evidence_of(v, f"{name}='auto': the checkpoint's dtype", load),
@@ -455,12 +452,17 @@ def _flag(call: Call, name: str, default: bool, machine: MachineFacts, stack: St
     if v.state == ABSENT:
         return Fact(default, (Evidence(call.location, call.text, f"{name} not set (default {default})", "default"),),
                     call=call, inferred=True)
+    if v.state != KNOWN:
+        return _undecided(name, v, call)
+    return Fact(bool(v.value), (evidence_of(v, f"{name}={v.value}", call),), source=v, call=call)
+
+
+def _undecided(name: str, v: Value, call: Call) -> Fact:
+    """An argument the doctor cannot decide: hardware-dependent without a machine, or computed at run time."""
     if v.state == CONDITIONAL:
         return Fact(unknown=f"{name}={v.text} depends on the GPU ({v.predicate.text}); pass --target to decide",
                     call=call, source=v)
-    if v.state != KNOWN:
-        return Fact(unknown=f"{name}={v.text}: {v.reason}", call=call, source=v)
-    return Fact(bool(v.value), (evidence_of(v, f"{name}={v.value}", call),), source=v, call=call)
+    return Fact(unknown=f"{name}={v.text}: {v.reason}", call=call, source=v)
 
 
 def _first_training_line(trainer: Call | None, optimizers: tuple[Call, ...]) -> tuple[str, int] | None:

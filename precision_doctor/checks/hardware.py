@@ -13,6 +13,14 @@ from ._common import gpu_phrase, set_kwarg, weights_source_edit
 _HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
 
 
+_FP8_LOOP = ("from accelerate import Accelerator\nimport torch\nacc = Accelerator(mixed_precision='fp8')\n"
+             "model = torch.nn.Linear(8, 8)\nopt = torch.optim.AdamW(model.parameters())\n"
+             "model, opt = acc.prepare(model, opt)\n")
+_QLORA_LOAD = ("import torch\nfrom transformers import BitsAndBytesConfig, AutoModelForCausalLM\n"
+               "q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.{compute})\n"
+               "m = AutoModelForCausalLM.from_pretrained('gpt2', quantization_config=q)\n")
+
+
 def _trainer(load: str, args: str) -> str:
     return (_HEAD + f"model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.2-1B'{load})\n"
             f"Trainer(model=model, args=TrainingArguments('out'{args})).train()\n")
@@ -191,12 +199,8 @@ def tf32_on_unsupported_gpu(script: ScriptFacts, machine: MachineFacts, stack: S
     fix="Use bf16 on Ampere; run FP8 only on sm_89+/sm_90 with transformer-engine or torchao installed.",
     fix_safety="Unsafe: changes the training precision.",
     needs=("machine",),
-    fires=[Example("from accelerate import Accelerator\nimport torch\nacc = Accelerator(mixed_precision='fp8')\n"
-                   "model = torch.nn.Linear(8, 8)\nopt = torch.optim.AdamW(model.parameters())\n"
-                   "model, opt = acc.prepare(model, opt)\n", target="a100")],
-    silent=[Example("from accelerate import Accelerator\nimport torch\nacc = Accelerator(mixed_precision='fp8')\n"
-                    "model = torch.nn.Linear(8, 8)\nopt = torch.optim.AdamW(model.parameters())\n"
-                    "model, opt = acc.prepare(model, opt)\n", target="h100")],
+    fires=[Example(_FP8_LOOP, target="a100")],
+    silent=[Example(_FP8_LOOP, target="h100")],
 )
 def fp8_unsupported(script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts):
     if not machine.gpus or machine.gpus[0].fp8:
@@ -296,12 +300,8 @@ def flash_attn_on_pre_ampere(script: ScriptFacts, machine: MachineFacts, stack: 
     fix="`bnb_4bit_compute_dtype=torch.float16` with fp32 LoRA adapters and `fp16=True` (the usual T4 recipe).",
     fix_safety="Safe: the compute dtype is not stored in the weights.",
     needs=("machine",),
-    fires=[Example("import torch\nfrom transformers import BitsAndBytesConfig, AutoModelForCausalLM\n"
-                   "q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.bfloat16)\n"
-                   "m = AutoModelForCausalLM.from_pretrained('gpt2', quantization_config=q)\n", target="t4")],
-    silent=[Example("import torch\nfrom transformers import BitsAndBytesConfig, AutoModelForCausalLM\n"
-                    "q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.float16)\n"
-                    "m = AutoModelForCausalLM.from_pretrained('gpt2', quantization_config=q)\n", target="t4")],
+    fires=[Example(_QLORA_LOAD.format(compute="bfloat16"), target="t4")],
+    silent=[Example(_QLORA_LOAD.format(compute="float16"), target="t4")],
 )
 def bnb_bf16_compute_on_pre_ampere(script: ScriptFacts, machine: MachineFacts, stack: StackFacts):
     if not _pre_ampere(machine):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from .. import dtypes
-from ..derive import Setup, call_evidence, decide
+from ..derive import Setup, call_evidence
 from ..engine import Example, rule
 from ..facts import ABSENT, KNOWN, BusyPort, Call, GpuProcess, LaunchFacts, MachineFacts, ScriptFacts, StackFacts
 from ..findings import Draft, Evidence, Fix
