@@ -17,7 +17,7 @@ from .errors import InputError
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 FAIL_ON = ("error", "warning", "info", "never")
-FORMATS = ("text", "json")
+FORMATS = ("text", "json", "sarif")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -44,8 +44,15 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--launcher", metavar="CMD",
                        help='the launch command, e.g. "accelerate launch --num_processes 2 --mixed_precision bf16"')
     check.add_argument("--format", dest="fmt", choices=FORMATS, default="text", help="output format (default text)")
-    check.add_argument("--fail-on", choices=FAIL_ON, default="error",
+    check.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
+    check.add_argument("--fail-on", choices=FAIL_ON, default=None,
                        help="exit 1 on findings at or above this severity (default error)")
+    check.add_argument("--select", metavar="IDS", help="only these rules: ids or prefixes, comma-separated (PD2,PD101)")
+    check.add_argument("--ignore", metavar="IDS", help="skip these rules (added to the configured ignore list)")
+    check.add_argument("--jobs", "-j", type=int, default=0, metavar="N",
+                       help="worker processes for large trees (default: one per core)")
+    check.add_argument("--config", metavar="FILE", help="the pyproject.toml to read (default: the nearest one "
+                                                         "with [tool.precision-doctor])")
     check.add_argument("--quiet", "-q", action="store_true", help="only the findings")
     check.add_argument("--no-color", action="store_true", help="plain text even on a terminal")
 
@@ -69,30 +76,92 @@ def _console(no_color: bool = False):
     return Console(highlight=False, no_color=no_color or None, soft_wrap=False)
 
 
+def settings_for(opts):
+    """pyproject settings under the command-line flags: a flag given on the command line wins."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from .config import Settings, find_pyproject, load_settings, read_table, resolve_ids
+    from .engine import rules
+
+    known = {r.id for r in rules()}
+    path = Path(opts.config) if opts.config else find_pyproject(Path(opts.paths[0]) if opts.paths else Path.cwd())
+    if opts.config and not path.is_file():
+        raise InputError(f"--config {opts.config}: no such file")
+    settings = load_settings(read_table(path), str(path), known, str(path.parent)) if path else Settings()
+    policy = settings.policy
+    if opts.select:
+        policy = replace(policy, select=resolve_ids(opts.select.split(","), known, "--select"))
+    if opts.ignore:
+        policy = replace(policy, ignore=policy.ignore | resolve_ids(opts.ignore.split(","), known, "--ignore"))
+    machine_flag = opts.target or opts.facts
+    return replace(settings, policy=policy, fail_on=opts.fail_on or settings.fail_on,
+                   launcher=opts.launcher or settings.launcher,
+                   target=opts.target if machine_flag else settings.target,
+                   facts=opts.facts if machine_flag else settings.facts)
+
+
 def run_check(opts, script_args: tuple[str, ...]) -> int:
+    import os
+
     from . import engine
     from .collect import gather
     from .findings import SEVERITY_RANK
 
-    facts = gather(opts.paths, target=opts.target, launcher=opts.launcher, script_args=script_args,
-                   facts_file=opts.facts)
-    result = engine.run(facts)
-    if opts.fmt == "json":
-        from .report.json_report import render as render_json
-
-        sys.stdout.write(render_json(result, facts) + "\n")
-    else:
+    settings = settings_for(opts)
+    root = os.path.dirname(settings.source) if settings.source else "."
+    facts = gather(opts.paths, target=settings.target, launcher=settings.launcher, script_args=script_args,
+                   facts_file=settings.facts, jobs=opts.jobs or os.cpu_count() or 1, exclude=settings.exclude,
+                   root=root)
+    result = engine.run(facts, settings.policy)
+    if opts.fmt == "text" and not opts.output:
         from .report.text import render as render_text
 
         render_text(result, facts, _console(no_color=opts.no_color), quiet=opts.quiet)
-    failing = opts.fail_on != "never" and any(SEVERITY_RANK[f.severity] <= SEVERITY_RANK[opts.fail_on]
-                                              for f in result.findings)
+    else:
+        _write(opts.output, _render_data(opts.fmt, result, facts, opts.no_color))
+    failing = settings.fail_on != "never" and any(SEVERITY_RANK[f.severity] <= SEVERITY_RANK[settings.fail_on]
+                                                  for f in result.findings)
     return EXIT_FINDINGS if failing else EXIT_OK
+
+
+def _render_data(fmt: str, result, facts, no_color: bool) -> str:
+    if fmt == "json":
+        from .report.json_report import render
+    elif fmt == "sarif":
+        from .report.sarif import render
+    else:
+        import io
+
+        from rich.console import Console
+
+        from .report.text import render as render_text
+
+        buf = io.StringIO()
+        render_text(result, facts, Console(file=buf, no_color=True, highlight=False, width=200))
+        return buf.getvalue()
+    return render(result, facts) + "\n"
+
+
+def _write(output: str | None, text: str) -> None:
+    """stdout, or a file written whole (temp file + rename): a CI artifact is never half a report."""
+    if not output:
+        sys.stdout.write(text)
+        return
+    import os
+    from pathlib import Path
+
+    out = Path(output)
+    tmp = out.with_name(f".{out.name}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, out)
+    except OSError as exc:
+        raise InputError(f"-o {output}: cannot write ({exc.strerror})") from None
 
 
 def write_snapshot(opts) -> int:
     import os
-    from pathlib import Path
 
     from .collect import gather_machine, snapshot_json
     from .probes.launch import no_launcher, parse_launcher
@@ -104,18 +173,9 @@ def write_snapshot(opts) -> int:
         from .facts import HostFacts
 
         machine = replace_host(machine, HostFacts())
-    text = snapshot_json(machine, probe_stack()) + "\n"
+    _write(opts.output, snapshot_json(machine, probe_stack()) + "\n")
     if opts.output:
-        out = Path(opts.output)
-        tmp = out.with_name(out.name + ".tmp")
-        try:
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, out)
-        except OSError as exc:
-            raise InputError(f"-o {opts.output}: cannot write ({exc.strerror})") from None
-        print(f"wrote {out} ({machine.describe()})", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
+        print(f"wrote {opts.output} ({machine.describe()})", file=sys.stderr)
     return EXIT_OK
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from .config import excluded
 from .errors import InputError
 from .facts import (Facts, LaunchFacts, MachineFacts, ScriptFacts, StackFacts, Unknown, _from_jsonable,
                     _to_jsonable)
@@ -31,8 +32,9 @@ def expand_paths(paths: list[str]) -> list[Path]:
     return [p for p, _ in _expand(paths)]
 
 
-def _expand(paths: list[str]) -> list[tuple[Path, bool]]:
-    """(file, named on the command line) pairs; a file found by walking a folder was not named."""
+def _expand(paths: list[str], exclude: tuple[str, ...] = (), root: str = ".") -> list[tuple[Path, bool]]:
+    """(file, named on the command line) pairs; a file found by walking a folder was not named.
+    Folders are walked the way git sees them (.gitignore respected) when they are in a repository."""
     out: list[tuple[Path, bool]] = []
     for raw in paths:
         p = Path(raw)
@@ -41,15 +43,42 @@ def _expand(paths: list[str]) -> list[tuple[Path, bool]]:
         if p.is_file():
             out.append((p, True))
             continue
-        found = []
-        for root, dirs, files in os.walk(p):
-            dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith(".")
-                             and not (Path(root) / d / "pyvenv.cfg").exists())
-            found.extend(Path(root) / f for f in sorted(files) if f.endswith(".py"))
+        found = _git_files(p)
+        if found is None:
+            found = _walk(p)
+        found = [f for f in found if not excluded(f, exclude, root)]
         if not found:
             raise InputError(f"{raw}: a directory with no Python files; pass a training script or a folder of them")
         out.extend((f, False) for f in found)
     return list(dict.fromkeys(out))
+
+
+def _walk(folder: Path) -> list[Path]:
+    found = []
+    for here, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith(".")
+                         and not (Path(here) / d / "pyvenv.cfg").exists())
+        found.extend(Path(here) / f for f in sorted(files) if f.endswith(".py"))
+    return found
+
+
+def _git_files(folder: Path) -> list[Path] | None:
+    """Tracked and untracked-but-not-ignored .py files under `folder`, or None outside a git work tree."""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None:
+        return None
+    try:
+        proc = subprocess.run(["git", "-C", str(folder), "ls-files", "--cached", "--others", "--exclude-standard",
+                               "-z", "--", "*.py"], capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if proc.returncode != 0:
+        return None
+    names = sorted({n for n in proc.stdout.decode("utf-8", "replace").split("\0") if n})
+    files = [folder / n for n in names]
+    return [f for f in files if f.is_file() and not any(part in SKIP_DIRS for part in f.relative_to(folder).parts)]
 
 
 def _probe(path: Path, named: bool, args: tuple[str, ...]) -> ScriptFacts:
@@ -123,11 +152,14 @@ def gather_machine(target: str | None, facts_file: str | None, launch: LaunchFac
     return this_machine(os.environ if environ is None else environ, launch, system), None
 
 
+PARALLEL_FROM = 32  # scripts; below this, starting workers costs more than it saves
+
+
 def gather(paths: list[str], target: str | None = None, launcher: str | None = None,
            script_args: tuple[str, ...] = (), stack_overrides: dict[str, str] | None = None,
            facts_file: str | None = None, environ: Mapping[str, str] | None = None,
-           system: System = System()) -> Facts:
-    entries = _expand(paths)
+           system: System = System(), jobs: int = 1, exclude: tuple[str, ...] = (), root: str = ".") -> Facts:
+    entries = _expand(paths, exclude, root)
     files = [p for p, _ in entries]
     env = os.environ if environ is None else environ
     if launcher:
@@ -138,12 +170,27 @@ def gather(paths: list[str], target: str | None = None, launcher: str | None = N
         launch = LaunchFacts(known=False)
     args = tuple(script_args) or launch.script_args
     machine, snapshot_stack = gather_machine(target, facts_file, launch, env, system)
-    scripts = tuple(_probe(f, named, args) for f, named in entries)
+    scripts = _probe_all(entries, args, jobs)
     if stack_overrides is None and snapshot_stack is not None:  # the node's versions, not this laptop's
         stack = snapshot_stack
     else:
         stack = probe_stack(sorted({f.parent for f in files}), stack_overrides)
     return Facts(scripts=scripts, machine=machine, launch=launch, stack=stack)
+
+
+def _probe_all(entries: list[tuple[Path, bool]], args: tuple[str, ...], jobs: int) -> tuple[ScriptFacts, ...]:
+    """Probe every script, in worker processes when there are many (each is parsed independently)."""
+    if jobs <= 1 or len(entries) < PARALLEL_FROM:
+        return tuple(_probe(f, named, args) for f, named in entries)
+    from concurrent.futures import ProcessPoolExecutor
+
+    chunk = max(1, len(entries) // (jobs * 4))
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        return tuple(pool.map(_probe_entry, [(f, named, args) for f, named in entries], chunksize=chunk))
+
+
+def _probe_entry(item: tuple[Path, bool, tuple[str, ...]]) -> ScriptFacts:
+    return _probe(*item)
 
 
 def _display(path: Path) -> str:

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from ._util import unique
+from .config import Policy
 from .facts import Facts
-from .findings import SEVERITY_RANK, Draft, Finding
+from .findings import SEVERITY_RANK, Draft, Evidence, Finding, Fix
 
 INJECTABLE = ("facts", "script", "setup", "machine", "stack", "launch")
 
@@ -107,10 +108,11 @@ class Result:
     crashed: tuple[Skipped, ...]
 
 
-def run(facts: Facts, select: Iterable[str] | None = None) -> Result:
+def run(facts: Facts, policy: Policy | None = None) -> Result:
     from .derive import derive_setup
 
-    chosen = [r for r in rules() if select is None or r.id in set(select)]
+    policy = policy or Policy()
+    chosen = [r for r in rules() if policy.enabled(r.id) and r.id != UNUSED_SUPPRESSION]
     setups = {s.path: derive_setup(s, facts) for s in facts.scripts}
     findings: list[Finding] = []
     skipped: list[Skipped] = []
@@ -133,8 +135,47 @@ def run(facts: Facts, select: Iterable[str] | None = None) -> Result:
                 continue
             for d in drafts:
                 findings.append(_stamp(r, d, script.path if script else ""))
+    findings = [f for f in findings if not policy.ignored_in(f.rule_id, f.path)]
+    findings = apply_suppressions(unique(findings, key=lambda f: (f.rule_id, f.message, f.locations)), facts, policy)
     findings.sort(key=Finding.sort_key)
-    return Result(tuple(unique(findings, key=lambda f: (f.rule_id, f.message, f.locations))), tuple(skipped), tuple(crashed))
+    return Result(tuple(findings), tuple(skipped), tuple(crashed))
+
+
+UNUSED_SUPPRESSION = "PD001"
+
+
+def apply_suppressions(findings: list[Finding], facts: Facts, policy: Policy) -> list[Finding]:
+    """Drop findings a `# precision-doctor: ignore[...]` comment on one of their lines names; report the comments
+    that suppressed nothing (PD001), the way ruff reports an unused noqa."""
+    marks = unique((s for script in facts.scripts for s in script.suppressions),
+                   key=lambda s: (s.location.path, s.location.line))
+    by_line = {(s.location.path, s.location.line): s for s in marks}
+    used: set[tuple[str, str, int]] = set()
+    kept = []
+    for f in findings:
+        hit = next((by_line[(loc.path, loc.line)] for loc in f.locations if (loc.path, loc.line) in by_line
+                    and (not by_line[(loc.path, loc.line)].ids or f.rule_id in by_line[(loc.path, loc.line)].ids)),
+                   None)
+        if hit is None:
+            kept.append(f)
+        else:
+            used.add((f.rule_id if hit.ids else "*", hit.location.path, hit.location.line))
+    if not policy.enabled(UNUSED_SUPPRESSION):
+        return kept
+    meta = REGISTRY[UNUSED_SUPPRESSION]
+    for s in marks:
+        for rid in s.ids or ("*",):
+            if (rid, s.location.path, s.location.line) in used:
+                continue
+            if rid != "*" and rid in REGISTRY and not policy.enabled(rid):
+                continue  # the rule is off: the comment may matter again when it is back on
+            what = "every rule" if rid == "*" else rid
+            why = f"{rid} is not a rule" if rid != "*" and rid not in REGISTRY else "nothing fires on this line"
+            kept.append(_stamp(meta, Draft(f"suppression of {what} matches nothing: {why}",
+                                           evidence=(Evidence(s.location, "", "unused suppression"),),
+                                           fix=Fix("remove the comment (or the id from it)", safe=True)),
+                               s.location.path))
+    return kept
 
 
 def _stamp(r: Rule, d: Draft, path: str) -> Finding:

@@ -107,6 +107,14 @@ class Unknown:
 
 
 @dataclass(frozen=True)
+class Suppression:
+    """`# precision-doctor: ignore[PD201]` on a line; no ids means every rule."""
+
+    location: Location
+    ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class ScriptFacts:
     path: str
     calls: tuple[Call, ...] = ()
@@ -114,6 +122,7 @@ class ScriptFacts:
     unknowns: tuple[Unknown, ...] = ()
     local_configs: dict[str, dict] = field(default_factory=dict)  # model path -> its config.json
     files: tuple[str, ...] = ()  # the script and the local modules it imports
+    suppressions: tuple[Suppression, ...] = ()
 
     def of(self, *kinds: str) -> list[Call]:
         return [c for c in self.calls if c.kind in kinds]
@@ -309,7 +318,7 @@ def _from_jsonable(tp: Any, data: Any) -> Any:
 
 
 _TYPES: dict[str, Any] = {}
-for _cls in (Location, Origin, Predicate, Value, Call, Unknown, ScriptFacts, GpuProcess, Gpu, MachineFacts,
+for _cls in (Location, Origin, Predicate, Value, Call, Unknown, Suppression, ScriptFacts, GpuProcess, Gpu, MachineFacts,
              BusyPort, HostFacts, LaunchFacts, PackageVersion, StackFacts, Facts):
     _TYPES[_cls.__name__] = _cls
 

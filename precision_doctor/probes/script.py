@@ -8,14 +8,17 @@ to (Trainer(model=model) -> the from_pretrained call), which is how checks follo
 from __future__ import annotations
 
 import ast
+import io
 import json
 import os
+import re
+import tokenize
 from dataclasses import replace
 from pathlib import Path
 
 from .._util import unique
 from ..errors import InputError
-from ..facts import CONDITIONAL, KNOWN, Call, Location, Origin, ScriptFacts, Unknown, Value
+from ..facts import CONDITIONAL, KNOWN, Call, Location, Origin, ScriptFacts, Suppression, Unknown, Value
 from .dataclass_defaults import is_training_arguments
 from .resolve import Cond, Context, DictSym, Dyn, Imports, Known, Namespace, ObjSym, Resolver
 from .scopes import ScopeIndex, dotted
@@ -378,6 +381,29 @@ _UNINTERESTING_ARGS = {"0", "output_dir", "model", "train_dataset", "eval_datase
                        "formatting_func", "report_to", "run_name", "logging_dir"}
 
 
+# --- suppressions ------------------------------------------------------------------------------
+
+_MARKER = "precision-doctor:"
+_SUPPRESSION = re.compile(r"#\s*precision-doctor:\s*ignore\b(?:\[([^\]]*)\])?")
+
+
+def read_suppressions(path: str, text: str) -> list[Suppression]:
+    """Suppression comments (real comments only, found with tokenize, never inside strings)."""
+    if _MARKER not in text:
+        return []
+    out = []
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type == tokenize.COMMENT:
+                m = _SUPPRESSION.search(tok.string)
+                if m:
+                    ids = tuple(i.strip().upper() for i in (m.group(1) or "").split(",") if i.strip())
+                    out.append(Suppression(Location(path, tok.start[0], tok.start[1] + 1), ids))
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return out
+
+
 # --- local modules, model configs --------------------------------------------------------------
 
 def _local_modules(script: Path, nodes: list[ast.AST]) -> list[Path]:
@@ -432,7 +458,8 @@ def _local_module(module: Path, shown: str, script_args: tuple[str, ...]) -> Scr
         sub = _Collector(shown, text, parse(module, text), script_args)
         sub.collect()
         _MODULE_CACHE[key] = ScriptFacts(path=shown, calls=tuple(sub.calls), imports=tuple(sub.imports.modules),
-                                         unknowns=tuple(sub.unknowns))
+                                         unknowns=tuple(sub.unknowns),
+                                         suppressions=tuple(read_suppressions(shown, text)))
     return _MODULE_CACHE[key]
 
 
@@ -447,6 +474,7 @@ def probe_script(path: Path, script_args: tuple[str, ...] = (), display: str | N
     unknowns = list(collector.unknowns)
     imports = list(collector.imports.modules)
     files = [shown]
+    suppressions = read_suppressions(shown, text)
     for module in _local_modules(path, collector.nodes)[:MAX_LOCAL_MODULES]:
         mshown = os.path.relpath(module) if display is None else str(Path(shown).parent / module.name)
         try:
@@ -457,10 +485,10 @@ def probe_script(path: Path, script_args: tuple[str, ...] = (), display: str | N
         calls.extend(sub.calls)
         unknowns.extend(sub.unknowns)
         imports.extend(sub.imports)
+        suppressions.extend(sub.suppressions)
         files.append(mshown)
     return ScriptFacts(path=shown, calls=tuple(calls), imports=tuple(dict.fromkeys(imports)),
                        unknowns=tuple(unique(unknowns, key=lambda u: (u.what, u.location))), local_configs=_local_model_configs(path, calls),
-                       files=tuple(files))
+                       files=tuple(files), suppressions=tuple(suppressions))
 
 
-__all__ = ["probe_script", "read_source", "parse", "classify", "Location", "Cond", "Dyn"]

@@ -1,0 +1,88 @@
+"""`--format sarif`: SARIF 2.1.0 for code-scanning UIs (GitHub, GitLab, VS Code SARIF viewer)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .. import __version__
+from ..engine import Result, Rule, rules
+from ..facts import Facts
+from ..findings import Finding
+
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+LEVEL = {"error": "error", "warning": "warning", "info": "note"}
+
+
+def _rule_descriptor(r: Rule) -> dict:
+    from ..explain import rule_doc
+
+    return {
+        "id": r.id,
+        "name": r.name,
+        "shortDescription": {"text": r.summary},
+        "fullDescription": {"text": r.what},
+        "help": {"text": rule_doc(r), "markdown": _markdown(r)},
+        "defaultConfiguration": {"level": LEVEL[r.severity]},
+        "properties": {"tags": ["precision" if r.id.startswith("PD2") else "machine" if r.id.startswith("PD1")
+                                else "meta"], "phase": r.phase, "problem.severity": r.severity},
+    }
+
+
+def _markdown(r: Rule) -> str:
+    return (f"**{r.summary}**\n\n**Why is this bad?** {r.why}\n\n**Error:** `{r.error}`\n\n"
+            f"**Fix:** {r.fix}\n\n**Fix safety:** {r.fix_safety or 'display only'}")
+
+
+def _uri(path: str) -> str:
+    return Path(path).as_posix()
+
+
+def _location(path: str, line: int, column: int, message: str = "") -> dict:
+    loc = {"physicalLocation": {"artifactLocation": {"uri": _uri(path)},
+                                "region": {"startLine": max(line, 1), "startColumn": max(column, 1)}}}
+    if message:
+        loc["message"] = {"text": message}
+    return loc
+
+
+def _result(f: Finding, index: dict[str, int]) -> dict:
+    located = [e for e in f.evidence if e.location is not None]
+    primary = located[0].location if located else None
+    text = f.message + (f"\nThe job would fail with: {f.error}" if f.error else "") + (
+        f"\nFix: {f.fix.description}" if f.fix else "")
+    result = {
+        "ruleId": f.rule_id,
+        "ruleIndex": index[f.rule_id],
+        "level": LEVEL[f.severity],
+        "message": {"text": text},
+        "locations": [_location(primary.path, primary.line, primary.column) if primary else
+                      _location(f.path or ".", 1, 1)],
+        "properties": {"confidence": f.confidence, "phase": f.phase},
+    }
+    related = [_location(e.location.path, e.location.line, e.location.column, e.note) for e in located[1:]]
+    if related:
+        for i, r in enumerate(related):
+            r["id"] = i
+        result["relatedLocations"] = related
+    if f.fix and f.fix.edits:
+        result["properties"]["fixEdits"] = [e.describe() for e in f.fix.edits]
+    result["partialFingerprints"] = {"precisionDoctor/v1": f"{f.rule_id}:{_uri(primary.path) if primary else f.path}:"
+                                                           f"{primary.line if primary else 0}"}
+    return result
+
+
+def render(result: Result, facts: Facts) -> str:
+    all_rules = rules()
+    index = {r.id: i for i, r in enumerate(all_rules)}
+    run = {
+        "tool": {"driver": {"name": "precision-doctor", "version": __version__, "semanticVersion": __version__,
+                            "rules": [_rule_descriptor(r) for r in all_rules]}},
+        "results": [_result(f, index) for f in result.findings],
+        "invocations": [{"executionSuccessful": not result.crashed,
+                         "toolExecutionNotifications": [
+                             {"level": "error", "message": {"text": f"check {c.rule_id} crashed: {c.reason}"}}
+                             for c in result.crashed]}],
+        "properties": {"machine": facts.machine.describe()},
+    }
+    return json.dumps({"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}, indent=2)

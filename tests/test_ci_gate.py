@@ -1,0 +1,160 @@
+"""The CI gate: SARIF valid against the 2.1.0 schema, pyproject configuration, suppressions, walks that
+respect .gitignore, the parallel walk, the pre-commit hook."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from precision_doctor import engine
+from precision_doctor.collect import gather
+
+from .conftest import machine_probes
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = Path(__file__).parent / "data" / "sarif-2.1.0-rtm.5.json"
+SEED001 = ROOT / "fixtures/seed001_titan_fp16/buggy"
+
+
+def doctor(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "precision_doctor", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_sarif_is_valid_2_1_0_with_rule_metadata():
+    jsonschema = pytest.importorskip("jsonschema")
+    proc = doctor("check", "fixtures/seed001_titan_fp16", "fixtures/seed004_h100_amp_guide", "--target", "titan-rtx",
+                  "--format", "sarif", "--", "--mixed_precision", "bf16")
+    doc = json.loads(proc.stdout)
+    jsonschema.Draft4Validator(json.loads(SCHEMA.read_text())).validate(doc)
+    run = doc["runs"][0]
+    rules = {r["id"]: r for r in run["tool"]["driver"]["rules"]}
+    assert rules["PD201"]["name"] == "fp16-params-with-grad-scaler"
+    assert rules["PD201"]["defaultConfiguration"]["level"] == "error"
+    assert rules["PD212"]["defaultConfiguration"]["level"] == "note"
+    assert "Attempting to unscale FP16 gradients" in rules["PD201"]["help"]["text"]
+    results = run["results"]
+    pd201 = next(r for r in results if r["ruleId"] == "PD201")
+    assert run["tool"]["driver"]["rules"][pd201["ruleIndex"]]["id"] == "PD201"
+    region = pd201["locations"][0]["physicalLocation"]
+    assert region["artifactLocation"]["uri"].endswith("model_utility_configs.py") and region["region"]["startLine"] == 12
+    assert {r["ruleId"] for r in results} >= {"PD201", "PD204", "PD206", "PD207", "PD213"}
+
+
+def test_sarif_written_to_a_file(tmp_path):
+    out = tmp_path / "report.sarif"
+    proc = doctor("check", str(SEED001 / "train.py"), "--target", "titan-rtx", "--format", "sarif", "-o", str(out))
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert json.loads(out.read_text())["version"] == "2.1.0"
+
+
+def write_project(tmp_path, table: str, files: dict):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n\n[tool.precision-doctor]\n" + table)
+    for name, text in files.items():
+        p = tmp_path / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return tmp_path
+
+
+BAD = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+       "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float16)\n"
+       "Trainer(model=model, args=TrainingArguments('out', fp16=True)).train()\n")
+DEPRECATED = "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
+
+
+def ids_of(proc):
+    return sorted({f["id"] for f in json.loads(proc.stdout)["findings"]})
+
+
+def test_pyproject_settings_apply_and_flags_override(tmp_path):
+    project = write_project(tmp_path, 'target = "titan-rtx"\nignore = ["PD213"]\nfail-on = "warning"\n'
+                                      'per-file-ignores = { "legacy/*.py" = ["PD2"] }\nexclude = ["vendored"]\n',
+                            {"train.py": BAD, "amp.py": DEPRECATED, "legacy/old.py": BAD, "vendored/x.py": BAD})
+    proc = doctor("check", ".", "--format", "json", cwd=project)
+    doc = json.loads(proc.stdout)
+    assert doc["facts"]["machine"]["source"] == "target titan-rtx"
+    paths = {Path(f["path"]).as_posix() for f in doc["findings"]}
+    assert paths == {"train.py"}  # PD213 ignored, legacy/ per-file-ignored, vendored/ excluded
+    assert not any(Path(s["path"]).parts[0] == "vendored" for s in doc["facts"]["scripts"])
+    assert proc.returncode == 1
+    # flags win: another target, a narrower selection, another gate
+    proc = doctor("check", ".", "--format", "json", "--target", "a100", "--select", "PD213", "--fail-on", "never",
+                  cwd=project)
+    assert json.loads(proc.stdout)["facts"]["machine"]["source"] == "target a100-80gb"  # the family default
+    assert ids_of(proc) == [] and proc.returncode == 0  # PD213 selected but still ignored by the config
+    proc = doctor("check", "amp.py", "--format", "json", "--select", "PD2", cwd=project)
+    assert ids_of(proc) == []
+
+
+@pytest.mark.parametrize("table,fragment", [
+    ('targt = "t4"\n', "unknown key 'targt'"),
+    ('select = ["PD2O1"]\n', "unknown rule id 'PD2O1'"),
+    ('per-file-ignores = { "a.py" = ["XX1"] }\n', "unknown rule id 'XX1'"),
+    ('fail-on = "fatal"\n', "fail-on"),
+    ('select = "PD201"\n', "must be a list"),
+])
+def test_bad_configuration_is_one_line_exit_2(tmp_path, table, fragment):
+    project = write_project(tmp_path, table, {"train.py": BAD})
+    proc = doctor("check", "train.py", cwd=project)
+    assert proc.returncode == 2 and fragment in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_unknown_rule_on_the_command_line(tmp_path):
+    proc = doctor("check", str(SEED001 / "train.py"), "--ignore", "PD2O1")
+    assert proc.returncode == 2 and "PD2O1" in proc.stderr
+
+
+def test_inline_suppression_and_unused_suppression(tmp_path):
+    code = BAD.replace("fp16=True))", "fp16=True))  # precision-doctor: ignore[PD201]")
+    code += "x = 1  # precision-doctor: ignore[PD204]\n"
+    (tmp_path / "train.py").write_text(code)
+    proc = doctor("check", "train.py", "--format", "json", cwd=tmp_path)
+    found = json.loads(proc.stdout)["findings"]
+    assert [f["id"] for f in found] == ["PD001"] and found[0]["locations"][0]["line"] == 5
+    assert proc.returncode == 0  # info does not fail the default gate
+    (tmp_path / "train.py").write_text(BAD.replace("fp16=True))", "fp16=True))  # precision-doctor: ignore"))
+    assert ids_of(doctor("check", "train.py", "--format", "json", cwd=tmp_path)) == []
+    (tmp_path / "train.py").write_text(BAD + "s = '# precision-doctor: ignore[PD201]'\n")  # a string, not a comment
+    assert ids_of(doctor("check", "train.py", "--format", "json", cwd=tmp_path)) == ["PD201"]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_walk_respects_gitignore_and_skips_venvs(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("generated/\n")
+    for rel in ("train.py", "generated/train.py", ".venv/lib/x.py", "sub/ok.py"):
+        p = tmp_path / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(BAD)
+    (tmp_path / "venv").mkdir()
+    (tmp_path / "venv" / "pyvenv.cfg").write_text("")
+    (tmp_path / "venv" / "x.py").write_text(BAD)
+    proc = doctor("check", ".", "--format", "json", cwd=tmp_path)
+    paths = sorted(Path(s["path"]).as_posix() for s in json.loads(proc.stdout)["facts"]["scripts"])
+    assert paths == ["sub/ok.py", "train.py"]
+
+
+def test_parallel_walk_gives_the_same_report_as_one_process(tmp_path):
+    sources = [BAD, DEPRECATED, (SEED001.parent / "fixed/train.py").read_text()]
+    for i in range(40):
+        (tmp_path / f"s{i:02d}.py").write_text(sources[i % 3])
+    one = gather([str(tmp_path)], target="t4", jobs=1, **machine_probes())
+    two = gather([str(tmp_path)], target="t4", jobs=2, **machine_probes())
+    assert one.scripts == two.scripts
+    key = lambda r: [(f.rule_id, f.path, f.message) for f in r.findings]  # noqa: E731
+    assert key(engine.run(one)) == key(engine.run(two))
+
+
+def test_pre_commit_hook_definition():
+    yaml = pytest.importorskip("yaml")
+    hooks = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
+    hook = next(h for h in hooks if h["id"] == "precision-doctor")
+    assert hook["entry"] == "precision-doctor check" and hook["language"] == "python" and "python" in hook["types"]
+    workflow = yaml.safe_load((ROOT / "examples/github-actions.yml").read_text())
+    steps = workflow["jobs"]["preflight"]["steps"]
+    assert any("--format sarif" in s.get("run", "") for s in steps)

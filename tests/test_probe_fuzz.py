@@ -1,0 +1,107 @@
+"""Property tests: the script probe never raises on Python it can parse, never hangs, and never invents a
+value (every value it calls known points at a literal really written at that place, or at a default or a
+command-line argument)."""
+
+import ast
+import signal
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from precision_doctor.errors import InputError  # noqa: E402
+from precision_doctor.facts import KNOWN  # noqa: E402
+from precision_doctor.probes.script import probe_script  # noqa: E402
+
+FIXTURES = sorted(p for p in (Path(__file__).resolve().parents[1] / "fixtures").rglob("*.py"))
+SOURCES = [p.read_text() for p in FIXTURES]
+TOKENS = ["torch.float16", "torch.bfloat16", "True", "False", "None", "model", "args", "fp16", "bf16", "0", "1.5",
+          "'auto'", "(", ")", ":", ",", "**kw", "x.half()", "if", "else", "for", "lambda: 0", "\n", "    "]
+FUZZ = settings(max_examples=120, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+@contextmanager
+def time_limit(seconds: int):
+    def boom(*_):
+        raise TimeoutError(f"the probe took more than {seconds}s")
+
+    old = signal.signal(signal.SIGALRM, boom)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@st.composite
+def mutated_sources(draw):
+    lines = draw(st.sampled_from(SOURCES)).splitlines()
+    for _ in range(draw(st.integers(0, 6))):
+        if not lines:
+            break
+        i = draw(st.integers(0, len(lines) - 1))
+        op = draw(st.sampled_from(["delete", "duplicate", "swap", "token", "truncate"]))
+        if op == "delete":
+            del lines[i]
+        elif op == "duplicate":
+            lines.insert(i, lines[i])
+        elif op == "swap":
+            j = draw(st.integers(0, len(lines) - 1))
+            lines[i], lines[j] = lines[j], lines[i]
+        elif op == "token" and lines[i].strip():
+            words = lines[i].split(" ")
+            k = draw(st.integers(0, len(words) - 1))
+            words[k] = draw(st.sampled_from(TOKENS))
+            lines[i] = " ".join(words)
+        elif op == "truncate":
+            lines[i] = lines[i][: draw(st.integers(0, len(lines[i])))]
+    return "\n".join(lines) + "\n"
+
+
+def check_probe(tmp_path, source: str):
+    path = tmp_path / "fuzzed.py"
+    path.write_text(source, encoding="utf-8")
+    try:
+        with time_limit(10):
+            facts = probe_script(path, ("--fp16", "--torch_dtype", "bfloat16"))
+    except InputError:
+        return  # not parseable, empty, ...: reported as bad input, which is the contract
+    lines = source.splitlines()
+    for call in facts.calls:
+        for value in list(call.kwargs.values()) + list(call.args):
+            if value.state != KNOWN:
+                continue
+            literal = value.origins[-1] if value.origins else None
+            assert literal is not None, f"{call.callee}: a known value with no origin"
+            if literal.kind == "code" and literal.location is not None and literal.location.path == "fuzzed.py":
+                assert 1 <= literal.location.line <= len(lines)
+                written = lines[literal.location.line - 1]
+                head = literal.detail.strip("'\"")[:4]  # unparse may requote: compare the literal's start
+                if _parses(written):
+                    assert head in written or head in ast.unparse(ast.parse(written.strip())), (literal, written)
+
+
+def _parses(line: str) -> bool:
+    try:
+        ast.parse(line.strip())
+        return True
+    except SyntaxError:
+        return False
+
+
+@FUZZ
+@given(source=mutated_sources())
+def test_mutated_fixtures_never_crash_hang_or_invent(tmp_path, source):
+    check_probe(tmp_path, source)
+
+
+@FUZZ
+@given(source=st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=400))
+def test_random_text_is_bad_input_or_facts(tmp_path, source):
+    check_probe(tmp_path, source)
