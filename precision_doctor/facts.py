@@ -123,6 +123,7 @@ class ScriptFacts:
     local_configs: dict[str, dict] = field(default_factory=dict)  # model path -> its config.json
     files: tuple[str, ...] = ()  # the script and the local modules it imports
     suppressions: tuple[Suppression, ...] = ()
+    deepspeed_configs: dict[str, dict] = field(default_factory=dict)  # deepspeed="ds.json" -> its contents
 
     def of(self, *kinds: str) -> list[Call]:
         return [c for c in self.calls if c.kind in kinds]

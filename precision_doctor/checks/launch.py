@@ -4,11 +4,12 @@ counts, rank placement, implicit precision and implicit DataParallel (PD108-PD11
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from .. import dtypes
-from ..derive import Setup, call_evidence
+from ..derive import Setup, call_evidence, decide
 from ..engine import Example, rule
-from ..facts import ABSENT, KNOWN, BusyPort, Call, GpuProcess, LaunchFacts, MachineFacts, ScriptFacts, StackFacts
+from ..facts import ABSENT, KNOWN, BusyPort, Call, GpuProcess, LaunchFacts, MachineFacts, ScriptFacts, StackFacts, Value
 from ..findings import Draft, Evidence, Fix
 from ..probes.host import DEFAULT_PORT
 from ..probes.stack import at_least
@@ -361,8 +362,8 @@ def implicit_dataparallel(setup: Setup, machine: MachineFacts, launch: LaunchFac
     if launch.known and launch.launcher != "python":
         return
     wrap = predict_trainer_wrap(setup, len(machine.gpus), stack)
-    if wrap != "DataParallel":
-        return
+    if wrap != "DataParallel" or dataparallel_crash_reasons(setup, machine, stack):
+        return  # no wrap, or one that crashes: PD301 reports that
     n = len(machine.gpus)
     yield Draft(f"started as one process with {n} GPUs visible, Trainer wraps the model in nn.DataParallel",
                 evidence=(Evidence(None, launch.command or "python (no --launcher given)", "a single process",
@@ -374,6 +375,67 @@ def implicit_dataparallel(setup: Setup, machine: MachineFacts, launch: LaunchFac
                         f"for one GPU)", safe=False,
                         commands=(f"torchrun --nproc_per_node {n} {setup.path}",
                                   f"CUDA_VISIBLE_DEVICES=0 python {setup.path}")))
+
+
+SPREADING = ("auto", "balanced", "balanced_low_0", "sequential")
+PER_RANK_HINTS = ("local_rank", "LOCAL_RANK", "process_index", "current_device", "get_kbit_device_map", "rank")
+
+
+def device_map_kind(v: Value) -> str:
+    """spread | single | per-rank | offload | unknown | none."""
+    if v.state == ABSENT or v.is_(None):
+        return "none"
+    if v.state == KNOWN:
+        if v.value in SPREADING:
+            return "spread"
+        if isinstance(v.value, dict):
+            targets = {str(x) for x in v.value.values()}
+            if targets & {"cpu", "disk"}:
+                return "offload"
+            return "single" if len(targets) <= 1 else "spread"
+        if isinstance(v.value, (int, str)):
+            return "single"
+    if any(h in v.text for h in PER_RANK_HINTS):
+        return "per-rank"
+    return "unknown"
+
+
+def trainer_exempts_4bit(stack: StackFacts) -> tuple[bool, str]:
+    """Does Trainer skip DataParallel for 4-bit models (transformers PR#45407, 2026-04)? Read from the installed
+    trainer.py when it is here, else decided from the version (5.6 onwards)."""
+    pkg = stack.get("transformers")
+    if pkg.source == "installed":
+        import sys
+
+        for entry in sys.path:
+            candidate = Path(entry) / "transformers" / "trainer.py"
+            if candidate.is_file():
+                try:
+                    text = candidate.read_text(encoding="utf-8", errors="replace")
+                except OSError:
+                    break
+                wrap = text[text.find("def _wrap_model"):][:3000]
+                return "is_loaded_in_4bit" in wrap, f"read in the installed transformers {pkg.version}"
+    return at_least(stack, "transformers", "5.6"), f"transformers {pkg.version} ({pkg.source})"
+
+
+def dataparallel_crash_reasons(setup: Setup, machine: MachineFacts, stack: StackFacts) -> list[Evidence]:
+    """Why a DataParallel wrap of this model fails rather than just running slowly."""
+    reasons: list[Evidence] = []
+    load = setup.model_load
+    if setup.quantized.value == "4bit":
+        exempt, how = trainer_exempts_4bit(stack)
+        if not exempt:
+            reasons.append(Evidence(load.location if load else None, load.text if load else "",
+                                    f"4-bit bitsandbytes modules are not replica-safe, and this Trainer still wraps "
+                                    f"them ({how})", "code"))
+    if load is not None and device_map_kind(decide(load.kwarg("device_map"), machine, stack)) == "offload":
+        reasons.append(call_evidence(load, "offloaded modules run through accelerate hooks, which replicas break"))
+    if setup.amp.value == "bf16" and setup.weights.value == dtypes.BFLOAT16:
+        reasons.append(Evidence(None, "torch.nn.parallel.parallel_apply",
+                                "autocast's dtype is thread-local: DataParallel replicas re-enter autocast as fp16, "
+                                "meeting bf16 weights", "code"))
+    return reasons
 
 
 def predict_trainer_wrap(setup: Setup, visible_gpus: int, stack: StackFacts) -> str:
@@ -396,7 +458,7 @@ def predict_trainer_wrap(setup: Setup, visible_gpus: int, stack: StackFacts) -> 
         return "unknown"
     if setup.quantized.value == "8bit":
         return "none"
-    if setup.quantized.value == "4bit" and at_least(stack, "transformers", "5.0"):
+    if setup.quantized.value == "4bit" and trainer_exempts_4bit(stack)[0]:
         return "none"
     return "DataParallel"
 

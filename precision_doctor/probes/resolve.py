@@ -166,12 +166,10 @@ class Resolver:
                          if_true=self.to_value(sym.if_true, node), if_false=self.to_value(sym.if_false, node),
                          origins=(Origin("code", text, where),), location=where)
         if isinstance(sym, DictSym):
-            plain = {}
-            for k, v in sym.items.items():
-                if not isinstance(v, Known):
-                    return Value(state=DYNAMIC, text=text, location=where,
-                                 reason=f"key {k!r} of the dict is not a constant")
-                plain[k] = _plain(v.value)
+            plain, missing = _plain_dict(sym)
+            if missing:
+                return Value(state=DYNAMIC, text=text, location=where,
+                             reason=f"key {missing!r} of the dict is not a constant")
             return Value(state=KNOWN, value=plain, text=text, origins=(Origin("code", text, where),),
                          location=sym.location or where)
         reason = sym.reason if isinstance(sym, Dyn) else f"{text} is an object, not a value"
@@ -773,6 +771,22 @@ def _plain(v: Any) -> Any:
     if isinstance(v, dict):
         return {str(k): _plain(x) for k, x in v.items()}
     return repr(v)
+
+
+def _plain_dict(sym: DictSym) -> tuple[dict, str]:
+    """A dict of constants (nested dicts too), or the first key whose value is not one."""
+    out = {}
+    for k, v in sym.items.items():
+        if isinstance(v, DictSym):
+            inner, missing = _plain_dict(v)
+            if missing:
+                return {}, f"{k}.{missing}"
+            out[k] = inner
+        elif isinstance(v, Known):
+            out[k] = _plain(v.value)
+        else:
+            return {}, k
+    return out, ""
 
 
 def _same(a: Any, b: Any) -> bool:

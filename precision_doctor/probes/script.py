@@ -20,7 +20,7 @@ from .._util import unique
 from ..errors import InputError
 from ..facts import CONDITIONAL, KNOWN, Call, Location, Origin, ScriptFacts, Suppression, Unknown, Value
 from .dataclass_defaults import is_training_arguments
-from .resolve import Cond, Context, DictSym, Dyn, Imports, Known, Namespace, ObjSym, Resolver
+from .resolve import Context, DictSym, Imports, Known, Namespace, ObjSym, Resolver
 from .scopes import ScopeIndex, dotted
 
 MAX_SCRIPT_BYTES = 2 * 1024 * 1024
@@ -60,6 +60,14 @@ def classify(callee: str, node: ast.Call, local_trainers: set[str], local_args: 
         return "accelerator"
     if callee == "torch.cuda.set_device":
         return "set_device"
+    if last == "init_process_group" and callee.startswith("torch"):
+        return "init_process_group"
+    if last in ("FullyShardedDataParallel", "FSDP", "fully_shard") and callee.startswith("torch"):
+        return "fsdp"
+    if last == "MixedPrecision" and callee.startswith("torch"):
+        return "fsdp_mixed_precision"
+    if last == "HfDeepSpeedConfig":
+        return "hf_deepspeed_config"
     if last == "DistributedDataParallel" and callee.startswith("torch"):
         return "ddp"
     if last == "fp8_autocast" and callee.startswith("transformer_engine"):
@@ -212,6 +220,7 @@ class _Collector:
             if not callee and isinstance(node.func, ast.Attribute):
                 callee = f"<expr>.{node.func.attr}"  # a method of a call result: model = load().half()
             self._add(node, kind, callee or self.r.text(node.func))
+        self._loop_bindings()
         self._link_refs()
         self._apply_attribute_overrides()
 
@@ -223,6 +232,23 @@ class _Collector:
             return True
         return callee in self.imports.names.values() and callee.split(".")[0] not in (
             "torch", "transformers", "peft", "accelerate", "trl", "os", "sys", "json", "argparse")
+
+    def _loop_bindings(self) -> None:
+        """`for x, y in loader:` binds x and y to each batch; names the body reassigns are left out."""
+        for node in self.nodes:
+            if not isinstance(node, (ast.For, ast.AsyncFor)):
+                continue
+            bound = [n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)]
+            reassigned = {n.id for stmt in node.body for sub in ast.walk(stmt)
+                          if isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+                          for t in (sub.targets if isinstance(sub, ast.Assign) else [sub.target])
+                          for n in ast.walk(t) if isinstance(n, ast.Name)}
+            kept = [b for b in bound if b not in reassigned]
+            if kept:
+                scope = self.index.scope_of.get(id(node.iter), self.index.module)
+                self.calls.append(Call(kind="loop_var", callee=self.r.text(node.iter)[:80], location=self.r.loc(node),
+                                       scope=scope.name, target=",".join(kept),
+                                       text=self.lines[node.lineno - 1].strip()[:160]))
 
     def _is_variable(self, name: str) -> bool:
         """A call of something the script assigned (a model called on inputs), not a function or class."""
@@ -258,6 +284,9 @@ class _Collector:
                 kwargs[kw.arg] = self.r.value(kw.value, scope)
                 continue
             sym = self.r.sym(kw.value, scope, Context(self.r.script_args))
+            if kind == "call_var":  # model(**batch): keep the name the batch travels under
+                kwargs["**"] = Value(state="dynamic", text=f"**{self.r.text(kw.value)}", reason="unpacked")
+                continue
             if isinstance(sym, DictSym):
                 for k, v in sym.items.items():
                     value = self.r.to_value(v, kw.value)
@@ -463,6 +492,31 @@ def _local_module(module: Path, shown: str, script_args: tuple[str, ...]) -> Scr
     return _MODULE_CACHE[key]
 
 
+def _deepspeed_configs(script: Path, calls: list[Call]) -> tuple[dict[str, dict], list[Unknown]]:
+    """DeepSpeed JSON files named by `deepspeed=` (relative to the script, then the working directory)."""
+    found: dict[str, dict] = {}
+    missing: list[Unknown] = []
+    for call in calls:
+        if call.kind not in ("training_args", "hf_deepspeed_config"):
+            continue
+        v = call.kwarg("deepspeed") if call.kind == "training_args" else (call.args[0] if call.args else None)
+        if v is None or v.state != KNOWN or not isinstance(v.value, str) or v.value in found:
+            continue
+        for base in (script.parent, Path.cwd()):
+            candidate = base / v.value
+            if candidate.is_file():
+                try:
+                    found[v.value] = json.loads(candidate.read_text(encoding="utf-8"))
+                except (OSError, ValueError) as exc:
+                    missing.append(Unknown(f"deepspeed={v.value!r}", f"not valid JSON ({type(exc).__name__})",
+                                           v.location or call.location))
+                break
+        else:
+            missing.append(Unknown(f"deepspeed={v.value!r}", "the DeepSpeed config file is not here (looked next to "
+                                   "the script and in the working directory)", v.location or call.location))
+    return found, missing
+
+
 def probe_script(path: Path, script_args: tuple[str, ...] = (), display: str | None = None) -> ScriptFacts:
     """Read a script (and the sibling modules it imports) into facts. Raises InputError on bad input."""
     shown = display or str(path)
@@ -487,8 +541,10 @@ def probe_script(path: Path, script_args: tuple[str, ...] = (), display: str | N
         imports.extend(sub.imports)
         suppressions.extend(sub.suppressions)
         files.append(mshown)
+    deepspeed, missing = _deepspeed_configs(path, calls)
+    unknowns.extend(missing)
     return ScriptFacts(path=shown, calls=tuple(calls), imports=tuple(dict.fromkeys(imports)),
                        unknowns=tuple(unique(unknowns, key=lambda u: (u.what, u.location))), local_configs=_local_model_configs(path, calls),
-                       files=tuple(files), suppressions=tuple(suppressions))
+                       files=tuple(files), suppressions=tuple(suppressions), deepspeed_configs=deepspeed)
 
 

@@ -1,0 +1,257 @@
+"""DeepSpeed and FSDP: precision settings that disagree, ZeRO-3 with device maps, fp16 loss-scale collapse, and
+FSDP units of mixed dtype (PD501-PD504)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .. import dtypes
+from ..derive import Setup, call_evidence, decide, evidence_of
+from ..engine import Example, rule
+from ..facts import KNOWN, Call, LaunchFacts, MachineFacts, ScriptFacts, StackFacts
+from ..findings import Draft, Evidence, Fix
+from ._common import set_kwarg
+
+_HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+
+
+def _script(ds: str, args: str = "", load: str = ", dtype=torch.float32", model: str = "meta-llama/Llama-3.1-8B",
+            order: str = "load-first") -> str:
+    load_line = f"model = AutoModelForCausalLM.from_pretrained('{model}'{load})\n"
+    args_line = f"args = TrainingArguments('out', deepspeed={ds}{args})\n"
+    body = load_line + args_line if order == "load-first" else args_line + load_line
+    return _HEAD + body + "Trainer(model=model, args=args).train()\n"
+
+
+def deepspeed_config(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack: StackFacts
+                     ) -> tuple[dict | None, Evidence | None, Call | None]:
+    """The DeepSpeed config the Trainer gets: an inline dict, or the JSON file `deepspeed=` names."""
+    for call in ([setup.training_args] if setup.training_args else []) + script.of("hf_deepspeed_config"):
+        v = decide(call.kwarg("deepspeed") if call.kind == "training_args" else
+                   (call.args[0] if call.args else call.kwarg("config_file_or_dict")), machine, stack)
+        if v.state != KNOWN:
+            continue
+        if isinstance(v.value, dict):
+            return v.value, evidence_of(v, "DeepSpeed config (inline)", call), call
+        if isinstance(v.value, str) and v.value in script.deepspeed_configs:
+            return script.deepspeed_configs[v.value], evidence_of(v, f"DeepSpeed config {v.value}", call), call
+    return None, None, None
+
+
+def _section_enabled(config: dict, section: str) -> Any:
+    part = config.get(section)
+    if isinstance(part, dict):
+        return part.get("enabled", False)
+    return False
+
+
+def zero_stage(config: dict) -> Any:
+    zero = config.get("zero_optimization")
+    return zero.get("stage") if isinstance(zero, dict) else None
+
+
+@rule(
+    "PD501", "deepspeed-precision-mismatch", severity="error", phase="wrap",
+    summary="The DeepSpeed config hard-codes fp16/bf16 against the Trainer's (or the launcher's) precision.",
+    what="A DeepSpeed JSON or dict with `\"fp16\": {\"enabled\": true}` or `\"bf16\": {\"enabled\": true}` that "
+         "disagrees with `fp16`/`bf16` in TrainingArguments (TRL configs turn bf16 on by default), or with both on.",
+    why="transformers checks the DeepSpeed config against TrainingArguments and refuses a mismatch; DeepSpeed refuses "
+        "both modes at once.",
+    error="ValueError: Please correct the following DeepSpeed config values that mismatch TrainingArguments values:\n"
+          "- ds fp16.enabled=True vs hf fp16|fp16_full_eval+fp16_backend(amp)=False\nThe easiest method is to set "
+          "these DeepSpeed config values to 'auto'.",
+    fix="Set `\"enabled\": \"auto\"` in the DeepSpeed config and choose the precision only in TrainingArguments.",
+    fix_safety="Safe: \"auto\" takes the Trainer's value.",
+    fires=[Example(_script("{'fp16': {'enabled': True}, 'zero_optimization': {'stage': 2}}", ", bf16=True"))],
+    silent=[Example(_script("{'fp16': {'enabled': 'auto'}, 'bf16': {'enabled': 'auto'}, "
+                            "'zero_optimization': {'stage': 2}}", ", bf16=True"))],
+)
+def deepspeed_precision_mismatch(script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts,
+                                 launch: LaunchFacts):
+    config, where, call = deepspeed_config(setup, script, machine, stack)
+    if config is None:
+        return
+    ds_fp16 = _section_enabled(config, "fp16") is True
+    ds_bf16 = _section_enabled(config, "bf16") is True or _section_enabled(config, "bfloat16") is True
+    if ds_fp16 and ds_bf16:
+        yield Draft("the DeepSpeed config enables both fp16 and bf16", evidence=(where,),
+                    error="ValueError: bfloat16 and fp16 modes cannot be simultaneously enabled",
+                    fix=Fix('set both to "enabled": "auto" and choose in TrainingArguments', safe=True))
+        return
+    if setup.style != "trainer" or not setup.fp16.known or not setup.bf16.known:
+        return
+    for ds_on, name, hf in ((ds_fp16, "fp16", setup.fp16), (ds_bf16, "bf16", setup.bf16)):
+        if ds_on and not hf.value:
+            hf_text = "fp16|fp16_full_eval+fp16_backend(amp)" if name == "fp16" else "bf16|bf16_full_eval"
+            yield Draft(f"the DeepSpeed config hard-codes {name}.enabled=true but the Trainer's {name} is off",
+                        evidence=(where,) + hf.evidence,
+                        error=f"ValueError: Please correct the following DeepSpeed config values that mismatch "
+                              f"TrainingArguments values:\n- ds {name}.enabled=True vs hf {hf_text}=False\nThe easiest "
+                              f"method is to set these DeepSpeed config values to 'auto'.",
+                        fix=Fix(f'set "{name}": {{"enabled": "auto"}} in the DeepSpeed config', safe=True))
+    mp = launch.mixed_precision if launch.known else None
+    if mp is not None and mp.state == KNOWN and mp.value == "bf16" and ds_fp16:
+        yield Draft("accelerate launch --mixed_precision bf16 with fp16 enabled in the DeepSpeed config",
+                    evidence=(where, Evidence(None, launch.command, "--mixed_precision bf16", "launcher")),
+                    error="ValueError: `--mixed_precision` arg cannot be set to `bf16` when `fp16` is set in the "
+                          "DeepSpeed config file.",
+                    fix=Fix('set "fp16": {"enabled": "auto"}', safe=True))
+
+
+@rule(
+    "PD502", "zero3-with-device-map", severity="error", phase="load",
+    summary="ZeRO-3 registered before from_pretrained(device_map=... / low_cpu_mem_usage=True / quantization).",
+    what="TrainingArguments with a stage-3 DeepSpeed config (or `HfDeepSpeedConfig`) created before the model is "
+         "loaded with a `device_map`, `low_cpu_mem_usage=True` or a quantization config.",
+    why="Under ZeRO-3 `from_pretrained` shards the weights as it loads them (zero.Init); a device map or low-memory "
+        "loading places them itself, and the two cannot be combined.",
+    error="ValueError: DeepSpeed Zero-3 is not compatible with passing a `device_map`.",
+    fix="Drop `device_map` / `low_cpu_mem_usage` under ZeRO-3 and let DeepSpeed shard at load time.",
+    fix_safety="Safe under ZeRO-3.",
+    fires=[Example(_script("{'zero_optimization': {'stage': 3}, 'bf16': {'enabled': 'auto'}}", ", bf16=True",
+                           load=", dtype=torch.bfloat16, device_map='auto'", order="args-first"))],
+    silent=[Example(_script("{'zero_optimization': {'stage': 3}, 'bf16': {'enabled': 'auto'}}", ", bf16=True",
+                            load=", dtype=torch.bfloat16", order="args-first"))],
+)
+def zero3_with_device_map(script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts):
+    config, where, call = deepspeed_config(setup, script, machine, stack)
+    load = setup.model_load
+    if config is None or load is None or zero_stage(config) != 3:
+        return
+    if (call.location.path, call.location.line) > (load.location.path, load.location.line):
+        return  # registered after loading: zero.Init does not apply to this load
+    for name in ("device_map", "low_cpu_mem_usage", "quantization_config", "load_in_4bit", "load_in_8bit"):
+        v = decide(load.kwarg(name), machine, stack)
+        if v.state == KNOWN and v.value not in (None, False):
+            yield Draft(f"ZeRO-3 is registered before from_pretrained(..., {name}=...)",
+                        evidence=(where, evidence_of(v, f"{name}=", load)),
+                        fix=Fix(f"drop {name}= under ZeRO-3", safe=name != "quantization_config"))
+            return
+
+
+_OVERFLOW = re.compile(r"(t5|mt5|gemma|deepseek-v2)", re.I)
+
+
+@rule(
+    "PD503", "deepspeed-fp16-loss-scale-collapse", severity="warning", phase="later-steps",
+    summary="DeepSpeed fp16 on a model that overflows fp16: the loss scale collapses to its minimum.",
+    what="DeepSpeed fp16 (`\"fp16\": {\"enabled\": true}` or `\"auto\"` with fp16=True) on a model family "
+         "pre-trained in bf16 (T5, Gemma, DeepSeek-V2), or with a static `loss_scale`.",
+    why="Every step overflows, DeepSpeed halves the scale and skips the step until it reaches min_loss_scale and "
+        "aborts.",
+    error="Exception: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.",
+    fix="Use bf16 on Ampere or newer (`\"bf16\": {\"enabled\": \"auto\"}` + `bf16=True`); otherwise lower the learning "
+        "rate or raise initial_scale_power / min_loss_scale.",
+    fix_safety="Unsafe: changes the precision.",
+    fires=[Example(_script("{'fp16': {'enabled': 'auto'}, 'zero_optimization': {'stage': 2}}", ", fp16=True",
+                           model="google/gemma-2-9b"))],
+    silent=[Example(_script("{'bf16': {'enabled': 'auto'}, 'zero_optimization': {'stage': 2}}", ", bf16=True",
+                            model="google/gemma-2-9b"))],
+)
+def deepspeed_fp16_loss_scale_collapse(script: ScriptFacts, setup: Setup, machine: MachineFacts,
+                                       stack: StackFacts):
+    config, where, _ = deepspeed_config(setup, script, machine, stack)
+    if config is None:
+        return
+    fp16 = _section_enabled(config, "fp16")
+    on = fp16 is True or (fp16 == "auto" and setup.fp16.value is True)
+    if not on:
+        return
+    static = isinstance(config.get("fp16"), dict) and config["fp16"].get("loss_scale", 0) not in (0, "auto")
+    if setup.family and _OVERFLOW.search(setup.family) or static:
+        why = (f"{setup.family} was pre-trained in bf16" if not static else
+               f"a static loss_scale={config['fp16']['loss_scale']}")
+        yield Draft(f"DeepSpeed fp16 with {why}: overflowing steps drive the loss scale to its minimum",
+                    evidence=(where,), fix=Fix('use "bf16": {"enabled": "auto"} with bf16=True', safe=False))
+
+
+def _fsdp_on(setup: Setup, script: ScriptFacts, machine: MachineFacts, launch: LaunchFacts,
+             stack: StackFacts) -> Evidence | None:
+    if setup.training_args is not None:
+        v = decide(setup.training_args.kwarg("fsdp"), machine, stack)
+        if v.state == KNOWN and v.value not in ("", None, False, []):
+            return evidence_of(v, f"fsdp={v.text}", setup.training_args)
+    config = machine.host.accelerate_config if machine.host else {}
+    if launch.known and launch.launcher == "accelerate" and str(config.get("distributed_type", "")).upper() == "FSDP":
+        return Evidence(None, machine.host.accelerate_config_path, "distributed_type: FSDP", "accelerate-config")
+    raw = script.of("fsdp")
+    if raw:
+        return call_evidence(raw[0], "FullyShardedDataParallel")
+    return None
+
+
+@rule(
+    "PD504", "fsdp-mixed-dtype-flatten", severity="error", phase="wrap",
+    summary="An FSDP unit would flatten parameters of several dtypes (half base + fp32 LoRA, or 4-bit storage).",
+    what="FSDP over a PEFT model whose base is fp16/bf16 and whose adapters are fp32 (peft >= 0.12) wrapped by a "
+         "plain auto-wrap policy, or QLoRA under FSDP with the default `bnb_4bit_quant_storage` (uint8).",
+    why="FSDP(1) flattens each unit's parameters into one FlatParameter, which must have one dtype and cannot be an "
+        "integer type.",
+    error="ValueError: Must flatten tensors with uniform dtype but got torch.bfloat16 and torch.float32",
+    fix="Wrap LoRA leaves as their own units with peft's `fsdp_auto_wrap_policy(model)` (Trainer installs it for "
+        "PeftModels), or create adapters in the base dtype (`autocast_adapter_dtype=False`); for FSDP-QLoRA set "
+        "`bnb_4bit_quant_storage` equal to the model dtype.",
+    fix_safety="Display only.",
+    fires=[Example("import torch\nfrom torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
+                   "from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy\n"
+                   "from peft import LoraConfig, get_peft_model\nfrom transformers import AutoModelForCausalLM\n"
+                   "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.bfloat16)\n"
+                   "model = get_peft_model(model, LoraConfig(r=8, target_modules=['c_attn']))\n"
+                   "model = FSDP(model, auto_wrap_policy=transformer_auto_wrap_policy)\n"
+                   "opt = torch.optim.AdamW(model.parameters())\n"),
+           Example("import torch\nfrom peft import LoraConfig\n"
+                   "from transformers import AutoModelForCausalLM, BitsAndBytesConfig, TrainingArguments\n"
+                   "from trl import SFTTrainer\n"
+                   "q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.bfloat16)\n"
+                   "model = AutoModelForCausalLM.from_pretrained('m', quantization_config=q, dtype=torch.bfloat16)\n"
+                   "args = TrainingArguments('o', bf16=True, fsdp='full_shard auto_wrap')\n"
+                   "SFTTrainer(model=model, args=args, peft_config=LoraConfig(r=8)).train()\n")],
+    silent=[Example("import torch\nfrom torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
+                    "from peft import LoraConfig, get_peft_model\nfrom peft.utils.other import fsdp_auto_wrap_policy\n"
+                    "from transformers import AutoModelForCausalLM\n"
+                    "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.bfloat16)\n"
+                    "model = get_peft_model(model, LoraConfig(r=8, target_modules=['c_attn']))\n"
+                    "model = FSDP(model, auto_wrap_policy=fsdp_auto_wrap_policy(model))\n"
+                    "opt = torch.optim.AdamW(model.parameters())\n"),
+            Example("import torch\nfrom peft import LoraConfig\n"
+                    "from transformers import AutoModelForCausalLM, BitsAndBytesConfig, TrainingArguments\n"
+                    "from trl import SFTTrainer\n"
+                    "q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.bfloat16, "
+                    "bnb_4bit_quant_storage=torch.bfloat16)\n"
+                    "model = AutoModelForCausalLM.from_pretrained('m', quantization_config=q, dtype=torch.bfloat16)\n"
+                    "args = TrainingArguments('o', bf16=True, fsdp='full_shard auto_wrap')\n"
+                    "SFTTrainer(model=model, args=args, peft_config=LoraConfig(r=8)).train()\n")],
+)
+def fsdp_mixed_dtype_flatten(script: ScriptFacts, setup: Setup, machine: MachineFacts, launch: LaunchFacts,
+                             stack: StackFacts):
+    on = _fsdp_on(setup, script, machine, launch, stack)
+    if on is None:
+        return
+    if setup.quantized.value == "4bit":
+        cfg = setup.quantized.call if setup.quantized.call and setup.quantized.call.kind == "bnb_config" else None
+        storage = decide(cfg.kwarg("bnb_4bit_quant_storage"), machine, stack) if cfg else None
+        stored = dtypes.from_string(storage.value) if storage is not None and storage.state == KNOWN else None
+        if stored != setup.weights.value or stored is None:
+            yield Draft("QLoRA under FSDP with bnb_4bit_quant_storage left at uint8: FSDP cannot flatten the "
+                        "quantized integer storage with the model's float parameters",
+                        evidence=(on,) + setup.quantized.evidence,
+                        error="ValueError: Cannot flatten integer dtype tensors",
+                        fix=Fix(f"bnb_4bit_quant_storage=torch.{setup.weights.value or 'bfloat16'} in the "
+                                f"BitsAndBytesConfig", safe=True,
+                                edits=(set_kwarg(cfg, "bnb_4bit_quant_storage",
+                                                 f"torch.{setup.weights.value or 'bfloat16'}"),) if cfg else ()))
+        return
+    raw = script.of("fsdp")
+    if not raw or not setup.peft.value or not dtypes.is_half(setup.weights.value):
+        return  # Trainer installs peft's fsdp_auto_wrap_policy for PeftModels itself
+    if setup.adapter_dtype.value == setup.weights.value:
+        return
+    policy = raw[0].kwarg("auto_wrap_policy")
+    if "fsdp_auto_wrap_policy" in policy.text:
+        return
+    yield Draft(f"FSDP wraps {setup.weights.value} base weights and {setup.adapter_dtype.value} LoRA adapters into the "
+                f"same units", evidence=(on,) + setup.weights.evidence + setup.adapter_dtype.evidence,
+                error=f"ValueError: Must flatten tensors with uniform dtype but got torch.{setup.weights.value} and "
+                      f"torch.{setup.adapter_dtype.value}",
+                fix=Fix("auto_wrap_policy=fsdp_auto_wrap_policy(model) (from peft.utils.other)", safe=False))

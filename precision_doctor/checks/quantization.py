@@ -1,0 +1,249 @@
+"""bitsandbytes quantization and PEFT adapters on top of it (PD401-PD406)."""
+
+from __future__ import annotations
+
+from .. import dtypes
+from ..derive import Setup, call_evidence, decide, dtype_of_cast, evidence_of
+from ..engine import Example, rule
+from ..facts import ABSENT, MachineFacts, ScriptFacts, StackFacts
+from ..findings import Draft, Edit, Fix
+from ..probes.stack import at_least
+from ._common import native_bf16, set_kwarg
+from .placement import checkpointing
+
+_HEAD = ("import torch\nfrom peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training\n"
+         "from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments\n")
+_LOAD4 = ("q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='nf4'{compute})\n"
+          "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.1-8B', quantization_config=q, "
+          "dtype=torch.bfloat16, device_map={{'': 0}})\n")
+_PREP = "model = prepare_model_for_kbit_training(model)\n"
+_LORA = "model = get_peft_model(model, LoraConfig(r=16, target_modules=['q_proj', 'v_proj']))\n"
+_TRAIN = "Trainer(model=model, args=TrainingArguments('out', bf16=True{args})).train()\n"
+_BF16 = ", bnb_4bit_compute_dtype=torch.bfloat16"
+
+
+def qlora(compute: str = _BF16, prep: bool = True, lora: bool = True, args: str = "", middle: str = "") -> str:
+    return (_HEAD + _LOAD4.format(compute=compute) + middle + (_PREP if prep else "") + (_LORA if lora else "")
+            + _TRAIN.format(args=args))
+
+
+@rule(
+    "PD401", "quantized-model-cast-or-move", severity="error", phase="load",
+    summary="Casting a bitsandbytes 4/8-bit model to another dtype (or moving it, on old stacks).",
+    what="`.half()`, `.float()`, `.bfloat16()`, `.to(torch.float16)` on a model loaded with "
+         "`BitsAndBytesConfig(load_in_4bit/8bit=True)`; `.to(\"cuda\")`/`.cuda()` too with bitsandbytes < 0.43.2 "
+         "(4-bit) or < 0.48 (8-bit).",
+    why="The quantized weights are packed integers with their own compute dtype; transformers refuses to cast them.",
+    error="ValueError: You cannot cast a bitsandbytes model in a new `dtype`. Make sure to load the model using "
+          "`from_pretrained` using the desired `dtype` by passing the correct `dtype` argument.",
+    fix="Don't cast a quantized model: choose the non-quantized modules' dtype with `dtype=` at load time and the "
+        "compute dtype with `bnb_4bit_compute_dtype`; place it with `device_map`.",
+    fix_safety="Display only.",
+    fires=[Example(qlora(middle="model = model.half()\n")),
+           Example(qlora(middle="model.to(torch.bfloat16)\n"))],
+    silent=[Example(qlora()),
+            Example(qlora(middle="model = model.to('cuda')\n"), note="moving is allowed on current bitsandbytes")],
+)
+def quantized_model_cast_or_move(script: ScriptFacts, setup: Setup, stack: StackFacts):
+    bits = setup.quantized.value
+    if bits not in ("4bit", "8bit"):
+        return
+    for c in script.of("cast"):
+        if c.receiver not in setup.model_names and c not in setup.chain:
+            continue
+        method = c.callee.rsplit(".", 1)[-1]
+        d = dtype_of_cast(c)
+        if method in ("half", "float", "bfloat16") or d:
+            error = (f"ValueError: `.{method}()` is not supported for quantized model. Please use the model as it "
+                     f"is, since the model has already been casted to the correct `dtype`."
+                     if method in ("half", "float") else "")
+            yield Draft(f"the model is {bits} bitsandbytes-quantized and then cast with .{method}(...)",
+                        evidence=setup.quantized.evidence + (call_evidence(c, f".{method}() on a quantized model"),),
+                        error=error, fix=Fix("remove the cast; pick dtype= / bnb_4bit_compute_dtype at load time",
+                                             safe=False))
+        elif method in ("cuda", "to"):
+            old_4 = bits == "4bit" and not at_least(stack, "bitsandbytes", "0.43.2")
+            old_8 = bits == "8bit" and not at_least(stack, "bitsandbytes", "0.48")
+            if old_4 or old_8:
+                bnb = stack.get("bitsandbytes")
+                yield Draft(f"moving a {bits} model with .{method}() needs a newer bitsandbytes "
+                            f"(have {bnb.version}, {bnb.source})",
+                            evidence=(call_evidence(c, "moved after quantized loading"),),
+                            error="ValueError: Calling `to()` is not supported for `4-bit` quantized models with the "
+                                  "installed version of bitsandbytes." if old_4 else
+                                  "ValueError: You need to install `pip install bitsandbytes>=0.48.0` if you want to "
+                                  "move a 8-bit model across devices using to().",
+                            fix=Fix("place it with device_map at load time instead", safe=False))
+
+
+@rule(
+    "PD402", "bnb-compute-dtype-float32-default", severity="warning", phase="first-step",
+    summary="4-bit loading without `bnb_4bit_compute_dtype`: every matmul dequantizes to float32.",
+    what="`BitsAndBytesConfig(load_in_4bit=True)` with no `bnb_4bit_compute_dtype` (default float32) while the "
+         "training runs in fp16/bf16.",
+    why="The 4-bit kernels dequantize to the compute dtype: float32 makes every matmul slow and mismatched with the "
+        "half-precision activations.",
+    error="UserWarning: Input type into Linear4bit is torch.float16, but bnb_4bit_compute_dtype=torch.float32 "
+          "(default). This will lead to slow inference or training speed.",
+    fix="Set `bnb_4bit_compute_dtype` to the training compute dtype: `torch.bfloat16` on Ampere or newer, "
+        "`torch.float16` on T4/V100.",
+    fix_safety="Safe: the compute dtype is not stored in the weights.",
+    fires=[Example(qlora(compute=""))],
+    silent=[Example(qlora()),
+            Example(qlora(compute="").replace("bf16=True", "bf16=False").replace("dtype=torch.bfloat16",
+                                                                                 "dtype=torch.float32"),
+                    note="fp32 training: float32 is right")],
+)
+def bnb_compute_dtype_float32_default(script: ScriptFacts, setup: Setup, machine: MachineFacts,
+                                      stack: StackFacts):
+    if setup.quantized.value != "4bit" or not setup.trains:
+        return
+    half = setup.amp.value in ("fp16", "bf16") or dtypes.is_half(setup.weights.value)
+    if not half:
+        return
+    for cfg in script.of("bnb_config"):
+        if not decide(cfg.kwarg("load_in_4bit"), machine, stack).is_(True):
+            continue
+        if cfg.kwarg("bnb_4bit_compute_dtype").state != ABSENT:
+            continue
+        target = "torch.bfloat16" if native_bf16(machine) is not False and setup.amp.value != "fp16" \
+            else "torch.float16"
+        yield Draft("BitsAndBytesConfig(load_in_4bit=True) without bnb_4bit_compute_dtype computes in float32 while "
+                    "training runs in half precision",
+                    evidence=(call_evidence(cfg, "no bnb_4bit_compute_dtype (default float32)"),) + setup.amp.evidence,
+                    fix=Fix(f"bnb_4bit_compute_dtype={target}", safe=True,
+                            edits=(set_kwarg(cfg, "bnb_4bit_compute_dtype", target),)))
+
+
+@rule(
+    "PD403", "kbit-gradient-checkpointing-no-input-grads", severity="error", phase="first-step",
+    summary="Reentrant gradient checkpointing over a frozen (k-bit) base whose inputs don't require grad.",
+    what="A quantized base wrapped with `get_peft_model` without `prepare_model_for_kbit_training` or "
+         "`enable_input_require_grads()`, then trained with gradient checkpointing in its reentrant form (the "
+         "transformers <= 4.57 default). TRL's SFTTrainer with `peft_config` prepares the model itself.",
+    why="Reentrant checkpointing only produces a graph when a block's inputs require grad; frozen embeddings give "
+        "inputs that don't, so the loss has no grad_fn. transformers 5 enables input grads itself.",
+    error="RuntimeError: element 0 of tensors does not require grad and does not have a grad_fn",
+    fix="`prepare_model_for_kbit_training(model, use_gradient_checkpointing=True)` before `get_peft_model`, or "
+        "`model.enable_input_require_grads()`, or `gradient_checkpointing_kwargs={\"use_reentrant\": False}`.",
+    fix_safety="Safe: prepares what the training needs.",
+    fires=[Example(qlora(prep=False, args=", gradient_checkpointing=True"), versions={"transformers": "4.57.1"})],
+    silent=[Example(qlora(prep=True, args=", gradient_checkpointing=True"), versions={"transformers": "4.57.1"}),
+            Example(qlora(prep=False, args=", gradient_checkpointing=True")),
+            Example(qlora(prep=False, args=", gradient_checkpointing=True, gradient_checkpointing_kwargs="
+                                           "{'use_reentrant': False}"), versions={"transformers": "4.57.1"})],
+)
+def kbit_gradient_checkpointing_no_input_grads(script: ScriptFacts, setup: Setup, machine: MachineFacts,
+                                               stack: StackFacts):
+
+    if not setup.peft.value or setup.peft.call is None or setup.peft.call.kind != "get_peft_model":
+        return
+    if at_least(stack, "transformers", "5.0") or script.of("prepare_kbit", "input_grads"):
+        return
+    on, reentrant, ev = checkpointing(setup, script, machine, stack)
+    if not on or not reentrant:
+        return
+    base = "a k-bit base" if setup.quantized.value else "a frozen base"
+    wrap = setup.peft.call
+    yield Draft(f"{base} gets LoRA adapters without prepare_model_for_kbit_training / enable_input_require_grads, "
+                f"and reentrant gradient checkpointing then finds no input that requires grad",
+                evidence=(call_evidence(wrap, "adapters on a frozen base"),) + ev,
+                fix=Fix("model = prepare_model_for_kbit_training(model) before get_peft_model", safe=True,
+                        edits=(Edit("insert_before", wrap.location.path, wrap.location.line,
+                                    new="model = prepare_model_for_kbit_training(model)"),)))
+
+
+@rule(
+    "PD404", "quantized-model-without-adapters", severity="error", phase="wrap",
+    summary="Training a 4/8-bit model with no trainable adapters attached.",
+    what="Trainer/SFTTrainer given a bitsandbytes-quantized model without `get_peft_model` / `peft_config` (or after "
+         "`merge_and_unload()`).",
+    why="Quantized weights cannot be trained; transformers refuses a purely quantized model.",
+    error="ValueError: You cannot perform fine-tuning on purely quantized models. Please attach trainable adapters on "
+          "top of the quantized model to correctly perform fine-tuning.",
+    fix="Attach adapters (`get_peft_model(model, LoraConfig(...))` or SFTTrainer `peft_config=`), or load without "
+        "quantization.",
+    fix_safety="Display only.",
+    fires=[Example(qlora(lora=False))],
+    silent=[Example(qlora())],
+)
+def quantized_model_without_adapters(setup: Setup):
+    if setup.style != "trainer" or setup.quantized.value not in ("4bit", "8bit") or setup.peft.value:
+        return
+    yield Draft(f"the model is {setup.quantized.value}-quantized and no adapters are attached before training",
+                evidence=setup.quantized.evidence + (call_evidence(setup.trainer, "trained as it is"),),
+                fix=Fix("model = get_peft_model(model, LoraConfig(...)) before the Trainer (or peft_config=)",
+                        safe=False))
+
+
+@rule(
+    "PD405", "int8-fp16-scalar-type-mismatch", severity="error", phase="first-step",
+    summary="8-bit LoRA with fp16=True on 2023-era peft/bitsandbytes: a Half/Float mismatch in backward.",
+    what="`load_in_8bit` + `prepare_model_for_int8_training` + `fp16=True` with peft <= 0.4 or bitsandbytes <= 0.39.",
+    why="Old bitsandbytes' MatMul8bitLt.backward multiplied fp16 gradients with fp32 state.",
+    error="RuntimeError: expected scalar type Half but found Float",
+    fix="Upgrade peft and bitsandbytes; or drop fp16=True for int8 LoRA.",
+    fix_safety="Display only.",
+    fires=[Example(qlora().replace("load_in_4bit=True, bnb_4bit_quant_type='nf4'", "load_in_8bit=True")
+                   .replace("bf16=True", "fp16=True"), versions={"bitsandbytes": "0.38.1", "peft": "0.3.0"})],
+    silent=[Example(qlora().replace("load_in_4bit=True, bnb_4bit_quant_type='nf4'", "load_in_8bit=True")
+                    .replace("bf16=True", "fp16=True"))],
+)
+def int8_fp16_scalar_type_mismatch(setup: Setup, stack: StackFacts):
+    if setup.quantized.value != "8bit" or setup.amp.value != "fp16":
+        return
+    old_peft = not at_least(stack, "peft", "0.5")
+    old_bnb = not at_least(stack, "bitsandbytes", "0.40")
+    if not (old_peft or old_bnb):
+        return
+    versions = ", ".join(stack.get(n).describe() for n in ("peft", "bitsandbytes"))
+    yield Draft(f"8-bit training with fp16=True on {versions}: the old int8 backward mixes Half and Float",
+                evidence=setup.quantized.evidence + setup.amp.evidence,
+                fix=Fix("pip install -U peft bitsandbytes", safe=False, commands=("pip install -U peft bitsandbytes",)))
+
+
+@rule(
+    "PD406", "bnb-load-in-kwargs-deprecated", severity="warning", escalates_to="error", phase="load",
+    summary="`from_pretrained(load_in_4bit=/load_in_8bit=)`: removed in transformers 5, deprecated before.",
+    what="The legacy `load_in_4bit=`/`load_in_8bit=` keywords of `from_pretrained`, alone or together with "
+         "`quantization_config=`.",
+    why="transformers 5 removed them (the model class receives an unknown keyword); 4.x deprecated them and refuses "
+        "them next to a `quantization_config`.",
+    error="TypeError: LlamaForCausalLM.__init__() got an unexpected keyword argument 'load_in_4bit'",
+    fix="Pass only `quantization_config=BitsAndBytesConfig(load_in_4bit=True, ...)`.",
+    fix_safety="Safe: the same quantization, in the supported form.",
+    fires=[Example(_HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', load_in_4bit=True)\n"),
+           Example(_HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', load_in_8bit=True)\n",
+                   versions={"transformers": "4.44.0"})],
+    silent=[Example(_HEAD + "q = BitsAndBytesConfig(load_in_4bit=True)\n"
+                    "m = AutoModelForCausalLM.from_pretrained('gpt2', quantization_config=q)\n")],
+)
+def bnb_load_in_kwargs_deprecated(script: ScriptFacts, stack: StackFacts):
+    removed = at_least(stack, "transformers", "5.0")
+    version = stack.get("transformers")
+    for load in script.of("model_load"):
+        for flag in ("load_in_4bit", "load_in_8bit"):
+            if flag not in load.kwargs:
+                continue
+            both = "quantization_config" in load.kwargs
+            cls = load.callee.rsplit(".", 2)[-2] if "." in load.callee else "the model"
+            error = (f"TypeError: {cls}.__init__() got an unexpected keyword argument '{flag}'" if removed else
+                     "ValueError: You can't pass `load_in_4bit`or `load_in_8bit` as a kwarg when passing "
+                     "`quantization_config` argument at the same time." if both else
+                     "The `load_in_4bit` and `load_in_8bit` arguments are deprecated and will be removed in the future "
+                     "versions. Please, pass a `BitsAndBytesConfig` object in `quantization_config` argument instead.")
+            yield Draft(f"from_pretrained({flag}=...) " + (f"no longer exists on transformers {version.version}"
+                                                          if removed else "is deprecated")
+                        + (" (and is refused next to quantization_config)" if both and not removed else ""),
+                        evidence=(evidence_of(load.kwargs[flag], f"{flag}=", load),),
+                        severity="error" if removed or both else "", error=error,
+                        fix=Fix(f"quantization_config=BitsAndBytesConfig({flag}=True)", safe=not both,
+                                edits=(Edit("remove_kwarg", load.location.path, load.location.line,
+                                            call="from_pretrained", name=flag),) + (
+                                    () if both else (Edit("set_kwarg", load.location.path, load.location.line,
+                                                          call="from_pretrained", name="quantization_config",
+                                                          new=f"BitsAndBytesConfig({flag}=True)"),
+                                                     Edit("add_import", load.location.path, 1,
+                                                          new="from transformers import BitsAndBytesConfig")))),
+                        confidence="likely" if version.source == "assumed" else "certain")
+            return
