@@ -9,7 +9,8 @@ from ..facts import ABSENT, KNOWN, Call, LaunchFacts, MachineFacts, ScriptFacts,
 from ..findings import Draft, Evidence, Fix
 from ..probes.stack import at_least
 from ._common import gpu_phrase, set_kwarg
-from .launch import dataparallel_crash_reasons, device_map_kind, num_processes, predict_trainer_wrap
+from .launch import (dataparallel_crash_reasons, device_map_kind, num_processes, predict_trainer_wrap,
+                     trainer_exempts_4bit)
 
 
 _QLORA = ("import torch\nfrom peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training\n"
@@ -67,7 +68,22 @@ def multi_process(launch: LaunchFacts, machine: MachineFacts) -> tuple[int, Evid
 def dataparallel_over_device_map(setup: Setup, machine: MachineFacts, launch: LaunchFacts, stack: StackFacts):
     if setup.style != "trainer" or len(machine.gpus) < 2 or (launch.known and launch.launcher != "python"):
         return
-    if predict_trainer_wrap(setup, len(machine.gpus), stack) != "DataParallel":
+    wrap = predict_trainer_wrap(setup, len(machine.gpus), stack)
+    if wrap == "none" and setup.quantized.value == "4bit" and not trainer_exempts_4bit(stack)[0] and \
+            setup.model_load is not None:
+        # A spreading device_map is model parallel only if it really spans GPUs; a 4-bit model often fits on one,
+        # and then Trainer wraps it after all (seed 003). Only the live model tells: say so, as a warning.
+        dm = setup.model_load.kwarg("device_map")
+        yield Draft(f"device_map={dm.text} may place this 4-bit model on a single GPU; Trainer then wraps it in "
+                    f"nn.DataParallel, which 4-bit modules do not survive on this transformers",
+                    evidence=(call_evidence(setup.model_load, "4-bit model with a device_map decided at load time"),
+                              Evidence(None, gpu_phrase(machine), f"{len(machine.gpus)} GPUs visible", "profile")),
+                    severity="warning", confidence="likely",
+                    fix=Fix(f"launch DDP (torchrun --nproc_per_node {len(machine.gpus)}) with device_map={{'': "
+                            f"local_rank}}, or CUDA_VISIBLE_DEVICES=0; `check --live` confirms the device map",
+                            safe=False))
+        return
+    if wrap != "DataParallel":
         return
     reasons = dataparallel_crash_reasons(setup, machine, stack)
     if not reasons:
@@ -155,7 +171,8 @@ def checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, stac
     "PD303", "ddp-reentrant-checkpointing", severity="error", phase="first-step",
     summary="Reentrant gradient checkpointing under DDP with unused parameters or adapters.",
     what="A multi-process DDP launch, gradient checkpointing with `use_reentrant=True` (the transformers 4 default), "
-         "and `ddp_find_unused_parameters=True` or PEFT adapters (frozen base parameters).",
+         "and `ddp_find_unused_parameters=True` / `DistributedDataParallel(find_unused_parameters=True)` (common with "
+         "LoRA, whose frozen base leaves parameters unused).",
     why="Reentrant checkpointing runs a second backward inside the first; DDP's reducer then sees the same "
         "parameters marked ready twice.",
     error="RuntimeError: Expected to mark a variable ready only once. This error is caused by one of the following "
@@ -186,9 +203,9 @@ def ddp_reentrant_checkpointing(script: ScriptFacts, setup: Setup, machine: Mach
         decide(setup.training_args.kwarg("ddp_find_unused_parameters"), machine, stack).is_(True)
     unused = unused or any(decide(d.kwarg("find_unused_parameters"), machine, stack).is_(True)
                            for d in script.of("ddp"))
-    if not unused and not setup.peft.value:
-        return
-    why = "ddp_find_unused_parameters=True" if unused else "PEFT adapters (a frozen base)"
+    if not unused:
+        return  # Trainer turns find_unused_parameters off when checkpointing; reentrant then works
+    why = "find_unused_parameters=True"
     edits = (set_kwarg(setup.training_args, "gradient_checkpointing_kwargs", '{"use_reentrant": False}'),) \
         if setup.training_args is not None else ()
     yield Draft(f"reentrant gradient checkpointing under {n}-process DDP with {why}: DDP marks parameters ready twice",
@@ -245,14 +262,17 @@ def meta_tensor_move(setup: Setup, script: ScriptFacts, machine: MachineFacts, s
     fix="Move every batch tensor to `model.device` (or `accelerator.device`), or let `accelerator.prepare(loader)` "
         "do it.",
     fix_safety="Display only.",
-    fires=[Example("import torch\nmodel = MyNet().cuda()\nopt = torch.optim.AdamW(model.parameters())\n"
+    fires=[Example("import torch\nfrom torch.utils.data import DataLoader\nloader = DataLoader(dataset, batch_size=8)\n"
+                   "model = MyNet().cuda()\nopt = torch.optim.AdamW(model.parameters())\n"
                    "for x, y in loader:\n    loss = torch.nn.functional.mse_loss(model(x), y)\n"
                    "    loss.backward()\n    opt.step()\n")],
-    silent=[Example("import torch\nmodel = MyNet().cuda()\nopt = torch.optim.AdamW(model.parameters())\n"
+    silent=[Example("import torch\nfrom torch.utils.data import DataLoader\nloader = DataLoader(dataset, batch_size=8)\n"
+                    "model = MyNet().cuda()\nopt = torch.optim.AdamW(model.parameters())\n"
                     "for x, y in loader:\n    x, y = x.cuda(), y.cuda()\n"
                     "    loss = torch.nn.functional.mse_loss(model(x), y)\n    loss.backward()\n    opt.step()\n"),
-            Example("import torch\nmodel = MyNet().cuda()\nopt = torch.optim.AdamW(model.parameters())\n"
-                    "for batch in loader:\n    batch = {k: v.to('cuda') for k, v in batch.items()}\n"
+            Example("import torch\nfrom torch.utils.data import DataLoader\n"
+                    "model = MyNet().cuda()\nopt = torch.optim.AdamW(model.parameters())\n"
+                    "for batch in DataLoader(dataset):\n    batch = {k: v.to('cuda') for k, v in batch.items()}\n"
                     "    model(**batch).loss.backward()\n    opt.step()\n")],
 )
 def inputs_not_on_model_device(script: ScriptFacts, setup: Setup):
@@ -284,9 +304,11 @@ def _moved_to_gpu(script: ScriptFacts, setup: Setup) -> bool:
 
 
 def _unmoved_loop_inputs(script: ScriptFacts) -> set[tuple[str, str]]:
-    """(scope, name) of variables bound by a `for ... in <loader>` header."""
+    """(scope, name) of variables bound by a `for ... in <DataLoader>` header."""
     out = set()
     for c in script.of("loop_var"):
+        if c.receiver != "dataloader":
+            continue
         for name in c.target.split(","):
             out.add((c.scope, name))
     return out

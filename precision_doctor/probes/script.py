@@ -248,7 +248,20 @@ class _Collector:
                 scope = self.index.scope_of.get(id(node.iter), self.index.module)
                 self.calls.append(Call(kind="loop_var", callee=self.r.text(node.iter)[:80], location=self.r.loc(node),
                                        scope=scope.name, target=",".join(kept),
+                                       receiver="dataloader" if self._is_dataloader(node.iter, scope) else "",
                                        text=self.lines[node.lineno - 1].strip()[:160]))
+
+    def _is_dataloader(self, expr: ast.AST, scope) -> bool:
+        """The loop iterates a torch DataLoader (batches are built on the CPU), directly or via enumerate/tqdm."""
+        if isinstance(expr, ast.Call) and dotted(expr.func).rsplit(".", 1)[-1] in ("enumerate", "tqdm") and expr.args:
+            return self._is_dataloader(expr.args[0], scope)
+        sym = expr if isinstance(expr, ast.Call) else None
+        if sym is None:
+            resolved = self.r.sym(expr, scope, Context(self.r.script_args))
+            if not isinstance(resolved, ObjSym):
+                return False
+            sym = resolved.call
+        return self.r.qualified(sym.func).rsplit(".", 1)[-1] == "DataLoader"
 
     def _is_variable(self, name: str) -> bool:
         """A call of something the script assigned (a model called on inputs), not a function or class."""
