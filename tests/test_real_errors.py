@@ -139,3 +139,36 @@ def test_pd114_mirrors_trainers_dataparallel_decision():
     assert "self.args.n_gpu > 1" in wrap and "is_loaded_in_8bit" in wrap and "is_loaded_in_4bit" in wrap
     assert "nn.DataParallel(model)" in wrap
     assert predict_trainer_wrap.__doc__ and "4-bit" in predict_trainer_wrap.__doc__
+
+
+def test_pd403_reentrant_checkpointing_over_frozen_inputs():
+    """Reproduced with torch alone: a frozen embedding feeds a reentrant checkpointed block."""
+    from torch.utils.checkpoint import checkpoint
+
+    emb = torch.nn.Embedding(16, 8).requires_grad_(False)
+    block = torch.nn.Linear(8, 8)
+    ids = torch.randint(0, 16, (2, 4))
+    with pytest.raises(RuntimeError) as err:
+        checkpoint(block, emb(ids), use_reentrant=True).sum().backward()
+    assert str(err.value) == declared("PD403")
+    emb.requires_grad_(True)  # what enable_input_require_grads() / prepare_model_for_kbit_training arrange
+    checkpoint(block, emb(ids), use_reentrant=True).sum().backward()
+
+
+@pytest.mark.parametrize("rule_id,module", [
+    ("PD401", "transformers/modeling_utils.py"),
+    ("PD404", "transformers/trainer_utils.py"),
+    ("PD502", "transformers/integrations/accelerate.py"),
+    ("PD302", "accelerate/accelerator.py"),
+    ("PD209", "transformers/training_args.py"),
+    ("PD103", "transformers/training_args.py"),
+])
+def test_declared_errors_are_in_the_installed_library_source(rule_id, module):
+    import importlib.util
+    import re as _re
+
+    root = importlib.util.find_spec(module.split("/")[0]).submodule_search_locations[0]
+    source = open(f"{root}/{module.split('/', 1)[1]}", encoding="utf-8").read()
+    flat = _re.sub(r'"\s*\n\s*(f?)"', "", source)  # join implicitly concatenated string literals
+    message = declared(rule_id).split(" Please ")[0].split("{{")[0]
+    assert message[:60] in flat, f"{rule_id}: {message[:60]!r} not in {module}"
