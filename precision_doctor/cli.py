@@ -56,6 +56,19 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--quiet", "-q", action="store_true", help="only the findings")
     check.add_argument("--no-color", action="store_true", help="plain text even on a terminal")
 
+    fix = sub.add_parser("fix", help="apply the fixes: a diff per finding, then [y]es/[n]o/[a]ll/[q]uit",
+                         description="Apply the code fixes of the findings, most severe first. Safe fixes with "
+                                     "--yes; fixes that need review with --unsafe too. Without a terminal (or with "
+                                     "--diff) it prints the patch and changes nothing.")
+    fix.add_argument("paths", nargs="+", metavar="PATH", help="training scripts, or folders of them")
+    fix.add_argument("--yes", action="store_true", help="apply every safe fix without asking")
+    fix.add_argument("--unsafe", action="store_true", help="with --yes or --diff: include fixes that need review")
+    fix.add_argument("--diff", action="store_true", help="print the patch (patch -p0 / git apply -p0), apply nothing")
+    for flag, kw in (("--target", {"metavar": "NAME[:COUNT]"}), ("--facts", {"metavar": "FILE"}),
+                     ("--launcher", {"metavar": "CMD"}), ("--select", {"metavar": "IDS"}),
+                     ("--ignore", {"metavar": "IDS"}), ("--config", {"metavar": "FILE"})):
+        fix.add_argument(flag, help="as for check", **kw)
+    fix.set_defaults(fail_on=None, jobs=1, fmt="text", output=None, quiet=False, no_color=False)
     sub.add_parser("rules", help="list every rule: id, name, severity, one line")
     rule = sub.add_parser("rule", help="print a rule's full documentation")
     rule.add_argument("rule_id", metavar="RULE", help="a rule id (PD201) or name")
@@ -123,6 +136,23 @@ def run_check(opts, script_args: tuple[str, ...]) -> int:
     failing = settings.fail_on != "never" and any(SEVERITY_RANK[f.severity] <= SEVERITY_RANK[settings.fail_on]
                                                   for f in result.findings)
     return EXIT_FINDINGS if failing else EXIT_OK
+
+
+def run_fix_command(opts, script_args: tuple[str, ...]) -> int:
+    import os
+
+    from .collect import gather
+    from .fix_command import run_engine_check, run_fix
+
+    settings = settings_for(opts)
+    root = os.path.dirname(settings.source) if settings.source else "."
+
+    def facts():
+        return gather(opts.paths, target=settings.target, launcher=settings.launcher, script_args=script_args,
+                      facts_file=settings.facts, exclude=settings.exclude, root=root)
+
+    return run_fix(run_engine_check(facts, settings.policy), yes=opts.yes, diff_only=opts.diff, unsafe=opts.unsafe,
+                   select=settings.policy.select if opts.select else None, console=_console())
 
 
 def _render_data(fmt: str, result, facts, no_color: bool) -> str:
@@ -229,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         opts = parser.parse_args(args)
         if opts.command == "check":
             return run_check(opts, script_args)
+        if opts.command == "fix":
+            return run_fix_command(opts, script_args)
         if opts.command == "rules":
             return list_rules()
         if opts.command == "rule":

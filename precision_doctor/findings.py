@@ -43,6 +43,7 @@ class Edit:
     name: str = ""  # keyword name for *_kwarg
     old: str = ""
     new: str = ""
+    column: int = 0  # a tie-breaker only, when the same expression appears twice on the line
 
     def describe(self) -> str:
         where = f"{self.path}:{self.line}"

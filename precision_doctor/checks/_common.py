@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..derive import Fact, Setup
-from ..facts import KNOWN, Call, MachineFacts, Value
+from ..facts import CONDITIONAL, KNOWN, Call, MachineFacts, Value
 from ..findings import Edit
 
 PURE_FP16_WARNING = ("Do not turn fp16 AMP off to silence this: fp16 weights trained without loss scaling "
@@ -25,23 +25,41 @@ def native_bf16(machine: MachineFacts) -> bool | None:
 
 
 def literal_edit(value: Value | None, new: str) -> Edit | None:
-    """Replace a value where it is written (the variable or dict entry that holds it, not the call)."""
+    """Replace a value where it is written: the variable, dict entry or argparse/dataclass default that holds
+    it, not the call it reaches."""
     if value is None or value.state != KNOWN or not value.origins:
         return None
     literal = value.origins[-1]
-    if literal.kind != "code" or literal.location is None:
-        return None
-    return Edit("replace_value", literal.location.path, literal.location.line, old=literal.detail, new=new)
+    if literal.kind == "code" and literal.location is not None:
+        return Edit("replace_value", literal.location.path, literal.location.line, old=literal.detail, new=new,
+                    column=literal.location.column)
+    if literal.kind == "default" and value.location is not None and isinstance(value.value, (bool, int, float, str)):
+        old = value.value if isinstance(value.value, str) and value.value.startswith("torch.") else repr(value.value)
+        return Edit("replace_value", value.location.path, value.location.line, old=old, new=new,
+                    column=value.location.column)
+    return None
 
 
-def set_kwarg(call: Call, name: str, new: str) -> Edit:
+def set_kwarg(call: Call, name: str, new: str) -> Edit | None:
+    """Set a keyword where its value is written; add it to the call only when the call shows no value for it
+    (a value that arrives through **kwargs or the command line cannot be edited at the call)."""
     existing = call.kwargs.get(name)
-    if existing is not None and existing.state == KNOWN:
-        edit = literal_edit(existing, new)
-        if edit is not None:
-            return edit
+    if existing is not None:
+        if existing.state == KNOWN:
+            return literal_edit(existing, new)
+        if existing.state == CONDITIONAL and existing.location is not None:  # replace the hardware check itself
+            return Edit("replace_value", existing.location.path, existing.location.line, old=existing.text, new=new,
+                        column=existing.location.column)
+        return None
+    if any(v.text.startswith("**") for v in call.kwargs.values()) or call.text.startswith("(parsed"):
+        return None
     return Edit("set_kwarg", call.location.path, call.location.line, call=call.callee.rsplit(".", 1)[-1],
                 name=name, new=new)
+
+
+def present(*maybe: Edit | None) -> tuple[Edit, ...]:
+    """The edits that could be made (an edit is None where the value cannot be changed in place)."""
+    return tuple(e for e in maybe if e is not None)
 
 
 def weights_source_edit(setup: Setup, new_dtype: str) -> Edit | None:

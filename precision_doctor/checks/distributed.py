@@ -11,7 +11,7 @@ from ..derive import Setup, call_evidence, decide, evidence_of
 from ..engine import Example, rule
 from ..facts import KNOWN, Call, LaunchFacts, MachineFacts, ScriptFacts, StackFacts
 from ..findings import Draft, Evidence, Fix
-from ._common import set_kwarg
+from ._common import present, set_kwarg
 
 _HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
 
@@ -239,8 +239,8 @@ def fsdp_mixed_dtype_flatten(script: ScriptFacts, setup: Setup, machine: Machine
                         error="ValueError: Cannot flatten integer dtype tensors",
                         fix=Fix(f"bnb_4bit_quant_storage=torch.{setup.weights.value or 'bfloat16'} in the "
                                 f"BitsAndBytesConfig", safe=True,
-                                edits=(set_kwarg(cfg, "bnb_4bit_quant_storage",
-                                                 f"torch.{setup.weights.value or 'bfloat16'}"),) if cfg else ()))
+                                edits=present(set_kwarg(cfg, "bnb_4bit_quant_storage",
+                                                 f"torch.{setup.weights.value or 'bfloat16'}")) if cfg else ()))
         return
     raw = script.of("fsdp")
     if not raw or not setup.peft.value or not dtypes.is_half(setup.weights.value):

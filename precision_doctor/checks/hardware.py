@@ -8,7 +8,7 @@ from ..engine import Example, rule
 from ..facts import KNOWN, MachineFacts, Predicate, ScriptFacts, StackFacts, Value
 from ..findings import Draft, Edit, Evidence, Fix
 from ..probes.stack import at_least
-from ._common import gpu_phrase, set_kwarg, weights_source_edit
+from ._common import gpu_phrase, present, set_kwarg, weights_source_edit
 
 _HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
 
@@ -75,7 +75,7 @@ def bf16_on_unsupported_gpu(setup: Setup, machine: MachineFacts, stack: StackFac
         return
     edits: list[Edit] = []
     if setup.amp.value == "bf16" and setup.training_args is not None:
-        edits += [set_kwarg(setup.training_args, "bf16", "False"), set_kwarg(setup.training_args, "fp16", "True")]
+        edits += present(set_kwarg(setup.training_args, "bf16", "False"), set_kwarg(setup.training_args, "fp16", "True"))
     if setup.weights.value == dtypes.BFLOAT16:
         edit = weights_source_edit(setup, "torch.float32")
         if edit:
@@ -185,7 +185,7 @@ def tf32_on_unsupported_gpu(script: ScriptFacts, machine: MachineFacts, stack: S
             where = gpu_phrase(machine) or "a machine with no GPU"
             yield Draft(f"tf32=True on {where}: TF32 needs an Ampere or newer GPU",
                         evidence=(evidence_of(v, "tf32=True", args),),
-                        fix=Fix("drop tf32=True", safe=True, edits=(set_kwarg(args, "tf32", "False"),)))
+                        fix=Fix("drop tf32=True", safe=True, edits=present(set_kwarg(args, "tf32", "False"))))
 
 
 @rule(
@@ -214,7 +214,7 @@ def fp8_unsupported(script: ScriptFacts, setup: Setup, machine: MachineFacts, st
                           "precision training (requires a GPU Hopper/Ada Lovelace or higher, compute capability of "
                           "8.9 or higher). Will use FP16 instead.",
                     fix=Fix("use mixed_precision='bf16' on this GPU", safe=False,
-                            edits=(set_kwarg(setup.accelerator, "mixed_precision", "'bf16'"),)
+                            edits=present(set_kwarg(setup.accelerator, "mixed_precision", "'bf16'"))
                             if setup.accelerator is not None else ()))
     for c in script.of("fp8_autocast"):
         if not decide(c.kwarg("enabled"), machine, stack).is_(False):
@@ -252,7 +252,7 @@ def half_precision_amp_on_cpu(setup: Setup, machine: MachineFacts, stack: StackF
                     if old_stack else "no error: the run is fp32 while configured as fp16 (transformers < 4.41 "
                                       "refused to start)",
                     fix=Fix("on CPU use bf16=True with use_cpu=True, or drop fp16", safe=False,
-                            edits=(set_kwarg(setup.training_args, "fp16", "False"),)
+                            edits=present(set_kwarg(setup.training_args, "fp16", "False"))
                             if setup.training_args is not None else ()))
     for a in setup.autocasts:
         device = a.args[0] if a.args else a.kwarg("device_type")
@@ -286,7 +286,7 @@ def flash_attn_on_pre_ampere(script: ScriptFacts, machine: MachineFacts, stack: 
             yield Draft(f"{v.value} on {gpu_phrase(machine)}: FlashAttention needs an Ampere or newer GPU",
                         evidence=(evidence_of(v, v.value, load),),
                         fix=Fix("use attn_implementation='sdpa'", safe=True,
-                                edits=(set_kwarg(load, "attn_implementation", "'sdpa'"),)))
+                                edits=present(set_kwarg(load, "attn_implementation", "'sdpa'"))))
 
 
 @rule(
@@ -312,4 +312,4 @@ def bnb_bf16_compute_on_pre_ampere(script: ScriptFacts, machine: MachineFacts, s
             yield Draft(f"bnb_4bit_compute_dtype=bfloat16 on {gpu_phrase(machine)}: every 4-bit matmul runs in "
                         f"emulated bf16", evidence=(evidence_of(v, "4-bit compute dtype bfloat16", cfg),),
                         fix=Fix("bnb_4bit_compute_dtype=torch.float16", safe=True,
-                                edits=(set_kwarg(cfg, "bnb_4bit_compute_dtype", "torch.float16"),)))
+                                edits=present(set_kwarg(cfg, "bnb_4bit_compute_dtype", "torch.float16"))))

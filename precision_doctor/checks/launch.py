@@ -13,7 +13,7 @@ from ..facts import ABSENT, KNOWN, BusyPort, Call, GpuProcess, LaunchFacts, Mach
 from ..findings import Draft, Evidence, Fix
 from ..probes.host import DEFAULT_PORT
 from ..probes.stack import at_least
-from ._common import gpu_phrase, native_bf16, set_kwarg
+from ._common import gpu_phrase, native_bf16, present, set_kwarg
 
 _ACC = ("import torch\nfrom accelerate import Accelerator\n"
         "accelerator = Accelerator()\nmodel = torch.nn.Linear(512, 512)\n")
@@ -293,7 +293,7 @@ def ddp_ranks_share_one_gpu(script: ScriptFacts, machine: MachineFacts, launch: 
         yield Draft(f"{n} ranks all place their work with {what}: every rank lands on GPU 0",
                     evidence=(n_ev, call_evidence(c, f"{what}: the same GPU in every rank")),
                     fix=Fix(fix, safe=False,
-                            edits=(set_kwarg(c, "device_map", '{"": int(os.environ["LOCAL_RANK"])}'),)
+                            edits=present(set_kwarg(c, "device_map", '{"": int(os.environ["LOCAL_RANK"])}'))
                             if c.kind == "model_load" else ()))
 
 
@@ -333,7 +333,7 @@ def implicit_mixed_precision(setup: Setup, machine: MachineFacts):
                 evidence=setup.amp.evidence, severity=severity,
                 confidence="likely" if setup.amp.inferred else "certain",
                 fix=Fix(f"write it in code: Accelerator(mixed_precision={mode!r}) (or 'no')", safe=True,
-                        edits=(set_kwarg(acc, "mixed_precision", repr(mode)),)))
+                        edits=present(set_kwarg(acc, "mixed_precision", repr(mode)))))
 
 
 @rule(

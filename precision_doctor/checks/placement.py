@@ -8,7 +8,7 @@ from ..engine import Example, rule
 from ..facts import ABSENT, KNOWN, Call, LaunchFacts, MachineFacts, ScriptFacts, StackFacts
 from ..findings import Draft, Evidence, Fix
 from ..probes.stack import at_least
-from ._common import gpu_phrase, set_kwarg
+from ._common import gpu_phrase, present, set_kwarg
 from .launch import (dataparallel_crash_reasons, device_map_kind, num_processes, predict_trainer_wrap,
                      trainer_exempts_4bit)
 
@@ -132,8 +132,8 @@ def device_map_auto_under_ddp(script: ScriptFacts, machine: MachineFacts, launch
             yield Draft(f"device_map={v.text} spreads the model over the GPUs, but {n} processes each load it",
                         evidence=(evidence_of(v, f"device_map={v.text}", load), n_ev),
                         fix=Fix("one full replica per process: device_map={'': int(os.environ['LOCAL_RANK'])}",
-                                safe=True, edits=(set_kwarg(load, "device_map",
-                                                            '{"": int(os.environ["LOCAL_RANK"])}'),)))
+                                safe=True, edits=present(set_kwarg(load, "device_map",
+                                                            '{"": int(os.environ["LOCAL_RANK"])}'))))
 
 
 def checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack: StackFacts):
@@ -206,7 +206,7 @@ def ddp_reentrant_checkpointing(script: ScriptFacts, setup: Setup, machine: Mach
     if not unused:
         return  # Trainer turns find_unused_parameters off when checkpointing; reentrant then works
     why = "find_unused_parameters=True"
-    edits = (set_kwarg(setup.training_args, "gradient_checkpointing_kwargs", '{"use_reentrant": False}'),) \
+    edits = present(set_kwarg(setup.training_args, "gradient_checkpointing_kwargs", '{"use_reentrant": False}')) \
         if setup.training_args is not None else ()
     yield Draft(f"reentrant gradient checkpointing under {n}-process DDP with {why}: DDP marks parameters ready twice",
                 evidence=(n_ev,) + ev, fix=Fix("gradient_checkpointing_kwargs={'use_reentrant': False}", safe=True,

@@ -11,7 +11,7 @@ from ..facts import ABSENT, KNOWN, MachineFacts, StackFacts
 from .._util import unique
 from ..findings import Draft, Edit, Evidence, Fix
 from ..probes.stack import at_least
-from ._common import PURE_FP16_WARNING, describe_trainable, gpu_phrase, native_bf16, set_kwarg, weights_source_edit
+from ._common import PURE_FP16_WARNING, describe_trainable, gpu_phrase, native_bf16, present, set_kwarg, weights_source_edit
 
 _HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
 
@@ -104,9 +104,11 @@ def fp16_params_with_grad_scaler(setup: Setup, machine: MachineFacts):
         fix = Fix("Create the adapters in fp32: drop `autocast_adapter_dtype=False` (peft >= 0.12 upcasts LoRA "
                   "weights to fp32 by default) or upgrade peft", safe=False, notes=tuple(notes))
     elif bf16:
+        flags = present(set_kwarg(setup.training_args, "fp16", "False"),
+                        set_kwarg(setup.training_args, "bf16", "True")) if setup.training_args else ()
         fix = Fix(f"{gpu_phrase(machine)} has native bf16: load the weights in bf16 and train with bf16=True "
                   f"(no loss scaling needed), or keep fp32 weights under fp16 AMP",
-                  safe=False, edits=tuple(e for e in (weights_source_edit(setup, "torch.bfloat16"),) if e),
+                  safe=False, edits=present(weights_source_edit(setup, "torch.bfloat16")) + flags,
                   notes=tuple(notes))
     else:
         fix = Fix("Load the weights in float32 and let fp16 AMP downcast the compute; if fp32 weights do not fit, "
@@ -149,7 +151,7 @@ def bf16_params_with_fp16_scaler(setup: Setup, machine: MachineFacts):
         return
     edits: list[Edit] = []
     if native_bf16(machine) is not False and setup.style == "trainer" and setup.training_args is not None:
-        edits = [set_kwarg(setup.training_args, "fp16", "False"), set_kwarg(setup.training_args, "bf16", "True")]
+        edits = list(present(set_kwarg(setup.training_args, "fp16", "False"), set_kwarg(setup.training_args, "bf16", "True")))
         fix = Fix("Train the bf16 weights with bf16 mixed precision: fp16=False, bf16=True (no loss scaling)",
                   safe=native_bf16(machine) is True, edits=tuple(edits))
     elif native_bf16(machine) is False:
@@ -199,13 +201,16 @@ def pure_fp16_no_loss_scaling(setup: Setup, machine: MachineFacts):
     if not trainable.known or dtypes.FLOAT16 not in trainable.value:
         return
     bf16 = native_bf16(machine)
-    if bf16:
+    if machine.known and not machine.gpus:
+        fix = Fix("on a machine without a GPU, train fp32 weights (or bf16 autocast with use_cpu=True); fp16 AMP "
+                  "does not exist on the CPU", safe=False, edits=present(weights_source_edit(setup, "torch.float32")))
+    elif bf16:
         fix = Fix(f"{gpu_phrase(machine)} has native bf16: load in bf16 and train with bf16=True", safe=False,
-                  edits=tuple(e for e in (weights_source_edit(setup, "torch.bfloat16"),) if e))
+                  edits=present(weights_source_edit(setup, "torch.bfloat16")))
     else:
-        edits = [e for e in (weights_source_edit(setup, "torch.float32"),) if e]
+        edits = list(present(weights_source_edit(setup, "torch.float32")))
         if setup.style == "trainer" and setup.training_args is not None:
-            edits.append(set_kwarg(setup.training_args, "fp16", "True"))
+            edits.extend(present(set_kwarg(setup.training_args, "fp16", "True")))
         fix = Fix("Load the weights in float32 and train with fp16 AMP (fp16=True: autocast + GradScaler)",
                   safe=False, edits=tuple(edits))
     mode = {"no": "no mixed precision", "bf16": "bf16 autocast without loss scaling",
@@ -254,14 +259,12 @@ def fp16_and_bf16_both_enabled(script, setup: Setup, machine: MachineFacts, stac
             vb = decide(args.kwarg(bf), machine, stack)
             if vf.state == KNOWN and vb.state == KNOWN and vf.value is True and vb.value is True:
                 keep_bf16 = native_bf16(machine) is True
-                edit = set_kwarg(args, fp if keep_bf16 else bf, "False")
+                off = fp if keep_bf16 else bf
                 yield Draft(f"{fp}=True and {bf}=True{what}: TrainingArguments refuses both",
                             evidence=(evidence_of(vf, f"{fp}=True", args), evidence_of(vb, f"{bf}=True", args)),
                             error=f"ValueError: At most one of fp16 and bf16 can be True{what}, but not both",
-                            fix=Fix(f"keep {'bf16' if keep_bf16 else 'fp16'}: set {edit.name or fp}=False"
-                                    if edit.kind == "set_kwarg" else
-                                    f"keep {'bf16' if keep_bf16 else 'fp16'} and turn the other off",
-                                    safe=True, edits=(edit,)))
+                            fix=Fix(f"keep {'bf16' if keep_bf16 else 'fp16'}: set {off}=False", safe=True,
+                                    edits=present(set_kwarg(args, off, "False"))))
     acc = setup.accelerator
     if acc is not None and setup.trainer is not None and setup.amp.known and setup.style == "trainer":
         v = decide(acc.kwarg("mixed_precision"), machine, stack)

@@ -8,7 +8,7 @@ from ..engine import Example, rule
 from ..facts import ABSENT, MachineFacts, ScriptFacts, StackFacts
 from ..findings import Draft, Edit, Fix
 from ..probes.stack import at_least
-from ._common import native_bf16, set_kwarg
+from ._common import native_bf16, present, set_kwarg
 from .placement import checkpointing
 
 _HEAD = ("import torch\nfrom peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training\n"
@@ -112,7 +112,7 @@ def bnb_compute_dtype_float32_default(script: ScriptFacts, setup: Setup, machine
                     "training runs in half precision",
                     evidence=(call_evidence(cfg, "no bnb_4bit_compute_dtype (default float32)"),) + setup.amp.evidence,
                     fix=Fix(f"bnb_4bit_compute_dtype={target}", safe=True,
-                            edits=(set_kwarg(cfg, "bnb_4bit_compute_dtype", target),)))
+                            edits=present(set_kwarg(cfg, "bnb_4bit_compute_dtype", target))))
 
 
 @rule(

@@ -1,0 +1,248 @@
+"""Turns a finding's edits (plain data) into source changes with libcst, so comments, formatting and quoting
+elsewhere survive. Edits are matched by line and name, never by column (ast counts columns in UTF-8 bytes,
+libcst in characters). The only module that imports libcst, and only `fix` imports it.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from .errors import InputError
+from .findings import Edit
+
+
+class EditFailed(Exception):
+    """The edit's target is not where the finding said (the file changed, or the edit is stale)."""
+
+
+@dataclass(frozen=True)
+class FileChange:
+    path: str
+    before: str
+    after: str
+
+    def diff(self) -> str:
+        """A unified diff with plain paths: `patch -p0` and `git apply -p0` take it."""
+        return "".join(difflib.unified_diff(self.before.splitlines(keepends=True),
+                                            self.after.splitlines(keepends=True),
+                                            fromfile=self.path, tofile=self.path))
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def apply_edits(source: str, edits: tuple[Edit, ...] | list[Edit]) -> str:
+    """The source with every edit applied, or EditFailed. The result always parses."""
+    module = cst.parse_module(source)
+    # bottom-up, imports last: an edit that adds lines never shifts the lines of the edits still to come
+    ordered = sorted(enumerate(edits), key=lambda ie: (ie[1].kind == "add_import", -ie[1].line, ie[0]))
+    for _, edit in ordered:
+        module = _apply(module, edit)
+    after = module.code
+    try:
+        ast.parse(after)
+    except SyntaxError as exc:  # never hand back a file that no longer parses
+        raise EditFailed(f"the edit would not parse ({exc.msg}, line {exc.lineno})") from None
+    return after
+
+
+def _apply(module: cst.Module, edit: Edit) -> cst.Module:
+    kind = edit.kind
+    if kind == "add_import":
+        return _add_import(module, edit.new)
+    wrapper = MetadataWrapper(module)
+    positions = wrapper.resolve(PositionProvider)
+    tree = wrapper.module
+    if kind == "replace_value":
+        target = _expression_at(tree, positions, edit.line, edit.old, edit.column)
+        return tree.deep_replace(target, cst.parse_expression(edit.new))
+    if kind in ("set_kwarg", "remove_kwarg", "rename_kwarg", "replace_callee"):
+        call = _call_at(tree, positions, edit.line, edit.call)
+        return tree.deep_replace(call, _edit_call(call, edit))
+    if kind in ("insert_before", "insert_after"):
+        return _insert(tree, positions, edit)
+    raise EditFailed(f"unknown edit kind {kind!r}")
+
+
+def _same_expression(a: str, b: str) -> bool:
+    try:
+        return ast.dump(ast.parse(a.strip(), mode="eval")) == ast.dump(ast.parse(b.strip(), mode="eval"))
+    except SyntaxError:
+        return a.strip() == b.strip()
+
+
+def _expression_at(tree: cst.Module, positions, line: int, old: str, column: int = 0) -> cst.CSTNode:
+    found = [node for node, pos in positions.items() if pos.start.line == line and
+             isinstance(node, cst.BaseExpression) and _same_expression(tree.code_for_node(node), old)]
+    if not found:
+        raise EditFailed(f"line {line}: `{old}` is not there any more")
+    # outermost first; the column (1-based, in characters) only breaks a tie between equal expressions
+    return min(found, key=lambda n: (abs(positions[n].start.column + 1 - column) if column else 0,
+                                     positions[n].start.column))
+
+
+def _call_name(call: cst.Call) -> str:
+    func = call.func
+    if isinstance(func, cst.Attribute):
+        return func.attr.value
+    if isinstance(func, cst.Name):
+        return func.value
+    return ""
+
+
+def _call_at(tree: cst.Module, positions, line: int, name: str) -> cst.Call:
+    found = [n for n, p in positions.items() if isinstance(n, cst.Call) and p.start.line == line
+             and (not name or _call_name(n) == name or tree.code_for_node(n.func).endswith(name))]
+    if not found:
+        raise EditFailed(f"line {line}: no call to {name or 'anything'} there any more")
+    return min(found, key=lambda n: positions[n].start.column)
+
+
+def _edit_call(call: cst.Call, edit: Edit) -> cst.Call:
+    args = list(call.args)
+    index = next((i for i, a in enumerate(args) if a.keyword is not None and a.keyword.value ==
+                  (edit.old if edit.kind == "rename_kwarg" else edit.name)), None)
+    if edit.kind == "set_kwarg":
+        value = cst.parse_expression(edit.new)
+        if index is not None:
+            args[index] = args[index].with_changes(value=value)
+        else:
+            args = _append_keyword(args, edit.name, value)
+    elif edit.kind == "remove_kwarg":
+        if index is None:
+            raise EditFailed(f"no {edit.name}= to remove")
+        del args[index]
+        if args:  # the new last argument keeps no dangling comma
+            args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    elif edit.kind == "rename_kwarg":
+        if index is None:
+            raise EditFailed(f"no {edit.old}= to rename")
+        args[index] = args[index].with_changes(keyword=cst.Name(edit.new))
+    elif edit.kind == "replace_callee":
+        call = call.with_changes(func=cst.parse_expression(edit.new))
+        if edit.name and not (args and args[0].keyword is None and
+                              _same_expression(cst.Module([]).code_for_node(args[0].value), edit.name)):
+            args = [cst.Arg(value=cst.parse_expression(edit.name),
+                            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if args else
+                            cst.MaybeSentinel.DEFAULT)] + args
+    return call.with_changes(args=args)
+
+
+def _append_keyword(args: list[cst.Arg], name: str, value: cst.BaseExpression) -> list[cst.Arg]:
+    new = cst.Arg(keyword=cst.Name(name), value=value, equal=cst.AssignEqual(
+        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
+    if not args:
+        return [new]
+    last = args[-1]
+    if isinstance(last.comma, cst.Comma):  # a trailing comma (a multi-line call): one argument per line
+        closing = last.comma.whitespace_after
+        between = args[-2].comma.whitespace_after if len(args) >= 2 and isinstance(args[-2].comma, cst.Comma) \
+            else closing
+        if isinstance(closing, cst.ParenthesizedWhitespace) and isinstance(between, cst.ParenthesizedWhitespace):
+            # the old last argument keeps its comment and gets the argument indentation; the new one closes
+            kept = last.comma.with_changes(whitespace_after=closing.with_changes(indent=between.indent,
+                                                                                 last_line=between.last_line))
+            ends = last.comma.with_changes(whitespace_after=closing.with_changes(first_line=cst.TrailingWhitespace()))
+            return args[:-1] + [last.with_changes(comma=kept), new.with_changes(comma=ends)]
+        return args[:-1] + [last.with_changes(comma=args[-2].comma if len(args) >= 2 else last.comma),
+                            new.with_changes(comma=last.comma)]
+    return args[:-1] + [last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), new]
+
+
+def _insert(tree: cst.Module, positions, edit: Edit) -> cst.Module:
+    statement = None
+    for node, pos in positions.items():
+        if isinstance(node, cst.SimpleStatementLine) and pos.start.line <= edit.line <= pos.end.line:
+            statement = node
+            break
+    if statement is None:
+        raise EditFailed(f"line {edit.line}: no statement there any more")
+    new = cst.parse_statement(edit.new + "\n")
+    code = tree.code_for_node(new).strip()
+    if any(tree.code_for_node(s).strip() == code for s in _siblings(tree, statement)):
+        return tree  # already there: applying twice changes nothing
+
+    class Inserter(cst.CSTTransformer):
+        def on_leave(self, original, updated):
+            if original is statement:
+                pair = [new, updated] if edit.kind == "insert_before" else [updated, new]
+                return cst.FlattenSentinel(pair)
+            return updated
+
+    return tree.visit(Inserter())
+
+
+def _siblings(tree: cst.Module, statement: cst.CSTNode) -> list[cst.CSTNode]:
+    found: list[cst.CSTNode] = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_IndentedBlock(self, node):
+            if statement in node.body:
+                found.extend(node.body)
+
+    if statement in tree.body:
+        return list(tree.body)
+    tree.visit(Finder())
+    return found
+
+
+def _add_import(module: cst.Module, statement: str) -> cst.Module:
+    new = cst.parse_statement(statement + "\n")
+    wanted = ast.dump(ast.parse(statement))
+    last_import = -1
+    for i, s in enumerate(module.body):
+        code = module.code_for_node(s).strip()
+        if isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], (cst.Import, cst.ImportFrom)):
+            last_import = i
+            try:
+                if ast.dump(ast.parse(code)) == wanted:
+                    return module
+            except SyntaxError:
+                pass
+            if _imports_name(code, statement):
+                return module
+    body = list(module.body)
+    body.insert(last_import + 1, new)
+    return module.with_changes(body=body)
+
+
+def _imports_name(existing: str, statement: str) -> bool:
+    """`from transformers import AutoModel, BitsAndBytesConfig` already provides BitsAndBytesConfig."""
+    try:
+        want = ast.parse(statement).body[0]
+        have = ast.parse(existing).body[0]
+    except (SyntaxError, IndexError):
+        return False
+    if isinstance(want, ast.ImportFrom) and isinstance(have, ast.ImportFrom) and want.module == have.module:
+        return {a.name for a in want.names} <= {a.name for a in have.names}
+    if isinstance(want, ast.Import) and isinstance(have, ast.Import):
+        return {a.name for a in want.names} <= {a.name for a in have.names}
+    return False
+
+
+def write_atomically(path: Path, text: str, expected_digest: str) -> None:
+    """Replace the file in one rename, keeping its mode; refuse if it changed since it was analysed."""
+    current = path.read_text(encoding="utf-8")
+    if digest(current) != expected_digest:
+        raise InputError(f"{path}: changed since it was checked; run `precision-doctor fix` again")
+    mode = path.stat().st_mode
+    fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+        os.chmod(tmp, mode & 0o7777)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
