@@ -45,6 +45,7 @@ class Predicate:
     emulation: bool = True  # bf16_supported: True is torch's default (including_emulation=True)
     number: tuple[int, ...] = ()  # capability_at_least (major, minor) / gpu_count_at_least (n,)
     parts: tuple[Predicate, ...] = ()
+    location: Location | None = None  # where the check is written
 
 
 @dataclass(frozen=True)

@@ -44,10 +44,13 @@ def digest(text: str) -> str:
 def apply_edits(source: str, edits: tuple[Edit, ...] | list[Edit]) -> str:
     """The source with every edit applied, or EditFailed. The result always parses."""
     module = cst.parse_module(source)
-    # bottom-up, imports last: an edit that adds lines never shifts the lines of the edits still to come
-    ordered = sorted(enumerate(edits), key=lambda ie: (ie[1].kind == "add_import", -ie[1].line, ie[0]))
+    # bottom-up and right to left, imports last: no edit shifts the place of an edit still to come
+    ordered = sorted(enumerate(edits), key=lambda ie: (ie[1].kind == "add_import", -ie[1].line, -ie[1].column, ie[0]))
     for _, edit in ordered:
-        module = _apply(module, edit)
+        try:
+            module = _apply(module, edit)
+        except (cst.ParserSyntaxError, ValueError) as exc:
+            raise EditFailed(f"the edit would not parse ({str(exc).splitlines()[0]})") from None
     after = module.code
     try:
         ast.parse(after)
@@ -83,12 +86,11 @@ def _same_expression(a: str, b: str) -> bool:
 
 def _expression_at(tree: cst.Module, positions, line: int, old: str, column: int = 0) -> cst.CSTNode:
     found = [node for node, pos in positions.items() if pos.start.line == line and
-             isinstance(node, cst.BaseExpression) and _same_expression(tree.code_for_node(node), old)]
+             isinstance(node, cst.BaseExpression) and _same_expression(tree.code_for_node(node), old)
+             and (not column or pos.start.column + 1 == column)]  # both count characters, 1- vs 0-based
     if not found:
         raise EditFailed(f"line {line}: `{old}` is not there any more")
-    # outermost first; the column (1-based, in characters) only breaks a tie between equal expressions
-    return min(found, key=lambda n: (abs(positions[n].start.column + 1 - column) if column else 0,
-                                     positions[n].start.column))
+    return min(found, key=lambda n: positions[n].start.column)  # the outermost expression
 
 
 def _call_name(call: cst.Call) -> str:

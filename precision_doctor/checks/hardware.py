@@ -152,10 +152,9 @@ def emulated_bf16_guard(script: ScriptFacts, machine: MachineFacts, stack: Stack
                             f"{chosen!s}",
                             evidence=(evidence_of(v, f"{name}= chosen by {p.text}", call),),
                             fix=Fix("ask for native bf16: torch.cuda.is_bf16_supported(including_emulation=False)",
-                                    safe=True, edits=(Edit("replace_value", v.location.path if v.location else
-                                                           call.location.path,
-                                                           v.location.line if v.location else call.location.line,
-                                                           old=p.text, new=_native(p.text)),)))
+                                    safe=True, edits=(Edit("replace_value", p.location.path, p.location.line,
+                                                           old=p.text, new=_native(p.text),
+                                                           column=p.location.column),) if p.location else ()))
 
 
 def _native(text: str) -> str:

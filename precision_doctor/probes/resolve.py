@@ -844,7 +844,7 @@ def hardware_predicate(r: Resolver, node: ast.Call) -> Predicate | None:
                 emulation = bool(kw.value.value)
         if node.args and isinstance(node.args[0], ast.Constant) and callee == "torch.cuda.is_bf16_supported":
             emulation = bool(node.args[0].value)
-        return Predicate("bf16_supported", text, emulation=emulation)
+        return Predicate("bf16_supported", text, emulation=emulation, location=r.loc(node))
     if callee in ("torch.backends.mps.is_available",):
         return Predicate("mps_available", text)
     return None

@@ -1,0 +1,177 @@
+"""Every code fix, applied to the example it fires on: the file parses, the rule stops firing, no error starts
+firing, applying again changes nothing, and the rest of the file is untouched. Then the `fix` command itself."""
+
+import difflib
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("libcst")
+
+from precision_doctor.engine import rules  # noqa: E402
+from precision_doctor.fixer import EditFailed, apply_edits  # noqa: E402
+
+from .conftest import check_code  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+def _fixable_examples():
+    """The firing examples whose finding carries a code edit (the others' fixes are commands or manual)."""
+    import tempfile
+
+    out = []
+    for r in rules():
+        for i, ex in enumerate(r.fires):
+            with tempfile.TemporaryDirectory() as d:
+                cwd = os.getcwd()
+                os.chdir(d)
+                try:
+                    result, _ = check_code(Path(d), ex.code, target=ex.target, launcher=ex.launcher,
+                                           script_args=ex.script_args, versions=ex.versions, machine=ex.machine,
+                                           environ=ex.env)
+                finally:
+                    os.chdir(cwd)
+            if any(f.rule_id == r.id and f.fix and f.fix.edits for f in result.findings):
+                out.append((r.id, i, ex))
+    return out
+
+
+FIXABLE = _fixable_examples()
+
+
+def test_most_rules_carry_a_code_fix():
+    assert len({rule_id for rule_id, _, _ in FIXABLE}) >= 25
+
+
+def _run(tmp_path, ex, code):
+    return check_code(tmp_path, code, target=ex.target, launcher=ex.launcher, script_args=ex.script_args,
+                      versions=ex.versions, machine=ex.machine, environ=ex.env)
+
+
+def _changed_lines(before: str, after: str) -> set[int]:
+    lines = set()
+    for tag, i1, i2, _, _ in difflib.SequenceMatcher(None, before.splitlines(), after.splitlines()).get_opcodes():
+        if tag != "equal":
+            lines.update(range(i1 + 1, max(i2, i1 + 1) + 1))
+    return lines
+
+
+@pytest.mark.parametrize("rule_id,index,example", FIXABLE, ids=[f"{r}-{i}" for r, i, _ in FIXABLE])
+def test_code_fix_applies_cleanly(tmp_path, monkeypatch, rule_id, index, example):
+    monkeypatch.chdir(tmp_path)
+    result, _ = _run(tmp_path, example, example.code)
+    before_ids = {f.rule_id for f in result.findings}
+    finding = next(f for f in result.findings if f.rule_id == rule_id and f.fix and f.fix.edits)
+    source = example.code
+    edits = [e for e in finding.fix.edits if Path(e.path).name == "train.py"]
+    after = apply_edits(source, edits)
+    compile(after, "train.py", "exec")  # parses
+    # the rest of the file is untouched: only lines at (or next to) an edit change
+    near = {line + d for e in edits for line in (e.line,) for d in (-1, 0, 1, 2)} | {1, 2, 3}
+    assert _changed_lines(source, after) <= near, (source, after)
+    fixed, _ = _run(tmp_path, example, after)
+    still = [f for f in fixed.findings if f.rule_id == rule_id and f.message == finding.message]
+    assert not still, f"{rule_id} still fires after its fix:\n{after}"
+    new_errors = {f.rule_id for f in fixed.findings if f.severity == "error"} - before_ids
+    assert not new_errors, f"the fix for {rule_id} makes {new_errors} fire:\n{after}"
+    try:
+        again = apply_edits(after, edits)
+    except EditFailed:
+        again = after  # the old value is gone: nothing to do twice
+    assert again == after
+
+
+def doctor(*args, cwd, stdin=""):
+    return subprocess.run([sys.executable, "-m", "precision_doctor", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, input=stdin)
+
+
+@pytest.fixture
+def project(tmp_path):
+    src = ROOT / "fixtures/seed001_titan_fp16/buggy"
+    for name in ("train.py", "model_utility_configs.py"):
+        (tmp_path / name).write_text((src / name).read_text())
+    os.chmod(tmp_path / "model_utility_configs.py", 0o640)
+    return tmp_path
+
+
+def test_diff_prints_a_valid_patch_and_changes_nothing(project):
+    before = (project / "model_utility_configs.py").read_text()
+    proc = doctor("fix", "train.py", "--target", "a100", "--diff", "--unsafe", cwd=project)
+    assert proc.returncode == 1 and proc.stdout.startswith("--- ")
+    assert (project / "model_utility_configs.py").read_text() == before
+    (project / "fix.patch").write_text(proc.stdout)
+    if subprocess.run(["which", "patch"], capture_output=True).returncode == 0:
+        check = subprocess.run(["patch", "-p0", "--dry-run", "-i", "fix.patch"], cwd=project, capture_output=True)
+        assert check.returncode == 0, check.stdout
+    clean = doctor("fix", "train.py", "--target", "a100", "--diff", cwd=project)  # only safe fixes
+    assert "-        torch_dtype=torch.float16" in clean.stdout and "torch.bfloat16" not in clean.stdout
+    assert "needs review" in clean.stderr
+
+
+def test_without_a_terminal_fix_behaves_as_diff(project):
+    before = (project / "train.py").read_text()
+    proc = doctor("fix", "train.py", "--target", "titan-rtx", cwd=project, stdin="y\n")
+    assert proc.stdout.startswith("--- ") and (project / "train.py").read_text() == before
+
+
+def test_yes_applies_safe_fixes_rechecks_and_keeps_the_mode(project):
+    proc = doctor("fix", "train.py", "--target", "titan-rtx", "--yes", cwd=project)
+    text = (project / "model_utility_configs.py").read_text()
+    assert "dtype=torch.float16,  # BF16 incompatibility" in text  # PD214's rename: safe, comment kept
+    assert "torch_dtype" not in text
+    assert stat.S_IMODE(os.stat(project / "model_utility_configs.py").st_mode) == 0o640
+    assert "applied 1 fix" in proc.stdout and "→" in proc.stdout and "undo: patch -p0 -R <" in proc.stdout
+    assert proc.returncode == 1  # PD201 (needs review) is still there
+    proc = doctor("fix", "train.py", "--target", "titan-rtx", "--yes", "--unsafe", cwd=project)
+    assert "dtype=torch.float32" in (project / "model_utility_configs.py").read_text()
+    after = json.loads(doctor("check", "train.py", "--target", "titan-rtx", "--format", "json", cwd=project).stdout)
+    assert not [f for f in after["findings"] if f["severity"] == "error"]
+
+
+def test_interactive_answers(project, monkeypatch):
+    from rich.console import Console
+
+    from precision_doctor.collect import gather
+    from precision_doctor.fix_command import run_engine_check, run_fix
+
+    from .conftest import machine_probes
+
+    monkeypatch.chdir(project)
+    check = run_engine_check(lambda: gather(["train.py"], target="titan-rtx", **machine_probes()), None)
+    asked = []
+
+    def ask(question):
+        asked.append(question)
+        return "n" if len(asked) == 1 else "y"
+
+    code = run_fix(check, yes=False, diff_only=False, unsafe=False, select=None,
+                   console=Console(file=open(os.devnull, "w")), ask=ask)
+    text = (project / "model_utility_configs.py").read_text()
+    assert len(asked) == 2 and "[y]es / [n]o / [a]ll / [q]uit" in asked[0]
+    assert "torch.float16" in text and "torch_dtype" not in text  # first (PD201) declined, second (PD214) taken
+    assert code == 1
+
+
+def test_refuses_a_file_changed_since_the_check(project):
+    from precision_doctor.errors import InputError
+    from precision_doctor.fixer import digest, write_atomically
+
+    path = project / "train.py"
+    seen = digest(path.read_text())
+    path.write_text(path.read_text() + "# edited meanwhile\n")
+    with pytest.raises(InputError, match="changed since it was checked"):
+        write_atomically(path, "x = 1\n", seen)
+    assert path.read_text().endswith("# edited meanwhile\n")
+
+
+def test_an_edit_that_would_not_parse_is_refused():
+    from precision_doctor.findings import Edit
+
+    with pytest.raises(EditFailed, match="would not parse"):
+        apply_edits("x = f(a=1)\n", [Edit("set_kwarg", "t.py", 1, call="f", name="a", new="1 +")])
