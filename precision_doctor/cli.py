@@ -69,6 +69,15 @@ def build_parser() -> argparse.ArgumentParser:
                      ("--ignore", {"metavar": "IDS"}), ("--config", {"metavar": "FILE"})):
         fix.add_argument(flag, help="as for check", **kw)
     fix.set_defaults(fail_on=None, jobs=1, fmt="text", output=None, quiet=False, no_color=False)
+    explain = sub.add_parser("explain", help="diagnose a training log or traceback (file or stdin)",
+                             description="Read a training log or traceback and name the known failures behind it, "
+                                         "ranked by how well the log proves them. Exit 0 whether or not a cause is "
+                                         "found; 2 when the log cannot be read.")
+    explain.add_argument("log", nargs="?", default="-", metavar="LOG", help="a log file, or - for stdin (default)")
+    explain.add_argument("--script", metavar="PATH", help="also check this script and point at the lines that cause it")
+    explain.add_argument("--format", dest="fmt", choices=("text", "json"), default="text")
+    for flag in ("--target", "--facts", "--launcher"):
+        explain.add_argument(flag, help="with --script: as for check")
     sub.add_parser("rules", help="list every rule: id, name, severity, one line")
     rule = sub.add_parser("rule", help="print a rule's full documentation")
     rule.add_argument("rule_id", metavar="RULE", help="a rule id (PD201) or name")
@@ -153,6 +162,62 @@ def run_fix_command(opts, script_args: tuple[str, ...]) -> int:
 
     return run_fix(run_engine_check(facts, settings.policy), yes=opts.yes, diff_only=opts.diff, unsafe=opts.unsafe,
                    select=settings.policy.select if opts.select else None, console=_console())
+
+
+def run_explain(opts, script_args: tuple[str, ...]) -> int:
+    import json
+    import os
+
+    from .diagnose import diagnose
+
+    if opts.log == "-":
+        if sys.stdin.isatty():
+            raise InputError("explain: give a log file, or pipe one in (`... 2>&1 | precision-doctor explain`)")
+        source = sys.stdin
+        name = "stdin"
+    else:
+        if os.path.isdir(opts.log):
+            raise InputError(f"{opts.log}: is a directory; give the log file")
+        try:
+            source = open(opts.log, encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise InputError(f"{opts.log}: cannot be read ({exc.strerror}); give the path of a training log") \
+                from None
+        name = opts.log
+    with source:
+        found = diagnose(source)
+    findings = []
+    if opts.script:
+        from . import engine
+        from .collect import gather
+
+        facts = gather([opts.script], target=opts.target, launcher=opts.launcher, script_args=script_args,
+                       facts_file=opts.facts)
+        findings = list(engine.run(facts).findings)
+    if opts.fmt == "json":
+        doc = {"version": 1, "log": name, "diagnoses": []}
+        for d in found:
+            item = d.to_json()
+            item["script"] = [{"path": loc.path, "line": loc.line, "message": f.message}
+                              for f in findings if f.rule_id in _related(d.rule.id) for loc in f.locations[:1]]
+            doc["diagnoses"].append(item)
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return EXIT_OK
+    from .report.explain_text import render_diagnoses
+
+    render_diagnoses(found, findings, name, _console(), _related)
+    return EXIT_OK
+
+
+def _related(rule_id: str) -> set[str]:
+    """Rules that share an error text: a log can prove the text, the script tells which one."""
+    groups = ({"PD208", "PD301", "PD114"}, {"PD108", "PD109", "PD112"}, {"PD204", "PD210", "PD201"},
+              {"PD202", "PD211"}, {"PD503", "PD210"})
+    out = {rule_id}
+    for g in groups:
+        if rule_id in g:
+            out |= g
+    return out
 
 
 def _render_data(fmt: str, result, facts, no_color: bool) -> str:
@@ -261,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_check(opts, script_args)
         if opts.command == "fix":
             return run_fix_command(opts, script_args)
+        if opts.command == "explain":
+            return run_explain(opts, script_args)
         if opts.command == "rules":
             return list_rules()
         if opts.command == "rule":
