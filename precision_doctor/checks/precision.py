@@ -14,6 +14,7 @@ from ..probes.stack import at_least
 from ._common import PURE_FP16_WARNING, describe_trainable, gpu_phrase, native_bf16, present, set_kwarg, weights_source_edit
 
 _HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+NATIVE_BF16 = "torch.cuda.is_bf16_supported(including_emulation=False)"
 
 
 def _trainer_script(load_kwargs: str, args_kwargs: str, extra: str = "") -> str:
@@ -110,6 +111,14 @@ def fp16_params_with_grad_scaler(setup: Setup, machine: MachineFacts):
                   f"(no loss scaling needed), or keep fp32 weights under fp16 AMP",
                   safe=False, edits=present(weights_source_edit(setup, "torch.bfloat16")) + flags,
                   notes=tuple(notes))
+    elif bf16 is None and setup.training_args is not None and weights_source_edit(setup, "x") is not None:
+        # the machine is not known: the right dtype depends on the GPU, so the fix asks it (natively)
+        fix = Fix("Let the GPU decide: bf16 weights with bf16=True where bf16 is native, fp32 weights under fp16 "
+                  "AMP elsewhere (pass --target to get the one fix for your GPU)", safe=False,
+                  edits=present(weights_source_edit(setup, f"torch.bfloat16 if {NATIVE_BF16} else torch.float32"),
+                                set_kwarg(setup.training_args, "fp16", f"not {NATIVE_BF16}"),
+                                set_kwarg(setup.training_args, "bf16", NATIVE_BF16))
+                  + (Edit("add_import", setup.path, 1, new="import torch"),), notes=tuple(notes))
     else:
         fix = Fix("Load the weights in float32 and let fp16 AMP downcast the compute; if fp32 weights do not fit, "
                   "train LoRA adapters (fp32 in peft >= 0.12) on the fp16 base", safe=False,
