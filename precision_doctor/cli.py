@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+import os
+
 from . import __version__
 from .errors import InputError
 
@@ -53,7 +55,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="worker processes for large trees (default: one per core)")
     check.add_argument("--config", metavar="FILE", help="the pyproject.toml to read (default: the nearest one "
                                                          "with [tool.precision-doctor])")
-    check.add_argument("--quiet", "-q", action="store_true", help="only the findings")
+    check.add_argument("--live", action="store_true",
+                       help="run the script (in a child process) up to where training starts and inspect the real "
+                            "model, args and optimizer; needs the training environment")
+    check.add_argument("--steps", type=int, default=0, metavar="N",
+                       help="with --live: let N real optimizer steps run and diagnose what breaks")
+    check.add_argument("--timeout", type=float, default=900.0, metavar="S",
+                       help="with --live: end the script (and its process group) after S seconds (default 900)")
+    check.add_argument("--quiet", "-q", action="store_true", help="only the findings (and no live status line)")
     check.add_argument("--no-color", action="store_true", help="plain text even on a terminal")
 
     fix = sub.add_parser("fix", help="apply the fixes: a diff per finding, then [y]es/[n]o/[a]ll/[q]uit",
@@ -135,6 +144,8 @@ def run_check(opts, script_args: tuple[str, ...]) -> int:
     facts = gather(opts.paths, target=settings.target, launcher=settings.launcher, script_args=script_args,
                    facts_file=settings.facts, jobs=opts.jobs or os.cpu_count() or 1, exclude=settings.exclude,
                    root=root)
+    if opts.live:
+        facts = _with_live(opts, facts, script_args)
     result = engine.run(facts, settings.policy)
     if opts.fmt == "text" and not opts.output:
         from .report.text import render as render_text
@@ -218,6 +229,33 @@ def _related(rule_id: str) -> set[str]:
         if rule_id in g:
             out |= g
     return out
+
+
+def _with_live(opts, facts, script_args: tuple[str, ...]):
+    from dataclasses import replace
+
+    from .live import run_live
+
+    if len(facts.scripts) != 1 or not opts.paths or not os.path.isfile(opts.paths[0]):
+        raise InputError("--live runs one training script: pass exactly one .py file")
+    if opts.steps < 0:
+        raise InputError("--steps must be 0 or more")
+    shown: list[str] = []
+
+    def status(elapsed: float, phase: str) -> None:
+        if opts.quiet:
+            return
+        if sys.stderr.isatty():
+            sys.stderr.write(f"\r\033[Klive {elapsed:5.1f}s  {phase}")
+            sys.stderr.flush()
+        elif phase not in shown:  # a log, not a terminal: each phase once
+            shown.append(phase)
+            print(f"live {elapsed:5.1f}s  {phase}", file=sys.stderr)
+
+    live = run_live(opts.paths[0], script_args, steps=opts.steps, timeout=opts.timeout, status=status)
+    if sys.stderr.isatty() and not opts.quiet:
+        sys.stderr.write("\r\033[K")
+    return replace(facts, live=live)
 
 
 def _render_data(fmt: str, result, facts, no_color: bool) -> str:

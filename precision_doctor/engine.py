@@ -16,7 +16,7 @@ from .config import Policy
 from .facts import Facts
 from .findings import SEVERITY_RANK, Draft, Evidence, Finding, Fix
 
-INJECTABLE = ("facts", "script", "setup", "machine", "stack", "launch")
+INJECTABLE = ("facts", "script", "setup", "machine", "stack", "launch", "live")
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ class Example:
     note: str = ""
     machine: str | None = None  # a machine fixture (fixtures/machines/NAME.json): GPUs, processes, ports, env
     env: dict[str, str] = field(default_factory=dict)
+    live: dict | None = None  # LiveFacts fields: what the real model looked like
 
 
 @dataclass(frozen=True)
@@ -102,10 +103,21 @@ class Skipped:
 
 
 @dataclass(frozen=True)
+class Withdrawn:
+    """A static finding the live model contradicts."""
+
+    rule_id: str
+    message: str
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class Result:
     findings: tuple[Finding, ...]
     skipped: tuple[Skipped, ...]
     crashed: tuple[Skipped, ...]
+    withdrawn: tuple[Withdrawn, ...] = ()
 
 
 def run(facts: Facts, policy: Policy | None = None) -> Result:
@@ -117,28 +129,54 @@ def run(facts: Facts, policy: Policy | None = None) -> Result:
     findings: list[Finding] = []
     skipped: list[Skipped] = []
     crashed: list[Skipped] = []
+    withdrawn: list[Withdrawn] = []
+    live_known = facts.live is not None and facts.live.known
     for r in chosen:
-        missing = [n for n in r.needs if not getattr(facts, n).known]
+        missing = [n for n in r.needs if getattr(facts, n) is None or not getattr(facts, n).known]
         if missing:
-            reason = "; ".join(f"{n} unknown: {getattr(facts, n).reason if n == 'machine' else 'not given'}"
+            reason = "; ".join(f"{n} unknown: {getattr(facts, n).reason}" if n == "machine" else
+                               f"{n} facts not gathered (use --live)" if n == "live" else f"{n} not given"
                                for n in missing)
             skipped.append(Skipped(r.id, reason))
             continue
         contexts = facts.scripts if r.per_script else (None,)
         for script in contexts:
             available = {"facts": facts, "machine": facts.machine, "stack": facts.stack, "launch": facts.launch,
-                         "script": script, "setup": setups.get(script.path) if script else None}
+                         "script": script, "setup": setups.get(script.path) if script else None,
+                         "live": facts.live if live_known else None}
             try:
                 drafts = list(r.func(**{p: available[p] for p in r.params}))
+                if live_known and "live" in r.params and "live" not in r.needs:
+                    # what reading the script alone would have said, to name what the live model withdrew
+                    static = list(r.func(**{p: (None if p == "live" else available[p]) for p in r.params}))
+                    if not drafts:  # the live model confirms nothing of what the script reading claimed
+                        withdrawn.extend(Withdrawn(r.id, d.message, script.path if script else "",
+                                                   _why_withdrawn(facts)) for d in static)
             except Exception as exc:  # a crashed check is a result, not a crash of the tool
                 crashed.append(Skipped(r.id, f"{type(exc).__name__}: {exc}"))
                 continue
             for d in drafts:
                 findings.append(_stamp(r, d, script.path if script else ""))
+    if facts.live is not None:
+        from .checks.live import outcome_drafts  # what really happened in the live run
+
+        for rule_id, draft in outcome_drafts(facts):
+            if policy.enabled(rule_id) and rule_id in REGISTRY:
+                findings.append(_stamp(REGISTRY[rule_id], draft, facts.scripts[0].path if facts.scripts else ""))
     findings = [f for f in findings if not policy.ignored_in(f.rule_id, f.path)]
     findings = apply_suppressions(unique(findings, key=lambda f: (f.rule_id, f.message, f.locations)), facts, policy)
     findings.sort(key=Finding.sort_key)
-    return Result(tuple(findings), tuple(skipped), tuple(crashed))
+    return Result(tuple(findings), tuple(skipped), tuple(crashed), tuple(withdrawn))
+
+
+def _why_withdrawn(facts: Facts) -> str:
+    live = facts.live
+    parts = []
+    if live.model.get("trainable_dtypes"):
+        parts.append("trainable parameters " + ", ".join(f"{d} x{n}" for d, n in live.model["trainable_dtypes"].items()))
+    if live.trainer:
+        parts.append(f"Trainer wraps the model in: {live.trainer.get('wrap', '?')}")
+    return "the live model shows " + "; ".join(parts) if parts else "the live model contradicts it"
 
 
 UNUSED_SUPPRESSION = "PD001"

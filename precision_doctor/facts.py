@@ -266,11 +266,46 @@ class StackFacts:
 
 
 @dataclass(frozen=True)
+class LiveFacts:
+    """What the script's real objects were when training was about to start (`check --live`)."""
+
+    ended: str  # stopped | steps done | finished | exited | raised | timed out | crashed
+    stopped_at: str = ""  # Trainer.train | Accelerator.prepare | Optimizer.step
+    model: dict[str, Any] = field(default_factory=dict)
+    trainer: dict[str, Any] = field(default_factory=dict)
+    accelerator: dict[str, Any] = field(default_factory=dict)
+    optimizer: dict[str, Any] = field(default_factory=dict)
+    grad_scaler: dict[str, Any] = field(default_factory=dict)
+    error: dict[str, Any] = field(default_factory=dict)  # type, message, frames, traceback
+    exit_code: int | None = None
+    optimizer_steps: int = 0
+    losses: tuple[Any, ...] = ()
+    loss_scales: tuple[float, ...] = ()
+    log_path: str = ""
+    log_tail: tuple[str, ...] = ()
+    wall_s: float = 0.0
+    peak_rss_mib: float = 0.0
+
+    @property
+    def reached_training(self) -> bool:
+        return bool(self.stopped_at)
+
+    @property
+    def known(self) -> bool:
+        """The real model was seen (rules that need it run)."""
+        return bool(self.model)
+
+    def trainable(self) -> set[str]:
+        return {d for d, n in self.model.get("trainable_dtypes", {}).items() if n}
+
+
+@dataclass(frozen=True)
 class Facts:
     scripts: tuple[ScriptFacts, ...]
     machine: MachineFacts
     launch: LaunchFacts
     stack: StackFacts
+    live: LiveFacts | None = None
 
     def to_json(self) -> dict:
         return _to_jsonable(self)
@@ -321,7 +356,7 @@ def _from_jsonable(tp: Any, data: Any) -> Any:
 
 _TYPES: dict[str, Any] = {}
 for _cls in (Location, Origin, Predicate, Value, Call, Unknown, Suppression, ScriptFacts, GpuProcess, Gpu, MachineFacts,
-             BusyPort, HostFacts, LaunchFacts, PackageVersion, StackFacts, Facts):
+             BusyPort, HostFacts, LaunchFacts, PackageVersion, StackFacts, LiveFacts, Facts):
     _TYPES[_cls.__name__] = _cls
 
 

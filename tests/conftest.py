@@ -21,13 +21,19 @@ def machine_probes(machine=None, environ=None):
 
 
 def check_code(tmp_path, code, target=None, launcher=None, script_args=(), versions=None, name="train.py",
-               facts_file=None, environ=None, machine=None):
+               facts_file=None, environ=None, machine=None, live=None):
     """Run the whole static pipeline on `code` against a fixed stack (current releases unless overridden)."""
     path = tmp_path / name
     path.write_text(code, encoding="utf-8")
     facts = gather([str(path)], target=target, launcher=launcher, script_args=tuple(script_args),
                    stack_overrides={**CURRENT, **(versions or {})}, facts_file=facts_file,
                    **machine_probes(machine, environ))
+    if live is not None:
+        from dataclasses import replace
+
+        from precision_doctor.facts import LiveFacts
+
+        facts = replace(facts, live=LiveFacts(**live))
     return engine.run(facts), facts
 
 

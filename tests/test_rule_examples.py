@@ -13,7 +13,7 @@ CASES = [(r.id, "fires", i, ex) for r in rules() for i, ex in enumerate(r.fires)
 def test_rule_example(run_check, rule_id, expect, index, example):
     result, _ = run_check(example.code, target=example.target, launcher=example.launcher,
                           script_args=example.script_args, versions=example.versions, machine=example.machine,
-                          environ=example.env)
+                          environ=example.env, live=example.live)
     assert not result.crashed, result.crashed
     hits = [f for f in result.findings if f.rule_id == rule_id]
     if expect == "fires":

@@ -1,3 +1,3 @@
 """Every check module; importing this package registers their rules."""
 
-from . import amp_loop, distributed, hardware, launch, loading, meta, placement, precision, quantization  # noqa: F401,E501
+from . import amp_loop, distributed, hardware, launch, live, loading, meta, placement, precision, quantization  # noqa: F401,E501

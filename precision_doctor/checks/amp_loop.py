@@ -69,7 +69,15 @@ def _autocast_device(c: Call) -> str | None:
                 "        model(x).sum().backward()\n    opt.step()\n    evaluate(model)\n"),
     ],
 )
-def optimizer_state_dtype_mismatch(script: ScriptFacts, setup: Setup):
+def optimizer_state_dtype_mismatch(script: ScriptFacts, setup: Setup, live):
+    if live is not None and live.optimizer.get("state_dtype_mismatches"):
+        from .live import live_evidence
+
+        n = live.optimizer["state_dtype_mismatches"]
+        yield Draft(f"the live optimizer holds {n} state tensor{'s' if n != 1 else ''} whose dtype differs from its "
+                    f"parameter's: the next step fails", evidence=(live_evidence(live, f"{n} state/param dtype "
+                                                                                     f"mismatches"),),
+                    fix=Fix("re-create the optimizer after casting the model, or keep one dtype", safe=False))
     if not setup.optimizers:
         return
     opt = setup.optimizers[0]

@@ -65,7 +65,11 @@ def multi_process(launch: LaunchFacts, machine: MachineFacts) -> tuple[int, Evid
             Example(_QLORA.format(device_map=", device_map={'': 0}", args=""), target="rtx-6000-ada:1",
                     launcher="python train.py", versions={"transformers": "4.57.1"})],
 )
-def dataparallel_over_device_map(setup: Setup, machine: MachineFacts, launch: LaunchFacts, stack: StackFacts):
+def dataparallel_over_device_map(setup: Setup, machine: MachineFacts, launch: LaunchFacts, stack: StackFacts,
+                                 live):
+    if live is not None and live.trainer and machine.source == "this machine":
+        yield from _live_dataparallel(live)  # Trainer's own decision, on this machine's GPUs
+        return
     if setup.style != "trainer" or len(machine.gpus) < 2 or (launch.known and launch.launcher != "python"):
         return
     wrap = predict_trainer_wrap(setup, len(machine.gpus), stack)
@@ -100,6 +104,30 @@ def dataparallel_over_device_map(setup: Setup, machine: MachineFacts, launch: La
                                   f"CUDA_VISIBLE_DEVICES=0 python {setup.path}"),
                         notes=("`training_args._n_gpu = 1` (seed 003) avoids the wrap too, through a private "
                                "attribute; model.is_parallelizable/model_parallel are lost under PEFT wrapping.",)))
+
+
+def _live_dataparallel(live):
+    from .live import live_evidence
+
+    if live.trainer.get("wrap") != "DataParallel":
+        return
+    model = live.model
+    reasons = []
+    if model.get("quantized", {}).get("Linear4bit"):
+        reasons.append("4-bit bitsandbytes modules")
+    if any(v in ("cpu", "disk") for v in (model.get("device_map") or {}).values()):
+        reasons.append("offloaded modules behind accelerate hooks")
+    if live.trainer.get("bf16") and "bfloat16" in {d for c in model.get("param_dtypes", {}).values() for d in c}:
+        reasons.append("bf16 weights whose autocast dtype the replica threads lose")
+    if not reasons:
+        return
+    devices = sorted(set((model.get("device_map") or {}).values())) or model.get("devices", [])
+    yield Draft(f"confirmed by the live Trainer: args.n_gpu={live.trainer.get('n_gpu')}, is_model_parallel="
+                f"{live.trainer.get('is_model_parallel')}, so it wraps the model in nn.DataParallel over "
+                f"{', '.join(reasons)}",
+                evidence=(live_evidence(live, f"hf_device_map devices: {', '.join(map(str, devices)) or 'none'}"),),
+                fix=Fix("launch DDP (torchrun) with device_map={'': local_rank}, or CUDA_VISIBLE_DEVICES=0",
+                        safe=False))
 
 
 @rule(

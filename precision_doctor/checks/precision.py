@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from .. import dtypes
 from ..derive import Setup, call_evidence, evidence_of, load_dtype_value
@@ -49,6 +50,22 @@ def _trainable_under_scaler(setup: Setup, machine: MachineFacts, dtype: str):
     return trainable if trainable.known and dtype in trainable.value else None
 
 
+def _live_claim(live, dtype: str, scaler: bool, message: str) -> Draft | None:
+    """The same claim from the real objects: trainable parameters of `dtype`, with (or without) a scaler."""
+    from .live import live_evidence, live_summary, scaler_on
+
+    counts = live.model.get("trainable_by_prefix", {})
+    holders = [f"{prefix}: {dtype} x{c[dtype]}" for prefix, c in counts.items() if c.get(dtype)]
+    if not holders and dtype in live.trainable():
+        holders = [f"{dtype} x{live.model['trainable_dtypes'][dtype]}"]
+    if not holders or scaler_on(live) != scaler:
+        return None
+    runs = "a GradScaler runs" if scaler else "no loss scaling runs"
+    return Draft(f"{message} (live: {', '.join(holders[:4])}; {runs})",
+                 evidence=(live_evidence(live, f"trainable {live_summary(live.model.get('trainable_dtypes', {}))}"),),
+                 confidence="certain")
+
+
 @rule(
     "PD201", "fp16-params-with-grad-scaler", severity="error", phase="first-step",
     summary="Trainable parameters in float16 under fp16 AMP: GradScaler refuses to unscale their gradients.",
@@ -85,7 +102,13 @@ def _trainable_under_scaler(setup: Setup, machine: MachineFacts, dtype: str):
         Example(_trainer_script(", dtype=get_dtype()", ", fp16=True"), note="run-time dtype: unknown, no guess"),
     ],
 )
-def fp16_params_with_grad_scaler(setup: Setup, machine: MachineFacts):
+def fp16_params_with_grad_scaler(setup: Setup, machine: MachineFacts, live):
+    if live is not None:  # a live fp16 trainable parameter beats a guessed one
+        d = _live_claim(live, dtypes.FLOAT16, True, "trainable parameters are float16 under a GradScaler")
+        if d:
+            yield replace(d, fix=Fix("keep trainable weights in fp32 (load in float32) or train fp32 LoRA adapters "
+                                     "on the fp16 base", safe=False, notes=(PURE_FP16_WARNING,)))
+        return
     trainable = _trainable_under_scaler(setup, machine, dtypes.FLOAT16)
     if trainable is None:
         return
@@ -155,7 +178,13 @@ def fp16_params_with_grad_scaler(setup: Setup, machine: MachineFacts):
         Example(_lora_script(", dtype=torch.bfloat16", ", fp16=True"), note="fp32 adapters: bf16 base has no grads"),
     ],
 )
-def bf16_params_with_fp16_scaler(setup: Setup, machine: MachineFacts):
+def bf16_params_with_fp16_scaler(setup: Setup, machine: MachineFacts, live):
+    if live is not None:
+        d = _live_claim(live, dtypes.BFLOAT16, True, "trainable parameters are bfloat16 under fp16 AMP's GradScaler")
+        if d:
+            yield replace(d, fix=Fix("use bf16 mixed precision for bf16 weights (bf16=True / mixed_precision='bf16')",
+                                     safe=False))
+        return
     if _trainable_under_scaler(setup, machine, dtypes.BFLOAT16) is None:
         return
     edits: list[Edit] = []
@@ -201,7 +230,13 @@ def bf16_params_with_fp16_scaler(setup: Setup, machine: MachineFacts):
         Example(_lora_script(", dtype=torch.float16", ""), note="fp32 adapters on a frozen fp16 base"),
     ],
 )
-def pure_fp16_no_loss_scaling(setup: Setup, machine: MachineFacts):
+def pure_fp16_no_loss_scaling(setup: Setup, machine: MachineFacts, live):
+    if live is not None and live.reached_training:
+        d = _live_claim(live, dtypes.FLOAT16, False, "float16 parameters are trained without loss scaling")
+        if d:
+            yield replace(d, fix=Fix("keep fp32 master weights with fp16 AMP (fp16=True), or bf16 on Ampere+",
+                                     safe=False))
+        return
     if not setup.trains or not setup.amp.known:
         return
     if setup.amp.value == "fp16" and not (machine.known and not machine.gpus):

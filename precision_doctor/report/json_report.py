@@ -48,6 +48,8 @@ def render(result: Result, facts: Facts) -> str:
         "unknowns": unknowns,
         "skipped": [{"id": s.rule_id, "reason": s.reason} for s in result.skipped],
         "crashed": [{"id": s.rule_id, "reason": s.reason} for s in result.crashed],
+        "withdrawn": [{"id": w.rule_id, "message": w.message, "path": w.path, "reason": w.reason}
+                      for w in result.withdrawn],
         "summary": counts,
         "facts": facts.to_json(),
     }

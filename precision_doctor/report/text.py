@@ -52,6 +52,8 @@ def render(result: Result, facts: Facts, console: Console, quiet: bool = False) 
             _machine(facts, out)
         for f in machine_findings:
             _finding(f, out, lines, fancy)
+    if facts.live is not None and (not quiet or facts.live.ended not in ("stopped", "steps done")):
+        _live(facts.live, result, out)  # a run that never reached training is news even with --quiet
     for script in facts.scripts:
         found = by_path.get(script.path, [])
         if quiet and not found:
@@ -107,6 +109,53 @@ def _machine(facts: Facts, out) -> None:
             mp = host.accelerate_config.get("mixed_precision", "not set")
             out(f"  accelerate config: {escape(host.accelerate_config_path)} (mixed_precision: {escape(str(mp))})",
                 soft_wrap=True)
+
+
+_ENDED = {
+    "stopped": "stopped where training starts ({at}), before any optimizer step",
+    "steps done": "ran {steps} real optimizer step(s), then stopped",
+    "finished": "ran to its end without reaching a training entry point (Trainer.train, Accelerator.prepare, "
+                "Optimizer.step)",
+    "exited": "exited with code {code} before reaching training",
+    "raised": "raised before {where}",
+    "timed out": "did not reach training before the timeout: ended with its process group",
+    "crashed": "died without reporting (exit code {code})",
+}
+
+
+def _live(live, result: Result, out) -> None:
+    where = "the first optimizer step" if not live.optimizer_steps else f"step {live.optimizer_steps + 1}"
+    text = _ENDED.get(live.ended, live.ended).format(at=live.stopped_at, steps=live.optimizer_steps,
+                                                     code=live.exit_code, where=where)
+    out(f"\n[bold]live run[/bold]  the script {escape(text)}  [dim]({live.wall_s:.1f} s, peak RSS "
+        f"{live.peak_rss_mib:.0f} MiB; log: {escape(live.log_path)})[/dim]", soft_wrap=True)
+    model = live.model
+    if model:
+        out(f"  model {escape(model.get('architecture', '?'))}: " + escape("; ".join(
+            f"{p}: " + ", ".join(f"{d} x{n}" for d, n in c.items()) for p, c in model.get("param_dtypes", {}).items())),
+            soft_wrap=True)
+        out(f"  trainable: {escape(', '.join(f'{d} x{n}' for d, n in model.get('trainable_dtypes', {}).items()))}"
+            + (f"; adapters: {escape(str(model['peft']))}" if model.get("peft") else "")
+            + (f"; hf_device_map devices: {escape(', '.join(sorted(set(model['device_map'].values()))))}"
+               if model.get("device_map") else ""), soft_wrap=True)
+    if live.trainer:
+        t = live.trainer
+        out(f"  Trainer: n_gpu={t.get('n_gpu')} is_model_parallel={t.get('is_model_parallel')} fp16={t.get('fp16')} "
+            f"bf16={t.get('bf16')} wraps in: {t.get('wrap')}")
+    if live.accelerator:
+        out(f"  Accelerator: {escape(str(live.accelerator))}", soft_wrap=True)
+    if live.optimizer:
+        out(f"  optimizer {escape(live.optimizer.get('class', '?'))}: " + escape("; ".join(
+            str(g.get("dtypes")) for g in live.optimizer.get("groups", []))), soft_wrap=True)
+    if live.losses:
+        out(f"  losses: {escape(str(list(live.losses[:8])))}{' ...' if len(live.losses) > 8 else ''}")
+    if live.error and not any(f.error and live.error.get("type", "") in f.error for f in result.findings):
+        out(f"  [red]{escape(live.error.get('type', ''))}: {escape(live.error.get('message', '')[:300])}[/red] "
+            f"(no known cause: see the log)", soft_wrap=True)
+    for line in live.log_tail[-12:]:
+        out(f"  [dim]| {escape(line[:220])}[/dim]", soft_wrap=True)
+    for w in result.withdrawn:
+        out(f"  [yellow]withdrawn[/yellow] {w.rule_id}: {escape(w.message)} — {escape(w.reason)}", soft_wrap=True)
 
 
 def _status(found: list[Finding]) -> str:
