@@ -219,3 +219,60 @@ def test_pd301_is_confirmed_from_the_live_trainer_on_this_machine(run_check):
     result, _ = run_check("import torch\nfrom transformers import Trainer\nTrainer(model=m, args=a).train()\n",
                           machine="h100_8x", live=live)
     assert "PD301" not in {f.rule_id for f in result.findings}
+
+
+@pytest.fixture(scope="module")
+def families(tmp_path_factory):
+    root = tmp_path_factory.mktemp("families")
+    transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=128,
+                                                         bos_token_id=0, eos_token_id=0)).save_pretrained(root / "gpt2")
+    transformers.T5ForConditionalGeneration(transformers.T5Config(d_model=32, d_ff=64, num_layers=1, num_heads=2,
+                                                                  vocab_size=128, d_kv=16)).save_pretrained(root / "t5")
+    vl = getattr(transformers, "Qwen2VLConfig", None)
+    if vl is not None:
+        cfg = vl(text_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                  num_key_value_heads=2, vocab_size=256,
+                                  rope_scaling={"type": "mrope", "mrope_section": [2, 2, 4]}),
+                 vision_config=dict(depth=1, embed_dim=32, hidden_size=32, num_heads=2, mlp_ratio=2, in_chans=3,
+                                    patch_size=14, spatial_merge_size=2, temporal_patch_size=2), vocab_size=256)
+        transformers.Qwen2VLForConditionalGeneration(cfg).save_pretrained(root / "qwen2vl")
+    return root
+
+
+@pytest.mark.parametrize("family,loader,dtype,after,expect", [
+    ("gpt2", "AutoModelForCausalLM", "float32", "", {"transformer.h": {"float32": 12}}),
+    ("t5", "AutoModelForSeq2SeqLM", "bfloat16", "", {"encoder.block": {"bfloat16": 9}}),
+    ("qwen2vl", "Qwen2VLForConditionalGeneration", "bfloat16", "model.model.visual.float()",
+     {"model.visual": {"float32": 19}}),
+])
+def test_families_and_a_vision_tower_left_in_fp32(tmp_path, families, family, loader, dtype, after, expect):
+    if not (families / family).exists():
+        pytest.skip(f"this transformers has no {family}")
+    body = f"""
+        import torch
+        import transformers
+        from torch.utils.data import DataLoader
+        model = transformers.{loader}.from_pretrained({str(families / family)!r}, dtype=torch.{dtype})
+        {after}
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        for batch in DataLoader([torch.zeros(4)], batch_size=1):
+            opt.step()
+    """
+    result, live = live_check(script(tmp_path, body))
+    assert live.stopped_at == "Optimizer.step"
+    for prefix, counts in expect.items():
+        assert live.model["param_dtypes"][prefix] == counts, live.model["param_dtypes"]
+    mixed = [f for f in result.findings if f.rule_id == "PD306"]
+    assert bool(mixed) == (family == "qwen2vl")
+    if mixed:
+        assert "model.visual: float32" in mixed[0].message and "model.language_model: bfloat16" in mixed[0].message
+
+
+def test_a_collapsing_loss_scale_is_reported(run_check):
+    live = {"ended": "steps done", "stopped_at": "Optimizer.step", "model": {"trainable_dtypes": {"float32": 4}},
+            "loss_scales": (65536.0, 16384.0, 256.0, 2.0, 0.25)}
+    result, _ = run_check("import torch\n", live=live)
+    assert any(f.rule_id == "PD210" and "fell from 65536 to 0.25" in f.message for f in result.findings)
+    live["loss_scales"] = (65536.0, 65536.0, 131072.0)
+    result, _ = run_check("import torch\n", live=live)
+    assert "PD210" not in {f.rule_id for f in result.findings}

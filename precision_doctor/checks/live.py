@@ -87,6 +87,13 @@ def outcome_drafts(facts: Facts) -> list[tuple[str, Draft]]:
                 error=f"{live.error.get('type')}: {live.error.get('message', '')[:400]}",
                 phase="first-step" if not step else "later-steps",
                 fix=Fix(d.rule.fix, safe=False))))
+    scales = [s for s in live.loss_scales if _finite(s)]
+    if len(scales) >= 3 and scales[-1] < 1.0 and scales[-1] < scales[0]:  # every step overflowed
+        out.append(("PD210", Draft(f"GradScaler's loss scale fell from {scales[0]:g} to {scales[-1]:g} in "
+                                   f"{len(scales)} steps: fp16 overflows on every step",
+                                   evidence=(live_evidence(live, f"loss scales: {scales[:3]} ... {scales[-3:]}"),),
+                                   phase="later-steps", confidence="likely",
+                                   fix=Fix(REGISTRY_FIX["PD210"], safe=False))))
     bad = next((i for i, x in enumerate(live.losses) if not _finite(x)), None)
     if bad is not None:
         trainable = live.trainable()
