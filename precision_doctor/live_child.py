@@ -46,6 +46,13 @@ class Reporter:
     def phase(self, name: str) -> None:
         self.send(phase=name)
 
+    def record_loss(self, loss, announce: bool = True) -> None:
+        value = _loss_value(loss) if hasattr(loss, "detach") else None
+        if value is not None:
+            self.losses.append(value)
+            if announce:
+                self.send(loss=value)
+
     def gathered(self, where: str, **facts) -> None:
         self.facts.update({k: v for k, v in facts.items() if v is not None})
         self.facts["stopped_at"] = where
@@ -230,10 +237,7 @@ def _patch_trainer(module) -> None:
 
     def training_step(self, *args, **kwargs):
         loss = original_step(self, *args, **kwargs)
-        value = _loss_value(loss)
-        if value is not None:
-            REPORTER.losses.append(value)
-            REPORTER.send(loss=value)
+        REPORTER.record_loss(loss)
         return loss
 
     train._pd_hooked = True
@@ -264,10 +268,7 @@ def _patch_accelerate(module) -> None:
         return result
 
     def backward(self, loss, **kwargs):
-        value = _loss_value(loss)
-        if value is not None:
-            REPORTER.losses.append(value)
-            REPORTER.send(loss=value)
+        REPORTER.record_loss(loss)
         return original_backward(self, loss, **kwargs)
 
     prepare._pd_hooked = True
@@ -315,9 +316,7 @@ def _patch_grad_scaler(module) -> None:
     original_update = scaler_cls.update
 
     def scale(self, outputs):
-        value = _loss_value(outputs) if hasattr(outputs, "detach") else None
-        if value is not None:
-            REPORTER.losses.append(value)
+        REPORTER.record_loss(outputs, announce=False)
         REPORTER.facts.setdefault("grad_scaler", {"enabled": bool(getattr(self, "_enabled", True))})
         return original_scale(self, outputs)
 
