@@ -136,17 +136,18 @@ def run_check(opts, script_args: tuple[str, ...]) -> int:
     import os
 
     from . import engine
-    from .collect import gather
+    from .collect import gather_checked
     from .findings import SEVERITY_RANK
 
     settings = settings_for(opts)
     root = os.path.dirname(settings.source) if settings.source else "."
-    facts = gather(opts.paths, target=settings.target, launcher=settings.launcher, script_args=script_args,
-                   facts_file=settings.facts, jobs=opts.jobs or os.cpu_count() or 1, exclude=settings.exclude,
-                   root=root)
+    facts, presolved = gather_checked(opts.paths, target=settings.target, launcher=settings.launcher,
+                                      script_args=script_args, facts_file=settings.facts,
+                                      jobs=opts.jobs or os.cpu_count() or 1, exclude=settings.exclude, root=root,
+                                      policy=None if opts.live else settings.policy)
     if opts.live:
         facts = _with_live(opts, facts, script_args)
-    result = engine.run(facts, settings.policy)
+    result = engine.run(facts, settings.policy, presolved)
     if opts.fmt == "text" and not opts.output:
         from .report.text import render as render_text
 

@@ -159,6 +159,17 @@ def gather(paths: list[str], target: str | None = None, launcher: str | None = N
            script_args: tuple[str, ...] = (), stack_overrides: dict[str, str] | None = None,
            facts_file: str | None = None, environ: Mapping[str, str] | None = None,
            system: System = System(), jobs: int = 1, exclude: tuple[str, ...] = (), root: str = ".") -> Facts:
+    return gather_checked(paths, target, launcher, script_args, stack_overrides, facts_file, environ, system, jobs,
+                          exclude, root)[0]
+
+
+def gather_checked(paths: list[str], target: str | None = None, launcher: str | None = None,
+                   script_args: tuple[str, ...] = (), stack_overrides: dict[str, str] | None = None,
+                   facts_file: str | None = None, environ: Mapping[str, str] | None = None,
+                   system: System = System(), jobs: int = 1, exclude: tuple[str, ...] = (), root: str = ".",
+                   policy=None):
+    """The facts, and — when a large tree is probed in worker processes and a policy is given — the per-script
+    findings the workers already computed (for engine.run's `presolved`), so the work is parallel end to end."""
     entries = _expand(paths, exclude, root)
     files = [p for p, _ in entries]
     env = os.environ if environ is None else environ
@@ -170,27 +181,42 @@ def gather(paths: list[str], target: str | None = None, launcher: str | None = N
         launch = LaunchFacts(known=False)
     args = tuple(script_args) or launch.script_args
     machine, snapshot_stack = gather_machine(target, facts_file, launch, env, system)
-    scripts = _probe_all(entries, args, jobs)
     if stack_overrides is None and snapshot_stack is not None:  # the node's versions, not this laptop's
         stack = snapshot_stack
     else:
         stack = probe_stack(sorted({f.parent for f in files}), stack_overrides)
-    return Facts(scripts=scripts, machine=machine, launch=launch, stack=stack)
+    context = Facts(scripts=(), machine=machine, launch=launch, stack=stack)
+    scripts, presolved = _probe_all(entries, args, jobs, context, policy)
+    return Facts(scripts=scripts, machine=machine, launch=launch, stack=stack), presolved
 
 
-def _probe_all(entries: list[tuple[Path, bool]], args: tuple[str, ...], jobs: int) -> tuple[ScriptFacts, ...]:
-    """Probe every script, in worker processes when there are many (each is parsed independently)."""
+def _probe_all(entries: list[tuple[Path, bool]], args: tuple[str, ...], jobs: int, context: Facts, policy):
+    """Probe every script, in worker processes when there are many (each is parsed independently); with a
+    policy the workers also run the per-script rules."""
     if jobs <= 1 or len(entries) < PARALLEL_FROM:
-        return tuple(_probe(f, named, args) for f, named in entries)
+        return tuple(_probe(f, named, args) for f, named in entries), None
     from concurrent.futures import ProcessPoolExecutor
 
     chunk = max(1, len(entries) // (jobs * 4))
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        return tuple(pool.map(_probe_entry, [(f, named, args) for f, named in entries], chunksize=chunk))
+        done = list(pool.map(_probe_entry, [(f, named, args, context, policy) for f, named in entries],
+                             chunksize=chunk))
+    scripts = tuple(d[0] for d in done)
+    presolved = {d[0].path: (d[1], d[2]) for d in done} if policy is not None else None
+    return scripts, presolved
 
 
-def _probe_entry(item: tuple[Path, bool, tuple[str, ...]]) -> ScriptFacts:
-    return _probe(*item)
+def _probe_entry(item):
+    path, named, args, context, policy = item
+    script = _probe(path, named, args)
+    if policy is None:
+        return script, [], []
+    from dataclasses import replace as _replace
+
+    from . import engine
+
+    found, crashed = engine.script_findings(_replace(context, scripts=(script,)), policy)
+    return script, found, crashed
 
 
 def _display(path: Path) -> str:

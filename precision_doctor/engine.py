@@ -120,12 +120,51 @@ class Result:
     withdrawn: tuple[Withdrawn, ...] = ()
 
 
-def run(facts: Facts, policy: Policy | None = None) -> Result:
+def run(facts: Facts, policy: Policy | None = None,
+        presolved: dict[str, tuple[list[Finding], list[Skipped]]] | None = None) -> Result:
+    """Every enabled rule over the facts, ranked. `presolved` holds per-script findings worker processes
+    already computed (script path -> findings, crashed checks); those scripts' rules are not run again."""
+    policy = policy or Policy()
+    findings, skipped, crashed, withdrawn = _raw(facts, policy, per_script=None if presolved is None else False)
+    for found, broke in (presolved or {}).values():
+        findings.extend(found)
+        crashed.extend(broke)
+    if facts.live is not None:
+        from .checks.live import outcome_drafts  # what really happened in the live run
+
+        for rule_id, draft in outcome_drafts(facts):
+            if policy.enabled(rule_id) and rule_id in REGISTRY:
+                findings.append(_stamp(REGISTRY[rule_id], draft, facts.scripts[0].path if facts.scripts else ""))
+    findings = [f for f in findings if not policy.ignored_in(f.rule_id, f.path)]
+    crashed = unique(crashed, key=lambda c: (c.rule_id, c.reason))
+    findings = apply_suppressions(unique(findings, key=lambda f: (f.rule_id, f.message, f.locations)), facts, policy)
+    findings.sort(key=Finding.sort_key)
+    return Result(tuple(findings), tuple(skipped), tuple(crashed), tuple(withdrawn))
+
+
+def _why_withdrawn(facts: Facts) -> str:
+    live = facts.live
+    parts = []
+    if live.model.get("trainable_dtypes"):
+        parts.append("trainable parameters " + ", ".join(f"{d} x{n}" for d, n in live.model["trainable_dtypes"].items()))
+    if live.trainer:
+        parts.append(f"Trainer wraps the model in: {live.trainer.get('wrap', '?')}")
+    return "the live model shows " + "; ".join(parts) if parts else "the live model contradicts it"
+
+
+def script_findings(facts: Facts, policy: Policy) -> tuple[list[Finding], list[Skipped]]:
+    """The per-script rules over the facts' scripts, unranked and unsuppressed: a worker's share of run()."""
+    findings, _, crashed, _ = _raw(facts, policy, per_script=True)
+    return findings, crashed
+
+
+def _raw(facts: Facts, policy: Policy, per_script: bool | None):
+    """Run the chosen rules (all, only per-script ones, or only machine-wide ones)."""
     from .derive import derive_setup
 
-    policy = policy or Policy()
-    chosen = [r for r in rules() if policy.enabled(r.id) and r.id != UNUSED_SUPPRESSION]
-    setups = {s.path: derive_setup(s, facts) for s in facts.scripts}
+    chosen = [r for r in rules() if policy.enabled(r.id) and r.id != UNUSED_SUPPRESSION
+              and (per_script is None or r.per_script == per_script)]
+    setups = {s.path: derive_setup(s, facts) for s in facts.scripts} if per_script is not False else {}
     findings: list[Finding] = []
     skipped: list[Skipped] = []
     crashed: list[Skipped] = []
@@ -157,26 +196,7 @@ def run(facts: Facts, policy: Policy | None = None) -> Result:
                 continue
             for d in drafts:
                 findings.append(_stamp(r, d, script.path if script else ""))
-    if facts.live is not None:
-        from .checks.live import outcome_drafts  # what really happened in the live run
-
-        for rule_id, draft in outcome_drafts(facts):
-            if policy.enabled(rule_id) and rule_id in REGISTRY:
-                findings.append(_stamp(REGISTRY[rule_id], draft, facts.scripts[0].path if facts.scripts else ""))
-    findings = [f for f in findings if not policy.ignored_in(f.rule_id, f.path)]
-    findings = apply_suppressions(unique(findings, key=lambda f: (f.rule_id, f.message, f.locations)), facts, policy)
-    findings.sort(key=Finding.sort_key)
-    return Result(tuple(findings), tuple(skipped), tuple(crashed), tuple(withdrawn))
-
-
-def _why_withdrawn(facts: Facts) -> str:
-    live = facts.live
-    parts = []
-    if live.model.get("trainable_dtypes"):
-        parts.append("trainable parameters " + ", ".join(f"{d} x{n}" for d, n in live.model["trainable_dtypes"].items()))
-    if live.trainer:
-        parts.append(f"Trainer wraps the model in: {live.trainer.get('wrap', '?')}")
-    return "the live model shows " + "; ".join(parts) if parts else "the live model contradicts it"
+    return findings, skipped, crashed, withdrawn
 
 
 UNUSED_SUPPRESSION = "PD001"

@@ -143,11 +143,14 @@ def test_parallel_walk_gives_the_same_report_as_one_process(tmp_path):
     sources = [BAD, DEPRECATED, (SEED001.parent / "fixed/train.py").read_text()]
     for i in range(40):
         (tmp_path / f"s{i:02d}.py").write_text(sources[i % 3])
+    from precision_doctor.collect import gather_checked
+    from precision_doctor.config import Policy
+
     one = gather([str(tmp_path)], target="t4", jobs=1, **machine_probes())
-    two = gather([str(tmp_path)], target="t4", jobs=2, **machine_probes())
-    assert one.scripts == two.scripts
+    two, presolved = gather_checked([str(tmp_path)], target="t4", jobs=2, policy=Policy(), **machine_probes())
+    assert one.scripts == two.scripts and len(presolved) == 40  # the workers ran the per-script rules
     key = lambda r: [(f.rule_id, f.path, f.message) for f in r.findings]  # noqa: E731
-    assert key(engine.run(one)) == key(engine.run(two))
+    assert key(engine.run(one)) == key(engine.run(two, Policy(), presolved)) == key(engine.run(two))
 
 
 def test_pre_commit_hook_definition():

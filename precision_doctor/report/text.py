@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from rich.console import Console
@@ -36,9 +37,35 @@ class _Lines:
         return lines[line - 1].strip() if 0 < line <= len(lines) else ""
 
 
+class _Buffer:
+    """Collects the report's lines and prints them in one call: rich's per-call cost dominates big reports."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def __call__(self, text: str = "", soft_wrap: bool = True, **_) -> None:
+        self.lines.append(text)
+
+
+_TAG = re.compile(r"(?<!\\)\[/?[a-z][a-z ]*\]")
+
+
+def plain(markup: str) -> str:
+    """The text of our markup without rich: tags dropped, escaped brackets restored."""
+    return _TAG.sub("", markup).replace("\\[", "[")
+
+
 def render(result: Result, facts: Facts, console: Console, quiet: bool = False) -> None:
     fancy = console.is_terminal and not console.no_color
-    out = console.print
+    out = _Buffer()
+    _render(result, facts, out, fancy, quiet)
+    if fancy:
+        console.print("\n".join(out.lines), soft_wrap=True, highlight=False)
+    else:  # piped, NO_COLOR, CI logs: the same text without rich's per-character styling work
+        console.file.write("\n".join(plain(line) for line in out.lines) + "\n")
+
+
+def _render(result: Result, facts: Facts, out, fancy: bool, quiet: bool) -> None:
     lines = _Lines()
     if not quiet:
         _header(facts, out)
