@@ -144,7 +144,7 @@ def run_check(opts, script_args: tuple[str, ...]) -> int:
     facts, presolved = gather_checked(opts.paths, target=settings.target, launcher=settings.launcher,
                                       script_args=script_args, facts_file=settings.facts,
                                       jobs=opts.jobs or os.cpu_count() or 1, exclude=settings.exclude, root=root,
-                                      policy=None if opts.live else settings.policy)
+                                      policy=None if opts.live else settings.policy, slim=opts.fmt != "json")
     if opts.live:
         facts = _with_live(opts, facts, script_args)
     result = engine.run(facts, settings.policy, presolved)

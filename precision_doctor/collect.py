@@ -167,9 +167,11 @@ def gather_checked(paths: list[str], target: str | None = None, launcher: str | 
                    script_args: tuple[str, ...] = (), stack_overrides: dict[str, str] | None = None,
                    facts_file: str | None = None, environ: Mapping[str, str] | None = None,
                    system: System = System(), jobs: int = 1, exclude: tuple[str, ...] = (), root: str = ".",
-                   policy=None):
+                   policy=None, slim: bool = False):
     """The facts, and — when a large tree is probed in worker processes and a policy is given — the per-script
-    findings the workers already computed (for engine.run's `presolved`), so the work is parallel end to end."""
+    findings the workers already computed (for engine.run's `presolved`), so the work is parallel end to end.
+    `slim` drops the per-call facts of presolved scripts (a report that does not print the facts needs none of
+    them, and sending them back costs more than computing them)."""
     entries = _expand(paths, exclude, root)
     files = [p for p, _ in entries]
     env = os.environ if environ is None else environ
@@ -186,11 +188,12 @@ def gather_checked(paths: list[str], target: str | None = None, launcher: str | 
     else:
         stack = probe_stack(sorted({f.parent for f in files}), stack_overrides)
     context = Facts(scripts=(), machine=machine, launch=launch, stack=stack)
-    scripts, presolved = _probe_all(entries, args, jobs, context, policy)
+    scripts, presolved = _probe_all(entries, args, jobs, context, policy, slim)
     return Facts(scripts=scripts, machine=machine, launch=launch, stack=stack), presolved
 
 
-def _probe_all(entries: list[tuple[Path, bool]], args: tuple[str, ...], jobs: int, context: Facts, policy):
+def _probe_all(entries: list[tuple[Path, bool]], args: tuple[str, ...], jobs: int, context: Facts, policy,
+               slim: bool = False):
     """Probe every script, in worker processes when there are many (each is parsed independently); with a
     policy the workers also run the per-script rules."""
     if jobs <= 1 or len(entries) < PARALLEL_FROM:
@@ -199,7 +202,7 @@ def _probe_all(entries: list[tuple[Path, bool]], args: tuple[str, ...], jobs: in
 
     chunk = max(1, len(entries) // (jobs * 4))
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        done = list(pool.map(_probe_entry, [(f, named, args, context, policy) for f, named in entries],
+        done = list(pool.map(_probe_entry, [(f, named, args, context, policy, slim) for f, named in entries],
                              chunksize=chunk))
     scripts = tuple(d[0] for d in done)
     presolved = {d[0].path: (d[1], d[2]) for d in done} if policy is not None else None
@@ -207,16 +210,14 @@ def _probe_all(entries: list[tuple[Path, bool]], args: tuple[str, ...], jobs: in
 
 
 def _probe_entry(item):
-    path, named, args, context, policy = item
+    path, named, args, context, policy, slim = item
     script = _probe(path, named, args)
     if policy is None:
         return script, [], []
-    from dataclasses import replace as _replace
-
     from . import engine
 
-    found, crashed = engine.script_findings(_replace(context, scripts=(script,)), policy)
-    return script, found, crashed
+    found, crashed = engine.script_findings(replace(context, scripts=(script,)), policy)
+    return (replace(script, calls=()) if slim else script), found, crashed
 
 
 def _display(path: Path) -> str:
