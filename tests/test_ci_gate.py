@@ -161,3 +161,13 @@ def test_pre_commit_hook_definition():
     workflow = yaml.safe_load((ROOT / "examples/github-actions.yml").read_text())
     steps = workflow["jobs"]["preflight"]["steps"]
     assert any("--format sarif" in s.get("run", "") for s in steps)
+
+
+def test_parallel_text_report_matches_one_process(tmp_path):
+    sources = [BAD, DEPRECATED, (SEED001.parent / "fixed/train.py").read_text()]
+    for i in range(36):
+        (tmp_path / f"s{i:02d}.py").write_text(sources[i % 3])
+    one = doctor("check", ".", "--target", "t4", "--jobs", "1", cwd=tmp_path)
+    two = doctor("check", ".", "--target", "t4", "--jobs", "2", cwd=tmp_path)
+    assert one.returncode == two.returncode == 1
+    assert one.stdout == two.stdout and "PD201" in two.stdout
