@@ -304,24 +304,20 @@ def write_snapshot(opts) -> int:
     launch = parse_launcher(opts.launcher) if opts.launcher else no_launcher()
     machine, _ = gather_machine(opts.target, None, launch, os.environ)
     if opts.target:  # a profile to edit by hand: the fields exist, empty
+        from dataclasses import replace
+
         from .facts import HostFacts
 
-        machine = replace_host(machine, HostFacts())
+        machine = replace(machine, host=HostFacts())
     _write(opts.output, snapshot_json(machine, probe_stack()) + "\n")
     if opts.output:
         print(f"wrote {opts.output} ({machine.describe()})", file=sys.stderr)
     return EXIT_OK
 
 
-def replace_host(machine, host):
-    from dataclasses import replace
-
-    return replace(machine, host=host)
-
-
 def list_rules() -> int:
     from .engine import rules
-    from .explain import severity_label
+    from .ruledoc import severity_label
 
     for r in rules():
         print(f"{r.id}  {r.name:<40} {severity_label(r):<20} {r.summary}")
@@ -330,7 +326,7 @@ def list_rules() -> int:
 
 def show_rule(rule_id: str) -> int:
     from .engine import get_rule
-    from .explain import rule_doc
+    from .ruledoc import rule_doc
 
     r = get_rule(rule_id)
     if r is None:

@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 
 from precision_doctor.engine import rules
-from precision_doctor.explain import rules_markdown
+from precision_doctor.ruledoc import rules_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -15,7 +15,7 @@ LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 
 
 def _rule_descriptor(r: Rule) -> dict:
-    from ..explain import rule_doc
+    from ..ruledoc import rule_doc
 
     return {
         "id": r.id,
