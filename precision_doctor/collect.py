@@ -27,11 +27,6 @@ SNAPSHOT_KIND = "precision-doctor-snapshot"
 SNAPSHOT_VERSION = 1
 
 
-def expand_paths(paths: list[str]) -> list[Path]:
-    """Files as given; directories walked for .py files (virtual environments and caches skipped)."""
-    return [p for p, _ in _expand(paths)]
-
-
 def _expand(paths: list[str], exclude: tuple[str, ...] = (), root: str = ".") -> list[tuple[Path, bool]]:
     """(file, named on the command line) pairs; a file found by walking a folder was not named.
     Folders are walked the way git sees them (.gitignore respected) when they are in a repository."""

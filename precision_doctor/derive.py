@@ -7,7 +7,7 @@ the weights' dtype. Everything here is a pure function of `Facts`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import dtypes
@@ -107,7 +107,6 @@ class Setup:
     methods: tuple[Call, ...] = ()
     clips: tuple[Call, ...] = ()
     chain: tuple[Call, ...] = ()  # wrappers between the load and the training entry
-    notes: tuple[str, ...] = field(default=())
 
     def trainable_dtypes(self) -> Fact:
         """The dtypes of the parameters that receive gradients."""

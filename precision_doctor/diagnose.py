@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, TextIO
+from typing import Iterable
 
 from .engine import Rule, rules
 
@@ -109,10 +109,6 @@ class Diagnosis:
     tells: list[tuple[int, str]] = field(default_factory=list)
     count: int = 0
 
-    @property
-    def cause(self) -> str:
-        return self.rule.why
-
     def to_json(self) -> dict:
         lines = sorted(set(self.evidence + self.tells))
         return {"id": self.rule.id, "name": self.rule.name, "confidence": round(self.confidence, 2),
@@ -190,7 +186,3 @@ def _confidence(d: Diagnosis, hits: dict[str, Diagnosis]) -> float:
         return 0.0
     return 0.9 if d.rule.severity == "error" else 0.5  # a warning in a log is a clue, not the crash
 
-
-def read_log(source: TextIO) -> Iterable[str]:
-    for line in source:
-        yield line

@@ -23,8 +23,6 @@ _STRINGS = {
     "auto": AUTO,
 }
 
-SHORT = {FLOAT16: "fp16", BFLOAT16: "bf16", FLOAT32: "fp32"}
-
 
 def from_torch_attr(name: str) -> str | None:
     """`float16` in `torch.float16` -> "float16"."""

@@ -190,10 +190,6 @@ class MachineFacts:
     cuda_driver_version: str = ""
     host: HostFacts | None = None  # processes and ports; None for a bare --target profile
 
-    @property
-    def has_gpu(self) -> bool:
-        return bool(self.gpus)
-
     def describe(self) -> str:
         if not self.known:
             return f"unknown ({self.reason})"

@@ -6,7 +6,7 @@ can apply them later; `safe` says whether applying one without review keeps the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .facts import Location
 
@@ -110,4 +110,3 @@ class Draft:
     severity: str = ""  # only a lower severity than declared is accepted
     confidence: str = "certain"
     path: str = ""
-    extra_why: tuple[str, ...] = field(default=())
