@@ -13,7 +13,7 @@ from precision_doctor.cli import main
 buf = io.StringIO()
 with contextlib.redirect_stdout(buf):
     code = main(["check", "fixtures/seed001_titan_fp16/buggy/train.py", "--target", "titan-rtx"])
-heavy = sorted(m for m in ("torch", "transformers", "libcst", "accelerate", "peft", "trl", "pynvml")
+heavy = sorted(m for m in ("torch", "transformers", "libcst", "accelerate", "peft", "trl")
                if m in sys.modules)
 print(__import__("json").dumps({"code": code, "heavy": heavy, "out": buf.getvalue()[:200]}))
 """
