@@ -4,6 +4,7 @@ counts, rank placement, implicit precision and implicit DataParallel (PD108-PD11
 from __future__ import annotations
 
 import time
+from functools import lru_cache
 from pathlib import Path
 
 from .. import dtypes
@@ -405,18 +406,26 @@ def trainer_exempts_4bit(stack: StackFacts) -> tuple[bool, str]:
     trainer.py when it is here, else decided from the version (5.6 onwards)."""
     pkg = stack.get("transformers")
     if pkg.source == "installed":
-        import sys
-
-        for entry in sys.path:
-            candidate = Path(entry) / "transformers" / "trainer.py"
-            if candidate.is_file():
-                try:
-                    text = candidate.read_text(encoding="utf-8", errors="replace")
-                except OSError:
-                    break
-                wrap = text[text.find("def _wrap_model"):][:3000]
-                return "is_loaded_in_4bit" in wrap, f"read in the installed transformers {pkg.version}"
+        exempt = _installed_trainer_exempts_4bit(pkg.version)
+        if exempt is not None:
+            return exempt, f"read in the installed transformers {pkg.version}"
     return at_least(stack, "transformers", "5.6"), f"transformers {pkg.version} ({pkg.source})"
+
+
+@lru_cache(maxsize=4)
+def _installed_trainer_exempts_4bit(version: str) -> bool | None:
+    """Read once per run (a tree of scripts asks for every 4-bit one); None when trainer.py is not found."""
+    import sys
+
+    for entry in sys.path:
+        candidate = Path(entry) / "transformers" / "trainer.py"
+        if candidate.is_file():
+            try:
+                text = candidate.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                return None
+            return "is_loaded_in_4bit" in text[text.find("def _wrap_model"):][:3000]
+    return None
 
 
 def dataparallel_crash_reasons(setup: Setup, machine: MachineFacts, stack: StackFacts) -> list[Evidence]:
