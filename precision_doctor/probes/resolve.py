@@ -250,10 +250,6 @@ class Resolver:
                 return self._latest(before, s, use_chain, ctx, depth, name)
             if name in s.params:
                 return self._param(name, s, ctx, depth)
-            if s.name != "<module>" and s.class_name and "." in name and name.startswith("self."):
-                for other in self.index.scopes:
-                    if other.class_name == s.class_name and name in other.assigns:
-                        return self._latest(other.assigns[name], other, (), ctx, depth, name)
             s = s.parent
         if name in self.imports.names:
             return Dyn(f"{name} is imported")
@@ -277,7 +273,7 @@ class Resolver:
                         decided = None  # skipped under this assumption
                         break
                     continue
-                test = self._if_test(scope, node_id)
+                test = self.index.if_tests.get(node_id)
                 cond = self.sym(test, scope, ctx, depth) if test is not None else Dyn("")
                 if isinstance(cond, Known):
                     if bool(cond.value) != branch:
@@ -308,9 +304,6 @@ class Resolver:
                 return events[-1].value
             s = s.parent
         return None
-
-    def _if_test(self, scope: Scope, node_id: int) -> ast.AST | None:
-        return self.index.if_tests.get(node_id)
 
     def _assignment_value(self, a, scope: Scope, ctx: Context, depth: int) -> Any:
         if a.value is None:
