@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import enum
 from typing import Callable, Hashable, Iterable, TypeVar
 
 T = TypeVar("T")
+
+
+class StrEnum(str, enum.Enum):
+    """An enum whose members are their string values: they compare, format and serialise as those strings."""
+
+    __str__ = str.__str__
+    __format__ = str.__format__
 
 
 def unique(items: Iterable[T], key: Callable[[T], Hashable]) -> list[T]:

@@ -112,8 +112,8 @@ def settings_for(opts):
     from dataclasses import replace
     from pathlib import Path
 
+    from .catalog import rules
     from .config import Settings, find_pyproject, load_settings, read_table, resolve_ids
-    from .engine import rules
 
     known = {r.id for r in rules()}
     path = Path(opts.config) if opts.config else find_pyproject(Path(opts.paths[0]) if opts.paths else Path.cwd())
@@ -136,18 +136,17 @@ def run_check(opts, script_args: tuple[str, ...]) -> int:
     import os
 
     from . import engine
-    from .collect import gather_checked
+    from .collect import gather
     from .findings import SEVERITY_RANK
 
     settings = settings_for(opts)
     root = os.path.dirname(settings.source) if settings.source else "."
-    facts, presolved = gather_checked(opts.paths, target=settings.target, launcher=settings.launcher,
-                                      script_args=script_args, facts_file=settings.facts,
-                                      jobs=opts.jobs or os.cpu_count() or 1, exclude=settings.exclude, root=root,
-                                      policy=None if opts.live else settings.policy, slim=opts.fmt != "json")
+    facts = gather(opts.paths, target=settings.target, launcher=settings.launcher, script_args=script_args,
+                   facts_file=settings.facts, jobs=opts.jobs or os.cpu_count() or 1, exclude=settings.exclude,
+                   root=root)
     if opts.live:
         facts = _with_live(opts, facts, script_args)
-    result = engine.run(facts, settings.policy, presolved)
+    result = engine.run(facts, settings.policy)
     if opts.fmt == "text" and not opts.output:
         from .report.text import render as render_text
 
@@ -180,6 +179,7 @@ def run_explain(opts, script_args: tuple[str, ...]) -> int:
     import json
     import os
 
+    from .catalog import related
     from .diagnose import diagnose
 
     if opts.log == "-":
@@ -211,25 +211,14 @@ def run_explain(opts, script_args: tuple[str, ...]) -> int:
         for d in found:
             item = d.to_json()
             item["script"] = [{"path": loc.path, "line": loc.line, "message": f.message}
-                              for f in findings if f.rule_id in _related(d.rule.id) for loc in f.locations[:1]]
+                              for f in findings if f.rule_id in related(d.rule.id) for loc in f.locations[:1]]
             doc["diagnoses"].append(item)
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return EXIT_OK
     from .report.explain_text import render_diagnoses
 
-    render_diagnoses(found, findings, name, _console(), _related)
+    render_diagnoses(found, findings, name, _console(), related)
     return EXIT_OK
-
-
-def _related(rule_id: str) -> set[str]:
-    """Rules that share an error text: a log can prove the text, the script tells which one."""
-    groups = ({"PD208", "PD301", "PD114"}, {"PD108", "PD109", "PD112"}, {"PD204", "PD210", "PD201"},
-              {"PD202", "PD211"}, {"PD503", "PD210"})
-    out = {rule_id}
-    for g in groups:
-        if rule_id in g:
-            out |= g
-    return out
 
 
 def _with_live(opts, facts, script_args: tuple[str, ...]):
@@ -316,7 +305,7 @@ def write_snapshot(opts) -> int:
 
 
 def list_rules() -> int:
-    from .engine import rules
+    from .catalog import rules
     from .ruledoc import severity_label
 
     for r in rules():
@@ -325,7 +314,7 @@ def list_rules() -> int:
 
 
 def show_rule(rule_id: str) -> int:
-    from .engine import get_rule
+    from .catalog import get_rule
     from .ruledoc import rule_doc
 
     r = get_rule(rule_id)

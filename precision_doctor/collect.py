@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .config import excluded
 from .errors import InputError
-from .facts import (Facts, LaunchFacts, MachineFacts, ScriptFacts, StackFacts, Unknown, _from_jsonable,
+from .facts import (Facts, LaunchFacts, MachineFacts, MachineOrigin, ScriptFacts, StackFacts, Unknown, _from_jsonable,
                     _to_jsonable)
 from .probes.launch import launch_from_env, parse_launcher
 from .probes.script import probe_script
@@ -105,7 +106,7 @@ def this_machine(environ: Mapping[str, str], launch: LaunchFacts, system: System
                       psutil=system.psutil, check_ports=system.check_ports)
     machine = probe_gpus(nvml=system.nvml, visible=environ.get("CUDA_VISIBLE_DEVICES"),
                          processes=lambda pids: describe_processes(pids, psutil=system.psutil, me=host.user))
-    return replace(machine, host=host)
+    return replace(machine, host=host, probed_at=time.time())
 
 
 def read_snapshot(path: str) -> tuple[MachineFacts, StackFacts]:
@@ -127,7 +128,7 @@ def read_snapshot(path: str) -> tuple[MachineFacts, StackFacts]:
         stack = _from_jsonable(StackFacts, data.get("stack", {"packages": {}}))
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"--facts {path}: malformed snapshot ({type(exc).__name__}: {exc})") from None
-    return replace(machine, source=f"snapshot {Path(path).name}"), stack
+    return replace(machine, source=f"snapshot {Path(path).name}", origin=MachineOrigin.SNAPSHOT), stack
 
 
 def snapshot_json(machine: MachineFacts, stack: StackFacts) -> str:
@@ -154,19 +155,8 @@ def gather(paths: list[str], target: str | None = None, launcher: str | None = N
            script_args: tuple[str, ...] = (), stack_overrides: dict[str, str] | None = None,
            facts_file: str | None = None, environ: Mapping[str, str] | None = None,
            system: System = System(), jobs: int = 1, exclude: tuple[str, ...] = (), root: str = ".") -> Facts:
-    return gather_checked(paths, target, launcher, script_args, stack_overrides, facts_file, environ, system, jobs,
-                          exclude, root)[0]
-
-
-def gather_checked(paths: list[str], target: str | None = None, launcher: str | None = None,
-                   script_args: tuple[str, ...] = (), stack_overrides: dict[str, str] | None = None,
-                   facts_file: str | None = None, environ: Mapping[str, str] | None = None,
-                   system: System = System(), jobs: int = 1, exclude: tuple[str, ...] = (), root: str = ".",
-                   policy=None, slim: bool = False):
-    """The facts, and — when a large tree is probed in worker processes and a policy is given — the per-script
-    findings the workers already computed (for engine.run's `presolved`), so the work is parallel end to end.
-    `slim` drops the per-call facts of presolved scripts (a report that does not print the facts needs none of
-    them, and sending them back costs more than computing them)."""
+    """Every fact of one run: the scripts (probed in worker processes when there are many), the machine, the
+    launch and the stack. Collection runs no rule: the engine does, on these facts, whatever `jobs` was."""
     entries = _expand(paths, exclude, root)
     files = [p for p, _ in entries]
     env = os.environ if environ is None else environ
@@ -182,37 +172,24 @@ def gather_checked(paths: list[str], target: str | None = None, launcher: str | 
         stack = snapshot_stack
     else:
         stack = probe_stack(sorted({f.parent for f in files}), stack_overrides)
-    context = Facts(scripts=(), machine=machine, launch=launch, stack=stack)
-    scripts, presolved = _probe_all(entries, args, jobs, context, policy, slim)
-    return Facts(scripts=scripts, machine=machine, launch=launch, stack=stack), presolved
+    scripts = _probe_all(entries, args, jobs)
+    return Facts(scripts=scripts, machine=machine, launch=launch, stack=stack)
 
 
-def _probe_all(entries: list[tuple[Path, bool]], args: tuple[str, ...], jobs: int, context: Facts, policy,
-               slim: bool = False):
-    """Probe every script, in worker processes when there are many (each is parsed independently); with a
-    policy the workers also run the per-script rules."""
+def _probe_all(entries: list[tuple[Path, bool]], args: tuple[str, ...], jobs: int) -> tuple[ScriptFacts, ...]:
+    """Probe every script, in worker processes when there are many (each is parsed independently)."""
     if jobs <= 1 or len(entries) < PARALLEL_FROM:
-        return tuple(_probe(f, named, args) for f, named in entries), None
+        return tuple(_probe(f, named, args) for f, named in entries)
     from concurrent.futures import ProcessPoolExecutor
 
     chunk = max(1, len(entries) // (jobs * 4))
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        done = list(pool.map(_probe_entry, [(f, named, args, context, policy, slim) for f, named in entries],
-                             chunksize=chunk))
-    scripts = tuple(d[0] for d in done)
-    presolved = {d[0].path: (d[1], d[2]) for d in done} if policy is not None else None
-    return scripts, presolved
+        return tuple(pool.map(_probe_entry, [(f, named, args) for f, named in entries], chunksize=chunk))
 
 
-def _probe_entry(item):
-    path, named, args, context, policy, slim = item
-    script = _probe(path, named, args)
-    if policy is None:
-        return script, [], []
-    from . import engine
-
-    found, crashed = engine.script_findings(replace(context, scripts=(script,)), policy)
-    return (replace(script, calls=()) if slim else script), found, crashed
+def _probe_entry(item) -> ScriptFacts:
+    path, named, args = item
+    return _probe(path, named, args)
 
 
 def _display(path: Path) -> str:

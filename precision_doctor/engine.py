@@ -1,99 +1,23 @@
-"""The rule registry and the engine that runs checks over facts and ranks their findings.
+"""The runner: every enabled rule over the facts, each finding stamped with its rule's declaration, ranked.
 
-A rule is a plain function registered by `@rule(...)` alone; the decorator carries its id, name,
-default severity, documentation and the examples that must fire and must stay silent. The
-function's parameter names say which facts it reads (`script`, `setup`, `machine`, `stack`,
-`launch`, `facts`); the engine injects them.
+The facts come in whole (collection never runs a rule); the engine derives the setup once, injects what
+each rule's parameters name, and applies the policy: selection, per-file ignores, inline suppressions. A
+rule's findings can never exceed its declaration: the severity only up to the declared escalation, the
+fix's applicability never looser than declared.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from dataclasses import dataclass, replace
 
 from ._util import unique
+from .catalog import rules
 from .config import Policy
-from .facts import Facts
-from .findings import SEVERITY_RANK, Draft, Evidence, Finding, Fix
-
-INJECTABLE = ("facts", "script", "setup", "machine", "stack", "launch", "live")
-
-
-@dataclass(frozen=True)
-class Example:
-    """A script (and the machine/launch it runs on) that a rule must fire on, or stay silent on."""
-
-    code: str
-    target: str | None = None
-    launcher: str | None = None
-    script_args: tuple[str, ...] = ()
-    versions: dict[str, str] = field(default_factory=dict)  # stack overrides: {"transformers": "4.46.0"}
-    note: str = ""
-    machine: str | None = None  # a machine fixture (fixtures/machines/NAME.json): GPUs, processes, ports, env
-    env: dict[str, str] = field(default_factory=dict)
-    live: dict | None = None  # LiveFacts fields: what the real model looked like
-
-
-@dataclass(frozen=True)
-class Rule:
-    id: str
-    name: str
-    severity: str
-    phase: str
-    summary: str  # one line
-    what: str  # what it detects
-    why: str  # why it breaks
-    error: str  # the real message the job dies with, or the symptom
-    fix: str  # the endorsed fix
-    fix_safety: str
-    fires: tuple[Example, ...]
-    silent: tuple[Example, ...]
-    needs: tuple[str, ...]  # facts that must be known for the rule to run ("machine")
-    escalates_to: str  # the most a finding may be raised to (a declared exception, e.g. warning -> error)
-    func: Callable[..., Iterable[Draft]]
-    params: tuple[str, ...]
-    per_script: bool
-
-
-REGISTRY: dict[str, Rule] = {}
-
-
-def rule(id: str, name: str, *, severity: str, phase: str, summary: str, what: str, why: str, error: str,
-         fix: str, fires: list[Example], silent: list[Example], fix_safety: str = "",
-         needs: tuple[str, ...] = (), escalates_to: str = "") -> Callable:
-    def register(func: Callable) -> Callable:
-        code = func.__code__
-        params = code.co_varnames[:code.co_argcount]
-        unknown = [p for p in params if p not in INJECTABLE]
-        if unknown:
-            raise TypeError(f"{func.__name__}: cannot inject {unknown}; use {INJECTABLE}")
-        if id in REGISTRY:
-            raise ValueError(f"rule id {id} registered twice")
-        if not fires or not silent:
-            raise ValueError(f"{id}: a rule needs at least one firing example and one silent look-alike")
-        REGISTRY[id] = Rule(id=id, name=name, severity=severity, phase=phase, summary=summary, what=what,
-                            why=why, error=error, fix=fix, fix_safety=fix_safety, fires=tuple(fires),
-                            silent=tuple(silent), needs=needs, escalates_to=escalates_to or severity,
-                            func=func, params=params,
-                            per_script="script" in params or "setup" in params)
-        return func
-
-    return register
-
-
-def rules() -> list[Rule]:
-    from . import checks  # noqa: F401  (registers every rule)
-
-    return sorted(REGISTRY.values(), key=lambda r: r.id)
-
-
-def get_rule(rule_id: str) -> Rule | None:
-    rules()
-    key = rule_id.upper()
-    found = REGISTRY.get(key)
-    if found is None:
-        found = next((r for r in REGISTRY.values() if r.name == rule_id), None)
-    return found
+from .derive import Derived, derive
+from .diagnose import match_exception
+from .facts import Facts, Location, Suppression
+from .findings import SEVERITY_RANK, Confidence, Draft, Evidence, Finding, Fix, Phase, stricter
+from .registry import REGISTRY, Rule
 
 
 @dataclass(frozen=True)
@@ -120,26 +44,77 @@ class Result:
     withdrawn: tuple[Withdrawn, ...] = ()
 
 
-def run(facts: Facts, policy: Policy | None = None,
-        presolved: dict[str, tuple[list[Finding], list[Skipped]]] | None = None) -> Result:
-    """Every enabled rule over the facts, ranked. `presolved` holds per-script findings worker processes
-    already computed (script path -> findings, crashed checks); those scripts' rules are not run again."""
-    policy = policy or Policy()
-    findings, skipped, crashed, withdrawn = _raw(facts, policy, per_script=None if presolved is None else False)
-    for found, broke in (presolved or {}).values():
-        findings.extend(found)
-        crashed.extend(broke)
-    if facts.live is not None:
-        from .checks.live import outcome_drafts  # what really happened in the live run
+@dataclass(frozen=True)
+class SuppressionUse:
+    """What the suppression comments did, for the rules that judge them (PD001)."""
 
-        for rule_id, draft in outcome_drafts(facts):
-            if policy.enabled(rule_id) and rule_id in REGISTRY:
-                findings.append(_stamp(REGISTRY[rule_id], draft, facts.scripts[0].path if facts.scripts else ""))
+    marks: tuple[Suppression, ...]
+    used: frozenset[tuple[str, str, int]]  # (rule id or "*", path, line) of each comment that silenced something
+    enabled: frozenset[str]  # the rules this run checked
+    known: frozenset[str]  # every rule id
+
+
+def run(facts: Facts, policy: Policy | None = None) -> Result:
+    policy = policy or Policy()
+    derived = derive(facts)
+    chosen = [r for r in rules() if policy.enabled(r.id)]
+    findings: list[Finding] = []
+    skipped: list[Skipped] = []
+    crashed: list[Skipped] = []
+    withdrawn: list[Withdrawn] = []
+    for r in chosen:
+        if r.after_findings:
+            continue
+        reason = _missing(r, facts)
+        if reason:
+            skipped.append(Skipped(r.id, reason))
+            continue
+        for script in (facts.scripts if r.per_script else (None,)):
+            try:
+                findings.extend(_run_rule(r, facts, derived, script, withdrawn))
+            except Exception as exc:  # a crashed check is a result, not a crash of the tool
+                crashed.append(Skipped(r.id, f"{type(exc).__name__}: {exc}"))
+    if facts.live is not None:
+        findings.extend(_live_exception(facts, policy))
     findings = [f for f in findings if not policy.ignored_in(f.rule_id, f.path)]
-    crashed = unique(crashed, key=lambda c: (c.rule_id, c.reason))
-    findings = apply_suppressions(unique(findings, key=lambda f: (f.rule_id, f.message, f.locations)), facts, policy)
+    findings, use = _suppress(unique(findings, key=lambda f: (f.rule_id, f.message, f.locations)), facts, chosen)
+    for r in chosen:
+        if r.after_findings:
+            findings.extend(_stamp(r, d, "") for d in r.func(**_inject(r, facts, derived, None, use)))
     findings.sort(key=Finding.sort_key)
+    crashed = unique(crashed, key=lambda c: (c.rule_id, c.reason))
     return Result(tuple(findings), tuple(skipped), tuple(crashed), tuple(withdrawn))
+
+
+def _missing(r: Rule, facts: Facts) -> str:
+    """Why the facts the rule needs are not there ("" when they are)."""
+    reasons = []
+    for name in r.needs:
+        if name == "machine" and not facts.machine.known:
+            reasons.append(f"machine unknown: {facts.machine.reason}")
+        elif name == "live" and (facts.live is None or not facts.live.known):
+            reasons.append("live facts not gathered (use --live)" if facts.live is None else
+                           f"the live run never reached training ({facts.live.ended})")
+    return "; ".join(reasons)
+
+
+def _inject(r: Rule, facts: Facts, derived: Derived, script, use: SuppressionUse | None, live="facts") -> dict:
+    live_known = facts.live is not None and facts.live.known
+    available = {"facts": facts, "machine": facts.machine, "stack": facts.stack, "launch": facts.launch,
+                 "plan": derived.plan, "script": script, "setup": derived.setups.get(script.path) if script else None,
+                 "live": (facts.live if live_known else None) if live == "facts" else live, "suppressions": use}
+    return {p: available[p] for p in r.params}
+
+
+def _run_rule(r: Rule, facts: Facts, derived: Derived, script, withdrawn: list[Withdrawn]) -> list[Finding]:
+    path = script.path if script else ""
+    drafts = list(r.func(**_inject(r, facts, derived, script, None)))
+    live_known = facts.live is not None and facts.live.known
+    if live_known and "live" in r.params and "live" not in r.needs and not drafts:
+        # the live model confirms nothing of what reading the script alone claimed: say what it withdrew
+        static = list(r.func(**_inject(r, facts, derived, script, None, live=None)))
+        withdrawn.extend(Withdrawn(r.id, d.message, path, _why_withdrawn(facts)) for d in static)
+    return [_stamp(r, d, path) for d in drafts]
 
 
 def _why_withdrawn(facts: Facts) -> str:
@@ -152,59 +127,36 @@ def _why_withdrawn(facts: Facts) -> str:
     return "the live model shows " + "; ".join(parts) if parts else "the live model contradicts it"
 
 
-def script_findings(facts: Facts, policy: Policy) -> tuple[list[Finding], list[Skipped]]:
-    """The per-script rules over the facts' scripts, unranked and unsuppressed: a worker's share of run()."""
-    findings, _, crashed, _ = _raw(facts, policy, per_script=True)
-    return findings, crashed
+def _live_exception(facts: Facts, policy: Policy) -> list[Finding]:
+    """The exception a `--live --steps` run raised, as a finding of the rule whose declared log signature it
+    matches (the same matching `explain` does)."""
+    live = facts.live
+    if live.ended != "raised" or not live.error:
+        return []
+    r = match_exception(live.error.get("traceback", ""), live.error.get("message", ""))
+    if r is None or not policy.enabled(r.id):
+        return []
+    where = tuple(Evidence(_frame_location(f), f.get("code", ""),
+                           f"{f.get('function')}() raised here" if i == 0 else f"in {f.get('function')}()", "live")
+                  for i, f in enumerate(reversed(live.error.get("frames", [])[-4:])))
+    step = live.optimizer_steps
+    kind, message = live.error.get("type"), live.error.get("message", "")
+    draft = Draft(f"the live run raised it {'before the first optimizer step' if not step else f'after {step} steps'}"
+                  f": {kind}: {message[:200]}",
+                  evidence=where or (Evidence(None, f"live run at {live.stopped_at or 'the end'}", "exception",
+                                              "live"),),
+                  error=f"{kind}: {message[:400]}", phase=Phase.FIRST_STEP if not step else Phase.LATER_STEPS,
+                  fix=Fix(r.fix))
+    return [_stamp(r, draft, facts.scripts[0].path if facts.scripts else "")]
 
 
-def _raw(facts: Facts, policy: Policy, per_script: bool | None):
-    """Run the chosen rules (all, only per-script ones, or only machine-wide ones)."""
-    from .derive import derive_setup
-
-    chosen = [r for r in rules() if policy.enabled(r.id) and r.id != UNUSED_SUPPRESSION
-              and (per_script is None or r.per_script == per_script)]
-    setups = {s.path: derive_setup(s, facts) for s in facts.scripts} if per_script is not False else {}
-    findings: list[Finding] = []
-    skipped: list[Skipped] = []
-    crashed: list[Skipped] = []
-    withdrawn: list[Withdrawn] = []
-    live_known = facts.live is not None and facts.live.known
-    for r in chosen:
-        missing = [n for n in r.needs if getattr(facts, n) is None or not getattr(facts, n).known]
-        if missing:
-            reason = "; ".join(f"{n} unknown: {getattr(facts, n).reason}" if n == "machine" else
-                               f"{n} facts not gathered (use --live)" if n == "live" else f"{n} not given"
-                               for n in missing)
-            skipped.append(Skipped(r.id, reason))
-            continue
-        contexts = facts.scripts if r.per_script else (None,)
-        for script in contexts:
-            available = {"facts": facts, "machine": facts.machine, "stack": facts.stack, "launch": facts.launch,
-                         "script": script, "setup": setups.get(script.path) if script else None,
-                         "live": facts.live if live_known else None}
-            try:
-                drafts = list(r.func(**{p: available[p] for p in r.params}))
-                if live_known and "live" in r.params and "live" not in r.needs:
-                    # what reading the script alone would have said, to name what the live model withdrew
-                    static = list(r.func(**{p: (None if p == "live" else available[p]) for p in r.params}))
-                    if not drafts:  # the live model confirms nothing of what the script reading claimed
-                        withdrawn.extend(Withdrawn(r.id, d.message, script.path if script else "",
-                                                   _why_withdrawn(facts)) for d in static)
-            except Exception as exc:  # a crashed check is a result, not a crash of the tool
-                crashed.append(Skipped(r.id, f"{type(exc).__name__}: {exc}"))
-                continue
-            for d in drafts:
-                findings.append(_stamp(r, d, script.path if script else ""))
-    return findings, skipped, crashed, withdrawn
+def _frame_location(frame: dict) -> Location | None:
+    return Location(frame.get("file", ""), int(frame.get("line") or 0)) if frame.get("file") else None
 
 
-UNUSED_SUPPRESSION = "PD001"
-
-
-def apply_suppressions(findings: list[Finding], facts: Facts, policy: Policy) -> list[Finding]:
-    """Drop findings a `# precision-doctor: ignore[...]` comment on one of their lines names; report the comments
-    that suppressed nothing (PD001), the way ruff reports an unused noqa."""
+def _suppress(findings: list[Finding], facts: Facts, chosen: list[Rule]) -> tuple[list[Finding], SuppressionUse]:
+    """Drop findings a `# precision-doctor: ignore[...]` comment on one of their lines names, and record which
+    comments silenced something."""
     marks = unique((s for script in facts.scripts for s in script.suppressions),
                    key=lambda s: (s.location.path, s.location.line))
     by_line = {(s.location.path, s.location.line): s for s in marks}
@@ -218,30 +170,16 @@ def apply_suppressions(findings: list[Finding], facts: Facts, policy: Policy) ->
             kept.append(f)
         else:
             used.add((f.rule_id if hit.ids else "*", hit.location.path, hit.location.line))
-    if not policy.enabled(UNUSED_SUPPRESSION):
-        return kept
-    meta = REGISTRY[UNUSED_SUPPRESSION]
-    for s in marks:
-        for rid in s.ids or ("*",):
-            if (rid, s.location.path, s.location.line) in used:
-                continue
-            if rid != "*" and rid in REGISTRY and not policy.enabled(rid):
-                continue  # the rule is off: the comment may matter again when it is back on
-            what = "every rule" if rid == "*" else rid
-            why = f"{rid} is not a rule" if rid != "*" and rid not in REGISTRY else "nothing fires on this line"
-            kept.append(_stamp(meta, Draft(f"suppression of {what} matches nothing: {why}",
-                                           evidence=(Evidence(s.location, "", "unused suppression"),),
-                                           fix=Fix("remove the comment (or the id from it)", safe=True)),
-                               s.location.path))
-    return kept
+    return kept, SuppressionUse(tuple(marks), frozenset(used), frozenset(r.id for r in chosen), frozenset(REGISTRY))
 
 
 def _stamp(r: Rule, d: Draft, path: str) -> Finding:
     severity = r.severity
     if d.severity and SEVERITY_RANK[d.severity] >= SEVERITY_RANK[r.escalates_to]:
         severity = d.severity  # lower than declared, or up to the escalation the rule declares, never beyond
+    fix = d.fix
+    if fix is not None:
+        fix = replace(fix, applicability=stricter(fix.applicability, r.applicability))
     return Finding(rule_id=r.id, name=r.name, severity=severity, message=d.message, path=d.path or path,
-                   evidence=d.evidence, error=d.error or r.error, why=r.why, fix=d.fix,
-                   phase=d.phase or r.phase, confidence=d.confidence)
-
-
+                   evidence=d.evidence, error=d.error or r.error, why=r.why, fix=fix,
+                   phase=d.phase or r.phase, confidence=Confidence(d.confidence))

@@ -11,10 +11,18 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-KNOWN = "known"
-ABSENT = "absent"  # the argument is not passed: the library default applies
-CONDITIONAL = "conditional"  # decided by the hardware the job runs on
-DYNAMIC = "dynamic"  # computed at run time in a way static reading cannot follow
+from ._util import StrEnum
+
+class State(StrEnum):
+    """How much the doctor knows of a value."""
+
+    KNOWN = "known"
+    ABSENT = "absent"  # the argument is not passed: the library default applies
+    CONDITIONAL = "conditional"  # decided by the hardware the job runs on
+    DYNAMIC = "dynamic"  # computed at run time in a way static reading cannot follow
+
+
+KNOWN, ABSENT, CONDITIONAL, DYNAMIC = State.KNOWN, State.ABSENT, State.CONDITIONAL, State.DYNAMIC
 
 
 @dataclass(frozen=True)
@@ -52,7 +60,7 @@ class Predicate:
 class Value:
     """An argument's effective value, where it came from, and how sure the doctor is of it."""
 
-    state: str
+    state: State
     value: Any = None
     text: str = ""
     origins: tuple[Origin, ...] = ()
@@ -178,17 +186,25 @@ class Gpu:
         return f"sm_{self.capability[0]}{self.capability[1]}"
 
 
+class MachineOrigin(StrEnum):
+    THIS_MACHINE = "this-machine"  # probed here (NVML, psutil, sockets)
+    TARGET = "target"  # a named --target profile
+    SNAPSHOT = "snapshot"  # a --facts file taken on the node
+
+
 @dataclass(frozen=True)
 class MachineFacts:
     """The machine the job will run on. `known` False means: the doctor could not tell."""
 
     known: bool
-    source: str  # "target titan-rtx", "snapshot node.json", "this machine"
+    source: str  # for people: "target titan-rtx", "snapshot node.json", "this machine"
+    origin: MachineOrigin = MachineOrigin.THIS_MACHINE
     gpus: tuple[Gpu, ...] = ()
     reason: str = ""  # why unknown
     driver_version: str = ""
     cuda_driver_version: str = ""
     host: HostFacts | None = None  # processes and ports; None for a bare --target profile
+    probed_at: float = 0.0  # epoch seconds when this machine was probed (0: a profile, never probed)
 
     def describe(self) -> str:
         if not self.known:
@@ -254,8 +270,17 @@ class PackageVersion:
 
 
 @dataclass(frozen=True)
+class LibraryBehaviour:
+    """What an installed library's source shows it does, read without importing it."""
+
+    value: bool
+    evidence: str  # the package, file and line that show it: "transformers 5.23.0 trainer.py:2210 ..."
+
+
+@dataclass(frozen=True)
 class StackFacts:
     packages: dict[str, PackageVersion] = field(default_factory=dict)
+    behaviours: dict[str, LibraryBehaviour] = field(default_factory=dict)  # see probes/stack.py for the keys
 
     def get(self, name: str) -> PackageVersion:
         return self.packages.get(name) or PackageVersion(name, "", "assumed")
@@ -330,6 +355,8 @@ def _from_jsonable(tp: Any, data: Any) -> Any:
         return None
     if isinstance(tp, str):
         tp = _TYPES[tp.split("|")[0].strip()]
+    if isinstance(tp, type) and issubclass(tp, StrEnum):
+        return tp(data)
     origin = typing.get_origin(tp)
     if dataclasses.is_dataclass(tp):
         hints = typing.get_type_hints(tp)
@@ -352,7 +379,7 @@ def _from_jsonable(tp: Any, data: Any) -> Any:
 
 _TYPES: dict[str, Any] = {}
 for _cls in (Location, Origin, Predicate, Value, Call, Unknown, Suppression, ScriptFacts, GpuProcess, Gpu, MachineFacts,
-             BusyPort, HostFacts, LaunchFacts, PackageVersion, StackFacts, LiveFacts, Facts):
+             BusyPort, HostFacts, LaunchFacts, PackageVersion, LibraryBehaviour, StackFacts, LiveFacts, Facts):
     _TYPES[_cls.__name__] = _cls
 
 

@@ -1,23 +1,57 @@
 """What a check reports: a finding with its evidence, the error the job would hit, and a fix.
 
 Fixes are data (edits, shell commands, manual steps) so checks stay free of libcst and the fixer
-can apply them later; `safe` says whether applying one without review keeps the script's intent.
+can apply them later; their applicability says whether one may be applied without review.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ._util import StrEnum
 from .facts import Location
 
-SEVERITIES = ("error", "warning", "info")
+
+class Severity(StrEnum):
+    ERROR = "error"  # the job crashes, or trains numerically broken, with near certainty
+    WARNING = "warning"  # it runs, but degraded, slow, likely to diverge, or on a vanishing API
+    INFO = "info"
+
+
+class Phase(StrEnum):
+    """When the job hits the problem, in order: ranking puts what crashes first, first."""
+
+    LAUNCH = "launch"
+    CONFIG = "config"
+    LOAD = "load"
+    WRAP = "wrap"
+    FIRST_STEP = "first-step"
+    LATER_STEPS = "later-steps"
+
+
+class Confidence(StrEnum):
+    CERTAIN = "certain"
+    LIKELY = "likely"
+
+
+class Applicability(StrEnum):
+    """Ruff's three kinds of fix, from least to most restricted."""
+
+    SAFE = "safe"  # keeps the script's intent: `fix --yes` applies it
+    UNSAFE = "unsafe"  # changes behaviour a person should review: applied with --unsafe
+    DISPLAY = "display"  # shown, never applied
+
+
+SEVERITIES = tuple(Severity)
 SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
-
-# When the job hits the problem, in order: ranking puts what crashes first, first.
-PHASES = ("launch", "config", "load", "wrap", "first-step", "later-steps")
+PHASES = tuple(Phase)
 PHASE_RANK = {p: i for i, p in enumerate(PHASES)}
+CONFIDENCES = tuple(Confidence)
+APPLICABILITY_RANK = {a: i for i, a in enumerate(Applicability)}
 
-CONFIDENCES = ("certain", "likely")
+
+def stricter(a: Applicability, b: Applicability) -> Applicability:
+    return a if APPLICABILITY_RANK[a] >= APPLICABILITY_RANK[b] else b
 
 
 @dataclass(frozen=True)
@@ -68,25 +102,34 @@ class Edit:
 @dataclass(frozen=True)
 class Fix:
     description: str
-    safe: bool = False
+    applicability: Applicability = Applicability.UNSAFE
     edits: tuple[Edit, ...] = ()
     commands: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()  # what not to do instead, and why
+
+    @property
+    def safe(self) -> bool:
+        return self.applicability == Applicability.SAFE
+
+    def appliable(self, unsafe: bool) -> bool:
+        """May `fix` apply these edits: safe ones always, unsafe ones with --unsafe, display-only never."""
+        return bool(self.edits) and (self.applicability == Applicability.SAFE or
+                                     (unsafe and self.applicability == Applicability.UNSAFE))
 
 
 @dataclass(frozen=True)
 class Finding:
     rule_id: str
     name: str
-    severity: str
+    severity: Severity
     message: str
     path: str
     evidence: tuple[Evidence, ...] = ()
     error: str = ""  # the message the job would die with (or the symptom)
     why: str = ""
     fix: Fix | None = None
-    phase: str = "first-step"
-    confidence: str = "certain"
+    phase: Phase = Phase.FIRST_STEP
+    confidence: Confidence = Confidence.CERTAIN
 
     @property
     def locations(self) -> tuple[Location, ...]:
@@ -106,7 +149,7 @@ class Draft:
     evidence: tuple[Evidence, ...] = ()
     fix: Fix | None = None
     error: str = ""  # defaults to the rule's declared error text
-    phase: str = ""  # defaults to the rule's declared phase
-    severity: str = ""  # only a lower severity than declared is accepted
-    confidence: str = "certain"
+    phase: Phase | None = None  # defaults to the rule's declared phase
+    severity: Severity | None = None  # lower than declared, or up to the declared escalation
+    confidence: Confidence = Confidence.CERTAIN
     path: str = ""

@@ -40,7 +40,7 @@ class Session:
         self.first = check()
 
     def candidates(self, findings: list[Finding]) -> list[Finding]:
-        return [f for f in findings if f.fix and f.fix.edits and _key(f) not in self.decided
+        return [f for f in findings if f.fix and f.fix.appliable(unsafe=True) and _key(f) not in self.decided
                 and (self.select is None or f.rule_id in self.select)]
 
     def preview(self, f: Finding):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .engine import Rule
+from .registry import Rule
 
 
 def severity_label(r: Rule) -> str:
@@ -34,7 +34,7 @@ def rule_doc(r: Rule) -> str:
         f"  {r.fix}",
         "",
         "Fix safety",
-        f"  {r.fix_safety or 'Display only: the fix is described, not applied automatically.'}",
+        f"  {r.applicability}: {r.fix_safety or 'the fix is described, not applied automatically.'}",
     ]
     return "\n".join(parts)
 

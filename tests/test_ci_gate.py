@@ -139,18 +139,20 @@ def test_walk_respects_gitignore_and_skips_venvs(tmp_path):
     assert paths == ["sub/ok.py", "train.py"]
 
 
-def test_parallel_walk_gives_the_same_report_as_one_process(tmp_path):
+@pytest.mark.parametrize("machine", [{"target": "t4"}, {}], ids=["target", "unknown-machine"])
+def test_parallel_walk_gives_the_same_result_as_one_process(tmp_path, machine):
+    """Workers return facts and the engine runs the rules: findings, skipped and crashed rules are the same for
+    any --jobs, on a known machine and on one without NVML."""
     sources = [BAD, DEPRECATED, (SEED001.parent / "fixed/train.py").read_text()]
     for i in range(40):
         (tmp_path / f"s{i:02d}.py").write_text(sources[i % 3])
-    from precision_doctor.collect import gather_checked
-    from precision_doctor.config import Policy
-
-    one = gather([str(tmp_path)], target="t4", jobs=1, **machine_probes())
-    two, presolved = gather_checked([str(tmp_path)], target="t4", jobs=2, policy=Policy(), **machine_probes())
-    assert one.scripts == two.scripts and len(presolved) == 40  # the workers ran the per-script rules
-    key = lambda r: [(f.rule_id, f.path, f.message) for f in r.findings]  # noqa: E731
-    assert key(engine.run(one)) == key(engine.run(two, Policy(), presolved)) == key(engine.run(two))
+    one = gather([str(tmp_path)], jobs=1, **machine, **machine_probes())
+    two = gather([str(tmp_path)], jobs=2, **machine, **machine_probes())
+    assert one.scripts == two.scripts
+    first, second = engine.run(one), engine.run(two)
+    assert first == second and first.findings
+    if not machine:  # the machine rules are skipped, once each, with the reason
+        assert first.skipped and len({s.rule_id for s in first.skipped}) == len(first.skipped)
 
 
 def test_pre_commit_hook_definition():

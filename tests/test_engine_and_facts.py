@@ -3,7 +3,7 @@
 import json
 
 from precision_doctor import engine
-from precision_doctor.engine import REGISTRY, Example, rule
+from precision_doctor.registry import REGISTRY, Example, rule
 from precision_doctor.facts import Facts
 from precision_doctor.findings import Draft, Evidence
 from precision_doctor.facts import Location

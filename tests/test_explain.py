@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from precision_doctor.diagnose import NOT_FROM_LOGS, _declared_signature, diagnose
-from precision_doctor.engine import rules
+from precision_doctor.diagnose import _declared_signature, diagnose
+from precision_doctor.catalog import rules
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,7 +19,7 @@ def top(log: str) -> list[str]:
     return [d.rule.id for d in diagnose(log.splitlines(keepends=True))]
 
 
-@pytest.mark.parametrize("rule", [r for r in rules() if _declared_signature(r) and r.id not in NOT_FROM_LOGS],
+@pytest.mark.parametrize("rule", [r for r in rules() if _declared_signature(r) and r.log.from_logs and r.log.error_is_signature],
                          ids=lambda r: r.id)
 def test_every_declared_error_is_recognised(rule):
     ids = top(f"Traceback (most recent call last):\n  File \"train.py\", line 1\n{rule.error}\n")

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("libcst")
 
-from precision_doctor.engine import rules  # noqa: E402
+from precision_doctor.catalog import rules  # noqa: E402
 from precision_doctor.fixer import EditFailed, apply_edits  # noqa: E402
 
 from .conftest import check_code  # noqa: E402

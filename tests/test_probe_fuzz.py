@@ -72,7 +72,7 @@ def check_probe(tmp_path, source: str):
             facts = probe_script(path, ("--fp16", "--torch_dtype", "bfloat16"))
     except InputError:
         return  # not parseable, empty, ...: reported as bad input, which is the contract
-    lines = source.splitlines()
+    written = _expressions_by_line(source)
     for call in facts.calls:
         for value in list(call.kwargs.values()) + list(call.args):
             if value.state != KNOWN:
@@ -80,11 +80,18 @@ def check_probe(tmp_path, source: str):
             literal = value.origins[-1] if value.origins else None
             assert literal is not None, f"{call.callee}: a known value with no origin"
             if literal.kind == "code" and literal.location is not None and literal.location.path == "fuzzed.py":
-                assert 1 <= literal.location.line <= len(lines)
-                written = lines[literal.location.line - 1]
-                head = literal.detail.strip("'\"")[:4]  # unparse may requote: compare the literal's start
-                if _parses(written):
-                    assert head in written or head in ast.unparse(ast.parse(written.strip())), (literal, written)
+                # the expression the doctor says holds the value is really written there, whole
+                assert literal.detail in written.get(literal.location.line, set()), \
+                    (literal, written.get(literal.location.line))
+
+
+def _expressions_by_line(source: str) -> dict[int, set[str]]:
+    """Every expression of the source, as ast.unparse writes it, by the line it starts on."""
+    out: dict[int, set[str]] = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.expr):
+            out.setdefault(node.lineno, set()).add(ast.unparse(node))
+    return out
 
 
 def _parses(line: str) -> bool:

@@ -4,7 +4,7 @@ Regenerate with `python -m pytest tests/test_readme.py --update-golden`."""
 import re
 from pathlib import Path
 
-from precision_doctor.engine import rules
+from precision_doctor.catalog import rules
 from precision_doctor.ruledoc import rules_markdown
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from precision_doctor.engine import rules
+from precision_doctor.catalog import rules
 
 CASES = [(r.id, "fires", i, ex) for r in rules() for i, ex in enumerate(r.fires)] + \
         [(r.id, "silent", i, ex) for r in rules() for i, ex in enumerate(r.silent)]

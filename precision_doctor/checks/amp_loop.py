@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from .. import dtypes
 from ..derive import Setup, call_evidence, decide, dtype_of_cast, evidence_of
-from ..engine import Example, rule
+from ..registry import Example, LogSignature, rule
 from ..facts import ABSENT, KNOWN, Call, MachineFacts, ScriptFacts, StackFacts
-from ..findings import Draft, Edit, Fix
+from ..derive.live import live_evidence
+from ..findings import Applicability, Draft, Edit, Fix
 from ..probes.stack import at_least
 
 _LOOP_HEAD = ("import torch\nmodel = torch.nn.Linear(16, 4).cuda()\n"
@@ -52,7 +53,10 @@ def _autocast_device(c: Call) -> str | None:
     fix="Keep params, grads and optimizer state in one dtype: fp32 master weights with autocast for bf16 compute; "
         "cast before creating the optimizer, or re-create the optimizer after the cast; evaluate a copy "
         "(`copy.deepcopy(model).to(torch.bfloat16)`) instead of casting the trained model in place.",
+    applicability=Applicability.DISPLAY,
     fix_safety="Display only: where to cast depends on the script's intent.",
+    log=LogSignature(patterns=(r"expected dtype c10::BFloat16 for `?end`? but got dtype float",
+                           r"Tensors of the same index must be on the same device and the same dtype")),
     fires=[
         Example(_LOOP_HEAD + "model = model.to(torch.bfloat16)\nfor x in loader:\n"
                 "    model(x).sum().backward()\n    opt.step()\n"),
@@ -71,13 +75,12 @@ def _autocast_device(c: Call) -> str | None:
 )
 def optimizer_state_dtype_mismatch(script: ScriptFacts, setup: Setup, live):
     if live is not None and live.optimizer.get("state_dtype_mismatches"):
-        from .live import live_evidence
 
         n = live.optimizer["state_dtype_mismatches"]
         yield Draft(f"the live optimizer holds {n} state tensor{'s' if n != 1 else ''} whose dtype differs from its "
                     f"parameter's: the next step fails", evidence=(live_evidence(live, f"{n} state/param dtype "
                                                                                      f"mismatches"),),
-                    fix=Fix("re-create the optimizer after casting the model, or keep one dtype", safe=False))
+                    fix=Fix("re-create the optimizer after casting the model, or keep one dtype", applicability=Applicability.UNSAFE))
     if not setup.optimizers:
         return
     opt = setup.optimizers[0]
@@ -110,7 +113,7 @@ def _pd203(cast: Call, opt: Call, d: str, what: str, via: Call | None = None) ->
     return Draft(f"{what} is cast to {d} after the optimizer was created: Adam's fp32 moments meet {d} "
                  f"parameters and gradients", evidence=tuple(evidence),
                  fix=Fix("cast before creating the optimizer (or re-create it after), or cast a copy "
-                         "(`copy.deepcopy(model)`) for evaluation", safe=False))
+                         "(`copy.deepcopy(model)`) for evaluation", applicability=Applicability.UNSAFE))
 
 
 @rule(
@@ -122,6 +125,7 @@ def _pd203(cast: Call, opt: Call, d: str, what: str, via: Call | None = None) ->
         "`--dtype bfloat16` option the script never passes to autocast has no effect.",
     error="no exception: loss plateaus early (underflowed gradients) or turns NaN",
     fix="Pass `dtype=torch.bfloat16` on Ampere or newer, or keep fp16 and add `torch.amp.GradScaler(\"cuda\")`.",
+    applicability=Applicability.UNSAFE,
     fix_safety="Unsafe: bf16 needs an Ampere or newer GPU.",
     fires=[
         Example(_LOOP_HEAD + "for x in loader:\n    with torch.autocast('cuda'):\n        loss = model(x).sum()\n"
@@ -151,7 +155,7 @@ def autocast_default_fp16_no_scaler(setup: Setup, machine: MachineFacts, stack: 
         yield Draft("CUDA autocast without dtype= computes in float16, and no GradScaler scales the loss",
                     evidence=(call_evidence(a, "autocast dtype defaults to float16 on CUDA"),),
                     fix=Fix("pass dtype=torch.bfloat16 (Ampere or newer), or add torch.amp.GradScaler('cuda')",
-                            safe=False, edits=(Edit("set_kwarg", a.location.path, a.location.line,
+                            applicability=Applicability.UNSAFE, edits=(Edit("set_kwarg", a.location.path, a.location.line,
                                                     call=new.rsplit(".", 1)[-1], name="dtype",
                                                     new="torch.bfloat16"),)))
 
@@ -164,6 +168,7 @@ def autocast_default_fp16_no_scaler(setup: Setup, machine: MachineFacts, stack: 
         "parameters it becomes PD202's hard error.",
     error="no exception on fp32 weights: extra scale/unscale work and skipped steps",
     fix="Drop the scaler for bf16, or make it conditional: `GradScaler(\"cuda\", enabled=(dtype == torch.float16))`.",
+    applicability=Applicability.SAFE,
     fix_safety="Safe: bf16 autocast needs no loss scaling.",
     fires=[
         Example(_LOOP_HEAD + "scaler = torch.amp.GradScaler('cuda')\nfor x in loader:\n"
@@ -194,7 +199,7 @@ def grad_scaler_with_bf16_autocast(setup: Setup, machine: MachineFacts, stack: S
                         evidence=(call_evidence(scalers[0], "GradScaler always enabled"),
                                   evidence_of(v, "autocast dtype bfloat16", a)),
                         fix=Fix(f"make the scaler conditional: enabled=({a.kwarg('dtype').text} == torch.float16)",
-                                safe=True,
+                                applicability=Applicability.SAFE,
                                 edits=(Edit("set_kwarg", scalers[0].location.path, scalers[0].location.line,
                                             call="GradScaler", name="enabled",
                                             new=f"({a.kwarg('dtype').text} == torch.float16)"),)))
@@ -210,6 +215,7 @@ def grad_scaler_with_bf16_autocast(setup: Setup, machine: MachineFacts, stack: S
     error="no exception: clipping has no effect (or clips everything); flat learning curves",
     fix="Call `scaler.unscale_(optimizer)` right before clipping, then `scaler.step(optimizer)`; `scaler.update()`. "
         "With accelerate use `accelerator.clip_grad_norm_` (it unscales).",
+    applicability=Applicability.SAFE,
     fix_safety="Safe: unscale_ before clipping is what GradScaler documents.",
     fires=[
         Example(_LOOP_HEAD + "scaler = torch.amp.GradScaler('cuda')\nfor x in loader:\n"
@@ -247,7 +253,7 @@ def clip_before_unscale(script: ScriptFacts, setup: Setup):
         optimizer = setup.optimizers[0].target if setup.optimizers and setup.optimizers[0].target else "optimizer"
         yield Draft("gradients are clipped while still multiplied by the loss scale (no unscale_ before clipping)",
                     evidence=(call_evidence(last_scale, "loss scaled"), call_evidence(clip, "clipped before unscale_")),
-                    fix=Fix(f"call {scaler}.unscale_({optimizer}) right before clipping", safe=True,
+                    fix=Fix(f"call {scaler}.unscale_({optimizer}) right before clipping", applicability=Applicability.SAFE,
                             edits=(Edit("insert_before", clip.location.path, clip.location.line,
                                         new=f"{scaler}.unscale_({optimizer})"),)))
 
@@ -261,7 +267,13 @@ def clip_before_unscale(script: ScriptFacts, setup: Setup):
     error="RuntimeError: mat1 and mat2 must have the same dtype, but got Float and Half",
     fix="Don't hand-cast the model: keep fp32 weights and use autocast (or Trainer fp16/bf16); if a half model is "
         "intended, cast the inputs to the same dtype (`x.to(model.dtype)`).",
+    applicability=Applicability.DISPLAY,
     fix_safety="Display only.",
+    log=LogSignature(patterns=(r"mat1 and mat2 must have the same dtype", r"expected mat1 and mat2 to have the same dtype",
+                           r"Input type \(.*\) and weight type \(.*\) should be the same",
+                           r"expected scalar type (Half|BFloat16) but found Float"),
+                 proven=0.6, yields_to=("PD301",)),
+    related=('PD301', 'PD114'),
     fires=[
         Example("import torch\nmodel = torch.nn.Linear(16, 4).cuda().half()\n"
                 "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
@@ -291,7 +303,7 @@ def half_model_float_inputs(script: ScriptFacts, setup: Setup):
                             error="RuntimeError: mat1 and mat2 must have the same dtype, but got Float and "
                                   + ("Half" if setup.weights.value == dtypes.FLOAT16 else "BFloat16"),
                             fix=Fix(f"cast the input: {v.text}.to({call.callee}.dtype), or keep fp32 weights and "
-                                    f"use torch.autocast", safe=False))
+                                    f"use torch.autocast", applicability=Applicability.UNSAFE))
                 return
 
 
@@ -304,6 +316,7 @@ def half_model_float_inputs(script: ScriptFacts, setup: Setup):
     error="FutureWarning: `torch.cuda.amp.GradScaler(args...)` is deprecated. Please use "
           "`torch.amp.GradScaler('cuda', args...)` instead.",
     fix="`torch.amp.autocast(\"cuda\", ...)`, `torch.amp.GradScaler(\"cuda\", ...)`.",
+    applicability=Applicability.SAFE,
     fix_safety="Safe: the same behaviour under the new name.",
     fires=[Example(_LOOP_HEAD + "scaler = torch.cuda.amp.GradScaler()\n"),
            Example("from torch.cuda.amp import autocast\nwith autocast(dtype=torch.bfloat16):\n    pass\n")],
@@ -322,7 +335,7 @@ def deprecated_cuda_amp_api(script: ScriptFacts, stack: StackFacts):
                             evidence=(call_evidence(c, f"deprecated {c.callee}"),),
                             error=f"FutureWarning: `{c.callee}(args...)` is deprecated. Please use "
                                   f"`{new}('{device}', args...)` instead.",
-                            fix=Fix(f"{new}({device!r}, ...)", safe=True,
+                            fix=Fix(f"{new}({device!r}, ...)", applicability=Applicability.SAFE,
                                     edits=(Edit("replace_callee", c.location.path, c.location.line,
                                                 call=c.callee.rsplit(".", 1)[-1], old=c.callee, new=new,
                                                 name=repr(device)),)))

@@ -8,9 +8,10 @@ from typing import Any
 
 from .. import dtypes
 from ..derive import Setup, call_evidence, decide, evidence_of
-from ..engine import Example, rule
+from ..registry import Example, LogSignature, rule
 from ..facts import KNOWN, Call, LaunchFacts, MachineFacts, ScriptFacts, StackFacts
-from ..findings import Draft, Evidence, Fix
+from ..families import overflows_fp16
+from ..findings import Applicability, Draft, Evidence, Fix
 from ._common import present, set_kwarg
 
 _HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
@@ -62,6 +63,7 @@ def zero_stage(config: dict) -> Any:
           "- ds fp16.enabled=True vs hf fp16|fp16_full_eval+fp16_backend(amp)=False\nThe easiest method is to set "
           "these DeepSpeed config values to 'auto'.",
     fix="Set `\"enabled\": \"auto\"` in the DeepSpeed config and choose the precision only in TrainingArguments.",
+    applicability=Applicability.SAFE,
     fix_safety="Safe: \"auto\" takes the Trainer's value.",
     fires=[Example(_script("{'fp16': {'enabled': True}, 'zero_optimization': {'stage': 2}}", ", bf16=True"))],
     silent=[Example(_script("{'fp16': {'enabled': 'auto'}, 'bf16': {'enabled': 'auto'}, "
@@ -77,7 +79,7 @@ def deepspeed_precision_mismatch(script: ScriptFacts, setup: Setup, machine: Mac
     if ds_fp16 and ds_bf16:
         yield Draft("the DeepSpeed config enables both fp16 and bf16", evidence=(where,),
                     error="ValueError: bfloat16 and fp16 modes cannot be simultaneously enabled",
-                    fix=Fix('set both to "enabled": "auto" and choose in TrainingArguments', safe=True))
+                    fix=Fix('set both to "enabled": "auto" and choose in TrainingArguments', applicability=Applicability.SAFE))
         return
     if setup.style != "trainer" or not setup.fp16.known or not setup.bf16.known:
         return
@@ -89,14 +91,14 @@ def deepspeed_precision_mismatch(script: ScriptFacts, setup: Setup, machine: Mac
                         error=f"ValueError: Please correct the following DeepSpeed config values that mismatch "
                               f"TrainingArguments values:\n- ds {name}.enabled=True vs hf {hf_text}=False\nThe easiest "
                               f"method is to set these DeepSpeed config values to 'auto'.",
-                        fix=Fix(f'set "{name}": {{"enabled": "auto"}} in the DeepSpeed config', safe=True))
+                        fix=Fix(f'set "{name}": {{"enabled": "auto"}} in the DeepSpeed config', applicability=Applicability.SAFE))
     mp = launch.mixed_precision if launch.known else None
     if mp is not None and mp.state == KNOWN and mp.value == "bf16" and ds_fp16:
         yield Draft("accelerate launch --mixed_precision bf16 with fp16 enabled in the DeepSpeed config",
                     evidence=(where, Evidence(None, launch.command, "--mixed_precision bf16", "launcher")),
                     error="ValueError: `--mixed_precision` arg cannot be set to `bf16` when `fp16` is set in the "
                           "DeepSpeed config file.",
-                    fix=Fix('set "fp16": {"enabled": "auto"}', safe=True))
+                    fix=Fix('set "fp16": {"enabled": "auto"}', applicability=Applicability.SAFE))
 
 
 @rule(
@@ -108,6 +110,7 @@ def deepspeed_precision_mismatch(script: ScriptFacts, setup: Setup, machine: Mac
         "loading places them itself, and the two cannot be combined.",
     error="ValueError: DeepSpeed Zero-3 is not compatible with passing a `device_map`.",
     fix="Drop `device_map` / `low_cpu_mem_usage` under ZeRO-3 and let DeepSpeed shard at load time.",
+    applicability=Applicability.SAFE,
     fix_safety="Safe under ZeRO-3.",
     fires=[Example(_script("{'zero_optimization': {'stage': 3}, 'bf16': {'enabled': 'auto'}}", ", bf16=True",
                            load=", dtype=torch.bfloat16, device_map='auto'", order="args-first"))],
@@ -126,11 +129,10 @@ def zero3_with_device_map(script: ScriptFacts, setup: Setup, machine: MachineFac
         if v.state == KNOWN and v.value not in (None, False):
             yield Draft(f"ZeRO-3 is registered before from_pretrained(..., {name}=...)",
                         evidence=(where, evidence_of(v, f"{name}=", load)),
-                        fix=Fix(f"drop {name}= under ZeRO-3", safe=name != "quantization_config"))
+                        fix=Fix(f"drop {name}= under ZeRO-3", applicability=Applicability.UNSAFE if name == "quantization_config" else Applicability.SAFE))
             return
 
 
-_OVERFLOW = re.compile(r"(t5|mt5|gemma|deepseek-v2)", re.I)
 
 
 @rule(
@@ -143,7 +145,11 @@ _OVERFLOW = re.compile(r"(t5|mt5|gemma|deepseek-v2)", re.I)
     error="Exception: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.",
     fix="Use bf16 on Ampere or newer (`\"bf16\": {\"enabled\": \"auto\"}` + `bf16=True`); otherwise lower the learning "
         "rate or raise initial_scale_power / min_loss_scale.",
+    applicability=Applicability.UNSAFE,
     fix_safety="Unsafe: changes the precision.",
+    log=LogSignature(patterns=(r"Current loss scale already at minimum",), tells=(r"Gradient overflow\. +Skipping step",),
+                 proven=0.9, tells_alone=0.6, tells_needed=5),
+    related=('PD210',),
     fires=[Example(_script("{'fp16': {'enabled': 'auto'}, 'zero_optimization': {'stage': 2}}", ", fp16=True",
                            model="google/gemma-2-9b"))],
     silent=[Example(_script("{'bf16': {'enabled': 'auto'}, 'zero_optimization': {'stage': 2}}", ", bf16=True",
@@ -159,11 +165,11 @@ def deepspeed_fp16_loss_scale_collapse(script: ScriptFacts, setup: Setup, machin
     if not on:
         return
     static = isinstance(config.get("fp16"), dict) and config["fp16"].get("loss_scale", 0) not in (0, "auto")
-    if setup.family and _OVERFLOW.search(setup.family) or static:
+    if overflows_fp16(setup.family) or static:
         why = (f"{setup.family} was pre-trained in bf16" if not static else
                f"a static loss_scale={config['fp16']['loss_scale']}")
         yield Draft(f"DeepSpeed fp16 with {why}: overflowing steps drive the loss scale to its minimum",
-                    evidence=(where,), fix=Fix('use "bf16": {"enabled": "auto"} with bf16=True', safe=False))
+                    evidence=(where,), fix=Fix('use "bf16": {"enabled": "auto"} with bf16=True', applicability=Applicability.UNSAFE))
 
 
 def _fsdp_on(setup: Setup, script: ScriptFacts, machine: MachineFacts, launch: LaunchFacts,
@@ -192,7 +198,10 @@ def _fsdp_on(setup: Setup, script: ScriptFacts, machine: MachineFacts, launch: L
     fix="Wrap LoRA leaves as their own units with peft's `fsdp_auto_wrap_policy(model)` (Trainer installs it for "
         "PeftModels), or create adapters in the base dtype (`autocast_adapter_dtype=False`); for FSDP-QLoRA set "
         "`bnb_4bit_quant_storage` equal to the model dtype.",
+    applicability=Applicability.DISPLAY,
     fix_safety="Display only.",
+    log=LogSignature(patterns=(r"Must flatten tensors with uniform dtype", r"requires uniform dtype",
+                           r"Cannot flatten integer dtype tensors", r"Integer parameters are unsupported")),
     fires=[Example("import torch\nfrom torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
                    "from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy\n"
                    "from peft import LoraConfig, get_peft_model\nfrom transformers import AutoModelForCausalLM\n"
@@ -238,7 +247,7 @@ def fsdp_mixed_dtype_flatten(script: ScriptFacts, setup: Setup, machine: Machine
                         evidence=(on,) + setup.quantized.evidence,
                         error="ValueError: Cannot flatten integer dtype tensors",
                         fix=Fix(f"bnb_4bit_quant_storage=torch.{setup.weights.value or 'bfloat16'} in the "
-                                f"BitsAndBytesConfig", safe=True,
+                                f"BitsAndBytesConfig", applicability=Applicability.SAFE,
                                 edits=present(set_kwarg(cfg, "bnb_4bit_quant_storage",
                                                  f"torch.{setup.weights.value or 'bfloat16'}")) if cfg else ()))
         return
@@ -254,4 +263,4 @@ def fsdp_mixed_dtype_flatten(script: ScriptFacts, setup: Setup, machine: Machine
                 f"same units", evidence=(on,) + setup.weights.evidence + setup.adapter_dtype.evidence,
                 error=f"ValueError: Must flatten tensors with uniform dtype but got torch.{setup.weights.value} and "
                       f"torch.{setup.adapter_dtype.value}",
-                fix=Fix("auto_wrap_policy=fsdp_auto_wrap_policy(model) (from peft.utils.other)", safe=False))
+                fix=Fix("auto_wrap_policy=fsdp_auto_wrap_policy(model) (from peft.utils.other)", applicability=Applicability.UNSAFE))

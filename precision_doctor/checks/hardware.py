@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from .. import dtypes
 from ..derive import Setup, call_evidence, decide, evidence_of
-from ..engine import Example, rule
+from ..registry import Example, LogSignature, rule
 from ..facts import KNOWN, MachineFacts, Predicate, ScriptFacts, StackFacts, Value
-from ..findings import Draft, Edit, Evidence, Fix
+from ..findings import Applicability, Draft, Edit, Evidence, Fix
 from ..probes.stack import at_least
 from ._common import gpu_phrase, present, set_kwarg, weights_source_edit
 
@@ -60,8 +60,13 @@ def bf16_requests(setup: Setup, machine: MachineFacts, stack: StackFacts) -> tup
           "using Ampere GPU with cuda>=11.0",
     fix="On pre-Ampere GPUs use fp16 done right: fp32 weights with fp16=True (autocast + GradScaler); fp32 for "
         "models pre-trained in bf16 that overflow in fp16 (T5, Gemma). Never fp16 weights without loss scaling.",
+    applicability=Applicability.UNSAFE,
     fix_safety="Unsafe: fp32 weights take twice the memory of bf16.",
     needs=("machine",),
+    log=LogSignature(patterns=(r"Your setup doesn't support bf16/gpu",
+                           r"bf16 mixed precision requires PyTorch >= 1\.10 and a supported device",
+                           r"Current CUDA Device does not support bfloat16",
+                           r"Bfloat16 is only supported on GPUs with compute capability of at least 8\.0")),
     fires=[Example(_trainer(", dtype=torch.float32", ", bf16=True"), target="v100"),
            Example(_trainer(", dtype=torch.bfloat16", ", bf16=True"), target="titan-rtx")],
     silent=[Example(_trainer(", dtype=torch.float32", ", bf16=True"), target="a100"),
@@ -85,7 +90,7 @@ def bf16_on_unsupported_gpu(setup: Setup, machine: MachineFacts, stack: StackFac
                 f"slowly, and kernels without a bf16 version fail",
                 evidence=asks + (Evidence(None, g.name, f"compute capability {g.capability[0]}.{g.capability[1]} "
                                                         f"< 8.0", "profile"),),
-                fix=Fix("use fp32 weights with fp16 mixed precision (fp16=True: autocast + GradScaler)", safe=False,
+                fix=Fix("use fp32 weights with fp16 mixed precision (fp16=True: autocast + GradScaler)", applicability=Applicability.UNSAFE,
                         edits=tuple(edits), notes=("Not fp16 weights without loss scaling: that underflows (PD204).",)))
 
 
@@ -118,6 +123,7 @@ def _emulating_guards(v: Value) -> list[Predicate]:
     error="no refusal: bf16 runs emulated (slow), fused kernels fail with `... not implemented for 'BFloat16'`",
     fix="Ask the real question: `torch.cuda.is_bf16_supported(including_emulation=False)`, or "
         "`torch.cuda.get_device_capability()[0] >= 8`.",
+    applicability=Applicability.SAFE,
     fix_safety="Safe: the guard then answers what it was written to ask.",
     needs=("machine",),
     fires=[Example(_HEAD + "bf16 = torch.cuda.is_bf16_supported()\n"
@@ -152,7 +158,7 @@ def emulated_bf16_guard(script: ScriptFacts, machine: MachineFacts, stack: Stack
                             f"{chosen!s}",
                             evidence=(evidence_of(v, f"{name}= chosen by {p.text}", call),),
                             fix=Fix("ask for native bf16: torch.cuda.is_bf16_supported(including_emulation=False)",
-                                    safe=True, edits=(Edit("replace_value", p.location.path, p.location.line,
+                                    applicability=Applicability.SAFE, edits=(Edit("replace_value", p.location.path, p.location.line,
                                                            old=p.text, new=_native(p.text),
                                                            column=p.location.column),) if p.location else ()))
 
@@ -170,6 +176,7 @@ def _native(text: str) -> str:
     why="TF32 is an Ampere tensor-core format; TrainingArguments validates it in `__post_init__`.",
     error="ValueError: --tf32 requires Ampere or a newer GPU arch, cuda>=11 and torch>=1.7",
     fix="`tf32=False` (or leave it unset) on pre-Ampere GPUs and CPUs.",
+    applicability=Applicability.SAFE,
     fix_safety="Safe: TF32 does not exist there.",
     needs=("machine",),
     fires=[Example(_trainer(", dtype=torch.float32", ", fp16=True, tf32=True"), target="t4")],
@@ -184,7 +191,7 @@ def tf32_on_unsupported_gpu(script: ScriptFacts, machine: MachineFacts, stack: S
             where = gpu_phrase(machine) or "a machine with no GPU"
             yield Draft(f"tf32=True on {where}: TF32 needs an Ampere or newer GPU",
                         evidence=(evidence_of(v, "tf32=True", args),),
-                        fix=Fix("drop tf32=True", safe=True, edits=present(set_kwarg(args, "tf32", "False"))))
+                        fix=Fix("drop tf32=True", applicability=Applicability.SAFE, edits=present(set_kwarg(args, "tf32", "False"))))
 
 
 @rule(
@@ -196,8 +203,11 @@ def tf32_on_unsupported_gpu(script: ScriptFacts, machine: MachineFacts, stack: S
         "silently trains in FP16 instead.",
     error="AssertionError: Device compute capability 8.9 or higher required for FP8 execution.",
     fix="Use bf16 on Ampere; run FP8 only on sm_89+/sm_90 with transformer-engine or torchao installed.",
+    applicability=Applicability.UNSAFE,
     fix_safety="Unsafe: changes the training precision.",
     needs=("machine",),
+    log=LogSignature(patterns=(r"compute capability 8\.9 or higher required for FP8", r"requires `transformer_engine` or `MS-AMP`",
+                           r"no FP8-compatible backend was installed")),
     fires=[Example(_FP8_LOOP, target="a100")],
     silent=[Example(_FP8_LOOP, target="h100")],
 )
@@ -212,14 +222,14 @@ def fp8_unsupported(script: ScriptFacts, setup: Setup, machine: MachineFacts, st
                     error="The current device has compute capability of (8, 0) which is insufficient for FP8 mixed "
                           "precision training (requires a GPU Hopper/Ada Lovelace or higher, compute capability of "
                           "8.9 or higher). Will use FP16 instead.",
-                    fix=Fix("use mixed_precision='bf16' on this GPU", safe=False,
+                    fix=Fix("use mixed_precision='bf16' on this GPU", applicability=Applicability.UNSAFE,
                             edits=present(set_kwarg(setup.accelerator, "mixed_precision", "'bf16'"))
                             if setup.accelerator is not None else ()))
     for c in script.of("fp8_autocast"):
         if not decide(c.kwarg("enabled"), machine, stack).is_(False):
             yield Draft(f"fp8_autocast on {gpu_phrase(machine)}: Transformer Engine needs compute capability 8.9",
                         evidence=(call_evidence(c, "FP8 autocast"), cap),
-                        fix=Fix("run FP8 only on Ada/Hopper; use bf16 autocast here", safe=False))
+                        fix=Fix("run FP8 only on Ada/Hopper; use bf16 autocast here", applicability=Applicability.UNSAFE))
 
 
 @rule(
@@ -232,8 +242,10 @@ def fp8_unsupported(script: ScriptFacts, setup: Setup, machine: MachineFacts, st
     error="UserWarning: User provided device_type of 'cuda', but CUDA is not available. Disabling",
     fix="On CPU use bf16 autocast (`torch.autocast(\"cpu\", dtype=torch.bfloat16)`, Trainer `bf16=True, "
         "use_cpu=True`) or fp32.",
+    applicability=Applicability.UNSAFE,
     fix_safety="Unsafe: changes the training precision.",
     needs=("machine",),
+    log=LogSignature(patterns=(r"can only be used on CUDA", r"User provided device_type of 'cuda', but CUDA is not available")),
     fires=[Example(_trainer(", dtype=torch.float32", ", fp16=True"), target="cpu")],
     silent=[Example(_trainer(", dtype=torch.float32", ", fp16=True"), target="t4"),
             Example(_trainer(", dtype=torch.float32", ", bf16=True, use_cpu=True"), target="cpu")],
@@ -250,7 +262,7 @@ def half_precision_amp_on_cpu(setup: Setup, machine: MachineFacts, stack: StackF
                            "precision evaluation (`--fp16_full_eval`) can only be used on CUDA devices.")
                     if old_stack else "no error: the run is fp32 while configured as fp16 (transformers < 4.41 "
                                       "refused to start)",
-                    fix=Fix("on CPU use bf16=True with use_cpu=True, or drop fp16", safe=False,
+                    fix=Fix("on CPU use bf16=True with use_cpu=True, or drop fp16", applicability=Applicability.UNSAFE,
                             edits=present(set_kwarg(setup.training_args, "fp16", "False"))
                             if setup.training_args is not None else ()))
     for a in setup.autocasts:
@@ -258,7 +270,7 @@ def half_precision_amp_on_cpu(setup: Setup, machine: MachineFacts, stack: StackF
         if a.callee.startswith("torch.cuda.amp") or (device.state == KNOWN and device.value == "cuda"):
             yield Draft("CUDA autocast on a machine with no CUDA GPU disables itself: the region runs in fp32",
                         evidence=(call_evidence(a, "autocast('cuda')"),),
-                        fix=Fix("use torch.autocast('cpu', dtype=torch.bfloat16) on CPU", safe=False))
+                        fix=Fix("use torch.autocast('cpu', dtype=torch.bfloat16) on CPU", applicability=Applicability.UNSAFE))
 
 
 @rule(
@@ -268,8 +280,10 @@ def half_precision_amp_on_cpu(setup: Setup, machine: MachineFacts, stack: StackF
     why="FlashAttention-2 kernels are built for Ampere and newer only (Turing and Volta are not supported).",
     error="RuntimeError: FlashAttention only supports Ampere GPUs or newer.",
     fix="Use `attn_implementation=\"sdpa\"` (or `\"eager\"`) on V100/T4/Titan RTX/RTX 20xx.",
+    applicability=Applicability.SAFE,
     fix_safety="Safe: the same attention, another kernel.",
     needs=("machine",),
+    log=LogSignature(patterns=(r"FlashAttention only supports Ampere GPUs or newer",)),
     fires=[Example(_trainer(", dtype=torch.float16, attn_implementation='flash_attention_2'", ", fp16=True"),
                    target="t4")],
     silent=[Example(_trainer(", dtype=torch.float16, attn_implementation='sdpa'", ", fp16=True"), target="t4"),
@@ -284,7 +298,7 @@ def flash_attn_on_pre_ampere(script: ScriptFacts, machine: MachineFacts, stack: 
         if v.state == KNOWN and v.value in ("flash_attention_2", "flash_attention_3"):
             yield Draft(f"{v.value} on {gpu_phrase(machine)}: FlashAttention needs an Ampere or newer GPU",
                         evidence=(evidence_of(v, v.value, load),),
-                        fix=Fix("use attn_implementation='sdpa'", safe=True,
+                        fix=Fix("use attn_implementation='sdpa'", applicability=Applicability.SAFE,
                                 edits=present(set_kwarg(load, "attn_implementation", "'sdpa'"))))
 
 
@@ -297,6 +311,7 @@ def flash_attn_on_pre_ampere(script: ScriptFacts, machine: MachineFacts, stack: 
         "bf16=True it hits PD101.",
     error="no refusal on current stacks: emulated bf16 matmuls, or the bf16 errors of PD101 with bf16=True",
     fix="`bnb_4bit_compute_dtype=torch.float16` with fp32 LoRA adapters and `fp16=True` (the usual T4 recipe).",
+    applicability=Applicability.SAFE,
     fix_safety="Safe: the compute dtype is not stored in the weights.",
     needs=("machine",),
     fires=[Example(_QLORA_LOAD.format(compute="bfloat16"), target="t4")],
@@ -310,5 +325,5 @@ def bnb_bf16_compute_on_pre_ampere(script: ScriptFacts, machine: MachineFacts, s
         if v.state == KNOWN and dtypes.from_string(v.value) == dtypes.BFLOAT16:
             yield Draft(f"bnb_4bit_compute_dtype=bfloat16 on {gpu_phrase(machine)}: every 4-bit matmul runs in "
                         f"emulated bf16", evidence=(evidence_of(v, "4-bit compute dtype bfloat16", cfg),),
-                        fix=Fix("bnb_4bit_compute_dtype=torch.float16", safe=True,
+                        fix=Fix("bnb_4bit_compute_dtype=torch.float16", applicability=Applicability.SAFE,
                                 edits=present(set_kwarg(cfg, "bnb_4bit_compute_dtype", "torch.float16"))))

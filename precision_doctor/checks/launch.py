@@ -4,15 +4,13 @@ counts, rank placement, implicit precision and implicit DataParallel (PD108-PD11
 from __future__ import annotations
 
 import time
-from functools import lru_cache
-from pathlib import Path
 
 from .. import dtypes
-from ..derive import Setup, call_evidence, decide
-from ..engine import Example, rule
+from ..derive import LaunchPlan, Setup, call_evidence
+from ..derive.launch import command_with_option
+from ..registry import Example, LogSignature, rule
 from ..facts import ABSENT, KNOWN, BusyPort, Call, GpuProcess, LaunchFacts, MachineFacts, ScriptFacts, StackFacts, Value
-from ..findings import Draft, Evidence, Fix
-from ..probes.host import DEFAULT_PORT
+from ..findings import Applicability, Draft, Evidence, Fix
 from ..probes.stack import at_least
 from ._common import gpu_phrase, native_bf16, present, set_kwarg
 
@@ -27,37 +25,7 @@ _TRAINER = ("import torch\nfrom transformers import AutoModelForCausalLM, Traine
             "Trainer(model=model, args=TrainingArguments('out', fp16=True)).train()\n")
 
 
-# --- launch facts every rule here reads --------------------------------------------------------
-
-def num_processes(launch: LaunchFacts, machine: MachineFacts) -> tuple[int | None, Evidence | None]:
-    """Processes per node the launch starts, and where that number comes from."""
-    if not launch.known:
-        return None, None
-    v = launch.num_processes
-    if v.state == KNOWN and isinstance(v.value, int):
-        return v.value, Evidence(None, launch.command, f"{v.value} processes ({v.origins[0].detail})",
-                                 v.origins[0].kind if v.origins else "launcher")
-    config = machine.host.accelerate_config if machine.host else {}
-    if launch.launcher == "accelerate" and isinstance(config.get("num_processes"), int):
-        n = config["num_processes"]
-        return n, Evidence(None, machine.host.accelerate_config_path, f"num_processes: {n} in the accelerate "
-                                                                      f"config", "accelerate-config")
-    return 1, Evidence(None, launch.command, "one process", "launcher")
-
-
-def rendezvous_port(launch: LaunchFacts, machine: MachineFacts) -> tuple[int, bool, str]:
-    """(port, set explicitly, where it comes from), in the launchers' order of precedence."""
-    v = launch.main_process_port
-    if v.state == KNOWN and isinstance(v.value, int):
-        return v.value, True, v.text
-    env = machine.host.env if machine.host else {}
-    if env.get("MASTER_PORT", "").isdigit():
-        return int(env["MASTER_PORT"]), True, f"MASTER_PORT={env['MASTER_PORT']}"
-    config = machine.host.accelerate_config if machine.host else {}
-    if launch.launcher == "accelerate" and isinstance(config.get("main_process_port"), int):
-        return config["main_process_port"], True, "main_process_port in the accelerate config"
-    return DEFAULT_PORT, False, f"the default port {DEFAULT_PORT}"
-
+# --- what the launch rules share ----------------------------------------------------------------
 
 def fixed_placements(script: ScriptFacts) -> list[tuple[Call, str]]:
     """Places the script pins work to one GPU for every rank: "cuda", "cuda:0", .cuda(), device_map={"": 0}."""
@@ -81,21 +49,27 @@ def _ranks_pick_their_gpu(script: ScriptFacts) -> bool:
     return bool(script.of("set_device"))
 
 
-def _age(p: GpuProcess) -> str:
+def _age(p: GpuProcess, probed_at: float) -> str:
+    """When the process started, and how long before the machine was probed (the report is a function of the
+    facts: no clock is read here)."""
     if not p.started:
         return ""
-    hours = (time.time() - p.started) / 3600
-    ago = f" ({hours / 24:.0f} days ago)" if hours >= 48 else f" ({hours:.0f} h ago)" if hours >= 1 else ""
-    return f", started {time.strftime('%Y-%m-%d %H:%M', time.localtime(p.started))}{ago}"
+    started = time.strftime('%Y-%m-%d %H:%M', time.gmtime(p.started))
+    if not probed_at:
+        return f", started {started} UTC"
+    hours = (probed_at - p.started) / 3600
+    ago = f" ({hours / 24:.0f} days before the probe)" if hours >= 48 else \
+        f" ({hours:.0f} h before the probe)" if hours >= 1 else ""
+    return f", started {started} UTC{ago}"
 
 
-def describe_process(p: GpuProcess) -> str:
+def describe_process(p: GpuProcess, machine: MachineFacts) -> str:
     who = "yours" if p.mine else (p.user or "owner unknown")
     cmd = p.command or "command unknown"
     state = {"stopped": "stopped (T)", "zombie": "zombie (defunct)", "gone": "no longer exists"}.get(p.status,
                                                                                                    p.status)
     orphan = ", parent gone" if p.parent_alive is False else ""
-    return f"pid {p.pid} ({cmd}; {who}; {state}{orphan}{_age(p)})"
+    return f"pid {p.pid} ({cmd}; {who}; {state}{orphan}{_age(p, machine.probed_at)})"
 
 
 # --- rules -------------------------------------------------------------------------------------
@@ -109,25 +83,29 @@ def describe_process(p: GpuProcess) -> str:
     error="RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable",
     fix="One process per GPU, each touching only its own device: `torch.cuda.set_device(local_rank)` first, "
         "`cuda:{local_rank}` / `accelerator.device` everywhere; clear the processes that hold the GPUs (PD109).",
+    applicability=Applicability.DISPLAY,
     fix_safety="Display only.",
     needs=("machine",),
+    log=LogSignature(patterns=(r"CUDA-capable device\(s\) is/are busy or unavailable", r"all CUDA-capable devices are busy"),
+                 proven=0.6),
+    related=('PD109', 'PD112'),
     fires=[Example(_ACC_GOOD, machine="l40s_2x_exclusive_stopped",
                    launcher="accelerate launch --num_processes 2 train.py", note="seed 000's node")],
     silent=[Example(_ACC_GOOD, machine="h100_8x", launcher="accelerate launch --num_processes 2 train.py")],
 )
-def exclusive_process_mode(script: ScriptFacts, machine: MachineFacts, launch: LaunchFacts):
+def exclusive_process_mode(script: ScriptFacts, machine: MachineFacts, plan: LaunchPlan):
     exclusive = [g for g in machine.gpus if g.compute_mode == "Exclusive_Process"]
     if not exclusive:
         return
-    n, n_ev = num_processes(launch, machine)
+    n, n_ev = plan.processes, plan.processes_evidence
     for g in exclusive:
         if g.processes:
-            holders = ", ".join(describe_process(p) for p in g.processes)
+            holders = ", ".join(describe_process(p, machine) for p in g.processes)
             yield Draft(f"GPU {g.index} ({g.name}) is in Exclusive_Process mode and already held by {holders}: "
                         f"the job cannot create its CUDA context there",
                         evidence=(Evidence(None, f"GPU {g.index} compute mode", "Exclusive_Process", "profile"),),
                         fix=Fix("free the GPU first (see PD109), or make the job use only free GPUs with "
-                                "CUDA_VISIBLE_DEVICES", safe=False))
+                                "CUDA_VISIBLE_DEVICES", applicability=Applicability.UNSAFE))
     placements = fixed_placements(script)
     if n and n > 1 and placements and not _ranks_pick_their_gpu(script):
         c, what = placements[0]
@@ -135,7 +113,7 @@ def exclusive_process_mode(script: ScriptFacts, machine: MachineFacts, launch: L
                     f"the second rank to touch GPU 0 fails",
                     evidence=(n_ev, call_evidence(c, f"{what} in every rank")),
                     fix=Fix("give each rank its own GPU: torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) "
-                            "before any CUDA work, or use accelerator.device", safe=False))
+                            "before any CUDA work, or use accelerator.device", applicability=Applicability.UNSAFE))
 
 
 @rule(
@@ -149,8 +127,11 @@ def exclusive_process_mode(script: ScriptFacts, machine: MachineFacts, launch: L
           "unavailable",
     fix="End your own stale processes (the exact commands are given); ask the owner or an admin about anyone "
         "else's. Never kill other users' processes.",
+    applicability=Applicability.UNSAFE,
     fix_safety="Unsafe: ends processes.",
     needs=("machine",),
+    log=LogSignature(patterns=(r"CUDA-capable device\(s\) is/are busy or unavailable",), error_is_signature=False, proven=0.6),
+    related=('PD108', 'PD112'),
     fires=[Example("import torch\n", machine="l40s_2x_exclusive_stopped")],
     silent=[Example("import torch\n", machine="h100_8x"), Example("import torch\n", machine="titan_rtx")],
 )
@@ -172,11 +153,11 @@ def stale_cuda_context(machine: MachineFacts):
             if p.status == "gone":
                 note = (f"NVML lists pid {p.pid} but no such process is visible here (another container, or a "
                         f"leaked context): `nvidia-smi` on the node; an admin can reset the GPU",)
-            yield Draft(f"{describe_process(p)} holds {gib:.1f} GiB on GPU {g.index} ({g.name})",
+            yield Draft(f"{describe_process(p, machine)} holds {gib:.1f} GiB on GPU {g.index} ({g.name})",
                         evidence=(Evidence(None, f"GPU {g.index}", f"{gib:.1f} GiB held by pid {p.pid} "
                                            f"({p.status})", "profile"),),
                         fix=Fix("end the stale process before launching" if commands else
-                                "the process is not yours: have it ended before launching", safe=False,
+                                "the process is not yours: have it ended before launching", applicability=Applicability.UNSAFE,
                                 commands=commands, notes=note))
 
 
@@ -192,21 +173,23 @@ def stale_cuda_context(machine: MachineFacts):
           "useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use",
     fix="Use another port: `accelerate launch --main_process_port 29501`, `torchrun --master_port 29501` (or "
         "`--standalone`), `MASTER_PORT=29501`; or end the process that holds it if it is a leftover of yours.",
+    applicability=Applicability.SAFE,
     fix_safety="Safe: any free port works on a single node.",
     needs=("machine",),
+    log=LogSignature(patterns=(r"Address already in use", r"EADDRINUSE", r"another process is utilizing it",
+                           r"failed to bind to .*:\d+ \(errno: 98")),
     fires=[Example(_ACC_GOOD, machine="l40s_2x_exclusive_stopped",
                    launcher="torchrun --nproc_per_node 2 --master_port 29500 train.py")],
     silent=[Example(_ACC_GOOD, machine="l40s_2x_exclusive_stopped",
                     launcher="torchrun --nproc_per_node 2 --master_port 29501 train.py"),
             Example(_ACC_GOOD, machine="l40s_2x_exclusive_stopped", launcher="python train.py")],
 )
-def master_port_in_use(machine: MachineFacts, launch: LaunchFacts, stack: StackFacts):
-    n, _ = num_processes(launch, machine)
+def master_port_in_use(machine: MachineFacts, launch: LaunchFacts, stack: StackFacts, plan: LaunchPlan):
     if machine.host is None or not launch.known or launch.launcher == "python" or launch.standalone:
         return
-    if (n or 1) <= 1 and launch.num_machines <= 1:
+    if plan.multi_process <= 1 and launch.num_machines <= 1:
         return
-    port, explicit, source = rendezvous_port(launch, machine)
+    port, explicit, source = plan.port, plan.port_explicit, plan.port_source
     state = machine.host.port_state(port)
     if not isinstance(state, BusyPort):
         return
@@ -223,7 +206,7 @@ def master_port_in_use(machine: MachineFacts, launch: LaunchFacts, stack: StackF
     free = next((p for p in machine.host.ports_checked if p != port and machine.host.port_state(p) is True), port + 1)
     flag = {"accelerate": f"--main_process_port {free}", "torchrun": f"--master_port {free}",
             "deepspeed": f"--master_port {free}"}.get(launch.launcher, f"MASTER_PORT={free}")
-    commands.insert(0, f"{launch.command.split(' train', 1)[0]} {flag} ...")
+    commands.insert(0, command_with_option(launch, flag))
     yield Draft(f"rendezvous port {port} ({source}) is in use{holder}" +
                 (": accelerate will warn and fall back to a standalone-like launch" if recovers else ""),
                 evidence=(Evidence(None, launch.command, f"rendezvous on port {port}", "launcher"),),
@@ -232,7 +215,7 @@ def master_port_in_use(machine: MachineFacts, launch: LaunchFacts, stack: StackF
                        f"process is utilizing it." if launch.launcher == "accelerate" else
                        f"RuntimeError: The server socket has failed to listen on any local network address. port: "
                        f"{port}, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use"),
-                fix=Fix(f"launch on a free port: {flag}", safe=True, commands=tuple(commands)))
+                fix=Fix(f"launch on a free port: {flag}", applicability=Applicability.SAFE, commands=tuple(commands)))
 
 
 @rule(
@@ -243,19 +226,21 @@ def master_port_in_use(machine: MachineFacts, launch: LaunchFacts, stack: StackF
     why="Each rank selects GPU `local_rank`; ranks beyond the visible count ask for a device that does not exist.",
     error="RuntimeError: CUDA error: invalid device ordinal",
     fix="Set the process count to the visible GPU count.",
+    applicability=Applicability.SAFE,
     fix_safety="Safe.",
     needs=("machine",),
+    log=LogSignature(patterns=(r"invalid device ordinal",)),
     fires=[Example(_ACC_GOOD, target="a100:4", launcher="torchrun --nproc_per_node 8 train.py")],
     silent=[Example(_ACC_GOOD, target="a100:8", launcher="torchrun --nproc_per_node 8 train.py")],
 )
-def more_processes_than_gpus(machine: MachineFacts, launch: LaunchFacts):
-    n, n_ev = num_processes(launch, machine)
+def more_processes_than_gpus(machine: MachineFacts, launch: LaunchFacts, plan: LaunchPlan):
+    n, n_ev = plan.processes, plan.processes_evidence
     if not n or n <= 1 or not machine.gpus or n <= len(machine.gpus):
         return
     visible = len(machine.gpus)
     yield Draft(f"{n} processes per node but only {visible} GPU{'s' if visible != 1 else ''} visible "
                 f"({gpu_phrase(machine)})", evidence=(n_ev,),
-                fix=Fix(f"launch {visible} processes", safe=True,
+                fix=Fix(f"launch {visible} processes", applicability=Applicability.SAFE,
                         commands=(f"--nproc_per_node {visible}" if launch.launcher == "torchrun" else
                                   f"--num_processes {visible}",)))
 
@@ -271,7 +256,9 @@ def more_processes_than_gpus(machine: MachineFacts, launch: LaunchFacts):
     fix="`torch.cuda.set_device(local_rank)` first and `torch.device(\"cuda\", local_rank)`; with accelerate use "
         "`accelerator.device`; for from_pretrained `device_map={\"\": PartialState().process_index}` or "
         "`{\"\": int(os.environ[\"LOCAL_RANK\"])}`.",
+    applicability=Applicability.UNSAFE,
     fix_safety="Unsafe: device logic is the script's own.",
+    related=('PD108', 'PD109'),
     fires=[Example(_ACC_CUDA0, launcher="accelerate launch --num_processes 2 train.py", note="seed 000"),
            Example(_TRAINER.format(dm=", device_map={'': 0}"), launcher="torchrun --nproc_per_node 4 train.py")],
     silent=[Example(_ACC_GOOD, launcher="accelerate launch --num_processes 2 train.py"),
@@ -279,8 +266,8 @@ def more_processes_than_gpus(machine: MachineFacts, launch: LaunchFacts):
             Example("import os, torch\ntorch.cuda.set_device(int(os.environ['LOCAL_RANK']))\n"
                     "model = torch.nn.Linear(8, 8).cuda()\n", launcher="torchrun --nproc_per_node 2 train.py")],
 )
-def ddp_ranks_share_one_gpu(script: ScriptFacts, machine: MachineFacts, launch: LaunchFacts):
-    n, n_ev = num_processes(launch, machine)
+def ddp_ranks_share_one_gpu(script: ScriptFacts, plan: LaunchPlan):
+    n, n_ev = plan.processes, plan.processes_evidence
     if not n or n <= 1 or _ranks_pick_their_gpu(script):
         return
     placements = fixed_placements(script)
@@ -293,7 +280,7 @@ def ddp_ranks_share_one_gpu(script: ScriptFacts, machine: MachineFacts, launch: 
     for c, what in placements[:1]:
         yield Draft(f"{n} ranks all place their work with {what}: every rank lands on GPU 0",
                     evidence=(n_ev, call_evidence(c, f"{what}: the same GPU in every rank")),
-                    fix=Fix(fix, safe=False,
+                    fix=Fix(fix, applicability=Applicability.UNSAFE,
                             edits=present(set_kwarg(c, "device_map", '{"": int(os.environ["LOCAL_RANK"])}'))
                             if c.kind == "model_load" else ()))
 
@@ -310,7 +297,9 @@ def ddp_ranks_share_one_gpu(script: ScriptFacts, machine: MachineFacts, launch: 
           "over fp16 weights it becomes that rule's error",
     fix="Say it in code: `Accelerator(mixed_precision=\"bf16\")` (or \"fp16\"/\"no\"), so the launch config cannot "
         "change it.",
+    applicability=Applicability.SAFE,
     fix_safety="Safe: makes the effective value explicit.",
+    log=LogSignature(tells=(r"Mismatch dtype between input and weight",), tells_alone=0.4),
     fires=[Example(_ACC_GOOD, launcher="accelerate launch --mixed_precision bf16 train.py"),
            Example(_ACC_GOOD, env={"ACCELERATE_MIXED_PRECISION": "fp16"})],
     silent=[Example(_ACC_GOOD.replace("Accelerator()", "Accelerator(mixed_precision='bf16')"),
@@ -333,7 +322,7 @@ def implicit_mixed_precision(setup: Setup, machine: MachineFacts):
                 f"{source.note if source else 'the launch'}",
                 evidence=setup.amp.evidence, severity=severity,
                 confidence="likely" if setup.amp.inferred else "certain",
-                fix=Fix(f"write it in code: Accelerator(mixed_precision={mode!r}) (or 'no')", safe=True,
+                fix=Fix(f"write it in code: Accelerator(mixed_precision={mode!r}) (or 'no')", applicability=Applicability.SAFE,
                         edits=present(set_kwarg(acc, "mixed_precision", repr(mode)))))
 
 
@@ -349,8 +338,10 @@ def implicit_mixed_precision(setup: Setup, machine: MachineFacts):
     error="no error: log line `Training with DataParallel so batch size has been adjusted to: ...`",
     fix="Launch DDP (`accelerate launch` / `torchrun --nproc_per_node N`), or restrict the job to one GPU "
         "(`CUDA_VISIBLE_DEVICES=0`).",
+    applicability=Applicability.DISPLAY,
     fix_safety="Display only: a launch change.",
     needs=("machine",),
+    related=('PD208', 'PD301'),
     fires=[Example(_TRAINER.format(dm=""), target="a100:2", launcher="python train.py"),
            Example(_TRAINER.format(dm=", device_map={'': 0}"), target="a100:2", launcher="python train.py")],
     silent=[Example(_TRAINER.format(dm=""), target="a100:2", launcher="torchrun --nproc_per_node 2 train.py"),
@@ -362,8 +353,7 @@ def implicit_dataparallel(setup: Setup, machine: MachineFacts, launch: LaunchFac
         return
     if launch.known and launch.launcher != "python":
         return
-    wrap = predict_trainer_wrap(setup, len(machine.gpus), stack)
-    if wrap != "DataParallel" or dataparallel_crash_reasons(setup, machine, stack):
+    if setup.placement.trainer_wrap != "DataParallel" or setup.placement.dataparallel_crash_reasons:
         return  # no wrap, or one that crashes: PD301 reports that
     n = len(machine.gpus)
     yield Draft(f"started as one process with {n} GPUs visible, Trainer wraps the model in nn.DataParallel",
@@ -373,103 +363,9 @@ def implicit_dataparallel(setup: Setup, machine: MachineFacts, launch: LaunchFac
                 ((call_evidence(setup.model_load, "placed on one device"),) if setup.model_load else ()),
                 confidence="certain" if launch.known else "likely",
                 fix=Fix(f"run DDP instead: torchrun --nproc_per_node {n} train.py (or CUDA_VISIBLE_DEVICES=0 "
-                        f"for one GPU)", safe=False,
+                        f"for one GPU)", applicability=Applicability.UNSAFE,
                         commands=(f"torchrun --nproc_per_node {n} {setup.path}",
                                   f"CUDA_VISIBLE_DEVICES=0 python {setup.path}")))
-
-
-SPREADING = ("auto", "balanced", "balanced_low_0", "sequential")
-PER_RANK_HINTS = ("local_rank", "LOCAL_RANK", "process_index", "current_device", "get_kbit_device_map", "rank")
-
-
-def device_map_kind(v: Value) -> str:
-    """spread | single | per-rank | offload | unknown | none."""
-    if v.state == ABSENT or v.is_(None):
-        return "none"
-    if v.state == KNOWN:
-        if v.value in SPREADING:
-            return "spread"
-        if isinstance(v.value, dict):
-            targets = {str(x) for x in v.value.values()}
-            if targets & {"cpu", "disk"}:
-                return "offload"
-            return "single" if len(targets) <= 1 else "spread"
-        if isinstance(v.value, (int, str)):
-            return "single"
-    if any(h in v.text for h in PER_RANK_HINTS):
-        return "per-rank"
-    return "unknown"
-
-
-def trainer_exempts_4bit(stack: StackFacts) -> tuple[bool, str]:
-    """Does Trainer skip DataParallel for 4-bit models (transformers PR#45407, 2026-04)? Read from the installed
-    trainer.py when it is here, else decided from the version (5.6 onwards)."""
-    pkg = stack.get("transformers")
-    if pkg.source == "installed":
-        exempt = _installed_trainer_exempts_4bit(pkg.version)
-        if exempt is not None:
-            return exempt, f"read in the installed transformers {pkg.version}"
-    return at_least(stack, "transformers", "5.6"), f"transformers {pkg.version} ({pkg.source})"
-
-
-@lru_cache(maxsize=4)
-def _installed_trainer_exempts_4bit(version: str) -> bool | None:
-    """Read once per run (a tree of scripts asks for every 4-bit one); None when trainer.py is not found."""
-    import sys
-
-    for entry in sys.path:
-        candidate = Path(entry) / "transformers" / "trainer.py"
-        if candidate.is_file():
-            try:
-                text = candidate.read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                return None
-            return "is_loaded_in_4bit" in text[text.find("def _wrap_model"):][:3000]
-    return None
-
-
-def dataparallel_crash_reasons(setup: Setup, machine: MachineFacts, stack: StackFacts) -> list[Evidence]:
-    """Why a DataParallel wrap of this model fails rather than just running slowly."""
-    reasons: list[Evidence] = []
-    load = setup.model_load
-    if setup.quantized.value == "4bit":
-        exempt, how = trainer_exempts_4bit(stack)
-        if not exempt:
-            reasons.append(Evidence(load.location if load else None, load.text if load else "",
-                                    f"4-bit bitsandbytes modules are not replica-safe, and this Trainer still wraps "
-                                    f"them ({how})", "code"))
-    if load is not None and device_map_kind(decide(load.kwarg("device_map"), machine, stack)) == "offload":
-        reasons.append(call_evidence(load, "offloaded modules run through accelerate hooks, which replicas break"))
-    if setup.amp.value == "bf16" and setup.weights.value == dtypes.BFLOAT16:
-        reasons.append(Evidence(None, "torch.nn.parallel.parallel_apply",
-                                "autocast's dtype is thread-local: DataParallel replicas re-enter autocast as fp16, "
-                                "meeting bf16 weights", "code"))
-    return reasons
-
-
-def predict_trainer_wrap(setup: Setup, visible_gpus: int, stack: StackFacts) -> str:
-    """Trainer's own decision (transformers 5.x `Trainer.__init__` / `_wrap_model`): `is_model_parallel` when
-    `hf_device_map` spans more than one GPU (or one GPU other than cuda:0); then `_n_gpu = 1`; otherwise
-    DataParallel when `n_gpu > 1` unless the model is 8-bit, or 4-bit on versions with that exemption."""
-    if visible_gpus < 2:
-        return "none"
-    load = setup.model_load
-    device_map = load.kwarg("device_map") if load else None
-    if device_map is not None and device_map.state == KNOWN:
-        dm = device_map.value
-        if dm in ("auto", "balanced", "balanced_low_0"):
-            return "none"  # spread over the visible GPUs: model parallel
-        if isinstance(dm, dict):
-            devices = {str(v) for v in dm.values() if str(v) not in ("cpu", "disk")}
-            if len(devices) > 1 or (len(devices) == 1 and devices.pop() not in ("0", "cuda:0", "cuda")):
-                return "none"
-    elif device_map is not None and device_map.state not in (ABSENT,):
-        return "unknown"
-    if setup.quantized.value == "8bit":
-        return "none"
-    if setup.quantized.value == "4bit" and trainer_exempts_4bit(stack)[0]:
-        return "none"
-    return "DataParallel"
 
 
 @rule(
@@ -480,8 +376,10 @@ def predict_trainer_wrap(setup: Setup, visible_gpus: int, stack: StackFacts) -> 
     why="The job gets only what is left: an OOM at load or at the first large batch, and contended compute.",
     error="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ...",
     fix="Use free GPUs (`CUDA_VISIBLE_DEVICES`) or wait for the other process; ask its owner before ending it.",
+    applicability=Applicability.DISPLAY,
     fix_safety="Display only.",
     needs=("machine",),
+    log=LogSignature(from_logs=False),
     fires=[Example("import torch\n", machine="h100_8x")],
     silent=[Example("import torch\n", machine="titan_rtx"),
             Example("import torch\n", machine="h100_8x", env={"CUDA_VISIBLE_DEVICES": "0,1,2"})],
@@ -494,7 +392,7 @@ def gpu_memory_in_use(machine: MachineFacts):
         used = sum(p.used_mib for p in live) / 1024
         free_gpus = [str(x.index) for x in machine.gpus if not x.processes]
         yield Draft(f"GPU {g.index} ({g.name}) has {used:.1f} GiB of {g.memory_total_mib / 1024:.0f} GiB in use by "
-                    + ", ".join(describe_process(p) for p in live),
+                    + ", ".join(describe_process(p, machine) for p in live),
                     evidence=(Evidence(None, f"GPU {g.index}", f"{used:.1f} GiB in use", "profile"),),
                     fix=Fix("use the free GPUs" + (f": CUDA_VISIBLE_DEVICES={','.join(free_gpus)}"
-                                                    if free_gpus else ""), safe=False))
+                                                    if free_gpus else ""), applicability=Applicability.UNSAFE))

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from .. import dtypes
 from ..derive import Setup, call_evidence, decide, evidence_of
-from ..engine import Example, rule
+from ..registry import Example, LogSignature, rule
 from ..facts import KNOWN, MachineFacts, ScriptFacts, StackFacts
-from ..findings import Draft, Edit, Fix
+from ..findings import Applicability, Draft, Edit, Fix
 from ..probes.stack import at_least
 from ._common import native_bf16, weights_source_edit
 
@@ -22,6 +22,7 @@ _HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, T
         "both spellings as one setting for every other rule.",
     error="`torch_dtype` is deprecated! Use `dtype` instead!",
     fix="Rename the keyword: `dtype=...` (keep `torch_dtype` only for transformers < 4.56).",
+    applicability=Applicability.SAFE,
     fix_safety="Safe: the same setting under its current name.",
     fires=[Example(_HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', torch_dtype=torch.float32)\n")],
     silent=[Example(_HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"),
@@ -36,7 +37,7 @@ def torch_dtype_kwarg_renamed(script: ScriptFacts, stack: StackFacts):
         if "torch_dtype" in load.kwargs and "dtype" not in load.kwargs:
             yield Draft(f"torch_dtype= is deprecated on transformers {version.version} ({version.source}); "
                         f"use dtype=", evidence=(call_evidence(load, "torch_dtype="),),
-                        fix=Fix("rename torch_dtype= to dtype=", safe=True,
+                        fix=Fix("rename torch_dtype= to dtype=", applicability=Applicability.SAFE,
                                 edits=(Edit("rename_kwarg", load.location.path, load.location.line,
                                             call="from_pretrained", old="torch_dtype", new="dtype"),)),
                         confidence="likely" if version.source == "assumed" else "certain")
@@ -53,7 +54,10 @@ _FLASH = ("flash_attention_2", "flash_attention_3")
     why="FlashAttention kernels are written for fp16 and bf16 only.",
     error="RuntimeError: FlashAttention only support fp16 and bf16 data type",
     fix="Load with `dtype=torch.bfloat16` (or float16), or run under `torch.autocast(..., dtype=torch.bfloat16)`.",
+    applicability=Applicability.UNSAFE,
     fix_safety="Unsafe: bf16 weights change what is trained.",
+    log=LogSignature(patterns=(r"FlashAttention only support fp16 and bf16 data type",
+                           r"Flash Attention 2\.0 only supports torch\.float16 and torch\.bfloat16")),
     fires=[
         Example(_HEAD + "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32, "
                 "attn_implementation='flash_attention_2').cuda()\n"
@@ -87,7 +91,7 @@ def flash_attn_fp32_weights(setup: Setup, machine: MachineFacts, stack: StackFac
                 error=("Flash Attention 2.0 only supports torch.float16 and torch.bfloat16 dtypes, but the current "
                        "dype in the model is torch.float32." if autocast else ""),
                 fix=Fix(f"load with dtype={target}" + ("" if autocast else " or wrap the forward in torch.autocast"),
-                        safe=False, edits=(edit,) if edit else ()))
+                        applicability=Applicability.UNSAFE, edits=(edit,) if edit else ()))
 
 
 @rule(
@@ -99,7 +103,9 @@ def flash_attn_fp32_weights(setup: Setup, machine: MachineFacts, stack: StackFac
         "processors) and 5.0 removed the old name, so the Trainer is never constructed.",
     error="TypeError: Trainer.__init__() got an unexpected keyword argument 'tokenizer'",
     fix="Pass the tokenizer as `processing_class=tokenizer`.",
+    applicability=Applicability.SAFE,
     fix_safety="Safe: the same object under the current name.",
+    log=LogSignature(patterns=(r"unexpected keyword argument 'tokenizer'",)),
     fires=[Example(_HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
                    "Trainer(model=m, args=TrainingArguments('o'), tokenizer=tok).train()\n")],
     silent=[Example(_HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
@@ -124,7 +130,7 @@ def trainer_tokenizer_kwarg_removed(script: ScriptFacts, stack: StackFacts):
                     severity="" if removed else "warning",
                     error="" if removed else ("FutureWarning: `tokenizer` is deprecated and will be removed in "
                                               "version 5.0.0 for `Trainer.__init__`. Use `processing_class` instead."),
-                    fix=Fix("rename tokenizer= to processing_class=", safe=True,
+                    fix=Fix("rename tokenizer= to processing_class=", applicability=Applicability.SAFE,
                             edits=(Edit("rename_kwarg", trainer.location.path, trainer.location.line, call=name,
                                         old="tokenizer", new="processing_class"),)),
                     confidence="likely" if version.source == "assumed" else "certain")

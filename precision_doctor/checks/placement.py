@@ -3,14 +3,13 @@ DDP, moving offloaded models, inputs left on the CPU (PD301-PD305)."""
 
 from __future__ import annotations
 
-from ..derive import Setup, call_evidence, decide, evidence_of
-from ..engine import Example, rule
-from ..facts import ABSENT, KNOWN, Call, LaunchFacts, MachineFacts, ScriptFacts, StackFacts
-from ..findings import Draft, Evidence, Fix
+from ..derive import LaunchPlan, Setup, call_evidence, decide, device_map_kind, evidence_of
+from ..derive.live import live_evidence
+from ..registry import Example, LogSignature, rule
+from ..facts import ABSENT, KNOWN, Call, LaunchFacts, MachineFacts, MachineOrigin, ScriptFacts, StackFacts
+from ..findings import Applicability, Draft, Evidence, Fix
 from ..probes.stack import at_least
 from ._common import gpu_phrase, present, set_kwarg
-from .launch import (dataparallel_crash_reasons, device_map_kind, num_processes, predict_trainer_wrap,
-                     trainer_exempts_4bit)
 
 
 _QLORA = ("import torch\nfrom peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training\n"
@@ -30,11 +29,6 @@ def _per_rank(code: str) -> str:
         .replace("device_map={'': 0}", "device_map={'': local_rank}")
 
 
-def multi_process(launch: LaunchFacts, machine: MachineFacts) -> tuple[int, Evidence | None]:
-    n, ev = num_processes(launch, machine)
-    return (n or 1), ev
-
-
 @rule(
     "PD301", "dataparallel-over-device-map", severity="error", phase="first-step",
     summary="Trainer wraps a placed, quantized or offloaded model in nn.DataParallel, and the replicas break it.",
@@ -52,8 +46,15 @@ def multi_process(launch: LaunchFacts, machine: MachineFacts) -> tuple[int, Evid
         "local_rank}`, or restrict the job to one GPU (`CUDA_VISIBLE_DEVICES=0`); for genuine model parallelism let "
         "`device_map=\"auto\"` span the GPUs. Seed 003's `training_args._n_gpu = 1` also works but sets a private "
         "attribute.",
+    applicability=Applicability.DISPLAY,
     fix_safety="Display only: a launch change.",
     needs=("machine",),
+    log=LogSignature(patterns=(r"mat1 and mat2 must have the same dtype", r"expected mat1 and mat2 to have the same dtype",
+                           r"module must have its parameters and buffers on device cuda:0 \(device_ids\[0\]\)",
+                           r"Caught RuntimeError in replica \d+ on device \d+"),
+                 tells=(r"torch/nn/parallel/data_parallel\.py", r"Training with DataParallel", r"parallel_apply\.py"),
+                 proven=0.35, both=0.95, tells_alone=0.5, halving_progress=True),
+    related=('PD208', 'PD114'),
     fires=[Example(_QLORA.format(device_map=", device_map={'': 0}", args=""), target="rtx-6000-ada:2",
                    launcher="python train.py", versions={"transformers": "4.57.1"}, note="seed 003"),
            Example(_QLORA.format(device_map="", args="").replace("quantization_config=q, ", ""),
@@ -65,15 +66,14 @@ def multi_process(launch: LaunchFacts, machine: MachineFacts) -> tuple[int, Evid
             Example(_QLORA.format(device_map=", device_map={'': 0}", args=""), target="rtx-6000-ada:1",
                     launcher="python train.py", versions={"transformers": "4.57.1"})],
 )
-def dataparallel_over_device_map(setup: Setup, machine: MachineFacts, launch: LaunchFacts, stack: StackFacts,
-                                 live):
-    if live is not None and live.trainer and machine.source == "this machine":
+def dataparallel_over_device_map(setup: Setup, machine: MachineFacts, launch: LaunchFacts, live):
+    if live is not None and live.trainer and machine.origin == MachineOrigin.THIS_MACHINE:
         yield from _live_dataparallel(live)  # Trainer's own decision, on this machine's GPUs
         return
     if setup.style != "trainer" or len(machine.gpus) < 2 or (launch.known and launch.launcher != "python"):
         return
-    wrap = predict_trainer_wrap(setup, len(machine.gpus), stack)
-    if wrap == "none" and setup.quantized.value == "4bit" and not trainer_exempts_4bit(stack)[0] and \
+    wrap = setup.placement.trainer_wrap
+    if wrap == "none" and setup.quantized.value == "4bit" and not setup.placement.exempts_4bit and \
             setup.model_load is not None:
         # A spreading device_map is model parallel only if it really spans GPUs; a 4-bit model often fits on one,
         # and then Trainer wraps it after all (seed 003). Only the live model tells: say so, as a warning.
@@ -85,11 +85,11 @@ def dataparallel_over_device_map(setup: Setup, machine: MachineFacts, launch: La
                     severity="warning", confidence="likely",
                     fix=Fix(f"launch DDP (torchrun --nproc_per_node {len(machine.gpus)}) with device_map={{'': "
                             f"local_rank}}, or CUDA_VISIBLE_DEVICES=0; `check --live` confirms the device map",
-                            safe=False))
+                            applicability=Applicability.UNSAFE))
         return
     if wrap != "DataParallel":
         return
-    reasons = dataparallel_crash_reasons(setup, machine, stack)
+    reasons = setup.placement.dataparallel_crash_reasons
     if not reasons:
         return  # DataParallel alone is slow, not broken: PD114
     n = len(machine.gpus)
@@ -99,7 +99,7 @@ def dataparallel_over_device_map(setup: Setup, machine: MachineFacts, launch: La
                                                        "one process", "launcher" if launch.known else "assumed"))
                 + tuple(reasons), confidence="certain" if launch.known else "likely",
                 fix=Fix(f"launch DDP: torchrun --nproc_per_node {n} {setup.path} with device_map={{'': local_rank}}; "
-                        f"or CUDA_VISIBLE_DEVICES=0", safe=False,
+                        f"or CUDA_VISIBLE_DEVICES=0", applicability=Applicability.UNSAFE,
                         commands=(f"torchrun --nproc_per_node {n} {setup.path}",
                                   f"CUDA_VISIBLE_DEVICES=0 python {setup.path}"),
                         notes=("`training_args._n_gpu = 1` (seed 003) avoids the wrap too, through a private "
@@ -107,8 +107,6 @@ def dataparallel_over_device_map(setup: Setup, machine: MachineFacts, launch: La
 
 
 def _live_dataparallel(live):
-    from .live import live_evidence
-
     if live.trainer.get("wrap") != "DataParallel":
         return
     model = live.model
@@ -127,7 +125,7 @@ def _live_dataparallel(live):
                 f"{', '.join(reasons)}",
                 evidence=(live_evidence(live, f"hf_device_map devices: {', '.join(map(str, devices)) or 'none'}"),),
                 fix=Fix("launch DDP (torchrun) with device_map={'': local_rank}, or CUDA_VISIBLE_DEVICES=0",
-                        safe=False))
+                        applicability=Applicability.UNSAFE))
 
 
 @rule(
@@ -142,6 +140,7 @@ def _live_dataparallel(live):
           "{{myscript.py}}`.",
     fix="One replica per process: `device_map={\"\": PartialState().process_index}` or "
         "`{\"\": int(os.environ[\"LOCAL_RANK\"])}`; or run one process with `python` for naive pipeline parallelism.",
+    applicability=Applicability.SAFE,
     fix_safety="Safe under DDP: each rank loads the whole model on its own GPU.",
     fires=[Example(_QLORA.format(device_map=", device_map='auto'", args=""),
                    launcher="torchrun --nproc_per_node 2 train.py")],
@@ -149,9 +148,8 @@ def _live_dataparallel(live):
                     launcher="torchrun --nproc_per_node 2 train.py", note="correct DDP QLoRA"),
             Example(_QLORA.format(device_map=", device_map='auto'", args=""), launcher="python train.py")],
 )
-def device_map_auto_under_ddp(script: ScriptFacts, machine: MachineFacts, launch: LaunchFacts,
-                              stack: StackFacts):
-    n, n_ev = multi_process(launch, machine)
+def device_map_auto_under_ddp(script: ScriptFacts, machine: MachineFacts, stack: StackFacts, plan: LaunchPlan):
+    n, n_ev = plan.multi_process, plan.processes_evidence
     if n <= 1:
         return
     for load in script.of("model_load"):
@@ -160,39 +158,8 @@ def device_map_auto_under_ddp(script: ScriptFacts, machine: MachineFacts, launch
             yield Draft(f"device_map={v.text} spreads the model over the GPUs, but {n} processes each load it",
                         evidence=(evidence_of(v, f"device_map={v.text}", load), n_ev),
                         fix=Fix("one full replica per process: device_map={'': int(os.environ['LOCAL_RANK'])}",
-                                safe=True, edits=present(set_kwarg(load, "device_map",
+                                applicability=Applicability.SAFE, edits=present(set_kwarg(load, "device_map",
                                                             '{"": int(os.environ["LOCAL_RANK"])}'))))
-
-
-def checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack: StackFacts):
-    """(on, reentrant, evidence) for gradient checkpointing as the script switches it on."""
-    evidence: list[Evidence] = []
-    on = False
-    reentrant = None
-    args = setup.training_args
-    if args is not None:
-        gc = decide(args.kwarg("gradient_checkpointing"), machine, stack)
-        trl_default = setup.trl and gc.state == ABSENT
-        if gc.is_(True) or trl_default:
-            on = True
-            evidence.append(evidence_of(gc, "gradient_checkpointing=True", args) if gc.state == KNOWN else
-                            Evidence(args.location, args.text, "gradient checkpointing on (TRL default)", "default"))
-        kw = decide(args.kwarg("gradient_checkpointing_kwargs"), machine, stack)
-        if kw.state == KNOWN and isinstance(kw.value, dict) and "use_reentrant" in kw.value:
-            reentrant = bool(kw.value["use_reentrant"])
-            evidence.append(evidence_of(kw, f"use_reentrant={reentrant}", args))
-    for c in script.of("gc_enable"):
-        on = True
-        evidence.append(call_evidence(c, "gradient_checkpointing_enable()"))
-        kw = decide(c.kwarg("gradient_checkpointing_kwargs"), machine, stack)
-        if kw.state == KNOWN and isinstance(kw.value, dict) and "use_reentrant" in kw.value:
-            reentrant = bool(kw.value["use_reentrant"])
-    if on and reentrant is None:  # the library default
-        reentrant = not at_least(stack, "transformers", "5.0")
-        version = stack.get("transformers")
-        evidence.append(Evidence(None, f"transformers {version.version}",
-                                 f"use_reentrant defaults to {reentrant} ({version.source})", "default"))
-    return on, bool(reentrant), tuple(evidence)
 
 
 @rule(
@@ -208,6 +175,7 @@ def checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, stac
           "reentrant backward passes.",
     fix="`gradient_checkpointing_kwargs={\"use_reentrant\": False}` (Trainer argument or "
         "`model.gradient_checkpointing_enable(...)`), and `ddp_find_unused_parameters=False`.",
+    applicability=Applicability.SAFE,
     fix_safety="Safe: non-reentrant checkpointing computes the same gradients.",
     fires=[Example(_per_rank(_QLORA.format(device_map=", device_map={'': 0}",
                                            args=", gradient_checkpointing=True, ddp_find_unused_parameters=True")),
@@ -219,12 +187,13 @@ def checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, stac
             Example(_per_rank(_QLORA.format(device_map=", device_map={'': 0}", args=", gradient_checkpointing=True")),
                     launcher="torchrun --nproc_per_node 2 train.py")],
 )
-def ddp_reentrant_checkpointing(script: ScriptFacts, setup: Setup, machine: MachineFacts, launch: LaunchFacts,
-                                stack: StackFacts):
-    n, n_ev = multi_process(launch, machine)
+def ddp_reentrant_checkpointing(script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts,
+                                plan: LaunchPlan):
+    n, n_ev = plan.multi_process, plan.processes_evidence
     if n <= 1 or setup.style not in ("trainer", "loop", "accelerate"):
         return
-    on, reentrant, ev = checkpointing(setup, script, machine, stack)
+    gc = setup.placement.checkpointing
+    on, reentrant, ev = gc.on, gc.reentrant, gc.evidence
     if not on or not reentrant:
         return
     unused = setup.training_args is not None and \
@@ -237,7 +206,7 @@ def ddp_reentrant_checkpointing(script: ScriptFacts, setup: Setup, machine: Mach
     edits = present(set_kwarg(setup.training_args, "gradient_checkpointing_kwargs", '{"use_reentrant": False}')) \
         if setup.training_args is not None else ()
     yield Draft(f"reentrant gradient checkpointing under {n}-process DDP with {why}: DDP marks parameters ready twice",
-                evidence=(n_ev,) + ev, fix=Fix("gradient_checkpointing_kwargs={'use_reentrant': False}", safe=True,
+                evidence=(n_ev,) + ev, fix=Fix("gradient_checkpointing_kwargs={'use_reentrant': False}", applicability=Applicability.SAFE,
                                                 edits=edits))
 
 
@@ -251,7 +220,9 @@ def ddp_reentrant_checkpointing(script: ScriptFacts, setup: Setup, machine: Mach
     error="RuntimeError: You can't move a model that has some modules offloaded to cpu or disk.",
     fix="Don't move dispatched models: let the device_map place them, pick one that fits on the GPU "
         "(`device_map={\"\": 0}`), or quantize.",
+    applicability=Applicability.DISPLAY,
     fix_safety="Display only.",
+    log=LogSignature(patterns=(r"Cannot copy out of meta tensor", r"You can't move a model that has some modules offloaded")),
     fires=[Example("import torch\nfrom transformers import AutoModelForCausalLM\n"
                    "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.1-70B', dtype=torch.bfloat16, "
                    "device_map={'model': 0, 'lm_head': 'cpu'})\nmodel = model.to('cuda')\n")],
@@ -275,7 +246,7 @@ def meta_tensor_move(setup: Setup, script: ScriptFacts, machine: MachineFacts, s
             yield Draft("the model's device_map offloads modules to the CPU or disk, and it is then moved as a whole",
                         evidence=(evidence_of(dm, f"device_map={dm.text}", load) if dm.state == KNOWN else
                                   call_evidence(load, "offload_folder="), call_evidence(c, "moved after dispatch")),
-                        fix=Fix("remove the move: the device_map already placed every module", safe=False))
+                        fix=Fix("remove the move: the device_map already placed every module", applicability=Applicability.UNSAFE))
             return
 
 
@@ -289,6 +260,7 @@ def meta_tensor_move(setup: Setup, script: ScriptFacts, machine: MachineFacts, s
           "cpu!",
     fix="Move every batch tensor to `model.device` (or `accelerator.device`), or let `accelerator.prepare(loader)` "
         "do it.",
+    applicability=Applicability.DISPLAY,
     fix_safety="Display only.",
     fires=[Example("import torch\nfrom torch.utils.data import DataLoader\nloader = DataLoader(dataset, batch_size=8)\n"
                    "model = MyNet().cuda()\nopt = torch.optim.AdamW(model.parameters())\n"
@@ -315,7 +287,7 @@ def inputs_not_on_model_device(script: ScriptFacts, setup: Setup):
         if stale:
             yield Draft(f"{call.callee} is on the GPU but {', '.join(stale)} come from the data loader on the CPU",
                         evidence=(call_evidence(call, f"called on {', '.join(stale)}"),),
-                        fix=Fix(f"move them first: {stale[0]} = {stale[0]}.to(device)", safe=False))
+                        fix=Fix(f"move them first: {stale[0]} = {stale[0]}.to(device)", applicability=Applicability.UNSAFE))
             return
 
 

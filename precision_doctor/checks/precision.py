@@ -7,10 +7,12 @@ from dataclasses import replace
 
 from .. import dtypes
 from ..derive import Setup, call_evidence, evidence_of, load_dtype_value
-from ..engine import Example, rule
+from ..registry import Example, LogSignature, rule
 from ..facts import ABSENT, KNOWN, MachineFacts, StackFacts
 from .._util import unique
-from ..findings import Draft, Edit, Evidence, Fix
+from ..families import overflows_fp16
+from ..derive.live import live_evidence, live_summary, loss_history, scaler_on
+from ..findings import Applicability, Confidence, Draft, Edit, Evidence, Fix, Phase
 from ..probes.stack import at_least
 from ._common import PURE_FP16_WARNING, describe_trainable, gpu_phrase, native_bf16, present, set_kwarg, weights_source_edit
 
@@ -52,8 +54,6 @@ def _trainable_under_scaler(setup: Setup, machine: MachineFacts, dtype: str):
 
 def _live_claim(live, dtype: str, scaler: bool, message: str) -> Draft | None:
     """The same claim from the real objects: trainable parameters of `dtype`, with (or without) a scaler."""
-    from .live import live_evidence, live_summary, scaler_on
-
     counts = live.model.get("trainable_by_prefix", {})
     holders = [f"{prefix}: {dtype} x{c[dtype]}" for prefix, c in counts.items() if c.get(dtype)]
     if not holders and dtype in live.trainable():
@@ -79,7 +79,10 @@ def _live_claim(live, dtype: str, scaler: bool, message: str) -> Draft | None:
     fix="Keep trainable weights in fp32 and let fp16 AMP downcast (load with `dtype=torch.float32`), or train "
         "LoRA adapters (peft >= 0.12 keeps them fp32) on the fp16 base; on Ampere or newer prefer bf16 weights "
         "with `bf16=True`. Never drop `fp16=True` instead: pure fp16 training underflows (PD204).",
+    applicability=Applicability.UNSAFE,
     fix_safety="Unsafe: fp32 weights take twice the memory of fp16.",
+    log=LogSignature(tells=(r"grad_scaler\.py", r"unscale_")),
+    related=('PD204', 'PD210'),
     fires=[
         Example(_trainer_script(", torch_dtype=torch.float16", ", fp16=True")),
         Example(_trainer_script(", dtype=torch.half", ", fp16=True, gradient_checkpointing=True"),
@@ -107,7 +110,7 @@ def fp16_params_with_grad_scaler(setup: Setup, machine: MachineFacts, live):
         d = _live_claim(live, dtypes.FLOAT16, True, "trainable parameters are float16 under a GradScaler")
         if d:
             yield replace(d, fix=Fix("keep trainable weights in fp32 (load in float32) or train fp32 LoRA adapters "
-                                     "on the fp16 base", safe=False, notes=(PURE_FP16_WARNING,)))
+                                     "on the fp16 base", applicability=Applicability.UNSAFE, notes=(PURE_FP16_WARNING,)))
         return
     trainable = _trainable_under_scaler(setup, machine, dtypes.FLOAT16)
     if trainable is None:
@@ -122,29 +125,29 @@ def fp16_params_with_grad_scaler(setup: Setup, machine: MachineFacts, live):
     if setup.peft.value and setup.modules_to_save.value:
         fix = Fix("Upcast the trainable copies after get_peft_model: "
                   "`for p in model.parameters(): p.data = p.data.float() if p.requires_grad else p.data` "
-                  "(or `peft.cast_mixed_precision_params(model, dtype=torch.float16)`)", safe=False,
+                  "(or `peft.cast_mixed_precision_params(model, dtype=torch.float16)`)", applicability=Applicability.UNSAFE,
                   notes=tuple(notes))
     elif setup.peft.value:
         fix = Fix("Create the adapters in fp32: drop `autocast_adapter_dtype=False` (peft >= 0.12 upcasts LoRA "
-                  "weights to fp32 by default) or upgrade peft", safe=False, notes=tuple(notes))
+                  "weights to fp32 by default) or upgrade peft", applicability=Applicability.UNSAFE, notes=tuple(notes))
     elif bf16:
         flags = present(set_kwarg(setup.training_args, "fp16", "False"),
                         set_kwarg(setup.training_args, "bf16", "True")) if setup.training_args else ()
         fix = Fix(f"{gpu_phrase(machine)} has native bf16: load the weights in bf16 and train with bf16=True "
                   f"(no loss scaling needed), or keep fp32 weights under fp16 AMP",
-                  safe=False, edits=present(weights_source_edit(setup, "torch.bfloat16")) + flags,
+                  applicability=Applicability.UNSAFE, edits=present(weights_source_edit(setup, "torch.bfloat16")) + flags,
                   notes=tuple(notes))
     elif bf16 is None and setup.training_args is not None and weights_source_edit(setup, "x") is not None:
         # the machine is not known: the right dtype depends on the GPU, so the fix asks it (natively)
         fix = Fix("Let the GPU decide: bf16 weights with bf16=True where bf16 is native, fp32 weights under fp16 "
-                  "AMP elsewhere (pass --target to get the one fix for your GPU)", safe=False,
+                  "AMP elsewhere (pass --target to get the one fix for your GPU)", applicability=Applicability.UNSAFE,
                   edits=present(weights_source_edit(setup, f"torch.bfloat16 if {NATIVE_BF16} else torch.float32"),
                                 set_kwarg(setup.training_args, "fp16", f"not {NATIVE_BF16}"),
                                 set_kwarg(setup.training_args, "bf16", NATIVE_BF16))
                   + (Edit("add_import", setup.path, 1, new="import torch"),), notes=tuple(notes))
     else:
         fix = Fix("Load the weights in float32 and let fp16 AMP downcast the compute; if fp32 weights do not fit, "
-                  "train LoRA adapters (fp32 in peft >= 0.12) on the fp16 base", safe=False,
+                  "train LoRA adapters (fp32 in peft >= 0.12) on the fp16 base", applicability=Applicability.UNSAFE,
                   edits=(edit,) if edit else (), notes=tuple(notes))
     yield Draft(f"trainable parameters are float16 ({describe_trainable(setup)}) while fp16 AMP's GradScaler "
                 f"is on: it refuses to unscale fp16 gradients", evidence=_unique(evidence), fix=fix,
@@ -161,7 +164,9 @@ def fp16_params_with_grad_scaler(setup: Setup, machine: MachineFacts, live):
     error="RuntimeError: \"_amp_foreach_non_finite_check_and_unscale_cuda\" not implemented for 'BFloat16'",
     fix="Train bf16 weights with bf16 mixed precision (`bf16=True` / `mixed_precision=\"bf16\"`, no scaler) on "
         "Ampere or newer; for fp16 AMP load the weights in fp32.",
+    applicability=Applicability.SAFE,
     fix_safety="Unsafe on pre-Ampere GPUs (bf16 is emulated there); safe on Ampere or newer.",
+    related=('PD211',),
     fires=[
         Example(_trainer_script(", dtype=torch.bfloat16", ", fp16=True")),
         Example(_trainer_script(', torch_dtype="bfloat16"', ", fp16=True"), target="a100"),
@@ -183,7 +188,7 @@ def bf16_params_with_fp16_scaler(setup: Setup, machine: MachineFacts, live):
         d = _live_claim(live, dtypes.BFLOAT16, True, "trainable parameters are bfloat16 under fp16 AMP's GradScaler")
         if d:
             yield replace(d, fix=Fix("use bf16 mixed precision for bf16 weights (bf16=True / mixed_precision='bf16')",
-                                     safe=False))
+                                     applicability=Applicability.UNSAFE))
         return
     if _trainable_under_scaler(setup, machine, dtypes.BFLOAT16) is None:
         return
@@ -191,14 +196,14 @@ def bf16_params_with_fp16_scaler(setup: Setup, machine: MachineFacts, live):
     if native_bf16(machine) is not False and setup.style == "trainer" and setup.training_args is not None:
         edits = list(present(set_kwarg(setup.training_args, "fp16", "False"), set_kwarg(setup.training_args, "bf16", "True")))
         fix = Fix("Train the bf16 weights with bf16 mixed precision: fp16=False, bf16=True (no loss scaling)",
-                  safe=native_bf16(machine) is True, edits=tuple(edits))
+                  applicability=Applicability.SAFE if native_bf16(machine) is True else Applicability.UNSAFE, edits=tuple(edits))
     elif native_bf16(machine) is False:
         edit = weights_source_edit(setup, "torch.float32")
         fix = Fix(f"{gpu_phrase(machine) or 'This machine'} has no native bf16: load the weights in float32 and "
-                  f"keep fp16 AMP", safe=False, edits=(edit,) if edit else ())
+                  f"keep fp16 AMP", applicability=Applicability.UNSAFE, edits=(edit,) if edit else ())
     else:
         fix = Fix("Use bf16 mixed precision for bf16 weights (`mixed_precision=\"bf16\"` or no GradScaler with "
-                  "`torch.autocast(..., dtype=torch.bfloat16)`)", safe=False)
+                  "`torch.autocast(..., dtype=torch.bfloat16)`)", applicability=Applicability.UNSAFE)
     yield Draft(f"trainable parameters are bfloat16 ({describe_trainable(setup)}) under fp16 AMP's GradScaler, "
                 f"which cannot unscale bf16 gradients on CUDA",
                 evidence=_unique(setup.weights.evidence + setup.amp.evidence), fix=fix,
@@ -216,7 +221,10 @@ def bf16_params_with_fp16_scaler(setup: Setup, machine: MachineFacts, live):
     error="no exception: loss becomes nan after the first optimizer steps, or training silently stalls",
     fix="Keep fp32 master weights and use fp16 AMP with loss scaling (Trainer `fp16=True` on an fp32 model), or "
         "bf16 weights with `bf16=True` on Ampere or newer. Raising Adam's eps only hides it.",
+    applicability=Applicability.UNSAFE,
     fix_safety="Unsafe: fp32 weights take twice the memory of fp16.",
+    log=LogSignature(patterns=(r"['\"]?loss['\"]?\s*[:=]\s*['\"]?nan", r"['\"]?loss['\"]?\s*[:=]\s*['\"]?inf\b"), proven=0.45),
+    related=('PD210', 'PD201'),
     fires=[
         Example(_trainer_script(", dtype=torch.float16", ", fp16=False, bf16=False, gradient_checkpointing=True"),
                 target="titan-rtx", note="seed 001's 'ultimate fix'"),
@@ -235,7 +243,11 @@ def pure_fp16_no_loss_scaling(setup: Setup, machine: MachineFacts, live):
         d = _live_claim(live, dtypes.FLOAT16, False, "float16 parameters are trained without loss scaling")
         if d:
             yield replace(d, fix=Fix("keep fp32 master weights with fp16 AMP (fp16=True), or bf16 on Ampere+",
-                                     safe=False))
+                                     applicability=Applicability.UNSAFE))
+        history = loss_history(live)
+        if history.first_bad_step and dtypes.FLOAT16 in live.trainable() and not scaler_on(live):
+            yield _bad_loss(live, history, "keep fp32 master weights and use fp16 AMP with loss scaling, or bf16 "
+                                           "on Ampere+")
         return
     if not setup.trains or not setup.amp.known:
         return
@@ -247,16 +259,16 @@ def pure_fp16_no_loss_scaling(setup: Setup, machine: MachineFacts, live):
     bf16 = native_bf16(machine)
     if machine.known and not machine.gpus:
         fix = Fix("on a machine without a GPU, train fp32 weights (or bf16 autocast with use_cpu=True); fp16 AMP "
-                  "does not exist on the CPU", safe=False, edits=present(weights_source_edit(setup, "torch.float32")))
+                  "does not exist on the CPU", applicability=Applicability.UNSAFE, edits=present(weights_source_edit(setup, "torch.float32")))
     elif bf16:
-        fix = Fix(f"{gpu_phrase(machine)} has native bf16: load in bf16 and train with bf16=True", safe=False,
+        fix = Fix(f"{gpu_phrase(machine)} has native bf16: load in bf16 and train with bf16=True", applicability=Applicability.UNSAFE,
                   edits=present(weights_source_edit(setup, "torch.bfloat16")))
     else:
         edits = list(present(weights_source_edit(setup, "torch.float32")))
         if setup.style == "trainer" and setup.training_args is not None:
             edits.extend(present(set_kwarg(setup.training_args, "fp16", "True")))
         fix = Fix("Load the weights in float32 and train with fp16 AMP (fp16=True: autocast + GradScaler)",
-                  safe=False, edits=tuple(edits))
+                  applicability=Applicability.UNSAFE, edits=tuple(edits))
     mode = {"no": "no mixed precision", "bf16": "bf16 autocast without loss scaling",
             "autocast": "autocast without a GradScaler"}.get(setup.amp.value, "no loss scaling")
     yield Draft(f"float16 parameters are trained with {mode}: small gradients underflow and Adam's update "
@@ -274,6 +286,7 @@ def pure_fp16_no_loss_scaling(setup: Setup, machine: MachineFacts, live):
         "singleton that cannot change precision once created.",
     error="ValueError: At most one of fp16 and bf16 can be True, but not both",
     fix="Choose one: bf16=True on Ampere or newer, otherwise fp16=True (with fp32 weights).",
+    applicability=Applicability.SAFE,
     fix_safety="Safe: the training arguments could never be constructed.",
     fires=[
         Example(_trainer_script(", dtype=torch.float32", ", fp16=True, bf16=True")),
@@ -307,7 +320,7 @@ def fp16_and_bf16_both_enabled(script, setup: Setup, machine: MachineFacts, stac
                 yield Draft(f"{fp}=True and {bf}=True{what}: TrainingArguments refuses both",
                             evidence=(evidence_of(vf, f"{fp}=True", args), evidence_of(vb, f"{bf}=True", args)),
                             error=f"ValueError: At most one of fp16 and bf16 can be True{what}, but not both",
-                            fix=Fix(f"keep {'bf16' if keep_bf16 else 'fp16'}: set {off}=False", safe=True,
+                            fix=Fix(f"keep {'bf16' if keep_bf16 else 'fp16'}: set {off}=False", applicability=Applicability.SAFE,
                                     edits=present(set_kwarg(args, off, "False"))))
     acc = setup.accelerator
     if acc is not None and setup.trainer is not None and setup.amp.known and setup.style == "trainer":
@@ -320,11 +333,9 @@ def fp16_and_bf16_both_enabled(script, setup: Setup, machine: MachineFacts, stac
                               f"restart your runtime completely and pass `mixed_precision='{setup.amp.value}'` "
                               "to `Accelerator()`.",
                         fix=Fix("Set precision in one place: drop the Accelerator() (Trainer creates its own) or "
-                                "make both agree", safe=False))
+                                "make both agree", applicability=Applicability.UNSAFE))
 
 
-_FP16_OVERFLOW_FAMILIES = re.compile(r"(^|[/_\-])(flan-t5|t5|mt5|umt5|byt5|gemma\d?|gemma-\d|deepseek-v2)"
-                                     r"([/_\-.]|$)", re.I)
 
 
 @rule(
@@ -336,7 +347,10 @@ _FP16_OVERFLOW_FAMILIES = re.compile(r"(^|[/_\-])(flan-t5|t5|mt5|umt5|byt5|gemma
         "fp32's exponent range.",
     error="no exception: loss: nan / grad_norm: nan after a few steps, GradScaler skipping every step",
     fix="Stay on the bf16 path: bf16=True on Ampere or newer; fp32 on older GPUs.",
+    applicability=Applicability.DISPLAY,
     fix_safety="Display only: the choice depends on the GPU.",
+    log=LogSignature(patterns=(r"['\"]?(loss|grad_norm)['\"]?\s*[:=]\s*['\"]?nan",), proven=0.45),
+    related=('PD204', 'PD201', 'PD503'),
     fires=[
         Example("import torch\nfrom transformers import AutoModelForSeq2SeqLM, Seq2SeqTrainer, "
                 "Seq2SeqTrainingArguments\n"
@@ -355,8 +369,10 @@ _FP16_OVERFLOW_FAMILIES = re.compile(r"(^|[/_\-])(flan-t5|t5|mt5|umt5|byt5|gemma
                 "Seq2SeqTrainer(model=model, args=args).train()\n"),
     ],
 )
-def fp16_overflow_bf16_pretrained(setup: Setup, machine: MachineFacts):
-    if not setup.trains or not setup.family or not _FP16_OVERFLOW_FAMILIES.search(setup.family):
+def fp16_overflow_bf16_pretrained(setup: Setup, machine: MachineFacts, live):
+    if live is not None:  # what the live --steps run's losses and loss scale showed
+        yield from _live_overflow(live)
+    if not setup.trains or not overflows_fp16(setup.family):
         return
     fp16_weights = setup.weights.value == dtypes.FLOAT16
     if setup.amp.value != "fp16" and not fp16_weights:
@@ -365,7 +381,27 @@ def fp16_overflow_bf16_pretrained(setup: Setup, machine: MachineFacts):
     ev = call_evidence(setup.model_load, f"model family: {setup.family}")
     yield Draft(f"{setup.family} was pre-trained in bf16 and overflows in fp16; train it with {advice}",
                 evidence=(ev,) + (setup.amp.evidence if setup.amp.value == "fp16" else setup.weights.evidence),
-                fix=Fix(f"switch to {advice}", safe=False))
+                fix=Fix(f"switch to {advice}", applicability=Applicability.UNSAFE))
+
+
+def _live_overflow(live):
+    history = loss_history(live)
+    fix = "stay on bf16 (Ampere+) or fp32 for models that overflow fp16"
+    if history.scale_collapse:
+        first, last, steps = history.scale_collapse
+        yield Draft(f"GradScaler's loss scale fell from {first:g} to {last:g} in {steps} steps: fp16 overflows on "
+                    f"every step", evidence=(live_evidence(live, f"loss scales: {list(live.loss_scales[:3])} ... "
+                                                                f"{list(live.loss_scales[-3:])}"),),
+                    phase=Phase.LATER_STEPS, confidence=Confidence.LIKELY, fix=Fix(fix))
+    if history.first_bad_step and not (dtypes.FLOAT16 in live.trainable() and not scaler_on(live)):
+        yield _bad_loss(live, history, fix)  # fp16 weights with no scaler are PD204's
+
+
+def _bad_loss(live, history, fix: str) -> Draft:
+    step = history.first_bad_step
+    return Draft(f"the loss became {history.bad_loss} at step {step} of the live run",
+                 evidence=(live_evidence(live, f"losses: {list(live.losses[:step])[-5:]}"),),
+                 phase=Phase.LATER_STEPS, confidence=Confidence.LIKELY, fix=Fix(fix))
 
 
 @rule(
@@ -378,7 +414,9 @@ def fp16_overflow_bf16_pretrained(setup: Setup, machine: MachineFacts):
           "\"_amp_foreach_non_finite_check_and_unscale_cuda\" not implemented for 'BFloat16'",
     fix="Pass the dtype explicitly: `dtype=torch.float32` for fp16 AMP / fp32 master weights, or "
         "`dtype=torch.bfloat16` together with `bf16=True` when pure bf16 is intended.",
+    applicability=Applicability.SAFE,
     fix_safety="Safe: restores the transformers 4 behaviour the script was written for.",
+    related=('PD202',),
     fires=[
         Example(_trainer_script("", ", fp16=True")),
     ],
@@ -402,7 +440,7 @@ def implicit_checkpoint_dtype_v5(setup: Setup, stack: StackFacts):
     yield Draft(f"from_pretrained() without dtype loads the checkpoint's dtype ({loaded}) on transformers "
                 f"{version.version} ({version.source}), not float32",
                 evidence=(call_evidence(load, "no dtype= / torch_dtype="),) + setup.amp.evidence,
-                fix=Fix(f"pass dtype={intended} explicitly", safe=True,
+                fix=Fix(f"pass dtype={intended} explicitly", applicability=Applicability.SAFE,
                         edits=(Edit("set_kwarg", load.location.path, load.location.line, call="from_pretrained",
                                     name="dtype", new=intended),)),
                 confidence="likely" if version.source == "assumed" else "certain")
@@ -418,6 +456,7 @@ def implicit_checkpoint_dtype_v5(setup: Setup, stack: StackFacts):
     error="no exception: the loss may stall late in training",
     fix="If it matters: fp32 master weights with bf16 autocast (load fp32, bf16=True), fp32 LoRA adapters, or a "
         "Kahan-summation / stochastic-rounding optimizer.",
+    applicability=Applicability.DISPLAY,
     fix_safety="Display only.",
     fires=[Example(_trainer_script(", dtype=torch.bfloat16", ", bf16=True"))],
     silent=[
@@ -432,7 +471,7 @@ def pure_bf16_weights_no_master_copy(setup: Setup):
         return
     yield Draft("every parameter is trained in bfloat16 with no fp32 master copy",
                 evidence=setup.weights.evidence,
-                fix=Fix("optional: load in float32 and keep bf16=True (autocast), if memory allows", safe=False))
+                fix=Fix("optional: load in float32 and keep bf16=True (autocast), if memory allows", applicability=Applicability.UNSAFE))
 
 
 def _unique(evidence: tuple[Evidence, ...]) -> tuple[Evidence, ...]:

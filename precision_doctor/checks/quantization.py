@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from .. import dtypes
 from ..derive import Setup, call_evidence, decide, dtype_of_cast, evidence_of
-from ..engine import Example, rule
+from ..registry import Example, LogSignature, rule
 from ..facts import ABSENT, MachineFacts, ScriptFacts, StackFacts
-from ..findings import Draft, Edit, Fix
+from ..findings import Applicability, Draft, Edit, Fix
 from ..probes.stack import at_least
 from ._common import native_bf16, present, set_kwarg
-from .placement import checkpointing
 
 _HEAD = ("import torch\nfrom peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training\n"
          "from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments\n")
@@ -38,7 +37,11 @@ def qlora(compute: str = _BF16, prep: bool = True, lora: bool = True, args: str 
           "`from_pretrained` using the desired `dtype` by passing the correct `dtype` argument.",
     fix="Don't cast a quantized model: choose the non-quantized modules' dtype with `dtype=` at load time and the "
         "compute dtype with `bnb_4bit_compute_dtype`; place it with `device_map`.",
+    applicability=Applicability.DISPLAY,
     fix_safety="Display only.",
+    log=LogSignature(patterns=(r"`\.to` is not supported for `4-bit` or `8-bit` bitsandbytes models",
+                           r"`\.half\(\)` is not supported for quantized model",
+                           r"`\.float\(\)` is not supported for quantized")),
     fires=[Example(qlora(middle="model = model.half()\n")),
            Example(qlora(middle="model.to(torch.bfloat16)\n"))],
     silent=[Example(qlora()),
@@ -60,7 +63,7 @@ def quantized_model_cast_or_move(script: ScriptFacts, setup: Setup, stack: Stack
             yield Draft(f"the model is {bits} bitsandbytes-quantized and then cast with .{method}(...)",
                         evidence=setup.quantized.evidence + (call_evidence(c, f".{method}() on a quantized model"),),
                         error=error, fix=Fix("remove the cast; pick dtype= / bnb_4bit_compute_dtype at load time",
-                                             safe=False))
+                                             applicability=Applicability.UNSAFE))
         elif method in ("cuda", "to"):
             old_4 = bits == "4bit" and not at_least(stack, "bitsandbytes", "0.43.2")
             old_8 = bits == "8bit" and not at_least(stack, "bitsandbytes", "0.48")
@@ -73,7 +76,7 @@ def quantized_model_cast_or_move(script: ScriptFacts, setup: Setup, stack: Stack
                                   "installed version of bitsandbytes." if old_4 else
                                   "ValueError: You need to install `pip install bitsandbytes>=0.48.0` if you want to "
                                   "move a 8-bit model across devices using to().",
-                            fix=Fix("place it with device_map at load time instead", safe=False))
+                            fix=Fix("place it with device_map at load time instead", applicability=Applicability.UNSAFE))
 
 
 @rule(
@@ -87,7 +90,9 @@ def quantized_model_cast_or_move(script: ScriptFacts, setup: Setup, stack: Stack
           "(default). This will lead to slow inference or training speed.",
     fix="Set `bnb_4bit_compute_dtype` to the training compute dtype: `torch.bfloat16` on Ampere or newer, "
         "`torch.float16` on T4/V100.",
+    applicability=Applicability.SAFE,
     fix_safety="Safe: the compute dtype is not stored in the weights.",
+    log=LogSignature(patterns=(r"Input type into Linear4bit is torch\.\w+, but bnb_4bit_compute_dtype=torch\.float32",)),
     fires=[Example(qlora(compute=""))],
     silent=[Example(qlora()),
             Example(qlora(compute="").replace("bf16=True", "bf16=False").replace("dtype=torch.bfloat16",
@@ -111,7 +116,7 @@ def bnb_compute_dtype_float32_default(script: ScriptFacts, setup: Setup, machine
         yield Draft("BitsAndBytesConfig(load_in_4bit=True) without bnb_4bit_compute_dtype computes in float32 while "
                     "training runs in half precision",
                     evidence=(call_evidence(cfg, "no bnb_4bit_compute_dtype (default float32)"),) + setup.amp.evidence,
-                    fix=Fix(f"bnb_4bit_compute_dtype={target}", safe=True,
+                    fix=Fix(f"bnb_4bit_compute_dtype={target}", applicability=Applicability.SAFE,
                             edits=present(set_kwarg(cfg, "bnb_4bit_compute_dtype", target))))
 
 
@@ -126,6 +131,7 @@ def bnb_compute_dtype_float32_default(script: ScriptFacts, setup: Setup, machine
     error="RuntimeError: element 0 of tensors does not require grad and does not have a grad_fn",
     fix="`prepare_model_for_kbit_training(model, use_gradient_checkpointing=True)` before `get_peft_model`, or "
         "`model.enable_input_require_grads()`, or `gradient_checkpointing_kwargs={\"use_reentrant\": False}`.",
+    applicability=Applicability.SAFE,
     fix_safety="Safe: prepares what the training needs.",
     fires=[Example(qlora(prep=False, args=", gradient_checkpointing=True"), versions={"transformers": "4.57.1"})],
     silent=[Example(qlora(prep=True, args=", gradient_checkpointing=True"), versions={"transformers": "4.57.1"}),
@@ -140,7 +146,8 @@ def kbit_gradient_checkpointing_no_input_grads(script: ScriptFacts, setup: Setup
         return
     if at_least(stack, "transformers", "5.0") or script.of("prepare_kbit", "input_grads"):
         return
-    on, reentrant, ev = checkpointing(setup, script, machine, stack)
+    gc = setup.placement.checkpointing
+    on, reentrant, ev = gc.on, gc.reentrant, gc.evidence
     if not on or not reentrant:
         return
     base = "a k-bit base" if setup.quantized.value else "a frozen base"
@@ -148,7 +155,7 @@ def kbit_gradient_checkpointing_no_input_grads(script: ScriptFacts, setup: Setup
     yield Draft(f"{base} gets LoRA adapters without prepare_model_for_kbit_training / enable_input_require_grads, "
                 f"and reentrant gradient checkpointing then finds no input that requires grad",
                 evidence=(call_evidence(wrap, "adapters on a frozen base"),) + ev,
-                fix=Fix("model = prepare_model_for_kbit_training(model) before get_peft_model", safe=True,
+                fix=Fix("model = prepare_model_for_kbit_training(model) before get_peft_model", applicability=Applicability.SAFE,
                         edits=(Edit("insert_before", wrap.location.path, wrap.location.line,
                                     new="model = prepare_model_for_kbit_training(model)"),)))
 
@@ -163,6 +170,7 @@ def kbit_gradient_checkpointing_no_input_grads(script: ScriptFacts, setup: Setup
           "top of the quantized model to correctly perform fine-tuning.",
     fix="Attach adapters (`get_peft_model(model, LoraConfig(...))` or SFTTrainer `peft_config=`), or load without "
         "quantization.",
+    applicability=Applicability.DISPLAY,
     fix_safety="Display only.",
     fires=[Example(qlora(lora=False))],
     silent=[Example(qlora())],
@@ -173,7 +181,7 @@ def quantized_model_without_adapters(setup: Setup):
     yield Draft(f"the model is {setup.quantized.value}-quantized and no adapters are attached before training",
                 evidence=setup.quantized.evidence + (call_evidence(setup.trainer, "trained as it is"),),
                 fix=Fix("model = get_peft_model(model, LoraConfig(...)) before the Trainer (or peft_config=)",
-                        safe=False))
+                        applicability=Applicability.UNSAFE))
 
 
 @rule(
@@ -183,6 +191,7 @@ def quantized_model_without_adapters(setup: Setup):
     why="Old bitsandbytes' MatMul8bitLt.backward multiplied fp16 gradients with fp32 state.",
     error="RuntimeError: expected scalar type Half but found Float",
     fix="Upgrade peft and bitsandbytes; or drop fp16=True for int8 LoRA.",
+    applicability=Applicability.DISPLAY,
     fix_safety="Display only.",
     fires=[Example(qlora().replace("load_in_4bit=True, bnb_4bit_quant_type='nf4'", "load_in_8bit=True")
                    .replace("bf16=True", "fp16=True"), versions={"bitsandbytes": "0.38.1", "peft": "0.3.0"})],
@@ -199,7 +208,7 @@ def int8_fp16_scalar_type_mismatch(setup: Setup, stack: StackFacts):
     versions = ", ".join(stack.get(n).describe() for n in ("peft", "bitsandbytes"))
     yield Draft(f"8-bit training with fp16=True on {versions}: the old int8 backward mixes Half and Float",
                 evidence=setup.quantized.evidence + setup.amp.evidence,
-                fix=Fix("pip install -U peft bitsandbytes", safe=False, commands=("pip install -U peft bitsandbytes",)))
+                fix=Fix("pip install -U peft bitsandbytes", applicability=Applicability.UNSAFE, commands=("pip install -U peft bitsandbytes",)))
 
 
 @rule(
@@ -211,7 +220,10 @@ def int8_fp16_scalar_type_mismatch(setup: Setup, stack: StackFacts):
         "them next to a `quantization_config`.",
     error="TypeError: LlamaForCausalLM.__init__() got an unexpected keyword argument 'load_in_4bit'",
     fix="Pass only `quantization_config=BitsAndBytesConfig(load_in_4bit=True, ...)`.",
+    applicability=Applicability.SAFE,
     fix_safety="Safe: the same quantization, in the supported form.",
+    log=LogSignature(patterns=(r"unexpected keyword argument 'load_in_(4|8)bit'",
+                           r"load_in_4bit` and `load_in_8bit` arguments are deprecated")),
     fires=[Example(_HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', load_in_4bit=True)\n"),
            Example(_HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', load_in_8bit=True)\n",
                    versions={"transformers": "4.44.0"})],
@@ -237,7 +249,7 @@ def bnb_load_in_kwargs_deprecated(script: ScriptFacts, stack: StackFacts):
                         + (" (and is refused next to quantization_config)" if both and not removed else ""),
                         evidence=(evidence_of(load.kwargs[flag], f"{flag}=", load),),
                         severity="error" if removed or both else "", error=error,
-                        fix=Fix(f"quantization_config=BitsAndBytesConfig({flag}=True)", safe=not both,
+                        fix=Fix(f"quantization_config=BitsAndBytesConfig({flag}=True)", applicability=Applicability.UNSAFE if both else Applicability.SAFE,
                                 edits=(Edit("remove_kwarg", load.location.path, load.location.line,
                                             call="from_pretrained", name=flag),) + (
                                     () if both else (Edit("set_kwarg", load.location.path, load.location.line,

@@ -28,7 +28,7 @@ def parse_launcher(command: str) -> LaunchFacts:
         raise InputError(f"--launcher: cannot split {command!r} ({exc}); quote it as one shell command") from None
     if not words:
         raise InputError("--launcher: empty; give the launch command, e.g. \"torchrun --nproc_per_node 4\"")
-    launcher, rest = _launcher_of(words)
+    launcher, rest = launcher_of(words)
     if launcher is None:
         raise InputError(f"--launcher: '{words[0]}' is not a launcher the doctor knows; "
                          f"use python, accelerate launch, torchrun or deepspeed")
@@ -79,7 +79,7 @@ def launch_from_env(env: dict[str, str]) -> LaunchFacts:
                        if mp else Value(state="absent"))
 
 
-def _launcher_of(words: list[str]) -> tuple[str | None, list[str]]:
+def launcher_of(words: list[str]) -> tuple[str | None, list[str]]:
     head = words[0].rsplit("/", 1)[-1]
     if head == "accelerate" and len(words) > 1 and words[1] == "launch":
         return "accelerate", words[2:]

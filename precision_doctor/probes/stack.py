@@ -7,7 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-from ..facts import PackageVersion, StackFacts
+from ..facts import LibraryBehaviour, PackageVersion, StackFacts
 
 # The releases the rules were checked against; assumed when a package is neither installed nor declared.
 CURRENT = {
@@ -33,7 +33,36 @@ def probe_stack(script_dirs: list[Path] | None = None, overrides: dict[str, str]
             packages[name] = PackageVersion(name, declared[name], "declared")
         elif name in CURRENT:
             packages[name] = PackageVersion(name, CURRENT[name], "assumed")
-    return StackFacts(packages=packages)
+    behaviours = installed_behaviours(packages["transformers"].version) \
+        if packages["transformers"].source == "installed" else {}
+    return StackFacts(packages=packages, behaviours=behaviours)
+
+
+# What the installed libraries do, where only their source tells (keys of StackFacts.behaviours).
+TRAINER_SKIPS_DP_FOR_4BIT = "transformers.trainer.skips_dataparallel_for_4bit"  # transformers PR#45407
+
+
+def installed_behaviours(transformers_version: str) -> dict[str, LibraryBehaviour]:
+    """Read from the installed transformers' trainer.py, once per run: does `_wrap_model` exempt 4-bit models
+    from DataParallel? Nothing is recorded when the file cannot be found or read."""
+    for entry in sys.path:
+        candidate = Path(entry or ".") / "transformers" / "trainer.py"
+        if not candidate.is_file():
+            continue
+        try:
+            lines = candidate.read_text(encoding="utf-8", errors="replace").split("\n")
+        except OSError:
+            return {}
+        start = next((i for i, line in enumerate(lines) if line.lstrip().startswith("def _wrap_model")), None)
+        if start is None:
+            return {}
+        body = lines[start:start + 60]
+        hit = next((i for i, line in enumerate(body) if "is_loaded_in_4bit" in line), None)
+        where = start + (hit if hit is not None else 0) + 1
+        shown = (body[hit] if hit is not None else body[0]).strip()
+        return {TRAINER_SKIPS_DP_FOR_4BIT: LibraryBehaviour(
+            hit is not None, f"transformers {transformers_version} trainer.py:{where}  {shown[:120]}")}
+    return {}
 
 
 _DIST_INFO = re.compile(r"^([A-Za-z0-9_.]+)-([0-9][^-]*?)\.(dist-info|egg-info)$")

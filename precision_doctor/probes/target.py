@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InputError
-from ..facts import Gpu, MachineFacts
+from ..facts import Gpu, MachineFacts, MachineOrigin
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def machine_from_target(spec: str) -> MachineFacts:
     """`l40s:2` -> two L40S GPUs; `cpu` -> a machine with no GPU."""
     name, _, count_text = spec.partition(":")
     if name.strip().lower() == CPU_TARGET:
-        return MachineFacts(known=True, source="target cpu", gpus=())
+        return MachineFacts(known=True, source="target cpu", origin=MachineOrigin.TARGET, gpus=())
     profile = find_profile(name)
     if profile is None:
         known = ", ".join(p.name for p in PROFILES)
@@ -66,8 +66,9 @@ def machine_from_target(spec: str) -> MachineFacts:
         count = int(count_text)
     gpus = tuple(Gpu(index=i, name=profile.gpu_name, capability=profile.capability,
                      memory_total_mib=profile.memory_gib * 1024) for i in range(count))
-    return MachineFacts(known=True, source=f"target {profile.name}" + (f":{count}" if count_text else ""), gpus=gpus)
+    return MachineFacts(known=True, source=f"target {profile.name}" + (f":{count}" if count_text else ""),
+                        origin=MachineOrigin.TARGET, gpus=gpus)
 
 
 def unknown_machine() -> MachineFacts:
-    return MachineFacts(known=False, source="", reason="no --target given")
+    return MachineFacts(known=False, source="", origin=MachineOrigin.TARGET, reason="no --target given")

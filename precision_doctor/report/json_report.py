@@ -30,7 +30,7 @@ def finding_json(f: Finding) -> dict:
         "error": f.error,
         "why": f.why,
         "fix": None if f.fix is None else {
-            "description": f.fix.description, "safe": f.fix.safe,
+            "description": f.fix.description, "applicability": f.fix.applicability, "safe": f.fix.safe,
             "edits": [asdict(e) for e in f.fix.edits], "commands": list(f.fix.commands),
             "notes": list(f.fix.notes)},
     }

@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 
 from .. import __version__
-from ..engine import Result, Rule, rules
+from ..catalog import rules
+from ..engine import Result
+from ..registry import Rule
 from ..facts import Facts
 from ..findings import Finding
 

@@ -216,7 +216,8 @@ def _finding(f: Finding, out, lines: _Lines, fancy: bool) -> None:
     if f.why:
         out(f"    [dim]why[/dim]  {escape(f.why)}", soft_wrap=True)
     if f.fix:
-        safety = "[green]safe[/green]" if f.fix.safe else "[yellow]review[/yellow]"
+        safety = {"safe": "[green]safe[/green]", "unsafe": "[yellow]review[/yellow]"}.get(f.fix.applicability,
+                                                                                        "display only")
         out(f"    [bold]fix[/bold]  {escape(f.fix.description)}  [{safety}]", soft_wrap=True)
         for edit in f.fix.edits:
             out(f"         {escape(edit.describe())}", soft_wrap=True)

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from . import dtypes
-from .facts import ABSENT, CONDITIONAL, KNOWN, Call, Facts, MachineFacts, Origin, Predicate, ScriptFacts, StackFacts, Value
-from .findings import Evidence
-from .probes.stack import at_least
+from .. import dtypes
+from ..facts import ABSENT, CONDITIONAL, KNOWN, Call, Facts, MachineFacts, Origin, Predicate, ScriptFacts, StackFacts, Value
+from ..findings import Evidence
+from ..probes.stack import at_least
 
 TORCH_EMULATES_BF16 = "2.3"  # torch.cuda.is_bf16_supported(including_emulation=True) from this release on
 
@@ -81,6 +81,23 @@ class Fact:
 
 
 @dataclass(frozen=True)
+class Checkpointing:
+    on: bool = False
+    reentrant: bool = False
+    evidence: tuple[Evidence, ...] = ()
+
+
+@dataclass(frozen=True)
+class Placement:
+    device_map: str = "none"  # see derive.launch.device_map_kind
+    trainer_wrap: str = "none"  # DataParallel | none | unknown, on the machine's visible GPUs
+    exempts_4bit: bool = False  # Trainer skips DataParallel for 4-bit models
+    exempts_4bit_source: str = ""
+    dataparallel_crash_reasons: tuple[Evidence, ...] = ()  # why a DataParallel wrap breaks this model
+    checkpointing: Checkpointing = Checkpointing()
+
+
+@dataclass(frozen=True)
 class Setup:
     path: str
     trains: bool
@@ -107,6 +124,7 @@ class Setup:
     methods: tuple[Call, ...] = ()
     clips: tuple[Call, ...] = ()
     chain: tuple[Call, ...] = ()  # wrappers between the load and the training entry
+    placement: Placement = Placement()  # filled by derive.derive_setup
 
     def trainable_dtypes(self) -> Fact:
         """The dtypes of the parameters that receive gradients."""

@@ -1,0 +1,114 @@
+"""Where the trained model ends up and how Trainer wraps it: the device map's kind, Trainer's own
+DataParallel decision and why a wrap would break this model, and how gradient checkpointing is switched on.
+Derived once per script; rules read the result from `setup.placement`."""
+
+from __future__ import annotations
+
+from .. import dtypes
+from ..facts import ABSENT, KNOWN, Call, MachineFacts, ScriptFacts, StackFacts
+from ..findings import Evidence
+from ..probes.stack import TRAINER_SKIPS_DP_FOR_4BIT, at_least
+from .launch import device_map_kind
+from .setup import Checkpointing, Placement, Setup, call_evidence, decide, evidence_of
+
+# transformers PR#45407 (merged 2026-04): Trainer stops wrapping 4-bit models in DataParallel. Used only when the
+# installed trainer.py cannot be read: the release is taken from the PR's merge, not read from a changelog.
+TRAINER_4BIT_EXEMPTION_RELEASE = "5.6"
+
+
+def derive_placement(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack: StackFacts) -> Placement:
+    load = setup.model_load
+    kind = device_map_kind(decide(load.kwarg("device_map"), machine, stack)) if load else "none"
+    exempt, source = trainer_exempts_4bit(stack)
+    return Placement(device_map=kind, trainer_wrap=_trainer_wrap(setup, len(machine.gpus), exempt),
+                     exempts_4bit=exempt, exempts_4bit_source=source,
+                     dataparallel_crash_reasons=_dataparallel_crash_reasons(setup, kind, exempt, source),
+                     checkpointing=_checkpointing(setup, script, machine, stack))
+
+
+def trainer_exempts_4bit(stack: StackFacts) -> tuple[bool, str]:
+    """Does Trainer skip DataParallel for 4-bit models? What the installed trainer.py does when the stack probe
+    read it, else decided from the version."""
+    read = stack.behaviours.get(TRAINER_SKIPS_DP_FOR_4BIT)
+    if read is not None:
+        return read.value, f"read in the installed {read.evidence}"
+    pkg = stack.get("transformers")
+    return at_least(stack, "transformers", TRAINER_4BIT_EXEMPTION_RELEASE), \
+        f"transformers {pkg.version} ({pkg.source}); the exemption arrived in {TRAINER_4BIT_EXEMPTION_RELEASE} " \
+        f"(PR#45407)"
+
+
+def _dataparallel_crash_reasons(setup: Setup, device_map: str, exempt: bool, how: str) -> tuple[Evidence, ...]:
+    reasons: list[Evidence] = []
+    load = setup.model_load
+    if setup.quantized.value == "4bit" and not exempt:
+        reasons.append(Evidence(load.location if load else None, load.text if load else "",
+                                f"4-bit bitsandbytes modules are not replica-safe, and this Trainer still wraps "
+                                f"them ({how})", "code"))
+    if load is not None and device_map == "offload":
+        reasons.append(call_evidence(load, "offloaded modules run through accelerate hooks, which replicas break"))
+    if setup.amp.value == "bf16" and setup.weights.value == dtypes.BFLOAT16:
+        reasons.append(Evidence(None, "torch.nn.parallel.parallel_apply",
+                                "autocast's dtype is thread-local: DataParallel replicas re-enter autocast as fp16, "
+                                "meeting bf16 weights", "code"))
+    return tuple(reasons)
+
+
+def _trainer_wrap(setup: Setup, visible_gpus: int, exempt_4bit: bool) -> str:
+    """Trainer's own decision (transformers 5.x `Trainer.__init__` / `_wrap_model`): `is_model_parallel` when
+    `hf_device_map` spans more than one GPU (or one GPU other than cuda:0); then `_n_gpu = 1`; otherwise
+    DataParallel when `n_gpu > 1` unless the model is 8-bit, or 4-bit on versions with that exemption."""
+    if setup.style != "trainer" or visible_gpus < 2:
+        return "none"
+    load = setup.model_load
+    device_map = load.kwarg("device_map") if load else None
+    if device_map is not None and device_map.state == KNOWN:
+        dm = device_map.value
+        if dm in ("auto", "balanced", "balanced_low_0"):
+            return "none"  # spread over the visible GPUs: model parallel
+        if isinstance(dm, dict):
+            devices = {str(v) for v in dm.values() if str(v) not in ("cpu", "disk")}
+            if len(devices) > 1 or (len(devices) == 1 and devices.pop() not in ("0", "cuda:0", "cuda")):
+                return "none"
+    elif device_map is not None and device_map.state not in (ABSENT,):
+        return "unknown"
+    if setup.quantized.value == "8bit":
+        return "none"
+    if setup.quantized.value == "4bit" and exempt_4bit:
+        return "none"
+    return "DataParallel"
+
+
+def _checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack: StackFacts) -> Checkpointing:
+    """Gradient checkpointing as the script switches it on, and whether it is reentrant."""
+    evidence: list[Evidence] = []
+    on = False
+    reentrant = None
+    args = setup.training_args
+    if args is not None:
+        gc = decide(args.kwarg("gradient_checkpointing"), machine, stack)
+        trl_default = setup.trl and gc.state == ABSENT
+        if gc.is_(True) or trl_default:
+            on = True
+            evidence.append(evidence_of(gc, "gradient_checkpointing=True", args) if gc.state == KNOWN else
+                            Evidence(args.location, args.text, "gradient checkpointing on (TRL default)", "default"))
+        reentrant = _use_reentrant(args, machine, stack, evidence) if reentrant is None else reentrant
+    for c in script.of("gc_enable"):
+        on = True
+        evidence.append(call_evidence(c, "gradient_checkpointing_enable()"))
+        chosen = _use_reentrant(c, machine, stack, [])
+        reentrant = chosen if chosen is not None else reentrant
+    if on and reentrant is None:  # the library default
+        reentrant = not at_least(stack, "transformers", "5.0")
+        version = stack.get("transformers")
+        evidence.append(Evidence(None, f"transformers {version.version}",
+                                 f"use_reentrant defaults to {reentrant} ({version.source})", "default"))
+    return Checkpointing(on, bool(reentrant), tuple(evidence))
+
+
+def _use_reentrant(call: Call, machine: MachineFacts, stack: StackFacts, evidence: list[Evidence]) -> bool | None:
+    kw = decide(call.kwarg("gradient_checkpointing_kwargs"), machine, stack)
+    if kw.state == KNOWN and isinstance(kw.value, dict) and "use_reentrant" in kw.value:
+        evidence.append(evidence_of(kw, f"use_reentrant={bool(kw.value['use_reentrant'])}", call))
+        return bool(kw.value["use_reentrant"])
+    return None
