@@ -126,7 +126,7 @@ def redact_data(obj: Any, under_secret: bool = False) -> Any:
     """A JSON-like structure with credentials redacted: every string under a secret-named key, and every
     credential-shaped value anywhere. Keys, numbers and booleans are kept."""
     if isinstance(obj, dict):
-        return {k: redact_data(v, False if k in _STRUCTURAL else under_secret or (isinstance(k, str) and secret_name(k)))
+        return {k: redact_data(v, k not in _STRUCTURAL and (under_secret or (isinstance(k, str) and secret_name(k))))
                 for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [redact_data(v, under_secret) for v in obj]
