@@ -224,3 +224,10 @@ def _escape_control(m: re.Match) -> str:
 def shown(text: Any, keep_newlines: bool = False) -> str:
     """A string from outside on its way to a terminal: redacted, controls made visible."""
     return printable(redact_text(str(text)), keep_newlines)
+
+
+def markup(text: Any) -> str:
+    """A string from outside as rich markup: redacted, controls made visible, `[red]` shown literally."""
+    from rich.markup import escape
+
+    return escape(shown(text, keep_newlines=True))
