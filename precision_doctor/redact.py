@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from functools import lru_cache
 from typing import Any
 
 REDACTED = "<redacted>"
@@ -51,6 +52,9 @@ _NAMED_VALUE = re.compile(
 # parser.add_argument("--hub_token", default="...") names the secret in one string and holds it in another
 _ARGUMENT_DEFAULT = re.compile(r"""(['"])(?P<flag>--?[\w.\-]+)\1(?P<between>[^'"]*?\bdefault\s*=\s*)"""
                                r"""(?P<q>['"])(?P<value>(?:(?!(?P=q)).)*)(?P=q)""")
+# one search that rules out most strings: nothing here, nothing to redact
+_ANY_HINT = re.compile(r"hf_|api_org_|gh[pousr]_|github_pat_|glpat-|sk[-_]|xox|akia|asia|eyj|private key|://|bearer"
+                       r"|token|secret|pass|pwd|auth|credential|key|cookie")  # searched in the lowercased text
 _NAME_HINT = re.compile("token|secret|pass|pwd|auth|credential|key|cookie", re.IGNORECASE)
 _DOTTED_OR_CALL = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+|[A-Za-z_][\w.]*[(\[].*")
 
@@ -59,6 +63,7 @@ _CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _CONTROL_KEEP_NEWLINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
+@lru_cache(maxsize=4096)
 def secret_name(name: str) -> bool:
     """A name (argument, flag, environment variable, config key) whose value is a credential."""
     parts = set(p for p in re.split(r"[_\-.\s]+", name.lower().lstrip("-")) if p)
@@ -76,8 +81,13 @@ def _secret_value(value: str) -> bool:
 
 def redact_text(text: str) -> str:
     """The text with every value that looks like a credential replaced by <redacted>."""
-    if not text:
+    if not text or not _ANY_HINT.search(text.lower()):
         return text
+    return _redact(text)
+
+
+@lru_cache(maxsize=8192)  # facts repeat the same strings (states, paths, call texts) many times
+def _redact(text: str) -> str:
     text = _SHAPED.sub(REDACTED, text)
     text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{m.group(2)}:{REDACTED}@", text)
     text = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
