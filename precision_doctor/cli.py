@@ -213,7 +213,9 @@ def run_explain(opts, script_args: tuple[str, ...]) -> int:
             item["script"] = [{"path": loc.path, "line": loc.line, "message": f.message}
                               for f in findings if f.rule_id in related(d.rule.id) for loc in f.locations[:1]]
             doc["diagnoses"].append(item)
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        from .redact import redact_data
+
+        sys.stdout.write(json.dumps(redact_data(doc), indent=2) + "\n")
         return EXIT_OK
     from .report.explain_text import render_diagnoses
 

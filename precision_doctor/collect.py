@@ -132,7 +132,10 @@ def read_snapshot(path: str) -> tuple[MachineFacts, StackFacts]:
 
 
 def snapshot_json(machine: MachineFacts, stack: StackFacts) -> str:
-    return json.dumps({"kind": SNAPSHOT_KIND, "version": SNAPSHOT_VERSION, "machine": _to_jsonable(machine),
+    from .redact import redact_data
+
+    return json.dumps({"kind": SNAPSHOT_KIND, "version": SNAPSHOT_VERSION,
+                       "machine": redact_data(_to_jsonable(machine)),
                        "stack": _to_jsonable(stack)}, indent=2)
 
 

@@ -15,6 +15,7 @@ from rich.syntax import Syntax
 from . import engine
 from .errors import InputError
 from .findings import SEVERITIES, Finding
+from .redact import printable
 
 EXIT_OK, EXIT_FINDINGS = 0, 1
 
@@ -149,7 +150,8 @@ def _show(console: Console, f: Finding, changes) -> None:
     for note in f.fix.notes:
         console.print(f"  [yellow]note[/yellow] {escape(note)}", soft_wrap=True)
     for c in changes:
-        console.print(Syntax(c.diff(), "diff", theme="ansi_dark", background_color="default"))
+        console.print(Syntax(printable(c.diff(), keep_newlines=True), "diff", theme="ansi_dark",
+                             background_color="default"))
 
 
 def _prompt(question: str) -> str:

@@ -148,6 +148,7 @@ def fake_system(name: str) -> tuple[System, dict]:
 
     def check_ports(ports, _psutil=None):
         from precision_doctor.facts import BusyPort
+        from precision_doctor.redact import describe_command
 
         ports = sorted(set(ports))
         holders = {c["port"]: c.get("pid") for c in spec.get("os", {}).get("listening", [])}
@@ -156,7 +157,7 @@ def fake_system(name: str) -> tuple[System, dict]:
             if p in busy:
                 pid = holders.get(p)
                 row = psutil.table.get(pid, {}) if pid else {}
-                found.append(BusyPort(p, pid, " ".join(row.get("cmdline", [])), row.get("user", "")))
+                found.append(BusyPort(p, pid, describe_command(row.get("cmdline", [])), row.get("user", "")))
         return tuple(ports), tuple(found)
 
     return System(nvml=FakeNVML(spec["nvml"]), psutil=psutil, check_ports=check_ports), spec.get("env", {})

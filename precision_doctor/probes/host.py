@@ -11,22 +11,24 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..facts import BusyPort, GpuProcess, HostFacts
+from ..redact import ACCELERATE_CONFIG_KEYS, describe_command, keep_read_keys, redact_text
 
 DEFAULT_PORT = 29500
 PORTS_TO_CHECK = tuple(range(29500, 29511))
-ENV_PREFIXES = ("ACCELERATE_", "NCCL_", "TORCH_", "PYTORCH_")
-ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "MASTER_PORT", "MASTER_ADDR", "LOCAL_RANK", "RANK", "WORLD_SIZE",
-             "LOCAL_WORLD_SIZE", "HF_HOME")
+# The launch variables the rules read or a reader of the report needs to place it; nothing else of the
+# environment is recorded (ACCELERATE_*, NCCL_*, MASTER_ADDR and the like can hold hosts and credentials).
+ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "MASTER_PORT", "LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+             "ACCELERATE_MIXED_PRECISION")
 _STATUS = {"zombie": "zombie", "stopped": "stopped", "tracing-stop": "stopped", "running": "running",
            "sleeping": "sleeping", "disk-sleep": "sleeping", "idle": "sleeping", "dead": "gone"}
 
 
 def launch_env(environ: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in sorted(environ.items()) if k in ENV_NAMES or k.startswith(ENV_PREFIXES)}
+    return {k: redact_text(environ[k])[:200] for k in sorted(ENV_NAMES) if k in environ}
 
 
 def describe_processes(pids: Iterable[int], psutil: Any = None, me: str | None = None) -> dict[int, GpuProcess]:
-    """What the OS says about each pid: status, owner, command, age, whether its parent is alive."""
+    """What the OS says about each pid: status, owner, executable and launcher, age, whether its parent is alive."""
     if psutil is None:
         import psutil as psutil_module
 
@@ -39,7 +41,7 @@ def describe_processes(pids: Iterable[int], psutil: Any = None, me: str | None =
             with proc.oneshot():
                 status = _STATUS.get(proc.status(), proc.status())
                 user = _safe(proc.username)
-                command = " ".join(_safe(proc.cmdline, []) or []) or _safe(proc.name)
+                command = describe_command(_safe(proc.cmdline, []) or [], _safe(proc.name) or "")
                 started = _safe(proc.create_time, 0.0)
                 ppid = _safe(proc.ppid)
             parent_alive = None
@@ -108,7 +110,8 @@ def _port_holders(ports: list[int], psutil: Any = None) -> dict[int, BusyPort]:
             continue
         try:
             proc = psutil.Process(c.pid)
-            found[c.laddr.port] = BusyPort(c.laddr.port, c.pid, " ".join(proc.cmdline()) or proc.name(),
+            found[c.laddr.port] = BusyPort(c.laddr.port, c.pid,
+                                           describe_command(_safe(proc.cmdline, []) or [], _safe(proc.name) or ""),
                                            _safe(proc.username) or "")
         except Exception:
             found[c.laddr.port] = BusyPort(c.laddr.port, c.pid)
@@ -128,7 +131,7 @@ def accelerate_config_path(environ: Mapping[str, str], explicit: str = "") -> Pa
 
 
 def read_accelerate_config(path: Path) -> dict[str, Any]:
-    """The top-level keys of an accelerate YAML (or JSON) config; nested sections are skipped."""
+    """The top-level keys of an accelerate YAML (or JSON) config that the rules read, nothing else."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
@@ -140,7 +143,7 @@ def read_accelerate_config(path: Path) -> dict[str, Any]:
             data = json.loads(text)
         except ValueError:
             return {}
-        return {k: v for k, v in data.items() if not isinstance(v, (dict, list))}
+        return keep_read_keys(data, ACCELERATE_CONFIG_KEYS)
     out: dict[str, Any] = {}
     for raw in text.splitlines():
         if not raw or raw[0] in " \t#-" or ":" not in raw:
@@ -149,7 +152,7 @@ def read_accelerate_config(path: Path) -> dict[str, Any]:
         value = value.split(" #", 1)[0].strip().strip("'\"")
         if value:
             out[key.strip()] = _scalar(value)
-    return out
+    return keep_read_keys(out, ACCELERATE_CONFIG_KEYS)
 
 
 def _scalar(text: str) -> Any:

@@ -19,6 +19,7 @@ from pathlib import Path
 from .._util import unique
 from ..errors import InputError
 from ..facts import CONDITIONAL, KNOWN, Call, Location, Origin, ScriptFacts, Suppression, Unknown, Value
+from ..redact import DEEPSPEED_KEYS, MODEL_CONFIG_KEYS, keep_read_keys
 from .dataclass_defaults import is_training_arguments
 from .resolve import Context, DictSym, Imports, Known, Namespace, ObjSym, Resolver
 from .scopes import ScopeIndex, dotted
@@ -481,8 +482,7 @@ def _local_model_configs(script: Path, calls: list[Call]) -> dict[str, dict]:
                     data = json.loads(cfg.read_text(encoding="utf-8"))
                 except (OSError, ValueError):
                     continue
-                out[source.value] = {k: data.get(k) for k in ("model_type", "torch_dtype", "dtype", "architectures")
-                                     if k in data}
+                out[source.value] = keep_read_keys(data, MODEL_CONFIG_KEYS)
                 out[source.value]["path"] = os.path.relpath(cfg)
                 break
     return out
@@ -519,7 +519,7 @@ def _deepspeed_configs(script: Path, calls: list[Call]) -> tuple[dict[str, dict]
             candidate = base / v.value
             if candidate.is_file():
                 try:
-                    found[v.value] = json.loads(candidate.read_text(encoding="utf-8"))
+                    found[v.value] = keep_read_keys(json.loads(candidate.read_text(encoding="utf-8")), DEEPSPEED_KEYS)
                 except (OSError, ValueError) as exc:
                     missing.append(Unknown(f"deepspeed={v.value!r}", f"not valid JSON ({type(exc).__name__})",
                                            v.location or call.location))

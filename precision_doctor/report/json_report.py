@@ -8,6 +8,7 @@ from dataclasses import asdict
 from ..engine import Result
 from ..facts import Facts
 from ..findings import SEVERITIES, Finding
+from ..redact import redact_data
 
 SCHEMA_VERSION = 1
 
@@ -53,4 +54,4 @@ def render(result: Result, facts: Facts) -> str:
         "summary": counts,
         "facts": facts.to_json(),
     }
-    return json.dumps(doc, indent=2, sort_keys=False)
+    return json.dumps(redact_data(doc), indent=2, sort_keys=False)

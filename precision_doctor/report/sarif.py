@@ -11,6 +11,7 @@ from ..engine import Result
 from ..registry import Rule
 from ..facts import Facts
 from ..findings import Finding
+from ..redact import redact_data
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 LEVEL = {"error": "error", "warning": "warning", "info": "note"}
@@ -80,11 +81,11 @@ def render(result: Result, facts: Facts) -> str:
     run = {
         "tool": {"driver": {"name": "precision-doctor", "version": __version__, "semanticVersion": __version__,
                             "rules": [_rule_descriptor(r) for r in all_rules]}},
-        "results": [_result(f, index) for f in result.findings],
-        "invocations": [{"executionSuccessful": not result.crashed,
+        "results": redact_data([_result(f, index) for f in result.findings]),
+        "invocations": redact_data([{"executionSuccessful": not result.crashed,
                          "toolExecutionNotifications": [
                              {"level": "error", "message": {"text": f"check {c.rule_id} crashed: {c.reason}"}}
-                             for c in result.crashed]}],
-        "properties": {"machine": facts.machine.describe()},
+                             for c in result.crashed]}]),
+        "properties": {"machine": redact_data(facts.machine.describe())},
     }
     return json.dumps({"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}, indent=2)

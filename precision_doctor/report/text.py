@@ -6,12 +6,12 @@ import re
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
 
 from .. import __version__
 from ..engine import Result
 from ..facts import Facts
 from ..findings import SEVERITIES, Finding
+from ..redact import markup
 
 _STYLE = {"error": "bold red", "warning": "bold yellow", "info": "bold cyan"}
 _MARK = {"error": "✗", "warning": "!", "info": "i"}
@@ -86,7 +86,7 @@ def _render(result: Result, facts: Facts, out, fancy: bool, quiet: bool) -> None
         if quiet and not found:
             continue
         status = _status(found)
-        out(f"\n[bold]{escape(script.path)}[/bold]  {status}")
+        out(f"\n[bold]{markup(script.path)}[/bold]  {status}")
         for f in found:
             _finding(f, out, lines, fancy)
     if not quiet:
@@ -102,19 +102,19 @@ def _header(facts: Facts, out) -> None:
     launch = facts.launch.command if facts.launch.known else "not given (--launcher)"
     out(f"[bold]precision-doctor {__version__}[/bold] · {len(facts.scripts)} script"
         f"{'s' if len(facts.scripts) != 1 else ''}")
-    out(f"machine: {escape(facts.machine.describe())}", soft_wrap=True)
-    out(f"launch:  {escape(launch)}")
-    out(f"stack:   {escape(stack)}", soft_wrap=True)
+    out(f"machine: {markup(facts.machine.describe())}", soft_wrap=True)
+    out(f"launch:  {markup(launch)}")
+    out(f"stack:   {markup(stack)}", soft_wrap=True)
 
 
 def _machine(facts: Facts, out) -> None:
     m = facts.machine
     if not m.known:
-        out(f"  [dim]{escape(m.reason)}: the rules that need the machine are skipped (pass --target or --facts)[/dim]",
+        out(f"  [dim]{markup(m.reason)}: the rules that need the machine are skipped (pass --target or --facts)[/dim]",
             soft_wrap=True)
         return
     if m.driver_version:
-        out(f"  driver {escape(m.driver_version)}, CUDA {escape(m.cuda_driver_version or '?')}")
+        out(f"  driver {markup(m.driver_version)}, CUDA {markup(m.cuda_driver_version or '?')}")
     if not m.gpus:
         out("  no GPU visible")
     for g in m.gpus:
@@ -125,16 +125,16 @@ def _machine(facts: Facts, out) -> None:
         if g.processes:
             extras.append(f"{len(g.processes)} process{'es' if len(g.processes) != 1 else ''}")
         extra = f" · {', '.join(extras)}" if extras else ""
-        out(f"  GPU {g.index}  {escape(g.name)} (sm_{g.capability[0]}{g.capability[1]}, "
-            f"{g.memory_total_mib / 1024:.0f} GiB{used}){escape(extra)}", soft_wrap=True)
+        out(f"  GPU {g.index}  {markup(g.name)} (sm_{g.capability[0]}{g.capability[1]}, "
+            f"{g.memory_total_mib / 1024:.0f} GiB{used}){markup(extra)}", soft_wrap=True)
     host = m.host
     if host is not None:
         if host.busy_ports:
             ports = ", ".join(f"{b.port}" + (f" (pid {b.pid})" if b.pid else "") for b in host.busy_ports)
-            out(f"  busy ports: {escape(ports)}")
+            out(f"  busy ports: {markup(ports)}")
         if host.accelerate_config_path:
             mp = host.accelerate_config.get("mixed_precision", "not set")
-            out(f"  accelerate config: {escape(host.accelerate_config_path)} (mixed_precision: {escape(str(mp))})",
+            out(f"  accelerate config: {markup(host.accelerate_config_path)} (mixed_precision: {markup(str(mp))})",
                 soft_wrap=True)
 
 
@@ -154,35 +154,35 @@ def _live(live, result: Result, out) -> None:
     where = "the first optimizer step" if not live.optimizer_steps else f"step {live.optimizer_steps + 1}"
     text = _ENDED.get(live.ended, live.ended).format(at=live.stopped_at, steps=live.optimizer_steps,
                                                      code=live.exit_code, where=where)
-    out(f"\n[bold]live run[/bold]  the script {escape(text)}  [dim]({live.wall_s:.1f} s, peak RSS "
-        f"{live.peak_rss_mib:.0f} MiB; log: {escape(live.log_path)})[/dim]", soft_wrap=True)
+    out(f"\n[bold]live run[/bold]  the script {markup(text)}  [dim]({live.wall_s:.1f} s, peak RSS "
+        f"{live.peak_rss_mib:.0f} MiB; log: {markup(live.log_path)})[/dim]", soft_wrap=True)
     model = live.model
     if model:
-        out(f"  model {escape(model.get('architecture', '?'))}: " + escape("; ".join(
+        out(f"  model {markup(model.get('architecture', '?'))}: " + markup("; ".join(
             f"{p}: " + ", ".join(f"{d} x{n}" for d, n in c.items()) for p, c in model.get("param_dtypes", {}).items())),
             soft_wrap=True)
-        out(f"  trainable: {escape(', '.join(f'{d} x{n}' for d, n in model.get('trainable_dtypes', {}).items()))}"
-            + (f"; adapters: {escape(str(model['peft']))}" if model.get("peft") else "")
-            + (f"; hf_device_map devices: {escape(', '.join(sorted(set(model['device_map'].values()))))}"
+        out(f"  trainable: {markup(', '.join(f'{d} x{n}' for d, n in model.get('trainable_dtypes', {}).items()))}"
+            + (f"; adapters: {markup(str(model['peft']))}" if model.get("peft") else "")
+            + (f"; hf_device_map devices: {markup(', '.join(sorted(set(model['device_map'].values()))))}"
                if model.get("device_map") else ""), soft_wrap=True)
     if live.trainer:
         t = live.trainer
         out(f"  Trainer: n_gpu={t.get('n_gpu')} is_model_parallel={t.get('is_model_parallel')} fp16={t.get('fp16')} "
             f"bf16={t.get('bf16')} wraps in: {t.get('wrap')}")
     if live.accelerator:
-        out(f"  Accelerator: {escape(str(live.accelerator))}", soft_wrap=True)
+        out(f"  Accelerator: {markup(str(live.accelerator))}", soft_wrap=True)
     if live.optimizer:
-        out(f"  optimizer {escape(live.optimizer.get('class', '?'))}: " + escape("; ".join(
+        out(f"  optimizer {markup(live.optimizer.get('class', '?'))}: " + markup("; ".join(
             str(g.get("dtypes")) for g in live.optimizer.get("groups", []))), soft_wrap=True)
     if live.losses:
-        out(f"  losses: {escape(str(list(live.losses[:8])))}{' ...' if len(live.losses) > 8 else ''}")
+        out(f"  losses: {markup(str(list(live.losses[:8])))}{' ...' if len(live.losses) > 8 else ''}")
     if live.error and not any(f.error and live.error.get("type", "") in f.error for f in result.findings):
-        out(f"  [red]{escape(live.error.get('type', ''))}: {escape(live.error.get('message', '')[:300])}[/red] "
+        out(f"  [red]{markup(live.error.get('type', ''))}: {markup(live.error.get('message', '')[:300])}[/red] "
             f"(no known cause: see the log)", soft_wrap=True)
     for line in live.log_tail[-12:]:
-        out(f"  [dim]| {escape(line[:220])}[/dim]", soft_wrap=True)
+        out(f"  [dim]| {markup(line[:220])}[/dim]", soft_wrap=True)
     for w in result.withdrawn:
-        out(f"  [yellow]withdrawn[/yellow] {w.rule_id}: {escape(w.message)} — {escape(w.reason)}", soft_wrap=True)
+        out(f"  [yellow]withdrawn[/yellow] {w.rule_id}: {markup(w.message)} — {markup(w.reason)}", soft_wrap=True)
 
 
 def _status(found: list[Finding]) -> str:
@@ -198,33 +198,33 @@ def _finding(f: Finding, out, lines: _Lines, fancy: bool) -> None:
     mark = f"{_MARK[f.severity]} " if fancy else ""
     likely = "" if f.confidence == "certain" else " (likely)"
     out(f"\n  [{style}]{mark}{f.severity}[/{style}] [bold]{f.rule_id}[/bold] {f.name}{likely}")
-    out(f"    {escape(f.message)}", soft_wrap=True)
+    out(f"    {markup(f.message)}", soft_wrap=True)
     if f.evidence:
         out("    [dim]evidence[/dim]")
         for e in f.evidence:
             where = f"{e.location.path}:{e.location.line}" if e.location else (e.origin or "")
             source = lines.get(e.location.path, e.location.line) if e.location else ""
             excerpt = source or e.excerpt
-            out(f"      [cyan]{escape(where)}[/cyan]  {escape(excerpt)}  [dim]← {escape(e.note)}[/dim]",
+            out(f"      [cyan]{markup(where)}[/cyan]  {markup(excerpt)}  [dim]← {markup(e.note)}[/dim]",
                 soft_wrap=True)
             for step in e.trail:
-                out(f"        [dim]via {escape(step)}[/dim]", soft_wrap=True)
+                out(f"        [dim]via {markup(step)}[/dim]", soft_wrap=True)
     if f.error:
         lead = "the job dies" if f.severity == "error" else "what the job shows"
         out(f"    [dim]{lead} {_PHASE.get(f.phase, '')}[/dim]")
-        out(f"      [{style}]{escape(f.error)}[/{style}]", soft_wrap=True)
+        out(f"      [{style}]{markup(f.error)}[/{style}]", soft_wrap=True)
     if f.why:
-        out(f"    [dim]why[/dim]  {escape(f.why)}", soft_wrap=True)
+        out(f"    [dim]why[/dim]  {markup(f.why)}", soft_wrap=True)
     if f.fix:
         safety = {"safe": "[green]safe[/green]", "unsafe": "[yellow]review[/yellow]"}.get(f.fix.applicability,
                                                                                         "display only")
-        out(f"    [bold]fix[/bold]  {escape(f.fix.description)}  [{safety}]", soft_wrap=True)
+        out(f"    [bold]fix[/bold]  {markup(f.fix.description)}  [{safety}]", soft_wrap=True)
         for edit in f.fix.edits:
-            out(f"         {escape(edit.describe())}", soft_wrap=True)
+            out(f"         {markup(edit.describe())}", soft_wrap=True)
         for cmd in f.fix.commands:
-            out(f"         $ {escape(cmd)}", soft_wrap=True)
+            out(f"         $ {markup(cmd)}", soft_wrap=True)
         for note in f.fix.notes:
-            out(f"         [yellow]note[/yellow] {escape(note)}", soft_wrap=True)
+            out(f"         [yellow]note[/yellow] {markup(note)}", soft_wrap=True)
 
 
 def _unknowns(facts: Facts, out) -> None:
@@ -234,7 +234,7 @@ def _unknowns(facts: Facts, out) -> None:
     out(f"\n[bold]unknown[/bold] ({len(items)}): values the doctor cannot decide statically; rules that need them stay silent")
     for s, u in items:
         where = f"{u.location.path}:{u.location.line}" if u.location else s.path
-        out(f"  [cyan]{escape(where)}[/cyan]  {escape(u.what)}: {escape(u.reason)}", soft_wrap=True)
+        out(f"  [cyan]{markup(where)}[/cyan]  {markup(u.what)}: {markup(u.reason)}", soft_wrap=True)
 
 
 def _skipped(result: Result, out) -> None:
@@ -243,4 +243,4 @@ def _skipped(result: Result, out) -> None:
         ids = ", ".join(s.rule_id for s in result.skipped)
         out(f"\n[dim]skipped {ids}: {'; '.join(reasons)}[/dim]", soft_wrap=True)
     for c in result.crashed:
-        out(f"\n[red]check {c.rule_id} crashed[/red]: {escape(c.reason)} (please report it)", soft_wrap=True)
+        out(f"\n[red]check {c.rule_id} crashed[/red]: {markup(c.reason)} (please report it)", soft_wrap=True)
