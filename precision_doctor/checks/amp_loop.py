@@ -62,7 +62,7 @@ def _autocast_device(c: Call) -> str | None:
                 "    model(x).sum().backward()\n    opt.step()\n"),
         Example(_LOOP_HEAD + "def evaluate(m):\n    m.to(torch.bfloat16)\n    return m(torch.randn(2, 16))\n"
                 "for step, x in enumerate(loader):\n    model(x).sum().backward()\n    opt.step()\n"
-                "    if step % 400 == 0:\n        evaluate(model)\n", note="seed 000: an eval helper casts in place"),
+                "    if step % 400 == 0:\n        evaluate(model)\n", note="an eval helper casts the model in place"),
     ],
     silent=[
         Example("import torch\nmodel = torch.nn.Linear(16, 4).cuda().to(torch.bfloat16)\n"
@@ -222,6 +222,11 @@ def grad_scaler_with_bf16_autocast(setup: Setup, machine: MachineFacts, stack: S
                 "    with torch.autocast('cuda', dtype=torch.float16):\n        loss = model(x).sum()\n"
                 "    scaler.scale(loss).backward()\n"
                 "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+                "    scaler.step(opt)\n    scaler.update()\n",
+                fixed=_LOOP_HEAD + "scaler = torch.amp.GradScaler('cuda')\nfor x in loader:\n"
+                "    with torch.autocast('cuda', dtype=torch.float16):\n        loss = model(x).sum()\n"
+                "    scaler.scale(loss).backward()\n    scaler.unscale_(opt)\n"
+                "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
                 "    scaler.step(opt)\n    scaler.update()\n"),
     ],
     silent=[
@@ -318,8 +323,10 @@ def half_model_float_inputs(script: ScriptFacts, setup: Setup):
     fix="`torch.amp.autocast(\"cuda\", ...)`, `torch.amp.GradScaler(\"cuda\", ...)`.",
     applicability=Applicability.SAFE,
     fix_safety="Safe: the same behaviour under the new name.",
-    fires=[Example(_LOOP_HEAD + "scaler = torch.cuda.amp.GradScaler()\n"),
-           Example("from torch.cuda.amp import autocast\nwith autocast(dtype=torch.bfloat16):\n    pass\n")],
+    fires=[Example(_LOOP_HEAD + "scaler = torch.cuda.amp.GradScaler()\n",
+                   fixed=_LOOP_HEAD + "scaler = torch.amp.GradScaler('cuda')\n"),
+           Example("import torch\nfrom torch.cuda.amp import autocast\nwith autocast(dtype=torch.bfloat16):\n"
+                   "    pass\n")],
     silent=[Example(_LOOP_HEAD + "scaler = torch.amp.GradScaler('cuda')\n"),
             Example(_LOOP_HEAD + "scaler = torch.cuda.amp.GradScaler()\n", versions={"torch": "2.1.2"})],
 )

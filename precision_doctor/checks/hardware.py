@@ -130,7 +130,7 @@ def _emulating_guards(v: Value) -> list[Predicate]:
                    "model = AutoModelForCausalLM.from_pretrained('gpt2', "
                    "dtype=torch.bfloat16 if bf16 else torch.float32)\n"
                    "Trainer(model=model, args=TrainingArguments('o', bf16=bf16, fp16=not bf16)).train()\n",
-                   target="t4", note="seed 002's own fix")],
+                   target="t4", note="bf16 where supported, decided by a guard")],
     silent=[Example(_HEAD + "bf16 = torch.cuda.is_bf16_supported(including_emulation=False)\n"
                     "model = AutoModelForCausalLM.from_pretrained('gpt2', "
                     "dtype=torch.bfloat16 if bf16 else torch.float32)\n"
@@ -179,7 +179,8 @@ def _native(text: str) -> str:
     applicability=Applicability.SAFE,
     fix_safety="Safe: TF32 does not exist there.",
     needs=("machine",),
-    fires=[Example(_trainer(", dtype=torch.float32", ", fp16=True, tf32=True"), target="t4")],
+    fires=[Example(_trainer(", dtype=torch.float32", ", fp16=True, tf32=True"), target="t4",
+                   fixed=_trainer(", dtype=torch.float32", ", fp16=True, tf32=False"))],
     silent=[Example(_trainer(", dtype=torch.float32", ", bf16=True, tf32=True"), target="a100")],
 )
 def tf32_on_unsupported_gpu(script: ScriptFacts, machine: MachineFacts, stack: StackFacts):

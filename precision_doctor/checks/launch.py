@@ -90,7 +90,7 @@ def describe_process(p: GpuProcess, machine: MachineFacts) -> str:
                  proven=0.6),
     related=('PD109', 'PD112'),
     fires=[Example(_ACC_GOOD, machine="l40s_2x_exclusive_stopped",
-                   launcher="accelerate launch --num_processes 2 train.py", note="seed 000's node")],
+                   launcher="accelerate launch --num_processes 2 train.py", note="a cluster node: exclusive GPUs held by a stopped run")],
     silent=[Example(_ACC_GOOD, machine="h100_8x", launcher="accelerate launch --num_processes 2 train.py")],
 )
 def exclusive_process_mode(script: ScriptFacts, machine: MachineFacts, plan: LaunchPlan):
@@ -259,7 +259,7 @@ def more_processes_than_gpus(machine: MachineFacts, launch: LaunchFacts, plan: L
     applicability=Applicability.UNSAFE,
     fix_safety="Unsafe: device logic is the script's own.",
     related=('PD108', 'PD109'),
-    fires=[Example(_ACC_CUDA0, launcher="accelerate launch --num_processes 2 train.py", note="seed 000"),
+    fires=[Example(_ACC_CUDA0, launcher="accelerate launch --num_processes 2 train.py", note="every rank on cuda:0"),
            Example(_TRAINER.format(dm=", device_map={'': 0}"), launcher="torchrun --nproc_per_node 4 train.py")],
     silent=[Example(_ACC_GOOD, launcher="accelerate launch --num_processes 2 train.py"),
             Example(_ACC_CUDA0, launcher="python train.py"),
@@ -292,7 +292,7 @@ def ddp_ranks_share_one_gpu(script: ScriptFacts, plan: LaunchPlan):
          "`ACCELERATE_MIXED_PRECISION` or the accelerate config file (`mixed_precision: bf16`) turns it on.",
     why="The script reads as fp32, but Accelerator takes `ACCELERATE_MIXED_PRECISION`, which `accelerate launch` "
         "sets from its flag or the user's config: the precision changes with the machine's config file, not the "
-        "code (seed 000's surprise bf16).",
+        "code: a run written for fp32 silently trains in bf16.",
     error="no error by itself: training silently runs in another precision; with bf16 on a pre-Ampere GPU or fp16 "
           "over fp16 weights it becomes that rule's error",
     fix="Say it in code: `Accelerator(mixed_precision=\"bf16\")` (or \"fp16\"/\"no\"), so the launch config cannot "

@@ -24,7 +24,8 @@ _HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, T
     fix="Rename the keyword: `dtype=...` (keep `torch_dtype` only for transformers < 4.56).",
     applicability=Applicability.SAFE,
     fix_safety="Safe: the same setting under its current name.",
-    fires=[Example(_HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', torch_dtype=torch.float32)\n")],
+    fires=[Example(_HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', torch_dtype=torch.float32)\n",
+                   fixed=_HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n")],
     silent=[Example(_HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"),
             Example(_HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', torch_dtype=torch.float32)\n",
                     versions={"transformers": "4.46.3"})],
@@ -107,7 +108,9 @@ def flash_attn_fp32_weights(setup: Setup, machine: MachineFacts, stack: StackFac
     fix_safety="Safe: the same object under the current name.",
     log=LogSignature(patterns=(r"unexpected keyword argument 'tokenizer'",)),
     fires=[Example(_HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
-                   "Trainer(model=m, args=TrainingArguments('o'), tokenizer=tok).train()\n")],
+                   "Trainer(model=m, args=TrainingArguments('o'), tokenizer=tok).train()\n",
+                   fixed=_HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
+                   "Trainer(model=m, args=TrainingArguments('o'), processing_class=tok).train()\n")],
     silent=[Example(_HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
                     "Trainer(model=m, args=TrainingArguments('o'), processing_class=tok).train()\n"),
             Example(_HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"

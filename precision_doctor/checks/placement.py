@@ -39,13 +39,13 @@ def _per_rank(code: str) -> str:
          "do not inherit.",
     why="DataParallel replicates the module in worker threads. Quantized and dispatched modules are not replica-safe, "
         "and `parallel_apply` re-enters autocast with the enabled flag only, so bf16 autocast becomes fp16 in the "
-        "replicas: activations and weights end up in different dtypes (seed 003: the step count halves, then lm_head "
-        "fails).",
+        "replicas: activations and weights end up in different dtypes (the logged step count halves when the "
+        "wrap begins, then a matmul such as lm_head's fails).",
     error="RuntimeError: expected mat1 and mat2 to have the same dtype, but got: float != c10::BFloat16",
     fix="Launch DDP instead (`torchrun --nproc_per_node N` / `accelerate launch`) with `device_map={\"\": "
         "local_rank}`, or restrict the job to one GPU (`CUDA_VISIBLE_DEVICES=0`); for genuine model parallelism let "
-        "`device_map=\"auto\"` span the GPUs. Seed 003's `training_args._n_gpu = 1` also works but sets a private "
-        "attribute.",
+        "`device_map=\"auto\"` span the GPUs. Setting `training_args._n_gpu = 1` also avoids the wrap but sets a "
+        "private attribute.",
     applicability=Applicability.DISPLAY,
     fix_safety="Display only: a launch change.",
     needs=("machine",),
@@ -56,7 +56,7 @@ def _per_rank(code: str) -> str:
                  proven=0.35, both=0.95, tells_alone=0.5, halving_progress=True),
     related=('PD208', 'PD114'),
     fires=[Example(_QLORA.format(device_map=", device_map={'': 0}", args=""), target="rtx-6000-ada:2",
-                   launcher="python train.py", versions={"transformers": "4.57.1"}, note="seed 003"),
+                   launcher="python train.py", versions={"transformers": "4.57.1"}, note="a stage-2 QLoRA load over two GPUs"),
            Example(_QLORA.format(device_map="", args="").replace("quantization_config=q, ", ""),
                    target="a100:2", launcher="python train.py")],
     silent=[Example(_per_rank(_QLORA.format(device_map=", device_map={'': 0}", args="")), target="rtx-6000-ada:2",
@@ -76,7 +76,7 @@ def dataparallel_over_device_map(setup: Setup, machine: MachineFacts, launch: La
     if wrap == "none" and setup.quantized.value == "4bit" and not setup.placement.exempts_4bit and \
             setup.model_load is not None:
         # A spreading device_map is model parallel only if it really spans GPUs; a 4-bit model often fits on one,
-        # and then Trainer wraps it after all (seed 003). Only the live model tells: say so, as a warning.
+        # and then Trainer wraps it after all (a two-stage recipe whose second stage loads 4-bit). Only the live model tells: say so, as a warning.
         dm = setup.model_load.kwarg("device_map")
         yield Draft(f"device_map={dm.text} may place this 4-bit model on a single GPU; Trainer then wraps it in "
                     f"nn.DataParallel, which 4-bit modules do not survive on this transformers",
@@ -102,7 +102,7 @@ def dataparallel_over_device_map(setup: Setup, machine: MachineFacts, launch: La
                         f"or CUDA_VISIBLE_DEVICES=0", applicability=Applicability.UNSAFE,
                         commands=(f"torchrun --nproc_per_node {n} {setup.path}",
                                   f"CUDA_VISIBLE_DEVICES=0 python {setup.path}"),
-                        notes=("`training_args._n_gpu = 1` (seed 003) avoids the wrap too, through a private "
+                        notes=("`training_args._n_gpu = 1` avoids the wrap too, through a private "
                                "attribute; model.is_parallelizable/model_parallel are lost under PEFT wrapping.",)))
 
 

@@ -227,7 +227,7 @@ def bf16_params_with_fp16_scaler(setup: Setup, machine: MachineFacts, live):
     related=('PD210', 'PD201'),
     fires=[
         Example(_trainer_script(", dtype=torch.float16", ", fp16=False, bf16=False, gradient_checkpointing=True"),
-                target="titan-rtx", note="seed 001's 'ultimate fix'"),
+                target="titan-rtx", note="turning fp16 AMP off on fp16 weights"),
         Example("import torch\nfrom transformers import AutoModelForCausalLM\n"
                 "model = AutoModelForCausalLM.from_pretrained('gpt2').half().cuda()\n"
                 "opt = torch.optim.AdamW(model.parameters(), lr=1e-4)\n"
