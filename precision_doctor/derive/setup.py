@@ -66,7 +66,9 @@ def decide(v: Value, machine: MachineFacts, stack: StackFacts) -> Value:
 
 @dataclass(frozen=True)
 class Fact:
-    """A derived value with the evidence behind it. value None means unknown (see `unknown`)."""
+    """A derived value with the evidence behind it. value None means unknown, and `unknown` says why (or is
+    empty where the question does not arise, e.g. the adapter dtype of a model without adapters); a known
+    negative is a value (False, "no"), never None."""
 
     value: Any = None
     evidence: tuple[Evidence, ...] = ()
@@ -109,7 +111,7 @@ class Setup:
     model_names: frozenset = frozenset()
     family: str = ""
     weights: Fact = Fact(unknown="no model load found")
-    quantized: Fact = Fact()
+    quantized: Fact = Fact(unknown="no model load found")
     peft: Fact = Fact(False)
     adapter_dtype: Fact = Fact()
     modules_to_save: Fact = Fact(())
@@ -335,8 +337,9 @@ def _checkpoint_dtype(load: Call, script: ScriptFacts, stack: StackFacts, ev: Ev
 
 
 def _quantization(load: Call | None, by_key: dict[str, Call], machine: MachineFacts, stack: StackFacts) -> Fact:
+    """"4bit" / "8bit", False when the load is not quantized, unknown (value None, with the reason) otherwise."""
     if load is None:
-        return Fact(None)
+        return Fact(unknown="the trained model's from_pretrained call was not found")
     for flag, bits in (("load_in_4bit", "4bit"), ("load_in_8bit", "8bit")):
         v = decide(load.kwarg(flag), machine, stack)
         if v.is_(True):
@@ -350,7 +353,7 @@ def _quantization(load: Call | None, by_key: dict[str, Call], machine: MachineFa
                 return Fact(bits, (call_evidence(cfg, f"BitsAndBytesConfig({flag}=True)"),), call=cfg)
     if load.kwarg("quantization_config").state not in (ABSENT,) and not qc:
         return Fact(unknown="quantization_config cannot be followed", call=load)
-    return Fact(None)
+    return Fact(False, call=load)
 
 
 def _peft(script: ScriptFacts, chain: tuple[Call, ...], trainer: Call | None, by_key: dict[str, Call],
