@@ -152,6 +152,14 @@ def _why_withdrawn(facts: Facts) -> str:
     return "the live model shows " + "; ".join(parts) if parts else "the live model contradicts it"
 
 
+def _live_missing(live) -> str:
+    if live is None:
+        return "live facts not gathered (use --live)"
+    if not live.reached_training:
+        return f"live facts not gathered: the live run {live.ended} before reaching training"
+    return f"live facts not gathered: the live run saw no model at {live.stopped_at}"
+
+
 def script_findings(facts: Facts, policy: Policy) -> tuple[list[Finding], list[Skipped]]:
     """The per-script rules over the facts' scripts, unranked and unsuppressed: a worker's share of run()."""
     findings, _, crashed, _ = _raw(facts, policy, per_script=True)
@@ -174,7 +182,7 @@ def _raw(facts: Facts, policy: Policy, per_script: bool | None):
         missing = [n for n in r.needs if getattr(facts, n) is None or not getattr(facts, n).known]
         if missing:
             reason = "; ".join(f"{n} unknown: {getattr(facts, n).reason}" if n == "machine" else
-                               f"{n} facts not gathered (use --live)" if n == "live" else f"{n} not given"
+                               _live_missing(facts.live) if n == "live" else f"{n} not given"
                                for n in missing)
             skipped.append(Skipped(r.id, reason))
             continue
