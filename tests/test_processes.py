@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from precision_doctor.live import run_live
+from precision_doctor.pool import Lost, run_parallel
 
 DOCTOR = [sys.executable, "-m", "precision_doctor", "check"]
 
@@ -221,3 +222,75 @@ def test_a_live_run_that_never_reached_training_is_not_reported_clean(tmp_path, 
     script_line = next(line for line in out.splitlines() if line.startswith(str(path)))
     assert "no problems found" not in script_line and "live run" in script_line
     assert "use --live" not in out and "before reaching training" in out
+
+
+# --- worker processes ----------------------------------------------------------------------------------------
+
+def square(x):
+    return x * x
+
+
+def dies_on_five(x):
+    if x == 5:
+        os._exit(7)
+    return x
+
+
+def killed_once(item):
+    x, marker = item
+    if x == 3 and not os.path.exists(marker):
+        Path(marker).touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x
+
+
+def raises_on_two(x):
+    if x == 2:
+        raise ValueError("bad item 2")
+    return x
+
+
+def test_the_pool_keeps_order_and_raises_what_the_function_raises():
+    assert run_parallel(square, range(50), jobs=3) == [x * x for x in range(50)]
+    with pytest.raises(ValueError, match="bad item 2"):
+        run_parallel(raises_on_two, range(8), jobs=2)
+
+
+def test_a_worker_that_dies_costs_only_its_item(tmp_path):
+    results = run_parallel(dies_on_five, range(20), jobs=3)
+    assert [r for i, r in enumerate(results) if i != 5] == [i for i in range(20) if i != 5]
+    assert isinstance(results[5], Lost) and "exit code 7" in results[5].reason
+    marker = str(tmp_path / "killed")
+    results = run_parallel(killed_once, [(x, marker) for x in range(10)], jobs=2, chunk=3)
+    assert results == list(range(10))  # the killed worker's item was tried again, its batch finished elsewhere
+
+
+POOL_PARENT = """
+import os, sys, time
+from precision_doctor.pool import run_parallel
+
+def sleepy(x):
+    open(os.path.join(sys.argv[1], str(os.getpid())), "w").close()
+    time.sleep(60)
+
+print("started", flush=True)
+run_parallel(sleepy, range(6), jobs=3, chunk=1)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+def test_workers_die_with_the_doctor_and_release_its_stdout(tmp_path, census, sig):
+    proc = subprocess.Popen([sys.executable, "-c", POOL_PARENT, str(tmp_path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    census.root(proc.pid)
+    deadline = time.monotonic() + 20
+    while len(list(tmp_path.iterdir())) < 3:
+        assert time.monotonic() < deadline, "the workers never started"
+        time.sleep(0.05)
+    census.add(*(int(p.name) for p in tmp_path.iterdir()))
+    proc.send_signal(sig)
+    try:
+        proc.communicate(timeout=2)  # end of file on the doctor's stdout: no worker holds it
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"after {sig.name} the doctor's stdout stayed open or it kept running")
+    assert not survivors(census.everything(), within=2), f"workers outlived {sig.name} to the doctor"
