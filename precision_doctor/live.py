@@ -61,6 +61,9 @@ def run_live(script: str, script_args: tuple[str, ...], steps: int = 0, timeout:
         try:
             timed_out, wait_status, usage = _supervise(proc, timeout, started, caught, status,
                                                        {report_r: reports.feed, output_r: log.write}, reports)
+        except BaseException:  # a failure of ours (stderr gone under the status line, ...): end the tree first
+            _stop(proc)
+            raise
         finally:
             for fd in (report_r, output_r, watch_w):
                 os.close(fd)
@@ -122,6 +125,17 @@ def _supervise(proc: subprocess.Popen, timeout: float, started: float, caught: _
         if not _read(streams, 0.05):
             break
     return timed_out, wait_status, usage
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.returncode is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(END_BOUND + 0.5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _read(streams: dict, wait: float) -> bool:
