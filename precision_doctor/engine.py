@@ -93,9 +93,16 @@ def _missing(r: Rule, facts: Facts) -> str:
         if name == "machine" and not facts.machine.known:
             reasons.append(f"machine unknown: {facts.machine.reason}")
         elif name == "live" and (facts.live is None or not facts.live.known):
-            reasons.append("live facts not gathered (use --live)" if facts.live is None else
-                           f"the live run never reached training ({facts.live.ended})")
+            reasons.append(_live_missing(facts.live))
     return "; ".join(reasons)
+
+
+def _live_missing(live) -> str:
+    if live is None:
+        return "live facts not gathered (use --live)"
+    if not live.reached_training:
+        return f"live facts not gathered: the live run {live.ended} before reaching training"
+    return f"live facts not gathered: the live run saw no model at {live.stopped_at}"
 
 
 def _inject(r: Rule, facts: Facts, derived: Derived, script, use: SuppressionUse | None, live="facts") -> dict:

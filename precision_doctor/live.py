@@ -1,6 +1,9 @@
 """`check --live`: run the script in a child process of the same interpreter up to the point where training
-starts (or N real steps), with a status line, the child's output in a log file, and a hard timeout that ends
-the child's whole process group."""
+starts (or N real steps), with a status line, the child's output in a capped log file, and a hard timeout.
+
+The doctor owns the child's whole process tree: the script runs under `precision_doctor.supervisor`, which
+ends every process the script started when the script exits, at the timeout, when the doctor gets
+SIGINT/SIGTERM/SIGHUP (then the doctor exits 128 + the signal), and when the doctor dies, even by SIGKILL."""
 
 from __future__ import annotations
 
@@ -11,14 +14,20 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Callable
 
 from .errors import InputError
 from .facts import LiveFacts
+from .supervisor import FORWARD_WAIT, GRACE, KILL_WAIT
 
 TAIL_LINES = 25
+LOG_HEAD = LOG_TAIL = 1 << 20  # bytes of the script's output kept from its start and from its end
+END_BOUND = FORWARD_WAIT + GRACE + KILL_WAIT  # the supervisor's longest ending; past it, it is killed itself
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+SUCCEEDED = ("stopped", "steps done")  # the log of such a run is removed
 
 
 def run_live(script: str, script_args: tuple[str, ...], steps: int = 0, timeout: float = 600.0,
@@ -26,100 +35,226 @@ def run_live(script: str, script_args: tuple[str, ...], steps: int = 0, timeout:
     path = Path(script)
     if not path.is_file():
         raise InputError(f"{script}: no such file; --live runs one training script")
-    read_fd, write_fd = os.pipe()
-    log = tempfile.NamedTemporaryFile(prefix="precision-doctor-live-", suffix=".log", delete=False)
-    cmd = [sys.executable, "-m", "precision_doctor.live_child", str(write_fd), "steps" if steps else "stop",
+    report_r, report_w = os.pipe()
+    output_r, output_w = os.pipe()
+    watch_r, watch_w = os.pipe()  # the doctor keeps watch_w (not inherited): its end of file means we are gone
+    cmd = [sys.executable, "-m", "precision_doctor.supervisor", str(watch_r), str(report_w), "--",
+           sys.executable, "-m", "precision_doctor.live_child", str(report_w), "steps" if steps else "stop",
            str(steps), str(path), *script_args]
     child_env = dict(os.environ if env is None else env)
     child_env.setdefault("PYTHONUNBUFFERED", "1")
-    started = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            pass_fds=(write_fd,), start_new_session=True, env=child_env)
-    os.close(write_fd)
-    facts: dict = {}
-    outcome: dict = {}
-    losses: list = []
-    phase = "starting Python"
-    timed_out = False
-    buffer = b""
-    eof = False
-    try:
-        while not eof:
-            elapsed = time.monotonic() - started
-            if elapsed > timeout:
-                timed_out = True
-                break
-            ready, _, _ = select.select([read_fd], [], [], 0.2)
-            if status:
-                status(elapsed, phase)
-            if not ready:
-                continue
-            chunk = os.read(read_fd, 65536)
-            if not chunk:
-                eof = True
-            buffer += chunk
-            *lines, buffer = buffer.split(b"\n")
-            for line in lines:
-                try:
-                    message = json.loads(line)
-                except ValueError:
-                    continue
-                phase = message.get("phase", phase)
-                facts = message.get("facts", facts)
-                outcome = message.get("outcome", outcome)
-                if "loss" in message:
-                    losses.append(message["loss"])
-    finally:
-        os.close(read_fd)
-        if timed_out:
-            _end_group(proc)
-        _, code, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(code)
-        log.close()
+    log = _CappedLog()
+    reports = _Reports()
+    with _Caught() as caught:
+        started = time.monotonic()
+        try:
+            proc = subprocess.Popen(cmd, stdout=output_w, stderr=output_w, stdin=subprocess.DEVNULL,
+                                    pass_fds=(watch_r, report_w), start_new_session=True, env=child_env)
+        except BaseException:
+            for fd in (report_r, output_r, watch_w):
+                os.close(fd)
+            log.discard()
+            raise
+        finally:
+            for fd in (report_w, output_w, watch_r):
+                os.close(fd)
+        try:
+            timed_out, wait_status, usage = _supervise(proc, timeout, started, caught, status,
+                                                       {report_r: reports.feed, output_r: log.write}, reports)
+        except BaseException:  # a failure of ours (stderr gone under the status line, ...): end the tree first
+            _stop(proc)
+            raise
+        finally:
+            for fd in (report_r, output_r, watch_w):
+                os.close(fd)
+            log.close()
+    if caught.signum:
+        log.discard()
+        _interrupted(caught.signum)
     wall = time.monotonic() - started
-    tail = _tail(log.name)
+    code = os.waitstatus_to_exitcode(wait_status)
+    facts, outcome = reports.facts, reports.outcome
     if timed_out:
         ended = "timed out"
     elif outcome:
         ended = outcome.get("ended", "crashed")
     else:
         ended = "crashed"  # killed by a signal, or the interpreter died before reporting
+    if ended in SUCCEEDED:
+        log.discard()
+        tail: tuple[str, ...] = ()
+    else:
+        tail = _tail(log.path)
     return LiveFacts(ended=ended, stopped_at=facts.get("stopped_at", ""), model=facts.get("model", {}),
                      trainer=facts.get("trainer", {}), accelerator=facts.get("accelerator", {}),
                      optimizer=facts.get("optimizer", {}), grad_scaler=facts.get("grad_scaler", {}),
-                     error=outcome.get("error", {}), exit_code=outcome.get("exit_code", proc.returncode
+                     error=outcome.get("error", {}), exit_code=outcome.get("exit_code", code
                                                                            if ended == "crashed" else None),
                      optimizer_steps=outcome.get("optimizer_steps", 0),
-                     losses=tuple(outcome.get("losses", losses)), loss_scales=tuple(outcome.get("loss_scales", ())),
-                     log_path=log.name, log_tail=tail if ended not in ("stopped", "steps done") else (),
+                     losses=tuple(outcome.get("losses", reports.losses)),
+                     loss_scales=tuple(outcome.get("loss_scales", ())), log_path=log.path, log_tail=tail,
                      wall_s=round(wall, 2), peak_rss_mib=round(usage.ru_maxrss / 1024, 1))
 
 
-def _end_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the child's process group, then SIGKILL what is left: no orphan keeps GPU memory."""
-    try:
-        pgid = os.getpgid(proc.pid)
-    except ProcessLookupError:
-        return
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + 3.0
-    while time.monotonic() < deadline and _group_alive(pgid):
-        time.sleep(0.05)
-    try:
-        os.killpg(pgid, signal.SIGKILL)  # whatever ignored SIGTERM (the child is reaped by the caller)
-    except ProcessLookupError:
-        pass
+def _supervise(proc: subprocess.Popen, timeout: float, started: float, caught: _Caught, status, streams: dict,
+               reports: _Reports):
+    """Read the child's pipes until the supervisor exits; never wait on end of file (a script may close its
+    descriptors, or leave a process holding them), only on the process and the deadlines."""
+    deadline = started + timeout
+    ending_since = None
+    timed_out = False
+    while True:
+        pid, wait_status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        now = time.monotonic()
+        if ending_since is None and (caught.signum or now >= deadline):
+            timed_out = not caught.signum
+            proc.send_signal(caught.signum or signal.SIGTERM)  # the supervisor ends the whole tree
+            ending_since = now
+        elif ending_since is not None and now - ending_since > END_BOUND:
+            proc.kill()  # the command dies with it (PDEATHSIG)
+        if status and ending_since is None:
+            status(now - started, reports.phase)
+        _read(streams, 0.1)
+    proc.returncode = os.waitstatus_to_exitcode(wait_status)
+    for fd in streams:  # what is still in the pipes; a writer that outlived the supervisor cannot hold us
+        os.set_blocking(fd, False)
+    end = time.monotonic() + 0.5
+    while streams and time.monotonic() < end:
+        if not _read(streams, 0.05):
+            break
+    return timed_out, wait_status, usage
 
 
-def _group_alive(pgid: int) -> bool:
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.returncode is not None:
+        return
+    proc.terminate()
     try:
-        os.killpg(pgid, 0)
+        proc.wait(END_BOUND + 0.5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _read(streams: dict, wait: float) -> bool:
+    """Read what is ready; a stream at end of file is dropped. False when nothing was ready."""
+    try:
+        ready, _, _ = select.select(list(streams), [], [], wait) if streams else ([], [], [])
+    except InterruptedError:
         return True
-    except ProcessLookupError:
-        return False
+    if not streams:
+        time.sleep(wait)
+    for fd in ready:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            continue
+        if chunk:
+            streams[fd](chunk)
+        else:
+            del streams[fd]
+    return bool(ready)
+
+
+class _Reports:
+    """The child's JSON lines on the report pipe: the phase it is in, the facts it gathered, how it ended."""
+
+    def __init__(self):
+        self.buffer = b""
+        self.phase = "starting Python"
+        self.facts: dict = {}
+        self.outcome: dict = {}
+        self.losses: list = []
+
+    def feed(self, chunk: bytes) -> None:
+        *lines, self.buffer = (self.buffer + chunk).split(b"\n")
+        for line in lines:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(message, dict):
+                continue
+            self.phase = message.get("phase", self.phase)
+            self.facts = message.get("facts", self.facts)
+            self.outcome = message.get("outcome", self.outcome)
+            if "loss" in message:
+                self.losses.append(message["loss"])
+
+
+class _CappedLog:
+    """The script's output: the first LOG_HEAD bytes as they come, and the last LOG_TAIL bytes at the end, with
+    a line saying how much was left out between them (a script printing without end fills no disk)."""
+
+    def __init__(self):
+        self.file = tempfile.NamedTemporaryFile(prefix="precision-doctor-live-", suffix=".log", delete=False)
+        self.path = self.file.name
+        self.head = 0
+        self.tail = bytearray()
+        self.left_out = 0
+
+    def write(self, chunk: bytes) -> None:
+        room = LOG_HEAD - self.head
+        if room > 0:
+            self.file.write(chunk[:room])
+            self.head += min(room, len(chunk))
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > 2 * LOG_TAIL:
+                excess = len(self.tail) - LOG_TAIL
+                del self.tail[:excess]
+                self.left_out += excess
+
+    def close(self) -> None:
+        if self.file.closed:
+            return
+        if len(self.tail) > LOG_TAIL:
+            self.left_out += len(self.tail) - LOG_TAIL
+            del self.tail[:-LOG_TAIL]
+        if self.left_out:
+            self.file.write(f"\n[precision-doctor: {self.left_out} bytes of output left out]\n".encode())
+        self.file.write(self.tail)
+        self.file.close()
+
+    def discard(self) -> None:
+        self.close()
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+        self.path = ""
+
+
+class _Caught:
+    """SIGINT/SIGTERM/SIGHUP to the doctor while the child runs: noted, so the child's tree is ended first."""
+
+    def __init__(self):
+        self.signum = 0
+        self._previous: dict = {}
+
+    def __enter__(self) -> _Caught:
+        if threading.current_thread() is threading.main_thread():
+            for sig in FORWARDED:
+                self._previous[sig] = signal.signal(sig, self._note)
+        return self
+
+    def _note(self, signum, _frame) -> None:
+        self.signum = self.signum or signum
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def _interrupted(signum: int):
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt  # the command line says "interrupted" and exits 130
+    name = signal.Signals(signum).name
+    print(f"precision-doctor: {name}: ended the live run and every process it started", file=sys.stderr)
+    raise SystemExit(128 + signum)
 
 
 def _tail(path: str) -> tuple[str, ...]:

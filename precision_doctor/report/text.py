@@ -86,6 +86,8 @@ def _render(result: Result, facts: Facts, out, fancy: bool, quiet: bool) -> None
         if quiet and not found:
             continue
         status = _status(found)
+        if not found and facts.live is not None and facts.live.ended not in _LIVE_OK:
+            status = f"[yellow]no static findings, but the live run {_LIVE_SHORT.get(facts.live.ended, '')}[/yellow]"
         out(f"\n[bold]{markup(script.path)}[/bold]  {status}")
         for f in found:
             _finding(f, out, lines, fancy)
@@ -145,17 +147,24 @@ _ENDED = {
                 "Optimizer.step)",
     "exited": "exited with code {code} before reaching training",
     "raised": "raised before {where}",
-    "timed out": "did not reach training before the timeout: ended with its process group",
+    "timed out": "did not reach training before the timeout: ended with every process it started",
+    "timed out after": "reached training ({at}) but did not end before the timeout: ended with every process it "
+                       "started",
     "crashed": "died without reporting (exit code {code})",
 }
+_LIVE_OK = ("stopped", "steps done")  # a script's "no problems found" needs these when it ran live
+_LIVE_SHORT = {"finished": "never reached training", "exited": "exited before training", "raised": "raised an error",
+               "timed out": "timed out", "crashed": "died without reporting"}
 
 
 def _live(live, result: Result, out) -> None:
     where = "the first optimizer step" if not live.optimizer_steps else f"step {live.optimizer_steps + 1}"
-    text = _ENDED.get(live.ended, live.ended).format(at=live.stopped_at, steps=live.optimizer_steps,
-                                                     code=live.exit_code, where=where)
+    ended = "timed out after" if live.ended == "timed out" and live.stopped_at else live.ended
+    text = _ENDED.get(ended, ended).format(at=live.stopped_at, steps=live.optimizer_steps, code=live.exit_code,
+                                           where=where)
+    log = f"; log: {markup(live.log_path)}" if live.log_path else ""
     out(f"\n[bold]live run[/bold]  the script {markup(text)}  [dim]({live.wall_s:.1f} s, peak RSS "
-        f"{live.peak_rss_mib:.0f} MiB; log: {markup(live.log_path)})[/dim]", soft_wrap=True)
+        f"{live.peak_rss_mib:.0f} MiB{log})[/dim]", soft_wrap=True)
     model = live.model
     if model:
         out(f"  model {markup(model.get('architecture', '?'))}: " + markup("; ".join(

@@ -1,0 +1,172 @@
+"""Worker processes for large trees that end with the doctor: `run_parallel(func, items, jobs)`.
+
+Unlike concurrent.futures, a worker dies with the doctor even when the doctor is killed with SIGKILL (so no
+worker is left holding its stdout), Ctrl-C ends everything at once instead of after the queued work, and a
+worker that dies costs only the item it was on: that item is tried once more in a fresh worker, then reported
+as `Lost(reason)` while the rest of the run goes on.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sys
+from collections import deque
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from typing import Any, Callable, Iterable
+
+from .supervisor import die_with_parent
+
+ATTEMPTS = 2  # an item whose worker died this many times while on it is lost
+IDLE_DEATHS = 3  # workers dying before taking any item: starting more is pointless
+
+
+@dataclass(frozen=True)
+class Lost:
+    """An item no result came back for: its worker process died on it (a crash in a C extension, the OOM killer,
+    a signal from outside), twice."""
+
+    reason: str
+
+
+def run_parallel(func: Callable[[Any], Any], items: Iterable[Any], jobs: int, chunk: int = 0) -> list[Any]:
+    """`[func(item) for item in items]` in up to `jobs` worker processes, in order; an item whose worker died
+    is a `Lost`. An exception raised by `func` ends every worker and is raised here, as a plain call would.
+    `chunk` items go to a worker at a time (default: about four rounds per worker)."""
+    items = list(items)
+    if jobs <= 1 or len(items) <= 1:
+        return [func(item) for item in items]
+    jobs = min(jobs, len(items))
+    chunk = chunk or max(1, len(items) // (jobs * 4))
+    return _Pool(func, items, jobs, chunk).run()
+
+
+class _Worker:
+    def __init__(self, context, func):
+        self.conn, child_conn = context.Pipe()
+        self.process = context.Process(target=_serve, args=(func, child_conn, os.getpid()), daemon=True)
+        self.process.start()
+        child_conn.close()
+        self.in_flight: deque[int] = deque()  # indexes sent and not answered, in the order the worker takes them
+        self.took_any = False
+
+
+class _Pool:
+    def __init__(self, func, items: list, jobs: int, chunk: int):
+        # fork: no re-import per worker, and the worker's parent is this thread (what PDEATHSIG watches)
+        self.context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else None)
+        self.func = func
+        self.items = items
+        self.jobs = jobs
+        self.results: list[Any] = [None] * len(items)
+        self.pending: deque[list[int]] = deque(
+            list(range(i, min(i + chunk, len(items)))) for i in range(0, len(items), chunk))
+        self.deaths: dict[int, int] = {}
+        self.idle_deaths = 0
+        self.workers: list[_Worker] = []
+
+    def run(self) -> list[Any]:
+        try:
+            while self.pending or any(w.in_flight for w in self.workers):
+                self._hire()
+                if not self.workers:
+                    break
+                ready = wait([w.conn for w in self.workers] + [w.process.sentinel for w in self.workers])
+                for worker in list(self.workers):
+                    if worker.conn in ready or worker.process.sentinel in ready:
+                        self._collect(worker)
+        finally:
+            self._end()
+        return self.results
+
+    def _hire(self) -> None:
+        while self.pending and len(self.workers) < self.jobs and self.idle_deaths < IDLE_DEATHS:
+            self.workers.append(_Worker(self.context, self.func))
+        for worker in self.workers:
+            if not worker.in_flight and self.pending:
+                batch = self.pending.popleft()
+                worker.in_flight.extend(batch)
+                worker.took_any = True
+                worker.conn.send([(i, self.items[i]) for i in batch])
+        if self.idle_deaths >= IDLE_DEATHS and not self.workers:
+            while self.pending:
+                for i in self.pending.popleft():
+                    self.results[i] = Lost("worker processes could not be started")
+
+    def _collect(self, worker: _Worker) -> None:
+        """Take the worker's answers; if it died, what it was on goes back in the queue, or is lost."""
+        try:
+            while worker.conn.poll():
+                index, ok, value = worker.conn.recv()
+                if not ok:
+                    raise value
+                self.results[index] = value
+                worker.in_flight.remove(index)
+            if worker.process.is_alive():
+                return
+        except (EOFError, OSError):
+            pass
+        worker.process.join(1.0)
+        self.workers.remove(worker)
+        worker.conn.close()
+        if not worker.took_any:
+            self.idle_deaths += 1
+        if not worker.in_flight:
+            return
+        culprit = worker.in_flight.popleft()  # the worker takes its batch in order: it died on the first left
+        self.deaths[culprit] = self.deaths.get(culprit, 0) + 1
+        if self.deaths[culprit] >= ATTEMPTS:
+            self.results[culprit] = Lost(f"the worker process checking it died {ATTEMPTS} times "
+                                         f"(last: {_how(worker.process.exitcode)})")
+        else:
+            self.pending.appendleft([culprit])
+        if worker.in_flight:
+            self.pending.appendleft(list(worker.in_flight))
+
+    def _end(self) -> None:
+        for worker in self.workers:
+            if worker.process.is_alive():
+                worker.process.kill()
+        for worker in self.workers:
+            worker.process.join(1.0)
+            worker.conn.close()
+        self.workers.clear()
+
+
+def _how(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "it stopped answering"
+    if exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
+def _serve(func, conn, parent_pid: int) -> None:
+    """A worker: dies with the doctor, leaves Ctrl-C to it, never writes to its stdout (a report stream)."""
+    die_with_parent(parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # a handler the doctor had is not the worker's
+        signal.signal(sig, signal.SIG_DFL)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    while True:
+        try:
+            batch = conn.recv()
+        except (EOFError, OSError):
+            return
+        for index, item in batch:
+            try:
+                answer = (index, True, func(item))
+            except Exception as exc:  # noqa: BLE001 - raised again in the doctor
+                answer = (index, False, exc)
+            try:
+                conn.send(answer)
+            except Exception as exc:  # noqa: BLE001 - a result or an exception that does not pickle
+                conn.send((index, False, RuntimeError(f"{type(exc).__name__}: {exc}")))

@@ -1,0 +1,296 @@
+"""Nothing the doctor starts outlives it: a live run's whole process tree (children, double-forked daemons) ends
+with the script, at the timeout and with the doctor (signals, SIGKILL); worker processes die with the doctor and
+a dead worker costs only its item. Plain Python scripts that sleep and fork stand in for training scripts."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from precision_doctor.live import run_live
+from precision_doctor.pool import Lost, run_parallel
+
+DOCTOR = [sys.executable, "-m", "precision_doctor", "check"]
+
+# starts `sleep`, and a daemon that left the session (setsid) and its parent (double fork), then waits
+TREE = """
+    import os, subprocess, sys, time
+    sleeper = subprocess.Popen(["sleep", "300"])
+    r, w = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.write(w, str(os.getpid()).encode())
+            time.sleep(300)
+        os._exit(0)
+    os.close(w)
+    daemon = os.read(r, 32).decode()
+    os.wait()
+    with open(PIDS + ".tmp", "w") as fh:
+        fh.write(f"{os.getpid()} {sleeper.pid} {daemon}")
+    os.rename(PIDS + ".tmp", PIDS)
+    {after}
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+class Census:
+    """The processes a test started: pids, pid files the scripts write, and everything below the doctors.
+    Whatever a failing run left is killed afterwards, so no test leaks processes."""
+
+    def __init__(self):
+        self.pids: set[int] = set()
+        self.roots: list[int] = []
+        self.files: list[Path] = []
+
+    def add(self, *pids: int) -> None:
+        self.pids.update(pids)
+
+    def root(self, pid: int) -> None:
+        self.roots.append(pid)
+        self.pids.add(pid)
+
+    def everything(self) -> set[int]:
+        found = set(self.pids)
+        for path in self.files:
+            try:
+                found.update(int(p) for p in path.read_text().split())
+            except (OSError, ValueError):
+                pass
+        for pid in self.roots:
+            try:
+                found.update(p.pid for p in psutil.Process(pid).children(recursive=True))
+            except psutil.Error:
+                pass
+        return found
+
+
+@pytest.fixture
+def census():
+    taken = Census()
+    yield taken
+    for pid in taken.everything():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def survivors(pids, within: float) -> list[int]:
+    deadline = time.monotonic() + within
+    while True:
+        left = sorted(p for p in pids if alive(p))
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def tree_script(tmp_path: Path, after: str) -> tuple[Path, Path]:
+    pids = tmp_path / "pids"
+    path = tmp_path / "train.py"
+    path.write_text(textwrap.dedent(TREE).replace("PIDS", repr(str(pids))).replace("{after}", after))
+    return path, pids
+
+
+def wait_for(path: Path, census: Census, within: float = 20) -> list[int]:
+    census.files.append(path)
+    deadline = time.monotonic() + within
+    while not path.exists():
+        assert time.monotonic() < deadline, "the script never wrote its pids"
+        time.sleep(0.05)
+    return [int(p) for p in path.read_text().split()]
+
+
+def doctor(args, tmp_path, **kw) -> subprocess.Popen:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    return subprocess.Popen(DOCTOR + [*args, "--target", "cpu"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129),
+                                      (signal.SIGKILL, -signal.SIGKILL)])
+def test_a_signal_to_the_doctor_ends_the_live_scripts_whole_tree(tmp_path, census, sig, code):
+    path, pidfile = tree_script(tmp_path, "time.sleep(300)")
+    proc = doctor([str(path), "--live", "--timeout", "120", "-q"], tmp_path)
+    census.root(proc.pid)
+    wait_for(pidfile, census)
+    census.add(*census.everything())  # the supervisor too, before the doctor goes
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout=4)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the doctor was still running 4 s after {sig.name}")
+    assert proc.returncode == code
+    assert time.monotonic() - sent < 3
+    assert not survivors(census.everything(), within=2.5), f"left running after {sig.name} to the doctor"
+
+
+def test_what_a_script_started_and_left_running_ends_with_it(tmp_path, census):
+    path, pidfile = tree_script(tmp_path, "print('done')")
+    proc = doctor([str(path), "--live", "--timeout", "60", "-q"], tmp_path)
+    census.root(proc.pid)
+    census.files.append(pidfile)
+    try:
+        out, _ = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the doctor was still waiting 10 s after the script ended")
+    assert proc.returncode == 0 and "ran to its end" in out
+    assert not survivors(census.everything(), within=0.5), "a process the script started outlived the run"
+
+
+def test_a_daemon_the_script_double_forked_is_ended_at_the_timeout(tmp_path, census):
+    path, pidfile = tree_script(tmp_path, "time.sleep(300)")
+    census.files.append(pidfile)
+    live = run_live(str(path), (), timeout=2)
+    assert live.ended == "timed out"
+    assert not survivors(census.everything(), within=0.5), "the double-forked daemon survived --timeout"
+
+
+def test_a_script_that_closes_its_descriptors_and_ignores_sigterm_is_ended_on_time(tmp_path, census):
+    path = tmp_path / "train.py"
+    path.write_text("import os, signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                    f"open({str(tmp_path / 'pid')!r}, 'w').write(str(os.getpid()))\n"
+                    "os.closerange(0, 4096)\ntime.sleep(300)\n")
+    started = time.monotonic()
+    try:
+        proc = subprocess.run(DOCTOR + [str(path), "--live", "--timeout", "2", "--target", "cpu", "--format", "json"],
+                              capture_output=True, text=True, timeout=12)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the doctor waited past --timeout for a script that closed its descriptors")
+    finally:
+        census.files.append(tmp_path / "pid")
+    live = json.loads(proc.stdout)["facts"]["live"]
+    assert live["ended"] == "timed out" and live["wall_s"] <= 2 + 2
+    assert time.monotonic() - started < 2 + 5  # the interpreter and the static pass come on top
+    assert not survivors(census.everything(), within=0.5)
+
+
+def test_the_log_is_capped_kept_on_failure_and_removed_on_success(tmp_path, monkeypatch):
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    noisy = tmp_path / "noisy.py"
+    noisy.write_text("import sys\nprint('first line')\nline = 'x' * 1023 + '\\n'\n"
+                     "for _ in range(20 * 1024):\n    sys.stdout.write(line)\n"
+                     "print('last line')\nraise SystemExit(3)\n")
+    live = run_live(str(noisy), (), timeout=60)
+    assert live.ended == "exited" and live.exit_code == 3
+    log = Path(live.log_path)
+    size = log.stat().st_size
+    assert size <= 3 << 20, f"{size} bytes of log for 20 MiB of output"  # head and tail, a few MiB at most
+    text = log.read_text()
+    assert text.startswith("first line") and text.rstrip().endswith("last line")
+    assert "bytes of output left out" in text and live.log_tail[-1] == "last line"
+
+    # a run that reaches training: the first Optimizer.step, with a stand-in torch next to the script (the
+    # child hooks `torch.optim.optimizer` as it loads; importing the real torch would take seconds)
+    (tmp_path / "torch" / "optim").mkdir(parents=True)
+    (tmp_path / "torch" / "__init__.py").write_text("from . import nn\n")
+    (tmp_path / "torch" / "nn.py").write_text("class Module:\n    pass\n")
+    (tmp_path / "torch" / "optim" / "__init__.py").write_text("")
+    (tmp_path / "torch" / "optim" / "optimizer.py").write_text(
+        "class Optimizer:\n    def __init__(self):\n        self.param_groups, self.state = [], {}\n\n"
+        "    def step(self):\n        pass\n")
+    fine = tmp_path / "fine.py"
+    fine.write_text("from torch.optim.optimizer import Optimizer\nprint('loading')\nOptimizer().step()\n")
+    live = run_live(str(fine), (), timeout=60)
+    assert live.ended == "stopped" and live.log_path == ""
+    assert sorted(p.name for p in tmp_path.glob("precision-doctor-live-*")) == [log.name]
+
+
+@pytest.mark.parametrize("body,said", [("import time\ntime.sleep(300)\n", "did not reach training before the timeout"),
+                                       ("print('no training here')\n", "ran to its end without reaching")])
+def test_a_live_run_that_never_reached_training_is_not_reported_clean(tmp_path, body, said):
+    path = tmp_path / "train.py"
+    path.write_text(body)
+    proc = subprocess.run(DOCTOR + [str(path), "--live", "--timeout", "1.5", "--target", "cpu"],
+                          capture_output=True, text=True, timeout=30, env={**os.environ, "TMPDIR": str(tmp_path)})
+    out = proc.stdout
+    assert said in out
+    script_line = next(line for line in out.splitlines() if line.startswith(str(path)))
+    assert "no problems found" not in script_line and "live run" in script_line
+    assert "use --live" not in out and "before reaching training" in out
+
+
+# --- worker processes ----------------------------------------------------------------------------------------
+
+def square(x):
+    return x * x
+
+
+def dies_on_five(x):
+    if x == 5:
+        os._exit(7)
+    return x
+
+
+def killed_once(item):
+    x, marker = item
+    if x == 3 and not os.path.exists(marker):
+        Path(marker).touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x
+
+
+def raises_on_two(x):
+    if x == 2:
+        raise ValueError("bad item 2")
+    return x
+
+
+def test_the_pool_keeps_order_and_raises_what_the_function_raises():
+    assert run_parallel(square, range(50), jobs=3) == [x * x for x in range(50)]
+    with pytest.raises(ValueError, match="bad item 2"):
+        run_parallel(raises_on_two, range(8), jobs=2)
+
+
+def test_a_worker_that_dies_costs_only_its_item(tmp_path):
+    results = run_parallel(dies_on_five, range(20), jobs=3)
+    assert [r for i, r in enumerate(results) if i != 5] == [i for i in range(20) if i != 5]
+    assert isinstance(results[5], Lost) and "exit code 7" in results[5].reason
+    marker = str(tmp_path / "killed")
+    results = run_parallel(killed_once, [(x, marker) for x in range(10)], jobs=2, chunk=3)
+    assert results == list(range(10))  # the killed worker's item was tried again, its batch finished elsewhere
+
+
+POOL_PARENT = """
+import os, sys, time
+from precision_doctor.pool import run_parallel
+
+def sleepy(x):
+    open(os.path.join(sys.argv[1], str(os.getpid())), "w").close()
+    time.sleep(60)
+
+print("started", flush=True)
+run_parallel(sleepy, range(6), jobs=3, chunk=1)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+def test_workers_die_with_the_doctor_and_release_its_stdout(tmp_path, census, sig):
+    proc = subprocess.Popen([sys.executable, "-c", POOL_PARENT, str(tmp_path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    census.root(proc.pid)
+    deadline = time.monotonic() + 20
+    while len(list(tmp_path.iterdir())) < 3:
+        assert time.monotonic() < deadline, "the workers never started"
+        time.sleep(0.05)
+    census.add(*(int(p.name) for p in tmp_path.iterdir()))
+    proc.send_signal(sig)
+    try:
+        proc.communicate(timeout=2)  # end of file on the doctor's stdout: no worker holds it
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"after {sig.name} the doctor's stdout stayed open or it kept running")
+    assert not survivors(census.everything(), within=2), f"workers outlived {sig.name} to the doctor"
