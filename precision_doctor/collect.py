@@ -57,7 +57,7 @@ def _expand(paths: list[str], exclude: tuple[str, ...] = (), root: str = ".") ->
 def _probe(path: Path, named: bool, args: tuple[str, ...]) -> ScriptFacts:
     """A named file that cannot be read is bad input (exit 2); one found in a folder is reported and skipped."""
     try:
-        if not named and os.path.isdir(path):  # a subfolder the walk could not list
+        if not named and os.path.isdir(path) and not os.path.islink(path):  # a subfolder the walk could not list
             raise Unreadable(path, f"the folder cannot be listed ({_listing_problem(path)})")
         return probe_script(path, args, display=_display(path))
     except InputError as exc:

@@ -57,6 +57,8 @@ def specials(tmp_path):
     (tmp_path / "to_fifo.py").symlink_to(tmp_path / "pipe")
     (tmp_path / "zero.py").symlink_to("/dev/zero")
     (tmp_path / "loop.py").symlink_to("loop.py")
+    (tmp_path / "folder.py").symlink_to(tmp_path / "sub", target_is_directory=True)
+    (tmp_path / "sub").mkdir()
     return tmp_path
 
 
@@ -64,7 +66,8 @@ def test_a_folder_run_skips_what_is_not_a_regular_file(specials):
     skipped = not_checked(doctor("check", str(specials), "--format", "json", "--target", "cpu"))
     assert skipped == {"fifo.py": "not a regular file (a named pipe)", "to_fifo.py": "not a regular file (a named pipe)",
                        "zero.py": "not a regular file (a character device)",
-                       "loop.py": "a symbolic link loop (or too many links)"}
+                       "loop.py": "a symbolic link loop (or too many links)",
+                       "folder.py": "not a regular file (a directory)"}
 
 
 @pytest.mark.parametrize("name, what", [("fifo.py", "named pipe"), ("to_fifo.py", "named pipe"),
@@ -204,11 +207,11 @@ def test_a_file_not_checked_is_never_also_no_problems_found(specials):
     proc = doctor("check", str(specials), "--target", "cpu", "--no-color")
     assert proc.returncode == 0, proc.stderr
     lines = {line.split("  ", 1)[0]: line for line in proc.stdout.splitlines() if line.endswith(".py") or ".py  " in line}
-    for name in ("fifo.py", "to_fifo.py", "zero.py", "loop.py", "broken.py"):
+    for name in ("fifo.py", "to_fifo.py", "zero.py", "loop.py", "folder.py", "broken.py"):
         line = next(text for head, text in lines.items() if head.endswith(name))
         assert "not checked" in line and "no problems found" not in line, line
     assert "no problems found" in next(text for head, text in lines.items() if head.endswith("train.py"))
-    assert proc.stdout.count("not checked") == 5
+    assert proc.stdout.count("not checked") == 6
 
 
 # --- permissions ---------------------------------------------------------------------------------------------------
