@@ -177,25 +177,11 @@ def run_fix_command(opts, script_args: tuple[str, ...]) -> int:
 
 def run_explain(opts, script_args: tuple[str, ...]) -> int:
     import json
-    import os
 
     from .catalog import related
-    from .diagnose import diagnose
+    from .diagnose import diagnose, open_log
 
-    if opts.log == "-":
-        if sys.stdin.isatty():
-            raise InputError("explain: give a log file, or pipe one in (`... 2>&1 | precision-doctor explain`)")
-        source = sys.stdin
-        name = "stdin"
-    else:
-        if os.path.isdir(opts.log):
-            raise InputError(f"{opts.log}: is a directory; give the log file")
-        try:
-            source = open(opts.log, encoding="utf-8", errors="replace")
-        except OSError as exc:
-            raise InputError(f"{opts.log}: cannot be read ({exc.strerror}); give the path of a training log") \
-                from None
-        name = opts.log
+    source, name = open_log(opts.log)
     with source:
         found = diagnose(source)
     findings = []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -21,71 +22,58 @@ from .probes.launch import launch_from_env, parse_launcher
 from .probes.script import probe_script
 from .probes.stack import probe_stack
 from .probes.target import machine_from_target
+from .sources import Unreadable, os_reason, read_text_bounded, status
+from .walk import python_files
 
-SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", "env", ".env", "site-packages", "node_modules",
-             ".tox", ".nox", ".mypy_cache", ".pytest_cache", "build", "dist"}
 SNAPSHOT_KIND = "precision-doctor-snapshot"
 SNAPSHOT_VERSION = 1
+MAX_SNAPSHOT_BYTES = 16 * 1024 * 1024  # a real one is a few KiB, even with many GPUs and processes
 
 
 def _expand(paths: list[str], exclude: tuple[str, ...] = (), root: str = ".") -> list[tuple[Path, bool]]:
-    """(file, named on the command line) pairs; a file found by walking a folder was not named.
-    Folders are walked the way git sees them (.gitignore respected) when they are in a repository."""
+    """(path, named on the command line) pairs; a file found by walking a folder was not named. Folders are
+    walked without running anything from them, skipping what git would ignore (walk.py); a folder the walk could
+    not list comes back as an entry of its own, so that it is reported rather than silently missed."""
     out: list[tuple[Path, bool]] = []
     for raw in paths:
         p = Path(raw)
-        if not p.exists():
-            raise InputError(f"{raw}: no such file or directory; pass a training script (.py) or a folder of them")
-        if p.is_file():
-            out.append((p, True))
+        try:
+            info = status(p)
+        except Unreadable as exc:
+            hint = "pass a training script (.py) or a folder of them"
+            raise InputError(f"{raw}: {'no such file or directory' if exc.reason == 'no such file' else exc.reason}"
+                             f"; {hint}") from None
+        if not stat.S_ISDIR(info.st_mode):
+            out.append((p, True))  # whatever it is, reading it says what is wrong with it
             continue
-        found = _git_files(p)
-        if found is None:
-            found = _walk(p)
-        found = [f for f in found if not excluded(f, exclude, root)]
-        if not found:
+        walk = python_files(p)
+        found = [f for f in walk.files if not excluded(f, exclude, root)]
+        unlisted = [d for d, _ in walk.unlisted if not excluded(d, exclude, root)]
+        if not found and not unlisted:
             raise InputError(f"{raw}: a directory with no Python files; pass a training script or a folder of them")
-        out.extend((f, False) for f in found)
+        out.extend((f, False) for f in found + unlisted)
     return list(dict.fromkeys(out))
-
-
-def _walk(folder: Path) -> list[Path]:
-    found = []
-    for here, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith(".")
-                         and not (Path(here) / d / "pyvenv.cfg").exists())
-        found.extend(Path(here) / f for f in sorted(files) if f.endswith(".py"))
-    return found
-
-
-def _git_files(folder: Path) -> list[Path] | None:
-    """Tracked and untracked-but-not-ignored .py files under `folder`, or None outside a git work tree."""
-    import shutil
-    import subprocess
-
-    if shutil.which("git") is None:
-        return None
-    try:
-        proc = subprocess.run(["git", "-C", str(folder), "ls-files", "--cached", "--others", "--exclude-standard",
-                               "-z", "--", "*.py"], capture_output=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if proc.returncode != 0:
-        return None
-    names = sorted({n for n in proc.stdout.decode("utf-8", "replace").split("\0") if n})
-    files = [folder / n for n in names]
-    return [f for f in files if f.is_file() and not any(part in SKIP_DIRS for part in f.relative_to(folder).parts)]
 
 
 def _probe(path: Path, named: bool, args: tuple[str, ...]) -> ScriptFacts:
     """A named file that cannot be read is bad input (exit 2); one found in a folder is reported and skipped."""
     try:
+        if not named and os.path.isdir(path) and not os.path.islink(path):  # a subfolder the walk could not list
+            raise Unreadable(path, f"the folder cannot be listed ({_listing_problem(path)})")
         return probe_script(path, args, display=_display(path))
     except InputError as exc:
         if named:
             raise
-        shown = _display(path)
-        return ScriptFacts(path=shown, unknowns=(Unknown("not checked", str(exc).split(": ", 1)[-1]),))
+        reason = exc.reason if isinstance(exc, Unreadable) else str(exc).split(": ", 1)[-1]
+        return ScriptFacts(path=_display(path), unknowns=(Unknown("not checked", reason),))
+
+
+def _listing_problem(folder: Path) -> str:
+    try:
+        os.scandir(folder).close()
+    except OSError as exc:
+        return os_reason(exc)
+    return "it changed during the run"
 
 
 @dataclass(frozen=True)
@@ -111,11 +99,14 @@ def this_machine(environ: Mapping[str, str], launch: LaunchFacts, system: System
 
 def read_snapshot(path: str) -> tuple[MachineFacts, StackFacts]:
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"--facts {path}: no such file; write one with `precision-doctor snapshot -o {path}`") \
-            from None
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        data = json.loads(read_text_bounded(path, MAX_SNAPSHOT_BYTES, what="snapshot"))
+    except Unreadable as exc:
+        if exc.reason == "no such file":
+            raise InputError(f"--facts {path}: no such file; write one with `precision-doctor snapshot -o {path}`") \
+                from None
+        raise InputError(f"--facts {path}: cannot be read ({exc.reason}); write one with "
+                         f"`precision-doctor snapshot -o FILE`") from None
+    except (ValueError, RecursionError) as exc:
         raise InputError(f"--facts {path}: not a JSON snapshot ({type(exc).__name__}); write one with "
                          f"`precision-doctor snapshot -o FILE`") from None
     if not isinstance(data, dict) or data.get("kind") != SNAPSHOT_KIND:

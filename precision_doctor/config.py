@@ -7,11 +7,13 @@ a check off.
 from __future__ import annotations
 
 import fnmatch
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .sources import Unreadable, read_text_bounded, worth_reading
 
 SECTION = "precision-doctor"
 KEYS = ("target", "facts", "launcher", "fail-on", "select", "ignore", "per-file-ignores", "exclude")
@@ -47,12 +49,13 @@ class Settings:
 
 
 def find_pyproject(start: Path) -> Path | None:
-    """The nearest pyproject.toml with a [tool.precision-doctor] table, from `start` upwards."""
-    here = start.resolve()
-    for folder in [here, *here.parents] if here.is_dir() else [here.parent, *here.parent.parents]:
+    """The nearest pyproject.toml with a [tool.precision-doctor] table, from `start` upwards. One that is there
+    but cannot be read is an error (exit 2): the settings it may hold must not be skipped silently."""
+    here = Path(os.path.realpath(start))
+    for folder in [here, *here.parents] if os.path.isdir(here) else [here.parent, *here.parent.parents]:
         candidate = folder / "pyproject.toml"
-        if candidate.is_file():
-            if f"[tool.{SECTION}" in candidate.read_text(encoding="utf-8", errors="replace"):
+        if worth_reading(candidate):
+            if f"[tool.{SECTION}" in _read(candidate, errors="replace"):
                 return candidate
     return None
 
@@ -63,12 +66,17 @@ def read_table(path: Path) -> dict[str, Any]:
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib  # type: ignore[no-redef]
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot be read ({exc})") from None
+        data = tomllib.loads(_read(path))
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{path}: not valid TOML ({exc})") from None
     return data.get("tool", {}).get(SECTION, {})
+
+
+def _read(path: Path, errors: str = "strict") -> str:
+    try:
+        return read_text_bounded(path, what="pyproject.toml", errors=errors)
+    except Unreadable as exc:
+        raise InputError(f"{path}: cannot be read ({exc.reason}); fix it or pass --config FILE") from None
 
 
 def resolve_ids(values: list[str], known: set[str], where: str) -> frozenset[str]:
@@ -123,6 +131,6 @@ def excluded(path: Path, patterns: tuple[str, ...], root: str) -> bool:
 
 def _relative(path: str, root: str) -> str:
     try:
-        return Path(path).resolve().relative_to(Path(root).resolve()).as_posix()
+        return Path(os.path.realpath(path)).relative_to(os.path.realpath(root)).as_posix()  # never raises on a link loop
     except ValueError:
         return Path(path).as_posix()

@@ -12,6 +12,7 @@ from typing import Any, Iterable, Mapping
 
 from ..facts import BusyPort, GpuProcess, HostFacts
 from ..redact import ACCELERATE_CONFIG_KEYS, describe_command, keep_read_keys, redact_text
+from ..sources import Unreadable, is_regular_file, read_text_bounded
 
 DEFAULT_PORT = 29500
 PORTS_TO_CHECK = tuple(range(29500, 29511))
@@ -133,8 +134,8 @@ def accelerate_config_path(environ: Mapping[str, str], explicit: str = "") -> Pa
 def read_accelerate_config(path: Path) -> dict[str, Any]:
     """The top-level keys of an accelerate YAML (or JSON) config that the rules read, nothing else."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        text = read_text_bounded(path)
+    except Unreadable:
         return {}
     if path.suffix == ".json":
         import json
@@ -170,7 +171,7 @@ def _scalar(text: str) -> Any:
 def probe_host(environ: Mapping[str, str], ports: Iterable[int] = (), config_file: str = "",
                psutil: Any = None, check_ports=None) -> HostFacts:
     path = accelerate_config_path(environ, config_file)
-    config = read_accelerate_config(path) if path.is_file() else {}
+    config = read_accelerate_config(path) if is_regular_file(path) else {}
     wanted = set(PORTS_TO_CHECK) | set(ports)
     for source in (environ.get("MASTER_PORT", ""), str(config.get("main_process_port", ""))):
         if source.isdigit():

@@ -20,11 +20,11 @@ from .._util import unique
 from ..errors import InputError
 from ..facts import CONDITIONAL, KNOWN, Call, Location, Origin, ScriptFacts, Suppression, Unknown, Value
 from ..redact import DEEPSPEED_KEYS, MODEL_CONFIG_KEYS, keep_read_keys
+from ..sources import Unreadable, is_regular_file, read_source, read_text_bounded, status, worth_reading
 from .dataclass_defaults import is_training_arguments
 from .resolve import Context, DictSym, Imports, Known, Namespace, ObjSym, Resolver
 from .scopes import ScopeIndex, dotted
 
-MAX_SCRIPT_BYTES = 2 * 1024 * 1024
 MAX_LOCAL_MODULES = 20
 
 # --- what a call is ---------------------------------------------------------------------------
@@ -117,29 +117,6 @@ def classify(callee: str, node: ast.Call, local_trainers: set[str], local_args: 
 
 
 # --- reading the file -------------------------------------------------------------------------
-
-def read_source(path: Path) -> str:
-    if not path.exists():
-        raise InputError(f"{path}: no such file; pass the path of a training script (.py)")
-    if path.is_dir():
-        raise InputError(f"{path}: is a directory; pass the training scripts it contains")
-    size = path.stat().st_size
-    if size > MAX_SCRIPT_BYTES:
-        raise InputError(f"{path}: {size / 2**20:.1f} MiB is too large for a training script "
-                         f"(limit {MAX_SCRIPT_BYTES // 2**20} MiB); is it generated? pass the script that trains")
-    data = path.read_bytes()
-    if not data.strip():
-        raise InputError(f"{path}: the file is empty; pass the training script itself")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
-        raise InputError(f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
-                         f"save the script as UTF-8") from None
-    if "\x00" in text:
-        raise InputError(f"{path}: contains NUL bytes, so it is not Python source; pass the training script")
-    return text
-
 
 def parse(path: Path, text: str) -> ast.Module:
     try:
@@ -461,7 +438,7 @@ def _local_modules(script: Path, nodes: list[ast.AST]) -> list[Path]:
         for name in names:
             rel = Path(*name.split("."))
             for candidate in (base / rel.with_suffix(".py"), base / rel / "__init__.py"):
-                if candidate.is_file() and candidate.resolve() != script.resolve():
+                if worth_reading(candidate) and os.path.realpath(candidate) != os.path.realpath(script):
                     found.append(candidate)
     return found
 
@@ -477,10 +454,10 @@ def _local_model_configs(script: Path, calls: list[Call]) -> dict[str, dict]:
             continue
         for base in (script.parent, Path.cwd()):
             cfg = (base / source.value / "config.json")
-            if cfg.is_file():
+            if is_regular_file(cfg):
                 try:
-                    data = json.loads(cfg.read_text(encoding="utf-8"))
-                except (OSError, ValueError):
+                    data = json.loads(read_text_bounded(cfg))
+                except (Unreadable, ValueError):
                     continue
                 out[source.value] = keep_read_keys(data, MODEL_CONFIG_KEYS)
                 out[source.value]["path"] = os.path.relpath(cfg)
@@ -493,8 +470,8 @@ _MODULE_CACHE: dict[tuple, ScriptFacts] = {}
 
 def _local_module(module: Path, shown: str, script_args: tuple[str, ...]) -> ScriptFacts:
     """A sibling module's facts, read once per run however many scripts import it."""
-    stat = module.stat()
-    key = (str(module.resolve()), stat.st_mtime_ns, stat.st_size, shown, script_args)
+    info = status(module)
+    key = (os.path.realpath(module), info.st_mtime_ns, info.st_size, shown, script_args)
     if key not in _MODULE_CACHE:
         text = read_source(module)
         sub = _Collector(shown, text, parse(module, text), script_args)
@@ -517,10 +494,12 @@ def _deepspeed_configs(script: Path, calls: list[Call]) -> tuple[dict[str, dict]
             continue
         for base in (script.parent, Path.cwd()):
             candidate = base / v.value
-            if candidate.is_file():
+            if is_regular_file(candidate):
                 try:
-                    found[v.value] = keep_read_keys(json.loads(candidate.read_text(encoding="utf-8")), DEEPSPEED_KEYS)
-                except (OSError, ValueError) as exc:
+                    found[v.value] = keep_read_keys(json.loads(read_text_bounded(candidate)), DEEPSPEED_KEYS)
+                except Unreadable as exc:
+                    missing.append(Unknown(f"deepspeed={v.value!r}", exc.reason, v.location or call.location))
+                except ValueError as exc:
                     missing.append(Unknown(f"deepspeed={v.value!r}", f"not valid JSON ({type(exc).__name__})",
                                            v.location or call.location))
                 break

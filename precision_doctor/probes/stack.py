@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ..facts import LibraryBehaviour, PackageVersion, StackFacts
+from ..sources import Unreadable, is_regular_file, read_text_bounded
 
 # The releases the rules were checked against; assumed when a package is neither installed nor declared.
 CURRENT = {
@@ -97,11 +98,11 @@ def _declared(dirs: list[Path]) -> dict[str, str]:
     found: dict[str, str] = {}
     for d in dirs:
         for candidate in [d / "requirements.txt", d.parent / "requirements.txt", d / "pyproject.toml"]:
-            if not candidate.is_file():
+            if not is_regular_file(candidate):
                 continue
             try:
-                lines = candidate.read_text(encoding="utf-8", errors="replace").splitlines()
-            except OSError:
+                lines = read_text_bounded(candidate, errors="replace").splitlines()
+            except Unreadable:
                 continue
             for line in lines:
                 m = _PIN.match(line.strip().strip('",'))

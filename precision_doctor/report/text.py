@@ -18,6 +18,7 @@ _MARK = {"error": "✗", "warning": "!", "info": "i"}
 _PHASE = {"launch": "at launch", "config": "while the script builds its training objects",
           "load": "while loading the model", "wrap": "when the trainer wraps the model",
           "first-step": "at the first optimizer step", "later-steps": "after some steps"}
+NOT_CHECKED = "not checked"  # the unknown a folder run records for a file it could not read
 _STACK_SHOWN = ("torch", "transformers", "accelerate", "peft", "trl", "bitsandbytes")
 
 
@@ -83,10 +84,11 @@ def _render(result: Result, facts: Facts, out, fancy: bool, quiet: bool) -> None
         _live(facts.live, result, out)  # a run that never reached training is news even with --quiet
     for script in facts.scripts:
         found = by_path.get(script.path, [])
-        if quiet and not found:
+        skipped = next((u.reason for u in script.unknowns if u.what == NOT_CHECKED), None)
+        if quiet and not found and skipped is None:
             continue
-        status = _status(found)
-        if not found and facts.live is not None and facts.live.ended not in _LIVE_OK:
+        status = _status(found) if skipped is None else f"[yellow]not checked[/yellow]: {markup(skipped)}"
+        if not found and skipped is None and facts.live is not None and facts.live.ended not in _LIVE_OK:
             status = f"[yellow]no static findings, but the live run {_LIVE_SHORT.get(facts.live.ended, '')}[/yellow]"
         out(f"\n[bold]{markup(script.path)}[/bold]  {status}")
         for f in found:
@@ -237,7 +239,8 @@ def _finding(f: Finding, out, lines: _Lines, fancy: bool) -> None:
 
 
 def _unknowns(facts: Facts, out) -> None:
-    items = [(s, u) for s in facts.scripts for u in s.unknowns if not (u.hardware and facts.machine.known)]
+    items = [(s, u) for s in facts.scripts for u in s.unknowns
+             if not (u.hardware and facts.machine.known) and u.what != NOT_CHECKED]  # that one is on the file's line
     if not items:
         return
     out(f"\n[bold]unknown[/bold] ({len(items)}): values the doctor cannot decide statically; rules that need them stay silent")
