@@ -174,11 +174,12 @@ def _probe_all(entries: list[tuple[Path, bool]], args: tuple[str, ...], jobs: in
     """Probe every script, in worker processes when there are many (each is parsed independently)."""
     if jobs <= 1 or len(entries) < PARALLEL_FROM:
         return tuple(_probe(f, named, args) for f, named in entries)
-    from concurrent.futures import ProcessPoolExecutor
+    from .pool import Lost, run_parallel
 
     chunk = max(1, len(entries) // (jobs * 4))
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        return tuple(pool.map(_probe_entry, [(f, named, args) for f, named in entries], chunksize=chunk))
+    done = run_parallel(_probe_entry, [(f, named, args) for f, named in entries], jobs, chunk=chunk)
+    return tuple(ScriptFacts(path=_display(f), unknowns=(Unknown("not checked", r.reason),))
+                 if isinstance(r, Lost) else r for (f, _), r in zip(entries, done))
 
 
 def _probe_entry(item) -> ScriptFacts:
