@@ -127,10 +127,10 @@ def _run_rule(r: Rule, facts: Facts, derived: Derived, script, withdrawn: list[W
 def _why_withdrawn(facts: Facts) -> str:
     live = facts.live
     parts = []
-    if live.model.get("trainable_dtypes"):
-        parts.append("trainable parameters " + ", ".join(f"{d} x{n}" for d, n in live.model["trainable_dtypes"].items()))
+    if live.model and live.model.trainable_dtypes:
+        parts.append("trainable parameters " + ", ".join(f"{d} x{n}" for d, n in live.model.trainable_dtypes.items()))
     if live.trainer:
-        parts.append(f"Trainer wraps the model in: {live.trainer.get('wrap', '?')}")
+        parts.append(f"Trainer wraps the model in: {live.trainer.wrap}")
     return "the live model shows " + "; ".join(parts) if parts else "the live model contradicts it"
 
 
@@ -138,16 +138,16 @@ def _live_exception(facts: Facts, policy: Policy) -> list[Finding]:
     """The exception a `--live --steps` run raised, as a finding of the rule whose declared log signature it
     matches (the same matching `explain` does)."""
     live = facts.live
-    if live.ended != "raised" or not live.error:
+    if live.ended != "raised" or live.error is None:
         return []
-    r = match_exception(live.error.get("traceback", ""), live.error.get("message", ""))
+    r = match_exception(live.error.traceback, live.error.message)
     if r is None or not policy.enabled(r.id):
         return []
-    where = tuple(Evidence(_frame_location(f), f.get("code", ""),
-                           f"{f.get('function')}() raised here" if i == 0 else f"in {f.get('function')}()", "live")
-                  for i, f in enumerate(reversed(live.error.get("frames", [])[-4:])))
+    where = tuple(Evidence(Location(f.file, f.line) if f.file else None, f.code,
+                           f"{f.function}() raised here" if i == 0 else f"in {f.function}()", "live")
+                  for i, f in enumerate(reversed(live.error.frames[-4:])))
     step = live.optimizer_steps
-    kind, message = live.error.get("type"), live.error.get("message", "")
+    kind, message = live.error.type, live.error.message
     draft = Draft(f"the live run raised it {'before the first optimizer step' if not step else f'after {step} steps'}"
                   f": {kind}: {message[:200]}",
                   evidence=where or (Evidence(None, f"live run at {live.stopped_at or 'the end'}", "exception",
@@ -155,10 +155,6 @@ def _live_exception(facts: Facts, policy: Policy) -> list[Finding]:
                   error=f"{kind}: {message[:400]}", phase=Phase.FIRST_STEP if not step else Phase.LATER_STEPS,
                   fix=Fix(r.fix))
     return [_stamp(r, draft, facts.scripts[0].path if facts.scripts else "")]
-
-
-def _frame_location(frame: dict) -> Location | None:
-    return Location(frame.get("file", ""), int(frame.get("line") or 0)) if frame.get("file") else None
 
 
 def _suppress(findings: list[Finding], facts: Facts, chosen: list[Rule]) -> tuple[list[Finding], SuppressionUse]:

@@ -287,17 +287,108 @@ class StackFacts:
 
 
 @dataclass(frozen=True)
+class LiveAdapter:
+    type: str = ""
+    r: int | None = None
+    target_modules: tuple[str, ...] = ()
+    modules_to_save: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LiveModel:
+    """The real model when training was about to start. Dtype counts are parameters per dtype."""
+
+    architecture: str = ""
+    param_dtypes: dict[str, dict[str, int]] = field(default_factory=dict)  # module prefix -> dtype -> count
+    trainable_dtypes: dict[str, int] = field(default_factory=dict)
+    adapter_dtypes: dict[str, int] = field(default_factory=dict)  # LoRA adapters apart
+    trainable_by_prefix: dict[str, dict[str, int]] = field(default_factory=dict)
+    buffer_dtypes: dict[str, int] = field(default_factory=dict)
+    device_map: dict[str, str] | None = None  # hf_device_map
+    devices: tuple[str, ...] = ()
+    quantized: dict[str, int] = field(default_factory=dict)  # bitsandbytes module class -> count
+    compute_dtypes: tuple[str, ...] = ()
+    peft: dict[str, LiveAdapter] = field(default_factory=dict)
+    gradient_checkpointing: bool = False
+    is_parallelizable: bool = False
+    model_parallel: bool = False
+    is_loaded_in_4bit: bool = False
+    is_loaded_in_8bit: bool = False
+    config_dtype: str = ""
+
+
+@dataclass(frozen=True)
+class LiveTrainer:
+    """The Trainer's arguments after `__post_init__`, and the wrap `_wrap_model` applies."""
+
+    n_gpu: int | None = None
+    is_model_parallel: bool = False
+    fp16: bool = False
+    bf16: bool = False
+    wrap: str = "none"  # DataParallel | DistributedDataParallel | none
+    train_batch_size: int | None = None
+    gradient_accumulation_steps: int | None = None
+    gradient_checkpointing: bool = False
+    gradient_checkpointing_kwargs: dict[str, Any] | None = None
+    max_steps: int | None = None
+
+
+@dataclass(frozen=True)
+class LiveAccelerator:
+    mixed_precision: str = ""
+    scaler: bool = False  # accelerate created a GradScaler
+    distributed_type: str = ""
+    num_processes: int | None = None
+
+
+@dataclass(frozen=True)
+class LiveOptimizerGroup:
+    dtypes: dict[str, int] = field(default_factory=dict)
+    foreach: bool | None = None
+    fused: bool | None = None
+
+
+@dataclass(frozen=True)
+class LiveOptimizer:
+    class_name: str = ""
+    groups: tuple[LiveOptimizerGroup, ...] = ()
+    state_dtype_mismatches: int = 0  # state tensors whose dtype differs from their parameter's
+
+
+@dataclass(frozen=True)
+class LiveScaler:
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class LiveFrame:
+    file: str = ""
+    line: int = 0
+    function: str = ""
+    code: str = ""
+
+
+@dataclass(frozen=True)
+class LiveError:
+    type: str = ""
+    message: str = ""
+    frames: tuple[LiveFrame, ...] = ()  # the script's own frames, innermost last
+    traceback: str = ""
+
+
+@dataclass(frozen=True)
 class LiveFacts:
-    """What the script's real objects were when training was about to start (`check --live`)."""
+    """What the script's real objects were when training was about to start (`check --live`). A part that was
+    not seen is None."""
 
     ended: str  # stopped | steps done | finished | exited | raised | timed out | crashed
     stopped_at: str = ""  # Trainer.train | Accelerator.prepare | Optimizer.step
-    model: dict[str, Any] = field(default_factory=dict)
-    trainer: dict[str, Any] = field(default_factory=dict)
-    accelerator: dict[str, Any] = field(default_factory=dict)
-    optimizer: dict[str, Any] = field(default_factory=dict)
-    grad_scaler: dict[str, Any] = field(default_factory=dict)
-    error: dict[str, Any] = field(default_factory=dict)  # type, message, frames, traceback
+    model: LiveModel | None = None
+    trainer: LiveTrainer | None = None
+    accelerator: LiveAccelerator | None = None
+    optimizer: LiveOptimizer | None = None
+    grad_scaler: LiveScaler | None = None
+    error: LiveError | None = None
     exit_code: int | None = None
     optimizer_steps: int = 0
     losses: tuple[Any, ...] = ()
@@ -314,10 +405,17 @@ class LiveFacts:
     @property
     def known(self) -> bool:
         """The real model was seen (rules that need it run)."""
-        return bool(self.model)
+        return self.model is not None
 
     def trainable(self) -> set[str]:
-        return {d for d, n in self.model.get("trainable_dtypes", {}).items() if n}
+        return {d for d, n in self.model.trainable_dtypes.items() if n} if self.model else set()
+
+    @classmethod
+    def from_json(cls, data: dict) -> LiveFacts:
+        """From the live child's report (or a test's dict): unknown keys are dropped, missing or empty parts are
+        None."""
+        parts = ("model", "trainer", "accelerator", "optimizer", "grad_scaler", "error")
+        return _from_jsonable(cls, {k: v for k, v in data.items() if v or k not in parts})
 
 
 @dataclass(frozen=True)
@@ -359,6 +457,8 @@ def _from_jsonable(tp: Any, data: Any) -> Any:
         return tp(data)
     origin = typing.get_origin(tp)
     if dataclasses.is_dataclass(tp):
+        if not isinstance(data, dict):
+            raise TypeError(f"{tp.__name__}: expected an object, got {type(data).__name__}")
         hints = typing.get_type_hints(tp)
         kwargs = {f.name: _from_jsonable(hints[f.name], data[f.name])
                   for f in dataclasses.fields(tp) if f.name in data}
@@ -379,7 +479,9 @@ def _from_jsonable(tp: Any, data: Any) -> Any:
 
 _TYPES: dict[str, Any] = {}
 for _cls in (Location, Origin, Predicate, Value, Call, Unknown, Suppression, ScriptFacts, GpuProcess, Gpu, MachineFacts,
-             BusyPort, HostFacts, LaunchFacts, PackageVersion, LibraryBehaviour, StackFacts, LiveFacts, Facts):
+             BusyPort, HostFacts, LaunchFacts, PackageVersion, LibraryBehaviour, StackFacts, LiveAdapter, LiveModel,
+             LiveTrainer, LiveAccelerator, LiveOptimizerGroup, LiveOptimizer, LiveScaler, LiveFrame, LiveError,
+             LiveFacts, Facts):
     _TYPES[_cls.__name__] = _cls
 
 

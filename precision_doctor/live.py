@@ -85,15 +85,14 @@ def run_live(script: str, script_args: tuple[str, ...], steps: int = 0, timeout:
         tail: tuple[str, ...] = ()
     else:
         tail = _tail(log.path)
-    return LiveFacts(ended=ended, stopped_at=facts.get("stopped_at", ""), model=facts.get("model", {}),
-                     trainer=facts.get("trainer", {}), accelerator=facts.get("accelerator", {}),
-                     optimizer=facts.get("optimizer", {}), grad_scaler=facts.get("grad_scaler", {}),
-                     error=outcome.get("error", {}), exit_code=outcome.get("exit_code", code
-                                                                           if ended == "crashed" else None),
-                     optimizer_steps=outcome.get("optimizer_steps", 0),
-                     losses=tuple(outcome.get("losses", reports.losses)),
-                     loss_scales=tuple(outcome.get("loss_scales", ())), log_path=log.path, log_tail=tail,
-                     wall_s=round(wall, 2), peak_rss_mib=round(usage.ru_maxrss / 1024, 1))
+    return LiveFacts.from_json({
+        "ended": ended, "stopped_at": facts.get("stopped_at", ""), "model": facts.get("model"),
+        "trainer": facts.get("trainer"), "accelerator": facts.get("accelerator"), "optimizer": facts.get("optimizer"),
+        "grad_scaler": facts.get("grad_scaler"), "error": outcome.get("error"),
+        "exit_code": outcome.get("exit_code", code if ended == "crashed" else None),
+        "optimizer_steps": outcome.get("optimizer_steps", 0), "losses": outcome.get("losses", reports.losses),
+        "loss_scales": outcome.get("loss_scales", ()), "log_path": log.path, "log_tail": tail,
+        "wall_s": round(wall, 2), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1)})
 
 
 def _supervise(proc: subprocess.Popen, timeout: float, started: float, caught: _Caught, status, streams: dict,

@@ -160,7 +160,7 @@ def optimizer_facts(opt) -> dict:
             if k != "step" and hasattr(v, "dtype") and getattr(v, "is_floating_point", lambda: False)() \
                     and v.dtype != p.dtype:
                 mismatched += 1
-    return {"class": type(inner).__name__, "groups": groups, "state_dtype_mismatches": mismatched}
+    return {"class_name": type(inner).__name__, "groups": groups, "state_dtype_mismatches": mismatched}
 
 
 def trainer_facts(trainer) -> dict:
@@ -175,7 +175,7 @@ def trainer_facts(trainer) -> dict:
     elif args.n_gpu > 1 and not getattr(trainer.model, "is_loaded_in_8bit", False) and \
             not getattr(trainer.model, "is_loaded_in_4bit", False):
         wrap = "DataParallel"
-    return {"n_gpu": args.n_gpu, "_n_gpu": getattr(args, "_n_gpu", None),
+    return {"n_gpu": args.n_gpu,
             "is_model_parallel": bool(getattr(trainer, "is_model_parallel", False)),
             "fp16": bool(args.fp16), "bf16": bool(args.bf16), "wrap": wrap,
             "train_batch_size": getattr(args, "train_batch_size", None),

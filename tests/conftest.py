@@ -33,7 +33,7 @@ def check_code(tmp_path, code, target=None, launcher=None, script_args=(), versi
 
         from precision_doctor.facts import LiveFacts
 
-        facts = replace(facts, live=LiveFacts(**live))
+        facts = replace(facts, live=LiveFacts.from_json(live))
     return engine.run(facts), facts
 
 

@@ -65,9 +65,9 @@ TRAINER = """
 def test_stops_at_trainer_train_and_sees_the_real_model(tmp_path, tiny):
     result, live = live_check(script(tmp_path, TRAINER.format(between=""), tiny))
     assert live.ended == "stopped" and live.stopped_at == "Trainer.train"
-    assert live.model["trainable_dtypes"] == {"float16": 21}
-    assert live.model["param_dtypes"]["model.layers"] == {"float16": 18}
-    assert live.trainer["n_gpu"] == 0 and live.trainer["wrap"] == "none"
+    assert live.model.trainable_dtypes == {"float16": 21}
+    assert live.model.param_dtypes["model.layers"] == {"float16": 18}
+    assert live.trainer.n_gpu == 0 and live.trainer.wrap == "none"
     pd204 = [f for f in result.findings if f.rule_id == "PD204"]
     assert pd204 and "live:" in pd204[0].message and not result.withdrawn
 
@@ -76,7 +76,7 @@ def test_the_live_model_withdraws_a_static_finding(tmp_path, tiny):
     # an upcast the static reading cannot follow: the live model is fp32, so PD204 is withdrawn
     body = TRAINER.format(between='model = getattr(model, "float")()')
     result, live = live_check(script(tmp_path, body, tiny))
-    assert live.model["trainable_dtypes"] == {"float32": 21}
+    assert live.model.trainable_dtypes == {"float32": 21}
     assert "PD204" not in {f.rule_id for f in result.findings}
     assert [w.rule_id for w in result.withdrawn] == ["PD204"] and "float32 x21" in result.withdrawn[0].reason
 
@@ -95,7 +95,7 @@ def test_real_steps_reproduce_unscale_fp16_and_map_it_to_pd201(tmp_path, tiny):
             scaler.update()
     """
     result, live = live_check(script(tmp_path, body, tiny), steps=2)
-    assert live.ended == "raised" and live.error["message"] == "Attempting to unscale FP16 gradients."
+    assert live.ended == "raised" and live.error.message == "Attempting to unscale FP16 gradients."
     pd201 = [f for f in result.findings if f.rule_id == "PD201" and "live run raised" in f.message]
     assert pd201 and pd201[0].error == "ValueError: Attempting to unscale FP16 gradients."
     assert any(e.location and e.location.path.endswith("train.py") for e in pd201[0].evidence)
@@ -128,7 +128,7 @@ def test_mixed_dtypes_and_a_cast_after_the_optimizer(tmp_path, tiny):
     pd306 = [f for f in result.findings if f.rule_id == "PD306"]
     assert pd306 and "model.layers: bfloat16" in pd306[0].message and "float32" in pd306[0].message
     result, live = live_check(path, steps=3)
-    assert live.ended == "raised" and "expected dtype float for `end`" in live.error["message"]
+    assert live.ended == "raised" and "expected dtype float for `end`" in live.error.message
     assert any(f.rule_id == "PD203" and "live run raised" in f.message for f in result.findings)
 
 
@@ -153,7 +153,7 @@ def test_frozen_inputs_under_reentrant_checkpointing(tmp_path):
     ("import sys\nprint('bye')\nsys.exit(3)\n", "exited", lambda live: live.exit_code == 3),
     ("x = 1\nprint('done without training')\n", "finished", lambda live: not live.reached_training),
     ("raise RuntimeError('no data found in /data/train')\n", "raised",
-     lambda live: live.error["type"] == "RuntimeError" and any("no data found" in line for line in live.log_tail)),
+     lambda live: live.error.type == "RuntimeError" and any("no data found" in line for line in live.log_tail)),
 ])
 def test_scripts_that_never_train_get_a_clear_report(tmp_path, body, ended, check):
     path = script(tmp_path, body)
@@ -201,7 +201,7 @@ def test_accelerate_prepare_is_a_stop_point_and_json_stays_clean(tmp_path):
                            "json", "--target", "cpu"], capture_output=True, text=True, timeout=120)
     doc = json.loads(proc.stdout)  # status lines went to stderr
     live = doc["facts"]["live"]
-    assert live["stopped_at"] == "Accelerator.prepare" and live["optimizer"]["class"] == "AdamW"
+    assert live["stopped_at"] == "Accelerator.prepare" and live["optimizer"]["class_name"] == "AdamW"
     assert live["accelerator"]["mixed_precision"] == "no" and "live" in proc.stderr
 
 
@@ -261,7 +261,7 @@ def test_families_and_a_vision_tower_left_in_fp32(tmp_path, families, family, lo
     result, live = live_check(script(tmp_path, body))
     assert live.stopped_at == "Optimizer.step"
     for prefix, counts in expect.items():
-        assert live.model["param_dtypes"][prefix] == counts, live.model["param_dtypes"]
+        assert live.model.param_dtypes[prefix] == counts, live.model.param_dtypes
     mixed = [f for f in result.findings if f.rule_id == "PD306"]
     assert bool(mixed) == (family == "qwen2vl")
     if mixed:

@@ -74,9 +74,8 @@ def _autocast_device(c: Call) -> str | None:
     ],
 )
 def optimizer_state_dtype_mismatch(script: ScriptFacts, setup: Setup, live):
-    if live is not None and live.optimizer.get("state_dtype_mismatches"):
-
-        n = live.optimizer["state_dtype_mismatches"]
+    if live is not None and live.optimizer is not None and live.optimizer.state_dtype_mismatches:
+        n = live.optimizer.state_dtype_mismatches
         yield Draft(f"the live optimizer holds {n} state tensor{'s' if n != 1 else ''} whose dtype differs from its "
                     f"parameter's: the next step fails", evidence=(live_evidence(live, f"{n} state/param dtype "
                                                                                      f"mismatches"),),

@@ -32,7 +32,7 @@ from ..registry import Example, rule
 )
 def mixed_parameter_dtypes(live):
     by_dtype: dict[str, list[str]] = {}
-    for prefix, counts in live.model.get("param_dtypes", {}).items():
+    for prefix, counts in live.model.param_dtypes.items():
         for dtype, n in counts.items():
             if dtype in FLOATS and n:
                 by_dtype.setdefault(dtype, []).append(f"{prefix}: {dtype} x{n}")

@@ -107,21 +107,21 @@ def dataparallel_over_device_map(setup: Setup, machine: MachineFacts, launch: La
 
 
 def _live_dataparallel(live):
-    if live.trainer.get("wrap") != "DataParallel":
+    if live.trainer.wrap != "DataParallel" or live.model is None:
         return
     model = live.model
     reasons = []
-    if model.get("quantized", {}).get("Linear4bit"):
+    if model.quantized.get("Linear4bit"):
         reasons.append("4-bit bitsandbytes modules")
-    if any(v in ("cpu", "disk") for v in (model.get("device_map") or {}).values()):
+    if any(v in ("cpu", "disk") for v in (model.device_map or {}).values()):
         reasons.append("offloaded modules behind accelerate hooks")
-    if live.trainer.get("bf16") and "bfloat16" in {d for c in model.get("param_dtypes", {}).values() for d in c}:
+    if live.trainer.bf16 and "bfloat16" in {d for c in model.param_dtypes.values() for d in c}:
         reasons.append("bf16 weights whose autocast dtype the replica threads lose")
     if not reasons:
         return
-    devices = sorted(set((model.get("device_map") or {}).values())) or model.get("devices", [])
-    yield Draft(f"confirmed by the live Trainer: args.n_gpu={live.trainer.get('n_gpu')}, is_model_parallel="
-                f"{live.trainer.get('is_model_parallel')}, so it wraps the model in nn.DataParallel over "
+    devices = sorted(set((model.device_map or {}).values())) or list(model.devices)
+    yield Draft(f"confirmed by the live Trainer: args.n_gpu={live.trainer.n_gpu}, is_model_parallel="
+                f"{live.trainer.is_model_parallel}, so it wraps the model in nn.DataParallel over "
                 f"{', '.join(reasons)}",
                 evidence=(live_evidence(live, f"hf_device_map devices: {', '.join(map(str, devices)) or 'none'}"),),
                 fix=Fix("launch DDP (torchrun) with device_map={'': local_rank}, or CUDA_VISIBLE_DEVICES=0",

@@ -54,15 +54,15 @@ def _trainable_under_scaler(setup: Setup, machine: MachineFacts, dtype: str):
 
 def _live_claim(live, dtype: str, scaler: bool, message: str) -> Draft | None:
     """The same claim from the real objects: trainable parameters of `dtype`, with (or without) a scaler."""
-    counts = live.model.get("trainable_by_prefix", {})
+    counts = live.model.trainable_by_prefix if live.model else {}
     holders = [f"{prefix}: {dtype} x{c[dtype]}" for prefix, c in counts.items() if c.get(dtype)]
     if not holders and dtype in live.trainable():
-        holders = [f"{dtype} x{live.model['trainable_dtypes'][dtype]}"]
+        holders = [f"{dtype} x{live.model.trainable_dtypes[dtype]}"]
     if not holders or scaler_on(live) != scaler:
         return None
     runs = "a GradScaler runs" if scaler else "no loss scaling runs"
     return Draft(f"{message} (live: {', '.join(holders[:4])}; {runs})",
-                 evidence=(live_evidence(live, f"trainable {live_summary(live.model.get('trainable_dtypes', {}))}"),),
+                 evidence=(live_evidence(live, f"trainable {live_summary(live.model.trainable_dtypes)}"),),
                  confidence="certain")
 
 

@@ -18,12 +18,12 @@ def live_summary(counts: dict[str, int]) -> str:
 
 def scaler_on(live: LiveFacts) -> bool:
     """A GradScaler really runs: accelerate made one, the loop made one, or Trainer fp16 on a GPU."""
-    if live.accelerator:
-        return bool(live.accelerator.get("scaler"))
-    if live.grad_scaler:
-        return bool(live.grad_scaler.get("enabled"))
-    on_gpu = any(d.startswith("cuda") for d in live.model.get("devices", []))
-    return bool(live.trainer.get("fp16")) and on_gpu
+    if live.accelerator is not None:
+        return live.accelerator.scaler
+    if live.grad_scaler is not None:
+        return live.grad_scaler.enabled
+    on_gpu = live.model is not None and any(d.startswith("cuda") for d in live.model.devices)
+    return live.trainer is not None and live.trainer.fp16 and on_gpu
 
 
 def live_evidence(live: LiveFacts, what: str) -> Evidence:

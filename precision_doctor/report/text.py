@@ -167,33 +167,54 @@ def _live(live, result: Result, out) -> None:
     log = f"; log: {markup(live.log_path)}" if live.log_path else ""
     out(f"\n[bold]live run[/bold]  the script {markup(text)}  [dim]({live.wall_s:.1f} s, peak RSS "
         f"{live.peak_rss_mib:.0f} MiB{log})[/dim]", soft_wrap=True)
-    model = live.model
-    if model:
-        out(f"  model {markup(model.get('architecture', '?'))}: " + markup("; ".join(
-            f"{p}: " + ", ".join(f"{d} x{n}" for d, n in c.items()) for p, c in model.get("param_dtypes", {}).items())),
-            soft_wrap=True)
-        out(f"  trainable: {markup(', '.join(f'{d} x{n}' for d, n in model.get('trainable_dtypes', {}).items()))}"
-            + (f"; adapters: {markup(str(model['peft']))}" if model.get("peft") else "")
-            + (f"; hf_device_map devices: {markup(', '.join(sorted(set(model['device_map'].values()))))}"
-               if model.get("device_map") else ""), soft_wrap=True)
-    if live.trainer:
-        t = live.trainer
-        out(f"  Trainer: n_gpu={t.get('n_gpu')} is_model_parallel={t.get('is_model_parallel')} fp16={t.get('fp16')} "
-            f"bf16={t.get('bf16')} wraps in: {t.get('wrap')}")
-    if live.accelerator:
-        out(f"  Accelerator: {markup(str(live.accelerator))}", soft_wrap=True)
-    if live.optimizer:
-        out(f"  optimizer {markup(live.optimizer.get('class', '?'))}: " + markup("; ".join(
-            str(g.get("dtypes")) for g in live.optimizer.get("groups", []))), soft_wrap=True)
+    for label, value in _live_rows(live):
+        out(f"  {label:<12} {markup(value)}", soft_wrap=True)
     if live.losses:
         out(f"  losses: {markup(str(list(live.losses[:8])))}{' ...' if len(live.losses) > 8 else ''}")
-    if live.error and not any(f.error and live.error.get("type", "") in f.error for f in result.findings):
-        out(f"  [red]{markup(live.error.get('type', ''))}: {markup(live.error.get('message', '')[:300])}[/red] "
+    if live.error and not any(f.error and live.error.type in f.error for f in result.findings):
+        out(f"  [red]{markup(live.error.type)}: {markup(live.error.message[:300])}[/red] "
             f"(no known cause: see the log)", soft_wrap=True)
     for line in live.log_tail[-12:]:
         out(f"  [dim]| {markup(line[:220])}[/dim]", soft_wrap=True)
     for w in result.withdrawn:
         out(f"  [yellow]withdrawn[/yellow] {w.rule_id}: {markup(w.message)} — {markup(w.reason)}", soft_wrap=True)
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{d} x{n}" for d, n in counts.items()) or "none"
+
+
+def _live_rows(live) -> list[tuple[str, str]]:
+    """The live model, Trainer, Accelerator and optimizer as labelled lines a person reads."""
+    rows = []
+    m = live.model
+    if m is not None:
+        rows.append(("model", m.architecture or "?"))
+        rows += [(f"  {prefix}", _counts(counts)) for prefix, counts in m.param_dtypes.items()]
+        rows.append(("trainable", _counts(m.trainable_dtypes)))
+        for name, a in m.peft.items():
+            rows.append(("adapters", f"{name}: {a.type} r={a.r} on {', '.join(a.target_modules) or '?'}"
+                         + (f"; modules_to_save {', '.join(a.modules_to_save)}" if a.modules_to_save else "")))
+        if m.quantized:
+            rows.append(("quantized", _counts(m.quantized) + (f"; compute {', '.join(m.compute_dtypes)}"
+                                                               if m.compute_dtypes else "")))
+        if m.device_map:
+            rows.append(("device map", ", ".join(sorted(set(m.device_map.values())))))
+        rows.append(("devices", ", ".join(m.devices) or "?"))
+    if live.trainer is not None:
+        t = live.trainer
+        rows.append(("Trainer", f"n_gpu {t.n_gpu}, model parallel {t.is_model_parallel}, fp16 {t.fp16}, bf16 {t.bf16},"
+                                f" wraps in {t.wrap}, batch {t.train_batch_size}"))
+    if live.accelerator is not None:
+        a = live.accelerator
+        rows.append(("Accelerator", f"mixed_precision {a.mixed_precision or 'no'}, GradScaler {a.scaler}, "
+                                    f"{a.distributed_type or 'no distribution'}, {a.num_processes} process(es)"))
+    if live.optimizer is not None:
+        o = live.optimizer
+        rows.append(("optimizer", f"{o.class_name}: " + "; ".join(
+            _counts(g.dtypes) + (" (fused)" if g.fused else " (foreach)" if g.foreach else "") for g in o.groups)
+            + (f"; {o.state_dtype_mismatches} state tensors of another dtype" if o.state_dtype_mismatches else "")))
+    return rows
 
 
 def _status(found: list[Finding]) -> str:
