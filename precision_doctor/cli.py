@@ -278,20 +278,13 @@ def _render_data(fmt: str, result, facts, no_color: bool) -> str:
 
 
 def _write(output: str | None, text: str) -> None:
-    """stdout, or a file written whole (temp file + rename): a CI artifact is never half a report."""
+    """stdout, or FILE by safe_io's rules (a regular file replaced whole, a pipe or device written in place)."""
     if not output:
         sys.stdout.write(text)
         return
-    import os
-    from pathlib import Path
+    from .safe_io import write_file
 
-    out = Path(output)
-    tmp = out.with_name(f".{out.name}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, out)
-    except OSError as exc:
-        raise InputError(f"-o {output}: cannot write ({exc.strerror})") from None
+    write_file(output, text.encode("utf-8"), what=f"-o {output}")
 
 
 def write_snapshot(opts) -> int:
