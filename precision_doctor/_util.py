@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Callable, Hashable, Iterable, TypeVar
 
 T = TypeVar("T")
@@ -17,3 +18,12 @@ def unique(items: Iterable[T], key: Callable[[T], Hashable]) -> list[T]:
             seen.add(k)
             out.append(item)
     return out
+
+
+_PYTHON_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
+
+
+def python_lines(text: str) -> list[str]:
+    """The lines as Python numbers them, each with its own newline: split on \\n, \\r\\n and \\r only. str.splitlines
+    also splits on form feeds, U+2028 and other characters Python's tokenizer keeps inside a line."""
+    return _PYTHON_LINE.findall(text)
