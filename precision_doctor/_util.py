@@ -23,7 +23,8 @@ def unique(items: Iterable[T], key: Callable[[T], Hashable]) -> list[T]:
 _PYTHON_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 
 
-def python_lines(text: str) -> list[str]:
-    """The lines as Python numbers them, each with its own newline: split on \\n, \\r\\n and \\r only. str.splitlines
-    also splits on form feeds, U+2028 and other characters Python's tokenizer keeps inside a line."""
-    return _PYTHON_LINE.findall(text)
+def python_lines(text: str, keepends: bool = False) -> list[str]:
+    """`text.splitlines()` as Python numbers lines: split on \\n, \\r\\n and \\r only. str.splitlines also splits on
+    form feeds, U+2028 and other characters Python's tokenizer keeps inside a line, which shifts line numbers."""
+    lines = _PYTHON_LINE.findall(text)
+    return lines if keepends else [line.rstrip("\r\n") for line in lines]

@@ -73,7 +73,8 @@ class FileChange:
         name = label or self.path
         bom = BOM if self.bom else ""
         out = []
-        for line in difflib.unified_diff(python_lines(bom + self.before), python_lines(bom + self.after),
+        for line in difflib.unified_diff(python_lines(bom + self.before, keepends=True),
+                                         python_lines(bom + self.after, keepends=True),
                                          fromfile=name, tofile=name):
             out.append(line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n")
         return "".join(out)

@@ -63,6 +63,8 @@ def write_file(target: str | os.PathLike, data: bytes, *, what: str = "", unchan
             _write_special(path, data)
             return
         real = os.path.realpath(path)  # the file a link points to: it is replaced, the link kept
+        if st is not None and not os.access(real, os.W_OK):
+            raise InputError(f"{what}: the file is read-only; make it writable first")  # as `>` would refuse
         if st is not None and st.st_nlink > 1:
             _write_in_place(real, data, unchanged_since, what)
             return
@@ -267,8 +269,10 @@ def _sync_folder(folder: str) -> None:
 def _describe(what: str, path: str, exc: OSError, folder: bool = False) -> str:
     reason = exc.strerror or type(exc).__name__
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        where = path if folder else (os.path.dirname(os.path.realpath(path)) or ".")
-        return f"{what}: cannot write ({reason}): {where} is not writable here; choose a writable place"
+        made = exc.filename if folder and exc.filename else path
+        parent = os.path.dirname(os.path.realpath(made)) or "."
+        action = f"cannot create {made}" if folder else "cannot write"
+        return f"{what}: {action} ({reason}): {parent} is not writable here; write somewhere else or make it writable"
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return f"{what}: cannot write ({reason}); free some space and run it again"
     return f"{what}: cannot write ({reason})"
