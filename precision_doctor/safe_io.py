@@ -160,17 +160,24 @@ def _write_descriptor(fd: int, data: bytes) -> None:
 
 
 def _own_descriptor(path: str) -> int | None:
-    fd = _STANDARD_STREAMS.get(path)
-    if fd is None:
-        match = _OWN_DESCRIPTOR.match(path)
-        fd = int(match.group(1)) if match else None
-    if fd is None:
-        return None
-    try:
-        os.fstat(fd)
-    except OSError:
-        return None  # not open here: the path is opened as any other
-    return fd
+    """The descriptor `path` names, if it is (or is a link to) /dev/stdout, /dev/stderr, /dev/fd/N or
+    /proc/self/fd/N and that descriptor is open here."""
+    for _ in range(40):  # the kernel's own limit on links followed
+        fd = _STANDARD_STREAMS.get(path)
+        if fd is None:
+            match = _OWN_DESCRIPTOR.match(path)
+            fd = int(match.group(1)) if match else None
+        if fd is not None:
+            try:
+                os.fstat(fd)
+            except OSError:
+                return None  # not open here: the path is opened as any other
+            return fd
+        try:
+            path = os.path.normpath(os.path.join(os.path.dirname(path), os.readlink(path)))
+        except OSError:
+            return None
+    return None
 
 
 # --- helpers ---------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 devices in place, write a symlinked script through its link, keep hard links, owner and mode, and fail with one
 line (exit 2) and no temp file left on a read-only folder, a full disk or an interrupted write."""
 
+import errno
 import json
 import os
 import shutil
@@ -89,28 +90,57 @@ def test_report_to_a_fifo_is_written_in_place(tmp_path):
     assert temps(tmp_path) == []
 
 
-@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
-def test_a_full_device_is_one_line_and_exit_2():
-    proc = doctor("snapshot", "--target", "a100", "-o", "/dev/full", cwd="/")
+def full_device(tmp_path: Path) -> Path:
+    """A node of the full device: root makes its own in tmp_path, so a regression that renames over the target
+    ruins a copy, never the system's /dev/full; others cannot hurt /dev/full and use it."""
+    if os.geteuid() == 0:
+        node = tmp_path / "full"
+        try:
+            os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 7))
+            with open(node, "wb", buffering=0) as handle:
+                handle.write(b"x")
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                return node
+            pytest.skip(f"cannot make a device node here ({exc.strerror})")
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full on this system")
+    return Path("/dev/full")
+
+
+def test_a_full_device_is_one_line_and_exit_2(tmp_path):
+    device = full_device(tmp_path)
+    proc = doctor("snapshot", "--target", "a100", "-o", device, cwd=tmp_path)
     err = proc.stderr.decode()
     assert proc.returncode == 2
-    assert err.startswith("precision-doctor: error: -o /dev/full: cannot write (No space left on device)")
+    assert err.startswith(f"precision-doctor: error: -o {device}: cannot write (No space left on device)")
     assert "Traceback" not in err and err.count("\n") == 1
-    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+    assert stat.S_ISCHR(os.lstat(device).st_mode)
+
+
+def stdout_path(tmp_path: Path) -> Path:
+    """/dev/stdout itself where a regression cannot replace it (not root); for root, a link to it in tmp_path."""
+    if os.geteuid() != 0:
+        return Path("/dev/stdout")
+    link = tmp_path / "stdout"
+    link.symlink_to("/dev/stdout")
+    return link
 
 
 def test_dev_stdout_is_this_process_stdout(tmp_path):
-    piped = doctor("check", "--target", "a100", "--format", "json", "-o", "/dev/stdout", cwd=tmp_path)
+    target = stdout_path(tmp_path)
+    piped = doctor("check", "--target", "a100", "--format", "json", "-o", target, cwd=tmp_path)
     assert piped.returncode == 0, piped.stderr
     assert "findings" in json.loads(piped.stdout)
     log = tmp_path / "log.txt"
     log.write_text("earlier output\n")
     with open(log, "ab") as appended:  # `>> log.txt`: the report is appended, as a shell redirection would
-        proc = doctor("snapshot", "--target", "a100", "-o", "/dev/stdout", cwd=tmp_path, stdout=appended)
+        proc = doctor("snapshot", "--target", "a100", "-o", target, cwd=tmp_path, stdout=appended)
     assert proc.returncode == 0, proc.stderr
     text = log.read_text()
     assert text.startswith("earlier output\n{") and json.loads(text.split("\n", 1)[1])["kind"]
-    assert os.path.islink("/dev/stdout") or stat.S_ISCHR(os.stat("/dev/stdout").st_mode)
+    if target.is_symlink():
+        assert os.readlink(target) == "/dev/stdout"  # still the link, not a file renamed over it
 
 
 def test_read_only_folder_is_exit_2_with_no_temp_left(tmp_path):
