@@ -25,7 +25,6 @@ import re
 import stat
 import sys
 import tempfile
-from pathlib import Path
 
 from .errors import InputError
 

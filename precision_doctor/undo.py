@@ -96,41 +96,46 @@ class Backup:
 
 def undo(targets: list[str], force: bool, say) -> int:
     """Restore the backups named (a backup folder, or a file or folder of a project: its latest run not yet undone;
-    none: the current directory's project). Refuses, changing nothing, when a file changed since the fix."""
+    none: the current directory's project). Every file is checked before any is restored: one that changed since
+    the fix refuses the whole undo unless `force`."""
     folders = list(dict.fromkeys(_backup_folder(t) for t in (targets or ["."])))
-    plans = []
-    for folder in folders:
-        manifest = _load(folder)
-        for entry in manifest["files"]:
-            path = _restorable(folder, entry)
-            try:
-                current = path.read_bytes()
-            except FileNotFoundError:
-                current = None
-            except OSError as exc:
-                raise InputError(f"{path}: cannot be read ({exc.strerror}); nothing restored") from None
-            known = {entry["original_sha256"], *entry["written_sha256"]}
-            if (current is None or safe_io.digest(current) not in known) and not force:
-                what = "was removed" if current is None else "changed"
-                raise InputError(f"{path}: {what} since `fix` wrote it; nothing restored (add --force to restore "
-                                 f"the backup over it)")
-            original = safe_io.read_bytes(folder / entry["backup"], what=f"undo backup {folder / entry['backup']}")
-            if safe_io.digest(original) != entry["original_sha256"]:
-                raise InputError(f"{folder / entry['backup']}: the backup itself changed; nothing restored")
-            plans.append((path, current, original))
-        plans.append((folder, None, manifest))
-    for path, current, original in plans:
-        if isinstance(original, dict):  # the manifest: this run is undone
-            original["undone"] = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
-            safe_io.write_file(path / MANIFEST, (json.dumps(original, indent=2) + "\n").encode("utf-8"),
-                               what=f"undo manifest {path / MANIFEST}")
-            continue
+    manifests = [(folder, _load(folder)) for folder in folders]
+    restores = [_restore_plan(folder, entry, force) for folder, manifest in manifests for entry in manifest["files"]]
+    for path, current, original in restores:
         if current == original:
             say(f"{path}: already as before the fix")
             continue
-        safe_io.write_file(path, original, what=str(path))  # keeps the file's owner, mode and links
+        unchanged = None if current is None else safe_io.digest(current)
+        safe_io.write_file(path, original, what=str(path), unchanged_since=unchanged)  # owner, mode, links kept
         say(f"restored {path}")
+    for folder, manifest in manifests:
+        manifest["undone"] = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+        safe_io.write_file(folder / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode("utf-8"),
+                           what=f"undo manifest {folder / MANIFEST}")
     return 0
+
+
+def _restore_plan(folder: Path, entry: dict, force: bool) -> tuple[Path, bytes | None, bytes]:
+    """(the file, its current bytes or None when it is gone, the original bytes), or InputError."""
+    path = _restorable(folder, entry)
+    if path.exists() and not path.is_file():
+        raise InputError(f"{path}: is no longer a regular file; nothing restored")
+    try:
+        current = path.read_bytes()
+    except FileNotFoundError:
+        current = None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read ({exc.strerror}); nothing restored") from None
+    known = {entry["original_sha256"], *entry["written_sha256"]}
+    if (current is None or safe_io.digest(current) not in known) and not force:
+        what = "was removed" if current is None else "changed"
+        raise InputError(f"{path}: {what} since `fix` wrote it; nothing restored (add --force to restore the "
+                         f"backup over it)")
+    copy = folder / entry["backup"]
+    original = safe_io.read_bytes(copy, what=f"undo backup {copy}")
+    if safe_io.digest(original) != entry["original_sha256"]:
+        raise InputError(f"{copy}: the backup itself changed; nothing restored")
+    return path, current, original
 
 
 def _backup_folder(target: str) -> Path:
@@ -164,8 +169,14 @@ def _load(folder: Path) -> dict:
         data = json.loads(safe_io.read_bytes(folder / MANIFEST, what=f"undo manifest {folder / MANIFEST}"))
     except ValueError:
         raise InputError(f"{folder / MANIFEST}: not an undo manifest of precision-doctor") from None
-    entry_types = {"path": str, "backup": str, "original_sha256": str, "written_sha256": list}
-    if not isinstance(data, dict) or data.get("version") != 1 or not isinstance(data.get("files"), list) or not all(
-            isinstance(e, dict) and all(isinstance(e.get(k), t) for k, t in entry_types.items()) for e in data["files"]):
+    if not isinstance(data, dict) or data.get("version") != 1 or not isinstance(data.get("files"), list) \
+            or not all(_sound_entry(e) for e in data["files"]):
         raise InputError(f"{folder / MANIFEST}: not an undo manifest of precision-doctor")
     return data
+
+
+def _sound_entry(entry) -> bool:
+    if not isinstance(entry, dict) or not isinstance(entry.get("written_sha256"), list):
+        return False
+    return all(isinstance(entry.get(k), str) for k in ("path", "backup", "original_sha256")) \
+        and all(isinstance(d, str) for d in entry["written_sha256"])

@@ -118,8 +118,8 @@ def test_diff_of_files_outside_the_working_directory(tmp_path, tool):
 def test_diff_stream_holds_only_the_patch(tmp_path, monkeypatch, capsys):
     script = tmp_path / "train.py"
     script.write_text("x = f(a=1)\n")
-    stale = Finding("PD999", "stale-edit", "error", "m", str(script),
-                    fix=Fix("set b", safe=True, edits=(Edit("set_kwarg", str(script), 1, call="g", name="b", new="2"),)))
+    edit = Edit("set_kwarg", str(script), 1, call="g", name="b", new="2")  # no call to g(): it cannot apply
+    stale = Finding("PD999", "stale-edit", "error", "m", str(script), fix=Fix("set b", safe=True, edits=(edit,)))
     monkeypatch.chdir(tmp_path)
     run_fix(lambda: [stale], yes=False, diff_only=True, unsafe=False, select=None, console=Console(file=sys.stdout))
     out, err = capsys.readouterr()
