@@ -87,14 +87,32 @@ def _apply(tool: list[str], patch: str, folder: Path) -> subprocess.CompletedPro
                           env=env, timeout=60)
 
 
+@pytest.fixture(scope="module")
+def diffs(tmp_path_factory):
+    """`fix --diff` once per variant: (the file's bytes, the patch)."""
+    cache = {}
+
+    def get(variant):
+        if variant not in cache:
+            project = tmp_path_factory.mktemp(variant) / "proj"
+            data = make_project(project, variant)
+            proc = doctor("fix", "train.py", "--target", "titan-rtx", "--diff", cwd=project)
+            assert proc.returncode == 1 and proc.stdout.startswith(b"--- "), proc.stderr
+            assert (project / FIXED).read_bytes() == data  # --diff changes nothing
+            cache[variant] = data, proc.stdout
+        return cache[variant]
+
+    return get
+
+
 @pytest.mark.parametrize("tool", [["patch", "-p0", "--batch"], ["git", "apply", "-p0"]], ids=["patch", "git-apply"])
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_diff_applies_with_real_tools(tmp_path, variant, tool):
-    data = make_project(tmp_path / "proj", variant)
-    proc = doctor("fix", "train.py", "--target", "titan-rtx", "--diff", cwd=tmp_path / "proj")
-    assert proc.returncode == 1 and proc.stdout.startswith(b"--- "), proc.stderr
-    assert (tmp_path / "proj" / FIXED).read_bytes() == data  # --diff changes nothing
-    (tmp_path / "fix.patch").write_bytes(proc.stdout)
+def test_diff_applies_with_real_tools(tmp_path, diffs, variant, tool):
+    data, patch = diffs(variant)
+    (tmp_path / "proj").mkdir()
+    shutil.copyfile(SEED / "train.py", tmp_path / "proj" / "train.py")
+    (tmp_path / "proj" / FIXED).write_bytes(data)
+    (tmp_path / "fix.patch").write_bytes(patch)
     applied = _apply(tool, str(tmp_path / "fix.patch"), tmp_path / "proj")
     assert applied.returncode == 0, applied.stdout + applied.stderr
     assert (tmp_path / "proj" / FIXED).read_bytes() == expected_after(data)
