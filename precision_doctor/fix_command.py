@@ -42,9 +42,11 @@ class Session:
         self.backup = Backup()
         self.first = check()
 
+    def fixable(self, findings: list[Finding]) -> list[Finding]:
+        return [f for f in findings if f.fix and f.fix.edits and (self.select is None or f.rule_id in self.select)]
+
     def candidates(self, findings: list[Finding]) -> list[Finding]:
-        return [f for f in findings if f.fix and f.fix.edits and _key(f) not in self.decided
-                and (self.select is None or f.rule_id in self.select)]
+        return [f for f in self.fixable(findings) if _key(f) not in self.decided]
 
     def preview(self, f: Finding):
         """The file changes this finding's edits make, computed on the files as they are now."""
@@ -76,7 +78,7 @@ def run_fix(check: Callable[[], list[Finding]], *, yes: bool, diff_only: bool, u
         diff_only = True  # no terminal to ask on: show the patch, change nothing
     session = Session(check, select, unsafe)
     if diff_only:
-        return _diff_only(session, console)
+        return _diff_only(session)
     try:
         _walk(session, yes, unsafe, ask or _prompt, console)
     except KeyboardInterrupt:
@@ -126,7 +128,7 @@ def _walk(session: Session, yes: bool, unsafe: bool, ask: Callable[[str], str], 
         findings = session.check()
 
 
-def _diff_only(session: Session, console: Console) -> int:
+def _diff_only(session: Session) -> int:
     """Every applicable code fix as one patch on stdout, nothing written; everything else goes to stderr.
     Exit 1 when there is something to apply."""
     from .fixer import EditFailed, FileChange, apply_edits, read_source_file
@@ -201,9 +203,11 @@ def _summary(session: Session, console: Console, ended: str = "") -> int:
     after = session.check() if session.applied else session.first
     if ended:
         console.print(f"\nsession {ended}")
-    reached = {_key(f) for f, _ in session.left} | {_key(f) for f in session.applied}
-    left = session.left + [(f, "not applied: the session ended before it") for f in session.candidates(after)
-                           if _key(f) not in reached and ended]
+    left = list(session.left)
+    if ended:  # the fixes never offered are left too
+        reached = {_key(f) for f, _ in left} | {_key(f) for f in session.applied}
+        left += [(f, "not applied: the session ended before it") for f in session.fixable(after)
+                 if _key(f) not in reached]
     if session.applied:
         n = len(session.applied)
         console.print(f"\napplied {n} fix{'es' if n != 1 else ''}: {_counts(session.first)} → {_counts(after)}")

@@ -175,6 +175,7 @@ def test_undo_after_an_interrupted_session_from_another_directory(tmp_path, monk
     got, screen = _interactive(project, monkeypatch, ending)
     assert got == code
     assert (project / FIXED).read_bytes() != original  # the first fix was applied
+    assert re.search(r"left\s+PD214 .*\n\s+not applied: (you quit|the session ended before it)", screen), screen
     undo = re.search(r"^undo: (precision-doctor fix --undo .+)$", screen, re.M)
     assert undo, screen
     (tmp_path / "elsewhere").mkdir()
