@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import re
 from typing import Callable, Hashable, Iterable, TypeVar
 
 T = TypeVar("T")
@@ -25,3 +26,13 @@ def unique(items: Iterable[T], key: Callable[[T], Hashable]) -> list[T]:
             seen.add(k)
             out.append(item)
     return out
+
+
+_PYTHON_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
+
+
+def python_lines(text: str, keepends: bool = False) -> list[str]:
+    """`text.splitlines()` as Python numbers lines: split on \\n, \\r\\n and \\r only. str.splitlines also splits on
+    form feeds, U+2028 and other characters Python's tokenizer keeps inside a line, which shifts line numbers."""
+    lines = _PYTHON_LINE.findall(text)
+    return lines if keepends else [line.rstrip("\r\n") for line in lines]

@@ -69,7 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Apply the code fixes of the findings, most severe first. Safe fixes with "
                                      "--yes; fixes that need review with --unsafe too. Without a terminal (or with "
                                      "--diff) it prints the patch and changes nothing.")
-    fix.add_argument("paths", nargs="+", metavar="PATH", help="training scripts, or folders of them")
+    fix.add_argument("paths", nargs="*", metavar="PATH", help="training scripts, or folders of them; with --undo: "
+                                                              "the backup folder `fix` printed (default: this "
+                                                              "folder's project)")
+    fix.add_argument("--undo", action="store_true", help="restore the files of the last fix run, byte for byte")
+    fix.add_argument("--force", action="store_true", help="with --undo: restore even files changed since the fix")
     fix.add_argument("--yes", action="store_true", help="apply every safe fix without asking")
     fix.add_argument("--unsafe", action="store_true", help="with --yes or --diff: include fixes that need review")
     fix.add_argument("--diff", action="store_true", help="print the patch (patch -p0 / git apply -p0), apply nothing")
@@ -164,6 +168,12 @@ def run_fix_command(opts, script_args: tuple[str, ...]) -> int:
     from .collect import gather
     from .fix_command import run_engine_check, run_fix
 
+    if opts.undo:
+        from .undo import undo
+
+        return undo(opts.paths, opts.force, print)
+    if not opts.paths:
+        raise InputError("fix: name the training scripts to fix (or --undo)")
     settings = settings_for(opts)
     root = os.path.dirname(settings.source) if settings.source else "."
 
@@ -255,20 +265,13 @@ def _render_data(fmt: str, result, facts, no_color: bool) -> str:
 
 
 def _write(output: str | None, text: str) -> None:
-    """stdout, or a file written whole (temp file + rename): a CI artifact is never half a report."""
+    """stdout, or FILE by safe_io's rules (a regular file replaced whole, a pipe or device written in place)."""
     if not output:
         sys.stdout.write(text)
         return
-    import os
-    from pathlib import Path
+    from .safe_io import write_file
 
-    out = Path(output)
-    tmp = out.with_name(f".{out.name}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, out)
-    except OSError as exc:
-        raise InputError(f"-o {output}: cannot write ({exc.strerror})") from None
+    write_file(output, text.encode("utf-8"), what=f"-o {output}")
 
 
 def write_snapshot(opts) -> int:

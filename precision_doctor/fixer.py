@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import ast
 import difflib
-import hashlib
-import os
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from . import safe_io
+from ._util import python_lines
 from .errors import InputError
 from .findings import Edit
+
+BOM = "\ufeff"
 
 
 class EditFailed(Exception):
@@ -25,20 +25,59 @@ class EditFailed(Exception):
 
 
 @dataclass(frozen=True)
+class SourceFile:
+    """A script as `fix` reads it: its bytes, and its text with newlines exactly as written (libcst keeps CRLF, a
+    missing final newline, form feeds and U+2028 when it is given the text as it is) and without the UTF-8 BOM,
+    which is put back on writing."""
+
+    path: str
+    text: str
+    bom: bool = False
+
+
+def read_source_file(path: str) -> SourceFile:
+    try:
+        data = safe_io.read_bytes(path)
+    except InputError as exc:
+        raise EditFailed(str(exc)) from None
+    bom = data.startswith(BOM.encode("utf-8"))
+    try:
+        text = data.decode("utf-8")  # no newline translation, unlike read_text
+    except UnicodeDecodeError as exc:
+        raise EditFailed(f"{path}: not UTF-8 (byte offset {exc.start}); nothing changed") from None
+    return SourceFile(path, text[1:] if bom else text, bom)
+
+
+@dataclass(frozen=True)
 class FileChange:
     path: str
-    before: str
+    before: str  # the text without the BOM
     after: str
+    bom: bool = False
 
-    def diff(self) -> str:
-        """A unified diff with plain paths: `patch -p0` and `git apply -p0` take it."""
-        return "".join(difflib.unified_diff(self.before.splitlines(keepends=True),
-                                            self.after.splitlines(keepends=True),
-                                            fromfile=self.path, tofile=self.path))
+    @property
+    def before_bytes(self) -> bytes:
+        return self._encode(self.before)
 
+    @property
+    def after_bytes(self) -> bytes:
+        return self._encode(self.after)
 
-def digest(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    def _encode(self, text: str) -> bytes:
+        return ((BOM if self.bom else "") + text).encode("utf-8")
+
+    def diff(self, label: str | None = None) -> str:
+        """A unified diff that `patch -p0` and `git apply -p0` take: lines split where Python splits them, each
+        line's own newline kept (a CRLF file's patch carries CRLF lines), the BOM in the first line as in the
+        file, and `\\ No newline at end of file` after a last line that has none."""
+        name = label or self.path
+        bom = BOM if self.bom else ""
+        out = []
+        for line in difflib.unified_diff(python_lines(bom + self.before, keepends=True),
+                                         python_lines(bom + self.after, keepends=True),
+                                         fromfile=name, tofile=name):
+            out.append(line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n")
+        return "".join(out)
 
 
 def apply_edits(source: str, edits: tuple[Edit, ...] | list[Edit]) -> str:
@@ -232,19 +271,7 @@ def _imports_name(existing: str, statement: str) -> bool:
     return False
 
 
-def write_atomically(path: Path, text: str, expected_digest: str) -> None:
-    """Replace the file in one rename, keeping its mode; refuse if it changed since it was analysed."""
-    current = path.read_text(encoding="utf-8")
-    if digest(current) != expected_digest:
-        raise InputError(f"{path}: changed since it was checked; run `precision-doctor fix` again")
-    mode = path.stat().st_mode
-    fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-        os.chmod(tmp, mode & 0o7777)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+def write_change(change: FileChange, what: str = "") -> None:
+    """Write the change by safe_io's rules; refused if the file is no longer what the change was computed on."""
+    safe_io.write_file(change.path, change.after_bytes, what=what or change.path,
+                       unchanged_since=safe_io.digest(change.before_bytes))

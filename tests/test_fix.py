@@ -126,7 +126,7 @@ def test_yes_applies_safe_fixes_rechecks_and_keeps_the_mode(project):
     assert "dtype=torch.float16,  # BF16 incompatibility" in text  # PD214's rename: safe, comment kept
     assert "torch_dtype" not in text
     assert stat.S_IMODE(os.stat(project / "model_utility_configs.py").st_mode) == 0o640
-    assert "applied 1 fix" in proc.stdout and "→" in proc.stdout and "undo: patch -p0 -R <" in proc.stdout
+    assert "applied 1 fix" in proc.stdout and "→" in proc.stdout and "undo: precision-doctor fix --undo " in proc.stdout
     assert proc.returncode == 1  # PD201 (needs review) is still there
     proc = doctor("fix", "train.py", "--target", "titan-rtx", "--yes", "--unsafe", cwd=project)
     assert "dtype=torch.float32" in (project / "model_utility_configs.py").read_text()
@@ -160,13 +160,13 @@ def test_interactive_answers(project, monkeypatch):
 
 def test_refuses_a_file_changed_since_the_check(project):
     from precision_doctor.errors import InputError
-    from precision_doctor.fixer import digest, write_atomically
+    from precision_doctor.fixer import FileChange, write_change
 
     path = project / "train.py"
-    seen = digest(path.read_text())
+    seen = path.read_text()
     path.write_text(path.read_text() + "# edited meanwhile\n")
     with pytest.raises(InputError, match="changed since it was checked"):
-        write_atomically(path, "x = 1\n", seen)
+        write_change(FileChange(str(path), seen, "x = 1\n"))
     assert path.read_text().endswith("# edited meanwhile\n")
 
 

@@ -11,6 +11,7 @@ import ast
 from typing import Any
 
 from .. import dtypes
+from .._util import python_lines
 from ..facts import CONDITIONAL, DYNAMIC, KNOWN, Location, Origin, Predicate, Value
 from .scopes import Scope, ScopeIndex, dotted
 
@@ -118,7 +119,7 @@ class Resolver:
                  imports: Imports, script_args: tuple[str, ...] = (), nodes: list[ast.AST] | None = None):
         self.path = path
         self.nodes = nodes if nodes is not None else list(ast.walk(tree))
-        self.lines = source.splitlines()
+        self.lines = python_lines(source)
         self.tree = tree
         self.index = index
         self.imports = imports

@@ -16,7 +16,7 @@ import tokenize
 from dataclasses import replace
 from pathlib import Path
 
-from .._util import unique
+from .._util import python_lines, unique
 from ..errors import InputError
 from ..facts import CONDITIONAL, KNOWN, Call, Location, Origin, ScriptFacts, Suppression, Unknown, Value
 from ..redact import DEEPSPEED_KEYS, MODEL_CONFIG_KEYS, keep_read_keys
@@ -139,7 +139,7 @@ class _Collector:
         self.index = ScopeIndex(tree)
         self.imports = Imports(self.nodes)
         self.r = Resolver(path, text, tree, self.index, self.imports, script_args, self.nodes)
-        self.lines = text.splitlines()
+        self.lines = python_lines(text)
         self.calls: list[Call] = []
         self.unknowns: list[Unknown] = []
         self.by_node: dict[int, int] = {}  # id(ast node) -> index in self.calls

@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from .. import __version__
+from .._util import python_lines
 from ..engine import Result
 from ..facts import Facts
 from ..findings import SEVERITIES, Finding
@@ -31,7 +32,7 @@ class _Lines:
     def get(self, path: str, line: int) -> str:
         if path not in self._cache:
             try:
-                self._cache[path] = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+                self._cache[path] = python_lines(Path(path).read_text(encoding="utf-8-sig", errors="replace"))
             except OSError:
                 self._cache[path] = []
         lines = self._cache[path]
