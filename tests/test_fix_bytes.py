@@ -19,7 +19,7 @@ pytest.importorskip("libcst")
 from rich.console import Console  # noqa: E402
 
 from precision_doctor.collect import gather  # noqa: E402
-from precision_doctor.findings import Edit, Finding, Fix  # noqa: E402
+from precision_doctor.findings import Applicability, Edit, Finding, Fix  # noqa: E402
 from precision_doctor.fix_command import run_engine_check, run_fix  # noqa: E402
 
 from .conftest import machine_probes  # noqa: E402
@@ -137,7 +137,7 @@ def test_diff_stream_holds_only_the_patch(tmp_path, monkeypatch, capsys):
     script = tmp_path / "train.py"
     script.write_text("x = f(a=1)\n")
     edit = Edit("set_kwarg", str(script), 1, call="g", name="b", new="2")  # no call to g(): it cannot apply
-    stale = Finding("PD999", "stale-edit", "error", "m", str(script), fix=Fix("set b", safe=True, edits=(edit,)))
+    stale = Finding("PD999", "stale-edit", "error", "m", str(script), fix=Fix("set b", Applicability.SAFE, edits=(edit,)))
     monkeypatch.chdir(tmp_path)
     run_fix(lambda: [stale], yes=False, diff_only=True, unsafe=False, select=None, console=Console(file=sys.stdout))
     out, err = capsys.readouterr()
