@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from .call_kinds import CallKind
+
 KNOWN = "known"
 ABSENT = "absent"  # the argument is not passed: the library default applies
 CONDITIONAL = "conditional"  # decided by the hardware the job runs on
@@ -78,7 +80,7 @@ def absent(detail: str = "") -> Value:
 class Call:
     """A call the script makes that matters to training, with its resolved arguments."""
 
-    kind: str  # see probes/script_calls.py for the closed set
+    kind: CallKind  # the closed set and how each is recognised: call_kinds.py
     callee: str  # dotted name as written, e.g. "torch.cuda.amp.GradScaler"
     location: Location
     scope: str  # "<module>" or the enclosing function's qualified name
