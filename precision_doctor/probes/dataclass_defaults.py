@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from ..call_kinds import is_trl_config, TRAINING_ARGUMENT_CLASSES
+from ..call_kinds import TRAINING_ARGUMENT_CLASSES, is_trl_config
 from ..facts import Origin
 from .scopes import dotted
 from .symbols import Context, Dyn, Known

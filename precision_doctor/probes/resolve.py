@@ -65,6 +65,7 @@ class Resolver:
         self.imports = imports
         self.script_args = tuple(script_args)
         self._texts: dict[int, tuple[ast.AST, str]] = {}
+        self._settled_values: dict[tuple, Sym] = {}
         self.memo: dict = {}  # handlers keep what they build once per script here, under their own keys
         self._calls_to: dict[str, list[ast.Call]] | None = None
         self._class_scopes: dict[str, list[Scope]] | None = None
@@ -137,9 +138,11 @@ class Resolver:
     # -- the symbolic evaluator
     def sym(self, node: ast.AST, scope: Scope, ctx: Context, depth: int = 0) -> Sym:
         if depth > MAX_DEPTH:
+            ctx.limits_hit += 1
             return Dyn("too many indirections to follow")
         key = (id(node), scope.name)
         if key in ctx.visiting:
+            ctx.limits_hit += 1
             return Dyn("the value depends on itself")
         ctx.visiting.add(key)
         try:
@@ -244,6 +247,7 @@ class Resolver:
                     continue
                 hardware = isinstance(cond, Cond)
                 if (ctx.splits_left if hardware else ctx.alternatives_left) <= 0:
+                    ctx.limits_hit += 1
                     if hardware:
                         return Dyn(f"{name} is assigned under too many GPU checks to follow (line {a.line})")
                     decided = False
@@ -276,7 +280,23 @@ class Resolver:
             s = s.parent
         return None
 
+    def _settled(self, key: tuple, ctx: Context, compute) -> Sym:
+        """`compute()`, once per script: a value found without meeting a limit (depth, cycle guard, split
+        budget) is the same wherever it is asked for, and a function called from 100 places or a name
+        reassigned 20,000 times would otherwise be evaluated again on every use."""
+        found = self._settled_values.get(key)
+        if found is not None:
+            return found
+        limits = ctx.limits_hit
+        found = compute()
+        if ctx.limits_hit == limits:
+            self._settled_values[key] = found
+        return found
+
     def _assignment_value(self, a: Assignment, scope: Scope, ctx: Context, depth: int) -> Sym:
+        return self._settled(("assignment", id(a)), ctx, lambda: self._evaluate_assignment(a, scope, ctx, depth))
+
+    def _evaluate_assignment(self, a: Assignment, scope: Scope, ctx: Context, depth: int) -> Sym:
         if a.value is None:
             return Dyn(f"{a.name} is set by a loop or an augmented assignment (line {a.line})")
         inner = self.sym(a.value, scope, ctx, depth)
@@ -293,6 +313,10 @@ class Resolver:
         return inner
 
     def _param(self, name: str, scope: Scope, ctx: Context, depth: int) -> Sym:
+        return self._settled(("parameter", id(scope), name), ctx, lambda: self._passed(name, scope, ctx, depth))
+
+    def _passed(self, name: str, scope: Scope, ctx: Context, depth: int) -> Sym:
+        """A parameter's value: what every call site passes, when they agree."""
         position, default = scope.params[name]
         fname = scope.name.rsplit(".", 1)[-1]
         passed = []

@@ -239,7 +239,14 @@ class ScopeIndex:
     # -- every other node remembers its scope and branch chain, then its children are walked
     def _generic(self, node: ast.AST, state: _State) -> list:
         self._mark(node, state)
-        return [(child, state) for child in ast.iter_child_nodes(node)]
+        todo = []
+        for name in node._fields:  # ast.iter_child_nodes, without its generators: this runs once per node
+            value = getattr(node, name, None)
+            if isinstance(value, ast.AST):
+                todo.append((value, state))
+            elif isinstance(value, list):
+                todo.extend((item, state) for item in value if isinstance(item, ast.AST))
+        return todo
 
     def _mark(self, node: ast.AST, state: _State) -> None:
         self.scope_of[id(node)] = state.scope

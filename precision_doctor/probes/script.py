@@ -19,9 +19,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from .._util import unique
+from ..call_kinds import CallKind, CallSite, is_trainer_class, is_training_arguments, kind_of
 from ..errors import InputError
 from ..facts import CONDITIONAL, KNOWN, Call, Location, Origin, ScriptFacts, Suppression, Unknown, Value
-from ..call_kinds import CallKind, CallSite, is_trainer_class, is_training_arguments, kind_of
 from .resolve import Imports, Resolver
 from .scopes import ScopeIndex, dotted
 from .symbols import Context, DictSym, Known, Namespace, ObjSym
@@ -29,6 +29,7 @@ from .symbols import Context, DictSym, Known, Namespace, ObjSym
 MAX_SCRIPT_BYTES = 2 * 1024 * 1024
 MAX_LOCAL_MODULES = 20
 TOO_DEEP = "nested too deeply for the doctor to follow (RecursionError); simplify the deepest expression"
+
 
 # --- what a call is ---------------------------------------------------------------------------
 
@@ -97,6 +98,7 @@ class _Collector:
         self.unknowns: list[Unknown] = []
         self.by_node: dict[int, int] = {}  # id(ast node) -> index in self.calls
         self._parsed_args: dict[str, Call] = {}
+        self._assigned_names: set[str] | None = None
         self.targets = self._assignment_targets()
         self.local_trainers, self.local_args = self._local_subclasses()
 
@@ -199,7 +201,9 @@ class _Collector:
         """A call of something the script assigned (a model called on inputs), not a function or class."""
         if not name or name in self.index.functions or name in self.index.classes or name in self.imports.names:
             return False
-        return any(name in s.assigns for s in self.index.scopes)
+        if self._assigned_names is None:
+            self._assigned_names = {n for s in self.index.scopes for n in s.assigns}
+        return name in self._assigned_names
 
     def _cast_worth_recording(self, node: ast.Call) -> bool:
         method = node.func.attr
@@ -329,23 +333,26 @@ class _Collector:
 
     def _apply_attribute_overrides(self) -> None:
         """`training_args.bf16 = True` after construction changes what the Trainer sees."""
+        attributes: dict[str, list] = {}  # "training_args" -> [(scope, "training_args.bf16", events)]
+        for scope in self.index.scopes:
+            for name, events in scope.assigns.items():
+                owner, dot, _ = name.rpartition(".")
+                if dot:
+                    attributes.setdefault(owner, []).append((scope, name, events))
         for i, call in enumerate(self.calls):
             if call.kind not in (CallKind.TRAINING_ARGS, CallKind.BNB_CONFIG) or not call.target or "," in call.target:
                 continue
             prefix = call.target + "."
-            for scope in self.index.scopes:
-                for name, events in scope.assigns.items():
-                    if not name.startswith(prefix) or name.count(".") != call.target.count(".") + 1:
-                        continue
-                    last = events[-1]
-                    if last.value is None:
-                        continue
-                    value = self.r.value(last.value, scope)
-                    value = replace(value, origins=(Origin("code", f"{name} = {self.r.text(last.value)}",
-                                                           self.r.loc(last.node or last.value)),) + value.origins[1:])
-                    kwargs = dict(call.kwargs)
-                    kwargs[name[len(prefix):]] = value
-                    self.calls[i] = call = replace(call, kwargs=kwargs)
+            for scope, name, events in attributes.get(call.target, ()):
+                last = events[-1]
+                if last.value is None:
+                    continue
+                value = self.r.value(last.value, scope)
+                value = replace(value, origins=(Origin("code", f"{name} = {self.r.text(last.value)}",
+                                                       self.r.loc(last.node or last.value)),) + value.origins[1:])
+                kwargs = dict(call.kwargs)
+                kwargs[name[len(prefix):]] = value
+                self.calls[i] = call = replace(call, kwargs=kwargs)
 
 
 # calls whose dynamic arguments are listed as unknowns (a run-time dtype there hides a precision problem)

@@ -143,13 +143,14 @@ class Context:
     sides, so nested splits would grow exponentially without a budget; past it a GPU split is given up as
     dynamic and a run-time one keeps only its reason (which is all a `Multi` shows)."""
 
-    __slots__ = ("script_args", "visiting", "splits_left", "alternatives_left")
+    __slots__ = ("script_args", "visiting", "splits_left", "alternatives_left", "limits_hit")
 
     def __init__(self, script_args: tuple[str, ...] = ()):
         self.script_args = script_args
         self.visiting: set = set()
         self.splits_left = 256
         self.alternatives_left = 32
+        self.limits_hit = 0  # a result found after a limit cut it short depends on where it was asked
 
 
 Sym = Union[Known, Cond, Dyn, Multi, DictSym, Seq, Namespace, ObjSym, GpuQuery]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ast
-
 from ..symbols import DictSym, Dyn, Known
 
 CASTS = {"bool": bool, "str": str, "int": int, "float": float}
