@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._util import StrEnum
+from .call_kinds import CallKind
+
 
 class State(StrEnum):
     """How much the doctor knows of a value."""
@@ -86,7 +88,7 @@ def absent(detail: str = "") -> Value:
 class Call:
     """A call the script makes that matters to training, with its resolved arguments."""
 
-    kind: str  # see probes/script_calls.py for the closed set
+    kind: CallKind  # the closed set and how each is recognised: call_kinds.py
     callee: str  # dotted name as written, e.g. "torch.cuda.amp.GradScaler"
     location: Location
     scope: str  # "<module>" or the enclosing function's qualified name

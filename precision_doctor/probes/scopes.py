@@ -8,6 +8,7 @@ hardware-dependent value instead of a guess.
 from __future__ import annotations
 
 import ast
+from bisect import bisect_left
 from dataclasses import dataclass, field
 
 # A branch step: ("if", id(If node), True|False) / ("loop", id(node), True) / ("try", id(node), True)
@@ -33,9 +34,28 @@ class Scope:
     assigns: dict[str, list[Assignment]] = field(default_factory=dict)
     returns: list[ast.AST] = field(default_factory=list)
     class_name: str = ""
+    _lines: dict[str, list[int] | None] = field(default_factory=dict, repr=False, compare=False)
 
     def add(self, a: Assignment) -> None:
         self.assigns.setdefault(a.name, []).append(a)
+        self._lines.pop(a.name, None)
+
+    def before(self, name: str, line: int) -> tuple[list[Assignment], int]:
+        """The assignments of `name` written above `line`: the first `count` of the returned list.
+
+        Found by bisection on the lines, so a lookup costs log(n) however often a name is reassigned;
+        the rare list whose lines go backwards (a walrus inside a multi-line assignment) is filtered instead."""
+        events = self.assigns.get(name)
+        if not events:
+            return [], 0
+        if name not in self._lines:
+            lines = [a.line for a in events]
+            self._lines[name] = lines if all(a <= b for a, b in zip(lines, lines[1:])) else None
+        lines = self._lines[name]
+        if lines is None:
+            kept = [a for a in events if a.line < line]
+            return kept, len(kept)
+        return events, bisect_left(lines, line)
 
 
 def dotted(node: ast.AST) -> str:
@@ -50,8 +70,27 @@ def dotted(node: ast.AST) -> str:
     return ""
 
 
-class ScopeIndex(ast.NodeVisitor):
-    """Builds every scope of a module in one pass and remembers each node's scope and branch chain."""
+class _State:
+    """Where the walk is: the scope, the branch chain from the scope's root, the class body, the loop depth."""
+
+    __slots__ = ("scope", "chain", "class_name", "loops")
+
+    def __init__(self, scope: Scope, chain: tuple = (), class_name: str = "", loops: int = 0):
+        self.scope = scope
+        self.chain = chain
+        self.class_name = class_name
+        self.loops = loops
+
+    def enter(self, step: Branch) -> _State:
+        return _State(self.scope, self.chain + (step,), self.class_name, self.loops)
+
+
+class ScopeIndex:
+    """Builds every scope of a module in one pass and remembers each node's scope and branch chain.
+
+    The walk is iterative (an explicit stack, children pushed in reverse so nodes are met in source order):
+    a script nested as deep as `ast.parse` accepts (thousands of levels) must not exhaust Python's stack.
+    """
 
     def __init__(self, tree: ast.Module):
         self.module = Scope("<module>", tree, None)
@@ -62,16 +101,30 @@ class ScopeIndex(ast.NodeVisitor):
         self.chain_of: dict[int, tuple] = {}
         self.loop_depth_of: dict[int, int] = {}
         self.if_tests: dict[int, ast.AST] = {}
-        self._scope = self.module
-        self._chain: tuple = ()
-        self._class = ""
-        self._loops = 0
-        self.visit(tree)
+        visitors = {
+            ast.FunctionDef: self._function, ast.AsyncFunctionDef: self._function, ast.ClassDef: self._class,
+            ast.If: self._if, ast.For: self._loop, ast.AsyncFor: self._loop, ast.While: self._loop,
+            ast.Try: self._try, ast.Assign: self._assign, ast.AnnAssign: self._ann_assign,
+            ast.AugAssign: self._aug_assign, ast.NamedExpr: self._named_expr, ast.With: self._with,
+            ast.AsyncWith: self._with, ast.Import: self._nothing, ast.ImportFrom: self._nothing,
+            ast.Return: self._return,
+        }
+        if hasattr(ast, "TryStar"):
+            visitors[ast.TryStar] = self._try
+        stack: list = [(tree, _State(self.module))]
+        while stack:
+            item = stack.pop()
+            if callable(item):  # work that follows a node's children (a target is bound after its value)
+                item()
+                continue
+            node, state = item
+            todo = visitors.get(type(node), self._generic)(node, state)
+            stack.extend(reversed(todo))
 
     # -- scopes
-    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        qual = f"{self._class}.{node.name}" if self._class else node.name
-        scope = Scope(qual, node, self._scope, class_name=self._class)
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef, state: _State) -> list:
+        qual = f"{state.class_name}.{node.name}" if state.class_name else node.name
+        scope = Scope(qual, node, state.scope, class_name=state.class_name)
         args = node.args
         positional = list(args.posonlyargs) + list(args.args)
         defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
@@ -81,113 +134,88 @@ class ScopeIndex(ast.NodeVisitor):
             scope.params[a.arg] = (-1, d)
         self.scopes.append(scope)
         self.functions.setdefault(node.name, []).append(scope)
-        for d in node.decorator_list:
-            self.visit(d)
-        saved = (self._scope, self._chain, self._class, self._loops)
-        self._scope, self._chain, self._class, self._loops = scope, (), "", 0
-        for stmt in node.body:
-            self.visit(stmt)
-        self._scope, self._chain, self._class, self._loops = saved
+        inner = _State(scope)
+        return [(d, state) for d in node.decorator_list] + [(stmt, inner) for stmt in node.body]
 
-    visit_FunctionDef = _function
-    visit_AsyncFunctionDef = _function
-
-    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+    def _class(self, node: ast.ClassDef, state: _State) -> list:
         self.classes[node.name] = node
-        saved = self._class
-        self._class = node.name
-        for stmt in node.body:
-            self.visit(stmt)
-        self._class = saved
-
-    def visit_Lambda(self, node: ast.Lambda) -> None:
-        self.generic_visit(node)
+        inner = _State(state.scope, state.chain, node.name, state.loops)
+        return [(stmt, inner) for stmt in node.body]
 
     # -- branches
-    def visit_If(self, node: ast.If) -> None:
+    def _if(self, node: ast.If, state: _State) -> list:
         self.if_tests[id(node)] = node.test
-        self._mark(node.test)
-        self.visit(node.test)
-        self._block(node.body, ("if", id(node), True))
-        self._block(node.orelse, ("if", id(node), False))
+        self._mark(node.test, state)
+        return [(node.test, state)] + _block(node.body, state.enter(("if", id(node), True))) + \
+            _block(node.orelse, state.enter(("if", id(node), False)))
 
-    def _loop(self, node: ast.For | ast.While | ast.AsyncFor) -> None:
+    def _loop(self, node: ast.For | ast.While | ast.AsyncFor, state: _State) -> list:
         header = node.iter if isinstance(node, (ast.For, ast.AsyncFor)) else node.test
-        self._mark(header)
-        self.visit(header)
+        self._mark(header, state)
         step = ("loop", id(node), True)
-        if isinstance(node, (ast.For, ast.AsyncFor)):
-            for name_node in ast.walk(node.target):
-                if isinstance(name_node, ast.Name):
-                    self._scope.add(Assignment(name_node.id, node.lineno, None, self._chain + (step,)))
-        self._loops += 1
-        self._block(node.body, step)
-        self._loops -= 1
-        self._block(node.orelse, step)
+        inside = state.enter(step)
 
-    visit_For = visit_While = visit_AsyncFor = _loop
+        def bind_targets() -> None:
+            if isinstance(node, (ast.For, ast.AsyncFor)):
+                for name_node in ast.walk(node.target):
+                    if isinstance(name_node, ast.Name):
+                        state.scope.add(Assignment(name_node.id, node.lineno, None, inside.chain))
 
-    def visit_Try(self, node: ast.Try) -> None:
-        step = ("try", id(node), True)
-        self._block(node.body, step)
+        body_state = _State(inside.scope, inside.chain, inside.class_name, inside.loops + 1)
+        return [(header, state), bind_targets] + _block(node.body, body_state) + _block(node.orelse, inside)
+
+    def _try(self, node: ast.Try, state: _State) -> list:
+        inside = state.enter(("try", id(node), True))
+        todo = _block(node.body, inside)
         for h in node.handlers:
-            self._block(h.body, ("except", id(h), True))
-        self._block(node.orelse, step)
-        self._block(node.finalbody, ())
-
-    visit_TryStar = visit_Try
-
-    def _block(self, body: list[ast.stmt], step: Branch) -> None:
-        saved = self._chain
-        if step:
-            self._chain = self._chain + (step,)
-        for stmt in body:
-            self.visit(stmt)
-        self._chain = saved
+            todo += _block(h.body, state.enter(("except", id(h), True)))
+        return todo + _block(node.orelse, inside) + _block(node.finalbody, state)
 
     # -- assignments
-    def visit_Assign(self, node: ast.Assign) -> None:
-        self.visit(node.value)
-        for target in node.targets:
-            self._target(target, node.value, node)
+    def _assign(self, node: ast.Assign, state: _State) -> list:
+        def bind() -> None:
+            for target in node.targets:
+                self._target(target, node.value, node, state)
 
-    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
-        if node.value is not None:
-            self.visit(node.value)
-            self._target(node.target, node.value, node)
+        return [(node.value, state), bind]
 
-    def visit_AugAssign(self, node: ast.AugAssign) -> None:
-        self.visit(node.value)
-        name = dotted(node.target)
-        if name:
-            self._scope.add(Assignment(name, node.lineno, None, self._chain, node=node))
+    def _ann_assign(self, node: ast.AnnAssign, state: _State) -> list:
+        if node.value is None:
+            return []
+        return [(node.value, state), lambda: self._target(node.target, node.value, node, state)]
 
-    def visit_NamedExpr(self, node: ast.NamedExpr) -> None:
-        self.visit(node.value)
-        self._scope.add(Assignment(node.target.id, node.lineno, node.value, self._chain, node=node))
+    def _aug_assign(self, node: ast.AugAssign, state: _State) -> list:
+        def bind() -> None:
+            name = dotted(node.target)
+            if name:
+                state.scope.add(Assignment(name, node.lineno, None, state.chain, node=node))
 
-    def visit_With(self, node: ast.With) -> None:
+        return [(node.value, state), bind]
+
+    def _named_expr(self, node: ast.NamedExpr, state: _State) -> list:
+        return [(node.value, state),
+                lambda: state.scope.add(Assignment(node.target.id, node.lineno, node.value, state.chain, node=node))]
+
+    def _with(self, node: ast.With | ast.AsyncWith, state: _State) -> list:
+        todo: list = []
         for item in node.items:
-            self._mark(item.context_expr)
-            self.visit(item.context_expr)
+            self._mark(item.context_expr, state)
+            todo.append((item.context_expr, state))
             if item.optional_vars is not None:
-                self._target(item.optional_vars, item.context_expr, node)
-        for stmt in node.body:
-            self.visit(stmt)
+                todo.append(lambda item=item: self._target(item.optional_vars, item.context_expr, node, state))
+        return todo + [(stmt, state) for stmt in node.body]
 
-    visit_AsyncWith = visit_With
+    def _nothing(self, node: ast.AST, state: _State) -> list:
+        return []  # imports are read by the import table, not as assignments
 
-    def visit_Import(self, node: ast.Import) -> None:
-        pass  # imports are read by the import table, not as assignments
+    def _return(self, node: ast.Return, state: _State) -> list:
+        if node.value is None:
+            return []
+        state.scope.returns.append(node.value)
+        return [(node.value, state)]
 
-    visit_ImportFrom = visit_Import
-
-    def visit_Return(self, node: ast.Return) -> None:
-        if node.value is not None:
-            self._scope.returns.append(node.value)
-            self.visit(node.value)
-
-    def _target(self, target: ast.AST, value: ast.AST, stmt: ast.AST) -> None:
+    def _target(self, target: ast.AST, value: ast.AST, stmt: ast.AST, state: _State) -> None:
+        scope, chain = state.scope, state.chain
         if isinstance(target, (ast.Tuple, ast.List)):
             direct = value if isinstance(value, (ast.Tuple, ast.List)) else None
             for i, elt in enumerate(target.elts):
@@ -195,25 +223,36 @@ class ScopeIndex(ast.NodeVisitor):
                 if not name:
                     continue
                 if direct is not None and i < len(direct.elts):
-                    self._scope.add(Assignment(name, stmt.lineno, direct.elts[i], self._chain, node=stmt))
+                    scope.add(Assignment(name, stmt.lineno, direct.elts[i], chain, node=stmt))
                 else:
-                    self._scope.add(Assignment(name, stmt.lineno, value, self._chain, index=i, node=stmt))
+                    scope.add(Assignment(name, stmt.lineno, value, chain, index=i, node=stmt))
             return
         name = dotted(target)
         if name:
-            self._scope.add(Assignment(name, stmt.lineno, value, self._chain, node=stmt))
+            scope.add(Assignment(name, stmt.lineno, value, chain, node=stmt))
         elif isinstance(target, ast.Subscript):
             base = dotted(target.value)
             key = target.slice
             if base and isinstance(key, ast.Constant) and isinstance(key.value, str):
-                self._scope.add(Assignment(f"{base}[{key.value!r}]", stmt.lineno, value, self._chain, node=stmt))
+                scope.add(Assignment(f"{base}[{key.value!r}]", stmt.lineno, value, chain, node=stmt))
 
-    # -- every expression remembers its scope and branch chain
-    def generic_visit(self, node: ast.AST) -> None:
-        self._mark(node)
-        super().generic_visit(node)
+    # -- every other node remembers its scope and branch chain, then its children are walked
+    def _generic(self, node: ast.AST, state: _State) -> list:
+        self._mark(node, state)
+        todo = []
+        for name in node._fields:  # ast.iter_child_nodes, without its generators: this runs once per node
+            value = getattr(node, name, None)
+            if isinstance(value, ast.AST):
+                todo.append((value, state))
+            elif isinstance(value, list):
+                todo.extend((item, state) for item in value if isinstance(item, ast.AST))
+        return todo
 
-    def _mark(self, node: ast.AST) -> None:
-        self.scope_of[id(node)] = self._scope
-        self.chain_of[id(node)] = self._chain
-        self.loop_depth_of[id(node)] = self._loops
+    def _mark(self, node: ast.AST, state: _State) -> None:
+        self.scope_of[id(node)] = state.scope
+        self.chain_of[id(node)] = state.chain
+        self.loop_depth_of[id(node)] = state.loops
+
+
+def _block(body: list[ast.stmt], state: _State) -> list:
+    return [(stmt, state) for stmt in body]

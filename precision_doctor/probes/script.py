@@ -8,112 +8,41 @@ to (Trainer(model=model) -> the from_pretrained call), which is how checks follo
 from __future__ import annotations
 
 import ast
+import gc
 import io
 import json
 import os
 import re
 import tokenize
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
 from .._util import python_lines, unique
+from ..call_kinds import CallKind, CallSite, is_trainer_class, is_training_arguments, kind_of
 from ..errors import InputError
 from ..facts import CONDITIONAL, KNOWN, Call, Location, Origin, ScriptFacts, Suppression, Unknown, Value
 from ..redact import DEEPSPEED_KEYS, MODEL_CONFIG_KEYS, keep_read_keys
 from ..sources import Unreadable, is_regular_file, read_source, read_text_bounded, status, worth_reading
-from .dataclass_defaults import is_training_arguments
-from .resolve import Context, DictSym, Imports, Known, Namespace, ObjSym, Resolver
+from .resolve import Imports, Resolver
 from .scopes import ScopeIndex, dotted
+from .symbols import Context, DictSym, Known, Namespace, ObjSym
 
 MAX_LOCAL_MODULES = 20
+TOO_DEEP = "nested too deeply for the doctor to follow (RecursionError); simplify the deepest expression"
+
 
 # --- what a call is ---------------------------------------------------------------------------
 
-TRAINER_SUFFIX = "Trainer"
-MODEL_LOADER_EXCLUDE = ("Tokenizer", "Processor", "FeatureExtractor", "Config", "ImageProcessor", "PeftModel",
-                        "Dataset", "Pipeline")
-CAST_METHODS = {"half", "bfloat16", "float", "double", "to", "cuda", "cpu"}
-LOOP_METHODS = {"scale", "unscale_", "step", "update", "backward", "zero_grad"}
-OPTIMIZER_PREFIXES = ("torch.optim.", "bitsandbytes.optim.", "bnb.optim.", "transformers.optimization.",
-                      "apex.optimizers.", "deepspeed.ops.adam.")
-PEFT_CONFIGS = {"LoraConfig", "AdaLoraConfig", "IA3Config", "LoHaConfig", "LoKrConfig", "OFTConfig", "BOFTConfig",
-                "VeraConfig", "PromptTuningConfig", "PrefixTuningConfig", "PromptEncoderConfig"}
-AUTOCASTS = {"torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast", "torch.cpu.amp.autocast",
-             "torch.amp.autocast_mode.autocast"}
-GRAD_SCALERS = {"torch.amp.GradScaler", "torch.cuda.amp.GradScaler", "torch.cpu.amp.GradScaler",
-                "torch.GradScaler", "torch.amp.grad_scaler.GradScaler"}
-CLIPPERS = {"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_", "torch.nn.utils.clip_grad_norm"}
-
-
-def classify(callee: str, node: ast.Call, local_trainers: set[str], local_args: set[str]) -> str:
-    last = callee.rsplit(".", 1)[-1]
-    if callee in AUTOCASTS or (callee.endswith(".autocast") and not callee.startswith("torch")):
-        return "autocast"
-    if callee in GRAD_SCALERS:
-        return "grad_scaler"
-    if callee in CLIPPERS:
-        return "clip_grad"
-    if is_training_arguments(callee) or callee in local_args:
-        return "training_args"
-    if (callee.startswith(("transformers.", "trl.")) and last.endswith(TRAINER_SUFFIX)) or callee in local_trainers:
-        return "trainer"
-    if callee == "accelerate.Accelerator":
-        return "accelerator"
-    if callee == "torch.cuda.set_device":
-        return "set_device"
-    if last == "init_process_group" and callee.startswith("torch"):
-        return "init_process_group"
-    if last in ("FullyShardedDataParallel", "FSDP", "fully_shard") and callee.startswith("torch"):
-        return "fsdp"
-    if last == "MixedPrecision" and callee.startswith("torch"):
-        return "fsdp_mixed_precision"
-    if last == "HfDeepSpeedConfig":
-        return "hf_deepspeed_config"
-    if last == "DistributedDataParallel" and callee.startswith("torch"):
-        return "ddp"
-    if last == "fp8_autocast" and callee.startswith("transformer_engine"):
-        return "fp8_autocast"
-    if last == "BitsAndBytesConfig":
-        return "bnb_config"
-    if last in PEFT_CONFIGS and (callee.startswith("peft") or callee == last):
-        return "peft_config"
-    if last == "get_peft_model":
-        return "get_peft_model"
-    if last in ("prepare_model_for_kbit_training", "prepare_model_for_int8_training"):
-        return "prepare_kbit"
-    if last == "cast_mixed_precision_params":
-        return "cast_mixed"
-    if callee.startswith(OPTIMIZER_PREFIXES) and last[:1].isupper() and "Scheduler" not in last and \
-            "LR" not in last:
-        return "optimizer"
-    if last == "from_pretrained" and isinstance(node.func, ast.Attribute):
-        owner = dotted(node.func.value).rsplit(".", 1)[-1]
-        if owner == "PeftModel" or (owner.startswith("PeftModel")):
-            return "peft_load"
-        if owner and not any(x in owner for x in MODEL_LOADER_EXCLUDE) and (
-                owner.startswith(("Auto", "AutoPeft")) or "For" in owner or owner.endswith("Model")
-                or owner.endswith("LMHeadModel")):
-            return "model_load"
-        return ""
-    if isinstance(node.func, ast.Attribute):
-        method = node.func.attr
-        if method in CAST_METHODS:
-            return "cast"
-        if method == "gradient_checkpointing_enable":
-            return "gc_enable"
-        if method == "enable_input_require_grads":
-            return "input_grads"
-        if method in LOOP_METHODS:
-            return "method"
-        if method == "prepare":
-            return "prepare"
-        if method in ("clip_grad_norm_", "clip_grad_value_"):
-            return "clip_grad"
-        if method == "train" and not node.args and not node.keywords:
-            return "train"
-        if method == "train" and any(k.arg == "resume_from_checkpoint" for k in node.keywords):
-            return "train"
-    return ""
+def classify(callee: str, node: ast.Call, local_trainers: set[str], local_args: set[str]) -> CallKind | None:
+    """The kind of a call, looked up in the declared table (call_kinds.RECOGNISERS); None: not recorded."""
+    method = node.func.attr if isinstance(node.func, ast.Attribute) else ""
+    site = CallSite(callee=callee, method=method,
+                    owner=dotted(node.func.value).rsplit(".", 1)[-1] if method else "",
+                    bare=not node.args and not node.keywords,
+                    keywords=frozenset(k.arg for k in node.keywords if k.arg),
+                    local_trainers=frozenset(local_trainers), local_args=frozenset(local_args))
+    return kind_of(site)
 
 
 # --- reading the file -------------------------------------------------------------------------
@@ -124,7 +53,10 @@ def parse(path: Path, text: str) -> ast.Module:
     except SyntaxError as exc:
         where = f"{path}:{exc.lineno or 0}:{exc.offset or 0}"
         raise InputError(f"{where}: syntax error: {exc.msg}; the doctor reads scripts Python can parse") from None
-    except (ValueError, RecursionError, MemoryError) as exc:
+    except (RecursionError, MemoryError) as exc:  # CPython's parser gives up on ~3,000 levels of nesting
+        raise InputError(f"{path}: nested too deeply for Python to parse ({type(exc).__name__}); "
+                         f"pass the training script itself") from None
+    except ValueError as exc:
         raise InputError(f"{path}: cannot be parsed as Python ({type(exc).__name__}); "
                          f"pass the training script itself") from None
 
@@ -144,6 +76,7 @@ class _Collector:
         self.unknowns: list[Unknown] = []
         self.by_node: dict[int, int] = {}  # id(ast node) -> index in self.calls
         self._parsed_args: dict[str, Call] = {}
+        self._assigned_names: set[str] | None = None
         self.targets = self._assignment_targets()
         self.local_trainers, self.local_args = self._local_subclasses()
 
@@ -152,7 +85,7 @@ class _Collector:
         for name, cls in self.index.classes.items():
             for base in cls.bases:
                 q = self.r.qualified(base)
-                if q.rsplit(".", 1)[-1].endswith(TRAINER_SUFFIX) and q.startswith(("transformers", "trl")):
+                if is_trainer_class(q):
                     trainers.add(name)
                 if is_training_arguments(q):
                     args.add(name)
@@ -185,15 +118,15 @@ class _Collector:
         for node in nodes:
             callee = self.r.qualified(node.func)
             kind = classify(callee, node, self.local_trainers, self.local_args)
-            if not kind:
+            if kind is None:
                 if callee in self.index.functions:
-                    self._add(node, "local_call", callee, bind=self.index.functions[callee][0])
+                    self._add(node, CallKind.LOCAL_CALL, callee, bind=self.index.functions[callee][0])
                 elif self._flow(node, callee):
-                    self._add(node, "flow", callee)
+                    self._add(node, CallKind.FLOW, callee)
                 elif isinstance(node.func, (ast.Name, ast.Attribute)) and self._is_variable(dotted(node.func)):
-                    self._add(node, "call_var", dotted(node.func))
+                    self._add(node, CallKind.CALL_VAR, dotted(node.func))
                 continue
-            if kind == "cast" and not self._cast_worth_recording(node):
+            if kind == CallKind.CAST and not self._cast_worth_recording(node):
                 continue
             if not callee and isinstance(node.func, ast.Attribute):
                 callee = f"<expr>.{node.func.attr}"  # a method of a call result: model = load().half()
@@ -224,7 +157,8 @@ class _Collector:
             kept = [b for b in bound if b not in reassigned]
             if kept:
                 scope = self.index.scope_of.get(id(node.iter), self.index.module)
-                self.calls.append(Call(kind="loop_var", callee=self.r.text(node.iter)[:80], location=self.r.loc(node),
+                self.calls.append(Call(kind=CallKind.LOOP_VAR, callee=self.r.text(node.iter)[:80],
+                                       location=self.r.loc(node),
                                        scope=scope.name, target=",".join(kept),
                                        receiver="dataloader" if self._is_dataloader(node.iter, scope) else "",
                                        text=self.lines[node.lineno - 1].strip()[:160]))
@@ -245,7 +179,9 @@ class _Collector:
         """A call of something the script assigned (a model called on inputs), not a function or class."""
         if not name or name in self.index.functions or name in self.index.classes or name in self.imports.names:
             return False
-        return any(name in s.assigns for s in self.index.scopes)
+        if self._assigned_names is None:
+            self._assigned_names = {n for s in self.index.scopes for n in s.assigns}
+        return name in self._assigned_names
 
     def _cast_worth_recording(self, node: ast.Call) -> bool:
         method = node.func.attr
@@ -253,7 +189,7 @@ class _Collector:
             return not node.args or method == "cuda"
         return True
 
-    def _add(self, node: ast.Call, kind: str, callee: str, bind=None) -> Call:
+    def _add(self, node: ast.Call, kind: CallKind, callee: str, bind=None) -> Call:
         scope = self.index.scope_of.get(id(node), self.index.module)
         if bind is not None:  # a call of a local function: arguments by parameter name
             names = sorted(bind.params, key=lambda n: bind.params[n][0])
@@ -275,7 +211,7 @@ class _Collector:
                 kwargs[kw.arg] = self.r.value(kw.value, scope)
                 continue
             sym = self.r.sym(kw.value, scope, Context(self.r.script_args))
-            if kind == "call_var":  # model(**batch): keep the name the batch travels under
+            if kind == CallKind.CALL_VAR:  # model(**batch): keep the name the batch travels under
                 kwargs["**"] = Value(state="dynamic", text=f"**{self.r.text(kw.value)}", reason="unpacked")
                 continue
             if isinstance(sym, DictSym):
@@ -299,8 +235,7 @@ class _Collector:
                 self.unknowns.append(Unknown(f"{name}= of {callee.rsplit('.', 1)[-1]}()",
                                              f"depends on the GPU ({value.predicate.text}); pass --target to decide",
                                              value.location or call.location, hardware=True))
-            if value.state == "dynamic" and kind in ("training_args", "model_load", "accelerator", "autocast",
-                                                     "grad_scaler", "bnb_config", "trainer") \
+            if value.state == "dynamic" and kind in _DYNAMIC_WORTH_REPORTING \
                     and not value.reason.endswith("an object, not a value") \
                     and name not in _UNINTERESTING_ARGS:
                 self.unknowns.append(Unknown(f"{name}= of {callee.rsplit('.', 1)[-1]}()", value.reason,
@@ -352,7 +287,7 @@ class _Collector:
         """Training arguments that come from HfArgumentParser exist only on the command line."""
         for node_id, index in list(self.by_node.items()):
             call = self.calls[index]
-            if call.kind != "trainer":
+            if call.kind != CallKind.TRAINER:
                 continue
             node = nodes[node_id]
             args_expr = next((k.value for k in node.keywords if k.arg == "args"), None)
@@ -368,7 +303,7 @@ class _Collector:
                 kwargs = {k: self.r.to_value(v, args_expr) for k, v in sym.fields.items()
                           if not (isinstance(v, Known) and v.origins and v.origins[0].kind == "default")}
                 self._parsed_args[sym.class_name] = Call(
-                    kind="training_args", callee=sym.class_name, location=sym.location or call.location,
+                    kind=CallKind.TRAINING_ARGS, callee=sym.class_name, location=sym.location or call.location,
                     scope=call.scope, target=dotted(args_expr), text="(parsed from the command line)",
                     kwargs=kwargs)
                 self.calls.append(self._parsed_args[sym.class_name])
@@ -376,24 +311,31 @@ class _Collector:
 
     def _apply_attribute_overrides(self) -> None:
         """`training_args.bf16 = True` after construction changes what the Trainer sees."""
+        attributes: dict[str, list] = {}  # "training_args" -> [(scope, "training_args.bf16", events)]
+        for scope in self.index.scopes:
+            for name, events in scope.assigns.items():
+                owner, dot, _ = name.rpartition(".")
+                if dot:
+                    attributes.setdefault(owner, []).append((scope, name, events))
         for i, call in enumerate(self.calls):
-            if call.kind not in ("training_args", "bnb_config") or not call.target or "," in call.target:
+            if call.kind not in (CallKind.TRAINING_ARGS, CallKind.BNB_CONFIG) or not call.target or "," in call.target:
                 continue
             prefix = call.target + "."
-            for scope in self.index.scopes:
-                for name, events in scope.assigns.items():
-                    if not name.startswith(prefix) or name.count(".") != call.target.count(".") + 1:
-                        continue
-                    last = events[-1]
-                    if last.value is None:
-                        continue
-                    value = self.r.value(last.value, scope)
-                    value = replace(value, origins=(Origin("code", f"{name} = {self.r.text(last.value)}",
-                                                           self.r.loc(last.node or last.value)),) + value.origins[1:])
-                    kwargs = dict(call.kwargs)
-                    kwargs[name[len(prefix):]] = value
-                    self.calls[i] = call = replace(call, kwargs=kwargs)
+            for scope, name, events in attributes.get(call.target, ()):
+                last = events[-1]
+                if last.value is None:
+                    continue
+                value = self.r.value(last.value, scope)
+                value = replace(value, origins=(Origin("code", f"{name} = {self.r.text(last.value)}",
+                                                       self.r.loc(last.node or last.value)),) + value.origins[1:])
+                kwargs = dict(call.kwargs)
+                kwargs[name[len(prefix):]] = value
+                self.calls[i] = call = replace(call, kwargs=kwargs)
 
+
+# calls whose dynamic arguments are listed as unknowns (a run-time dtype there hides a precision problem)
+_DYNAMIC_WORTH_REPORTING = (CallKind.TRAINING_ARGS, CallKind.MODEL_LOAD, CallKind.ACCELERATOR, CallKind.AUTOCAST,
+                            CallKind.GRAD_SCALER, CallKind.BNB_CONFIG, CallKind.TRAINER)
 
 _UNINTERESTING_ARGS = {"0", "output_dir", "model", "train_dataset", "eval_dataset", "tokenizer", "processing_class",
                        "data_collator", "callbacks", "compute_metrics", "args", "pretrained_model_name_or_path",
@@ -474,8 +416,11 @@ def _local_module(module: Path, shown: str, script_args: tuple[str, ...]) -> Scr
     key = (os.path.realpath(module), info.st_mtime_ns, info.st_size, shown, script_args)
     if key not in _MODULE_CACHE:
         text = read_source(module)
-        sub = _Collector(shown, text, parse(module, text), script_args)
-        sub.collect()
+        try:
+            sub = _Collector(shown, text, parse(module, text), script_args)
+            sub.collect()
+        except RecursionError:
+            raise InputError(f"{shown}: {TOO_DEEP}") from None
         _MODULE_CACHE[key] = ScriptFacts(path=shown, calls=tuple(sub.calls), imports=tuple(sub.imports.modules),
                                          unknowns=tuple(sub.unknowns),
                                          suppressions=tuple(read_suppressions(shown, text)))
@@ -509,13 +454,36 @@ def _deepspeed_configs(script: Path, calls: list[Call]) -> tuple[dict[str, dict]
     return found, missing
 
 
+@contextmanager
+def _without_gc_pauses():
+    """The probe allocates a few objects per AST node (indexes, symbols) and makes no reference cycles; the
+    cyclic collector would rescan all of them every few thousand allocations (a quarter of a large script's
+    time). Collection resumes, as it was, when the probe returns."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def probe_script(path: Path, script_args: tuple[str, ...] = (), display: str | None = None) -> ScriptFacts:
     """Read a script (and the sibling modules it imports) into facts. Raises InputError on bad input."""
+    with _without_gc_pauses():
+        return _probe_script(path, script_args, display)
+
+
+def _probe_script(path: Path, script_args: tuple[str, ...], display: str | None) -> ScriptFacts:
     shown = display or str(path)
     text = read_source(path)
     tree = parse(path, text)
-    collector = _Collector(shown, text, tree, tuple(script_args))
-    collector.collect()
+    try:
+        collector = _Collector(shown, text, tree, tuple(script_args))
+        collector.collect()
+    except RecursionError:  # one file the probe cannot follow is reported, never the end of the run
+        return ScriptFacts(path=shown, unknowns=(Unknown("not checked", TOO_DEEP),), files=(shown,),
+                           suppressions=tuple(read_suppressions(shown, text)))
     calls = list(collector.calls)
     unknowns = list(collector.unknowns)
     imports = list(collector.imports.modules)
@@ -536,7 +504,8 @@ def probe_script(path: Path, script_args: tuple[str, ...] = (), display: str | N
     deepspeed, missing = _deepspeed_configs(path, calls)
     unknowns.extend(missing)
     return ScriptFacts(path=shown, calls=tuple(calls), imports=tuple(dict.fromkeys(imports)),
-                       unknowns=tuple(unique(unknowns, key=lambda u: (u.what, u.location))), local_configs=_local_model_configs(path, calls),
+                       unknowns=tuple(unique(unknowns, key=lambda u: (u.what, u.location))),
+                       local_configs=_local_model_configs(path, calls),
                        files=tuple(files), suppressions=tuple(suppressions), deepspeed_configs=deepspeed)
 
 

@@ -1,0 +1,117 @@
+"""argparse: `parser.parse_args()` read by building the script's parser for real (from its add_argument
+calls, never running the script) and parsing the command line the doctor was given."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+
+from ...facts import Origin
+from ..scopes import Scope, dotted
+from ..symbols import Dyn, Known, Namespace, Seq
+from ._command_line import BOOL_STRINGS
+
+METHODS = {"parse_args", "parse_known_args"}
+GROUP_METHODS = ("add_argument_group", "add_mutually_exclusive_group")
+FLAG_ACTIONS = ("store_true", "store_false", "count", "append", "store_const", "append_const")
+
+
+def resolve(r, node, scope, ctx, depth):
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+        return None
+    ns = namespace(r, node.func.value, scope, ctx)
+    if node.func.attr == "parse_known_args" and not isinstance(ns, Dyn):
+        return Seq((ns, Dyn("remaining arguments")))
+    return ns
+
+
+def namespace(r, parser_node: ast.AST, scope: Scope, ctx) -> Namespace | Dyn:
+    parser_name = dotted(parser_node)
+    if isinstance(parser_node, ast.Call):  # build_parser().parse_args(): the parser that function returns
+        fn = r.index.functions.get(dotted(parser_node.func), [])
+        if len(fn) == 1 and len(fn[0].returns) == 1 and dotted(fn[0].returns[0]):
+            scope, parser_name = fn[0], dotted(fn[0].returns[0])
+    if not parser_name:
+        return Dyn("an argument parser that is not a plain variable")
+    key = ("argparse", id(scope), parser_name)  # one parser, built once per script
+    if key not in r.memo:
+        r.memo[key] = _build(r, parser_name, scope, ctx)
+    return r.memo[key]
+
+
+def _build(r, parser_name: str, scope: Scope, ctx) -> Namespace | Dyn:
+    receivers = {parser_name}
+    scope_nodes = r.nodes if scope.node is r.tree else list(ast.walk(scope.node))
+    for node in scope_nodes:  # argument groups add options to the same parser
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
+                isinstance(node.value.func, ast.Attribute) and node.value.func.attr in GROUP_METHODS and \
+                dotted(node.value.func.value) in receivers:
+            for t in node.targets:
+                if dotted(t):
+                    receivers.add(dotted(t))
+    real = argparse.ArgumentParser(add_help=False, exit_on_error=False, allow_abbrev=False)
+    defaults: dict[str, object] = {}
+    sentinel = object()
+    for node in scope_nodes:
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "add_argument" and dotted(node.func.value) in receivers):
+            continue
+        flags = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        if not flags:
+            continue
+        kw = {k.arg: k.value for k in node.keywords if k.arg}
+        action = kw.get("action")
+        action_name = action.value if isinstance(action, ast.Constant) else None
+        if action is not None and action_name is None:
+            action_name = "store_true" if "BooleanOptional" in r.text(action) else None
+        options: dict[str, object] = {"default": sentinel}
+        if "dest" in kw and isinstance(kw["dest"], ast.Constant):
+            options["dest"] = kw["dest"].value
+        if action_name in FLAG_ACTIONS:
+            options["action"] = action_name
+            if action_name in ("store_const", "append_const") and "const" in kw:
+                const = r.sym(kw["const"], scope, ctx, 0)
+                options["const"] = const.value if isinstance(const, Known) else None
+        else:
+            nargs = kw.get("nargs")
+            if isinstance(nargs, ast.Constant):
+                options["nargs"] = nargs.value
+            if "const" in kw:
+                const = r.sym(kw["const"], scope, ctx, 0)
+                options["const"] = const.value if isinstance(const, Known) else None
+            options["type"] = _type(r.text(kw["type"])) if "type" in kw else str
+        try:
+            action_obj = real.add_argument(*flags, **options)
+        except Exception:
+            continue
+        dest = action_obj.dest
+        loc = r.loc(node)
+        if "default" in kw:
+            d = r.sym(kw["default"], scope, ctx, 0)
+            if isinstance(d, Known):
+                d = Known(d.value, (Origin("default", f"default of {flags[-1]}", loc),), r.loc(kw["default"]))
+            defaults[dest] = d
+        else:
+            implicit = {"store_true": False, "store_false": True}.get(action_name)
+            defaults[dest] = Known(implicit, (Origin("default", f"default of {flags[-1]}", loc),), loc)
+    try:
+        parsed, _ = real.parse_known_args(list(ctx.script_args))
+    except (argparse.ArgumentError, SystemExit, Exception) as exc:  # noqa: BLE001 - the script's parser
+        return Dyn(f"the script arguments do not parse: {exc}")
+    fields: dict[str, object] = {}
+    for dest, default in defaults.items():
+        got = getattr(parsed, dest, sentinel)
+        if got is sentinel:
+            fields[dest] = default
+        else:
+            fields[dest] = Known(got, (Origin("script-arg", f"--{dest.replace('_', '-')} on the command line"),))
+    return Namespace(fields, f"the argparse options of {parser_name}")
+
+
+def _type(text: str):
+    """The converter an option's `type=` names; anything that reads a bool parses the usual spellings."""
+    if text in ("int", "float", "str"):
+        return {"int": int, "float": float, "str": str}[text]
+    if "bool" in text.lower():
+        return lambda s: BOOL_STRINGS.get(str(s).lower(), s)
+    return str

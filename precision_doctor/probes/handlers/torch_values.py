@@ -1,0 +1,104 @@
+"""torch values a script spells: dtypes (`torch.float16`, `getattr(torch, name)`), devices, and the float
+tensors it builds and casts (so a half model fed fp32 inputs can be recognised)."""
+
+from __future__ import annotations
+
+import ast
+
+from ... import dtypes
+from ...facts import Origin
+from ..symbols import Cond, Dyn, Known
+
+TENSOR_CREATORS = {"torch.randn", "torch.rand", "torch.zeros", "torch.ones", "torch.empty", "torch.full",
+                   "torch.tensor", "torch.linspace", "torch.randn_like", "torch.rand_like"}
+CAST_METHODS = {"half": dtypes.FLOAT16, "bfloat16": dtypes.BFLOAT16, "float": dtypes.FLOAT32, "to": None}
+TENSOR_PREFIX = "tensor:"  # how a tensor's dtype is spelled in facts: "tensor:float32"
+
+CALLS = {"getattr", "torch.device", *TENSOR_CREATORS}
+METHODS = set(CAST_METHODS)
+VALUES = {"torch.*"}
+
+
+def resolve(r, node, scope, ctx, depth):
+    if isinstance(node, ast.Attribute):  # torch.float16
+        dtype = dtypes.from_torch_attr(node.attr)
+        if not dtype:
+            return None
+        return Known(f"torch.{dtype}", (Origin("code", r.text(node), r.loc(node)),), r.loc(node))
+    if isinstance(node, ast.Subscript):
+        return None
+    callee = r.qualified(node.func)
+    if callee == "getattr":
+        return _getattr(r, node, scope, ctx, depth)
+    if callee == "torch.device":
+        return _device(r, node, scope, ctx, depth)
+    if callee in TENSOR_CREATORS:
+        return _created(r, node, callee, scope, ctx, depth)
+    return _cast(r, node, scope, ctx, depth)
+
+
+def _getattr(r, node, scope, ctx, depth):
+    """getattr(torch, "bfloat16")."""
+    if len(node.args) < 2 or r.qualified(node.args[0]) != "torch":
+        return None
+    attr = r.sym(node.args[1], scope, ctx, depth)
+    if isinstance(attr, Known) and isinstance(attr.value, str) and dtypes.from_torch_attr(attr.value):
+        return Known(f"torch.{dtypes.from_torch_attr(attr.value)}", attr.origins, attr.location)
+    if isinstance(attr, Cond):
+        return Cond(attr.predicate, _torch_attr(attr.if_true), _torch_attr(attr.if_false))
+    return Dyn(f"{r.text(node)} names a dtype only known at run time")
+
+
+def _torch_attr(s):
+    if isinstance(s, Known) and isinstance(s.value, str) and dtypes.from_torch_attr(s.value):
+        return Known(f"torch.{dtypes.from_torch_attr(s.value)}", s.origins, s.location)
+    return s
+
+
+def _device(r, node, scope, ctx, depth):
+    """torch.device("cuda", 0) is its string form "cuda:0"."""
+    if not node.args:
+        return None
+    parts = [r.sym(a, scope, ctx, depth) for a in node.args[:2]]
+    if all(isinstance(p, Known) for p in parts):
+        text = ":".join(str(p.value) for p in parts)
+        return Known(text, parts[0].origins, parts[0].location)
+    return Dyn(f"{r.text(node)} names a device only known at run time")
+
+
+def _created(r, node, callee, scope, ctx, depth):
+    for kw in node.keywords:
+        if kw.arg == "dtype":
+            d = r.sym(kw.value, scope, ctx, depth)
+            if isinstance(d, Known) and dtypes.from_string(d.value):
+                return Known(f"{TENSOR_PREFIX}{dtypes.from_string(d.value)}", (), r.loc(node))
+            return Dyn("a tensor whose dtype is computed at run time")
+    if callee == "torch.tensor":
+        data = node.args[0] if node.args else None
+        floats = data is not None and any(isinstance(n, ast.Constant) and isinstance(n.value, float)
+                                          for n in ast.walk(data))
+        return Known(f"{TENSOR_PREFIX}float32", (), r.loc(node)) if floats else Dyn("a tensor of run-time dtype")
+    return Known(f"{TENSOR_PREFIX}float32", (), r.loc(node))
+
+
+def _cast(r, node, scope, ctx, depth):
+    """x.half() / x.to(torch.bfloat16) on a tensor the script built."""
+    inner = r.sym(node.func.value, scope, ctx, depth)
+    if not (isinstance(inner, Known) and isinstance(inner.value, str) and inner.value.startswith(TENSOR_PREFIX)):
+        return None
+    method = node.func.attr
+    target = CAST_METHODS[method]
+    if method == "to":
+        target = inner.value.split(":", 1)[1]
+        for a in list(node.args) + [k.value for k in node.keywords if k.arg == "dtype"]:
+            d = r.sym(a, scope, ctx, depth)
+            if isinstance(d, Known) and dtypes.from_string(d.value):
+                target = dtypes.from_string(d.value)
+            elif not isinstance(d, Known) and not _looks_like_device(a):
+                return Dyn("a tensor cast to a run-time dtype")
+    return Known(f"{TENSOR_PREFIX}{target}", (), r.loc(node))
+
+
+def _looks_like_device(node: ast.AST) -> bool:
+    text = ast.unparse(node)
+    return "device" in text or "cuda" in text or "cpu" in text
