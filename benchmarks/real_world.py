@@ -38,7 +38,8 @@ SKIP_DIRS = {"__pycache__", "venv", "env", "site-packages", "node_modules", "bui
 def doctor_env() -> dict[str, str]:
     """This checkout first on the path, so the children run the doctor next to this script."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + rest)
     env.setdefault("HF_HUB_OFFLINE", "1")
     return env
 
@@ -63,7 +64,9 @@ def run_check(paths: list[str], cwd: Path, target: str | None, jobs: int | None)
         report = None
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         problem = problem or (lines[-1].strip() if lines else f"no report (exit {proc.returncode})")
-    return {"report": report, "rc": proc.returncode, "wall": wall, "problem": problem}
+    # --quiet leaves stderr empty on a clean run: anything there is noise a user would see
+    stderr = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
+    return {"report": report, "rc": proc.returncode, "wall": wall, "problem": problem, "stderr": stderr}
 
 
 # ---------------------------------------------------------------- reading a report defensively
@@ -227,10 +230,12 @@ def gather(folder: Path, target: str | None, jobs: int | None, limit: int | None
     return {
         "dir": str(folder), "target": target, "folder_rc": folder_run["rc"], "folder_problem": folder_run["problem"],
         "files": len(files), "lines": lines, "scripts_with_findings": len(by_file),
-        "wall_s": round(folder_run["wall"], 3), "lines_per_s": round(lines / folder_run["wall"]) if folder_run["wall"] else 0,
+        "wall_s": round(folder_run["wall"], 3),
+        "lines_per_s": round(lines / folder_run["wall"]) if folder_run["wall"] else 0,
         "per_file_runs": len(runs), "per_file_wall_s": round(sum(r["wall"] for r in runs), 3),
         "findings": len(findings), "per_rule": dict(sorted(per_rule.items())),
-        "per_severity": {s: per_severity.get(s, 0) for s in list(SEVERITY_ORDER) + sorted(set(per_severity) - set(SEVERITY_ORDER))},
+        "per_severity": {s: per_severity.get(s, 0)
+                         for s in list(SEVERITY_ORDER) + sorted(set(per_severity) - set(SEVERITY_ORDER))},
         "per_rule_single": dict(sorted(Counter(str(f.get("id", "?")) for f in single_findings).items())),
         "errors": [{"id": f.get("id"), "name": f.get("name"), "file": finding_file(f), "at": where(finding_key(f)),
                     "confidence": f.get("confidence"), "message": f.get("message")} for f in errors],
@@ -244,6 +249,8 @@ def gather(folder: Path, target: str | None, jobs: int | None, limit: int | None
         "not_checked": dict(sorted(not_checked.items())),
         "not_checked_single": dict(sorted(single_not_checked.items())),
         "single_failed": dict(sorted(single_failed.items())),
+        "stderr_folder": folder_run["stderr"][:20],
+        "stderr_single": {p: r["stderr"][-1] for p, r in single.items() if r["stderr"] and r["report"] is not None},
         "stack_folder": stack_line(report), "stacks_single": stacks.most_common(),
     }
 
@@ -302,12 +309,20 @@ def render(fig: dict) -> str:
     for what, n in fig["unknown_whats"]:
         say(f"  {n:4}  {what}")
     say("")
-    say(f"== not checked ({len(fig['not_checked'])} in the folder run, {len(fig['not_checked_single'])} in per-file runs)")
+    say(f"== not checked ({len(fig['not_checked'])} in the folder run, "
+        f"{len(fig['not_checked_single'])} in per-file runs)")
     for path, why in fig["not_checked"].items():
         say(f"  {path}  {why}")
     for path, why in fig["not_checked_single"].items():
         if path not in fig["not_checked"]:
             say(f"  {path}  (per-file run only) {why}")
+    say("")
+    say(f"== stderr ({len(fig['stderr_single'])} per-file runs wrote to stderr under --quiet; "
+        f"folder run {len(fig['stderr_folder'])} lines)")
+    for line in fig["stderr_folder"]:
+        say(f"  folder run: {line}")
+    for path, line in fig["stderr_single"].items():
+        say(f"  {path}: {line}")
     say("")
     say("== time")
     say(f"  folder run {fig['wall_s']:.2f} s   {fig['lines_per_s']} lines/s   "

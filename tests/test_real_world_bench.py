@@ -33,7 +33,8 @@ def test_prints_every_section_for_a_mixed_tree(bench, tmp_path, capsys):
                        "--json", str(out_json)]) == 0
     text = capsys.readouterr().out
     for section in ("== files", "== findings per rule", "== findings per severity", "== error-level findings",
-                    "== per-file vs folder-run differences", "== unknowns per file", "== not checked", "== time"):
+                    "== per-file vs folder-run differences", "== unknowns per file", "== not checked", "== stderr",
+                    "== time"):
         assert section in text
     fig = json.loads(out_json.read_text())
     assert fig["files"] == len(files) and fig["lines"] == lines
