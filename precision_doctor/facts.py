@@ -59,6 +59,13 @@ class Predicate:
 
 
 @dataclass(frozen=True)
+class TensorValue:
+    """A tensor the script builds, as far as static reading knows it: its dtype."""
+
+    dtype: str
+
+
+@dataclass(frozen=True)
 class Value:
     """An argument's effective value, where it came from, and how sure the doctor is of it."""
 
@@ -438,7 +445,12 @@ class Facts:
 
 # --- JSON round trip -------------------------------------------------------------------------
 
+_TENSOR_KEY = "tensor_dtype"  # a TensorValue held where any value may be (Value.value) is {"tensor_dtype": ...}
+
+
 def _to_jsonable(obj: Any) -> Any:
+    if isinstance(obj, TensorValue):
+        return {_TENSOR_KEY: obj.dtype}
     if dataclasses.is_dataclass(obj):
         return {f.name: _to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, dict):
@@ -453,6 +465,8 @@ def _from_jsonable(tp: Any, data: Any) -> Any:
 
     if data is None:
         return None
+    if isinstance(data, dict) and set(data) == {_TENSOR_KEY}:
+        return TensorValue(str(data[_TENSOR_KEY]))
     if isinstance(tp, str):
         tp = _TYPES[tp.split("|")[0].strip()]
     if isinstance(tp, type) and issubclass(tp, StrEnum):

@@ -77,3 +77,19 @@ def test_a_rule_may_escalate_only_as_far_as_it_declares(run_check):
         assert got == {"to warning": "warning", "to error": "info"}
     finally:
         REGISTRY.pop("PD997")
+
+
+def test_typed_values_survive_the_json_round_trip(run_check):
+    """Tensors, call kinds and value states come back as their types, not as strings."""
+    from precision_doctor.call_kinds import CallKind
+    from precision_doctor.facts import State, TensorValue
+
+    code = ("import torch\nmodel = torch.nn.Linear(16, 4).cuda().half()\nx = torch.randn(8, 16, device='cuda')\n"
+            "loss = model(x).sum()\n")
+    _, facts = run_check(code)
+    again = Facts.from_json(json.loads(json.dumps(facts.to_json())))
+    assert again == facts
+    calls = again.scripts[0].calls
+    assert all(isinstance(c.kind, CallKind) for c in calls)
+    values = [v for c in calls for v in c.args if isinstance(v.value, TensorValue)]
+    assert values and values[0].value.dtype == "float32" and isinstance(values[0].state, State)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from .. import dtypes
 from ..derive import Setup, call_evidence, decide, dtype_of_cast, evidence_of
 from ..registry import Example, LogSignature, rule
-from ..facts import ABSENT, KNOWN, Call, MachineFacts, ScriptFacts, StackFacts
+from ..facts import ABSENT, KNOWN, Call, MachineFacts, ScriptFacts, StackFacts, TensorValue
 from ..derive.live import live_evidence
 from ..findings import Applicability, Draft, Edit, Fix
 from ..probes.stack import at_least
@@ -300,7 +300,7 @@ def half_model_float_inputs(script: ScriptFacts, setup: Setup):
         if call.callee not in setup.model_names:
             continue
         for v in list(call.args) + list(call.kwargs.values()):
-            if v.state == KNOWN and v.value == "tensor:float32":
+            if v.state == KNOWN and v.value == TensorValue(dtypes.FLOAT32):
                 yield Draft(f"{call.callee} holds {setup.weights.value} weights but is called on a float32 tensor "
                             f"with no autocast", evidence=setup.weights.evidence + (
                                 evidence_of(v, "float32 input", call), call_evidence(call, "forward call")),

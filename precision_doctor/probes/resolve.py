@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 
 from .._util import python_lines
-from ..facts import CONDITIONAL, DYNAMIC, KNOWN, Location, Origin, Predicate, Value
+from ..facts import CONDITIONAL, DYNAMIC, KNOWN, Location, Origin, Predicate, Value, TensorValue
 from .handlers import REGISTRY
 from .scopes import Assignment, Scope, ScopeIndex, dotted
 from .symbols import (UNRESOLVED, Cond, Context, DictSym, Dyn, Known, Multi, Namespace, ObjSym, Seq, Sym,
@@ -561,7 +561,7 @@ def _strip_prefix(chain: tuple, use_chain: tuple) -> tuple:
 
 
 def _plain(v: object) -> object:
-    if isinstance(v, (str, int, float, bool)) or v is None:
+    if isinstance(v, (str, int, float, bool, TensorValue)) or v is None:
         return v
     if isinstance(v, (list, tuple)):
         return [_plain(x) for x in v]

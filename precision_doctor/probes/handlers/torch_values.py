@@ -6,13 +6,12 @@ from __future__ import annotations
 import ast
 
 from ... import dtypes
-from ...facts import Origin
+from ...facts import Origin, TensorValue
 from ..symbols import Cond, Dyn, Known
 
 TENSOR_CREATORS = {"torch.randn", "torch.rand", "torch.zeros", "torch.ones", "torch.empty", "torch.full",
                    "torch.tensor", "torch.linspace", "torch.randn_like", "torch.rand_like"}
 CAST_METHODS = {"half": dtypes.FLOAT16, "bfloat16": dtypes.BFLOAT16, "float": dtypes.FLOAT32, "to": None}
-TENSOR_PREFIX = "tensor:"  # how a tensor's dtype is spelled in facts: "tensor:float32"
 
 CALLS = {"getattr", "torch.device", *TENSOR_CREATORS}
 METHODS = set(CAST_METHODS)
@@ -71,20 +70,20 @@ def _created(r, node, callee, scope, ctx, depth):
         if kw.arg == "dtype":
             d = r.sym(kw.value, scope, ctx, depth)
             if isinstance(d, Known) and dtypes.from_string(d.value):
-                return Known(f"{TENSOR_PREFIX}{dtypes.from_string(d.value)}", (), r.loc(node))
+                return Known(TensorValue(dtypes.from_string(d.value)), (), r.loc(node))
             return Dyn("a tensor whose dtype is computed at run time")
     if callee == "torch.tensor":
         data = node.args[0] if node.args else None
         floats = data is not None and any(isinstance(n, ast.Constant) and isinstance(n.value, float)
                                           for n in ast.walk(data))
-        return Known(f"{TENSOR_PREFIX}float32", (), r.loc(node)) if floats else Dyn("a tensor of run-time dtype")
-    return Known(f"{TENSOR_PREFIX}float32", (), r.loc(node))
+        return Known(TensorValue(dtypes.FLOAT32), (), r.loc(node)) if floats else Dyn("a tensor of run-time dtype")
+    return Known(TensorValue(dtypes.FLOAT32), (), r.loc(node))
 
 
 def _cast(r, node, scope, ctx, depth):
     """x.half() / x.to(torch.bfloat16) on a tensor the script built."""
     inner = r.sym(node.func.value, scope, ctx, depth)
-    if not (isinstance(inner, Known) and isinstance(inner.value, str) and inner.value.startswith(TENSOR_PREFIX)):
+    if not (isinstance(inner, Known) and isinstance(inner.value, TensorValue)):
         return None
     method = node.func.attr
     target = CAST_METHODS[method]
@@ -96,7 +95,7 @@ def _cast(r, node, scope, ctx, depth):
                 target = dtypes.from_string(d.value)
             elif not isinstance(d, Known) and not _looks_like_device(a):
                 return Dyn("a tensor cast to a run-time dtype")
-    return Known(f"{TENSOR_PREFIX}{target}", (), r.loc(node))
+    return Known(TensorValue(target), (), r.loc(node))
 
 
 def _looks_like_device(node: ast.AST) -> bool:
