@@ -268,11 +268,18 @@ class LaunchFacts:
     standalone: bool = False
 
 
+class VersionSource(StrEnum):
+    INSTALLED = "installed"  # read from the environment's package metadata
+    DECLARED = "declared"  # from the project's requirements / pyproject
+    ASSUMED = "assumed"  # neither: the current release the rules were checked against
+    GIVEN = "given"  # set by the caller (tests, examples)
+
+
 @dataclass(frozen=True)
 class PackageVersion:
     name: str
     version: str  # "" when not determined
-    source: str  # installed | declared | assumed
+    source: VersionSource
 
     def describe(self) -> str:
         return f"{self.name} {self.version} ({self.source})"
@@ -292,7 +299,7 @@ class StackFacts:
     behaviours: dict[str, LibraryBehaviour] = field(default_factory=dict)  # see probes/stack.py for the keys
 
     def get(self, name: str) -> PackageVersion:
-        return self.packages.get(name) or PackageVersion(name, "", "assumed")
+        return self.packages.get(name) or PackageVersion(name, "", VersionSource.ASSUMED)
 
 
 @dataclass(frozen=True)

@@ -143,3 +143,18 @@ def test_pd110_fix_puts_the_port_before_a_script_not_named_train(run_check):
     fix = next(f for f in result.findings if f.rule_id == "PD110").fix
     assert fix.commands[0].startswith("torchrun --nproc_per_node 2 --master_port 29")
     assert fix.commands[0].endswith(" finetune_llm.py --lr 1e-4") and "29500" not in fix.commands[0]
+
+
+def test_live_optimizer_state_of_another_dtype_is_pd203(run_check):
+    """The live optimizer's state tensors disagree with their parameters' dtype: the next step fails, whatever
+    the script reading said."""
+    code = ("import torch\nmodel = torch.nn.Linear(4, 4)\nopt = torch.optim.AdamW(model.parameters())\n"
+            "for x in loader:\n    model(x).sum().backward()\n    opt.step()\n")
+    live = _live(model={"trainable_dtypes": {"bfloat16": 2}},
+                 optimizer={"class_name": "AdamW", "groups": [{"dtypes": {"bfloat16": 2}, "foreach": True}],
+                            "state_dtype_mismatches": 4})
+    result, _ = run_check(code, live=live)
+    hit = [f for f in result.findings if f.rule_id == "PD203"]
+    assert hit and "4 state tensors" in hit[0].message
+    quiet, _ = run_check(code, live=_live(optimizer={"class_name": "AdamW", "state_dtype_mismatches": 0}))
+    assert not [f for f in quiet.findings if f.rule_id == "PD203"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from .. import dtypes
 from ..derive import Setup, call_evidence, decide, evidence_of
 from ..registry import Example, LogSignature, rule
-from ..facts import KNOWN, MachineFacts, ScriptFacts, StackFacts
+from ..facts import KNOWN, MachineFacts, ScriptFacts, StackFacts, VersionSource
 from ..findings import Applicability, Draft, Edit, Fix
 from ..probes.stack import at_least
 from ._common import native_bf16, weights_source_edit
@@ -41,7 +41,7 @@ def torch_dtype_kwarg_renamed(script: ScriptFacts, stack: StackFacts):
                         fix=Fix("rename torch_dtype= to dtype=", applicability=Applicability.SAFE,
                                 edits=(Edit("rename_kwarg", load.location.path, load.location.line,
                                             call="from_pretrained", old="torch_dtype", new="dtype"),)),
-                        confidence="likely" if version.source == "assumed" else "certain")
+                        confidence="likely" if version.source == VersionSource.ASSUMED else "certain")
 
 
 _FLASH = ("flash_attention_2", "flash_attention_3")
@@ -136,4 +136,4 @@ def trainer_tokenizer_kwarg_removed(script: ScriptFacts, stack: StackFacts):
                     fix=Fix("rename tokenizer= to processing_class=", applicability=Applicability.SAFE,
                             edits=(Edit("rename_kwarg", trainer.location.path, trainer.location.line, call=name,
                                         old="tokenizer", new="processing_class"),)),
-                    confidence="likely" if version.source == "assumed" else "certain")
+                    confidence="likely" if version.source == VersionSource.ASSUMED else "certain")

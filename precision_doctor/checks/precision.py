@@ -8,7 +8,7 @@ from dataclasses import replace
 from .. import dtypes
 from ..derive import Setup, call_evidence, evidence_of, load_dtype_value
 from ..registry import Example, LogSignature, rule
-from ..facts import ABSENT, KNOWN, MachineFacts, StackFacts
+from ..facts import ABSENT, KNOWN, MachineFacts, StackFacts, VersionSource
 from .._util import unique
 from ..families import overflows_fp16
 from ..derive.live import live_evidence, live_summary, loss_history, scaler_on
@@ -443,7 +443,7 @@ def implicit_checkpoint_dtype_v5(setup: Setup, stack: StackFacts):
                 fix=Fix(f"pass dtype={intended} explicitly", applicability=Applicability.SAFE,
                         edits=(Edit("set_kwarg", load.location.path, load.location.line, call="from_pretrained",
                                     name="dtype", new=intended),)),
-                confidence="likely" if version.source == "assumed" else "certain")
+                confidence="likely" if version.source == VersionSource.ASSUMED else "certain")
 
 
 @rule(

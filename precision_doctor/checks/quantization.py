@@ -5,7 +5,7 @@ from __future__ import annotations
 from .. import dtypes
 from ..derive import Setup, call_evidence, decide, dtype_of_cast, evidence_of
 from ..registry import Example, LogSignature, rule
-from ..facts import ABSENT, MachineFacts, ScriptFacts, StackFacts
+from ..facts import ABSENT, MachineFacts, ScriptFacts, StackFacts, VersionSource
 from ..findings import Applicability, Draft, Edit, Fix
 from ..probes.stack import at_least
 from ._common import native_bf16, present, set_kwarg
@@ -257,5 +257,5 @@ def bnb_load_in_kwargs_deprecated(script: ScriptFacts, stack: StackFacts):
                                                           new=f"BitsAndBytesConfig({flag}=True)"),
                                                      Edit("add_import", load.location.path, 1,
                                                           new="from transformers import BitsAndBytesConfig")))),
-                        confidence="likely" if version.source == "assumed" else "certain")
+                        confidence="likely" if version.source == VersionSource.ASSUMED else "certain")
             return

@@ -7,7 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-from ..facts import LibraryBehaviour, PackageVersion, StackFacts
+from ..facts import LibraryBehaviour, PackageVersion, StackFacts, VersionSource
 from ..sources import Unreadable, is_regular_file, read_text_bounded
 
 # The releases the rules were checked against; assumed when a package is neither installed nor declared.
@@ -25,17 +25,17 @@ def probe_stack(script_dirs: list[Path] | None = None, overrides: dict[str, str]
     installed = installed_versions() if not overrides else {}
     for name in TRACKED:
         if overrides and name in overrides:
-            packages[name] = PackageVersion(name, overrides[name], "given")
+            packages[name] = PackageVersion(name, overrides[name], VersionSource.GIVEN)
             continue
         if name in installed:
-            packages[name] = PackageVersion(name, installed[name], "installed")
+            packages[name] = PackageVersion(name, installed[name], VersionSource.INSTALLED)
             continue
         if name in declared:
-            packages[name] = PackageVersion(name, declared[name], "declared")
+            packages[name] = PackageVersion(name, declared[name], VersionSource.DECLARED)
         elif name in CURRENT:
-            packages[name] = PackageVersion(name, CURRENT[name], "assumed")
+            packages[name] = PackageVersion(name, CURRENT[name], VersionSource.ASSUMED)
     behaviours = installed_behaviours(packages["transformers"].version) \
-        if packages["transformers"].source == "installed" else {}
+        if packages["transformers"].source == VersionSource.INSTALLED else {}
     return StackFacts(packages=packages, behaviours=behaviours)
 
 
