@@ -36,6 +36,15 @@ def write(root: Path, files: dict[str, str]) -> None:
         path.write_text(text)
 
 
+def committed_repo(repo: Path, files: dict[str, str], home: Path) -> Path:
+    """A git repository holding `files`, all committed."""
+    write(repo, files)
+    git(repo, "init", "-q", home=home)
+    git(repo, "add", "-A", home=home)
+    git(repo, "commit", "-qm", "x", home=home)
+    return repo
+
+
 def doctor(*args, cwd=ROOT):
     return subprocess.run([sys.executable, "-m", "precision_doctor", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=120)
@@ -79,11 +88,8 @@ def plant(repo: Path, sentinels: Path) -> None:
 
 @needs_git
 def test_a_folder_run_runs_nothing_from_the_repository(tmp_path):
-    repo = tmp_path / "repo"
-    write(repo, {"train.py": "import torch\nmodel = torch.nn.Linear(2, 2).half()\n", "src/util.py": "x = 1\n"})
-    git(repo, "init", "-q", home=tmp_path)
-    git(repo, "add", "-A", home=tmp_path)
-    git(repo, "commit", "-qm", "x", home=tmp_path)
+    repo = committed_repo(tmp_path / "repo", {"train.py": "import torch\nmodel = torch.nn.Linear(2, 2).half()\n",
+                                              "src/util.py": "x = 1\n"}, tmp_path)
     sentinels = tmp_path / "ran"
     plant(repo, sentinels)
     (repo / "new.py").write_text("y = 2\n")  # untracked: what made the old walk ask git
@@ -178,11 +184,7 @@ def test_the_walk_lists_what_git_lists(tmp_path, committed):
 
 @needs_git
 def test_a_linked_work_tree_reads_the_shared_info_exclude(tmp_path):
-    repo = tmp_path / "repo"
-    write(repo, {"a.py": "", "b.py": ""})
-    git(repo, "init", "-q", home=tmp_path)
-    git(repo, "add", "-A", home=tmp_path)
-    git(repo, "commit", "-qm", "x", home=tmp_path)
+    repo = committed_repo(tmp_path / "repo", {"a.py": "", "b.py": ""}, tmp_path)
     (repo / ".git" / "info").mkdir(exist_ok=True)
     (repo / ".git" / "info" / "exclude").write_text("local_*.py\n")
     linked = tmp_path / "linked"
