@@ -16,7 +16,7 @@ from .errors import InputError
 
 _STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_-]*)|\[(\d+)\]|\[\.\.\.\]")
 _WHERE = re.compile(r" - at `\$([^`]*)`$")
-_EXPECTED = re.compile(r"^Expected `([^`]+)`(?: of length (\d+))?, got `?([^`]+)`?$")
+_EXPECTED = re.compile(r"^Expected `([^`]+)`(?: of length (\d+))?(?:, got `?([^`]+)`?)?$")
 _JSON_NAMES = {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false",
                "array": "an array", "object": "an object", "null": "null", "int | null": "an integer or null",
                "str | null": "a string or null", "object | null": "an object or null"}
@@ -63,14 +63,18 @@ def _explain(message: str, data: Any, tp: Any, root: str, key_name: Callable[[st
     text = message[:match.start()] if match else message
     spelt = _STEP.sub(lambda m: f".{key_name(m.group(1))}" if m.group(1) else m.group(), path)
     shown = (root + spelt) if root else spelt.lstrip(".") or "the top level"
+    if text.startswith("Invalid enum value") or text.startswith("Invalid value"):
+        value, declared = _value_at(data, path), _type_at(tp, path)
+        if value is not _MISSING and declared is not None:
+            return f"{shown}: expected {_describe(declared)}, got {_show(value)}"
     expected = _EXPECTED.match(text)
     if expected:
         value = _value_at(data, path)
         declared = _type_at(tp, path)
         want = _describe(declared) if declared is not None else _JSON_NAMES.get(expected.group(1), expected.group(1))
         got = _show(value) if value is not _MISSING else _JSON_NAMES.get(expected.group(3), expected.group(3))
-        if expected.group(2) and not isinstance(value, list):
-            got = f"an array of {expected.group(3)}"
+        if value is _MISSING and expected.group(2):
+            got = "an array of another length"
         return f"{shown}: expected {want if null else want.replace(' or null', '')}, got {got}"
     return f"{shown}: {text[:1].lower()}{text[1:]}"
 
@@ -169,7 +173,7 @@ def _show(value: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
         return f"a {value.bit_length()}-bit integer"
     try:
-        text = json.dumps(value, allow_nan=False)
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError):
         text = type(value).__name__
     return text if len(text) <= 60 else text[:57] + "..."
