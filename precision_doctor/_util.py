@@ -36,3 +36,17 @@ def python_lines(text: str, keepends: bool = False) -> list[str]:
     form feeds, U+2028 and other characters Python's tokenizer keeps inside a line, which shifts line numbers."""
     lines = _PYTHON_LINE.findall(text)
     return lines if keepends else [line.rstrip("\r\n") for line in lines]
+
+
+MAX_GPUS_PER_NODE = 1024  # more than any node has: a larger count is a typo, and would make the doctor build it
+MAX_PORT = 65535
+
+
+def whole_number(text: str, low: int, high: int) -> int | None:
+    """`text` as a whole number from `low` to `high` when it is written in ASCII digits; otherwise None. Never
+    raises: not on '²' (a digit to str.isdigit, not to int), not on 5,000 digits (int's own limit is 4,300)."""
+    text = text.strip()
+    if not text or len(text) > 18 or not (text.isascii() and text.isdigit()):
+        return None
+    number = int(text)
+    return number if low <= number <= high else None

@@ -10,9 +10,9 @@ installed into the user's training environment, so it adds no import cost and no
 from __future__ import annotations
 
 import argparse
-import sys
-
+import errno
 import os
+import sys
 
 from . import __version__
 from .errors import InputError
@@ -20,6 +20,27 @@ from .errors import InputError
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 FAIL_ON = ("error", "warning", "info", "never")
 FORMATS = ("text", "json", "sarif")
+
+
+MAX_JOBS = 1024  # workers; more than the CPUs is clamped to the CPUs
+MAX_STEPS = 1_000_000
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+
+
+def _bounded(kind: type, low: float, high: float):
+    """An argparse type: a number of `kind` from `low` to `high` (a finite one), or a one-line usage error."""
+    def parse(text: str):
+        try:
+            value = kind(text) if len(text) <= 32 else None
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:  # also NaN, which compares False
+            raise argparse.ArgumentTypeError(f"{text[:32]!r}: expected a {'whole ' if kind is int else ''}number "
+                                             f"from {low:g} to {high:g}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its message
+    return parse
 
 
 class _Parser(argparse.ArgumentParser):
@@ -51,16 +72,16 @@ def build_parser() -> argparse.ArgumentParser:
                        help="exit 1 on findings at or above this severity (default error)")
     check.add_argument("--select", metavar="IDS", help="only these rules: ids or prefixes, comma-separated (PD2,PD101)")
     check.add_argument("--ignore", metavar="IDS", help="skip these rules (added to the configured ignore list)")
-    check.add_argument("--jobs", "-j", type=int, default=0, metavar="N",
+    check.add_argument("--jobs", "-j", type=_bounded(int, 0, MAX_JOBS), default=0, metavar="N",
                        help="worker processes for large trees (default: one per core)")
     check.add_argument("--config", metavar="FILE", help="the pyproject.toml to read (default: the nearest one "
                                                          "with [tool.precision-doctor])")
     check.add_argument("--live", action="store_true",
                        help="run the script (in a child process) up to where training starts and inspect the real "
                             "model, args and optimizer; needs the training environment")
-    check.add_argument("--steps", type=int, default=0, metavar="N",
+    check.add_argument("--steps", type=_bounded(int, 0, MAX_STEPS), default=0, metavar="N",
                        help="with --live: let N real optimizer steps run and diagnose what breaks")
-    check.add_argument("--timeout", type=float, default=900.0, metavar="S",
+    check.add_argument("--timeout", type=_bounded(float, 1, MAX_TIMEOUT_S), default=900.0, metavar="S",
                        help="with --live: end the script (and its process group) after S seconds (default 900)")
     check.add_argument("--quiet", "-q", action="store_true", help="only the findings (and no live status line)")
     check.add_argument("--no-color", action="store_true", help="plain text even on a terminal")
@@ -108,7 +129,41 @@ def build_parser() -> argparse.ArgumentParser:
 def _console(no_color: bool = False):
     from rich.console import Console
 
-    return Console(highlight=False, no_color=no_color or None, soft_wrap=False)
+    class ReportConsole(Console):
+        def on_broken_pipe(self) -> None:  # rich would exit 1 here; _deliver decides the exit code
+            raise BrokenPipeError
+
+    return ReportConsole(highlight=False, no_color=no_color or None, soft_wrap=False)
+
+
+def _deliver(write, verdict: int) -> int:
+    """Write a report to stdout and return the verdict. A reader that stops reading (`| head`, `| true`) does not
+    change it: a gate whose output pipe closed still fails on its findings, and passes only when it would have
+    passed anyway. Stdout that cannot take the report (disk full, closed) is an error: exit 2, never a pass."""
+    try:
+        if sys.stdout is None:  # started with stdout closed (`>&-`)
+            raise OSError(errno.EBADF, "stdout is closed")
+        write()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _detach_stdout()
+        return verdict
+    except OSError as exc:
+        _detach_stdout()
+        raise InputError(f"cannot write the report to stdout ({exc.strerror or exc}); "
+                         f"write it to a file with -o FILE") from None
+    return verdict
+
+
+def _detach_stdout() -> None:
+    """Point stdout at /dev/null, so that what is still buffered is not written (and failed) again at exit."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return  # not a real file (a test's capture)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def settings_for(opts):
@@ -146,20 +201,20 @@ def run_check(opts, script_args: tuple[str, ...]) -> int:
     settings = settings_for(opts)
     root = os.path.dirname(settings.source) if settings.source else "."
     facts = gather(opts.paths, target=settings.target, launcher=settings.launcher, script_args=script_args,
-                   facts_file=settings.facts, jobs=opts.jobs or os.cpu_count() or 1, exclude=settings.exclude,
-                   root=root)
+                   facts_file=settings.facts, jobs=min(opts.jobs or MAX_JOBS, os.cpu_count() or 1),
+                   exclude=settings.exclude, root=root)
     if opts.live:
         facts = _with_live(opts, facts, script_args)
     result = engine.run(facts, settings.policy)
+    failing = settings.fail_on != "never" and any(SEVERITY_RANK[f.severity] <= SEVERITY_RANK[settings.fail_on]
+                                                  for f in result.findings)
     if opts.fmt == "text" and not opts.output:
         from .report.text import render as render_text
 
-        render_text(result, facts, _console(no_color=opts.no_color), quiet=opts.quiet)
-    else:
-        _write(opts.output, _render_data(opts.fmt, result, facts, opts.no_color))
-    failing = settings.fail_on != "never" and any(SEVERITY_RANK[f.severity] <= SEVERITY_RANK[settings.fail_on]
-                                                  for f in result.findings)
-    return EXIT_FINDINGS if failing else EXIT_OK
+        return _deliver(lambda: render_text(result, facts, _console(no_color=opts.no_color), quiet=opts.quiet),
+                        EXIT_FINDINGS if failing else EXIT_OK)
+    return _deliver(lambda: _write(opts.output, _render_data(opts.fmt, result, facts, opts.no_color)),
+                    EXIT_FINDINGS if failing else EXIT_OK)
 
 
 def run_fix_command(opts, script_args: tuple[str, ...]) -> int:
@@ -186,8 +241,6 @@ def run_fix_command(opts, script_args: tuple[str, ...]) -> int:
 
 
 def run_explain(opts, script_args: tuple[str, ...]) -> int:
-    import json
-
     from .catalog import related
     from .diagnose import diagnose, open_log
 
@@ -210,13 +263,12 @@ def run_explain(opts, script_args: tuple[str, ...]) -> int:
                               for f in findings if f.rule_id in related(d.rule.id) for loc in f.locations[:1]]
             doc["diagnoses"].append(item)
         from .redact import redact_data
+        from .strict_json import dumps
 
-        sys.stdout.write(json.dumps(redact_data(doc), indent=2) + "\n")
-        return EXIT_OK
+        return _deliver(lambda: sys.stdout.write(dumps(redact_data(doc), indent=2) + "\n"), EXIT_OK)
     from .report.explain_text import render_diagnoses
 
-    render_diagnoses(found, findings, name, _console(), related)
-    return EXIT_OK
+    return _deliver(lambda: render_diagnoses(found, findings, name, _console(), related), EXIT_OK)
 
 
 def _with_live(opts, facts, script_args: tuple[str, ...]):
@@ -368,4 +420,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
+    if sys.stdin is None:  # started with stdin closed (`<&-`): read as empty, never as a crash
+        sys.stdin = open(os.devnull, encoding="utf-8")
     sys.exit(main())

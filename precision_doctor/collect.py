@@ -6,18 +6,17 @@ accelerate config), a named `--target` profile, or a `--facts` snapshot taken on
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ._util import MAX_GPUS_PER_NODE
 from .config import excluded
 from .errors import InputError
-from .facts import (Facts, LaunchFacts, MachineFacts, MachineOrigin, ScriptFacts, StackFacts, Unknown, _from_jsonable,
-                    _to_jsonable)
+from .facts import Facts, LaunchFacts, MachineFacts, MachineOrigin, ScriptFacts, StackFacts, Unknown, _to_jsonable
 from .probes.launch import launch_from_env, parse_launcher
 from .probes.script import probe_script
 from .probes.stack import probe_stack
@@ -97,37 +96,57 @@ def this_machine(environ: Mapping[str, str], launch: LaunchFacts, system: System
     return replace(machine, host=host, probed_at=time.time())
 
 
+@dataclass(frozen=True)
+class _SnapshotHeader:
+    kind: Any = None
+    version: Any = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A snapshot file's declared shape: the facts dataclasses themselves (typed.py checks a file against it)."""
+
+    kind: str
+    version: int
+    machine: MachineFacts
+    stack: StackFacts = field(default_factory=StackFacts)
+
+
 def read_snapshot(path: str) -> tuple[MachineFacts, StackFacts]:
+    from .typed import decode_json
+
+    where = f"--facts {path}"
     try:
-        data = json.loads(read_text_bounded(path, MAX_SNAPSHOT_BYTES, what="snapshot"))
+        raw = read_text_bounded(path, MAX_SNAPSHOT_BYTES, what="snapshot").encode("utf-8", "surrogatepass")
     except Unreadable as exc:
         if exc.reason == "no such file":
-            raise InputError(f"--facts {path}: no such file; write one with `precision-doctor snapshot -o {path}`") \
+            raise InputError(f"{where}: no such file; write one with `precision-doctor snapshot -o {path}`") \
                 from None
-        raise InputError(f"--facts {path}: cannot be read ({exc.reason}); write one with "
+        raise InputError(f"{where}: cannot be read ({exc.reason}); write one with "
                          f"`precision-doctor snapshot -o FILE`") from None
-    except (ValueError, RecursionError) as exc:
-        raise InputError(f"--facts {path}: not a JSON snapshot ({type(exc).__name__}); write one with "
-                         f"`precision-doctor snapshot -o FILE`") from None
-    if not isinstance(data, dict) or data.get("kind") != SNAPSHOT_KIND:
-        raise InputError(f"--facts {path}: not a precision-doctor snapshot (no \"kind\": \"{SNAPSHOT_KIND}\")")
-    if data.get("version") != SNAPSHOT_VERSION:
-        raise InputError(f"--facts {path}: snapshot version {data.get('version')!r}; this doctor reads "
-                         f"version {SNAPSHOT_VERSION}")
     try:
-        machine = _from_jsonable(MachineFacts, data["machine"])
-        stack = _from_jsonable(StackFacts, data.get("stack", {"packages": {}}))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"--facts {path}: malformed snapshot ({type(exc).__name__}: {exc})") from None
-    return replace(machine, source=f"snapshot {Path(path).name}", origin=MachineOrigin.SNAPSHOT), stack
+        header = decode_json(raw, _SnapshotHeader, where, malformed="not a JSON snapshot")
+    except InputError as exc:
+        raise InputError(f"{exc}; write one with `precision-doctor snapshot -o FILE`") from None
+    if header.kind != SNAPSHOT_KIND:
+        raise InputError(f"{where}: not a precision-doctor snapshot (no \"kind\": \"{SNAPSHOT_KIND}\")")
+    if header.version != SNAPSHOT_VERSION:
+        raise InputError(f"{where}: snapshot version {str(header.version)[:20]!r}; this doctor reads "
+                         f"version {SNAPSHOT_VERSION}")
+    snapshot = decode_json(raw, Snapshot, where)
+    machine = snapshot.machine
+    if len(machine.gpus) > MAX_GPUS_PER_NODE:
+        raise InputError(f"{where}: machine.gpus: {len(machine.gpus)} GPUs; a node has at most {MAX_GPUS_PER_NODE}")
+    return replace(machine, source=f"snapshot {Path(path).name}", origin=MachineOrigin.SNAPSHOT), snapshot.stack
 
 
 def snapshot_json(machine: MachineFacts, stack: StackFacts) -> str:
     from .redact import redact_data
+    from .strict_json import dumps
 
-    return json.dumps({"kind": SNAPSHOT_KIND, "version": SNAPSHOT_VERSION,
-                       "machine": redact_data(_to_jsonable(machine)),
-                       "stack": _to_jsonable(stack)}, indent=2)
+    return dumps({"kind": SNAPSHOT_KIND, "version": SNAPSHOT_VERSION,
+                  "machine": redact_data(_to_jsonable(machine)),
+                  "stack": _to_jsonable(stack)}, indent=2)
 
 
 def gather_machine(target: str | None, facts_file: str | None, launch: LaunchFacts,

@@ -8,15 +8,32 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from .errors import InputError
 from .sources import Unreadable, read_text_bounded, worth_reading
 
 SECTION = "precision-doctor"
-KEYS = ("target", "facts", "launcher", "fail-on", "select", "ignore", "per-file-ignores", "exclude")
+FAIL_ON = ("error", "warning", "info", "never")
+
+
+@dataclass(frozen=True)
+class Table:
+    """`[tool.precision-doctor]` as declared: each key's type is checked when the file is read (typed.py)."""
+
+    target: str | None = None
+    facts: str | None = None
+    launcher: str | None = None
+    fail_on: Literal["error", "warning", "info", "never"] = "error"
+    select: list[str] | None = None
+    ignore: list[str] | None = None
+    per_file_ignores: dict[str, list[str]] = field(default_factory=dict)  # glob -> rule ids
+    exclude: list[str] = field(default_factory=list)
+
+
+KEYS = tuple(f.name.replace("_", "-") for f in fields(Table))
 
 
 @dataclass(frozen=True)
@@ -94,33 +111,24 @@ def resolve_ids(values: list[str], known: set[str], where: str) -> frozenset[str
 
 
 def load_settings(table: dict[str, Any], source: str, known_rules: set[str], root: str) -> Settings:
+    from .typed import convert
+
     unknown = sorted(set(table) - set(KEYS))
     if unknown:
         raise InputError(f"{source}: [tool.{SECTION}] has unknown key {unknown[0]!r}; known keys: {', '.join(KEYS)}")
+    where = f"{source}: [tool.{SECTION}]"
+    read = convert({k.replace("-", "_"): v for k, v in table.items()}, Table, where,
+                   key_name=lambda key: key.replace("_", "-"), null=False)
 
-    def ids(key: str) -> frozenset[str] | None:
-        value = table.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, list):
-            raise InputError(f"{source}: [tool.{SECTION}] {key} must be a list of rule ids, e.g. [\"PD2\"]")
-        return resolve_ids(value, known_rules, f"{source}: {key}")
+    def ids(values: list[str] | None, key: str) -> frozenset[str] | None:
+        return None if values is None else resolve_ids(values, known_rules, f"{source}: {key}")
 
-    per_file = table.get("per-file-ignores", {})
-    if not isinstance(per_file, dict):
-        raise InputError(f"{source}: [tool.{SECTION}] per-file-ignores must map a glob to rule ids")
-    pfi = tuple((str(glob), resolve_ids(list(v), known_rules, f"{source}: per-file-ignores {glob!r}"))
-                for glob, v in per_file.items())
-    fail_on = table.get("fail-on", "error")
-    if fail_on not in ("error", "warning", "info", "never"):
-        raise InputError(f"{source}: fail-on = {fail_on!r}; choose error, warning, info or never")
-    exclude = table.get("exclude", [])
-    if not isinstance(exclude, list):
-        raise InputError(f"{source}: [tool.{SECTION}] exclude must be a list of globs")
-    return Settings(target=table.get("target"), facts=table.get("facts"), launcher=table.get("launcher"),
-                    fail_on=fail_on, exclude=tuple(map(str, exclude)), source=source,
-                    policy=Policy(select=ids("select"), ignore=ids("ignore") or frozenset(), per_file_ignores=pfi,
-                                  root=root))
+    pfi = tuple((glob, resolve_ids(v, known_rules, f"{source}: per-file-ignores {glob!r}"))
+                for glob, v in read.per_file_ignores.items())
+    return Settings(target=read.target, facts=read.facts, launcher=read.launcher, fail_on=read.fail_on,
+                    exclude=tuple(read.exclude), source=source,
+                    policy=Policy(select=ids(read.select, "select"), ignore=ids(read.ignore, "ignore") or frozenset(),
+                                  per_file_ignores=pfi, root=root))
 
 
 def excluded(path: Path, patterns: tuple[str, ...], root: str) -> bool:

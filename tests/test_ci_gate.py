@@ -95,7 +95,7 @@ def test_pyproject_settings_apply_and_flags_override(tmp_path):
     ('select = ["PD2O1"]\n', "unknown rule id 'PD2O1'"),
     ('per-file-ignores = { "a.py" = ["XX1"] }\n', "unknown rule id 'XX1'"),
     ('fail-on = "fatal"\n', "fail-on"),
-    ('select = "PD201"\n', "must be a list"),
+    ('select = "PD201"\n', 'select: expected an array of strings, got "PD201"'),
 ])
 def test_bad_configuration_is_one_line_exit_2(tmp_path, table, fragment):
     project = write_project(tmp_path, table, {"train.py": BAD})

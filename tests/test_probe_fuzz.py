@@ -5,7 +5,6 @@ command-line argument)."""
 import ast
 import signal
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 
@@ -17,10 +16,9 @@ from precision_doctor.errors import InputError  # noqa: E402
 from precision_doctor.facts import KNOWN  # noqa: E402
 from precision_doctor.probes.script import probe_script  # noqa: E402
 
-FIXTURES = sorted(p for p in (Path(__file__).resolve().parents[1] / "fixtures").rglob("*.py"))
-SOURCES = [p.read_text() for p in FIXTURES]
-TOKENS = ["torch.float16", "torch.bfloat16", "True", "False", "None", "model", "args", "fp16", "bf16", "0", "1.5",
-          "'auto'", "(", ")", ":", ",", "**kw", "x.half()", "if", "else", "for", "lambda: 0", "\n", "    "]
+from tests.fuzzing import corpus, mutate_lines  # noqa: E402
+
+SOURCES = corpus()
 FUZZ = settings(max_examples=120, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
@@ -39,29 +37,9 @@ def time_limit(seconds: int):
         signal.signal(signal.SIGALRM, old)
 
 
-@st.composite
-def mutated_sources(draw):
-    lines = draw(st.sampled_from(SOURCES)).splitlines()
-    for _ in range(draw(st.integers(0, 6))):
-        if not lines:
-            break
-        i = draw(st.integers(0, len(lines) - 1))
-        op = draw(st.sampled_from(["delete", "duplicate", "swap", "token", "truncate"]))
-        if op == "delete":
-            del lines[i]
-        elif op == "duplicate":
-            lines.insert(i, lines[i])
-        elif op == "swap":
-            j = draw(st.integers(0, len(lines) - 1))
-            lines[i], lines[j] = lines[j], lines[i]
-        elif op == "token" and lines[i].strip():
-            words = lines[i].split(" ")
-            k = draw(st.integers(0, len(words) - 1))
-            words[k] = draw(st.sampled_from(TOKENS))
-            lines[i] = " ".join(words)
-        elif op == "truncate":
-            lines[i] = lines[i][: draw(st.integers(0, len(lines[i])))]
-    return "\n".join(lines) + "\n"
+def mutated_sources():
+    """The fuzz harness's mutations (tests/fuzzing.py), drawn from a hypothesis-seeded random."""
+    return st.randoms(use_true_random=False).map(lambda rng: mutate_lines(rng, rng.choice(SOURCES), SOURCES))
 
 
 def check_probe(tmp_path, source: str):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .._util import MAX_PORT, whole_number
 from ..facts import ABSENT, KNOWN, LaunchFacts, MachineFacts, Value
 from ..findings import Evidence
 from ..probes.host import DEFAULT_PORT
@@ -56,10 +57,11 @@ def _rendezvous_port(launch: LaunchFacts, machine: MachineFacts) -> tuple[int, b
     if v.state == KNOWN and isinstance(v.value, int):
         return v.value, True, v.text
     env = machine.host.env if machine.host else {}
-    if env.get("MASTER_PORT", "").isdigit():
-        return int(env["MASTER_PORT"]), True, f"MASTER_PORT={env['MASTER_PORT']}"
+    port = whole_number(env.get("MASTER_PORT", ""), 1, MAX_PORT)
+    if port is not None:
+        return port, True, f"MASTER_PORT={env['MASTER_PORT']}"
     config = machine.host.accelerate_config if machine.host else {}
-    if launch.launcher == "accelerate" and isinstance(config.get("main_process_port"), int):
+    if launch.launcher == "accelerate" and whole_number(str(config.get("main_process_port")), 1, MAX_PORT):
         return config["main_process_port"], True, "main_process_port in the accelerate config"
     return DEFAULT_PORT, False, f"the default port {DEFAULT_PORT}"
 

@@ -10,6 +10,7 @@ import socket
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from .._util import MAX_PORT, whole_number
 from ..facts import BusyPort, GpuProcess, HostFacts
 from ..redact import ACCELERATE_CONFIG_KEYS, describe_command, keep_read_keys, redact_text
 from ..sources import Unreadable, is_regular_file, read_text_bounded
@@ -174,8 +175,9 @@ def probe_host(environ: Mapping[str, str], ports: Iterable[int] = (), config_fil
     config = read_accelerate_config(path) if is_regular_file(path) else {}
     wanted = set(PORTS_TO_CHECK) | set(ports)
     for source in (environ.get("MASTER_PORT", ""), str(config.get("main_process_port", ""))):
-        if source.isdigit():
-            wanted.add(int(source))
+        port = whole_number(source, 1, MAX_PORT)  # another value is no port to test: unknown
+        if port is not None:
+            wanted.add(port)
     checked, busy = (check_ports or _check_ports)(wanted, psutil)
     return HostFacts(hostname=socket.gethostname(), user=_current_user(), ports_checked=checked, busy_ports=busy,
                      env=launch_env(environ), accelerate_config=config,

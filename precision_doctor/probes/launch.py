@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 
+from .._util import MAX_GPUS_PER_NODE, MAX_PORT, whole_number
 from ..errors import InputError
 from ..facts import KNOWN, LaunchFacts, Origin, Value
 
@@ -41,7 +42,7 @@ def parse_launcher(command: str) -> LaunchFacts:
         name, eq, inline = word.partition("=")
         if name in flags:
             raw = inline if eq else (rest[i + 1] if i + 1 < len(rest) else "")
-            values[flags[name]] = Value(state=KNOWN, value=_number(raw), text=f"{name} {raw}",
+            values[flags[name]] = Value(state=KNOWN, value=_number(flags[name], name, raw), text=f"{name} {raw}",
                                         origins=(Origin("launcher", f"{name} {raw}"),))
             i += 1 if eq else 2
             continue
@@ -67,13 +68,14 @@ def parse_launcher(command: str) -> LaunchFacts:
 def launch_from_env(env: dict[str, str]) -> LaunchFacts:
     """The doctor itself runs under a launcher (`torchrun ... precision-doctor check`): read its variables."""
     world = env.get("WORLD_SIZE", "")
-    if not world.isdigit() or "LOCAL_RANK" not in env:
+    processes = whole_number(world, 1, 1 << 24)
+    if processes is None or "LOCAL_RANK" not in env:  # not set, or not a number: the doctor does not know
         return no_launcher()
     launcher = "accelerate" if any(k.startswith("ACCELERATE_") for k in env) else "torchrun"
     origin = (Origin("env", f"WORLD_SIZE={world}"),)
     mp = env.get("ACCELERATE_MIXED_PRECISION")
     return LaunchFacts(known=True, launcher=launcher, command=f"{launcher} (from the environment)",
-                       num_processes=Value(state=KNOWN, value=int(world), text=f"WORLD_SIZE={world}", origins=origin),
+                       num_processes=Value(state=KNOWN, value=processes, text=f"WORLD_SIZE={world}", origins=origin),
                        mixed_precision=Value(state=KNOWN, value=mp, text=f"ACCELERATE_MIXED_PRECISION={mp}",
                                              origins=(Origin("env", f"ACCELERATE_MIXED_PRECISION={mp}"),))
                        if mp else Value(state="absent"))
@@ -96,8 +98,23 @@ def launcher_of(words: list[str]) -> tuple[str | None, list[str]]:
     return None, words
 
 
-def _number(raw: str):
-    return int(raw) if raw.isdigit() else raw
+# the range each numeric flag may take; a value outside it is a typo the job would fail on
+_BOUNDS = {"main_process_port": (1, MAX_PORT), "num_processes": (1, MAX_GPUS_PER_NODE), "num_machines": (1, 1 << 20)}
+
+
+def _number(fact: str, flag: str, raw: str):
+    """A flag's value: a number within its range, or the text as written (`--nproc_per_node gpu`). A number out
+    of range, or a port that is not a number, is a one-line error: the user typed it."""
+    if fact not in _BOUNDS:
+        return raw
+    low, high = _BOUNDS[fact]
+    number = whole_number(raw, low, high)
+    if number is not None:
+        return number
+    if fact == "main_process_port" or any(c.isdigit() for c in raw):
+        shown = raw if len(raw) <= 20 else f"{raw[:17]}..."
+        raise InputError(f"--launcher: {flag} {shown!r}: expected a whole number from {low} to {high}")
+    return raw
 
 
 def no_launcher() -> LaunchFacts:

@@ -111,18 +111,24 @@ def _declared(dirs: list[Path]) -> dict[str, str]:
     return found
 
 
+_RELEASE = re.compile(r"\d+(?:\.\d+)*")
+
+
+def parse_version(text: str) -> tuple[int, ...] | None:
+    """The release numbers a version starts with (`2.4.0+cu121` -> (2, 4, 0)), or None when it does not start with
+    a sane one (a 5,000-digit pin, `latest`): such a version is unknown, never a crash."""
+    m = _RELEASE.match(text.strip().lstrip("vV"))
+    parts = m.group().split(".") if m else []
+    if not parts or len(parts) > 10 or any(len(part) > 9 for part in parts):
+        return None
+    return tuple(int(part) for part in parts)
+
+
 def version_tuple(text: str) -> tuple[int, ...]:
-    parts = []
-    for piece in re.split(r"[.+\-]", text):
-        if not piece.isdigit():
-            m = re.match(r"\d+", piece)
-            if m:
-                parts.append(int(m.group()))
-            break
-        parts.append(int(piece))
-    return tuple(parts) or (0,)
+    return parse_version(text) or (0,)
 
 
 def at_least(stack: StackFacts, name: str, version: str) -> bool:
-    got = stack.get(name).version or CURRENT.get(name, "0")
-    return version_tuple(got) >= version_tuple(version)
+    """An unknown or unreadable version is taken to be the release the rules were checked against."""
+    got = parse_version(stack.get(name).version) or version_tuple(CURRENT.get(name, "0"))
+    return got >= version_tuple(version)

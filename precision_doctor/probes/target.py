@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .._util import MAX_GPUS_PER_NODE, whole_number
 from ..errors import InputError
 from ..facts import Gpu, MachineFacts, MachineOrigin
 
@@ -57,17 +58,22 @@ def machine_from_target(spec: str) -> MachineFacts:
     profile = find_profile(name)
     if profile is None:
         known = ", ".join(p.name for p in PROFILES)
-        raise InputError(f"--target {spec}: unknown GPU '{name}'; known: cpu, {known} "
+        raise InputError(f"--target {_short(spec)}: unknown GPU '{_short(name)}'; known: cpu, {known} "
                          f"(see `precision-doctor targets`)")
     count = 1
     if count_text:
-        if not count_text.isdigit() or int(count_text) < 1:
-            raise InputError(f"--target {spec}: the count after ':' must be a whole number ≥ 1, e.g. {name}:2")
-        count = int(count_text)
+        count = whole_number(count_text, 1, MAX_GPUS_PER_NODE)
+        if count is None:
+            raise InputError(f"--target {_short(spec)}: the count after ':' must be a whole number from 1 to "
+                             f"{MAX_GPUS_PER_NODE} (GPUs per node), e.g. {_short(name)}:2")
     gpus = tuple(Gpu(index=i, name=profile.gpu_name, capability=profile.capability,
                      memory_total_mib=profile.memory_gib * 1024) for i in range(count))
     return MachineFacts(known=True, source=f"target {profile.name}" + (f":{count}" if count_text else ""),
                         origin=MachineOrigin.TARGET, gpus=gpus)
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def unknown_machine() -> MachineFacts:

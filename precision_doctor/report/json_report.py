@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 
 from ..engine import Result
 from ..facts import Facts
 from ..findings import SEVERITIES, Finding
 from ..redact import redact_data
+from ..strict_json import dumps
 
 SCHEMA_VERSION = 1
 
@@ -54,4 +54,4 @@ def render(result: Result, facts: Facts) -> str:
         "summary": counts,
         "facts": facts.to_json(),
     }
-    return json.dumps(redact_data(doc), indent=2, sort_keys=False)
+    return dumps(redact_data(doc), indent=2, sort_keys=False)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from .. import __version__
@@ -12,6 +11,7 @@ from ..registry import Rule
 from ..facts import Facts
 from ..findings import Finding
 from ..redact import redact_data
+from ..strict_json import dumps
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 LEVEL = {"error": "error", "warning": "warning", "info": "note"}
@@ -88,4 +88,4 @@ def render(result: Result, facts: Facts) -> str:
                              for c in result.crashed]}]),
         "properties": {"machine": redact_data(facts.machine.describe())},
     }
-    return json.dumps({"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}, indent=2)
+    return dumps({"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}, indent=2)
