@@ -16,7 +16,7 @@ from .errors import InputError
 from .sources import Unreadable, read_text_bounded, worth_reading
 
 SECTION = "precision-doctor"
-KEYS = ("target", "facts", "launcher", "fail-on", "select", "ignore", "per-file-ignores", "exclude")
+KEYS = ("target", "facts", "launcher", "fail-on", "select", "ignore", "per-file-ignores", "exclude", "partitions")
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,7 @@ class Settings:
     policy: Policy = field(default_factory=Policy)
     exclude: tuple[str, ...] = ()
     source: str = ""  # the pyproject.toml read, if any
+    partitions: dict[str, dict[str, Any]] = field(default_factory=dict)  # SLURM partition -> {"gpu", "count"}
 
 
 def find_pyproject(start: Path) -> Path | None:
@@ -119,8 +120,26 @@ def load_settings(table: dict[str, Any], source: str, known_rules: set[str], roo
         raise InputError(f"{source}: [tool.{SECTION}] exclude must be a list of globs")
     return Settings(target=table.get("target"), facts=table.get("facts"), launcher=table.get("launcher"),
                     fail_on=fail_on, exclude=tuple(map(str, exclude)), source=source,
+                    partitions=_partitions(table.get("partitions", {}), source),
                     policy=Policy(select=ids("select"), ignore=ids("ignore") or frozenset(), per_file_ignores=pfi,
                                   root=root))
+
+
+def _partitions(value: Any, source: str) -> dict[str, dict[str, Any]]:
+    """`[tool.precision-doctor.partitions]`: `gpu = { gpu = "a100-80gb", count = 8 }` per SLURM partition."""
+    where = f"{source}: [tool.{SECTION}.partitions]"
+    if not isinstance(value, dict):
+        raise InputError(f"{where} must map a partition name to {{ gpu = \"a100-80gb\", count = 8 }}")
+    for name, entry in value.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("gpu"), str):
+            raise InputError(f"{where} {name}: needs gpu = \"PROFILE\" (see `precision-doctor targets`)")
+        if set(entry) - {"gpu", "count"}:
+            raise InputError(f"{where} {name}: unknown key {sorted(set(entry) - {'gpu', 'count'})[0]!r}; "
+                             f"known keys: gpu, count")
+        if "count" in entry and (not isinstance(entry["count"], int) or isinstance(entry["count"], bool)
+                                 or entry["count"] < 1):
+            raise InputError(f"{where} {name}: count must be a positive integer (GPUs per node)")
+    return {str(k): dict(v) for k, v in value.items()}
 
 
 def excluded(path: Path, patterns: tuple[str, ...], root: str) -> bool:
