@@ -180,15 +180,17 @@ def gather_allocation(environ: Mapping[str, str], launcher: str | None,
         raise InputError("snapshot --all-nodes: srun is not on PATH") from None
     except subprocess.TimeoutExpired:
         raise InputError(f"snapshot --all-nodes: `{shlex.join(command)}` did not finish in 300 s") from None
+    chunks: dict[int, list[str]] = {}
+    for line in done.stdout.splitlines():  # srun --label cuts a long line into labelled chunks: join them per task
+        label, _, payload = line.partition(": ")
+        if label.strip().isdigit():
+            chunks.setdefault(int(label), []).append(payload)
     by_task: dict[int, MachineFacts] = {}
     stack: StackFacts | None = None
-    for line in done.stdout.splitlines():
-        label, _, payload = line.partition(": ")
-        if not label.strip().isdigit() or not payload.startswith("{"):
-            continue
+    for label, parts in chunks.items():
         try:
-            data = json.loads(payload)
-            by_task[int(label)] = _from_jsonable(MachineFacts, data["machine"])
+            data = json.loads("".join(parts))
+            by_task[label] = _from_jsonable(MachineFacts, data["machine"])
             stack = stack or _from_jsonable(StackFacts, data.get("stack", {"packages": {}}))
         except (ValueError, KeyError, TypeError):
             continue
@@ -233,6 +235,8 @@ def gather_machine(target: str | None, facts_file: str | None, launch: LaunchFac
     if facts_file:
         return read_snapshot(facts_file)
     if target:
+        if job is not None and ":" not in target and job.gpus_per_node:  # the GPUs the job asks each node for
+            target = f"{target}:{job.gpus_per_node}"
         return machine_from_target(target), None
     if job is not None:
         if not job.partition_gpu:

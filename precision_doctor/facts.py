@@ -214,7 +214,7 @@ class MachineFacts:
 
     def describe(self) -> str:
         if not self.known:
-            return f"unknown ({self.reason})"
+            return f"{len(self.nodes)} nodes, GPUs unknown ({self.reason})" if self.nodes else f"unknown ({self.reason})"
         if not self.gpus:
             return f"no GPU ({self.source})"
         first = self.gpus[0]
@@ -224,7 +224,7 @@ class MachineFacts:
 
     @property
     def node_name(self) -> str:
-        return (self.host.hostname if self.host else "") or self.source
+        return (self.host.node_name or self.host.hostname if self.host else "") or self.source
 
 
 @dataclass(frozen=True)
@@ -585,7 +585,8 @@ def _from_jsonable(tp: Any, data: Any) -> Any:
 
 _TYPES: dict[str, Any] = {}
 for _cls in (Location, Origin, Predicate, Value, Call, Unknown, Suppression, ScriptFacts, GpuProcess, Gpu, MachineFacts,
-             BusyPort, HostFacts, LaunchFacts, Allocation, JobSetting, JobFacts, PackageVersion, LibraryBehaviour, StackFacts, LiveAdapter, LiveModel,
+             BusyPort, HostFacts, LaunchFacts, Allocation, JobSetting, JobFacts, PackageVersion, LibraryBehaviour,
+             StackFacts, LiveAdapter, LiveModel,
              LiveTrainer, LiveAccelerator, LiveOptimizerGroup, LiveOptimizer, LiveScaler, LiveFrame, LiveError,
              LiveFacts, Facts):
     _TYPES[_cls.__name__] = _cls

@@ -149,14 +149,14 @@ def job_nodes_vs_launcher_nodes(job: JobFacts, launch: LaunchFacts):
         return  # deepspeed reads its hosts from the hostfile
     if written is not None and not written.isdigit():
         return  # a range (1:4) or a value set at run time
-    if not job.srun or not _tasks(job):
-        return
-    launchers = nodes * _tasks(job)
+    if not job.srun or _tasks(job) != 1:
+        return  # several launchers per node: PD118's finding
+    launchers = nodes
     want = int(written) if written is not None else 1
     if want == launchers:
         return
     shown = f"{names[0]} {written}" if written is not None else f"{names[0]} not given (1)"
-    yield Draft(f"{launchers} launcher{'s' if launchers > 1 else ''} ({nodes} nodes × {_tasks(job)} per node) but "
+    yield Draft(f"the job starts {launch.launcher} on {nodes} node{'s' if nodes > 1 else ''} but "
                 f"{launch.launcher} expects {want} node{'s' if want > 1 else ''} ({shown})", path=job.path,
                 evidence=(_launch_evidence(job, shown),) +
                 ((_directive(job, "nodes", f"{nodes} nodes"),) if "nodes" in job.directives else ()),
