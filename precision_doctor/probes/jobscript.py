@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from ..errors import InputError
-from ..facts import KNOWN, JobFacts, JobSetting, LaunchFacts, Origin, Unknown, Value
+from ..facts import DYNAMIC, KNOWN, JobFacts, JobSetting, LaunchFacts, Origin, Unknown, Value
 from ..redact import redact_text
 from ..sources import Unreadable, read_text_bounded, status
 from .launch import launcher_of, parse_launcher
@@ -217,11 +217,18 @@ def read_job(path: str, display: str | None = None) -> tuple[JobFacts, LaunchFac
     cwd = folder
     for number, line in lines[body_start:]:
         single = _ASSIGNMENT.match(line.strip())
-        if single and ("$(" in single.group("value") or "`" in single.group("value")):
+        if single and ("$(" in single.group("value").replace("$((", "") or "`" in single.group("value")):
             name = single.group("name")  # set by a command at run time: known to be set, value unknown
             expander.vars[name] = None
             if _recorded(name):
                 env[name] = JobSetting(redact_text(single.group("value"))[:200], number)
+            continue
+        if single and "$((" in single.group("value"):  # arithmetic: shlex would split it at its spaces
+            name = single.group("name")
+            value, complete = expander.expand(single.group("value").strip("\"'"))
+            expander.vars[name] = value if complete else None
+            if _recorded(name):
+                env[name] = JobSetting(redact_text(value if complete else single.group("value"))[:200], number)
             continue
         words = _words(line)
         if not words:
@@ -303,6 +310,11 @@ def _with_script(job: JobFacts, words: list[str], cwd: str, unknowns: list[Unkno
     config = launch.config_file
     if config and not os.path.isabs(config):
         launch = replace(launch, config_file=os.path.normpath(os.path.join(cwd, config)))
+    for name in ("num_processes", "main_process_port", "mixed_precision"):  # `$VAR` the script does not set
+        v = getattr(launch, name)
+        if v.state == KNOWN and isinstance(v.value, str) and ("$" in v.value or "`" in v.value):
+            launch = replace(launch, **{name: Value(state=DYNAMIC, text=v.text, origins=v.origins,
+                                                    reason=f"{v.text}: set when the job runs")})
     launch = _with_job_environment(job, launch)
     return replace(job, script=resolved, unknowns=tuple(unknowns)), launch
 
