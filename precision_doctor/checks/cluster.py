@@ -410,6 +410,8 @@ def master_node_port_in_use(machine: MachineFacts, launch: LaunchFacts, plan: La
                 f"{master.node_name}{holder}",
                 evidence=(Evidence(None, launch.command, f"rendezvous on port {plan.port}", "launcher"),
                           Evidence(None, master.node_name, f"port {plan.port} busy{holder}", "profile")),
+                error=f"RuntimeError: The server socket has failed to listen on any local network address. port: "
+                      f"{plan.port}, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use",
                 fix=Fix("a port free on the master: export MASTER_PORT=$((10000 + SLURM_JOB_ID % 50000))",
                         commands=(f"kill {state.pid}  # on {master.node_name}, if it is a leftover of yours",)
                         if state.pid and state.user and state.user == master.host.user else ()))
