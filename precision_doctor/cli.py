@@ -123,6 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
     snap.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     snap.add_argument("--target", metavar="NAME[:COUNT]", help="a profile's facts, to adjust by hand")
     snap.add_argument("--launcher", metavar="CMD", help="the launch command whose port to test")
+    snap.add_argument("--all-nodes", action="store_true",
+                      help="inside a SLURM allocation: probe every node through srun and write one multi-node "
+                           "snapshot")
+    snap.add_argument("--node-json", action="store_true", help=argparse.SUPPRESS)  # one node's line for --all-nodes
     return parser
 
 
@@ -202,7 +206,7 @@ def run_check(opts, script_args: tuple[str, ...]) -> int:
     root = os.path.dirname(settings.source) if settings.source else "."
     facts = gather(opts.paths, target=settings.target, launcher=settings.launcher, script_args=script_args,
                    facts_file=settings.facts, jobs=min(opts.jobs or MAX_JOBS, os.cpu_count() or 1),
-                   exclude=settings.exclude, root=root)
+                   exclude=settings.exclude, root=root, partitions=settings.partitions)
     if opts.live:
         facts = _with_live(opts, facts, script_args)
     result = engine.run(facts, settings.policy)
@@ -333,8 +337,21 @@ def write_snapshot(opts) -> int:
     from .probes.launch import no_launcher, parse_launcher
     from .probes.stack import probe_stack
 
+    if opts.all_nodes:
+        from .collect import gather_allocation
+
+        if opts.target:
+            raise InputError("snapshot: --all-nodes probes the allocation's nodes; --target writes a profile: "
+                             "pass one of them")
+        machine, stack = gather_allocation(os.environ, opts.launcher)
+        _write(opts.output, snapshot_json(machine, stack) + "\n")
+        print(f"wrote {opts.output or 'stdout'} ({machine.describe()})", file=sys.stderr)
+        return EXIT_OK
     launch = parse_launcher(opts.launcher) if opts.launcher else no_launcher()
     machine, _ = gather_machine(opts.target, None, launch, os.environ)
+    if opts.node_json:  # one line, for the srun that gathers every node's
+        sys.stdout.write(" ".join(snapshot_json(machine, probe_stack()).split("\n")) + "\n")
+        return EXIT_OK
     if opts.target:  # a profile to edit by hand: the fields exist, empty
         from dataclasses import replace
 

@@ -6,6 +6,7 @@ accelerate config), a named `--target` profile, or a `--facts` snapshot taken on
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import time
@@ -16,11 +17,12 @@ from typing import Any, Callable, Mapping
 from ._util import MAX_GPUS_PER_NODE
 from .config import excluded
 from .errors import InputError
-from .facts import Facts, LaunchFacts, MachineFacts, MachineOrigin, ScriptFacts, StackFacts, Unknown, _to_jsonable
+from .facts import (Allocation, Facts, JobFacts, LaunchFacts, MachineFacts, MachineOrigin, ScriptFacts, StackFacts,
+                    Unknown, _from_jsonable, _to_jsonable)
 from .probes.launch import launch_from_env, parse_launcher
 from .probes.script import probe_script
 from .probes.stack import probe_stack
-from .probes.target import machine_from_target
+from .probes.target import find_profile, machine_from_target
 from .sources import Unreadable, os_reason, read_text_bounded, status
 from .walk import python_files
 
@@ -82,6 +84,7 @@ class System:
     nvml: Any = None  # the pynvml module
     psutil: Any = None  # the psutil module
     check_ports: Callable | None = None  # ports -> (checked, busy)
+    scheduler: Callable | None = None  # `scontrol` arguments -> its output ("" when unreachable)
 
 
 def this_machine(environ: Mapping[str, str], launch: LaunchFacts, system: System = System()) -> MachineFacts:
@@ -113,6 +116,20 @@ class Snapshot:
 
 
 def read_snapshot(path: str) -> tuple[MachineFacts, StackFacts]:
+    """One snapshot file (of one node, or a multi-node one), or a folder of per-node snapshots gathered another way
+    (`pdsh`, a loop of `ssh`): the folder's *.json files, one node each, merged in name order."""
+    if os.path.isdir(path):
+        files = sorted(Path(path).glob("*.json"))
+        if not files:
+            raise InputError(f"--facts {path}: a folder with no *.json snapshots; write one per node with "
+                             f"`precision-doctor snapshot -o {path}/NODE.json`")
+        read = [_read_one_snapshot(str(f)) for f in files]
+        nodes = [n for machine, _ in read for n in (machine.nodes or (machine,))]
+        return merge_nodes(nodes, None, f"snapshots in {Path(path).name}/"), read[0][1]
+    return _read_one_snapshot(path)
+
+
+def _read_one_snapshot(path: str) -> tuple[MachineFacts, StackFacts]:
     from .typed import decode_json
 
     where = f"--facts {path}"
@@ -137,7 +154,87 @@ def read_snapshot(path: str) -> tuple[MachineFacts, StackFacts]:
     machine = snapshot.machine
     if len(machine.gpus) > MAX_GPUS_PER_NODE:
         raise InputError(f"{where}: machine.gpus: {len(machine.gpus)} GPUs; a node has at most {MAX_GPUS_PER_NODE}")
-    return replace(machine, source=f"snapshot {Path(path).name}", origin=MachineOrigin.SNAPSHOT), snapshot.stack
+    nodes = tuple(replace(n, origin=MachineOrigin.SNAPSHOT) for n in machine.nodes)
+    return replace(machine, source=f"snapshot {Path(path).name}", origin=MachineOrigin.SNAPSHOT, nodes=nodes), \
+        snapshot.stack
+
+
+def merge_nodes(nodes: list[MachineFacts], allocation: Allocation | None, source: str) -> MachineFacts:
+    """One machine record for a whole allocation. Its own GPUs are the first node's, without their processes (the
+    per-node rules read `nodes` and name the node), and it has no host of its own: the master node's is in
+    `nodes`. A single node is returned as it is."""
+    if len(nodes) == 1 and allocation is None:
+        return replace(nodes[0], source=source)
+    hosts = allocation.hosts if allocation else tuple(n.node_name for n in nodes)
+    first = nodes[0]
+    gpus = tuple(replace(g, processes=(), memory_used_mib=0) for g in first.gpus)
+    return MachineFacts(known=first.known, source=source, origin=first.origin, gpus=gpus, reason=first.reason,
+                        driver_version=first.driver_version, cuda_driver_version=first.cuda_driver_version,
+                        probed_at=first.probed_at, nodes=tuple(nodes),
+                        allocation=allocation or Allocation(scheduler="", hosts=hosts))
+
+
+def gather_allocation(environ: Mapping[str, str], launcher: str | None,
+                      run: Callable[..., Any] | None = None) -> tuple[MachineFacts, StackFacts]:
+    """Inside a SLURM allocation: one `precision-doctor snapshot` per node through srun (the scheduler's own
+    launcher, `--overlap` so it runs beside a job step), one JSON line back from each, merged. A node that sends
+    nothing back is recorded as unknown, with srun's reason."""
+    import shlex
+    import subprocess
+    import sys
+
+    job_id = environ.get("SLURM_JOB_ID", "")
+    if not job_id:
+        raise InputError("snapshot --all-nodes runs inside a SLURM allocation (SLURM_JOB_ID is not set): "
+                         "`salloc -N 2` first, or `srun -N 2 --ntasks-per-node=1 precision-doctor snapshot` per node")
+    run = run or subprocess.run
+    count = environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES") or "1"
+    child = [sys.executable, "-m", "precision_doctor", "snapshot", "--node-json"]
+    if launcher:
+        child += ["--launcher", launcher]
+    command = ["srun", f"--nodes={count}", "--ntasks-per-node=1", f"--ntasks={count}", "--overlap", "--label",
+               "--kill-on-bad-exit=0", *child]
+    try:
+        done = run(command, capture_output=True, text=True, timeout=300)
+    except FileNotFoundError:
+        raise InputError("snapshot --all-nodes: srun is not on PATH") from None
+    except subprocess.TimeoutExpired:
+        raise InputError(f"snapshot --all-nodes: `{shlex.join(command)}` did not finish in 300 s") from None
+    chunks: dict[int, list[str]] = {}
+    for line in done.stdout.splitlines():  # srun --label cuts a long line into labelled chunks: join them per task
+        label, _, payload = line.partition(": ")
+        if label.strip().isdigit():
+            chunks.setdefault(int(label), []).append(payload)
+    by_task: dict[int, MachineFacts] = {}
+    stack: StackFacts | None = None
+    for label, parts in chunks.items():
+        try:
+            data = json.loads("".join(parts))
+            by_task[label] = _from_jsonable(MachineFacts, data["machine"])
+            stack = stack or _from_jsonable(StackFacts, data.get("stack", {"packages": {}}))
+        except (ValueError, KeyError, TypeError):
+            continue
+    hosts = _allocation_hosts(environ, run)
+    why = (done.stderr.strip().splitlines() or [f"srun exited {done.returncode}"])[-1][:200]
+    nodes = [by_task.get(i) or MachineFacts(known=False, source=hosts[i] if i < len(hosts) else f"task {i}",
+                                             reason=f"no snapshot came back from this node ({why})")
+             for i in range(max(int(count) if count.isdigit() else 1, len(by_task)))]
+    if not by_task:
+        raise InputError(f"snapshot --all-nodes: no node sent a snapshot back ({why})")
+    allocation = Allocation(scheduler="slurm", job_id=job_id, hosts=tuple(hosts) or tuple(n.node_name for n in nodes))
+    return merge_nodes(nodes, allocation, f"SLURM job {job_id}, {len(nodes)} nodes"), stack or StackFacts()
+
+
+def _allocation_hosts(environ: Mapping[str, str], run: Callable[..., Any]) -> list[str]:
+    """The allocation's node names in the scheduler's order (`scontrol show hostnames`), [] when it will not say."""
+    nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST") or ""
+    if not nodelist:
+        return []
+    try:
+        done = run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30)
+    except Exception:  # noqa: BLE001 - the names are a convenience: the nodes name themselves
+        return []
+    return [h.strip() for h in done.stdout.splitlines() if h.strip()] if done.returncode == 0 else []
 
 
 def snapshot_json(machine: MachineFacts, stack: StackFacts) -> str:
@@ -151,14 +248,47 @@ def snapshot_json(machine: MachineFacts, stack: StackFacts) -> str:
 
 def gather_machine(target: str | None, facts_file: str | None, launch: LaunchFacts,
                    environ: Mapping[str, str] | None = None,
-                   system: System = System()) -> tuple[MachineFacts, StackFacts | None]:
+                   system: System = System(), job: JobFacts | None = None) -> tuple[MachineFacts, StackFacts | None]:
+    """The machine the job runs on: the --facts snapshot, the --target profile, the job script's partition, or this
+    machine. A job script is checked for its partition's nodes, not for the host it is submitted from."""
     if target and facts_file:
         raise InputError("--target and --facts both describe the machine; pass one of them")
     if facts_file:
         return read_snapshot(facts_file)
     if target:
+        if job is not None and ":" not in target and job.gpus_per_node:  # the GPUs the job asks each node for
+            target = f"{target}:{job.gpus_per_node}"
         return machine_from_target(target), None
+    if job is not None:
+        if not job.partition_gpu:
+            return MachineFacts(known=False, source=f"job {job.path}", reason=job.partition_source), None
+        count = job.gpus_per_node
+        if find_profile(job.partition_gpu) is None:
+            return MachineFacts(known=False, source=f"job {job.path}",
+                                reason=f"GPU type {job.partition_gpu!r} ({job.partition_source}) is not a profile "
+                                       f"the doctor knows; name one with --target (`precision-doctor targets`)"), None
+        machine = machine_from_target(f"{job.partition_gpu}:{count}" if count else job.partition_gpu)
+        return replace(machine, source=f"{machine.source}, {job.partition_source}"), None
     return this_machine(os.environ if environ is None else environ, launch, system), None
+
+
+def job_of(paths: list[str], partitions: Mapping[str, Mapping], system: System = System()
+           ) -> tuple[list[str], JobFacts | None, LaunchFacts]:
+    """The job script among `paths` (at most one), read, with the training script it runs put in its place."""
+    from .probes.jobscript import is_job_script, partition_gpu, read_job
+
+    jobs = [p for p in paths if os.path.isfile(p) and is_job_script(p)]
+    if not jobs:
+        return paths, None, LaunchFacts(known=False)
+    if len(jobs) > 1:
+        raise InputError(f"{jobs[0]} and {jobs[1]}: check one job script at a time")
+    job, launch = read_job(jobs[0], display=_display(Path(jobs[0])))
+    gpu, _, source = partition_gpu(job, partitions, system.scheduler)
+    job = replace(job, partition_gpu=gpu, partition_source=source)
+    rest = [p for p in paths if p != jobs[0]]
+    if job.script.endswith(".py") and not any(os.path.realpath(p) == os.path.realpath(job.script) for p in rest):
+        rest.append(job.script)
+    return rest, job, launch
 
 
 PARALLEL_FROM = 32  # scripts; below this, starting workers costs more than it saves
@@ -167,26 +297,30 @@ PARALLEL_FROM = 32  # scripts; below this, starting workers costs more than it s
 def gather(paths: list[str], target: str | None = None, launcher: str | None = None,
            script_args: tuple[str, ...] = (), stack_overrides: dict[str, str] | None = None,
            facts_file: str | None = None, environ: Mapping[str, str] | None = None,
-           system: System = System(), jobs: int = 1, exclude: tuple[str, ...] = (), root: str = ".") -> Facts:
+           system: System = System(), jobs: int = 1, exclude: tuple[str, ...] = (), root: str = ".",
+           partitions: Mapping[str, Mapping] | None = None) -> Facts:
     """Every fact of one run: the scripts (probed in worker processes when there are many), the machine, the
     launch and the stack. Collection runs no rule: the engine does, on these facts, whatever `jobs` was."""
-    entries = _expand(paths, exclude, root)
+    paths, job, job_launch = job_of(paths, partitions or {}, system)
+    entries = _expand(paths, exclude, root) if paths or job is None else []
     files = [p for p, _ in entries]
     env = os.environ if environ is None else environ
     if launcher:
         launch = parse_launcher(launcher)
+    elif job is not None:
+        launch = job_launch
     elif not target and not facts_file:  # the doctor may itself run under torchrun / accelerate launch
         launch = launch_from_env(dict(env))
     else:
         launch = LaunchFacts(known=False)
     args = tuple(script_args) or launch.script_args
-    machine, snapshot_stack = gather_machine(target, facts_file, launch, env, system)
+    machine, snapshot_stack = gather_machine(target, facts_file, launch, env, system, job)
     if stack_overrides is None and snapshot_stack is not None:  # the node's versions, not this laptop's
         stack = snapshot_stack
     else:
         stack = probe_stack(sorted({f.parent for f in files}), stack_overrides)
     scripts = _probe_all(entries, args, jobs)
-    return Facts(scripts=scripts, machine=machine, launch=launch, stack=stack)
+    return Facts(scripts=scripts, machine=machine, launch=launch, stack=stack, job=job)
 
 
 def _probe_all(entries: list[tuple[Path, bool]], args: tuple[str, ...], jobs: int) -> tuple[ScriptFacts, ...]:

@@ -31,6 +31,7 @@ class Table:
     ignore: list[str] | None = None
     per_file_ignores: dict[str, list[str]] = field(default_factory=dict)  # glob -> rule ids
     exclude: list[str] = field(default_factory=list)
+    partitions: dict[str, Any] = field(default_factory=dict)  # checked by _partitions
 
 
 KEYS = tuple(f.name.replace("_", "-") for f in fields(Table))
@@ -63,6 +64,7 @@ class Settings:
     policy: Policy = field(default_factory=Policy)
     exclude: tuple[str, ...] = ()
     source: str = ""  # the pyproject.toml read, if any
+    partitions: dict[str, dict[str, Any]] = field(default_factory=dict)  # SLURM partition -> {"gpu", "count"}
 
 
 def find_pyproject(start: Path) -> Path | None:
@@ -126,9 +128,26 @@ def load_settings(table: dict[str, Any], source: str, known_rules: set[str], roo
     pfi = tuple((glob, resolve_ids(v, known_rules, f"{source}: per-file-ignores {glob!r}"))
                 for glob, v in read.per_file_ignores.items())
     return Settings(target=read.target, facts=read.facts, launcher=read.launcher, fail_on=read.fail_on,
-                    exclude=tuple(read.exclude), source=source,
+                    exclude=tuple(read.exclude), source=source, partitions=_partitions(read.partitions, source),
                     policy=Policy(select=ids(read.select, "select"), ignore=ids(read.ignore, "ignore") or frozenset(),
                                   per_file_ignores=pfi, root=root))
+
+
+def _partitions(value: Any, source: str) -> dict[str, dict[str, Any]]:
+    """`[tool.precision-doctor.partitions]`: `gpu = { gpu = "a100-80gb", count = 8 }` per SLURM partition."""
+    where = f"{source}: [tool.{SECTION}.partitions]"
+    if not isinstance(value, dict):
+        raise InputError(f"{where} must map a partition name to {{ gpu = \"a100-80gb\", count = 8 }}")
+    for name, entry in value.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("gpu"), str):
+            raise InputError(f"{where} {name}: needs gpu = \"PROFILE\" (see `precision-doctor targets`)")
+        if set(entry) - {"gpu", "count"}:
+            raise InputError(f"{where} {name}: unknown key {sorted(set(entry) - {'gpu', 'count'})[0]!r}; "
+                             f"known keys: gpu, count")
+        if "count" in entry and (not isinstance(entry["count"], int) or isinstance(entry["count"], bool)
+                                 or entry["count"] < 1):
+            raise InputError(f"{where} {name}: count must be a positive integer (GPUs per node)")
+    return {str(k): dict(v) for k, v in value.items()}
 
 
 def excluded(path: Path, patterns: tuple[str, ...], root: str) -> bool:

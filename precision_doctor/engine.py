@@ -92,6 +92,8 @@ def _missing(r: Rule, facts: Facts) -> str:
     for name in r.needs:
         if name == "machine" and not facts.machine.known:
             reasons.append(f"machine unknown: {facts.machine.reason}")
+        elif name == "host" and facts.machine.host is None:
+            reasons.append(f"host not probed ({facts.machine.source})")
         elif name == "live" and (facts.live is None or not facts.live.known):
             reasons.append(_live_missing(facts.live))
     return "; ".join(reasons)
@@ -109,7 +111,8 @@ def _inject(r: Rule, facts: Facts, derived: Derived, script, use: SuppressionUse
     live_known = facts.live is not None and facts.live.known
     available = {"facts": facts, "machine": facts.machine, "stack": facts.stack, "launch": facts.launch,
                  "plan": derived.plan, "script": script, "setup": derived.setups.get(script.path) if script else None,
-                 "live": (facts.live if live_known else None) if live == "facts" else live, "suppressions": use}
+                 "live": (facts.live if live_known else None) if live == "facts" else live, "suppressions": use,
+                 "job": facts.job}
     return {p: available[p] for p in r.params}
 
 

@@ -214,14 +214,33 @@ class MachineFacts:
     cuda_driver_version: str = ""
     host: HostFacts | None = None  # processes and ports; None for a bare --target profile
     probed_at: float = 0.0  # epoch seconds when this machine was probed (0: a profile, never probed)
+    # a multi-node snapshot: every node of the allocation (this record is the first node's GPUs without their
+    # processes, so that the per-node rules name the node); empty for one machine
+    nodes: tuple[MachineFacts, ...] = ()
+    allocation: Allocation | None = None
 
     def describe(self) -> str:
         if not self.known:
-            return f"unknown ({self.reason})"
+            return f"{len(self.nodes)} nodes, GPUs unknown ({self.reason})" if self.nodes else f"unknown ({self.reason})"
         if not self.gpus:
             return f"no GPU ({self.source})"
         first = self.gpus[0]
+        if self.nodes:
+            return f"{len(self.nodes)} nodes, {len(self.gpus)}× {first.name} ({first.sm}) each ({self.source})"
         return f"{len(self.gpus)}× {first.name} ({first.sm}) ({self.source})"
+
+    @property
+    def node_name(self) -> str:
+        return (self.host.node_name or self.host.hostname if self.host else "") or self.source
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """The scheduler allocation a multi-node snapshot was taken in."""
+
+    scheduler: str = "slurm"
+    job_id: str = ""
+    hosts: tuple[str, ...] = ()  # the allocation's node names, in the scheduler's order (the first is the master)
 
 
 @dataclass(frozen=True)
@@ -243,6 +262,8 @@ class HostFacts:
     env: dict[str, str] = field(default_factory=dict)  # CUDA_VISIBLE_DEVICES, ACCELERATE_*, MASTER_PORT, NCCL_*, ...
     accelerate_config: dict[str, Any] = field(default_factory=dict)
     accelerate_config_path: str = ""
+    interfaces: dict[str, tuple[str, ...]] = field(default_factory=dict)  # network interface -> its addresses
+    node_name: str = ""  # the scheduler's name for this node (SLURMD_NODENAME), when probed in an allocation
 
     def port_state(self, port: int) -> BusyPort | bool | None:
         """The holder when busy, True when checked and free, None when not checked."""
@@ -273,6 +294,88 @@ class VersionSource(StrEnum):
     DECLARED = "declared"  # from the project's requirements / pyproject
     ASSUMED = "assumed"  # neither: the current release the rules were checked against
     GIVEN = "given"  # set by the caller (tests, examples)
+
+
+@dataclass(frozen=True)
+class JobSetting:
+    """One value a job script sets (an #SBATCH directive, an exported variable), and the line that sets it."""
+
+    value: str
+    line: int
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """A batch job script (SLURM): what it asks the scheduler for, what it exports, how it launches."""
+
+    path: str
+    directives: dict[str, JobSetting] = field(default_factory=dict)  # long option name (nodes, gres, ...) -> value
+    env: dict[str, JobSetting] = field(default_factory=dict)  # exported launch variables (redacted)
+    launch: str = ""  # the launch line, continuations joined, variables expanded where the script sets them
+    launch_line: int = 0
+    srun: bool = False  # started through srun (one copy per task) rather than once on the first node
+    srun_options: dict[str, str] = field(default_factory=dict)  # srun's own -N / --ntasks-per-node / --gpus...
+    script: str = ""  # the training script (or config file) it runs, as found
+    partition_gpu: str = ""  # the GPU profile of its partition, and where that came from
+    partition_source: str = ""
+    unknowns: tuple[Unknown, ...] = ()
+
+    def number(self, name: str) -> int | None:
+        s = self.directives.get(name)
+        return int(s.value) if s and s.value.isdigit() else None
+
+    def line_of(self, *names: str) -> int:
+        return next((self.directives[n].line for n in names if n in self.directives), self.launch_line)
+
+    @property
+    def nodes(self) -> int:
+        raw = self.srun_options.get("nodes") or (self.directives["nodes"].value if "nodes" in self.directives else "1")
+        return int(raw.split("-")[0]) if raw.split("-")[0].isdigit() else 1
+
+    @property
+    def tasks_per_node(self) -> int | None:
+        raw = self.srun_options.get("ntasks-per-node") or (self.directives["ntasks-per-node"].value
+                                                           if "ntasks-per-node" in self.directives else "")
+        if raw.isdigit():
+            return int(raw)
+        total = self.srun_options.get("ntasks") or (self.directives["ntasks"].value if "ntasks" in self.directives
+                                                    else "")
+        if total.isdigit() and int(total) % self.nodes == 0:
+            return int(total) // self.nodes
+        return None if total else 1
+
+    @property
+    def gpus_per_node(self) -> int | None:
+        """GPUs each node gets: --gpus-per-node, --gres=gpu[:type]:N, or --gpus-per-task times the tasks."""
+        per_node = self.directives.get("gpus-per-node")
+        if per_node:
+            count = per_node.value.rsplit(":", 1)[-1]
+            return int(count) if count.isdigit() else None
+        gres = self.directives.get("gres")
+        if gres:
+            for item in gres.value.split(","):
+                parts = item.split(":")
+                if parts[0] == "gpu":
+                    count = parts[-1].split("(")[0] if len(parts) > 1 else "1"
+                    return int(count) if count.isdigit() else None
+        per_task = self.number("gpus-per-task")
+        if per_task is not None and self.tasks_per_node:
+            return per_task * self.tasks_per_node
+        return None
+
+    @property
+    def gpu_type(self) -> str:
+        """The GPU type the job names (`--gres=gpu:a100:4`, `--gpus-per-node=h100:8`), or ""."""
+        for name in ("gpus-per-node", "gres"):
+            s = self.directives.get(name)
+            for item in (s.value.split(",") if s else ()):
+                parts = item.split(":")
+                if name == "gres" and parts[0] != "gpu":
+                    continue
+                parts = parts[1:] if name == "gres" else parts
+                if len(parts) == 2:
+                    return parts[0]
+        return ""
 
 
 @dataclass(frozen=True)
@@ -441,6 +544,7 @@ class Facts:
     launch: LaunchFacts
     stack: StackFacts
     live: LiveFacts | None = None
+    job: JobFacts | None = None  # the batch job script that launches the scripts
 
     def to_json(self) -> dict:
         return _to_jsonable(self)
@@ -502,7 +606,8 @@ def _from_jsonable(tp: Any, data: Any) -> Any:
 
 _TYPES: dict[str, Any] = {}
 for _cls in (Location, Origin, Predicate, Value, Call, Unknown, Suppression, ScriptFacts, GpuProcess, Gpu, MachineFacts,
-             BusyPort, HostFacts, LaunchFacts, PackageVersion, LibraryBehaviour, StackFacts, LiveAdapter, LiveModel,
+             BusyPort, HostFacts, LaunchFacts, Allocation, JobSetting, JobFacts, PackageVersion, LibraryBehaviour,
+             StackFacts, LiveAdapter, LiveModel,
              LiveTrainer, LiveAccelerator, LiveOptimizerGroup, LiveOptimizer, LiveScaler, LiveFrame, LiveError,
              LiveFacts, Facts):
     _TYPES[_cls.__name__] = _cls

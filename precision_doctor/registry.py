@@ -16,9 +16,10 @@ from typing import Callable, Iterable
 from .findings import Applicability, Draft, Phase, Severity
 
 # What a check may ask for, by parameter name.
-INJECTABLE = ("facts", "script", "setup", "machine", "stack", "launch", "live", "plan", "suppressions")
-# Facts a rule may declare it needs; without them it is skipped with the reason.
-NEEDABLE = ("machine", "live")
+INJECTABLE = ("facts", "script", "setup", "machine", "stack", "launch", "live", "plan", "suppressions", "job")
+# Facts a rule may declare it needs; without them it is skipped with the reason. "host": ports, processes and
+# environment, known without a GPU driver.
+NEEDABLE = ("machine", "live", "host")
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,8 @@ class Example:
     env: dict[str, str] = field(default_factory=dict)
     live: dict | None = None  # LiveFacts fields: what the real model looked like
     fixed: str | None = None  # firing examples: the code `fix --yes --unsafe` must turn it into
+    job: str | None = None  # a SLURM job script (job.sbatch) that launches the code, saved as train.py beside it
+    facts: str | None = None  # a snapshot (fixtures/allocations/NAME.json, a multi-node one) given as --facts
 
 
 @dataclass(frozen=True)

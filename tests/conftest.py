@@ -21,10 +21,14 @@ def machine_probes(machine=None, environ=None):
 
 
 def check_code(tmp_path, code, target=None, launcher=None, script_args=(), versions=None, name="train.py",
-               facts_file=None, environ=None, machine=None, live=None):
-    """Run the whole static pipeline on `code` against a fixed stack (current releases unless overridden)."""
+               facts_file=None, environ=None, machine=None, live=None, job=None):
+    """Run the whole static pipeline on `code` against a fixed stack (current releases unless overridden); with
+    `job`, the code is the training script a job script beside it (job.sbatch) launches, and the job is checked."""
     path = tmp_path / name
     path.write_text(code, encoding="utf-8")
+    if job is not None:
+        path = tmp_path / "job.sbatch"
+        path.write_text(job, encoding="utf-8")
     facts = gather([str(path)], target=target, launcher=launcher, script_args=tuple(script_args),
                    stack_overrides={**CURRENT, **(versions or {})}, facts_file=facts_file,
                    **machine_probes(machine, environ))

@@ -160,7 +160,13 @@ def fake_system(name: str) -> tuple[System, dict]:
                 found.append(BusyPort(p, pid, describe_command(row.get("cmdline", [])), row.get("user", "")))
         return tuple(ports), tuple(found)
 
-    return System(nvml=FakeNVML(spec["nvml"]), psutil=psutil, check_ports=check_ports), spec.get("env", {})
+    return System(nvml=FakeNVML(spec["nvml"]), psutil=psutil, check_ports=check_ports, scheduler=NO_SCHEDULER), \
+        spec.get("env", {})
 
 
-NO_NVML = System(nvml=FakeNVML({"init_error": "library"}), check_ports=lambda ports, _p=None: ((), ()))
+def NO_SCHEDULER(args):  # noqa: N802 - a constant: no scontrol answers
+    return ""
+
+
+NO_NVML = System(nvml=FakeNVML({"init_error": "library"}), check_ports=lambda ports, _p=None: ((), ()),
+                 scheduler=NO_SCHEDULER)

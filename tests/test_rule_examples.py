@@ -1,9 +1,12 @@
 """Every rule's declared examples: each firing example fires, each look-alike stays silent."""
 
+from pathlib import Path
+
 import pytest
 
 from precision_doctor.catalog import rules
 
+SNAPSHOTS = Path(__file__).resolve().parents[1] / "fixtures" / "allocations"
 CASES = [(r.id, "fires", i, ex) for r in rules() for i, ex in enumerate(r.fires)] + \
         [(r.id, "silent", i, ex) for r in rules() for i, ex in enumerate(r.silent)]
 
@@ -13,7 +16,8 @@ CASES = [(r.id, "fires", i, ex) for r in rules() for i, ex in enumerate(r.fires)
 def test_rule_example(run_check, rule_id, expect, index, example):
     result, _ = run_check(example.code, target=example.target, launcher=example.launcher,
                           script_args=example.script_args, versions=example.versions, machine=example.machine,
-                          environ=example.env, live=example.live)
+                          environ=example.env, live=example.live, job=example.job,
+                          facts_file=str(SNAPSHOTS / f"{example.facts}.json") if example.facts else None)
     assert not result.crashed, result.crashed
     hits = [f for f in result.findings if f.rule_id == rule_id]
     if expect == "fires":

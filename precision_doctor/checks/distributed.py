@@ -3,7 +3,6 @@ FSDP units of mixed dtype (PD501-PD504)."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from .. import dtypes

@@ -9,7 +9,7 @@ from .. import dtypes
 from ..derive import LaunchPlan, Setup, call_evidence
 from ..derive.launch import command_with_option
 from ..registry import Example, LogSignature, rule
-from ..facts import ABSENT, KNOWN, BusyPort, Call, GpuProcess, LaunchFacts, MachineFacts, ScriptFacts, StackFacts, Value
+from ..facts import ABSENT, KNOWN, BusyPort, Call, GpuProcess, LaunchFacts, MachineFacts, ScriptFacts, StackFacts
 from ..findings import Applicability, Draft, Evidence, Fix
 from ..probes.stack import at_least
 from ._common import gpu_phrase, native_bf16, present, set_kwarg
@@ -175,7 +175,7 @@ def stale_cuda_context(machine: MachineFacts):
         "`--standalone`), `MASTER_PORT=29501`; or end the process that holds it if it is a leftover of yours.",
     applicability=Applicability.SAFE,
     fix_safety="Safe: any free port works on a single node.",
-    needs=("machine",),
+    needs=("host",),
     log=LogSignature(patterns=(r"Address already in use", r"EADDRINUSE", r"another process is utilizing it",
                            r"failed to bind to .*:\d+ \(errno: 98")),
     fires=[Example(_ACC_GOOD, machine="l40s_2x_exclusive_stopped",

@@ -6,9 +6,8 @@ from __future__ import annotations
 from ..derive import LaunchPlan, Setup, call_evidence, decide, device_map_kind, evidence_of
 from ..derive.live import live_evidence
 from ..registry import Example, LogSignature, rule
-from ..facts import ABSENT, KNOWN, Call, LaunchFacts, MachineFacts, MachineOrigin, ScriptFacts, StackFacts
+from ..facts import KNOWN, Call, LaunchFacts, MachineFacts, MachineOrigin, ScriptFacts, StackFacts
 from ..findings import Applicability, Draft, Evidence, Fix
-from ..probes.stack import at_least
 from ._common import gpu_phrase, present, set_kwarg
 
 

@@ -20,7 +20,7 @@ PORTS_TO_CHECK = tuple(range(29500, 29511))
 # The launch variables the rules read or a reader of the report needs to place it; nothing else of the
 # environment is recorded (ACCELERATE_*, NCCL_*, MASTER_ADDR and the like can hold hosts and credentials).
 ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "MASTER_PORT", "LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-             "ACCELERATE_MIXED_PRECISION")
+             "ACCELERATE_MIXED_PRECISION", "MASTER_ADDR", "NCCL_SOCKET_IFNAME")
 _STATUS = {"zombie": "zombie", "stopped": "stopped", "tracing-stop": "stopped", "running": "running",
            "sleeping": "sleeping", "disk-sleep": "sleeping", "idle": "sleeping", "dead": "gone"}
 
@@ -181,7 +181,24 @@ def probe_host(environ: Mapping[str, str], ports: Iterable[int] = (), config_fil
     checked, busy = (check_ports or _check_ports)(wanted, psutil)
     return HostFacts(hostname=socket.gethostname(), user=_current_user(), ports_checked=checked, busy_ports=busy,
                      env=launch_env(environ), accelerate_config=config,
-                     accelerate_config_path=str(path) if config else "")
+                     accelerate_config_path=str(path) if config else "", interfaces=network_interfaces(psutil),
+                     node_name=environ.get("SLURMD_NODENAME", ""))
+
+
+def network_interfaces(psutil: Any = None) -> dict[str, tuple[str, ...]]:
+    """Each network interface's IPv4/IPv6 addresses (NCCL_SOCKET_IFNAME names interfaces; MASTER_ADDR may be an
+    address); {} when the OS would not say."""
+    if psutil is None:
+        import psutil as psutil_module
+
+        psutil = psutil_module
+    try:
+        found = psutil.net_if_addrs()
+    except Exception:
+        return {}
+    families = (socket.AF_INET, socket.AF_INET6)
+    return {name: tuple(a.address.split("%")[0] for a in addrs if a.family in families)
+            for name, addrs in sorted(found.items())}
 
 
 def _current_user() -> str:

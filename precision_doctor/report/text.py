@@ -81,6 +81,8 @@ def _render(result: Result, facts: Facts, out, fancy: bool, quiet: bool) -> None
             _machine(facts, out)
         for f in machine_findings:
             _finding(f, out, lines, fancy)
+    if facts.job is not None:
+        _job(facts, by_path.get(facts.job.path, []), out, lines, fancy, quiet)
     if facts.live is not None and (not quiet or facts.live.ended not in ("stopped", "steps done")):
         _live(facts.live, result, out)  # a run that never reached training is news even with --quiet
     for script in facts.scripts:
@@ -114,9 +116,13 @@ def _header(facts: Facts, out) -> None:
 
 def _machine(facts: Facts, out) -> None:
     m = facts.machine
+    for node in m.nodes:  # an allocation: one line per node
+        out(f"  node {markup(node.node_name)}  {markup(node.describe())}", soft_wrap=True)
     if not m.known:
-        out(f"  [dim]{markup(m.reason)}: the rules that need the machine are skipped (pass --target or --facts)[/dim]",
-            soft_wrap=True)
+        probed = " (ports, processes and environment were)" if m.host is not None else ""
+        out(f"  [dim]{markup(m.reason)}: the rules that need the GPUs are skipped{probed} (pass --target or "
+            f"--facts)[/dim]", soft_wrap=True)
+        _host(m, out)
         return
     if m.driver_version:
         out(f"  driver {markup(m.driver_version)}, CUDA {markup(m.cuda_driver_version or '?')}")
@@ -132,6 +138,10 @@ def _machine(facts: Facts, out) -> None:
         extra = f" · {', '.join(extras)}" if extras else ""
         out(f"  GPU {g.index}  {markup(g.name)} (sm_{g.capability[0]}{g.capability[1]}, "
             f"{g.memory_total_mib / 1024:.0f} GiB{used}){markup(extra)}", soft_wrap=True)
+    _host(m, out)
+
+
+def _host(m, out) -> None:
     host = m.host
     if host is not None:
         if host.busy_ports:
@@ -141,6 +151,24 @@ def _machine(facts: Facts, out) -> None:
             mp = host.accelerate_config.get("mixed_precision", "not set")
             out(f"  accelerate config: {markup(host.accelerate_config_path)} (mixed_precision: {markup(str(mp))})",
                 soft_wrap=True)
+
+
+def _job(facts: Facts, found: list[Finding], out, lines, fancy: bool, quiet: bool) -> None:
+    """The job script: what it asks each node for and how it launches, then its own findings."""
+    job = facts.job
+    if quiet and not found:
+        return
+    out(f"\n[bold]{markup(job.path)}[/bold]  {_status(found)}")
+    if not quiet:
+        gpus = job.gpus_per_node
+        tasks = job.tasks_per_node if job.srun else 1
+        out(f"  {job.nodes} node{'s' if job.nodes != 1 else ''} × {tasks if tasks else '?'} task"
+            f"{'s' if tasks != 1 else ''}, {gpus if gpus is not None else '?'} GPUs per node"
+            + (f", partition {markup(job.directives['partition'].value)}" if "partition" in job.directives else ""))
+        if job.launch:
+            out(f"  line {job.launch_line}: {'srun ' if job.srun else ''}{markup(job.launch)}", soft_wrap=True)
+    for f in found:
+        _finding(f, out, lines, fancy)
 
 
 _ENDED = {

@@ -1,0 +1,394 @@
+"""A batch job script (SLURM) as facts: its #SBATCH directives, the launch variables it exports, and its launch line
+(`srun torchrun ...`, `srun accelerate launch ...`, `deepspeed --hostfile ...`, `srun python ...`).
+
+Nothing in the script is run: lines are split with shlex and `$VAR` / `${VAR}` / `${VAR:-default}` / `$((...))` are
+expanded here, only from values the script itself (or its #SBATCH request) sets; anything else stays as written and
+the rules that need it stay silent. The partition's GPU type comes from the project's config, else from the
+scheduler's own `scontrol` when it is reachable.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable, Mapping
+
+from ..errors import InputError
+from ..facts import DYNAMIC, KNOWN, JobFacts, JobSetting, LaunchFacts, Origin, Unknown, Value
+from ..redact import redact_text
+from ..sources import Unreadable, read_text_bounded, status
+from .launch import launcher_of, parse_launcher
+
+JOB_SUFFIXES = (".sbatch", ".slurm", ".sh", ".bash", ".job")
+# the launch variables a job script's exports are read for; the rest of its environment is not recorded
+ENV_PREFIXES = ("ACCELERATE_", "NCCL_", "HF_")
+ENV_NAMES = ("MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "WORLD_SIZE", "NNODES", "NODE_RANK",
+             "FORCE_TORCHRUN", "NPROC_PER_NODE")
+_SHORT = {"N": "nodes", "n": "ntasks", "c": "cpus-per-task", "p": "partition", "C": "constraint", "G": "gpus",
+          "J": "job-name", "t": "time", "o": "output", "e": "error", "A": "account", "q": "qos", "w": "nodelist",
+          "D": "chdir"}
+_FLAG_OPTIONS = {"exclusive", "overlap", "label", "unbuffered", "kill-on-bad-exit", "verbose", "quiet",
+                 "no-kill", "requeue", "hold", "wait", "overcommit", "spread-job"}
+_SHORT_FLAGS = {"l", "u", "K", "v", "Q", "O", "H", "W"}
+_VAR = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_]\w*)(?::?-(?P<default>[^}]*))?\}|(?P<plain>[A-Za-z_]\w*))")
+_ARITH = re.compile(r"\$\(\((?P<expr>[^()]*)\)\)")
+_ASSIGNMENT = re.compile(r"^(export\s+)?(?P<name>[A-Za-z_]\w*)=(?P<value>.*)$")
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
+        ast.Div: operator.floordiv, ast.Mod: operator.mod}
+
+
+def is_job_script(path: str) -> bool:
+    """A shell script to read as a job (by its suffix, or a shebang / #SBATCH line in a file that is not .py)."""
+    p = Path(path)
+    if p.suffix == ".py":
+        return False
+    if p.suffix in JOB_SUFFIXES:
+        return True
+    try:
+        head = read_text_bounded(p, 64 * 1024, what="job script", errors="replace")
+    except (Unreadable, InputError, OSError):
+        return False
+    first = head.split("\n", 1)[0]
+    return (first.startswith("#!") and re.search(r"\b(ba|z|k|da)?sh\b", first) is not None) or "#SBATCH" in head
+
+
+def logical_lines(text: str) -> list[tuple[int, str]]:
+    """(first line number, text) with backslash continuations joined."""
+    out: list[tuple[int, str]] = []
+    pending, start = "", 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        if not pending:
+            start = number
+        if raw.endswith("\\") and not raw.lstrip().startswith("#"):
+            pending += raw[:-1] + " "
+            continue
+        out.append((start, pending + raw))
+        pending = ""
+    if pending:
+        out.append((start, pending))
+    return out
+
+
+def _words(text: str) -> list[str] | None:
+    try:
+        return shlex.split(text, comments=True)
+    except ValueError:
+        return None
+
+
+def _options(words: list[str]) -> tuple[dict[str, str], list[str]]:
+    """Scheduler options (`--nodes=2`, `--nodes 2`, `-N2`, `-N 2`, `--exclusive`) and the words after them."""
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if w.startswith("--"):
+            name, eq, value = w[2:].partition("=")
+            if eq or name in _FLAG_OPTIONS:
+                out[name] = value if eq else "yes"
+                i += 1
+            else:
+                out[name] = words[i + 1] if i + 1 < len(words) else ""
+                i += 2
+            continue
+        if w.startswith("-") and len(w) > 1:
+            letter = w[1]
+            if letter in _SHORT_FLAGS:
+                i += 1
+                continue
+            name = _SHORT.get(letter, letter)
+            if len(w) > 2:
+                out[name] = w[2:].lstrip("=")
+                i += 1
+            else:
+                out[name] = words[i + 1] if i + 1 < len(words) else ""
+                i += 2
+            continue
+        break
+    return out, words[i:]
+
+
+class _Expander:
+    """Values the script sets, for `$VAR` expansion; None: set at run time (unknown here)."""
+
+    def __init__(self, known: dict[str, str | None]):
+        self.vars = dict(known)
+
+    def expand(self, text: str) -> tuple[str, bool]:
+        """The text with every variable the script sets replaced; False when something stays unknown."""
+        complete = True
+        if "$(" in text.replace("$((", "") or "`" in text:
+            complete = False
+
+        def var(m: re.Match) -> str:
+            nonlocal complete
+            name = m.group("braced") or m.group("plain")
+            value = self.vars.get(name)
+            if value is None and m.group("default") is not None and name not in self.vars:
+                return m.group("default")
+            if value is None:
+                complete = False
+                return m.group(0)
+            return value
+
+        def arith(m: re.Match) -> str:
+            nonlocal complete
+            expr = re.sub(r"\$?\b([A-Za-z_]\w*)\b", lambda v: self.vars.get(v.group(1)) or v.group(0),
+                          _VAR.sub(var, m.group("expr")))
+            number = _arithmetic(expr)
+            if number is None:
+                complete = False
+                return m.group(0)
+            return str(number)
+
+        return _VAR.sub(var, _ARITH.sub(arith, text)), complete
+
+
+def _arithmetic(expr: str) -> int | None:
+    try:
+        tree = ast.parse(expr.strip(), mode="eval").body
+    except SyntaxError:
+        return None
+
+    def ev(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            return _OPS[type(node.op)](ev(node.left), ev(node.right))
+        raise ValueError
+
+    try:
+        return ev(tree)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _slurm_variables(directives: dict[str, JobSetting], folder: str) -> dict[str, str | None]:
+    """What SLURM sets in the batch step, as far as the request decides it; per-task values stay unknown."""
+    job = JobFacts(path="", directives=directives)
+    known: dict[str, str | None] = {"SLURM_SUBMIT_DIR": folder, "SLURM_NNODES": str(job.nodes),
+                                    "SLURM_JOB_NUM_NODES": str(job.nodes)}
+    if job.tasks_per_node:
+        known["SLURM_NTASKS_PER_NODE"] = str(job.tasks_per_node)
+        known["SLURM_NTASKS"] = str(job.tasks_per_node * job.nodes)
+    if job.gpus_per_node is not None:
+        known["SLURM_GPUS_ON_NODE"] = known["SLURM_GPUS_PER_NODE"] = str(job.gpus_per_node)
+    if job.number("cpus-per-task"):
+        known["SLURM_CPUS_PER_TASK"] = directives["cpus-per-task"].value
+    for name in ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_PROCID", "SLURM_NODEID", "SLURM_LOCALID", "SLURM_JOB_NODELIST",
+                 "SLURM_NODELIST", "SLURMD_NODENAME", "SLURM_STEP_ID", "HOSTNAME"):
+        known[name] = None
+    return known
+
+
+def _recorded(name: str) -> bool:
+    return name in ENV_NAMES or name.startswith(ENV_PREFIXES)
+
+
+def read_job(path: str, display: str | None = None) -> tuple[JobFacts, LaunchFacts]:
+    """The job script's facts and the launch they describe (the launcher part read by `parse_launcher`)."""
+    try:
+        text = read_text_bounded(path, what="job script")
+    except Unreadable as exc:
+        raise InputError(f"{path}: cannot be read ({exc.reason})") from None
+    display = display or path
+    folder = os.path.dirname(os.path.abspath(path))
+    directives: dict[str, JobSetting] = {}
+    lines = logical_lines(text)
+    body_start = len(lines)
+    for index, (number, line) in enumerate(lines):
+        stripped = line.strip()
+        if stripped.startswith("#SBATCH"):
+            opts, _ = _options(_words(stripped[len("#SBATCH"):]) or [])
+            directives.update({k: JobSetting(v, number) for k, v in opts.items()})
+        elif stripped and not stripped.startswith("#"):
+            body_start = index
+            break  # sbatch stops reading directives at the first command
+    expander = _Expander(_slurm_variables(directives, folder))
+    env: dict[str, JobSetting] = {}
+    unknowns: list[Unknown] = []
+    cwd = folder
+    for number, line in lines[body_start:]:
+        single = _ASSIGNMENT.match(line.strip())
+        if single and ("$(" in single.group("value").replace("$((", "") or "`" in single.group("value")):
+            name = single.group("name")  # set by a command at run time: known to be set, value unknown
+            expander.vars[name] = None
+            if _recorded(name):
+                env[name] = JobSetting(redact_text(single.group("value"))[:200], number)
+            continue
+        if single and "$((" in single.group("value"):  # arithmetic: shlex would split it at its spaces
+            name = single.group("name")
+            value, complete = expander.expand(single.group("value").strip("\"'"))
+            expander.vars[name] = value if complete else None
+            if _recorded(name):
+                env[name] = JobSetting(redact_text(value if complete else single.group("value"))[:200], number)
+            continue
+        words = _words(line)
+        if not words:
+            continue
+        if words[0] == "export":
+            words = words[1:]
+        assignments = [w for w in words if re.match(r"^[A-Za-z_]\w*=", w)]
+        if assignments and len(assignments) == len(words):  # `NAME=value` lines: the script's own variables
+            for w in assignments:
+                name, _, raw = w.partition("=")
+                value, complete = expander.expand(raw)
+                expander.vars[name] = value if complete else None
+                if _recorded(name):
+                    env[name] = JobSetting(redact_text(value if complete else raw)[:200], number)
+            continue
+        if words[0] == "cd" and len(words) == 2:
+            target, complete = expander.expand(words[1])
+            cwd = os.path.normpath(os.path.join(cwd, os.path.expanduser(target))) if complete else cwd
+            continue
+        found = _launch_in(line, expander)
+        if found is None:
+            continue
+        launch_words, prefix_env, srun, srun_options = found
+        for name, value in prefix_env.items():
+            if _recorded(name):
+                env[name] = JobSetting(redact_text(value)[:200], number)
+        job = JobFacts(path=display, directives=directives, env=env, launch=redact_text(shlex.join(launch_words)),
+                       launch_line=number, srun=srun, srun_options=srun_options)
+        return _with_script(job, launch_words, cwd, unknowns)
+    unknowns.append(Unknown("launch line", "the job script runs no launcher the doctor knows (python, torchrun, "
+                                           "accelerate launch, deepspeed), directly or through srun"))
+    return (JobFacts(path=display, directives=directives, env=env, unknowns=tuple(unknowns)), LaunchFacts(known=False))
+
+
+def _launch_in(line: str, expander: _Expander):
+    """(launcher words, VAR=value prefixes, through srun, srun's options) when the line launches training."""
+    expanded, _ = expander.expand(line)
+    words = _words(expanded)
+    if not words:
+        return None
+    if words[0] in ("exec", "time", "nohup"):
+        words = words[1:]
+    prefix: dict[str, str] = {}
+    while words and re.match(r"^[A-Za-z_]\w*=", words[0]):
+        name, _, value = words.pop(0).partition("=")
+        prefix[name] = value
+    srun, srun_options = False, {}
+    if words and words[0].rsplit("/", 1)[-1] == "srun":
+        srun = True
+        srun_options, words = _options(words[1:])
+        while words and re.match(r"^[A-Za-z_]\w*=", words[0]):
+            name, _, value = words.pop(0).partition("=")
+            prefix[name] = value
+    if words and words[0] in ("bash", "sh") and len(words) > 2 and words[1] == "-c":
+        inner = _words(words[2])
+        words = inner or words
+    if not words:
+        return None
+    launcher, _ = launcher_of(words)
+    if launcher is None:
+        return None
+    keep = {k: v for k, v in srun_options.items() if k in ("nodes", "ntasks", "ntasks-per-node", "gpus-per-task",
+                                                           "gpus", "gres", "gpus-per-node")}
+    return words, prefix, srun, keep
+
+
+def _with_script(job: JobFacts, words: list[str], cwd: str, unknowns: list[Unknown]) -> tuple[JobFacts, LaunchFacts]:
+    launch = parse_launcher(shlex.join(words))
+    script = next((w for w in words[1:] if w.endswith((".py", ".yaml", ".yml"))), "")
+    resolved = ""
+    if script:
+        candidate = os.path.normpath(os.path.join(cwd, os.path.expanduser(script)))
+        try:
+            status(candidate)
+            resolved = _display(candidate)
+        except (Unreadable, InputError):
+            unknowns.append(Unknown("training script", f"{script} is not in {_display(cwd)} (the folder the job "
+                                                       f"runs it from)"))
+    config = launch.config_file
+    if config and not os.path.isabs(config):
+        launch = replace(launch, config_file=os.path.normpath(os.path.join(cwd, config)))
+    for name in ("num_processes", "main_process_port", "mixed_precision"):  # `$VAR` the script does not set
+        v = getattr(launch, name)
+        if v.state == KNOWN and isinstance(v.value, str) and ("$" in v.value or "`" in v.value):
+            launch = replace(launch, **{name: Value(state=DYNAMIC, text=v.text, origins=v.origins,
+                                                    reason=f"{v.text}: set when the job runs")})
+    launch = _with_job_environment(job, launch)
+    return replace(job, script=resolved, unknowns=tuple(unknowns)), launch
+
+
+def _with_job_environment(job: JobFacts, launch: LaunchFacts) -> LaunchFacts:
+    """What the exports add to the launch: the rendezvous port, the mixed precision, one process per srun task."""
+    where = Origin("job-script", job.path)
+    port = job.env.get("MASTER_PORT")
+    if launch.main_process_port.state != KNOWN and port and port.value.isdigit():
+        launch = replace(launch, main_process_port=Value(state=KNOWN, value=int(port.value),
+                                                         text=f"MASTER_PORT={port.value}",
+                                                         origins=(replace(where, detail=f"{job.path}:{port.line}"),)))
+    precision = job.env.get("ACCELERATE_MIXED_PRECISION")
+    if launch.mixed_precision.state != KNOWN and precision:
+        launch = replace(launch, mixed_precision=Value(state=KNOWN, value=precision.value,
+                                                       text=f"ACCELERATE_MIXED_PRECISION={precision.value}",
+                                                       origins=(where,)))
+    if launch.launcher == "python" and job.srun and job.tasks_per_node:
+        n = job.tasks_per_node
+        launch = replace(launch, num_processes=Value(state=KNOWN, value=n, text=f"srun: {n} tasks per node",
+                                                     origins=(Origin("job-script", f"srun: {n} tasks per node"),)))
+    return launch
+
+
+def _display(path: str) -> str:
+    rel = os.path.relpath(path)
+    return rel if not rel.startswith("..") else path
+
+
+# --- the partition's GPU ----------------------------------------------------------------------
+
+def partition_gpu(job: JobFacts, partitions: Mapping[str, Mapping], scheduler: Callable[[list[str]], str] | None = None
+                  ) -> tuple[str, int | None, str]:
+    """(GPU profile name, GPUs per node, where it came from) of the job's nodes; ("", None, why not) if unknown.
+    In order: the type the job's --gres names, the project's [tool.precision-doctor.partitions], the scheduler."""
+    partition = job.directives["partition"].value.split(",")[0] if "partition" in job.directives else ""
+    count = job.gpus_per_node
+    if job.gpu_type:
+        return job.gpu_type, count, f"--gres of {job.path}:{job.line_of('gres', 'gpus-per-node')}"
+    if partition and partition in partitions:
+        entry = partitions[partition]
+        return str(entry["gpu"]), count or entry.get("count"), f"partition {partition} (project config)"
+    gres = _scheduler_gres(partition, scheduler or _scontrol)
+    if gres:
+        kind, n = gres
+        return kind, count or n, f"partition {partition or '(default)'} (scontrol)"
+    where = f"partition {partition!r}" if partition else "the default partition"
+    return "", count, (f"the GPU type of {where} is unknown: add [tool.precision-doctor.partitions.{partition or 'NAME'}]"
+                       f" gpu = \"a100-80gb\" to pyproject.toml, or pass --target")
+
+
+def _scontrol(args: list[str]) -> str:
+    exe = shutil.which("scontrol")
+    if not exe:
+        return ""
+    try:
+        done = subprocess.run([exe, *args], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout if done.returncode == 0 else ""
+
+
+def _scheduler_gres(partition: str, scheduler: Callable[[list[str]], str]) -> tuple[str, int] | None:
+    """The GPU type and count of the partition's first node, from `scontrol show partition` and `show node`."""
+    text = scheduler(["show", "partition", "-o"] + ([partition] if partition else []))
+    chosen = next((ln for ln in text.splitlines() if not partition and "Default=YES" in ln or partition), "")
+    nodes = re.search(r"\bNodes=(\S+)", chosen)
+    if not nodes or nodes.group(1) == "(null)":
+        return None
+    first = scheduler(["show", "hostnames", nodes.group(1)]).split("\n", 1)[0].strip()
+    node = scheduler(["show", "node", "-o", first]) if first else ""
+    gres = re.search(r"\bGres=(\S+)", node)
+    for item in (gres.group(1).split(",") if gres else ()):
+        parts = item.split("(")[0].split(":")
+        if parts[0] == "gpu" and len(parts) == 3 and parts[2].isdigit():
+            return parts[1], int(parts[2])
+    return None
