@@ -132,16 +132,19 @@ def _same_expression(a: str, b: str) -> bool:
 
 def _replace_value(tree: cst.Module, positions, edit: Edit) -> cst.Module:
     """The value replaced in the form it is written: a dtype written as the string "float16" (read through
-    getattr(torch, ...) or a dtype= string) becomes the string "float32", in the same quotes."""
+    getattr(torch, ...) or a dtype= string) becomes the string "float32", in the same quotes, and needs no import."""
     try:
         target = _expression_at(tree, positions, edit.line, edit.old, edit.column)
-        return tree.deep_replace(target, cst.parse_expression(edit.new))
     except EditFailed:
         written = _string_form(tree, positions, edit)
         if written is None:
             raise
-        node, new = written
-        return tree.deep_replace(node, node.with_changes(value=new))
+        return tree.deep_replace(*written)
+    if isinstance(target, cst.SimpleString) and _dtype_name(edit.new):
+        as_string = _as_string(target, edit.new)
+        if as_string is not None:
+            return tree.deep_replace(target, as_string)
+    return tree.deep_replace(target, cst.parse_expression(edit.new))
 
 
 def _dtype_name(expression: str) -> str:
@@ -149,17 +152,26 @@ def _dtype_name(expression: str) -> str:
     return tail if tail.isidentifier() and ("float" in tail or tail in ("half", "bfloat16")) else ""
 
 
-def _string_form(tree: cst.Module, positions, edit: Edit) -> tuple[cst.SimpleString, str] | None:
-    old, new = _dtype_name(edit.old), _dtype_name(edit.new)
-    if not old or not new:
+def _string_form(tree: cst.Module, positions, edit: Edit) -> tuple[cst.SimpleString, cst.SimpleString] | None:
+    """Where an edit names the dtype `torch.float16` and the line writes it as a string: that string."""
+    if not _dtype_name(edit.old):
         return None
     for node, pos in positions.items():
-        if isinstance(node, cst.SimpleString) and pos.start.line == edit.line:
-            value = node.evaluated_value
-            if value in (old, f"torch.{old}"):
-                text = new if value == old else f"torch.{new}"
-                return node, f"{node.prefix}{node.quote}{text}{node.quote}"
+        if isinstance(node, cst.SimpleString) and pos.start.line == edit.line and \
+                node.evaluated_value in (_dtype_name(edit.old), f"torch.{_dtype_name(edit.old)}"):
+            new = _as_string(node, edit.new)
+            if new is not None:
+                return node, new
     return None
+
+
+def _as_string(node: cst.SimpleString, new: str) -> cst.SimpleString | None:
+    """`"float16"` → `"float32"`, `'torch.float16'` → `'torch.float32'`: the new dtype in the string's own form."""
+    value, name = node.evaluated_value, _dtype_name(new)
+    if not isinstance(value, str) or not _dtype_name(value) or not name:
+        return None
+    text = f"torch.{name}" if value.startswith("torch.") else name
+    return node.with_changes(value=f"{node.prefix}{node.quote}{text}{node.quote}")
 
 
 def _expression_at(tree: cst.Module, positions, line: int, old: str, column: int = 0) -> cst.CSTNode:

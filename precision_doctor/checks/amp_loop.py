@@ -254,7 +254,11 @@ def clip_before_unscale(script: ScriptFacts, setup: Setup):
                for u in unscales):
             continue
         scaler = last_scale.receiver
-        optimizer = setup.optimizers[0].target if setup.optimizers and setup.optimizers[0].target else "optimizer"
+        # the optimizer as this scope writes it (`self.optimizer`), from its own scaler.step(...) call
+        steps = [m for m in setup.methods if m.receiver == scaler and m.callee.endswith(".step") and
+                 m.scope == clip.scope and m.args]
+        optimizer = steps[0].args[0].text if steps else \
+            setup.optimizers[0].target if setup.optimizers and setup.optimizers[0].target else "optimizer"
         yield Draft("gradients are clipped while still multiplied by the loss scale (no unscale_ before clipping)",
                     evidence=(call_evidence(last_scale, "loss scaled"), call_evidence(clip, "clipped before unscale_")),
                     fix=Fix(f"call {scaler}.unscale_({optimizer}) right before clipping", applicability=Applicability.SAFE,
