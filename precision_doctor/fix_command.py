@@ -21,7 +21,8 @@ EXIT_OK, EXIT_FINDINGS, EXIT_INTERRUPTED = 0, 1, 130
 
 
 def _key(f: Finding) -> tuple:
-    return (f.rule_id, f.path, f.message)
+    """A finding across re-checks: two loads with the same problem give the same message, not the same line text."""
+    return (f.rule_id, f.path, f.message, f.evidence[0].excerpt if f.evidence else "")
 
 
 def _counts(findings) -> str:
@@ -46,11 +47,11 @@ def _new_findings(before: list[Finding], after: list[Finding]) -> list[Finding]:
 
 
 def _gone(f: Finding, before: list[Finding], after: list[Finding]) -> bool:
-    """The finding no longer fires: its rule fires fewer times on its file, and never with its message."""
+    """The finding no longer fires: its rule fires fewer times on its file than it did."""
     def same(g: Finding) -> bool:
         return g.rule_id == f.rule_id and g.path == f.path
 
-    return sum(map(same, after)) < sum(map(same, before)) and _key(f) not in {_key(g) for g in after}
+    return sum(map(same, after)) < sum(map(same, before))
 
 
 @dataclass
@@ -207,7 +208,7 @@ def run_fix(check: Callable[[], list[Finding]], *, yes: bool, diff_only: bool, u
     if diff_only:
         return _diff_only(session)
     try:
-        _walk(session, yes, unsafe, ask or _prompter(console), console)
+        quit = _walk(session, yes, unsafe, ask or _prompter(console), console)
     except KeyboardInterrupt:
         _summary(session, console, ended="interrupted (Ctrl-C)")
         return EXIT_INTERRUPTED
@@ -217,17 +218,18 @@ def run_fix(check: Callable[[], list[Finding]], *, yes: bool, diff_only: bool, u
         if session.applied:
             _summary(session, console, ended="stopped")
         raise
-    return _summary(session, console)
+    return _summary(session, console, ended="ended (you quit)" if quit else "")
 
 
 def _walk(session: Session, yes: bool, unsafe: bool, ask: Callable[[str], str] | None,
-          console: Console | None) -> None:
-    """Offer the fixes most severe first. `ask` None: take every fix the flags allow without asking (--diff)."""
+          console: Console | None) -> bool:
+    """Offer the fixes most severe first. `ask` None: take every fix the flags allow without asking (--diff).
+    True when the person quit."""
     apply_all = yes or ask is None
     while True:
         todo = session.candidates(session.now)
         if not todo:
-            return
+            return False
         f = todo[0]
         session.decided.add(_key(f))
         if apply_all and not f.fix.safe and not unsafe:
@@ -248,7 +250,7 @@ def _walk(session: Session, yes: bool, unsafe: bool, ask: Callable[[str], str] |
             answer = _answer(ask)
             if answer == "q":
                 session.left.append((f, "not applied: you quit"))
-                return
+                return True
             if answer == "n":
                 session.left.append((f, "not applied: you answered no"))
                 continue
