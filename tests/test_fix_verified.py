@@ -271,3 +271,36 @@ def test_diff_and_yes_propose_the_same_change(tmp_path, monkeypatch, capsys):
         from precision_doctor.fixer import FileChange
 
         assert patch == FileChange("train.py", code, script.read_text(encoding="utf-8")).diff(), name
+
+
+# --- the words ---------------------------------------------------------------------------------------------------
+
+USE_INSTEAD = [(r.id, r.silent[0]) for r in rules() if r.silent]
+
+
+@pytest.mark.parametrize("rule_id,example", USE_INSTEAD, ids=[r for r, _ in USE_INSTEAD])
+def test_a_rules_use_instead_example_checks_clean(run_check, rule_id, example):
+    """What `precision-doctor rule ID` shows as "use instead" raises no warning or error of any rule about its code
+    (a machine fixture's other processes are the machine's, not the example's)."""
+    result, _ = run_check(example.code, target=example.target, launcher=example.launcher,
+                          script_args=example.script_args, versions=example.versions, machine=example.machine,
+                          environ=example.env, live=example.live)
+    assert not [(f.rule_id, f.message) for f in result.findings if f.severity in ("error", "warning")
+                and (f.locations or not example.machine)]
+
+
+def test_a_finding_that_raises_nothing_is_not_said_to_kill_the_job(run_check):
+    from precision_doctor.report.text import render
+
+    code = ("import torch\nfrom transformers import AutoModelForCausalLM\n"
+            "model = AutoModelForCausalLM.from_pretrained('gpt2').half().cuda()\n"
+            "opt = torch.optim.SGD(model.parameters(), lr=1e-4)\n"
+            "for batch in loader:\n    model(**batch).loss.backward()\n    opt.step()\n")
+    result, facts = run_check(code, target="titan-rtx")
+    pd204 = next(f for f in result.findings if f.rule_id == "PD204")
+    assert "Adam" not in pd204.message and "SGD" in pd204.message
+    assert pd204.error.startswith("no exception")
+    screen = io.StringIO()
+    render(result, facts, Console(file=screen, width=300, no_color=True))
+    shown = screen.getvalue().split("PD204")[1]
+    assert "what the job shows after some steps" in shown and "the job dies" not in shown.split("\n  ")[0]
