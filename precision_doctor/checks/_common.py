@@ -111,7 +111,8 @@ def fp16_optimizer_symptom(setup: Setup, stack: StackFacts) -> tuple[str, str]:
         return ("small gradients underflow to zero",
                 "no exception: the loss stalls, or turns nan with an Adam-type optimizer")
     if adam and fused:
-        return (f"small gradients and the second-moment state of {name} (fused) underflow, so its steps grow "
+        label = name if "fused" in name else f"{name} (fused)"
+        return (f"small gradients and the second-moment state of {label} underflow, so its steps grow "
                 f"far past the learning rate",
                 "no exception: no NaN at first (the fused AdamW computes in fp32), but steps many times the "
                 "learning rate make the loss jump or diverge")
