@@ -78,6 +78,7 @@ class Edit:
     old: str = ""
     new: str = ""
     column: int = 0  # a tie-breaker only, when the same expression appears twice on the line
+    library: str = ""  # for call edits: the package the call must come from (never rewrite a look-alike)
 
     def describe(self) -> str:
         where = f"{self.path}:{self.line}"
@@ -106,6 +107,7 @@ class Fix:
     edits: tuple[Edit, ...] = ()
     commands: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()  # what not to do instead, and why
+    variants: tuple[tuple[Edit, ...], ...] = ()  # other edits to the same end, tried in order when `edits` fail
 
     @property
     def safe(self) -> bool:

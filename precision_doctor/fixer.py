@@ -10,7 +10,7 @@ import difflib
 from dataclasses import dataclass
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider, ScopeProvider
 
 from . import safe_io
 from ._util import python_lines
@@ -81,8 +81,13 @@ class FileChange:
 
 
 def apply_edits(source: str, edits: tuple[Edit, ...] | list[Edit]) -> str:
-    """The source with every edit applied, or EditFailed. The result always parses."""
-    module = cst.parse_module(source)
+    """The source with every edit applied, the imports its new code needs added, or EditFailed. The result always
+    parses and uses no name that is not defined where it is used, unless the source already did."""
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError as exc:
+        raise EditFailed(f"the file does not parse ({str(exc).splitlines()[0]})") from None
+    before_undefined = undefined_names(module)
     # bottom-up and right to left, imports last: no edit shifts the place of an edit still to come
     ordered = sorted(enumerate(edits), key=lambda ie: (ie[1].kind == "add_import", -ie[1].line, -ie[1].column, ie[0]))
     for _, edit in ordered:
@@ -90,6 +95,7 @@ def apply_edits(source: str, edits: tuple[Edit, ...] | list[Edit]) -> str:
             module = _apply(module, edit)
         except (cst.ParserSyntaxError, ValueError) as exc:
             raise EditFailed(f"the edit would not parse ({str(exc).splitlines()[0]})") from None
+    module = _complete_names(module, before_undefined)
     after = module.code
     try:
         ast.parse(after)
@@ -106,10 +112,11 @@ def _apply(module: cst.Module, edit: Edit) -> cst.Module:
     positions = wrapper.resolve(PositionProvider)
     tree = wrapper.module
     if kind == "replace_value":
-        target = _expression_at(tree, positions, edit.line, edit.old, edit.column)
-        return tree.deep_replace(target, cst.parse_expression(edit.new))
+        return _replace_value(tree, positions, edit)
     if kind in ("set_kwarg", "remove_kwarg", "rename_kwarg", "replace_callee"):
         call = _call_at(tree, positions, edit.line, edit.call)
+        if edit.library:
+            _check_library(wrapper, call, edit)
         return tree.deep_replace(call, _edit_call(call, edit))
     if kind in ("insert_before", "insert_after"):
         return _insert(tree, positions, edit)
@@ -121,6 +128,50 @@ def _same_expression(a: str, b: str) -> bool:
         return ast.dump(ast.parse(a.strip(), mode="eval")) == ast.dump(ast.parse(b.strip(), mode="eval"))
     except SyntaxError:
         return a.strip() == b.strip()
+
+
+def _replace_value(tree: cst.Module, positions, edit: Edit) -> cst.Module:
+    """The value replaced in the form it is written: a dtype written as the string "float16" (read through
+    getattr(torch, ...) or a dtype= string) becomes the string "float32", in the same quotes, and needs no import."""
+    try:
+        target = _expression_at(tree, positions, edit.line, edit.old, edit.column)
+    except EditFailed:
+        written = _string_form(tree, positions, edit)
+        if written is None:
+            raise
+        return tree.deep_replace(*written)
+    if isinstance(target, cst.SimpleString) and _dtype_name(edit.new):
+        as_string = _as_string(target, edit.new)
+        if as_string is not None:
+            return tree.deep_replace(target, as_string)
+    return tree.deep_replace(target, cst.parse_expression(edit.new))
+
+
+def _dtype_name(expression: str) -> str:
+    tail = expression.strip().removeprefix("torch.")
+    return tail if tail.isidentifier() and ("float" in tail or tail in ("half", "bfloat16")) else ""
+
+
+def _string_form(tree: cst.Module, positions, edit: Edit) -> tuple[cst.SimpleString, cst.SimpleString] | None:
+    """Where an edit names the dtype `torch.float16` and the line writes it as a string: that string."""
+    if not _dtype_name(edit.old):
+        return None
+    for node, pos in positions.items():
+        if isinstance(node, cst.SimpleString) and pos.start.line == edit.line and \
+                node.evaluated_value in (_dtype_name(edit.old), f"torch.{_dtype_name(edit.old)}"):
+            new = _as_string(node, edit.new)
+            if new is not None:
+                return node, new
+    return None
+
+
+def _as_string(node: cst.SimpleString, new: str) -> cst.SimpleString | None:
+    """`"float16"` → `"float32"`, `'torch.float16'` → `'torch.float32'`: the new dtype in the string's own form."""
+    value, name = node.evaluated_value, _dtype_name(new)
+    if not isinstance(value, str) or not _dtype_name(value) or not name:
+        return None
+    text = f"torch.{name}" if value.startswith("torch.") else name
+    return node.with_changes(value=f"{node.prefix}{node.quote}{text}{node.quote}")
 
 
 def _expression_at(tree: cst.Module, positions, line: int, old: str, column: int = 0) -> cst.CSTNode:
@@ -252,6 +303,11 @@ def _add_import(module: cst.Module, statement: str) -> cst.Module:
                 pass
             if _imports_name(code, statement):
                 return module
+    if last_import < 0:  # no import yet: after the docstring and comments at the top, never before them
+        first = module.body[0] if module.body else None
+        if isinstance(first, cst.SimpleStatementLine) and isinstance(first.body[0], cst.Expr) and \
+                isinstance(first.body[0].value, (cst.SimpleString, cst.ConcatenatedString)):
+            last_import = 0
     body = list(module.body)
     body.insert(last_import + 1, new)
     return module.with_changes(body=body)
@@ -269,6 +325,87 @@ def _imports_name(existing: str, statement: str) -> bool:
     if isinstance(want, ast.Import) and isinstance(have, ast.Import):
         return {a.name for a in want.names} <= {a.name for a in have.names}
     return False
+
+
+def _check_library(wrapper: MetadataWrapper, call: cst.Call, edit: Edit) -> None:
+    """Never rewrite a look-alike: Unsloth's FastLanguageModel.from_pretrained is not transformers'."""
+    found = wrapper.resolve(QualifiedNameProvider).get(call.func, ())
+    names = {q.name for q in (found() if callable(found) else found)}  # computed lazily by libcst
+    if names and not any(n == edit.library or n.startswith(edit.library + ".") for n in names):
+        shown = sorted(names)[0]
+        raise EditFailed(f"line {edit.line}: the call is {shown}, not {edit.library}'s; left as it is")
+
+
+# what the new code of an edit may name, and the import that provides it
+IMPORTS = {
+    "torch": "import torch",
+    "os": "import os",
+    "BitsAndBytesConfig": "from transformers import BitsAndBytesConfig",
+    "prepare_model_for_kbit_training": "from peft import prepare_model_for_kbit_training",
+    "PartialState": "from accelerate import PartialState",
+}
+
+
+def undefined_names(module: cst.Module) -> dict[str, int]:
+    """Each name read where no assignment, import or builtin defines it, with the first line it is read on."""
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    scopes = wrapper.resolve(ScopeProvider)
+    positions = wrapper.resolve(PositionProvider)
+    found: dict[str, int] = {}
+    for scope in {s for s in scopes.values() if s is not None}:
+        for access in scope.accesses:
+            if not access.referents and isinstance(access.node, cst.Name):
+                line = positions[access.node].start.line
+                found[access.node.value] = min(line, found.get(access.node.value, line))
+    return found
+
+
+def _import_aliases(module: cst.Module) -> dict[str, str]:
+    """`import torch as T` → {"torch": "T"}; `from transformers import BitsAndBytesConfig as BNB` →
+    {"BitsAndBytesConfig": "BNB"}: what the file already calls the things an edit names."""
+    aliases: dict[str, str] = {}
+    for node in ast.walk(ast.parse(module.code)):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for a in node.names:
+                if a.asname and "." not in a.name:
+                    wanted = f"import {a.name}" if isinstance(node, ast.Import) else \
+                        f"from {node.module} import {a.name}"
+                    if IMPORTS.get(a.name) == wanted:
+                        aliases[a.name] = a.asname
+    return aliases
+
+
+def _complete_names(module: cst.Module, before: dict[str, int]) -> cst.Module:
+    """Names the edits introduced: written with the file's own alias when it has one (`T.bfloat16` where torch is
+    imported as T), else imported in the file's import block; any other new undefined name is EditFailed."""
+    new = {n: line for n, line in undefined_names(module).items() if n not in before}
+    if not new:
+        return module
+    aliases = _import_aliases(module)
+    renames = {n: aliases[n] for n in new if n in aliases}
+    if renames:
+        module = _rename_undefined(module, renames)
+    for name in sorted(set(new) - set(renames)):
+        if name in IMPORTS:
+            module = _add_import(module, IMPORTS[name])
+    still = {n: line for n, line in undefined_names(module).items() if n not in before}
+    if still:
+        name, line = min(still.items(), key=lambda kv: kv[1])
+        raise EditFailed(f"line {line}: `{name}` is not defined there")
+    return module
+
+
+def _rename_undefined(module: cst.Module, renames: dict[str, str]) -> cst.Module:
+    wrapper = MetadataWrapper(module)
+    scopes = wrapper.resolve(ScopeProvider)
+    targets = {id(a.node) for s in {s for s in scopes.values() if s is not None} for a in s.accesses
+               if not a.referents and isinstance(a.node, cst.Name) and a.node.value in renames}
+
+    class Renamer(cst.CSTTransformer):
+        def leave_Name(self, original, updated):
+            return updated.with_changes(value=renames[original.value]) if id(original) in targets else updated
+
+    return wrapper.module.visit(Renamer())
 
 
 def write_change(change: FileChange, what: str = "") -> None:

@@ -13,7 +13,9 @@ import io
 import os
 import stat
 import tokenize
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator, Mapping
 
 from .errors import InputError
 
@@ -115,9 +117,26 @@ def read_text_bounded(path: os.PathLike | str, limit: int = MAX_CONFIG_BYTES, wh
                          f"save the {what} as UTF-8") from None
 
 
+_PROPOSED: dict[str, str] = {}  # real path -> text: what `fix` would write, checked before it is written
+
+
+@contextmanager
+def proposed(texts: Mapping[str, str]) -> Iterator[None]:
+    """Within the block, read_source returns these texts for these files (a fix checked in memory)."""
+    saved = dict(_PROPOSED)
+    _PROPOSED.update({os.path.realpath(p): t for p, t in texts.items()})
+    try:
+        yield
+    finally:
+        _PROPOSED.clear()
+        _PROPOSED.update(saved)
+
+
 def read_source(path: os.PathLike | str, limit: int = MAX_SOURCE_BYTES) -> str:
     """Python source as Python reads it: the BOM and coding cookie decide the encoding, and a file Python
     would refuse (unknown or contradictory encoding, bytes the encoding cannot decode, NUL bytes) is refused."""
+    if _PROPOSED and os.path.realpath(path) in _PROPOSED:
+        return _PROPOSED[os.path.realpath(path)]
     data = read_bytes_bounded(path, limit, "training script")
     if not data.strip():
         raise Unreadable(path, "the file is empty", "pass the training script itself")

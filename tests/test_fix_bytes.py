@@ -141,7 +141,7 @@ def test_diff_stream_holds_only_the_patch(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     run_fix(lambda: [stale], yes=False, diff_only=True, unsafe=False, select=None, console=Console(file=sys.stdout))
     out, err = capsys.readouterr()
-    assert out == "" and "edits not combined" in err
+    assert out == "" and "PD999 not in the patch" in err and "no call to g" in err
 
 
 # --- undo -----------------------------------------------------------------------------------------------

@@ -200,7 +200,7 @@ def test_redaction_keeps_what_is_not_a_secret():
 def test_fix_shows_control_characters_in_its_diff_as_escapes():
     from types import SimpleNamespace
 
-    from precision_doctor.fix_command import _show
+    from precision_doctor.fix_command import Step, _show
     from precision_doctor.fixer import FileChange
 
     finding = SimpleNamespace(severity="error", rule_id="PD101", name="bf16-on-unsupported-gpu", message="m",
@@ -208,5 +208,5 @@ def test_fix_shows_control_characters_in_its_diff_as_escapes():
     change = FileChange("train.py", f"args = TrainingArguments('out{ESC_TITLE}', bf16=True)\n",
                         f"args = TrainingArguments('out{ESC_TITLE}', fp16=True)\n")
     shown = io.StringIO()
-    _show(Console(file=shown, width=200), finding, [change])
+    _show(Console(file=shown, width=200), Step([finding], [change]))
     assert "\x1b" not in shown.getvalue() and "\\x1b]0;pwned\\x07', fp16=True)" in shown.getvalue()

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from ..derive import Fact, Setup
-from ..facts import CONDITIONAL, KNOWN, Call, MachineFacts, Value
+from ..facts import CONDITIONAL, KNOWN, Call, MachineFacts, StackFacts, Value
 from ..findings import Edit
 
 PURE_FP16_WARNING = ("Do not turn fp16 AMP off to silence this: fp16 weights trained without loss scaling "
-                     "underflow and turn NaN (PD204).")
+                     "underflow (PD204): NaN with a for-each AdamW, steps far past the learning rate with a fused one.")
 
 
 def gpu_phrase(machine: MachineFacts) -> str:
@@ -85,3 +85,39 @@ def describe_trainable(setup: Setup) -> str:
         parts.append(f"modules_to_save copies ({', '.join(map(str, setup.modules_to_save.value))}) "
                      f"in {setup.weights.value}")
     return " and ".join(parts) or "adapters are trained"
+
+
+def fp16_optimizer_symptom(setup: Setup, stack: StackFacts) -> tuple[str, str]:
+    """What the optimizer does to fp16 parameters without loss scaling, as (message tail, what the job shows).
+    Measured on torch 2.13 (CPU): the for-each/for-loop AdamW computes in fp16, where eps=1e-8 is 0, and turns
+    the weights NaN at the first step; the fused AdamW computes in fp32 but keeps its second moment in fp16, where
+    it underflows to 0: no NaN, but steps of 2× the learning rate at step 2 and 11× by step 10."""
+    from ..probes.stack import at_least
+
+    if setup.style == "trainer":
+        optim = setup.training_args.kwargs.get("optim") if setup.training_args is not None else None
+        name = str(optim.value) if optim is not None and optim.state == KNOWN else \
+            "adamw_torch_fused" if at_least(stack, "torch", "2.8") else "adamw_torch"
+        fused = "fused" in name
+        adam = "adam" in name.lower()
+        name = f"Trainer's {name}"
+    elif setup.optimizers:
+        opt = setup.optimizers[0]
+        adam = "adam" in opt.callee.lower()
+        fused_kw = opt.kwargs.get("fused")
+        fused = adam and fused_kw is not None and fused_kw.state == KNOWN and fused_kw.value is True
+        name = opt.callee.rsplit(".", 1)[-1]
+    else:
+        return ("small gradients underflow to zero",
+                "no exception: the loss stalls, or turns nan with an Adam-type optimizer")
+    if adam and fused:
+        label = name if "fused" in name else f"{name} (fused)"
+        return (f"small gradients and the second-moment state of {label} underflow, so its steps grow "
+                f"far past the learning rate",
+                "no exception: no NaN at first (the fused AdamW computes in fp32), but steps many times the "
+                "learning rate make the loss jump or diverge")
+    if adam:
+        return (f"small gradients underflow and {name}'s update turns NaN",
+                "no exception: the weights turn nan at the first optimizer step, then loss: nan")
+    return (f"small gradients underflow to zero, so {name} stops updating those parameters",
+            "no exception: the loss stalls while the weights stop changing")

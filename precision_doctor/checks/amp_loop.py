@@ -109,8 +109,9 @@ def _pd203(cast: Call, opt: Call, d: str, what: str, via: Call | None = None) ->
         evidence.append(call_evidence(via, f"{what} passed to {via.callee}()" + (" inside the loop" if via.in_loop
                                                                                 else "")))
     evidence.append(call_evidence(cast, f"cast to {d} in place"))
-    return Draft(f"{what} is cast to {d} after the optimizer was created: Adam's fp32 moments meet {d} "
-                 f"parameters and gradients", evidence=tuple(evidence),
+    state = "Adam's fp32 moments" if "adam" in opt.callee.lower() else f"the fp32 state of {opt.callee}"
+    return Draft(f"{what} is cast to {d} after the optimizer was created: {state} meet{'s' * ('Adam' not in state)} "
+                 f"{d} parameters and gradients", evidence=tuple(evidence),
                  fix=Fix("cast before creating the optimizer (or re-create it after), or cast a copy "
                          "(`copy.deepcopy(model)`) for evaluation", applicability=Applicability.UNSAFE))
 
@@ -254,7 +255,11 @@ def clip_before_unscale(script: ScriptFacts, setup: Setup):
                for u in unscales):
             continue
         scaler = last_scale.receiver
-        optimizer = setup.optimizers[0].target if setup.optimizers and setup.optimizers[0].target else "optimizer"
+        # the optimizer as this scope writes it (`self.optimizer`), from its own scaler.step(...) call
+        steps = [m for m in setup.methods if m.receiver == scaler and m.callee.endswith(".step") and
+                 m.scope == clip.scope and m.args]
+        optimizer = steps[0].args[0].text if steps else \
+            setup.optimizers[0].target if setup.optimizers and setup.optimizers[0].target else "optimizer"
         yield Draft("gradients are clipped while still multiplied by the loss scale (no unscale_ before clipping)",
                     evidence=(call_evidence(last_scale, "loss scaled"), call_evidence(clip, "clipped before unscale_")),
                     fix=Fix(f"call {scaler}.unscale_({optimizer}) right before clipping", applicability=Applicability.SAFE,
@@ -284,6 +289,10 @@ def clip_before_unscale(script: ScriptFacts, setup: Setup):
                 "x = torch.randn(8, 16, device='cuda')\nloss = model(x).sum()\nloss.backward()\nopt.step()\n"),
     ],
     silent=[
+        Example("import torch\nmodel = torch.nn.Linear(16, 4).cuda()\n"
+                "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nscaler = torch.amp.GradScaler('cuda')\n"
+                "x = torch.randn(8, 16, device='cuda')\nwith torch.autocast('cuda', dtype=torch.float16):\n"
+                "    loss = model(x).sum()\nscaler.scale(loss).backward()\nscaler.step(opt)\nscaler.update()\n"),
         Example("import torch\nmodel = torch.nn.Linear(16, 4).cuda().half()\n"
                 "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
                 "x = torch.randn(8, 16, device='cuda').half()\nloss = model(x).sum()\nloss.backward()\nopt.step()\n"),

@@ -13,7 +13,7 @@ from ..families import overflows_fp16
 from ..derive.live import live_evidence, live_summary, loss_history, scaler_on
 from ..findings import Applicability, Confidence, Draft, Edit, Evidence, Fix, Phase
 from ..probes.stack import at_least
-from ._common import PURE_FP16_WARNING, describe_trainable, gpu_phrase, native_bf16, present, set_kwarg, weights_source_edit
+from ._common import PURE_FP16_WARNING, describe_trainable, fp16_optimizer_symptom, gpu_phrase, native_bf16, present, set_kwarg, weights_source_edit
 
 _HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
 NATIVE_BF16 = "torch.cuda.is_bf16_supported(including_emulation=False)"
@@ -211,13 +211,18 @@ def bf16_params_with_fp16_scaler(setup: Setup, machine: MachineFacts, live):
 
 @rule(
     "PD204", "pure-fp16-no-loss-scaling", severity="error", phase="later-steps",
-    summary="float16 weights trained without loss scaling: gradients underflow, Adam's update turns NaN.",
+    summary="float16 weights trained without loss scaling: gradients underflow; AdamW turns NaN or oversteps.",
     what="Trainable parameters are float16 and no fp16 AMP loss scaling runs: Trainer with `fp16=False`, "
          "`Accelerator(mixed_precision=\"no\")`, a plain loop without GradScaler, or bf16 autocast over fp16 "
          "weights. This is the popular \"just turn AMP off\" fix for PD201.",
-    why="fp16's smallest normal is 6.1e-5: small gradients flush to zero, and Adam's eps=1e-8 rounds to 0 in fp16, "
-        "so parameters with zero gradient compute 0/0 = NaN in the update.",
-    error="no exception: loss becomes nan after the first optimizer steps, or training silently stalls",
+    why="fp16's smallest normal is 6.1e-5: small gradients flush to zero. The for-each AdamW (torch.optim.AdamW's "
+        "default, Trainer's `adamw_torch` before torch 2.8) computes in fp16, where eps=1e-8 rounds to 0, so the "
+        "update divides by zero: NaN weights at the first step. The fused AdamW (Trainer's default "
+        "`adamw_torch_fused` from torch 2.8) computes in fp32 but stores the squared-gradient average in fp16, "
+        "where it underflows to 0: no NaN, but steps many times the learning rate (11x by step 10 in a test). "
+        "Plain SGD just stops moving those weights.",
+    error="no exception: weights turn nan at the first steps (for-each AdamW) or take steps far larger than the "
+          "learning rate (fused AdamW), or training silently stalls",
     fix="Keep fp32 master weights and use fp16 AMP with loss scaling (Trainer `fp16=True` on an fp32 model), or "
         "bf16 weights with `bf16=True` on Ampere or newer. Raising Adam's eps only hides it.",
     applicability=Applicability.UNSAFE,
@@ -237,7 +242,7 @@ def bf16_params_with_fp16_scaler(setup: Setup, machine: MachineFacts, live):
         Example(_lora_script(", dtype=torch.float16", ""), note="fp32 adapters on a frozen fp16 base"),
     ],
 )
-def pure_fp16_no_loss_scaling(setup: Setup, machine: MachineFacts, live):
+def pure_fp16_no_loss_scaling(setup: Setup, machine: MachineFacts, stack: StackFacts, live):
     if live is not None and live.reached_training:
         d = _live_claim(live, dtypes.FLOAT16, False, "float16 parameters are trained without loss scaling")
         if d:
@@ -270,8 +275,9 @@ def pure_fp16_no_loss_scaling(setup: Setup, machine: MachineFacts, live):
                   applicability=Applicability.UNSAFE, edits=tuple(edits))
     mode = {"no": "no mixed precision", "bf16": "bf16 autocast without loss scaling",
             "autocast": "autocast without a GradScaler"}.get(setup.amp.value, "no loss scaling")
-    yield Draft(f"float16 parameters are trained with {mode}: small gradients underflow and Adam's update "
-                f"turns NaN", evidence=_unique(setup.weights.evidence + setup.amp.evidence), fix=fix,
+    symptom, shows = fp16_optimizer_symptom(setup, stack)
+    yield Draft(f"float16 parameters are trained with {mode}: {symptom}", error=shows,
+                evidence=_unique(setup.weights.evidence + setup.amp.evidence), fix=fix,
                 confidence="likely" if setup.amp.inferred or setup.weights.inferred else "certain")
 
 

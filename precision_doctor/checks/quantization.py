@@ -251,10 +251,11 @@ def bnb_load_in_kwargs_deprecated(script: ScriptFacts, stack: StackFacts):
                         severity="error" if removed or both else "", error=error,
                         fix=Fix(f"quantization_config=BitsAndBytesConfig({flag}=True)", applicability=Applicability.UNSAFE if both else Applicability.SAFE,
                                 edits=(Edit("remove_kwarg", load.location.path, load.location.line,
-                                            call="from_pretrained", name=flag),) + (
+                                            call="from_pretrained", name=flag, library="transformers"),) + (
                                     () if both else (Edit("set_kwarg", load.location.path, load.location.line,
                                                           call="from_pretrained", name="quantization_config",
-                                                          new=f"BitsAndBytesConfig({flag}=True)"),
+                                                          new=f"BitsAndBytesConfig({flag}=True)",
+                                                          library="transformers"),
                                                      Edit("add_import", load.location.path, 1,
                                                           new="from transformers import BitsAndBytesConfig")))),
                         confidence="likely" if version.source == VersionSource.ASSUMED else "certain")

@@ -271,7 +271,8 @@ def _finding(f: Finding, out, lines: _Lines, fancy: bool) -> None:
             for step in e.trail:
                 out(f"        [dim]via {markup(step)}[/dim]", soft_wrap=True)
     if f.error:
-        lead = "the job dies" if f.severity == "error" else "what the job shows"
+        survives = f.error.lower().startswith(("no exception", "no error", "no refusal"))  # numerically broken
+        lead = "the job dies" if f.severity == "error" and not survives else "what the job shows"
         out(f"    [dim]{lead} {_PHASE.get(f.phase, '')}[/dim]")
         out(f"      [{style}]{markup(f.error)}[/{style}]", soft_wrap=True)
     if f.why:
