@@ -18,6 +18,7 @@ from .config import excluded
 from .errors import InputError
 from .facts import (Facts, LaunchFacts, MachineFacts, MachineOrigin, ScriptFacts, StackFacts, Unknown, _from_jsonable,
                     _to_jsonable)
+from .probes.configs import is_config_path, probe_config
 from .probes.launch import launch_from_env, parse_launcher
 from .probes.script import probe_script
 from .probes.stack import probe_stack
@@ -60,6 +61,8 @@ def _probe(path: Path, named: bool, args: tuple[str, ...], environ: tuple = (Non
     try:
         if not named and os.path.isdir(path) and not os.path.islink(path):  # a subfolder the walk could not list
             raise Unreadable(path, f"the folder cannot be listed ({_listing_problem(path)})")
+        if named and is_config_path(path):  # `check recipe.yaml`: the config as its tool runs it
+            return probe_config(path, _display(path))
         return probe_script(path, args, display=_display(path), environ=environ)
     except InputError as exc:
         if named:
