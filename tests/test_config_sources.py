@@ -160,3 +160,29 @@ def test_no_default_stays_unknown_and_secrets_are_never_read(tmp_path):
     call = training_args(tmp_path, source, environ=({"HF_TOKEN": "hf_abcdefghijklmnopqrstuvwxyz"}, "this machine"))
     assert call.kwarg("bf16").state == DYNAMIC
     assert call.kwarg("run_name").state == DYNAMIC and "secret" in call.kwarg("run_name").reason
+
+
+# --- Lightning ---------------------------------------------------------------------------------------
+
+def test_lightning_bf16_mixed_on_a_v100_and_its_fp16_twin():
+    assert "PD101" in fired(run(SCRIPTS / "lightning" / "train.py", "v100"))
+    twin = run(SCRIPTS / "lightning" / "train_fixed.py", "v100")
+    assert not [f for f in twin.findings if f.severity == "error"], [f.message for f in twin.findings]
+
+
+@pytest.mark.parametrize("precision,mode", [("'16-mixed'", "fp16"), ("16", "fp16"), ("'bf16'", "bf16"),
+                                            ("'bf16-mixed'", "bf16"), ("'transformer-engine'", "fp8"),
+                                            ("'32-true'", "no"), (None, "no")])
+def test_lightning_precision_strings_map_to_accelerate_modes(tmp_path, precision, mode):
+    arg = f"precision={precision}" if precision else ""
+    path = tmp_path / "train.py"
+    path.write_text(f"import lightning as L\ntrainer = L.Trainer({arg})\n")
+    call = next(c for c in probe_script(path).calls if c.kind == "accelerator")
+    assert call.kwarg("mixed_precision").is_(mode)
+
+
+def test_lightning_true_half_is_reported_unknown_not_guessed(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text("from lightning.fabric import Fabric\nfabric = Fabric(precision='bf16-true')\n")
+    facts = probe_script(path)
+    assert any("bf16-true" in u.what for u in facts.unknowns)
