@@ -19,7 +19,7 @@ from typing import Any
 
 from ..facts import KNOWN, Location, Origin, Value
 from ..redact import redact_data, secret_name
-from ..sources import Unreadable, is_regular_file, read_text_bounded
+from ..sources import is_regular_file, read_text_bounded
 
 _MISSING = object()
 MAX_NODES = 20_000
@@ -172,9 +172,3 @@ def _plain(loader, node, path: tuple, lines: dict, budget: list, depth: int) -> 
         return loader.construct_object(node, deep=True)
     except yaml.YAMLError:  # a tag the safe loader does not know (`!!python/object`): keep the text, run nothing
         return node.value
-
-
-def load_error(name: str, exc: Exception) -> str:
-    if isinstance(exc, Unreadable):
-        return f"{name}: {exc.reason}"
-    return f"{name}: {exc}"
