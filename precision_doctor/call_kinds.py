@@ -73,6 +73,8 @@ AUTOCASTS = {"torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast", 
              "torch.amp.autocast_mode.autocast"}
 GRAD_SCALERS = {"torch.amp.GradScaler", "torch.cuda.amp.GradScaler", "torch.cpu.amp.GradScaler",
                 "torch.GradScaler", "torch.amp.grad_scaler.GradScaler"}
+LIGHTNING_CLASSES = {"lightning.Trainer", "lightning.pytorch.Trainer", "pytorch_lightning.Trainer",
+                     "lightning.Fabric", "lightning.fabric.Fabric", "lightning_fabric.Fabric"}  # probes/frameworks.py
 CLIPPERS = {"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_", "torch.nn.utils.clip_grad_norm"}
 
 
@@ -152,7 +154,7 @@ RECOGNISERS: tuple[Recogniser, ...] = (
     Recogniser(CallKind.TRAINING_ARGS, when=lambda s: is_training_arguments(s.callee) or s.callee in s.local_args),
     Recogniser(CallKind.TRAINER, when=lambda s: (s.callee.startswith(("transformers.", "trl."))
                                          and s.last.endswith(TRAINER_SUFFIX)) or s.callee in s.local_trainers),
-    Recogniser(CallKind.ACCELERATOR, names={"accelerate.Accelerator"}),
+    Recogniser(CallKind.ACCELERATOR, names={"accelerate.Accelerator"} | LIGHTNING_CLASSES),
     Recogniser(CallKind.SET_DEVICE, names={"torch.cuda.set_device"}),
     Recogniser(CallKind.INIT_PROCESS_GROUP, last={"init_process_group"}, prefixes=("torch",)),
     Recogniser(CallKind.FSDP, last={"FullyShardedDataParallel", "FSDP", "fully_shard"}, prefixes=("torch",)),

@@ -19,6 +19,7 @@ from .config import excluded
 from .errors import InputError
 from .facts import (Allocation, Facts, JobFacts, LaunchFacts, MachineFacts, MachineOrigin, ScriptFacts, StackFacts,
                     Unknown, _from_jsonable, _to_jsonable)
+from .probes.configs import is_config_path, probe_config
 from .probes.launch import launch_from_env, parse_launcher
 from .probes.script import probe_script
 from .probes.stack import probe_stack
@@ -56,12 +57,14 @@ def _expand(paths: list[str], exclude: tuple[str, ...] = (), root: str = ".") ->
     return list(dict.fromkeys(out))
 
 
-def _probe(path: Path, named: bool, args: tuple[str, ...]) -> ScriptFacts:
+def _probe(path: Path, named: bool, args: tuple[str, ...], environ: tuple = (None, "")) -> ScriptFacts:
     """A named file that cannot be read is bad input (exit 2); one found in a folder is reported and skipped."""
     try:
         if not named and os.path.isdir(path) and not os.path.islink(path):  # a subfolder the walk could not list
             raise Unreadable(path, f"the folder cannot be listed ({_listing_problem(path)})")
-        return probe_script(path, args, display=_display(path))
+        if named and is_config_path(path):  # `check recipe.yaml`: the config as its tool runs it
+            return probe_config(path, _display(path))
+        return probe_script(path, args, display=_display(path), environ=environ)
     except InputError as exc:
         if named:
             raise
@@ -319,25 +322,36 @@ def gather(paths: list[str], target: str | None = None, launcher: str | None = N
         stack = snapshot_stack
     else:
         stack = probe_stack(sorted({f.parent for f in files}), stack_overrides)
-    scripts = _probe_all(entries, args, jobs)
+    scripts = _probe_all(entries, args, jobs, script_environment(machine, env))
     return Facts(scripts=scripts, machine=machine, launch=launch, stack=stack, job=job)
 
 
-def _probe_all(entries: list[tuple[Path, bool]], args: tuple[str, ...], jobs: int) -> tuple[ScriptFacts, ...]:
+def script_environment(machine: MachineFacts, environ: Mapping[str, str]) -> tuple[dict | None, str]:
+    """The environment the job's `os.environ` reads see, as far as the doctor knows it: a snapshot's recorded
+    variables, this machine's when checking this machine, none for a bare --target profile."""
+    if machine.origin == MachineOrigin.SNAPSHOT:
+        return dict(machine.host.env if machine.host else {}), f"the {machine.source}"
+    if machine.origin == MachineOrigin.THIS_MACHINE:
+        return dict(environ), "this machine's environment"
+    return None, ""
+
+
+def _probe_all(entries: list[tuple[Path, bool]], args: tuple[str, ...], jobs: int,
+               environ: tuple = (None, "")) -> tuple[ScriptFacts, ...]:
     """Probe every script, in worker processes when there are many (each is parsed independently)."""
     if jobs <= 1 or len(entries) < PARALLEL_FROM:
-        return tuple(_probe(f, named, args) for f, named in entries)
+        return tuple(_probe(f, named, args, environ) for f, named in entries)
     from .pool import Lost, run_parallel
 
     chunk = max(1, len(entries) // (jobs * 4))
-    done = run_parallel(_probe_entry, [(f, named, args) for f, named in entries], jobs, chunk=chunk)
+    done = run_parallel(_probe_entry, [(f, named, args, environ) for f, named in entries], jobs, chunk=chunk)
     return tuple(ScriptFacts(path=_display(f), unknowns=(Unknown("not checked", r.reason),))
                  if isinstance(r, Lost) else r for (f, _), r in zip(entries, done))
 
 
 def _probe_entry(item) -> ScriptFacts:
-    path, named, args = item
-    return _probe(path, named, args)
+    path, named, args, environ = item
+    return _probe(path, named, args, environ)
 
 
 def _display(path: Path) -> str:

@@ -186,6 +186,9 @@ def _stamp(r: Rule, d: Draft, path: str) -> Finding:
     fix = d.fix
     if fix is not None:
         fix = replace(fix, applicability=stricter(fix.applicability, r.applicability))
+    confidence = Confidence(d.confidence)
+    if any(e.origin == "env-default" for e in d.evidence):  # rests on a variable the environment may set otherwise
+        confidence = Confidence.LIKELY
     return Finding(rule_id=r.id, name=r.name, severity=severity, message=d.message, path=d.path or path,
                    evidence=d.evidence, error=d.error or r.error, why=r.why, fix=fix,
-                   phase=d.phase or r.phase, confidence=Confidence(d.confidence))
+                   phase=d.phase or r.phase, confidence=confidence)

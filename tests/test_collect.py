@@ -13,10 +13,10 @@ def test_a_worker_that_dies_costs_only_its_file(tmp_path, monkeypatch):
     (tmp_path / "poison.py").write_text("import torch\n")
     real = collect._probe
 
-    def dies_on_poison(path, named, args):
+    def dies_on_poison(path, named, args, *environ):
         if path.name == "poison.py":
             os._exit(9)  # as a crash in a C extension or the OOM killer would end the worker
-        return real(path, named, args)
+        return real(path, named, args, *environ)
 
     monkeypatch.setattr(collect, "_probe", dies_on_poison)  # the workers are forked: they see the patch
     facts = collect.gather([str(tmp_path)], target="t4", jobs=2, **machine_probes())

@@ -158,7 +158,8 @@ def evidence_of(v: Value, note: str, fallback: Call | None = None) -> Evidence:
     return Evidence(loc, excerpt, note, kind, trail)
 
 
-_ORIGIN_PRIORITY = ("script-arg", "launcher", "env", "accelerate-config", "profile", "default", "assumed", "code")
+_ORIGIN_PRIORITY = ("script-arg", "launcher", "env", "env-default", "config-file", "accelerate-config", "profile",
+                    "default", "assumed", "code")
 
 
 def call_evidence(c: Call, note: str) -> Evidence:

@@ -57,8 +57,10 @@ class Imports:
 
 class Resolver:
     def __init__(self, path: str, source: str, tree: ast.Module, index: ScopeIndex,
-                 imports: Imports, script_args: tuple[str, ...] = (), nodes: list[ast.AST] | None = None):
+                 imports: Imports, script_args: tuple[str, ...] = (), nodes: list[ast.AST] | None = None,
+                 environ: tuple = (None, "")):
         self.path = path
+        self.environ = environ  # (variables or None when not known, where they come from): handlers/environment
         self.nodes = nodes if nodes is not None else list(ast.walk(tree))
         self.lines = python_lines(source)
         self.tree = tree
@@ -413,6 +415,8 @@ class Resolver:
                     if isinstance(inner, DictSym) and attr in inner.items:
                         return inner.items[attr]
             return Dyn(f"{attr} is not passed to {base.callee}() and takes its default")
+        if isinstance(base, DictSym) and attr in base.items:  # a loaded config read as `cfg.optim.lr` (OmegaConf)
+            return base.items[attr]
         if isinstance(base, Cond):
             return Cond(base.predicate, self.member(base.if_true, attr, node, ctx, depth),
                         self.member(base.if_false, attr, node, ctx, depth))

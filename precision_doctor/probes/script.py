@@ -19,11 +19,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from .._util import python_lines, unique
-from ..call_kinds import CallKind, CallSite, is_trainer_class, is_training_arguments, kind_of
+from ..call_kinds import LIGHTNING_CLASSES, CallKind, CallSite, is_trainer_class, is_training_arguments, kind_of
 from ..errors import InputError
 from ..facts import CONDITIONAL, KNOWN, Call, Location, Origin, ScriptFacts, Suppression, Unknown, Value
 from ..redact import DEEPSPEED_KEYS, MODEL_CONFIG_KEYS, keep_read_keys
 from ..sources import Unreadable, is_regular_file, read_source, read_text_bounded, status, worth_reading
+from .frameworks import lightning_as_accelerator
 from .resolve import Imports, Resolver
 from .scopes import ScopeIndex, dotted
 from .symbols import Context, DictSym, Known, Namespace, ObjSym
@@ -64,13 +65,14 @@ def parse(path: Path, text: str) -> ast.Module:
 # --- the collector ----------------------------------------------------------------------------
 
 class _Collector:
-    def __init__(self, path: str, text: str, tree: ast.Module, script_args: tuple[str, ...]):
+    def __init__(self, path: str, text: str, tree: ast.Module, script_args: tuple[str, ...],
+                 environ: tuple = (None, "")):
         self.path = path
         self.tree = tree
         self.nodes = list(ast.walk(tree))  # one walk; every pass below reads this list
         self.index = ScopeIndex(tree)
         self.imports = Imports(self.nodes)
-        self.r = Resolver(path, text, tree, self.index, self.imports, script_args, self.nodes)
+        self.r = Resolver(path, text, tree, self.index, self.imports, script_args, self.nodes, environ)
         self.lines = python_lines(text)
         self.calls: list[Call] = []
         self.unknowns: list[Unknown] = []
@@ -410,14 +412,16 @@ def _local_model_configs(script: Path, calls: list[Call]) -> dict[str, dict]:
 _MODULE_CACHE: dict[tuple, ScriptFacts] = {}
 
 
-def _local_module(module: Path, shown: str, script_args: tuple[str, ...]) -> ScriptFacts:
+def _local_module(module: Path, shown: str, script_args: tuple[str, ...], environ: tuple = (None, "")
+                  ) -> ScriptFacts:
     """A sibling module's facts, read once per run however many scripts import it."""
     info = status(module)
-    key = (os.path.realpath(module), info.st_mtime_ns, info.st_size, shown, script_args)
+    key = (os.path.realpath(module), info.st_mtime_ns, info.st_size, shown, script_args,
+           None if environ[0] is None else frozenset(environ[0].items()), environ[1])
     if key not in _MODULE_CACHE:
         text = read_source(module)
         try:
-            sub = _Collector(shown, text, parse(module, text), script_args)
+            sub = _Collector(shown, text, parse(module, text), script_args, environ)
             sub.collect()
         except RecursionError:
             raise InputError(f"{shown}: {TOO_DEEP}") from None
@@ -468,18 +472,20 @@ def _without_gc_pauses():
             gc.enable()
 
 
-def probe_script(path: Path, script_args: tuple[str, ...] = (), display: str | None = None) -> ScriptFacts:
-    """Read a script (and the sibling modules it imports) into facts. Raises InputError on bad input."""
+def probe_script(path: Path, script_args: tuple[str, ...] = (), display: str | None = None,
+                 environ: tuple = (None, "")) -> ScriptFacts:
+    """Read a script (and the sibling modules it imports) into facts. Raises InputError on bad input.
+    `environ` is (the job's environment variables as far as known, or None; where they come from)."""
     with _without_gc_pauses():
-        return _probe_script(path, script_args, display)
+        return _probe_script(path, script_args, display, environ)
 
 
-def _probe_script(path: Path, script_args: tuple[str, ...], display: str | None) -> ScriptFacts:
+def _probe_script(path: Path, script_args: tuple[str, ...], display: str | None, environ: tuple) -> ScriptFacts:
     shown = display or str(path)
     text = read_source(path)
     tree = parse(path, text)
     try:
-        collector = _Collector(shown, text, tree, tuple(script_args))
+        collector = _Collector(shown, text, tree, tuple(script_args), environ)
         collector.collect()
     except RecursionError:  # one file the probe cannot follow is reported, never the end of the run
         return ScriptFacts(path=shown, unknowns=(Unknown("not checked", TOO_DEEP),), files=(shown,),
@@ -492,7 +498,7 @@ def _probe_script(path: Path, script_args: tuple[str, ...], display: str | None)
     for module in _local_modules(path, collector.nodes)[:MAX_LOCAL_MODULES]:
         mshown = os.path.relpath(module) if display is None else str(Path(shown).parent / module.name)
         try:
-            sub = _local_module(module, mshown, tuple(script_args))
+            sub = _local_module(module, mshown, tuple(script_args), environ)
         except InputError as exc:
             unknowns.append(Unknown(f"local module {module.name}", str(exc)))
             continue
@@ -501,6 +507,10 @@ def _probe_script(path: Path, script_args: tuple[str, ...], display: str | None)
         imports.extend(sub.imports)
         suppressions.extend(sub.suppressions)
         files.append(mshown)
+    for i, call in enumerate(calls):  # Lightning's Trainer / Fabric: its precision as accelerate's
+        if call.callee in LIGHTNING_CLASSES:
+            calls[i], found = lightning_as_accelerator(call)
+            unknowns.extend(found)
     deepspeed, missing = _deepspeed_configs(path, calls)
     unknowns.extend(missing)
     return ScriptFacts(path=shown, calls=tuple(calls), imports=tuple(dict.fromkeys(imports)),

@@ -9,6 +9,7 @@ from ...facts import Origin
 from ..dataclass_defaults import dataclass_fields
 from ..symbols import Dyn, Known, Namespace, ObjSym, Seq
 from ._command_line import BOOL_STRINGS, coerce
+from ._recipes import recipe_from_call, recipe_from_command_line
 
 PARSE_METHODS = {"parse_args_into_dataclasses", "parse_args_and_config"}  # these read the command line
 FILE_METHODS = {"parse_dict", "parse_yaml_file", "parse_json_file"}  # these read a file or dict at run time
@@ -49,13 +50,18 @@ def _dataclasses(r, call: ast.Call, parser_node: ast.AST, scope, ctx, depth, met
     if isinstance(spec, ast.Name):  # dataclass_types = (ScriptArguments, SFTConfig, ...); TrlParser(dataclass_types)
         spec = r.assigned_node(spec.id, parser.scope) or spec
     classes = spec.elts if isinstance(spec, (ast.Tuple, ast.List)) else [spec]
-    if method not in PARSE_METHODS:
-        return Seq(tuple(Dyn(f"{method} reads its values from a file or dict at run time") for _ in classes))
     args = list(ctx.script_args)
+    if method in PARSE_METHODS:
+        config = recipe_from_command_line(r, args) if method == "parse_args_and_config" else {}
+    else:  # parse_yaml_file / parse_json_file / parse_dict: the file or dict alone, no command line
+        config, args = recipe_from_call(r, call, method, scope, ctx, depth), []
+    if isinstance(config, Dyn):
+        return Seq(tuple(config for _ in classes))
     out = []
     for cls in classes:
         name = r.qualified(cls)
         fields, bools = dataclass_fields(r, name, cls)
+        fields = {**fields, **{k: v for k, v in config.items() if k in fields or not fields}}
         out.append(Namespace(apply_command_line(fields, bools, args), f"the {name.rsplit('.', 1)[-1]} fields",
                              class_name=name, location=r.loc(call)))
     return Seq(tuple(out))

@@ -1,0 +1,112 @@
+"""`check CONFIG.yaml`: Axolotl, LLaMA-Factory and accelerate configs checked as their tools run them. The five
+seed stories re-expressed in each family's config, each with its correct twin."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from precision_doctor import engine
+from precision_doctor.collect import gather
+from precision_doctor.errors import InputError
+from precision_doctor.probes.stack import CURRENT
+
+from .conftest import machine_probes
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "fixtures" / "configs"
+
+# (config, target, rules that must fire); the `_fixed` twin on the same target fires no error
+CASES = [
+    ("axolotl/seed000_deepspeed_precision.yml", "a100", {"PD501"}),
+    ("axolotl/seed001_titan_full_ft.yml", "titan-rtx", {"PD201"}),  # bf16: auto falls back to fp16 weights + AMP
+    ("axolotl/seed002_fp16_device_map.yml", "t4", {"PD201"}),
+    ("axolotl/seed003_qwen2vl_4bit.yml", "rtx-6000-ada:2", {"PD404"}),
+    ("axolotl/seed004_v100_bf16.yml", "v100", {"PD101", "PD103", "PD106"}),
+    ("llamafactory/seed000_deepspeed_precision.yaml", "h100", {"PD501"}),
+    ("llamafactory/seed001_titan_bf16_lora.yaml", "titan-rtx", {"PD101"}),
+    ("llamafactory/seed002_fp16_bf16_both.yaml", "a100", {"PD209"}),
+    ("llamafactory/seed003_qlora_full.yaml", "rtx-6000-ada:2", {"PD404"}),
+    ("llamafactory/seed004_h100_pure_bf16.yaml", "h100", {"PD212"}),
+    ("accelerate/v100_bf16.yaml", "v100:4", {"PD101"}),
+]
+
+
+def run(rel, target):
+    facts = gather([str(CONFIGS / rel)], target=target, stack_overrides=CURRENT, **machine_probes())
+    return engine.run(facts)
+
+
+def twin(rel: str) -> str:
+    path = Path(rel)
+    return str(path.with_name(path.stem + "_fixed" + path.suffix))
+
+
+@pytest.mark.parametrize("rel,target,must", CASES, ids=[c[0] for c in CASES])
+def test_config_story_fires_and_its_twin_is_clean(rel, target, must):
+    fired = {f.rule_id for f in run(rel, target).findings}
+    assert must <= fired, f"missing {must - fired}; got {sorted(fired)}"
+    clean = run(twin(rel), target)
+    assert not [f for f in clean.findings if f.severity == "error"], [f.message for f in clean.findings]
+    assert not must & {f.rule_id for f in clean.findings}
+
+
+def test_findings_point_at_the_yaml_lines_that_cause_them():
+    result = run("axolotl/seed002_fp16_device_map.yml", "t4")
+    pd201 = next(f for f in result.findings if f.rule_id == "PD201")
+    lines = {e.location.line for e in pd201.evidence if e.location and e.location.path.endswith(".yml")}
+    assert lines == {14}  # fp16: true: Axolotl loads float16 weights for it, and runs fp16 AMP
+    assert any("Axolotl config" in e.note for e in pd201.evidence)
+
+
+def test_axolotl_bf16_auto_is_decided_by_the_gpu():
+    """bf16: auto (Axolotl's default) is bf16 on an A100: the same config that breaks on a Titan RTX is fine."""
+    assert not [f for f in run("axolotl/seed001_titan_full_ft.yml", "a100").findings if f.severity == "error"]
+
+
+def test_bf16_true_turns_fp16_off_as_axolotl_does(tmp_path):
+    path = tmp_path / "c.yml"
+    path.write_text("base_model: m\nadapter: lora\nbf16: true\nfp16: true\n")
+    facts = gather([str(path)], target="a100", stack_overrides=CURRENT, **machine_probes())
+    assert "PD209" not in {f.rule_id for f in engine.run(facts).findings}
+
+
+def test_a_config_the_doctor_does_not_know_is_one_line_and_exit_2(tmp_path):
+    path = tmp_path / "other.yaml"
+    path.write_text("learning_rate: 1e-4\n")
+    with pytest.raises(InputError, match="not a config the doctor recognises"):
+        gather([str(path)], target="a100", stack_overrides=CURRENT, **machine_probes())
+    proc = subprocess.run([sys.executable, "-m", "precision_doctor", "check", str(path), "--target", "a100"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+def test_fix_never_edits_a_config_with_python_edits(tmp_path):
+    path = tmp_path / "c.yml"
+    original = (CONFIGS / "axolotl" / "seed004_v100_bf16.yml").read_text()
+    path.write_text(original)
+    proc = subprocess.run([sys.executable, "-m", "precision_doctor", "fix", str(path), "--target", "v100", "--yes",
+                           "--unsafe"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr
+    assert path.read_text() == original
+
+
+STATIC_PROBE = """
+import sys, io, contextlib
+from precision_doctor.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    main(["check", sys.argv[1], "--target", "t4"])
+heavy = ("torch", "transformers", "lightning", "pytorch_lightning", "sentence_transformers", "axolotl",
+         "llamafactory", "omegaconf", "ruamel", "yaml")
+print(__import__("json").dumps(sorted(m for m in heavy if m in sys.modules)))
+"""
+
+
+@pytest.mark.parametrize("path,allowed", [("fixtures/seed001_titan_fp16/buggy/train.py", []),
+                                          ("fixtures/configs/axolotl/seed001_titan_full_ft.yml", ["yaml"])])
+def test_static_mode_imports_no_framework_and_yaml_only_for_yaml(path, allowed):
+    proc = subprocess.run([sys.executable, "-c", STATIC_PROBE, path], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == allowed, proc.stderr
