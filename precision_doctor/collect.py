@@ -20,7 +20,7 @@ from .facts import (Facts, LaunchFacts, MachineFacts, MachineOrigin, ScriptFacts
                     _to_jsonable)
 from .probes.launch import launch_from_env, parse_launcher
 from .probes.script import probe_script
-from .probes.stack import probe_stack
+from .probes.stack import StackResolver, training_environment
 from .probes.target import machine_from_target
 from .sources import Unreadable, os_reason, read_text_bounded, status
 from .walk import python_files
@@ -148,7 +148,8 @@ PARALLEL_FROM = 32  # scripts; below this, starting workers costs more than it s
 def gather(paths: list[str], target: str | None = None, launcher: str | None = None,
            script_args: tuple[str, ...] = (), stack_overrides: dict[str, str] | None = None,
            facts_file: str | None = None, environ: Mapping[str, str] | None = None,
-           system: System = System(), jobs: int = 1, exclude: tuple[str, ...] = (), root: str = ".") -> Facts:
+           system: System = System(), jobs: int = 1, exclude: tuple[str, ...] = (), root: str = ".",
+           python: str | None = None) -> Facts:
     """Every fact of one run: the scripts (probed in worker processes when there are many), the machine, the
     launch and the stack. Collection runs no rule: the engine does, on these facts, whatever `jobs` was."""
     entries = _expand(paths, exclude, root)
@@ -162,12 +163,20 @@ def gather(paths: list[str], target: str | None = None, launcher: str | None = N
         launch = LaunchFacts(known=False)
     args = tuple(script_args) or launch.script_args
     machine, snapshot_stack = gather_machine(target, facts_file, launch, env, system)
-    if stack_overrides is None and snapshot_stack is not None:  # the node's versions, not this laptop's
-        stack = snapshot_stack
-    else:
-        stack = probe_stack(sorted({f.parent for f in files}), stack_overrides)
     scripts = _probe_all(entries, args, jobs)
+    if stack_overrides is None and snapshot_stack is not None:  # the node's versions, not this laptop's
+        return Facts(scripts=scripts, machine=machine, launch=launch, stack=snapshot_stack)
+    scripts, stack = _stacks(scripts, files, StackResolver(stack_overrides, training_environment(python, env)))
     return Facts(scripts=scripts, machine=machine, launch=launch, stack=stack)
+
+
+def _stacks(scripts: tuple[ScriptFacts, ...], files: list[Path], resolver: StackResolver
+            ) -> tuple[tuple[ScriptFacts, ...], StackFacts]:
+    """Each script with the versions of its own project; the run's stack is theirs when they all agree, else the
+    environment's (for the rules that judge the launch rather than a script)."""
+    out = tuple(replace(s, stack=resolver.for_script(f)) for s, f in zip(scripts, files))
+    stacks = {repr(s.stack) for s in out}
+    return out, (out[0].stack if len(stacks) == 1 and out else resolver.environment_stack())
 
 
 def _probe_all(entries: list[tuple[Path, bool]], args: tuple[str, ...], jobs: int) -> tuple[ScriptFacts, ...]:

@@ -135,6 +135,7 @@ class ScriptFacts:
     files: tuple[str, ...] = ()  # the script and the local modules it imports
     suppressions: tuple[Suppression, ...] = ()
     deepspeed_configs: dict[str, dict] = field(default_factory=dict)  # deepspeed="ds.json" -> its contents
+    stack: StackFacts | None = None  # the versions this script trains with (its project's); None: the run's
 
     def of(self, *kinds: str) -> list[Call]:
         return [c for c in self.calls if c.kind in kinds]
@@ -265,10 +266,14 @@ class LaunchFacts:
 class PackageVersion:
     name: str
     version: str  # "" when not determined
-    source: str  # installed | declared | assumed
+    source: str  # given | installed | declared | assumed
+    spec: str = ""  # the declared range, when the version was decided from one: ">=4.28"
+    origin: str = ""  # where it was read: "newest allowed, FastChat/pyproject.toml", the environment's folder
 
     def describe(self) -> str:
-        return f"{self.name} {self.version} ({self.source})"
+        if self.spec and not self.spec.startswith("=="):
+            return f"{self.name} {self.spec} → {self.version} ({self.origin or self.source})"
+        return f"{self.name} {self.version} ({self.source}{', ' + self.origin if self.origin else ''})"
 
 
 @dataclass(frozen=True)

@@ -168,7 +168,7 @@ def call_evidence(c: Call, note: str) -> Evidence:
 # --- the derivation ---------------------------------------------------------------------------
 
 def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
-    machine, stack, launch = facts.machine, facts.stack, facts.launch
+    machine, stack, launch = facts.machine, script.stack or facts.stack, facts.launch
     by_key = {c.key: c for c in script.calls}
     trainers = script.of("trainer")
     trainer = trainers[0] if trainers else None
