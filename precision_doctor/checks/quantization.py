@@ -211,13 +211,24 @@ def int8_fp16_scalar_type_mismatch(setup: Setup, stack: StackFacts):
                 fix=Fix("pip install -U peft bitsandbytes", applicability=Applicability.UNSAFE, commands=("pip install -U peft bitsandbytes",)))
 
 
+# The first transformers release that deprecates `load_in_4bit=`/`load_in_8bit=` and refuses them next to a
+# `quantization_config` (PR #26610, read in the 4.37.2 and 4.38.0 wheels' modeling_utils.py).
+LOAD_IN_KWARGS_REFUSED_WITH_CONFIG = "4.38.0"
+
+
 @rule(
     "PD406", "bnb-load-in-kwargs-deprecated", severity="warning", escalates_to="error", phase="load",
     summary="`from_pretrained(load_in_4bit=/load_in_8bit=)`: removed in transformers 5, deprecated before.",
     what="The legacy `load_in_4bit=`/`load_in_8bit=` keywords of `from_pretrained`, alone or together with "
          "`quantization_config=`.",
-    why="transformers 5 removed them (the model class receives an unknown keyword); 4.x deprecated them and refuses "
-        "them next to a `quantization_config`.",
+    why="transformers 5 removed them (the model class receives an unknown keyword); from 4.38.0 to 4.57 they are "
+        "deprecated and refused next to a `quantization_config`. Before 4.38 both were accepted (the config won) and "
+        "the keywords were the documented API. Boundary: the refusal and the deprecation warning arrive together "
+        "in 4.38.0 with the HfQuantizer refactor (huggingface/transformers PR #26610); 4.37.2's modeling_utils.py "
+        "refuses only other BitsAndBytesConfig keywords next to a config, 4.38.0's raises \"You can't pass "
+        "`load_in_4bit`or `load_in_8bit` as a kwarg when passing `quantization_config`\" (read in both released "
+        "wheels; users report it from 4.38.2, hiyouga/LlamaFactory#4157). Unsloth's "
+        "`FastLanguageModel.from_pretrained(load_in_4bit=True)` is Unsloth's own API and is not judged here.",
     error="TypeError: LlamaForCausalLM.__init__() got an unexpected keyword argument 'load_in_4bit'",
     fix="Pass only `quantization_config=BitsAndBytesConfig(load_in_4bit=True, ...)`.",
     applicability=Applicability.SAFE,
@@ -226,11 +237,22 @@ def int8_fp16_scalar_type_mismatch(setup: Setup, stack: StackFacts):
                            r"load_in_4bit` and `load_in_8bit` arguments are deprecated")),
     fires=[Example(_HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', load_in_4bit=True)\n"),
            Example(_HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', load_in_8bit=True)\n",
-                   versions={"transformers": "4.44.0"})],
+                   versions={"transformers": "4.44.0"}),
+           Example(_HEAD + "q = BitsAndBytesConfig(load_in_4bit=True)\n"
+                   "m = AutoModelForCausalLM.from_pretrained('gpt2', load_in_4bit=True, quantization_config=q)\n",
+                   versions={"transformers": "4.38.0"}, note="refused next to quantization_config from 4.38.0")],
     silent=[Example(_HEAD + "q = BitsAndBytesConfig(load_in_4bit=True)\n"
-                    "m = AutoModelForCausalLM.from_pretrained('gpt2', quantization_config=q)\n")],
+                    "m = AutoModelForCausalLM.from_pretrained('gpt2', quantization_config=q)\n"),
+            Example(_HEAD + "q = BitsAndBytesConfig(load_in_4bit=True)\n"
+                    "m = AutoModelForCausalLM.from_pretrained('gpt2', load_in_4bit=True, quantization_config=q)\n",
+                    versions={"transformers": "4.31.0"}, note="accepted before 4.38: the config wins"),
+            Example("from unsloth import FastLanguageModel\n"
+                    "m, tok = FastLanguageModel.from_pretrained(model_name='unsloth/llama-3-8b', load_in_4bit=True)\n",
+                    note="Unsloth's own from_pretrained, where load_in_4bit= is the documented keyword")],
 )
 def bnb_load_in_kwargs_deprecated(script: ScriptFacts, stack: StackFacts):
+    if not at_least(stack, "transformers", LOAD_IN_KWARGS_REFUSED_WITH_CONFIG):
+        return  # the documented keywords then, accepted next to a config
     removed = at_least(stack, "transformers", "5.0")
     version = stack.get("transformers")
     for load in script.of("model_load"):
