@@ -85,6 +85,20 @@ def absent(detail: str = "") -> Value:
 
 
 @dataclass(frozen=True)
+class Branch:
+    """One run-time branch a call sits in: the `if` at `line` taken (or not), or a `try` body / handler."""
+
+    line: int
+    taken: bool  # True: the if's body (or the try body); False: its else (or an except handler)
+    test: str = ""  # the condition as written, shortened
+
+    def describe(self) -> str:
+        if not self.test:
+            return f"the {'try body' if self.taken else 'except handler'} at line {self.line}"
+        return f"`{self.test}` is {'true' if self.taken else 'false'} (line {self.line})"
+
+
+@dataclass(frozen=True)
 class Call:
     """A call the script makes that matters to training, with its resolved arguments."""
 
@@ -99,6 +113,7 @@ class Call:
     text: str = ""  # first line of the call's source, for excerpts
     in_loop: bool = False
     in_branch: bool = False  # under an if/try of its scope: the script decides at run time whether it runs
+    branches: tuple[Branch, ...] = ()  # those branches, outermost first
     refs: dict[str, str] = field(default_factory=dict)  # argument -> key of the recorded call it evaluates to
 
     @property
@@ -485,7 +500,7 @@ def _from_jsonable(tp: Any, data: Any) -> Any:
 
 
 _TYPES: dict[str, Any] = {}
-for _cls in (Location, Origin, Predicate, Value, Call, Unknown, Suppression, ScriptFacts, GpuProcess, Gpu, MachineFacts,
+for _cls in (Location, Origin, Predicate, Value, Branch, Call, Unknown, Suppression, ScriptFacts, GpuProcess, Gpu, MachineFacts,
              BusyPort, HostFacts, LaunchFacts, PackageVersion, LibraryBehaviour, StackFacts, LiveAdapter, LiveModel,
              LiveTrainer, LiveAccelerator, LiveOptimizerGroup, LiveOptimizer, LiveScaler, LiveFrame, LiveError,
              LiveFacts, Facts):

@@ -21,6 +21,17 @@ _TRAIN = "Trainer(model=model, args=TrainingArguments('out', bf16=True{args})).t
 _BF16 = ", bnb_4bit_compute_dtype=torch.bfloat16"
 
 
+_ADAPTERS_TRAIN = "    Trainer(model=model, args=TrainingArguments('o')).train()\n"
+_ADAPTERS_ON_SOME_PATHS = (_HEAD + "def run(method):\n"
+                           "    q = BitsAndBytesConfig(load_in_4bit=True)\n"
+                           "    model = AutoModelForCausalLM.from_pretrained('gpt2', quantization_config=q)\n"
+                           "    if method == 'a':\n"
+                           "        model = get_peft_model(model, LoraConfig(r=8))\n"
+                           "    elif method == 'b':\n"
+                           "        model = get_peft_model(model, LoraConfig(r=16))\n"
+                           + _ADAPTERS_TRAIN + "import sys\nrun(sys.argv[1])\n")
+
+
 def qlora(compute: str = _BF16, prep: bool = True, lora: bool = True, args: str = "", middle: str = "") -> str:
     return (_HEAD + _LOAD4.format(compute=compute) + middle + (_PREP if prep else "") + (_LORA if lora else "")
             + _TRAIN.format(args=args))
@@ -172,11 +183,33 @@ def kbit_gradient_checkpointing_no_input_grads(script: ScriptFacts, setup: Setup
         "quantization.",
     applicability=Applicability.DISPLAY,
     fix_safety="Display only.",
-    fires=[Example(qlora(lora=False))],
-    silent=[Example(qlora())],
+    fires=[Example(qlora(lora=False)),
+           Example(_ADAPTERS_ON_SOME_PATHS, note="a warning: adapters on the if and elif branches only, training on "
+                                                 "every path")],
+    silent=[Example(qlora()),
+            Example(_ADAPTERS_ON_SOME_PATHS.replace("    if method == 'a':\n", "    if method == 'a':\n"
+                                                    "        model = get_peft_model(model, LoraConfig(r=8))\n"
+                                                    "        Trainer(model=model, args=TrainingArguments('o')).train()\n"
+                                                    "    if False:\n"),
+                    note="training only on the branch that attaches adapters")],
 )
-def quantized_model_without_adapters(setup: Setup):
+def quantized_model_without_adapters(script: ScriptFacts, setup: Setup):
     if setup.style != "trainer" or setup.quantized.value not in ("4bit", "8bit") or setup.peft.value:
+        return
+    attached = [c for c in script.of("get_peft_model") if c.branches and
+                (c.target in setup.model_names or not c.target)]
+    trained_on = {(br.line, br.taken) for br in setup.trainer.branches}
+    if any((c.branches[-1].line, c.branches[-1].taken) in trained_on for c in attached):
+        return  # training happens only on a path that attached adapters
+    if attached:  # some paths attach adapters: the others are the finding, at most a warning
+        where = "; ".join(c.branches[-1].describe() for c in attached[:3])
+        yield Draft(f"the model is {setup.quantized.value}-quantized and adapters are attached only when {where}: "
+                    f"on any other path that reaches training it is trained as it is",
+                    severity="warning",
+                    evidence=setup.quantized.evidence + tuple(call_evidence(c, "adapters on this branch only")
+                                                              for c in attached[:3]),
+                    fix=Fix("attach adapters on every path that trains (or train only where they are attached)",
+                            applicability=Applicability.UNSAFE))
         return
     yield Draft(f"the model is {setup.quantized.value}-quantized and no adapters are attached before training",
                 evidence=setup.quantized.evidence + (call_evidence(setup.trainer, "trained as it is"),),
