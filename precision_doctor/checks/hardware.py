@@ -42,6 +42,9 @@ _QLORA_LOAD = ("import torch\nfrom transformers import BitsAndBytesConfig, AutoM
                "m = AutoModelForCausalLM.from_pretrained('gpt2', quantization_config=q)\n")
 
 
+_SFT = ("import torch\nfrom transformers import AutoModelForCausalLM\nfrom trl import SFTConfig, SFTTrainer\n"
+        "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
+        "SFTTrainer(model=model, args=SFTConfig(output_dir='out'), train_dataset=None).train()\n")
 _LOOP_CPU_BF16 = ("import torch\nmodel = torch.nn.Linear(8, 8)\nopt = torch.optim.AdamW(model.parameters())\n"
                   "with torch.cpu.amp.autocast(dtype=torch.bfloat16):\n    loss = model(torch.randn(2, 8)).sum()\n"
                   "loss.backward()\nopt.step()\n")
@@ -57,7 +60,9 @@ def _pre_ampere(machine: MachineFacts) -> bool:
 
 
 def _decided_by_guard(evidence: tuple[Evidence, ...]) -> bool:
-    return bool(evidence) and all(e.origin == "profile" for e in evidence if e.origin != "default")
+    """Every request was chosen by a hardware guard (PD102's finding); a library default alone is a request."""
+    chosen = [e for e in evidence if e.origin != "default"]
+    return bool(chosen) and all(e.origin == "profile" for e in chosen)
 
 
 def bf16_requests(setup: Setup, machine: MachineFacts, stack: StackFacts) -> tuple[Evidence, ...]:
@@ -103,12 +108,15 @@ def bf16_requests(setup: Setup, machine: MachineFacts, stack: StackFacts) -> tup
     fires=[Example(_trainer(", dtype=torch.float32", ", bf16=True"), target="v100"),
            Example(_trainer(", dtype=torch.bfloat16", ", bf16=True"), target="titan-rtx"),
            Example(_trainer(", dtype=torch.float32", ", bf16=True"), target="t4", versions={"torch": "2.2.2"},
-                   note="an error: torch < 2.3 refuses bf16 on sm_75")],
+                   note="an error: torch < 2.3 refuses bf16 on sm_75"),
+           Example(_SFT, target="t4", note="SFTConfig turns bf16 on when fp16 is off: a default is a request")],
     silent=[Example(_trainer(", dtype=torch.float32", ", bf16=True"), target="a100"),
             Example(_trainer(", dtype=torch.float32", ", fp16=True"), target="v100"),
             Example("import torch_xla.core.xla_model as xm\n" + _trainer(", dtype=torch.float32", ", bf16=True"),
                     target="t4", note="a TPU script: its bf16 runs on the TPU"),
-            Example(_LOOP_CPU_BF16, target="t4", note="bf16 autocast on the CPU")],
+            Example(_LOOP_CPU_BF16, target="t4", note="bf16 autocast on the CPU"),
+            Example(_SFT.replace("SFTConfig(output_dir='out')", "SFTConfig(output_dir='out', fp16=True)"), target="t4",
+                    note="fp16 on: TRL leaves bf16 off")],
 )
 def bf16_on_unsupported_gpu(script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts):
     if not setup.trains or not _pre_ampere(machine) or _other_device(script):

@@ -39,6 +39,10 @@ class Environment:
     label: str  # for people: "/venvs/train (--python)"
     site_dirs: tuple[str, ...]
 
+    @property
+    def folder(self) -> str:
+        return self.label.split(" (", 1)[0]
+
 
 def training_environment(python: str | None = None, environ: Mapping[str, str] | None = None) -> Environment | None:
     """Where training runs: `--python PATH`, else VIRTUAL_ENV / CONDA_PREFIX, else this interpreter when it has
@@ -137,7 +141,7 @@ class StackResolver:
 
     def _stack(self, declared: dict) -> StackFacts:
         packages: dict[str, PackageVersion] = {}
-        where = self.environment.label if self.environment else ""
+        where = self.environment.folder if self.environment else ""
         for name in TRACKED:
             if name in self.overrides:
                 packages[name] = PackageVersion(name, self.overrides[name], "given")
