@@ -56,7 +56,8 @@ def _expand(paths: list[str], exclude: tuple[str, ...] = (), root: str = ".") ->
 
 
 def _probe(path: Path, named: bool, args: tuple[str, ...]) -> ScriptFacts:
-    """A named file that cannot be read is bad input (exit 2); one found in a folder is reported and skipped."""
+    """A named file that cannot be read is bad input (exit 2) when it is the only one; one among several, or found
+    in a folder, is reported and skipped."""
     try:
         if not named and os.path.isdir(path) and not os.path.islink(path):  # a subfolder the walk could not list
             raise Unreadable(path, f"the folder cannot be listed ({_listing_problem(path)})")
@@ -153,6 +154,8 @@ def gather(paths: list[str], target: str | None = None, launcher: str | None = N
     """Every fact of one run: the scripts (probed in worker processes when there are many), the machine, the
     launch and the stack. Collection runs no rule: the engine does, on these facts, whatever `jobs` was."""
     entries = _expand(paths, exclude, root)
+    if len(entries) > 1:  # a file list (pre-commit, an editor): one bad file is reported, the run goes on
+        entries = [(p, False) for p, _ in entries]
     files = [p for p, _ in entries]
     env = os.environ if environ is None else environ
     if launcher:
@@ -164,6 +167,15 @@ def gather(paths: list[str], target: str | None = None, launcher: str | None = N
     args = tuple(script_args) or launch.script_args
     machine, snapshot_stack = gather_machine(target, facts_file, launch, env, system)
     scripts = _probe_all(entries, args, jobs)
+    if len(entries) > 1 and all(_not_checked(s) for s in scripts):
+        first = scripts[0]
+        raise InputError(f"{first.path}: {first.unknowns[0].reason}; nothing could be checked")
+    named = [f for f, s in zip(files, scripts) if not _not_checked(s) and not _trains(s) and
+             any(p == str(f) or os.path.abspath(p) == os.path.abspath(f) for p in paths)]
+    extra = _importers(named, set(files))
+    if extra:  # a helper module named alone is checked through the scripts that train with it
+        entries, files = entries + [(f, False) for f in extra], files + extra
+        scripts = scripts + _probe_all([(f, False) for f in extra], args, jobs)
     if stack_overrides is None and snapshot_stack is not None:  # the node's versions, not this laptop's
         return Facts(scripts=scripts, machine=machine, launch=launch, stack=snapshot_stack)
     scripts, stack = _stacks(scripts, files, StackResolver(stack_overrides, training_environment(python, env)))
@@ -177,6 +189,54 @@ def _stacks(scripts: tuple[ScriptFacts, ...], files: list[Path], resolver: Stack
     out = tuple(replace(s, stack=resolver.for_script(f)) for s, f in zip(scripts, files))
     stacks = {repr(s.stack) for s in out}
     return out, (out[0].stack if len(stacks) == 1 and out else resolver.environment_stack())
+
+
+def _not_checked(script: ScriptFacts) -> bool:
+    return any(u.what == "not checked" for u in script.unknowns)
+
+
+def _trains(script: ScriptFacts) -> bool:
+    """The script starts training itself (a Trainer, an optimizer, a backward or step)."""
+    return any(c.kind in ("trainer", "optimizer", "train", "prepare") or
+               (c.kind == "method" and c.callee.endswith((".backward", ".step"))) for c in script.calls)
+
+
+MAX_IMPORTER_SCAN = 5000  # .py files of one repository read to find a helper's importers
+MAX_IMPORTERS = 20
+
+
+def _importers(helpers: list[Path], already: set[Path]) -> list[Path]:
+    """The repository's scripts that import one of these modules and train: the entry scripts a change to a helper
+    reaches. Read as text (bounded), never run."""
+    import re
+
+    from .probes.versions import project_root
+
+    found: list[Path] = []
+    for helper in helpers:
+        module = helper.stem if helper.name != "__init__.py" else helper.parent.name
+        pattern = re.compile(rf"^\s*(from\s+[\w.]*\b{re.escape(module)}\b\s+import|import\s+[\w.]*\b"
+                             rf"{re.escape(module)}\b|from\s+[\w.]+\s+import\s+.*\b{re.escape(module)}\b)",
+                             re.MULTILINE)
+        root = project_root(helper.parent)
+        if root == Path(root.anchor):
+            root = helper.parent  # no repository: its own folder
+        try:
+            candidates = python_files(root).files[:MAX_IMPORTER_SCAN]
+        except Unreadable:
+            continue
+        for candidate in candidates:
+            if candidate in already or candidate in found or os.path.abspath(candidate) == os.path.abspath(helper):
+                continue
+            try:
+                text = read_text_bounded(candidate, errors="replace")
+            except Unreadable:
+                continue
+            if pattern.search(text) and re.search(r"\.train\(|Trainer\(|\.backward\(|optim\.", text):
+                found.append(candidate)
+            if len(found) >= MAX_IMPORTERS:
+                return found
+    return found
 
 
 def _probe_all(entries: list[tuple[Path, bool]], args: tuple[str, ...], jobs: int) -> tuple[ScriptFacts, ...]:

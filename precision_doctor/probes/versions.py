@@ -25,6 +25,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ..sources import Unreadable, is_regular_file, read_text_bounded
+from ..walk import repository_root
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -86,10 +87,8 @@ class Declared:
 def project_root(start: Path) -> Path:
     """The first folder from `start` up that holds `.git`, else the filesystem root."""
     here = Path(os.path.abspath(start))  # not resolve(): a link loop among the scripts must not stop the run
-    for folder in (here, *here.parents):
-        if os.path.lexists(folder / ".git"):
-            return folder
-    return here.parents[-1] if here.parents else here
+    repo = repository_root(str(here))
+    return Path(repo) if repo else (here.parents[-1] if here.parents else here)
 
 
 def declared_for(script: Path) -> dict[str, Declared]:
