@@ -288,7 +288,10 @@ def render(fig: dict) -> str:
                 say(f"  {label}{current}")
             say(f"    {e['id']} {e['at']}  {e['message']}")
     say("")
-    say(f"== per-file vs folder-run differences ({len(fig['differences'])} over {fig['per_file_runs']} per-file runs)")
+    moved = [d for d in fig["differences"] if d["kind"].startswith("folder run reports it under")]
+    say(f"== per-file vs folder-run differences ({len(fig['differences'])} over {fig['per_file_runs']} per-file runs: "
+        f"{len(fig['differences']) - len(moved)} in verdict, {len(moved)} the same finding reported under another "
+        f"file — a per-file run reports what the scripts it checks import, or a helper's importers)")
     for d in fig["differences"]:
         say(f"  {d['file']}  {d['id']} {d['severity']} at {d['at']}  {d['kind']}")
         if d["kind"] == "message differs":

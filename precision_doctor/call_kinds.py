@@ -63,6 +63,9 @@ TRAINER_SUFFIX = "Trainer"
 TRAINING_ARGUMENT_CLASSES = {"TrainingArguments", "Seq2SeqTrainingArguments"}
 MODEL_LOADER_EXCLUDE = ("Tokenizer", "Processor", "FeatureExtractor", "Config", "ImageProcessor", "PeftModel",
                         "Dataset", "Pipeline")
+# Libraries whose `Model.from_pretrained` is their own API, not transformers' (Unsloth's FastLanguageModel takes
+# `load_in_4bit=` and `dtype=None` as documented keywords): transformers' rules do not apply to those calls.
+FOREIGN_LOADERS = ("unsloth",)
 CAST_METHODS = {"half", "bfloat16", "float", "double", "to", "cuda", "cpu"}
 LOOP_METHODS = {"scale", "unscale_", "step", "update", "backward", "zero_grad"}
 OPTIMIZER_PREFIXES = ("torch.optim.", "bitsandbytes.optim.", "bnb.optim.", "transformers.optimization.",
@@ -136,6 +139,8 @@ class Recogniser:
 
 def _model_owner(site: CallSite) -> bool:
     owner = site.owner
+    if site.callee.split(".", 1)[0] in FOREIGN_LOADERS:
+        return False
     return bool(owner) and not any(x in owner for x in MODEL_LOADER_EXCLUDE) and (
         owner.startswith(("Auto", "AutoPeft")) or "For" in owner or owner.endswith("Model")
         or owner.endswith("LMHeadModel"))

@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                          "snapshot -o FILE` on the cluster node) instead of this one")
     check.add_argument("--launcher", metavar="CMD",
                        help='the launch command, e.g. "accelerate launch --num_processes 2 --mixed_precision bf16"')
+    check.add_argument("--python", metavar="PATH",
+                       help="the training environment's python (its installed versions are read, it is never run; "
+                            "default: $VIRTUAL_ENV / $CONDA_PREFIX, else the projects' declared requirements)")
     check.add_argument("--format", dest="fmt", choices=FORMATS, default="text", help="output format (default text)")
     check.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
     check.add_argument("--fail-on", choices=FAIL_ON, default=None,
@@ -100,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     fix.add_argument("--diff", action="store_true", help="print the patch (patch -p0 / git apply -p0), apply nothing")
     for flag, kw in (("--target", {"metavar": "NAME[:COUNT]"}), ("--facts", {"metavar": "FILE"}),
                      ("--launcher", {"metavar": "CMD"}), ("--select", {"metavar": "IDS"}),
-                     ("--ignore", {"metavar": "IDS"}), ("--config", {"metavar": "FILE"})):
+                     ("--ignore", {"metavar": "IDS"}), ("--config", {"metavar": "FILE"}),
+                     ("--python", {"metavar": "PATH"})):
         fix.add_argument(flag, help="as for check", **kw)
     fix.set_defaults(fail_on=None, jobs=1, fmt="text", output=None, quiet=False, no_color=False)
     explain = sub.add_parser("explain", help="diagnose a training log or traceback (file or stdin)",
@@ -204,9 +208,12 @@ def run_check(opts, script_args: tuple[str, ...]) -> int:
 
     settings = settings_for(opts)
     root = os.path.dirname(settings.source) if settings.source else "."
+    if not opts.paths and os.environ.get("CI") and not sys.stdout.isatty():
+        print("precision-doctor: no path given: only the machine was checked, no training script "
+              "(pass the scripts or folders to check)", file=sys.stderr)
     facts = gather(opts.paths, target=settings.target, launcher=settings.launcher, script_args=script_args,
                    facts_file=settings.facts, jobs=min(opts.jobs or MAX_JOBS, os.cpu_count() or 1),
-                   exclude=settings.exclude, root=root, partitions=settings.partitions)
+                   exclude=settings.exclude, root=root, partitions=settings.partitions, python=_python(opts))
     if opts.live:
         facts = _with_live(opts, facts, script_args)
     result = engine.run(facts, settings.policy)
@@ -219,6 +226,22 @@ def run_check(opts, script_args: tuple[str, ...]) -> int:
                         EXIT_FINDINGS if failing else EXIT_OK)
     return _deliver(lambda: _write(opts.output, _render_data(opts.fmt, result, facts, opts.no_color)),
                     EXIT_FINDINGS if failing else EXIT_OK)
+
+
+def _python(opts) -> str | None:
+    """--python, checked: an interpreter (or environment folder) whose site-packages can be found."""
+    if not getattr(opts, "python", None):
+        return None
+    from .probes.stack import training_environment
+
+    if not os.path.exists(opts.python):
+        raise InputError(f"--python {opts.python}: no such file; pass the training environment's python "
+                         f"(e.g. /path/to/venv/bin/python)")
+    env = training_environment(opts.python)
+    if not env.site_dirs:
+        raise InputError(f"--python {opts.python}: no site-packages found in {env.label.split(' (')[0]}; pass the "
+                         f"python of a virtualenv or conda environment")
+    return opts.python
 
 
 def run_fix_command(opts, script_args: tuple[str, ...]) -> int:
@@ -238,7 +261,7 @@ def run_fix_command(opts, script_args: tuple[str, ...]) -> int:
 
     def facts():
         return gather(opts.paths, target=settings.target, launcher=settings.launcher, script_args=script_args,
-                      facts_file=settings.facts, exclude=settings.exclude, root=root)
+                      facts_file=settings.facts, exclude=settings.exclude, root=root, python=_python(opts))
 
     return run_fix(run_engine_check(facts, settings.policy), yes=opts.yes, diff_only=opts.diff, unsafe=opts.unsafe,
                    select=settings.policy.select if opts.select else None, console=_console())

@@ -22,7 +22,7 @@ from .facts import (Allocation, Facts, JobFacts, LaunchFacts, MachineFacts, Mach
 from .probes.configs import is_config_path, probe_config
 from .probes.launch import launch_from_env, parse_launcher
 from .probes.script import probe_script
-from .probes.stack import probe_stack
+from .probes.stack import StackResolver, training_environment
 from .probes.target import find_profile, machine_from_target
 from .sources import Unreadable, os_reason, read_text_bounded, status
 from .walk import python_files
@@ -58,7 +58,8 @@ def _expand(paths: list[str], exclude: tuple[str, ...] = (), root: str = ".") ->
 
 
 def _probe(path: Path, named: bool, args: tuple[str, ...], environ: tuple = (None, "")) -> ScriptFacts:
-    """A named file that cannot be read is bad input (exit 2); one found in a folder is reported and skipped."""
+    """A named file that cannot be read is bad input (exit 2) when it is the only one; one among several, or found
+    in a folder, is reported and skipped."""
     try:
         if not named and os.path.isdir(path) and not os.path.islink(path):  # a subfolder the walk could not list
             raise Unreadable(path, f"the folder cannot be listed ({_listing_problem(path)})")
@@ -301,11 +302,13 @@ def gather(paths: list[str], target: str | None = None, launcher: str | None = N
            script_args: tuple[str, ...] = (), stack_overrides: dict[str, str] | None = None,
            facts_file: str | None = None, environ: Mapping[str, str] | None = None,
            system: System = System(), jobs: int = 1, exclude: tuple[str, ...] = (), root: str = ".",
-           partitions: Mapping[str, Mapping] | None = None) -> Facts:
+           partitions: Mapping[str, Mapping] | None = None, python: str | None = None) -> Facts:
     """Every fact of one run: the scripts (probed in worker processes when there are many), the machine, the
     launch and the stack. Collection runs no rule: the engine does, on these facts, whatever `jobs` was."""
     paths, job, job_launch = job_of(paths, partitions or {}, system)
     entries = _expand(paths, exclude, root) if paths or job is None else []
+    if len(entries) > 1:  # a file list (pre-commit, an editor): one bad file is reported, the run goes on
+        entries = [(p, False) for p, _ in entries]
     files = [p for p, _ in entries]
     env = os.environ if environ is None else environ
     if launcher:
@@ -318,11 +321,20 @@ def gather(paths: list[str], target: str | None = None, launcher: str | None = N
         launch = LaunchFacts(known=False)
     args = tuple(script_args) or launch.script_args
     machine, snapshot_stack = gather_machine(target, facts_file, launch, env, system, job)
+    script_env = script_environment(machine, env)
+    scripts = _probe_all(entries, args, jobs, script_env)
+    if len(entries) > 1 and all(_not_checked(s) for s in scripts):
+        first = scripts[0]
+        raise InputError(f"{first.path}: {first.unknowns[0].reason}; nothing could be checked")
+    named = [f for f, s in zip(files, scripts) if not _not_checked(s) and not _trains(s) and
+             any(p == str(f) or os.path.abspath(p) == os.path.abspath(f) for p in paths)]
+    extra = _importers(named, set(files))
+    if extra:  # a helper module named alone is checked through the scripts that train with it
+        entries, files = entries + [(f, False) for f in extra], files + extra
+        scripts = scripts + _probe_all([(f, False) for f in extra], args, jobs, script_env)
     if stack_overrides is None and snapshot_stack is not None:  # the node's versions, not this laptop's
-        stack = snapshot_stack
-    else:
-        stack = probe_stack(sorted({f.parent for f in files}), stack_overrides)
-    scripts = _probe_all(entries, args, jobs, script_environment(machine, env))
+        return Facts(scripts=scripts, machine=machine, launch=launch, stack=snapshot_stack, job=job)
+    scripts, stack = _stacks(scripts, files, StackResolver(stack_overrides, training_environment(python, env)))
     return Facts(scripts=scripts, machine=machine, launch=launch, stack=stack, job=job)
 
 
@@ -334,6 +346,63 @@ def script_environment(machine: MachineFacts, environ: Mapping[str, str]) -> tup
     if machine.origin == MachineOrigin.THIS_MACHINE:
         return dict(environ), "this machine's environment"
     return None, ""
+
+
+def _stacks(scripts: tuple[ScriptFacts, ...], files: list[Path], resolver: StackResolver
+            ) -> tuple[tuple[ScriptFacts, ...], StackFacts]:
+    """Each script with the versions of its own project; the run's stack is theirs when they all agree, else the
+    environment's (for the rules that judge the launch rather than a script)."""
+    out = tuple(replace(s, stack=resolver.for_script(f)) for s, f in zip(scripts, files))
+    stacks = {repr(s.stack) for s in out}
+    return out, (out[0].stack if len(stacks) == 1 and out else resolver.environment_stack())
+
+
+def _not_checked(script: ScriptFacts) -> bool:
+    return any(u.what == "not checked" for u in script.unknowns)
+
+
+def _trains(script: ScriptFacts) -> bool:
+    """The script starts training itself (a Trainer, an optimizer, a backward or step)."""
+    return any(c.kind in ("trainer", "optimizer", "train", "prepare") or
+               (c.kind == "method" and c.callee.endswith((".backward", ".step"))) for c in script.calls)
+
+
+MAX_IMPORTER_SCAN = 5000  # .py files of one repository read to find a helper's importers
+MAX_IMPORTERS = 20
+
+
+def _importers(helpers: list[Path], already: set[Path]) -> list[Path]:
+    """The repository's scripts that import one of these modules and train: the entry scripts a change to a helper
+    reaches. Read as text (bounded), never run."""
+    import re
+
+    from .probes.versions import project_root
+
+    found: list[Path] = []
+    for helper in helpers:
+        module = helper.stem if helper.name != "__init__.py" else helper.parent.name
+        pattern = re.compile(rf"^\s*(from\s+[\w.]*\b{re.escape(module)}\b\s+import|import\s+[\w.]*\b"
+                             rf"{re.escape(module)}\b|from\s+[\w.]+\s+import\s+.*\b{re.escape(module)}\b)",
+                             re.MULTILINE)
+        root = project_root(helper.parent)
+        if root == Path(root.anchor):
+            root = helper.parent  # no repository: its own folder
+        try:
+            candidates = python_files(root).files[:MAX_IMPORTER_SCAN]
+        except Unreadable:
+            continue
+        for candidate in candidates:
+            if candidate in already or candidate in found or os.path.abspath(candidate) == os.path.abspath(helper):
+                continue
+            try:
+                text = read_text_bounded(candidate, errors="replace")
+            except Unreadable:
+                continue
+            if pattern.search(text) and re.search(r"\.train\(|Trainer\(|\.backward\(|optim\.", text):
+                found.append(candidate)
+            if len(found) >= MAX_IMPORTERS:
+                return found
+    return found
 
 
 def _probe_all(entries: list[tuple[Path, bool]], args: tuple[str, ...], jobs: int,

@@ -109,7 +109,8 @@ def _live_missing(live) -> str:
 
 def _inject(r: Rule, facts: Facts, derived: Derived, script, use: SuppressionUse | None, live="facts") -> dict:
     live_known = facts.live is not None and facts.live.known
-    available = {"facts": facts, "machine": facts.machine, "stack": facts.stack, "launch": facts.launch,
+    stack = script.stack if script is not None and script.stack is not None else facts.stack  # its project's
+    available = {"facts": facts, "machine": facts.machine, "stack": stack, "launch": facts.launch,
                  "plan": derived.plan, "script": script, "setup": derived.setups.get(script.path) if script else None,
                  "live": (facts.live if live_known else None) if live == "facts" else live, "suppressions": use,
                  "job": facts.job}

@@ -92,6 +92,20 @@ def absent(detail: str = "") -> Value:
 
 
 @dataclass(frozen=True)
+class Branch:
+    """One run-time branch a call sits in: the `if` at `line` taken (or not), or a `try` body / handler."""
+
+    line: int
+    taken: bool  # True: the if's body (or the try body); False: its else (or an except handler)
+    test: str = ""  # the condition as written, shortened
+
+    def describe(self) -> str:
+        if not self.test:
+            return f"the {'try body' if self.taken else 'except handler'} at line {self.line}"
+        return f"`{self.test}` is {'true' if self.taken else 'false'} (line {self.line})"
+
+
+@dataclass(frozen=True)
 class Call:
     """A call the script makes that matters to training, with its resolved arguments."""
 
@@ -106,6 +120,7 @@ class Call:
     text: str = ""  # first line of the call's source, for excerpts
     in_loop: bool = False
     in_branch: bool = False  # under an if/try of its scope: the script decides at run time whether it runs
+    branches: tuple[Branch, ...] = ()  # those branches, outermost first
     refs: dict[str, str] = field(default_factory=dict)  # argument -> key of the recorded call it evaluates to
 
     @property
@@ -142,6 +157,7 @@ class ScriptFacts:
     files: tuple[str, ...] = ()  # the script and the local modules it imports
     suppressions: tuple[Suppression, ...] = ()
     deepspeed_configs: dict[str, dict] = field(default_factory=dict)  # deepspeed="ds.json" -> its contents
+    stack: StackFacts | None = None  # the versions this script trains with (its project's); None: the run's
 
     def of(self, *kinds: str) -> list[Call]:
         return [c for c in self.calls if c.kind in kinds]
@@ -383,9 +399,13 @@ class PackageVersion:
     name: str
     version: str  # "" when not determined
     source: VersionSource
+    spec: str = ""  # the declared range, when the version was decided from one: ">=4.28"
+    origin: str = ""  # where it was read: "newest allowed, FastChat/pyproject.toml", the environment's folder
 
     def describe(self) -> str:
-        return f"{self.name} {self.version} ({self.source})"
+        if self.spec and not self.spec.startswith("=="):
+            return f"{self.name} {self.spec} → {self.version} ({self.origin or self.source})"
+        return f"{self.name} {self.version} ({self.source}{', ' + self.origin if self.origin else ''})"
 
 
 @dataclass(frozen=True)
@@ -605,9 +625,9 @@ def _from_jsonable(tp: Any, data: Any) -> Any:
 
 
 _TYPES: dict[str, Any] = {}
-for _cls in (Location, Origin, Predicate, Value, Call, Unknown, Suppression, ScriptFacts, GpuProcess, Gpu, MachineFacts,
-             BusyPort, HostFacts, LaunchFacts, Allocation, JobSetting, JobFacts, PackageVersion, LibraryBehaviour,
-             StackFacts, LiveAdapter, LiveModel,
+for _cls in (Location, Origin, Predicate, Value, Branch, Call, Unknown, Suppression, ScriptFacts, GpuProcess, Gpu,
+             MachineFacts, BusyPort, HostFacts, LaunchFacts, Allocation, JobSetting, JobFacts, PackageVersion,
+             LibraryBehaviour, StackFacts, LiveAdapter, LiveModel,
              LiveTrainer, LiveAccelerator, LiveOptimizerGroup, LiveOptimizer, LiveScaler, LiveFrame, LiveError,
              LiveFacts, Facts):
     _TYPES[_cls.__name__] = _cls

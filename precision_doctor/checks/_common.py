@@ -121,3 +121,34 @@ def fp16_optimizer_symptom(setup: Setup, stack: StackFacts) -> tuple[str, str]:
                 "no exception: the weights turn nan at the first optimizer step, then loss: nan")
     return (f"small gradients underflow to zero, so {name} stops updating those parameters",
             "no exception: the loss stalls while the weights stop changing")
+
+
+# --- path-sensitive severity: an error claims the job dies on every path to training -------------------------
+
+def exclusive(a: Call, b: Call) -> bool:
+    """The two calls never run together: they sit on opposite sides of one `if`."""
+    sides = {br.line: br.taken for br in a.branches}
+    return any(br.line in sides and sides[br.line] != br.taken for br in b.branches)
+
+
+def only_on_some_paths(bug: tuple[Call | None, ...], entry: Call | None) -> str:
+    """How the path the bug sits on is chosen, when it is only some of the paths to the training entry: the first
+    `if` a bug call sits in that the entry does not ("" when every path to training passes the bug)."""
+    shared = {(br.line, br.taken) for br in entry.branches} if entry is not None else set()
+    for call in bug:
+        if call is None:
+            continue
+        for br in call.branches:
+            if (br.line, br.taken) not in shared:
+                return br.describe()
+    return ""
+
+
+def path_severity(severity: str, path: str) -> str:
+    """An error on only some paths is at most a warning."""
+    return "warning" if path and severity in ("", "error") else severity
+
+
+def setup_entry(setup: Setup) -> Call | None:
+    """The call that starts training: the Trainer, else the first optimizer."""
+    return setup.trainer or (setup.optimizers[0] if setup.optimizers else None)

@@ -10,6 +10,7 @@ from ..facts import ABSENT, KNOWN, Call, MachineFacts, ScriptFacts, StackFacts, 
 from ..derive.live import live_evidence
 from ..findings import Applicability, Draft, Edit, Fix
 from ..probes.stack import at_least
+from ._common import exclusive
 
 _LOOP_HEAD = ("import torch\nmodel = torch.nn.Linear(16, 4).cuda()\n"
               "opt = torch.optim.AdamW(model.parameters(), lr=1e-3)\n")
@@ -235,6 +236,13 @@ def grad_scaler_with_bf16_autocast(setup: Setup, machine: MachineFacts, stack: S
                 "    scaler.scale(loss).backward()\n    scaler.unscale_(opt)\n"
                 "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
                 "    scaler.step(opt)\n    scaler.update()\n"),
+        Example(_LOOP_HEAD + "import sys\nuse_amp = sys.argv[1] == 'amp'\nscaler = torch.amp.GradScaler('cuda')\n"
+                "for x in loader:\n    loss = model(x).sum()\n    if use_amp:\n"
+                "        scaler.scale(loss).backward()\n        scaler.unscale_(opt)\n"
+                "        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+                "        scaler.step(opt)\n        scaler.update()\n    else:\n        loss.backward()\n"
+                "        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n        opt.step()\n",
+                note="the clip in the else branch has no scaler on its path"),
     ],
 )
 def clip_before_unscale(script: ScriptFacts, setup: Setup):
@@ -247,7 +255,8 @@ def clip_before_unscale(script: ScriptFacts, setup: Setup):
     for clip in setup.clips:
         if clip.receiver in accelerators:
             continue
-        before = [s for s in scale_calls if s.scope == clip.scope and s.location.line < clip.location.line]
+        before = [s for s in scale_calls if s.scope == clip.scope and s.location.line < clip.location.line
+                  and not exclusive(s, clip)]  # a clip on the branch without the scaler clips true gradients
         if not before:
             continue
         last_scale = max(before, key=lambda s: s.location.line)

@@ -8,10 +8,10 @@ from typing import Any
 from .. import dtypes
 from ..derive import Setup, call_evidence, decide, evidence_of
 from ..registry import Example, LogSignature, rule
-from ..facts import KNOWN, Call, LaunchFacts, MachineFacts, ScriptFacts, StackFacts
+from ..facts import ABSENT, KNOWN, Call, LaunchFacts, MachineFacts, ScriptFacts, StackFacts
 from ..families import overflows_fp16
 from ..findings import Applicability, Draft, Evidence, Fix
-from ._common import present, set_kwarg
+from ._common import only_on_some_paths, path_severity, present, set_kwarg
 
 _HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
 
@@ -186,6 +186,11 @@ def _fsdp_on(setup: Setup, script: ScriptFacts, machine: MachineFacts, launch: L
     return None
 
 
+# torch's own policies group a block's parameters whatever their dtype: with fp32 adapters inside half blocks
+# every unit mixes dtypes. A policy the script builds itself is not judged (it may wrap trainable leaves apart).
+_MIXING_POLICIES = ("transformer_auto_wrap_policy", "size_based_auto_wrap_policy", "ModuleWrapPolicy")
+
+
 @rule(
     "PD504", "fsdp-mixed-dtype-flatten", severity="error", phase="wrap",
     summary="An FSDP unit would flatten parameters of several dtypes (half base + fp32 LoRA, or 4-bit storage).",
@@ -215,7 +220,17 @@ def _fsdp_on(setup: Setup, script: ScriptFacts, machine: MachineFacts, launch: L
                    "model = AutoModelForCausalLM.from_pretrained('m', quantization_config=q, dtype=torch.bfloat16)\n"
                    "args = TrainingArguments('o', bf16=True, fsdp='full_shard auto_wrap')\n"
                    "SFTTrainer(model=model, args=args, peft_config=LoraConfig(r=8)).train()\n")],
-    silent=[Example("import torch\nfrom torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
+    silent=[Example("import torch, functools\nfrom torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
+                    "from torch.distributed.fsdp.wrap import lambda_auto_wrap_policy\n"
+                    "from peft import LoraConfig, get_peft_model\nfrom transformers import AutoModelForCausalLM\n"
+                    "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.bfloat16)\n"
+                    "model = get_peft_model(model, LoraConfig(r=8, target_modules=['c_attn']))\n"
+                    "trainable_leaves = functools.partial(lambda_auto_wrap_policy, lambda_fn=lambda m: "
+                    "not list(m.children()) and m.weight.requires_grad)\n"
+                    "model = FSDP(model, auto_wrap_policy=trainable_leaves)\n"
+                    "opt = torch.optim.AdamW(model.parameters())\n",
+                    note="the project's own policy: each trainable leaf is its own unit"),
+            Example("import torch\nfrom torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
                     "from peft import LoraConfig, get_peft_model\nfrom peft.utils.other import fsdp_auto_wrap_policy\n"
                     "from transformers import AutoModelForCausalLM\n"
                     "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.bfloat16)\n"
@@ -258,8 +273,13 @@ def fsdp_mixed_dtype_flatten(script: ScriptFacts, setup: Setup, machine: Machine
     policy = raw[0].kwarg("auto_wrap_policy")
     if "fsdp_auto_wrap_policy" in policy.text:
         return
+    if policy.state != ABSENT and not any(p in policy.text for p in _MIXING_POLICIES):
+        return  # the project's own policy (or one chosen at run time) may give the LoRA leaves their own units
+    path = only_on_some_paths((setup.weights.call,) + setup.casts, raw[0])
     yield Draft(f"FSDP wraps {setup.weights.value} base weights and {setup.adapter_dtype.value} LoRA adapters into the "
-                f"same units", evidence=(on,) + setup.weights.evidence + setup.adapter_dtype.evidence,
+                f"same units" + (f"; only when {path}" if path else ""),
+                severity=path_severity("", path),
+                evidence=(on,) + setup.weights.evidence + setup.adapter_dtype.evidence,
                 error=f"ValueError: Must flatten tensors with uniform dtype but got torch.{setup.weights.value} and "
                       f"torch.{setup.adapter_dtype.value}",
                 fix=Fix("auto_wrap_policy=fsdp_auto_wrap_policy(model) (from peft.utils.other)", applicability=Applicability.UNSAFE))

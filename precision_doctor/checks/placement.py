@@ -34,12 +34,16 @@ def _per_rank(code: str) -> str:
     what="A Trainer started as one process on a node with several visible GPUs, whose model Trainer does not see as "
          "model-parallel (a single-device `device_map`, `.to(\"cuda\")`, a PEFT/bitsandbytes model), so "
          "`_wrap_model` applies `nn.DataParallel` — to 4-bit modules (before transformers added the 4-bit "
-         "exemption), to modules behind offload hooks, or to bf16 weights whose autocast dtype the replica threads "
-         "do not inherit.",
+         "exemption), to modules behind offload hooks, or (transformers < 4.30) to bf16 weights whose autocast dtype "
+         "the replica threads do not inherit.",
     why="DataParallel replicates the module in worker threads. Quantized and dispatched modules are not replica-safe, "
         "and `parallel_apply` re-enters autocast with the enabled flag only, so bf16 autocast becomes fp16 in the "
         "replicas: activations and weights end up in different dtypes (the logged step count halves when the "
-        "wrap begins, then a matmul such as lm_head's fails).",
+        "wrap begins, then a matmul such as lm_head's fails). Boundaries: from transformers 4.30.0 Trainer enters "
+        "no autocast under DataParallel (it skips `accelerator.prepare(model)` for a wrapped model and its "
+        "`autocast_smart_context_manager` is a nullcontext; read in the 4.29.2 and 4.30.0 trainer.py), so a "
+        "non-quantized, non-offloaded bf16 model there is PD114 (slow, batch and loss doubled), not a crash; from "
+        "5.6 (PR #45407) Trainer no longer wraps 4-bit models.",
     error="RuntimeError: expected mat1 and mat2 to have the same dtype, but got: float != c10::BFloat16",
     fix="Launch DDP instead (`torchrun --nproc_per_node N` / `accelerate launch`) with `device_map={\"\": "
         "local_rank}`, or restrict the job to one GPU (`CUDA_VISIBLE_DEVICES=0`); for genuine model parallelism let "
@@ -57,13 +61,17 @@ def _per_rank(code: str) -> str:
     fires=[Example(_QLORA.format(device_map=", device_map={'': 0}", args=""), target="rtx-6000-ada:2",
                    launcher="python train.py", versions={"transformers": "4.57.1"}, note="a stage-2 QLoRA load over two GPUs"),
            Example(_QLORA.format(device_map="", args="").replace("quantization_config=q, ", ""),
-                   target="a100:2", launcher="python train.py")],
+                   target="a100:2", launcher="python train.py", versions={"transformers": "4.29.2"},
+                   note="bf16 weights: Trainer's own bf16 autocast is lost in the replicas")],
     silent=[Example(_per_rank(_QLORA.format(device_map=", device_map={'': 0}", args="")), target="rtx-6000-ada:2",
                     launcher="torchrun --nproc_per_node 2 train.py", versions={"transformers": "4.57.1"}),
             Example(_QLORA.format(device_map=", device_map={'': 0}", args=""), target="rtx-6000-ada:2",
                     launcher="python train.py", versions={"transformers": "5.23.0"}),
             Example(_QLORA.format(device_map=", device_map={'': 0}", args=""), target="rtx-6000-ada:1",
-                    launcher="python train.py", versions={"transformers": "4.57.1"})],
+                    launcher="python train.py", versions={"transformers": "4.57.1"}),
+            Example(_QLORA.format(device_map="", args="").replace("quantization_config=q, ", ""),
+                    target="a100:2", launcher="python train.py", versions={"transformers": "4.30.0"},
+                    note="no autocast under DataParallel from 4.30: PD114's slow wrap, not a crash")],
 )
 def dataparallel_over_device_map(setup: Setup, machine: MachineFacts, launch: LaunchFacts, live):
     if live is not None and live.trainer and machine.origin == MachineOrigin.THIS_MACHINE:

@@ -428,17 +428,25 @@ def _bad_loss(live, history, fix: str) -> Draft:
     silent=[
         Example(_trainer_script(", dtype=torch.float32", ", fp16=True")),
         Example(_trainer_script("", ", fp16=True"), versions={"transformers": "4.46.0"}),
+        Example("import torch\nfrom transformers import AutoModelForCausalLM\n"
+                "model = AutoModelForCausalLM.from_pretrained('gpt2')\n"
+                "student = torch.nn.Linear(8, 8)\nopt = torch.optim.AdamW(student.parameters())\n"
+                "student.load_state_dict({k: v for k, v in model.state_dict().items() if k.startswith('lm')})\n"
+                "opt.step()\n", note="the loaded model is only read: another module is trained"),
+        Example(_lora_script("", ", fp16=True"), note="a frozen base under fp32 adapters"),
     ],
 )
 def implicit_checkpoint_dtype_v5(setup: Setup, stack: StackFacts):
     load = setup.model_load
-    if not setup.trains or load is None or not at_least(stack, "transformers", "5.0"):
-        return
+    if not setup.trains or load is None or not setup.load_traced or not at_least(stack, "transformers", "5.0"):
+        return  # only the model training starts from: an inference, export or teacher load is not trained
     written = load_dtype_value(load)[1]
     if written.state != ABSENT and not written.is_(None):
         return
-    if setup.quantized.value:
-        return  # quantized loads pick their compute dtype from the quantization config
+    if setup.quantized.value or setup.peft.value:
+        return  # quantized loads pick their compute dtype from the quantization config; adapters train in fp32
+    if setup.weights.value == dtypes.FLOAT32:
+        return  # an fp32 checkpoint loads as fp32: nothing changed
     version = stack.get("transformers")
     intended = "torch.bfloat16" if setup.amp.value == "bf16" else "torch.float32"
     loaded = setup.weights.value or "unknown for a hub checkpoint"
@@ -448,7 +456,7 @@ def implicit_checkpoint_dtype_v5(setup: Setup, stack: StackFacts):
                 fix=Fix(f"pass dtype={intended} explicitly", applicability=Applicability.SAFE,
                         edits=(Edit("set_kwarg", load.location.path, load.location.line, call="from_pretrained",
                                     name="dtype", new=intended),)),
-                confidence="likely" if version.source == VersionSource.ASSUMED else "certain")
+                confidence="likely" if version.source == VersionSource.ASSUMED or not setup.weights.known else "certain")
 
 
 @rule(

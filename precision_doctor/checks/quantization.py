@@ -21,6 +21,17 @@ _TRAIN = "Trainer(model=model, args=TrainingArguments('out', bf16=True{args})).t
 _BF16 = ", bnb_4bit_compute_dtype=torch.bfloat16"
 
 
+_ADAPTERS_TRAIN = "    Trainer(model=model, args=TrainingArguments('o')).train()\n"
+_ADAPTERS_ON_SOME_PATHS = (_HEAD + "def run(method):\n"
+                           "    q = BitsAndBytesConfig(load_in_4bit=True)\n"
+                           "    model = AutoModelForCausalLM.from_pretrained('gpt2', quantization_config=q)\n"
+                           "    if method == 'a':\n"
+                           "        model = get_peft_model(model, LoraConfig(r=8))\n"
+                           "    elif method == 'b':\n"
+                           "        model = get_peft_model(model, LoraConfig(r=16))\n"
+                           + _ADAPTERS_TRAIN + "import sys\nrun(sys.argv[1])\n")
+
+
 def qlora(compute: str = _BF16, prep: bool = True, lora: bool = True, args: str = "", middle: str = "") -> str:
     return (_HEAD + _LOAD4.format(compute=compute) + middle + (_PREP if prep else "") + (_LORA if lora else "")
             + _TRAIN.format(args=args))
@@ -172,11 +183,33 @@ def kbit_gradient_checkpointing_no_input_grads(script: ScriptFacts, setup: Setup
         "quantization.",
     applicability=Applicability.DISPLAY,
     fix_safety="Display only.",
-    fires=[Example(qlora(lora=False))],
-    silent=[Example(qlora())],
+    fires=[Example(qlora(lora=False)),
+           Example(_ADAPTERS_ON_SOME_PATHS, note="a warning: adapters on the if and elif branches only, training on "
+                                                 "every path")],
+    silent=[Example(qlora()),
+            Example(_ADAPTERS_ON_SOME_PATHS.replace("    if method == 'a':\n", "    if method == 'a':\n"
+                                                    "        model = get_peft_model(model, LoraConfig(r=8))\n"
+                                                    "        Trainer(model=model, args=TrainingArguments('o')).train()\n"
+                                                    "    if False:\n"),
+                    note="training only on the branch that attaches adapters")],
 )
-def quantized_model_without_adapters(setup: Setup):
+def quantized_model_without_adapters(script: ScriptFacts, setup: Setup):
     if setup.style != "trainer" or setup.quantized.value not in ("4bit", "8bit") or setup.peft.value:
+        return
+    attached = [c for c in script.of("get_peft_model") if c.branches and
+                (c.target in setup.model_names or not c.target)]
+    trained_on = {(br.line, br.taken) for br in setup.trainer.branches}
+    if any((c.branches[-1].line, c.branches[-1].taken) in trained_on for c in attached):
+        return  # training happens only on a path that attached adapters
+    if attached:  # some paths attach adapters: the others are the finding, at most a warning
+        where = "; ".join(c.branches[-1].describe() for c in attached[:3])
+        yield Draft(f"the model is {setup.quantized.value}-quantized and adapters are attached only when {where}: "
+                    f"on any other path that reaches training it is trained as it is",
+                    severity="warning",
+                    evidence=setup.quantized.evidence + tuple(call_evidence(c, "adapters on this branch only")
+                                                              for c in attached[:3]),
+                    fix=Fix("attach adapters on every path that trains (or train only where they are attached)",
+                            applicability=Applicability.UNSAFE))
         return
     yield Draft(f"the model is {setup.quantized.value}-quantized and no adapters are attached before training",
                 evidence=setup.quantized.evidence + (call_evidence(setup.trainer, "trained as it is"),),
@@ -211,13 +244,24 @@ def int8_fp16_scalar_type_mismatch(setup: Setup, stack: StackFacts):
                 fix=Fix("pip install -U peft bitsandbytes", applicability=Applicability.UNSAFE, commands=("pip install -U peft bitsandbytes",)))
 
 
+# The first transformers release that deprecates `load_in_4bit=`/`load_in_8bit=` and refuses them next to a
+# `quantization_config` (PR #26610, read in the 4.37.2 and 4.38.0 wheels' modeling_utils.py).
+LOAD_IN_KWARGS_REFUSED_WITH_CONFIG = "4.38.0"
+
+
 @rule(
     "PD406", "bnb-load-in-kwargs-deprecated", severity="warning", escalates_to="error", phase="load",
     summary="`from_pretrained(load_in_4bit=/load_in_8bit=)`: removed in transformers 5, deprecated before.",
     what="The legacy `load_in_4bit=`/`load_in_8bit=` keywords of `from_pretrained`, alone or together with "
          "`quantization_config=`.",
-    why="transformers 5 removed them (the model class receives an unknown keyword); 4.x deprecated them and refuses "
-        "them next to a `quantization_config`.",
+    why="transformers 5 removed them (the model class receives an unknown keyword); from 4.38.0 to 4.57 they are "
+        "deprecated and refused next to a `quantization_config`. Before 4.38 both were accepted (the config won) and "
+        "the keywords were the documented API. Boundary: the refusal and the deprecation warning arrive together "
+        "in 4.38.0 with the HfQuantizer refactor (huggingface/transformers PR #26610); 4.37.2's modeling_utils.py "
+        "refuses only other BitsAndBytesConfig keywords next to a config, 4.38.0's raises \"You can't pass "
+        "`load_in_4bit`or `load_in_8bit` as a kwarg when passing `quantization_config`\" (read in both released "
+        "wheels; users report it from 4.38.2, hiyouga/LlamaFactory#4157). Unsloth's "
+        "`FastLanguageModel.from_pretrained(load_in_4bit=True)` is Unsloth's own API and is not judged here.",
     error="TypeError: LlamaForCausalLM.__init__() got an unexpected keyword argument 'load_in_4bit'",
     fix="Pass only `quantization_config=BitsAndBytesConfig(load_in_4bit=True, ...)`.",
     applicability=Applicability.SAFE,
@@ -226,11 +270,22 @@ def int8_fp16_scalar_type_mismatch(setup: Setup, stack: StackFacts):
                            r"load_in_4bit` and `load_in_8bit` arguments are deprecated")),
     fires=[Example(_HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', load_in_4bit=True)\n"),
            Example(_HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', load_in_8bit=True)\n",
-                   versions={"transformers": "4.44.0"})],
+                   versions={"transformers": "4.44.0"}),
+           Example(_HEAD + "q = BitsAndBytesConfig(load_in_4bit=True)\n"
+                   "m = AutoModelForCausalLM.from_pretrained('gpt2', load_in_4bit=True, quantization_config=q)\n",
+                   versions={"transformers": "4.38.0"}, note="refused next to quantization_config from 4.38.0")],
     silent=[Example(_HEAD + "q = BitsAndBytesConfig(load_in_4bit=True)\n"
-                    "m = AutoModelForCausalLM.from_pretrained('gpt2', quantization_config=q)\n")],
+                    "m = AutoModelForCausalLM.from_pretrained('gpt2', quantization_config=q)\n"),
+            Example(_HEAD + "q = BitsAndBytesConfig(load_in_4bit=True)\n"
+                    "m = AutoModelForCausalLM.from_pretrained('gpt2', load_in_4bit=True, quantization_config=q)\n",
+                    versions={"transformers": "4.31.0"}, note="accepted before 4.38: the config wins"),
+            Example("from unsloth import FastLanguageModel\n"
+                    "m, tok = FastLanguageModel.from_pretrained(model_name='unsloth/llama-3-8b', load_in_4bit=True)\n",
+                    note="Unsloth's own from_pretrained, where load_in_4bit= is the documented keyword")],
 )
 def bnb_load_in_kwargs_deprecated(script: ScriptFacts, stack: StackFacts):
+    if not at_least(stack, "transformers", LOAD_IN_KWARGS_REFUSED_WITH_CONFIG):
+        return  # the documented keywords then, accepted next to a config
     removed = at_least(stack, "transformers", "5.0")
     version = stack.get("transformers")
     for load in script.of("model_load"):

@@ -23,7 +23,7 @@ __all__ = ["Checkpointing", "Derived", "Fact", "LaunchPlan", "Placement", "Setup
 
 def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
     core = _derive_core(script, facts)
-    return replace(core, placement=derive_placement(core, script, facts.machine, facts.stack))
+    return replace(core, placement=derive_placement(core, script, facts.machine, script.stack or facts.stack))
 
 
 @dataclass(frozen=True)

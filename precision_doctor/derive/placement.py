@@ -14,6 +14,13 @@ from .setup import Checkpointing, Placement, Setup, call_evidence, decide, evide
 # transformers PR#45407 (merged 2026-04): Trainer stops wrapping 4-bit models in DataParallel. Used only when the
 # installed trainer.py cannot be read: the release is taken from the PR's merge, not read from a changelog.
 TRAINER_4BIT_EXEMPTION_RELEASE = "5.6"
+# From transformers 4.30.0 Trainer no longer enters autocast itself: mixed precision is accelerate's, applied by
+# `accelerator.prepare(model)`, which `_inner_training_loop` skips for a wrapped model
+# (`use_accelerator_prepare = True if model is self.model else False`), and `autocast_smart_context_manager` is a
+# `nullcontext` outside CPU AMP. Read in the released trainer.py: 4.29.2 enters `torch.cuda.amp.autocast(dtype=
+# self.amp_dtype)` whenever `use_cuda_amp`; 4.30.0 sets `use_cuda_amp` only under fairscale's sharded_ddp and adds
+# `use_accelerator_prepare`. So under DataParallel no autocast is entered that the replicas could lose.
+TRAINER_AUTOCAST_LEFT_TO_ACCELERATE = "4.30.0"
 
 
 def derive_placement(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack: StackFacts) -> Placement:
@@ -22,7 +29,7 @@ def derive_placement(setup: Setup, script: ScriptFacts, machine: MachineFacts, s
     exempt, source = trainer_exempts_4bit(stack)
     return Placement(device_map=kind, trainer_wrap=_trainer_wrap(setup, len(machine.gpus), exempt),
                      exempts_4bit=exempt, exempts_4bit_source=source,
-                     dataparallel_crash_reasons=_dataparallel_crash_reasons(setup, kind, exempt, source),
+                     dataparallel_crash_reasons=_dataparallel_crash_reasons(setup, kind, exempt, source, stack),
                      checkpointing=_checkpointing(setup, script, machine, stack))
 
 
@@ -38,7 +45,8 @@ def trainer_exempts_4bit(stack: StackFacts) -> tuple[bool, str]:
         f"(PR#45407)"
 
 
-def _dataparallel_crash_reasons(setup: Setup, device_map: str, exempt: bool, how: str) -> tuple[Evidence, ...]:
+def _dataparallel_crash_reasons(setup: Setup, device_map: str, exempt: bool, how: str,
+                                stack: StackFacts) -> tuple[Evidence, ...]:
     reasons: list[Evidence] = []
     load = setup.model_load
     if setup.quantized.value == "4bit" and not exempt:
@@ -47,10 +55,14 @@ def _dataparallel_crash_reasons(setup: Setup, device_map: str, exempt: bool, how
                                 f"them ({how})", "code"))
     if load is not None and device_map == "offload":
         reasons.append(call_evidence(load, "offloaded modules run through accelerate hooks, which replicas break"))
-    if setup.amp.value == "bf16" and setup.weights.value == dtypes.BFLOAT16:
+    if setup.amp.value == "bf16" and setup.weights.value == dtypes.BFLOAT16 and \
+            not at_least(stack, "transformers", TRAINER_AUTOCAST_LEFT_TO_ACCELERATE):
+        version = stack.get("transformers")
         reasons.append(Evidence(None, "torch.nn.parallel.parallel_apply",
-                                "autocast's dtype is thread-local: DataParallel replicas re-enter autocast as fp16, "
-                                "meeting bf16 weights", "code"))
+                                f"autocast's dtype is thread-local: on transformers {version.version} ({version.source}) "
+                                f"Trainer enters bf16 autocast around DataParallel, whose replicas re-enter it as fp16, "
+                                f"meeting bf16 weights (from {TRAINER_AUTOCAST_LEFT_TO_ACCELERATE} Trainer enters no "
+                                f"autocast under DataParallel)", "code"))
     return tuple(reasons)
 
 

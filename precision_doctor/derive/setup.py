@@ -108,6 +108,7 @@ class Setup:
     training_args: Call | None = None
     trl: bool = False
     model_load: Call | None = None
+    load_traced: bool = False  # the load was followed from the training entry (not the file's only load, guessed)
     model_names: frozenset = frozenset()
     family: str = ""
     weights: Fact = Fact(unknown="no model load found")
@@ -169,7 +170,7 @@ def call_evidence(c: Call, note: str) -> Evidence:
 # --- the derivation ---------------------------------------------------------------------------
 
 def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
-    machine, stack, launch = facts.machine, facts.stack, facts.launch
+    machine, stack, launch = facts.machine, script.stack or facts.stack, facts.launch
     by_key = {c.key: c for c in script.calls}
     trainers = script.of("trainer")
     trainer = trainers[0] if trainers else None
@@ -184,10 +185,12 @@ def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
 
     entry = _training_entry(trainer, optimizers, script)
     load, chain = _follow_model(entry, by_key)
+    traced = load is not None
     loads = script.of("model_load")
     if load is None and len(loads) == 1:
         load = loads[0]
     names = _model_names(load, chain, trainer, optimizers)
+    traced = traced or (load is not None and load.target in _model_names(None, (), trainer, optimizers))
     # casts of the trained model: in the scopes that build it (a helper's own parameter is another object)
     scopes = {c.scope for c in ((load,) if load else ()) + chain + optimizers + ((trainer,) if trainer else ())}
     casts = tuple(c for c in script.calls if c.kind == "cast" and c.receiver in names and c.scope in scopes
@@ -207,7 +210,7 @@ def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
     trl = bool((trainer and trainer.callee.startswith("trl")) or (args_call and args_call.callee.startswith("trl")))
     return Setup(
         path=script.path, trains=trains, style=style, trainer=trainer, training_args=args_call, trl=trl,
-        model_load=load, model_names=frozenset(names), family=family, weights=weights, quantized=quantized,
+        model_load=load, load_traced=traced, model_names=frozenset(names), family=family, weights=weights, quantized=quantized,
         peft=peft, adapter_dtype=adapter_dtype, modules_to_save=modules_to_save, amp=amp, fp16=fp16, bf16=bf16,
         accelerator=accelerators[0] if accelerators else None, casts=casts, optimizers=optimizers,
         scalers=tuple(script.of("grad_scaler")), autocasts=tuple(script.of("autocast")), methods=methods,

@@ -21,7 +21,7 @@ from pathlib import Path
 from .._util import python_lines, unique
 from ..call_kinds import LIGHTNING_CLASSES, CallKind, CallSite, is_trainer_class, is_training_arguments, kind_of
 from ..errors import InputError
-from ..facts import CONDITIONAL, KNOWN, Call, Location, Origin, ScriptFacts, Suppression, Unknown, Value
+from ..facts import CONDITIONAL, KNOWN, Branch, Call, Location, Origin, ScriptFacts, Suppression, Unknown, Value
 from ..redact import DEEPSPEED_KEYS, MODEL_CONFIG_KEYS, keep_read_keys
 from ..sources import Unreadable, is_regular_file, read_source, read_text_bounded, status, worth_reading
 from .frameworks import lightning_as_accelerator
@@ -229,7 +229,8 @@ class _Collector:
                     target=self.targets.get(id(node), ""), receiver=receiver, args=args, kwargs=kwargs,
                     text=line_text[:160], in_loop=self.index.loop_depth_of.get(id(node), 0) > 0,
                     in_branch=any(step[0] in ("if", "try", "except") for step in
-                                  self.index.chain_of.get(id(node), ())))
+                                  self.index.chain_of.get(id(node), ())),
+                    branches=self._branches(node))
         self.by_node[id(node)] = len(self.calls)
         self.calls.append(call)
         for name, value in list(kwargs.items()) + [(str(i), v) for i, v in enumerate(args)]:
@@ -243,6 +244,19 @@ class _Collector:
                 self.unknowns.append(Unknown(f"{name}= of {callee.rsplit('.', 1)[-1]}()", value.reason,
                                              value.location or call.location))
         return call
+
+    def _branches(self, node: ast.Call) -> tuple[Branch, ...]:
+        """The `if` branches the call sits in, from its scope's root (the __main__ guard always runs)."""
+        out = []
+        for step in self.index.chain_of.get(id(node), ()):
+            test = self.index.if_tests.get(step[1]) if step[0] == "if" else None
+            if test is None:
+                continue
+            text = ast.unparse(test)
+            if text.replace("'", '"') == '__name__ == "__main__"':
+                continue
+            out.append(Branch(test.lineno, bool(step[2]), text if len(text) <= 60 else text[:57] + "..."))
+        return tuple(out)
 
     def _link_refs(self) -> None:
         """Point each argument that evaluates to a recorded call at that call."""

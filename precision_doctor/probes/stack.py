@@ -1,14 +1,26 @@
-"""Versions of the ML stack, read from package metadata (never by importing the packages)."""
+"""Versions of the ML stack each script trains with, and what the installed libraries do: read from package
+metadata and source files of the training environment (never by importing the packages or running its Python).
+
+Per script, in this order: a version given on the command line; the one installed in the training environment
+(`--python`, else VIRTUAL_ENV / CONDA_PREFIX, else this interpreter when it has the ML stack); the one the
+script's own project declares (probes/versions.py); else the current release (CURRENT).
+"""
 
 from __future__ import annotations
 
 import os
 import re
 import sys
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
+from typing import Mapping
+
+from packaging.utils import canonicalize_name
 
 from ..facts import LibraryBehaviour, PackageVersion, StackFacts, VersionSource
 from ..sources import Unreadable, is_regular_file, read_text_bounded
+from .versions import declared_for
 
 # The releases the rules were checked against; assumed when a package is neither installed nor declared.
 CURRENT = {
@@ -17,42 +29,169 @@ CURRENT = {
 }
 TRACKED = ("torch", "transformers", "accelerate", "peft", "bitsandbytes", "trl", "deepspeed",
            "transformer-engine", "torchao")
+_ML_STACK = ("torch", "transformers")  # an environment without either is not where training runs
 
 
-def probe_stack(script_dirs: list[Path] | None = None, overrides: dict[str, str] | None = None) -> StackFacts:
-    packages: dict[str, PackageVersion] = {}
-    declared = _declared(script_dirs or [])
-    installed = installed_versions() if not overrides else {}
-    for name in TRACKED:
-        if overrides and name in overrides:
-            packages[name] = PackageVersion(name, overrides[name], VersionSource.GIVEN)
+@dataclass(frozen=True)
+class Environment:
+    """The Python environment training runs in: its site-packages folders, and how it was found."""
+
+    label: str  # for people: "/venvs/train (--python)"
+    site_dirs: tuple[str, ...]
+
+    @property
+    def folder(self) -> str:
+        return self.label.split(" (", 1)[0]
+
+
+def training_environment(python: str | None = None, environ: Mapping[str, str] | None = None) -> Environment | None:
+    """Where training runs: `--python PATH`, else VIRTUAL_ENV / CONDA_PREFIX, else this interpreter when it has
+    the ML stack. Found from the folder layout and `pyvenv.cfg`; the interpreter is never run. None: no
+    environment with the ML stack is known (versions then come from the projects' declarations)."""
+    environ = os.environ if environ is None else environ
+    if python:
+        prefix = _prefix_of(Path(python))
+        return Environment(f"{prefix} (--python)", _site_dirs(prefix))
+    for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
+        if environ.get(var):
+            prefix = Path(environ[var])
+            env = Environment(f"{prefix} (${var})", _site_dirs(prefix))
+            if _has_ml_stack(env.site_dirs):
+                return env
+    here = tuple(p for p in sys.path if p and Path(p).is_dir())
+    if _has_ml_stack(here):
+        return Environment(f"{sys.prefix} (the doctor's own environment)", here)
+    return None
+
+
+def _prefix_of(python: Path) -> Path:
+    """The environment a Python executable belongs to: bin/python -> the folder above bin (Scripts on Windows);
+    a folder is taken as the environment itself."""
+    if python.is_dir():
+        return python
+    parent = python.parent
+    return parent.parent if parent.name in ("bin", "Scripts") else parent
+
+
+def _site_dirs(prefix: Path) -> tuple[str, ...]:
+    """The site-packages of an environment (lib/pythonX.Y/site-packages, Lib/site-packages), plus the base
+    interpreter's when pyvenv.cfg includes the system site-packages."""
+    found = [p for p in sorted(prefix.glob("lib/python3*/site-packages")) + [prefix / "Lib" / "site-packages"]
+             if p.is_dir()]
+    cfg = prefix / "pyvenv.cfg"
+    if is_regular_file(cfg):
+        try:
+            settings = dict(line.split("=", 1) for line in read_text_bounded(cfg, errors="replace").splitlines()
+                            if "=" in line)
+        except Unreadable:
+            settings = {}
+        settings = {k.strip(): v.strip() for k, v in settings.items()}
+        if settings.get("include-system-site-packages", "").lower() == "true" and settings.get("home"):
+            base = _prefix_of(Path(settings["home"]) / "python")
+            found += [p for p in sorted(base.glob("lib/python3*/site-packages")) if p.is_dir()]
+    return tuple(str(p) for p in found)
+
+
+def _has_ml_stack(site_dirs: tuple[str, ...]) -> bool:
+    found = installed_versions(site_dirs)
+    return any(name in found for name in _ML_STACK)
+
+
+@lru_cache(maxsize=16)
+def installed_versions(site_dirs: tuple[str, ...]) -> dict[str, str]:
+    """The tracked distributions' versions in these folders, from their metadata (importlib.metadata reads the
+    METADATA / PKG-INFO files; no package is imported)."""
+    from importlib.metadata import distributions
+
+    wanted = set(TRACKED)
+    found: dict[str, str] = {}
+    if not site_dirs:
+        return found
+    for dist in distributions(path=list(site_dirs)):
+        try:
+            name = canonicalize_name(dist.metadata["Name"] or "")
+        except (KeyError, TypeError, ValueError):
             continue
-        if name in installed:
-            packages[name] = PackageVersion(name, installed[name], VersionSource.INSTALLED)
-            continue
-        if name in declared:
-            packages[name] = PackageVersion(name, declared[name], VersionSource.DECLARED)
-        elif name in CURRENT:
-            packages[name] = PackageVersion(name, CURRENT[name], VersionSource.ASSUMED)
-    behaviours = installed_behaviours(packages["transformers"].version) \
-        if packages["transformers"].source == VersionSource.INSTALLED else {}
-    return StackFacts(packages=packages, behaviours=behaviours)
+        if name in wanted and name not in found and dist.version:
+            found[name] = dist.version
+    return found
+
+
+class StackResolver:
+    """Each script's stack, for one run: the environment is read once, each project's declarations once."""
+
+    def __init__(self, overrides: dict[str, str] | None = None, environment: Environment | None = None):
+        self.overrides = {canonicalize_name(k): v for k, v in (overrides or {}).items()}
+        self.environment = None if overrides else environment
+        self.installed = installed_versions(self.environment.site_dirs) if self.environment else {}
+        self._behaviours: dict[str, LibraryBehaviour] | None = None
+
+    def behaviours(self) -> dict[str, LibraryBehaviour]:
+        if self._behaviours is None:
+            self._behaviours = installed_behaviours(self.installed["transformers"], self.environment.site_dirs) \
+                if self.environment and "transformers" in self.installed else {}
+        return self._behaviours
+
+    def environment_stack(self) -> StackFacts:
+        """The stack of no particular project: given, installed, else current."""
+        return self._stack({})
+
+    def for_script(self, script: Path) -> StackFacts:
+        return self._stack(declared_for(script) if not self.overrides else {})
+
+    def _stack(self, declared: dict) -> StackFacts:
+        packages: dict[str, PackageVersion] = {}
+        where = self.environment.folder if self.environment else ""
+        for name in TRACKED:
+            if name in self.overrides:
+                packages[name] = PackageVersion(name, self.overrides[name], VersionSource.GIVEN)
+            elif name in self.installed:
+                packages[name] = PackageVersion(name, self.installed[name], VersionSource.INSTALLED, origin=where)
+            elif name in declared:
+                decl = declared[name]
+                version, how = decl.resolve()
+                if version:
+                    packages[name] = PackageVersion(name, version, VersionSource.DECLARED, spec=decl.spec,
+                                                    origin=f"{how}, {_short(decl.file)}")
+                elif name in CURRENT:
+                    packages[name] = PackageVersion(name, CURRENT[name], VersionSource.ASSUMED, spec=decl.spec,
+                                                    origin=f"{how}, {_short(decl.file)}")
+            elif name in CURRENT:
+                packages[name] = PackageVersion(name, CURRENT[name], VersionSource.ASSUMED)
+        return StackFacts(packages=packages, behaviours=self.behaviours())
+
+
+def _short(path: str) -> str:
+    """A dependency file as `project/requirements.txt`: the file and its folder."""
+    p = Path(path)
+    return f"{p.parent.name}/{p.name}" if p.parent.name else p.name
+
+
+def probe_stack(script: Path | None = None, overrides: dict[str, str] | None = None,
+                environment: Environment | None = None) -> StackFacts:
+    """One stack: the script's (its project's declarations under the environment), or the environment's."""
+    if environment is None and not overrides:
+        environment = training_environment()
+    resolver = StackResolver(overrides, environment)
+    return resolver.for_script(script) if script is not None else resolver.environment_stack()
 
 
 # What the installed libraries do, where only their source tells (keys of StackFacts.behaviours).
 TRAINER_SKIPS_DP_FOR_4BIT = "transformers.trainer.skips_dataparallel_for_4bit"  # transformers PR#45407
 
 
-def installed_behaviours(transformers_version: str) -> dict[str, LibraryBehaviour]:
-    """Read from the installed transformers' trainer.py, once per run: does `_wrap_model` exempt 4-bit models
-    from DataParallel? Nothing is recorded when the file cannot be found or read."""
-    for entry in sys.path:
+def installed_behaviours(transformers_version: str, site_dirs: tuple[str, ...] | list[str] | None = None
+                         ) -> dict[str, LibraryBehaviour]:
+    """Read from the training environment's transformers/trainer.py (sys.path when no folders are given), once per
+    run: does `_wrap_model` exempt 4-bit models from DataParallel? Nothing is recorded when the file cannot be
+    found or read."""
+    for entry in (sys.path if site_dirs is None else site_dirs):
         candidate = Path(entry or ".") / "transformers" / "trainer.py"
-        if not candidate.is_file():
+        if not is_regular_file(candidate):
             continue
         try:
-            lines = candidate.read_text(encoding="utf-8", errors="replace").split("\n")
-        except OSError:
+            lines = read_text_bounded(candidate, 8 * 1024 * 1024, errors="replace").split("\n")
+        except Unreadable:
             return {}
         start = next((i for i, line in enumerate(lines) if line.lstrip().startswith("def _wrap_model")), None)
         if start is None:
@@ -64,51 +203,6 @@ def installed_behaviours(transformers_version: str) -> dict[str, LibraryBehaviou
         return {TRAINER_SKIPS_DP_FOR_4BIT: LibraryBehaviour(
             hit is not None, f"transformers {transformers_version} trainer.py:{where}  {shown[:120]}")}
     return {}
-
-
-_DIST_INFO = re.compile(r"^([A-Za-z0-9_.]+)-([0-9][^-]*?)\.(dist-info|egg-info)$")
-
-
-def installed_versions() -> dict[str, str]:
-    """Versions from the *.dist-info folder names on sys.path: what importlib.metadata reads, minus its
-    import cost, and without importing any package."""
-    wanted = {n.replace("-", "_").lower(): n for n in TRACKED}
-    found: dict[str, str] = {}
-    for entry in sys.path:
-        if not entry or not os.path.isdir(entry):
-            continue
-        try:
-            names = os.listdir(entry)
-        except OSError:
-            continue
-        for name in names:
-            m = _DIST_INFO.match(name)
-            if m:
-                key = m.group(1).replace("-", "_").replace(".", "_").lower()
-                if key in wanted and wanted[key] not in found:
-                    found[wanted[key]] = m.group(2)
-    return found
-
-
-_PIN = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*(?:\[[^\]]*\])?\s*(==|>=|~=)\s*([0-9][0-9A-Za-z.+\-]*)")
-
-
-def _declared(dirs: list[Path]) -> dict[str, str]:
-    """Pins from requirements*.txt / pyproject.toml next to the scripts (== or lower bounds)."""
-    found: dict[str, str] = {}
-    for d in dirs:
-        for candidate in [d / "requirements.txt", d.parent / "requirements.txt", d / "pyproject.toml"]:
-            if not is_regular_file(candidate):
-                continue
-            try:
-                lines = read_text_bounded(candidate, errors="replace").splitlines()
-            except Unreadable:
-                continue
-            for line in lines:
-                m = _PIN.match(line.strip().strip('",'))
-                if m:
-                    found.setdefault(m.group(1).lower().replace("_", "-"), m.group(3))
-    return found
 
 
 _RELEASE = re.compile(r"\d+(?:\.\d+)*")

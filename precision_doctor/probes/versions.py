@@ -1,0 +1,290 @@
+"""The versions a script's own project declares, read from its dependency files (never by running them).
+
+From the script's folder up to its repository root (the first folder holding `.git`, else the filesystem root):
+`requirements*.txt`, `pyproject.toml` (PEP 621 dependencies and optional-dependencies, Poetry), `setup.cfg`,
+`setup.py` (`install_requires=` where it is a literal, read with `ast`), `environment.yml`. The nearest file that
+names a package decides it. A range is decided against what a fresh install of it gets today: the newest release
+in KNOWN_RELEASES that the range allows.
+"""
+
+from __future__ import annotations
+
+import ast
+import configparser
+import os
+import re
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from packaging.markers import InvalidMarker, UndefinedEnvironmentName, UndefinedComparison
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from ..sources import Unreadable, is_regular_file, read_text_bounded
+from ..walk import repository_root
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - the declared dependency on 3.10
+    import tomli as tomllib
+
+
+def _minors(major: int, first: int, last: int, newest: str = "") -> tuple[str, ...]:
+    out = [f"{major}.{m}.0" for m in range(first, last + 1)]
+    if newest:
+        out[-1] = newest
+    return tuple(out)
+
+
+# Releases of the tracked packages, oldest first: what a fresh install of a range can get. Minor releases are
+# listed as x.y.0 (every version boundary the rules use is a minor release); the newest is the one the rules were
+# checked against (probes/stack.py CURRENT).
+KNOWN_RELEASES: dict[str, tuple[str, ...]] = {
+    "torch": ("1.8.1", "1.9.1", "1.10.2", "1.11.0", "1.12.1", "1.13.1") + _minors(2, 0, 13),
+    "transformers": _minors(4, 20, 57) + _minors(5, 0, 23),
+    "accelerate": _minors(0, 15, 34) + _minors(1, 0, 15),
+    "peft": _minors(0, 2, 21, "0.21.2"),
+    "bitsandbytes": _minors(0, 35, 50),
+    "trl": _minors(0, 4, 29) + _minors(1, 0, 16),
+    "deepspeed": _minors(0, 8, 18),
+}
+
+_CONDA_NAMES = {"pytorch": "torch"}  # conda package names that differ from the Python distribution
+
+
+@dataclass(frozen=True)
+class Declared:
+    """One package as a dependency file names it."""
+
+    name: str  # canonical: "transformers"
+    spec: str  # the specifier as written, normalised: ">=4.28", "==4.31.0", "" (any)
+    file: str  # the dependency file, as a path
+
+    def resolve(self) -> tuple[str, str]:
+        """(version, how): the exact pin, else the newest known release the range allows; ("", why) when
+        neither can be said."""
+        try:
+            spec = SpecifierSet(self.spec)
+        except InvalidSpecifier:
+            return "", f"cannot read {self.spec!r}"
+        exact = [s.version for s in spec if s.operator in ("==", "===") and "*" not in s.version]
+        if exact:
+            return exact[0], "pinned"
+        known = KNOWN_RELEASES.get(self.name, ())
+        allowed = [v for v in known if spec.contains(v, prereleases=True)]
+        if allowed:
+            return max(allowed, key=Version), "newest allowed"
+        floors = [s.version for s in spec if s.operator in (">=", "~=", ">")]
+        if floors:
+            return floors[0], "lower bound; no newer release known"
+        return "", "no known release satisfies it"
+
+
+def project_root(start: Path) -> Path:
+    """The first folder from `start` up that holds `.git`, else the filesystem root."""
+    here = Path(os.path.abspath(start))  # not resolve(): a link loop among the scripts must not stop the run
+    repo = repository_root(str(here))
+    return Path(repo) if repo else (here.parents[-1] if here.parents else here)
+
+
+def declared_for(script: Path) -> dict[str, Declared]:
+    """Every package the script's project declares, the nearest dependency file first."""
+    folder = Path(os.path.abspath(script)).parent
+    return dict(_declared_from(folder, project_root(folder)))
+
+
+@lru_cache(maxsize=1024)
+def _declared_from(folder: Path, root: Path) -> tuple[tuple[str, Declared], ...]:
+    found: dict[str, Declared] = {}
+    for d in (folder, *folder.parents):
+        for name, decl in _declared_in(d):
+            found.setdefault(name, decl)
+        if d == root:
+            break
+    return tuple(found.items())
+
+
+@lru_cache(maxsize=1024)
+def _declared_in(folder: Path) -> tuple[tuple[str, Declared], ...]:
+    found: dict[str, Declared] = {}
+    try:
+        requirement_files = sorted(p for p in folder.glob("requirements*.txt"))
+    except OSError:
+        requirement_files = []
+    requirement_files.sort(key=lambda p: p.name != "requirements.txt")  # the main file first
+    readers = [(p, _requirements_file) for p in requirement_files] + [
+        (folder / "pyproject.toml", _pyproject), (folder / "setup.cfg", _setup_cfg),
+        (folder / "setup.py", _setup_py), (folder / "environment.yml", _environment_yml),
+        (folder / "environment.yaml", _environment_yml)]
+    for path, reader in readers:
+        if not is_regular_file(path):
+            continue
+        try:
+            text = read_text_bounded(path, errors="replace")
+        except Unreadable:
+            continue
+        for line in reader(text, path):
+            decl = _parse(line, str(path))
+            if decl is not None:
+                found.setdefault(decl.name, decl)
+    return tuple(found.items())
+
+
+def _parse(text: str, file: str) -> Declared | None:
+    text = text.strip()
+    if not text or text.startswith(("#", "-", "git+", "http:", "https:", "file:")):
+        return None
+    try:
+        req = Requirement(text)
+    except InvalidRequirement:
+        return None
+    if req.marker is not None:
+        try:
+            if not req.marker.evaluate({"extra": ""}):
+                return None
+        except (InvalidMarker, UndefinedEnvironmentName, UndefinedComparison):
+            pass
+    return Declared(canonicalize_name(req.name), str(req.specifier), file)
+
+
+def _requirements_file(text: str, path: Path, depth: int = 0) -> list[str]:
+    out: list[str] = []
+    for raw in text.splitlines():
+        line = re.split(r"\s+#", raw, maxsplit=1)[0].strip()
+        include = re.match(r"^(?:-r|--requirement)\s*=?\s*(\S+)", line)
+        if include and depth < 3:
+            nested = path.parent / include.group(1)
+            if is_regular_file(nested):
+                try:
+                    out.extend(_requirements_file(read_text_bounded(nested, errors="replace"), nested, depth + 1))
+                except Unreadable:
+                    pass
+            continue
+        out.append(line)
+    return out
+
+
+def _pyproject(text: str, path: Path) -> list[str]:
+    try:
+        data = tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, ValueError):
+        return []
+    out: list[str] = []
+    project = data.get("project") if isinstance(data.get("project"), dict) else {}
+    out.extend(s for s in project.get("dependencies") or [] if isinstance(s, str))
+    optional = project.get("optional-dependencies") or {}
+    if isinstance(optional, dict):
+        for group in optional.values():
+            out.extend(s for s in group or [] if isinstance(s, str))
+    poetry = (data.get("tool") or {}).get("poetry") or {}
+    if isinstance(poetry, dict):
+        tables = [poetry.get("dependencies") or {}]
+        tables += [g.get("dependencies") or {} for g in (poetry.get("group") or {}).values() if isinstance(g, dict)]
+        for table in tables:
+            if isinstance(table, dict):
+                out.extend(_poetry(name, value) for name, value in table.items() if name != "python")
+    return out
+
+
+def _poetry(name: str, value) -> str:
+    """A Poetry constraint ("^4.31", "~2.1", "*", {version = ...}) as a PEP 508 requirement."""
+    if isinstance(value, dict):
+        value = value.get("version", "*")
+    if isinstance(value, list):  # several constraints by marker: the first
+        value = value[0].get("version", "*") if value and isinstance(value[0], dict) else "*"
+    spec = str(value).strip()
+    parts = []
+    for piece in spec.split(","):
+        piece = piece.strip()
+        if piece in ("", "*"):
+            continue
+        if piece[0] in "^~" and piece[1:2] != "=":
+            nums = [int(n) for n in re.findall(r"\d+", piece)[:3]] or [0]
+            if piece[0] == "^":
+                i = next((k for k, n in enumerate(nums) if n), len(nums) - 1)
+                upper = nums[:i] + [nums[i] + 1]
+            else:
+                upper = [nums[0], nums[1] + 1] if len(nums) > 1 else [nums[0] + 1]
+            parts += [f">={'.'.join(map(str, nums))}", f"<{'.'.join(map(str, upper))}"]
+        elif piece[0].isdigit():
+            parts.append(f"=={piece}")
+        else:
+            parts.append(piece)
+    return f"{name}{','.join(parts)}"
+
+
+def _setup_cfg(text: str, path: Path) -> list[str]:
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read_string(text)
+    except configparser.Error:
+        return []
+    out = []
+    if parser.has_option("options", "install_requires"):
+        out.extend(parser.get("options", "install_requires").splitlines())
+    if parser.has_section("options.extras_require"):
+        for _, value in parser.items("options.extras_require"):
+            out.extend(value.splitlines())
+    return out
+
+
+def _setup_py(text: str, path: Path) -> list[str]:
+    """`install_requires=` / `extras_require=` of the `setup(...)` call, where they are literals (or names bound
+    to literals at module level). Read, never run."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return []
+    bound: dict[str, ast.AST] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            bound[node.targets[0].id] = node.value
+    out: list[str] = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "setup"):
+            continue
+        for kw in node.keywords:
+            if kw.arg not in ("install_requires", "extras_require"):
+                continue
+            value = bound.get(kw.value.id, kw.value) if isinstance(kw.value, ast.Name) else kw.value
+            try:
+                literal = ast.literal_eval(value)
+            except (ValueError, TypeError, SyntaxError, RecursionError):
+                continue
+            groups = literal.values() if isinstance(literal, dict) else [literal]
+            for group in groups:
+                if isinstance(group, (list, tuple)):
+                    out.extend(s for s in group if isinstance(s, str))
+    return out
+
+
+def _environment_yml(text: str, path: Path) -> list[str]:
+    """The `dependencies:` list of a conda environment file: conda entries (`pytorch=2.1`) and its `pip:` list."""
+    out = []
+    in_deps = False
+    for raw in text.splitlines():
+        if not raw.strip() or raw.lstrip().startswith("#"):
+            continue
+        if not raw.startswith((" ", "\t", "-")):
+            in_deps = raw.split(":", 1)[0].strip() == "dependencies"
+            continue
+        item = raw.strip()
+        if not in_deps or not item.startswith("- "):
+            continue
+        entry = item[2:].strip().strip("'\"")
+        if entry.startswith("pip:") or "::" in entry and not entry.split("::", 1)[1]:
+            continue
+        entry = entry.split("::", 1)[-1]
+        m = re.match(r"^([A-Za-z0-9_.\-]+)\s*(.*)$", entry)
+        if not m:
+            continue
+        name, spec = m.group(1), m.group(2).split()[0] if m.group(2).strip() else ""
+        name = _CONDA_NAMES.get(name.lower(), name)
+        if re.match(r"^=[^=]", spec):  # conda's single '=' is a prefix match: 2.1 means 2.1.*
+            spec = f"=={spec[1:]}" + ("" if spec.count(".") >= 2 or "*" in spec else ".*")
+        out.append(name + spec)
+    return out

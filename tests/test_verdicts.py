@@ -1,0 +1,102 @@
+"""Verdicts a team can trust: an error only where every path to training dies on the script's stack, a helper
+module checked through the scripts that train with it, and a file list that survives one bad file."""
+
+import os
+import subprocess
+import sys
+
+from precision_doctor.collect import gather
+
+_T4_BF16 = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+            "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
+            "Trainer(model=model, args=TrainingArguments('o', bf16=True)).train()\n")
+
+
+def _severity(result, rule_id):
+    return sorted(f.severity for f in result.findings if f.rule_id == rule_id)
+
+
+def test_bf16_on_a_t4_is_an_error_only_where_the_stack_refuses_it(run_check):
+    refused, _ = run_check(_T4_BF16, target="t4", versions={"torch": "2.2.2"})
+    emulated, _ = run_check(_T4_BF16, target="t4")
+    assert _severity(refused, "PD101") == ["error"]
+    assert _severity(emulated, "PD101") == ["warning"]
+    assert "emulated" in next(f.message for f in emulated.findings if f.rule_id == "PD101")
+
+
+def test_bf16_on_a_branch_behind_a_flag_is_a_warning_naming_the_flag(run_check):
+    code = ("import sys, torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+            "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
+            "if '--pure_bf16' in sys.argv:\n    model.to(torch.bfloat16)\n"
+            "Trainer(model=model, args=TrainingArguments('o', fp16=True)).train()\n")
+    result, _ = run_check(code, target="t4", versions={"torch": "2.2.2"})
+    found = [f for f in result.findings if f.rule_id == "PD101"]
+    assert [f.severity for f in found] == ["warning"]
+    assert "'--pure_bf16' in sys.argv" in found[0].message
+
+
+def test_an_emulating_guard_is_a_warning(run_check):
+    code = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+            "bf16 = torch.cuda.is_bf16_supported()\n"
+            "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
+            "Trainer(model=model, args=TrainingArguments('o', bf16=bf16, fp16=not bf16)).train()\n")
+    result, _ = run_check(code, target="t4")
+    assert _severity(result, "PD102") == ["warning"] and not _severity(result, "PD101")
+
+
+def test_sftconfig_defaults_to_bf16_on_a_t4(run_check):
+    code = ("import torch\nfrom transformers import AutoModelForCausalLM\nfrom trl import SFTConfig, SFTTrainer\n"
+            "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
+            "SFTTrainer(model=model, args=SFTConfig(output_dir='out'), train_dataset=None).train()\n")
+    result, _ = run_check(code, target="t4")
+    assert "PD101" in {f.rule_id for f in result.findings}
+
+
+def test_pd211_is_quiet_for_an_fp32_checkpoint_and_likely_for_an_unknown_one(run_check, tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text('{"model_type": "gpt2", "dtype": "float32"}')
+    code = ("from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+            "model = AutoModelForCausalLM.from_pretrained('{src}')\n"
+            "Trainer(model=model, args=TrainingArguments('o', fp16=True)).train()\n")
+    local, _ = run_check(code.format(src="./ckpt"))
+    hub, _ = run_check(code.format(src="meta-llama/Llama-3.2-1B"))
+    assert "PD211" not in {f.rule_id for f in local.findings}
+    assert [str(f.confidence) for f in hub.findings if f.rule_id == "PD211"] == ["likely"]
+
+
+def _doctor(*args, cwd, env=None):
+    return subprocess.run([sys.executable, "-m", "precision_doctor", *args], capture_output=True, text=True,
+                          cwd=cwd, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+
+
+def test_a_file_list_with_bad_files_goes_on(tmp_path):
+    (tmp_path / "empty.py").write_text("")
+    (tmp_path / "__init__.py").write_text("")
+    (tmp_path / "broken.py").write_text("def f(:\n")
+    (tmp_path / "train.py").write_text(_T4_BF16)
+    out = _doctor("check", "empty.py", "__init__.py", "broken.py", "train.py", "--target", "t4", "--format", "json",
+                  cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "PD101" in out.stdout and "broken.py" in out.stdout
+    nothing = _doctor("check", "empty.py", "broken.py", cwd=tmp_path)
+    assert nothing.returncode == 2 and len(nothing.stderr.strip().splitlines()) == 1
+
+
+def test_a_helper_module_alone_is_checked_through_the_scripts_that_import_it(tmp_path):
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "model_utils.py").write_text(
+        "import torch\nfrom transformers import AutoModelForCausalLM\n\n\ndef load():\n"
+        "    return AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float16)\n")
+    (tmp_path / "train.py").write_text(
+        "from transformers import Trainer, TrainingArguments\nfrom model_utils import load\n"
+        "model = load()\nTrainer(model=model, args=TrainingArguments('o', fp16=True)).train()\n")
+    facts = gather([str(tmp_path / "model_utils.py")], target="a100", environ={})
+    assert {os.path.basename(s.path) for s in facts.scripts} == {"model_utils.py", "train.py"}
+    out = _doctor("check", "model_utils.py", "--target", "a100", cwd=tmp_path)
+    assert out.returncode == 1 and "model_utils.py:6" in out.stdout
+
+
+def test_check_without_a_path_in_ci_says_only_the_machine_was_checked(tmp_path):
+    out = _doctor("check", "--target", "a100", cwd=tmp_path, env={"CI": "true"})
+    assert out.returncode == 0
+    assert out.stderr.count("\n") == 1 and "only the machine was checked" in out.stderr
