@@ -24,6 +24,7 @@ from ..errors import InputError
 from ..facts import CONDITIONAL, KNOWN, Call, Location, Origin, ScriptFacts, Suppression, Unknown, Value
 from ..redact import DEEPSPEED_KEYS, MODEL_CONFIG_KEYS, keep_read_keys
 from ..sources import Unreadable, is_regular_file, read_source, read_text_bounded, status, worth_reading
+from .checkpoint import probe_checkpoints
 from .resolve import Imports, Resolver
 from .scopes import ScopeIndex, dotted
 from .symbols import Context, DictSym, Known, Namespace, ObjSym
@@ -506,6 +507,7 @@ def _probe_script(path: Path, script_args: tuple[str, ...], display: str | None)
     return ScriptFacts(path=shown, calls=tuple(calls), imports=tuple(dict.fromkeys(imports)),
                        unknowns=tuple(unique(unknowns, key=lambda u: (u.what, u.location))),
                        local_configs=_local_model_configs(path, calls),
-                       files=tuple(files), suppressions=tuple(suppressions), deepspeed_configs=deepspeed)
+                       files=tuple(files), suppressions=tuple(suppressions), deepspeed_configs=deepspeed,
+                       checkpoints=probe_checkpoints(path, calls))
 
 
