@@ -62,7 +62,7 @@ ARCHITECTURE_SHAPES = {
     "gpt2": dict(gated=False, norm="layer", bias="all", positions=True),
     "opt": dict(gated=False, norm="layer", bias="all", positions=True),
     "bloom": dict(gated=False, norm="layer", bias="all", embed_norm=True),
-    "bert": dict(gated=False, norm="layer", bias="all", positions=True, encoder=True),
-    "roberta": dict(gated=False, norm="layer", bias="all", positions=True, encoder=True),
+    "bert": dict(gated=False, norm="layer", bias="all", positions=True, encoder=True, pooler=True),
+    "roberta": dict(gated=False, norm="layer", bias="all", positions=True, encoder=True, pooler=True),
     "vit": dict(gated=False, norm="layer", bias="all", encoder=True),
 }

@@ -434,6 +434,8 @@ def implicit_checkpoint_dtype_v5(setup: Setup, stack: StackFacts):
         return
     if setup.quantized.value:
         return  # quantized loads pick their compute dtype from the quantization config
+    if setup.weights.value == dtypes.FLOAT32:
+        return  # an fp32 checkpoint loads in fp32, as transformers 4 did
     version = stack.get("transformers")
     intended = "torch.bfloat16" if setup.amp.value == "bf16" else "torch.float32"
     loaded = setup.weights.value or "unknown for a hub checkpoint"

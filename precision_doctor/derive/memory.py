@@ -141,7 +141,7 @@ class Breakdown:
 
     def rows(self) -> list[tuple[str, int]]:
         return [("weights", self.weights), ("gradients", self.gradients), ("optimizer state", self.optimizer),
-                ("fp32 master weights", self.master), ("activations", self.activations),
+                ("fp32 master weights and gradients", self.master), ("activations", self.activations),
                 ("CUDA context", self.context), ("allocator reserve", self.reserve)]
 
 
@@ -232,18 +232,20 @@ def estimate(c: CheckpointFacts, shape: TrainingShape) -> Breakdown:
     if not shape.master_weights and state_dtype in (dtypes.FLOAT16, dtypes.BFLOAT16) and state in (8, 4):
         state //= 2  # torch's Adam keeps its state in the parameter's dtype
     optimizer = trainable * state
-    master = trainable * 4 if shape.master_weights else 0
+    # DeepSpeed mixed precision: fp32 master weights and an fp32 gradient partition beside the half weights
+    master = trainable * 8 if shape.master_weights else 0
     weights = full_weights + adapters
     largest = _largest_layer(c) * BYTES.get(shape.weight_dtype, 2)
     offloaded = 0
     if p.kind in ("zero1", "zero2", "zero3"):
         optimizer, master = _shard(optimizer, n), _shard(master, n)
-        if p.kind in ("zero2", "zero3"):
-            gradients = _shard(gradients, n) if p.kind == "zero3" else gradients
+        if p.kind == "zero3":  # half gradients are reduce-scattered straight into the fp32 partition
+            gradients = 0 if shape.master_weights else _shard(gradients, n)
         if p.kind == "zero3":
             weights = _shard(weights, n) + 2 * largest  # a gathered layer, and the next one prefetched
-        if p.offload_optimizer:
+        if p.offload_optimizer:  # the optimizer step runs on the CPU: gradients are streamed there
             optimizer = master = 0
+            gradients = 0
         if p.offload_params and p.kind == "zero3":
             weights = 2 * largest
     elif p.kind.startswith("fsdp"):
@@ -257,6 +259,9 @@ def estimate(c: CheckpointFacts, shape: TrainingShape) -> Breakdown:
         weights = math.ceil(weights / n)  # the layers are spread; activations pass through one GPU at a time
     per_sample = activation_bytes(c, shape, batch=1)
     activations = per_sample * shape.batch
+    if shape.weight_dtype == dtypes.FLOAT32 and BYTES.get(shape.compute_dtype, 4) == 2 and not shape.quantized:
+        # autocast keeps a half copy of every weight it casts for the matmuls until the forward ends
+        activations += _shard(linear_parameters(c) * 2, n if p.kind in ("zero3", "fsdp-full") else 1)
     context = CUDA_CONTEXT_BYTES
     reserve = int(ALLOCATOR_RESERVE * (weights + gradients + optimizer + master + activations))
     return Breakdown(weights=weights, gradients=gradients, optimizer=optimizer, master=master,

@@ -138,8 +138,11 @@ def _optimizer(setup: Setup) -> str:
 def _parallelism(setup: Setup, script: ScriptFacts, machine: MachineFacts, plan: LaunchPlan, weight: str,
                  amp) -> tuple[Parallelism, bool]:
     """How the training state is spread, and whether an fp32 master copy sits beside half weights."""
-    processes = plan.processes or 1
     args = setup.training_args
+    sharded = args is not None and any(args.kwarg(k).state == KNOWN and args.kwarg(k).value
+                                       for k in ("deepspeed", "fsdp"))
+    # no launch given: a DeepSpeed / FSDP job is launched on every visible GPU
+    processes = plan.processes or (len(machine.gpus) if sharded else 1)
     if args is not None:
         ds = args.kwarg("deepspeed")
         cfg = script.deepspeed_configs.get(ds.value) if ds.state == KNOWN and isinstance(ds.value, str) else None

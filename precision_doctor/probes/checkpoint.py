@@ -187,6 +187,8 @@ def count_parameters(c: CheckpointFacts) -> int | None:
     norms = (1 if shape.get("parallel") else 2) + shape.get("extra_norms", 0)
     per_layer = attention + mlp + norms * norm
     total = layers * per_layer + vocab * h + norm
+    if shape.get("pooler"):
+        total += h * h + h + 2 * h  # the pooler, and two token-type embeddings
     if not c.tied_embeddings:
         total += vocab * h
     return total
