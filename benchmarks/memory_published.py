@@ -38,7 +38,8 @@ ROWS = [
     Published("7B full fine-tune, AdamW, mixed precision (fp32 weights)", "meta-llama/Llama-2-7b-hf",
               TrainingShape(weight_dtype="float32", compute_dtype="bfloat16", batch=1, sequence=512,
                             checkpointing=True), 7e9 * 18 / 1e9,
-              "18 bytes per parameter (weights 4+2, gradients 4, AdamW 8); the estimate counts the half copy (autocast's cache) with the activations", "model states", TRANSFORMERS_ANATOMY),
+              "18 bytes per parameter (weights 4+2, gradients 4, AdamW 8); the estimate counts the half copy "
+              "(autocast's cache) with the activations", "model states", TRANSFORMERS_ANATOMY),
     Published("QLoRA 7B (4-bit NF4, LoRA r=64, paged 8-bit AdamW)", "meta-llama/Llama-2-7b-hf",
               TrainingShape(weight_dtype="bfloat16", compute_dtype="bfloat16", quantized="4bit", lora_rank=64,
                             lora_modules="all-linear", optimizer="paged-adamw-8bit", batch=1, sequence=512,

@@ -523,8 +523,8 @@ def _from_jsonable(tp: Any, data: Any) -> Any:
 
 
 _TYPES: dict[str, Any] = {}
-for _cls in (Location, Origin, Predicate, Value, Call, Unknown, Suppression, CheckpointFacts, ScriptFacts, GpuProcess, Gpu, MachineFacts,
-             BusyPort, HostFacts, LaunchFacts, PackageVersion, LibraryBehaviour, StackFacts, LiveAdapter, LiveModel,
+for _cls in (Location, Origin, Predicate, Value, Call, Unknown, Suppression, CheckpointFacts, ScriptFacts, GpuProcess,
+             Gpu, MachineFacts, BusyPort, HostFacts, LaunchFacts, PackageVersion, LibraryBehaviour, StackFacts, LiveAdapter, LiveModel,
              LiveTrainer, LiveAccelerator, LiveOptimizerGroup, LiveOptimizer, LiveScaler, LiveFrame, LiveError,
              LiveFacts, Facts):
     _TYPES[_cls.__name__] = _cls

@@ -203,7 +203,8 @@ def activation_bytes(c: CheckpointFacts, shape: TrainingShape, batch: int | None
     tokens = (shape.batch if batch is None else batch) * s
     if c.experts and c.experts_per_token:
         inter = inter * c.experts_per_token  # each token passes through its chosen experts
-    per_layer = f.h * h + f.kv * kv + f.i * inter + (f.scores * heads * s if shape.scores_materialised or f.always_scores else 0)
+    scores = f.scores * heads * s if shape.scores_materialised or f.always_scores else 0
+    per_layer = f.h * h + f.kv * kv + f.i * inter + scores
     if shape.lora_rank:
         per_layer += len(_lora_shapes(c, shape.lora_modules)) * shape.lora_rank  # each adapter's A output
     outside = f.head_h * h + f.head_v * (c.vocab_size or 0)
