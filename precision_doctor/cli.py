@@ -116,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--format", dest="fmt", choices=("text", "json"), default="text")
     for flag in ("--target", "--facts", "--launcher"):
         explain.add_argument(flag, help="with --script: as for check")
+    add_memory_parser(sub)
     sub.add_parser("rules", help="list every rule: id, name, severity, one line")
     rule = sub.add_parser("rule", help="print a rule's full documentation")
     rule.add_argument("rule_id", metavar="RULE", help="a rule id (PD201) or name")
@@ -387,6 +388,44 @@ def write_snapshot(opts) -> int:
     return EXIT_OK
 
 
+def add_memory_parser(sub) -> None:
+    memory = sub.add_parser("memory", help="the per-GPU memory breakdown of a training script: will it fit?",
+                            description="Estimate each script's GPU memory per device (weights, gradients, optimizer "
+                                        "state, activations) before it runs. The scripts' own arguments go after `--`.")
+    memory.add_argument("paths", nargs="+", metavar="PATH", help="training scripts, or folders of them")
+    memory.add_argument("--target", metavar="NAME[:COUNT]", help="the GPU the job runs on, e.g. a100:4")
+    memory.add_argument("--facts", metavar="FILE", help="a machine snapshot instead of this machine")
+    memory.add_argument("--launcher", metavar="CMD", help="the launch command (processes per node)")
+    memory.add_argument("--format", dest="fmt", choices=("text", "json"), default="text")
+    memory.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
+    memory.add_argument("--no-color", action="store_true", help="plain text even on a terminal")
+
+
+def run_memory(opts, script_args: tuple[str, ...]) -> int:
+    from .collect import gather
+    from .report.memory import render_json, render_text
+
+    facts = gather(opts.paths, target=opts.target, launcher=opts.launcher, script_args=script_args,
+                   facts_file=opts.facts, jobs=1)
+    if opts.fmt == "text" and not opts.output:
+        render_text(facts, _console(no_color=opts.no_color))
+    else:
+        _write(opts.output, render_json(facts) if opts.fmt == "json" else _plain_memory_text(facts))
+    return EXIT_OK
+
+
+def _plain_memory_text(facts) -> str:
+    import io
+
+    from rich.console import Console
+
+    from .report.memory import render_text
+
+    buffer = io.StringIO()
+    render_text(facts, Console(file=buffer, no_color=True, highlight=False, width=120))
+    return buffer.getvalue()
+
+
 def list_rules() -> int:
     from .catalog import rules
     from .ruledoc import severity_label
@@ -435,6 +474,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_fix_command(opts, script_args)
         if opts.command == "explain":
             return run_explain(opts, script_args)
+        if opts.command == "memory":
+            return run_memory(opts, script_args)
         if opts.command == "rules":
             return list_rules()
         if opts.command == "rule":

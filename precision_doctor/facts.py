@@ -147,6 +147,48 @@ class Suppression:
     ids: tuple[str, ...] = ()
 
 
+class CheckpointSource(StrEnum):
+    """Where the doctor learnt what a checkpoint is, in the order it looks."""
+
+    LOCAL = "local"  # config.json in the directory the script names
+    HF_CACHE = "hf-cache"  # the Hugging Face cache on this machine, read offline
+    TABLE = "table"  # the table shipped with the doctor (precision_doctor/data/checkpoints.json)
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class CheckpointFacts:
+    """What a checkpoint a script loads is: its shape, its stored dtype, the attention kernels it supports.
+    A field the source does not give is None (or empty)."""
+
+    model_id: str
+    source: CheckpointSource
+    detail: str = ""  # the config.json read, the table row's reference, or why it is unknown
+    architecture: str = ""
+    model_type: str = ""
+    parameters: int | None = None
+    layers: int | None = None  # decoder layers (encoder-decoder: each stack)
+    hidden_size: int | None = None
+    intermediate_size: int | None = None
+    heads: int | None = None
+    kv_heads: int | None = None
+    head_dim: int | None = None
+    vocab_size: int | None = None
+    tied_embeddings: bool | None = None
+    torch_dtype: str = ""  # the dtype the weights are stored in ("bfloat16")
+    attention: tuple[str, ...] = ()  # implementations the architecture supports: eager, sdpa, flash_attention_2
+    experts: int | None = None  # mixture of experts: experts per layer, and
+    experts_per_token: int | None = None  # how many each token uses
+    encoder_decoder: bool = False
+    image_size: int | None = None  # vision encoders: tokens = (image_size / patch_size)^2 + 1
+    patch_size: int | None = None
+    weights_bytes: int | None = None  # safetensors index metadata.total_size
+
+    @property
+    def known(self) -> bool:
+        return self.source != CheckpointSource.UNKNOWN
+
+
 @dataclass(frozen=True)
 class ScriptFacts:
     path: str
@@ -158,6 +200,7 @@ class ScriptFacts:
     suppressions: tuple[Suppression, ...] = ()
     deepspeed_configs: dict[str, dict] = field(default_factory=dict)  # deepspeed="ds.json" -> its contents
     stack: StackFacts | None = None  # the versions this script trains with (its project's); None: the run's
+    checkpoints: dict[str, CheckpointFacts] = field(default_factory=dict)  # model id or path -> what it is
 
     def of(self, *kinds: str) -> list[Call]:
         return [c for c in self.calls if c.kind in kinds]
@@ -625,9 +668,9 @@ def _from_jsonable(tp: Any, data: Any) -> Any:
 
 
 _TYPES: dict[str, Any] = {}
-for _cls in (Location, Origin, Predicate, Value, Branch, Call, Unknown, Suppression, ScriptFacts, GpuProcess, Gpu,
-             MachineFacts, BusyPort, HostFacts, LaunchFacts, Allocation, JobSetting, JobFacts, PackageVersion,
-             LibraryBehaviour, StackFacts, LiveAdapter, LiveModel,
+for _cls in (Location, Origin, Predicate, Value, Branch, Call, Unknown, Suppression, CheckpointFacts, ScriptFacts,
+             GpuProcess, Gpu, MachineFacts, BusyPort, HostFacts, LaunchFacts, Allocation, JobSetting, JobFacts,
+             PackageVersion, LibraryBehaviour, StackFacts, LiveAdapter, LiveModel,
              LiveTrainer, LiveAccelerator, LiveOptimizerGroup, LiveOptimizer, LiveScaler, LiveFrame, LiveError,
              LiveFacts, Facts):
     _TYPES[_cls.__name__] = _cls

@@ -161,7 +161,16 @@ DEEPSPEED_KEYS = {
     "bfloat16": {"enabled": True},
     "zero_optimization": {"stage": True, "offload_optimizer": {"device": True}, "offload_param": {"device": True}},
 }
-MODEL_CONFIG_KEYS = {"model_type": True, "torch_dtype": True, "dtype": True, "architectures": True}
+_MODEL_SHAPE_KEYS = {k: True for k in (
+    "model_type", "torch_dtype", "dtype", "hidden_size", "n_embd", "d_model", "dim", "num_hidden_layers", "n_layer",
+    "num_layers", "decoder_layers", "n_layers", "intermediate_size", "n_inner", "d_ff", "ffn_dim", "decoder_ffn_dim",
+    "hidden_dim", "num_attention_heads", "n_head", "num_heads", "decoder_attention_heads", "n_heads",
+    "num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query", "new_decoder_architecture", "head_dim", "d_kv",
+    "vocab_size", "tie_word_embeddings", "num_local_experts", "num_experts", "n_routed_experts",
+    "num_experts_per_tok", "moe_topk", "image_size", "patch_size", "is_encoder_decoder")}
+# checkpoint facts (probes/checkpoint.py): the architecture, its shape and stored dtype; multimodal configs nest
+# the language model's under text_config
+MODEL_CONFIG_KEYS = {**_MODEL_SHAPE_KEYS, "architectures": True, "text_config": _MODEL_SHAPE_KEYS}
 ACCELERATE_CONFIG_KEYS = {"mixed_precision": True, "num_processes": True, "main_process_port": True,
                           "distributed_type": True, "num_machines": True}
 

@@ -20,6 +20,11 @@ def run(name, target=None, args=()):
     return engine.run(facts), derive_setup(facts.scripts[0], facts), facts
 
 
+def _precision_ids(result) -> set[str]:
+    """The findings these shapes are about; the memory preflight (PD6xx) judges the assumed batch apart."""
+    return {f.rule_id for f in result.findings if not f.rule_id.startswith("PD6")}
+
+
 @pytest.mark.parametrize("args,weights,amp,fired", [
     ((), "float32", "no", set()),
     (("--fp16", "--torch_dtype", "float16"), "float16", "fp16", {"PD201"}),
@@ -31,7 +36,7 @@ def test_hf_argument_parser(args, weights, amp, fired):
     result, setup, _ = run("hf_argparser.py", args=args)
     assert setup.weights.value == weights
     assert setup.amp.value == amp
-    assert {f.rule_id for f in result.findings} == fired
+    assert _precision_ids(result) == fired
     if args:
         origins = [e.origin for f in result.findings for e in f.evidence]
         assert not fired or "script-arg" in origins
@@ -46,7 +51,7 @@ def test_hf_argument_parser(args, weights, amp, fired):
 def test_argparse_dict_kwargs_and_attribute_override(args, weights, amp, fired):
     result, setup, _ = run("argparse_and_kwargs.py", args=args)
     assert (setup.weights.value, setup.amp.value) == (weights, amp)
-    assert {f.rule_id for f in result.findings} == fired
+    assert _precision_ids(result) == fired
 
 
 @pytest.mark.parametrize("target,weights,amp,fired", [
@@ -59,7 +64,7 @@ def test_hardware_branches_are_decided_against_the_target(target, weights, amp, 
     result, setup, facts = run("hardware_branches.py", target=target)
     assert setup.weights.value == weights
     assert setup.amp.value == amp
-    assert {f.rule_id for f in result.findings} == fired
+    assert _precision_ids(result) == fired
     hardware_unknowns = [u for u in facts.scripts[0].unknowns if u.hardware]
     assert len(hardware_unknowns) == 3  # dtype, bf16, fp16 all hang on the GPU
 
@@ -121,7 +126,7 @@ def test_function_parameters_follow_their_call_site(run_check):
 ])
 def test_transformers_example_layout(args, fired):
     result, _, facts = run("hf_example_style.py", target="a100", args=args)
-    assert {f.rule_id for f in result.findings} == fired
+    assert _precision_ids(result) == fired
     if args == ("config.json",):
         assert any("run-time" in u.reason for u in facts.scripts[0].unknowns)
 
@@ -134,5 +139,5 @@ def test_transformers_example_layout(args, fired):
 ])
 def test_trl_example_layout(args, fired):
     result, setup, _ = run("trl_parser_style.py", target="a100", args=args)
-    assert {f.rule_id for f in result.findings} == fired
+    assert _precision_ids(result) == fired
     assert setup.trl

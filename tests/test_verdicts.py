@@ -59,7 +59,7 @@ def test_pd211_is_quiet_for_an_fp32_checkpoint_and_likely_for_an_unknown_one(run
             "model = AutoModelForCausalLM.from_pretrained('{src}')\n"
             "Trainer(model=model, args=TrainingArguments('o', fp16=True)).train()\n")
     local, _ = run_check(code.format(src="./ckpt"))
-    hub, _ = run_check(code.format(src="meta-llama/Llama-3.2-1B"))
+    hub, _ = run_check(code.format(src="my-org/private-7b"))  # in no local path, cache or shipped table
     assert "PD211" not in {f.rule_id for f in local.findings}
     assert [str(f.confidence) for f in hub.findings if f.rule_id == "PD211"] == ["likely"]
 

@@ -305,7 +305,7 @@ def fp8_unsupported(script: ScriptFacts, setup: Setup, machine: MachineFacts, st
     needs=("machine",),
     log=LogSignature(patterns=(r"can only be used on CUDA", r"User provided device_type of 'cuda', but CUDA is not available")),
     fires=[Example(_trainer(", dtype=torch.float32", ", fp16=True"), target="cpu")],
-    silent=[Example(_trainer(", dtype=torch.float32", ", fp16=True"), target="t4"),
+    silent=[Example(_trainer(", dtype=torch.float32", ", fp16=True"), target="a100"),
             Example(_trainer(", dtype=torch.float32", ", bf16=True, use_cpu=True"), target="cpu")],
 )
 def half_precision_amp_on_cpu(setup: Setup, machine: MachineFacts, stack: StackFacts):
@@ -344,7 +344,9 @@ def half_precision_amp_on_cpu(setup: Setup, machine: MachineFacts, stack: StackF
     log=LogSignature(patterns=(r"FlashAttention only supports Ampere GPUs or newer",)),
     fires=[Example(_trainer(", dtype=torch.float16, attn_implementation='flash_attention_2'", ", fp16=True"),
                    target="t4")],
-    silent=[Example(_trainer(", dtype=torch.float32, attn_implementation='sdpa'", ", fp16=True"), target="t4"),
+    silent=[Example(_trainer(", dtype=torch.float32, attn_implementation='sdpa'", ", fp16=True")
+                    .replace("meta-llama/Llama-3.2-1B", "HuggingFaceTB/SmolLM2-135M"), target="t4",
+                    note="a model small enough for full fp32 training on a T4"),
             Example(_trainer(", dtype=torch.bfloat16, attn_implementation='flash_attention_2'", ", bf16=True"),
                     target="a10g")],
 )

@@ -238,7 +238,9 @@ def bf16_params_with_fp16_scaler(setup: Setup, machine: MachineFacts, live):
                 "for batch in loader:\n    model(**batch).loss.backward()\n    opt.step()\n"),
     ],
     silent=[
-        Example(_trainer_script(", dtype=torch.float32", ", fp16=True"), target="titan-rtx"),
+        Example(_trainer_script(", dtype=torch.float32", ", fp16=True")
+                .replace("meta-llama/Llama-3.2-1B", "HuggingFaceTB/SmolLM2-135M"), target="titan-rtx",
+                note="fp32 weights under fp16 AMP, small enough to train in full on a Titan RTX"),
         Example(_lora_script(", dtype=torch.float16", ""), note="fp32 adapters on a frozen fp16 base"),
     ],
 )

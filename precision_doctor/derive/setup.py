@@ -11,9 +11,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import dtypes
-from ..facts import ABSENT, CONDITIONAL, KNOWN, Call, Facts, MachineFacts, Origin, Predicate, ScriptFacts, StackFacts, Value
+from ..facts import (ABSENT, CONDITIONAL, KNOWN, Call, CheckpointSource, Facts, MachineFacts, Origin, Predicate,
+                     ScriptFacts, StackFacts, Value)
 from ..findings import Evidence
 from ..probes.stack import at_least
+from .checkpoint import checkpoint_of, describe_source
 
 TORCH_EMULATES_BF16 = "2.3"  # torch.cuda.is_bf16_supported(including_emulation=True) from this release on
 
@@ -291,7 +293,8 @@ def _family(load: Call | None, script: ScriptFacts) -> str:
         cfg = script.local_configs.get(source.value)
         if cfg and cfg.get("model_type"):
             return str(cfg["model_type"])
-        return source.value.lower()
+        checkpoint = checkpoint_of(load, script)
+        return checkpoint.model_type if checkpoint and checkpoint.model_type else source.value.lower()
     return ""
 
 
@@ -335,6 +338,12 @@ def _checkpoint_dtype(load: Call, script: ScriptFacts, stack: StackFacts, ev: Ev
     if d and d != dtypes.AUTO:
         return Fact(d, (ev, Evidence(None, cfg.get("path", "config.json"), f"checkpoint dtype {d}", "code")),
                     call=load, inferred=inferred)
+    checkpoint = checkpoint_of(load, script)  # the Hugging Face cache, else the doctor's table
+    if checkpoint and checkpoint.torch_dtype:
+        d = checkpoint.torch_dtype
+        return Fact(d, (ev, Evidence(None, checkpoint.detail, f"checkpoint dtype {d}: {describe_source(checkpoint)}",
+                                     "code" if checkpoint.source == CheckpointSource.LOCAL else "default")),
+                    call=load, inferred=inferred or checkpoint.source != CheckpointSource.LOCAL)
     what = f"'{source.value}'" if source.state == KNOWN else source.text
     return Fact(unknown=f"the weights take the checkpoint's dtype, which is not known for {what}", call=load,
                 evidence=(ev,), inferred=inferred)

@@ -25,6 +25,7 @@ from ..facts import CONDITIONAL, KNOWN, Branch, Call, Location, Origin, ScriptFa
 from ..redact import DEEPSPEED_KEYS, MODEL_CONFIG_KEYS, keep_read_keys
 from ..sources import Unreadable, is_regular_file, read_source, read_text_bounded, status, worth_reading
 from .frameworks import lightning_as_accelerator
+from .checkpoint import probe_checkpoints
 from .resolve import Imports, Resolver
 from .scopes import ScopeIndex, dotted
 from .symbols import Context, DictSym, Known, Namespace, ObjSym
@@ -530,6 +531,7 @@ def _probe_script(path: Path, script_args: tuple[str, ...], display: str | None,
     return ScriptFacts(path=shown, calls=tuple(calls), imports=tuple(dict.fromkeys(imports)),
                        unknowns=tuple(unique(unknowns, key=lambda u: (u.what, u.location))),
                        local_configs=_local_model_configs(path, calls),
-                       files=tuple(files), suppressions=tuple(suppressions), deepspeed_configs=deepspeed)
+                       files=tuple(files), suppressions=tuple(suppressions), deepspeed_configs=deepspeed,
+                       checkpoints=probe_checkpoints(path, calls))
 
 

@@ -1,0 +1,347 @@
+"""Will the job fit? GPU memory per device, before anything runs: weights, gradients, optimizer state,
+activations, CUDA context and allocator reserve, under the parallelism the launch implies.
+
+The model-state terms follow the byte counts everyone uses (and match `accelerate estimate-memory` and DeepSpeed's
+`estimate_zero2/3_model_states_mem_needs` on their own terms, tests/test_memory.py). Activations are counted per
+token: elements saved for backward per layer as a multiple of the hidden size, the key/value width and the
+intermediate size (plus heads x sequence where attention scores are materialised), and outside the layers as a
+multiple of the hidden size and the vocabulary. The multiples are what transformers' implementations save,
+counted with torch.autograd.graph.saved_tensors_hooks on models built from configs
+(benchmarks/memory_accuracy.py re-measures them). Everything here is a pure function of its inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from .. import dtypes
+from ..facts import CheckpointFacts
+
+GIB = 1024 ** 3
+MIB = 1024 ** 2
+CUDA_CONTEXT_BYTES = 500 * MIB  # CUDA 12 context, cuBLAS/cuDNN handles: outside torch's allocator
+ALLOCATOR_RESERVE = 0.05  # caching-allocator fragmentation on top of what tensors hold
+HEADROOM_WARNING = 0.10
+BYTES = {dtypes.FLOAT32: 4, dtypes.FLOAT16: 2, dtypes.BFLOAT16: 2}
+
+
+@dataclass(frozen=True)
+class ActivationFactor:
+    """Elements saved for backward per token. Per layer: h * hidden + kv * key/value width + i * intermediate
+    (+ scores * heads * sequence where the attention kernel materialises the scores); outside the layers:
+    head_h * hidden + head_v * vocabulary (the logits and their fp32 loss copy)."""
+
+    h: float
+    kv: float
+    i: float
+    scores: float  # eager attention: probabilities, dropout mask and output
+    head_h: float
+    head_v: float
+    checkpoint_h: float = 1.0  # per layer kept under gradient checkpointing: the layer input
+    always_scores: bool = False  # a position bias added to the scores: every kernel materialises them
+
+
+# Counted on transformers 5.x (see the module doc); families not listed use the Llama factor.
+ACTIVATION_FACTORS = {
+    "llama": ActivationFactor(h=8, kv=2, i=4, scores=1, head_h=3, head_v=1),
+    "gpt2": ActivationFactor(h=5, kv=5, i=5, scores=3, head_h=3, head_v=1),
+    "bert": ActivationFactor(h=5, kv=5, i=2, scores=3, head_h=6, head_v=1),
+    "t5": ActivationFactor(h=8, kv=8, i=3, scores=4.5, head_h=10, head_v=1, always_scores=True),
+    "vit": ActivationFactor(h=4, kv=4, i=2, scores=3, head_h=4, head_v=0),
+}
+_FAMILY_OF = {"mistral": "llama", "mixtral": "llama", "qwen2": "llama", "qwen3": "llama", "gemma": "llama",
+              "gemma2": "llama", "gemma3": "llama", "gemma3_text": "llama", "phi3": "llama", "qwen2_vl": "llama",
+              "qwen2_5_vl": "llama", "smollm3": "llama", "deepseek_v2": "llama", "deepseek_v3": "llama",
+              "opt": "gpt2", "phi": "gpt2", "falcon": "gpt2", "bloom": "gpt2", "roberta": "bert",
+              "deberta-v2": "bert", "mt5": "t5", "umt5": "t5", "whisper": "t5"}
+
+
+# With LoRA the frozen base saves less: a frozen linear layer keeps no input for its weight's gradient.
+LORA_ACTIVATION_FACTORS = {
+    "llama": ActivationFactor(h=5, kv=2, i=3, scores=1, head_h=0, head_v=1),
+    "gpt2": ActivationFactor(h=4, kv=4, i=4, scores=3, head_h=0, head_v=1),
+    "bert": ActivationFactor(h=4, kv=4, i=1, scores=3, head_h=0.5, head_v=1),
+}
+
+
+def activation_factor(model_type: str, lora: bool = False) -> ActivationFactor:
+    family = _FAMILY_OF.get(model_type, model_type)
+    family = family if family in ACTIVATION_FACTORS else "llama"
+    return LORA_ACTIVATION_FACTORS.get(family, ACTIVATION_FACTORS[family]) if lora else ACTIVATION_FACTORS[family]
+
+
+# bytes of optimizer state per trainable parameter, for fp32 parameters
+OPTIMIZER_STATE_BYTES = {"adamw": 8, "adam": 8, "adamw-8bit": 2, "paged-adamw-8bit": 2, "paged-adamw": 8,
+                         "adafactor": 0, "sgd-momentum": 4, "sgd": 0, "lion": 4}
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    gpus: int = 1  # processes (one GPU each), or the GPUs a device_map spreads over
+    kind: str = "single"  # single | ddp | zero1 | zero2 | zero3 | fsdp-full | fsdp-grad-op | fsdp-hybrid | device-map
+    offload_optimizer: bool = False
+    offload_params: bool = False
+    gpus_per_node: int = 0  # hybrid sharding: within a node (0: all of them)
+
+
+@dataclass(frozen=True)
+class TrainingShape:
+    """What the memory depends on besides the checkpoint."""
+
+    weight_dtype: str = dtypes.FLOAT32
+    compute_dtype: str = dtypes.FLOAT32  # activations: the autocast dtype under AMP
+    quantized: str = ""  # "" | 4bit | 8bit (bitsandbytes)
+    lora_rank: int = 0  # 0: full fine-tune
+    lora_modules: str = "default"  # peft's default targets for the architecture (q and v), or "all-linear"
+    adapter_dtype: str = dtypes.FLOAT32
+    optimizer: str = "adamw"
+    batch: int = 8
+    sequence: int = 1024
+    checkpointing: bool = False
+    scores_materialised: bool = False  # eager attention (sdpa/flash keep O(sequence) memory)
+    parallelism: Parallelism = Parallelism()
+    master_weights: bool = False  # DeepSpeed/apex mixed precision: an fp32 copy beside half weights
+    assumed: tuple[str, ...] = ()  # what was not known and is assumed: "sequence length 1024 (...)"
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Bytes per GPU."""
+
+    weights: int
+    gradients: int
+    optimizer: int
+    master: int
+    activations: int
+    context: int
+    reserve: int
+    per_sample: int  # activations of one sample: what each step of batch size adds
+    offloaded_layers: int = 0  # device_map spread: layers that do not fit on the GPUs go to the CPU
+    weights_total: int = 0  # the whole model's weights, before sharding
+
+    @property
+    def at_load(self) -> int:
+        return self.weights + self.context
+
+    @property
+    def at_forward(self) -> int:
+        return self.weights + self.activations + self.context + self.reserve
+
+    @property
+    def at_step(self) -> int:
+        return self.weights + self.gradients + self.optimizer + self.master + self.context + self.reserve
+
+    @property
+    def peak(self) -> int:
+        """Steady state: the next forward runs with the optimizer state allocated; gradients grow as activations
+        are freed in backward."""
+        return (self.weights + self.optimizer + self.master + max(self.activations, self.gradients) + self.context
+                + self.reserve)
+
+    def rows(self) -> list[tuple[str, int]]:
+        return [("weights", self.weights), ("gradients", self.gradients), ("optimizer state", self.optimizer),
+                ("fp32 master weights and gradients", self.master), ("activations", self.activations),
+                ("CUDA context", self.context), ("allocator reserve", self.reserve)]
+
+
+def linear_parameters(c: CheckpointFacts) -> int:
+    """Parameters in the blocks' linear layers (what bitsandbytes quantizes and LoRA wraps); embeddings, norms
+    and the output head stay as they are."""
+    embed = (c.vocab_size or 0) * (c.hidden_size or 0) * (1 if c.tied_embeddings is not False else 2)
+    return max(0, (c.parameters or 0) - embed)
+
+
+def weights_bytes(c: CheckpointFacts, dtype: str, quantized: str = "") -> int:
+    """The weights as stored on the GPU. bitsandbytes 4-bit: half a byte per parameter plus a float32 absmax per
+    64-parameter block; 8-bit: a byte plus a float32 scale per output row (~1/hidden); the rest in `dtype`."""
+    params = c.parameters or 0
+    if not quantized:
+        return params * BYTES.get(dtype, 4)
+    linear = linear_parameters(c)
+    rest = (params - linear) * BYTES.get(dtype, 2)
+    if quantized == "4bit":
+        return int(linear * (0.5 + 4 / 64)) + rest
+    return int(linear * (1 + 4 / max(c.hidden_size or 1, 1))) + rest
+
+
+def _lora_shapes(c: CheckpointFacts, modules: str) -> list[tuple[int, int]]:
+    """(in, out) of the linear layers LoRA wraps in one block: peft's defaults, or every linear layer."""
+    h, inter = c.hidden_size or 0, c.intermediate_size or 0
+    heads = c.heads or 1
+    head_dim = c.head_dim or (h // heads if heads else 0)
+    q, kv = heads * head_dim, (c.kv_heads or heads) * head_dim
+    family = _FAMILY_OF.get(c.model_type, c.model_type)
+    if modules == "all-linear":
+        mlp = [(h, inter), (h, inter), (inter, h)] if family == "llama" else [(h, inter), (inter, h)]
+        return [(h, q), (h, kv), (h, kv), (q, h)] + mlp
+    if family == "gpt2" and c.model_type in ("gpt2", "bloom", "falcon"):
+        return [(h, q + 2 * kv)]  # one fused query-key-value projection
+    return [(h, q), (h, kv)]
+
+
+def lora_parameters(c: CheckpointFacts, rank: int, modules: str = "default") -> int:
+    """A (in x r) and B (r x out) for each wrapped layer of each block."""
+    stacks = 2 if c.encoder_decoder else 1
+    return (c.layers or 0) * stacks * rank * sum(i + o for i, o in _lora_shapes(c, modules))
+
+
+def sequence_tokens(c: CheckpointFacts, sequence: int) -> int:
+    if c.image_size and c.patch_size:
+        return (c.image_size // c.patch_size) ** 2 + 1
+    return sequence
+
+
+def activation_bytes(c: CheckpointFacts, shape: TrainingShape, batch: int | None = None) -> int:
+    """Bytes saved for backward at the end of the forward, for `batch` samples."""
+    f = activation_factor(c.model_type, lora=bool(shape.lora_rank))
+    h, inter, layers = c.hidden_size or 0, c.intermediate_size or 0, c.layers or 0
+    heads = c.heads or 1
+    head_dim = c.head_dim or (h // heads if heads else 0)
+    kv = (c.kv_heads or heads) * head_dim
+    s = sequence_tokens(c, shape.sequence)
+    tokens = (shape.batch if batch is None else batch) * s
+    if c.experts and c.experts_per_token:
+        inter = inter * c.experts_per_token  # each token passes through its chosen experts
+    scores = f.scores * heads * s if shape.scores_materialised or f.always_scores else 0
+    per_layer = f.h * h + f.kv * kv + f.i * inter + scores
+    if shape.lora_rank:
+        per_layer += len(_lora_shapes(c, shape.lora_modules)) * shape.lora_rank  # each adapter's A output
+    outside = f.head_h * h + f.head_v * (c.vocab_size or 0)
+    if c.image_size and c.patch_size:
+        outside += 3 * c.patch_size ** 2  # the pixels the patch embedding saves, per patch
+    stacks = 2 if c.encoder_decoder else 1
+    element = BYTES.get(shape.compute_dtype, 4)
+    if shape.checkpointing:
+        kept = layers * stacks * f.checkpoint_h * h + per_layer  # layer inputs, and one layer recomputed
+    else:
+        kept = layers * stacks * per_layer
+    return int(tokens * (kept + outside) * element)
+
+
+def estimate(c: CheckpointFacts, shape: TrainingShape) -> Breakdown:
+    p = shape.parallelism
+    n = max(p.gpus, 1)
+    params = c.parameters or 0
+    full_weights = weights_bytes(c, shape.weight_dtype, shape.quantized)
+    trainable = lora_parameters(c, shape.lora_rank, shape.lora_modules) if shape.lora_rank else params
+    adapters = trainable * BYTES.get(shape.adapter_dtype, 4) if shape.lora_rank else 0
+    grad_bytes = BYTES.get(shape.adapter_dtype if shape.lora_rank else shape.weight_dtype, 4)
+    gradients = trainable * grad_bytes
+    state = OPTIMIZER_STATE_BYTES.get(shape.optimizer, 8)
+    state_dtype = shape.adapter_dtype if shape.lora_rank else shape.weight_dtype
+    if not shape.master_weights and state_dtype in (dtypes.FLOAT16, dtypes.BFLOAT16) and state in (8, 4):
+        state //= 2  # torch's Adam keeps its state in the parameter's dtype
+    optimizer = trainable * state
+    # DeepSpeed mixed precision: fp32 master weights and an fp32 gradient partition beside the half weights
+    master = trainable * 8 if shape.master_weights else 0
+    weights = full_weights + adapters
+    largest = _largest_layer(c) * BYTES.get(shape.weight_dtype, 2)
+    offloaded = 0
+    if p.kind in ("zero1", "zero2", "zero3"):
+        optimizer, master = _shard(optimizer, n), _shard(master, n)
+        if p.kind == "zero3":  # half gradients are reduce-scattered straight into the fp32 partition
+            gradients = 0 if shape.master_weights else _shard(gradients, n)
+        if p.kind == "zero3":
+            weights = _shard(weights, n) + 2 * largest  # a gathered layer, and the next one prefetched
+        if p.offload_optimizer:  # the optimizer step runs on the CPU: gradients are streamed there
+            optimizer = master = 0
+            gradients = 0
+        if p.offload_params and p.kind == "zero3":
+            weights = 2 * largest
+    elif p.kind.startswith("fsdp"):
+        shard_over = p.gpus_per_node if p.kind == "fsdp-hybrid" and p.gpus_per_node else n
+        optimizer, gradients = _shard(optimizer, shard_over), _shard(gradients, shard_over)
+        if p.kind != "fsdp-grad-op":
+            weights = _shard(weights, shard_over) + 2 * largest
+        if p.offload_params:
+            weights, optimizer, gradients = 2 * largest, 0, 0
+    elif p.kind == "device-map":
+        weights = math.ceil(weights / n)  # the layers are spread; activations pass through one GPU at a time
+    per_sample = activation_bytes(c, shape, batch=1)
+    activations = per_sample * shape.batch
+    if shape.weight_dtype == dtypes.FLOAT32 and BYTES.get(shape.compute_dtype, 4) == 2 and not shape.quantized:
+        # autocast keeps a half copy of every weight it casts for the matmuls until the forward ends
+        activations += _shard(linear_parameters(c) * 2, n if p.kind in ("zero3", "fsdp-full") else 1)
+    context = CUDA_CONTEXT_BYTES
+    reserve = int(ALLOCATOR_RESERVE * (weights + gradients + optimizer + master + activations))
+    return Breakdown(weights=weights, gradients=gradients, optimizer=optimizer, master=master,
+                     activations=activations, context=context, reserve=reserve, per_sample=per_sample,
+                     offloaded_layers=offloaded, weights_total=full_weights + adapters)
+
+
+def _shard(total: int, n: int) -> int:
+    return math.ceil(total / max(n, 1))
+
+
+def _largest_layer(c: CheckpointFacts) -> int:
+    """Parameters of the largest single module: the embedding, or one MLP matrix."""
+    h = c.hidden_size or 0
+    return max((c.vocab_size or 0) * h, (c.intermediate_size or 0) * h)
+
+
+def largest_batch(c: CheckpointFacts, shape: TrainingShape, budget: int) -> int:
+    """The largest per-device batch whose steady-state peak fits in `budget` bytes (0: not even one)."""
+    low, high = 0, max(shape.batch, 1)
+    while estimate(c, replace(shape, batch=high)).peak <= budget and high < 1 << 16:
+        low, high = high, high * 2
+    while high - low > 1:
+        mid = (low + high) // 2
+        if estimate(c, replace(shape, batch=mid)).peak <= budget:
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+@dataclass(frozen=True)
+class Change:
+    """A change that makes the job fit, and what it costs the user."""
+
+    description: str
+    shape: TrainingShape
+    breakdown: Breakdown = field(compare=False, default=None)  # type: ignore[assignment]
+
+
+def cheapest_fit(c: CheckpointFacts, shape: TrainingShape, budget: int) -> Change | None:
+    """The least intrusive single change (in this order) after which the steady-state peak fits."""
+    candidates: list[tuple[str, TrainingShape]] = []
+    if not shape.checkpointing:
+        candidates.append(("turn on gradient checkpointing (gradient_checkpointing=True)",
+                           replace(shape, checkpointing=True)))
+    if shape.batch > 1:
+        for b in (shape.batch // 2, shape.batch // 4, 1):
+            if b >= 1:
+                candidates.append((f"per_device_train_batch_size={b} with gradient_accumulation_steps="
+                                   f"{math.ceil(shape.batch / b)} (same effective batch)", replace(shape, batch=b)))
+    if shape.optimizer in ("adamw", "adam") and not shape.lora_rank:
+        candidates.append(("an 8-bit optimizer (optim=\"adamw_bnb_8bit\")", replace(shape, optimizer="adamw-8bit")))
+    p = shape.parallelism
+    if p.gpus > 1 and p.kind in ("single", "ddp", "zero1", "zero2"):
+        candidates.append((f"DeepSpeed ZeRO-3 over the {p.gpus} GPUs",
+                           replace(shape, parallelism=replace(p, kind="zero3"), master_weights=shape.master_weights)))
+    if not shape.lora_rank:
+        candidates.append(("train LoRA adapters (peft) instead of every weight", replace(shape, lora_rank=16)))
+    if shape.quantized != "4bit":
+        candidates.append(("QLoRA: load in 4-bit (BitsAndBytesConfig(load_in_4bit=True)) and train LoRA adapters",
+                           replace(shape, quantized="4bit", lora_rank=shape.lora_rank or 16,
+                                   weight_dtype=dtypes.BFLOAT16)))
+    if shape.sequence > 256 and not c.image_size:
+        candidates.append((f"shorter sequences (max length {shape.sequence // 2})",
+                           replace(shape, sequence=shape.sequence // 2)))
+    for description, changed in candidates:
+        b = estimate(c, changed)
+        if b.peak <= budget:
+            return Change(description, changed, b)
+    return None
+
+
+def offloaded_layers(c: CheckpointFacts, shape: TrainingShape, budgets: list[int]) -> int:
+    """device_map="auto": how many blocks accelerate places on the CPU because the GPUs' budgets (max_memory,
+    else what is free) do not hold the weights."""
+    total = weights_bytes(c, shape.weight_dtype, shape.quantized)
+    room = sum(max(b - CUDA_CONTEXT_BYTES, 0) for b in budgets)
+    if total <= room or not c.layers:
+        return 0
+    per_layer = max(total // (c.layers * (2 if c.encoder_decoder else 1)), 1)
+    return min(math.ceil((total - room) / per_layer), c.layers)

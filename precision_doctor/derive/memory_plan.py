@@ -1,0 +1,193 @@
+"""The memory question for one script: which checkpoint, trained how, on which GPUs, under which parallelism;
+read from the derived setup and the facts, then estimated (derive/memory.py). What the script does not say is
+assumed, and the plan says what."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import dtypes
+from ..facts import KNOWN, CheckpointFacts, Gpu, LaunchFacts, MachineFacts, ScriptFacts, StackFacts
+from .checkpoint import checkpoint_of
+from .launch import LaunchPlan, device_map_kind
+from .memory import MIB, Breakdown, Parallelism, TrainingShape, estimate
+from .setup import Setup, decide
+
+DEFAULT_BATCH = 8  # TrainingArguments.per_device_train_batch_size
+TRL_MAX_LENGTH = 1024  # SFTConfig.max_length
+_8BIT = ("8bit", "8_bit")
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    checkpoint: CheckpointFacts
+    shape: TrainingShape
+    breakdown: Breakdown
+    budget: int  # bytes a process may use on its GPU: total minus what other processes hold
+    gpu: Gpu
+    gpus: int
+    spread_budgets: tuple[int, ...] = ()  # device_map spread: each GPU's budget (max_memory, else free)
+
+    @property
+    def headroom(self) -> float:
+        return 1 - self.breakdown.peak / self.budget if self.budget else -1.0
+
+
+def plan_memory(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack: StackFacts, launch: LaunchFacts,
+                plan: LaunchPlan) -> MemoryPlan | str:
+    """The plan, or why there is none."""
+    if setup.model_load is None:
+        return "no model load found"
+    checkpoint = checkpoint_of(setup.model_load, script)
+    if checkpoint is None or not checkpoint.parameters:
+        return "the checkpoint's size is not known"
+    if not machine.known or not machine.gpus:
+        return "no GPU on the target machine"
+    gpu = min(machine.gpus, key=lambda g: g.memory_total_mib - g.memory_used_mib)
+    budget = (gpu.memory_total_mib - gpu.memory_used_mib) * MIB
+    if budget <= 0:
+        return "the GPU's memory is not known"
+    shape = training_shape(setup, script, checkpoint, machine, stack, plan)
+    spread: tuple[int, ...] = ()
+    if shape.parallelism.kind == "device-map":
+        spread = _max_memory(setup, machine)
+    return MemoryPlan(checkpoint, shape, estimate(checkpoint, shape), budget, gpu, len(machine.gpus), spread)
+
+
+def training_shape(setup: Setup, script: ScriptFacts, c: CheckpointFacts, machine: MachineFacts,
+                   stack: StackFacts, plan: LaunchPlan) -> TrainingShape:
+    assumed: list[str] = []
+    args = setup.training_args
+    weight = setup.weights.value if setup.weights.known else (c.torch_dtype or dtypes.FLOAT32)
+    if not setup.weights.known:
+        assumed.append(f"weights in {weight} (the load's dtype is not known: {setup.weights.unknown})")
+    amp = setup.amp.value if setup.amp.known else "no"
+    compute = {"fp16": dtypes.FLOAT16, "bf16": dtypes.BFLOAT16}.get(str(amp), weight)
+    quantized = setup.quantized.value if isinstance(setup.quantized.value, str) else ""
+    lora_rank = _lora_rank(setup, script) if setup.peft.value else 0
+    batch = _int_kwarg(args, "per_device_train_batch_size", machine, stack)
+    if batch is None:
+        batch = DEFAULT_BATCH
+        assumed.append(f"batch size {batch} per GPU (" + ("TrainingArguments' default" if args is not None and
+                                                          "per_device_train_batch_size" not in args.kwargs
+                                                          else "not found in the script") + ")")
+    sequence = None
+    for name in ("max_length", "max_seq_length"):
+        sequence = sequence or _int_kwarg(args, name, machine, stack)
+    if sequence is None:
+        sequence = TRL_MAX_LENGTH if setup.trl else (512 if c.model_type in ("bert", "roberta", "deberta-v2")
+                                                     else 1024)
+        if not (c.image_size and c.patch_size):
+            assumed.append(f"sequence length {sequence} ("
+                           + ("SFTConfig's default max_length" if setup.trl else "not written in the script") + ")")
+    attn = setup.model_load.kwarg("attn_implementation") if setup.model_load else None
+    eager = bool(attn is not None and attn.state == KNOWN and attn.value == "eager") or \
+        (c.attention and "sdpa" not in c.attention and "flash_attention_2" not in c.attention)
+    parallelism, master = _parallelism(setup, script, machine, plan, weight, amp)
+    if master:
+        weight = compute if compute != dtypes.FLOAT32 else dtypes.BFLOAT16
+    return TrainingShape(weight_dtype=weight, compute_dtype=compute, quantized=quantized, lora_rank=lora_rank,
+                         adapter_dtype=setup.adapter_dtype.value or dtypes.FLOAT32, optimizer=_optimizer(setup),
+                         batch=batch, sequence=sequence, checkpointing=setup.placement.checkpointing.on,
+                         scores_materialised=bool(eager), parallelism=parallelism, master_weights=master,
+                         assumed=tuple(assumed))
+
+
+def _int_kwarg(call, name: str, machine: MachineFacts, stack: StackFacts) -> int | None:
+    if call is None:
+        return None
+    v = decide(call.kwarg(name), machine, stack)
+    return v.value if v.state == KNOWN and isinstance(v.value, int) and not isinstance(v.value, bool) else None
+
+
+def _lora_rank(setup: Setup, script: ScriptFacts) -> int:
+    for c in script.of("peft_config"):
+        v = c.kwarg("r")
+        if v.state == KNOWN and isinstance(v.value, int):
+            return v.value
+    return 8  # LoraConfig's default
+
+
+def _optimizer(setup: Setup) -> str:
+    args = setup.training_args
+    if args is not None:
+        v = args.kwarg("optim")
+        if v.state == KNOWN and isinstance(v.value, str):
+            name = v.value.lower()
+            if any(b in name for b in _8BIT):
+                return "paged-adamw-8bit" if "paged" in name else "adamw-8bit"
+            if "adafactor" in name:
+                return "adafactor"
+            if "lion" in name:
+                return "lion"
+            if "sgd" in name:
+                return "sgd"
+        return "adamw"
+    for opt in setup.optimizers:
+        name = opt.callee.rsplit(".", 1)[-1].lower()
+        if "8bit" in name:
+            return "adamw-8bit"
+        if name == "sgd":
+            momentum = opt.kwarg("momentum")
+            return "sgd-momentum" if momentum.state == KNOWN and momentum.value else "sgd"
+        if "adafactor" in name:
+            return "adafactor"
+    return "adamw"
+
+
+def _parallelism(setup: Setup, script: ScriptFacts, machine: MachineFacts, plan: LaunchPlan, weight: str,
+                 amp) -> tuple[Parallelism, bool]:
+    """How the training state is spread, and whether an fp32 master copy sits beside half weights."""
+    args = setup.training_args
+    sharded = args is not None and any(args.kwarg(k).state == KNOWN and args.kwarg(k).value
+                                       for k in ("deepspeed", "fsdp"))
+    # no launch given: a DeepSpeed / FSDP job is launched on every visible GPU
+    processes = plan.processes or (len(machine.gpus) if sharded else 1)
+    if args is not None:
+        ds = args.kwarg("deepspeed")
+        cfg = script.deepspeed_configs.get(ds.value) if ds.state == KNOWN and isinstance(ds.value, str) else None
+        if isinstance(ds.value, dict):
+            cfg = ds.value
+        if cfg:
+            zero = cfg.get("zero_optimization") or {}
+            stage = zero.get("stage") if isinstance(zero.get("stage"), int) else 0
+            offload_opt = (zero.get("offload_optimizer") or {}).get("device") in ("cpu", "nvme")
+            offload_par = (zero.get("offload_param") or {}).get("device") in ("cpu", "nvme")
+            kind = f"zero{stage}" if stage else "ddp"
+            return Parallelism(processes, kind, offload_opt, offload_par), amp in ("fp16", "bf16")
+        fsdp = args.kwarg("fsdp")
+        if fsdp.state == KNOWN and isinstance(fsdp.value, str) and fsdp.value:
+            kind = ("fsdp-hybrid" if "hybrid" in fsdp.value else "fsdp-grad-op" if "grad_op" in fsdp.value
+                    else "fsdp-full")
+            return Parallelism(processes, kind, offload_params="offload" in fsdp.value,
+                               gpus_per_node=len(machine.gpus)), False
+    if setup.model_load is not None and device_map_kind(setup.model_load.kwarg("device_map")) == "spread" \
+            and processes == 1:
+        return Parallelism(len(machine.gpus), "device-map"), False
+    return Parallelism(processes, "ddp" if processes > 1 else "single"), False
+
+
+def _max_memory(setup: Setup, machine: MachineFacts) -> tuple[int, ...]:
+    """Each GPU's budget for device_map: max_memory={0: "20GiB", ...} where written, else what is free."""
+    free = [(g.memory_total_mib - g.memory_used_mib) * MIB for g in machine.gpus]
+    v = setup.model_load.kwarg("max_memory") if setup.model_load else None
+    if v is None or v.state != KNOWN or not isinstance(v.value, dict):
+        return tuple(int(f * 0.9) for f in free)  # accelerate keeps about a tenth free for activations
+    out = []
+    for i, f in enumerate(free):
+        limit = v.value.get(i, v.value.get(str(i)))
+        out.append(min(f, _size(limit)) if limit is not None else 0)
+    return tuple(out)
+
+
+def _size(text) -> int:
+    if isinstance(text, int):
+        return text
+    s = str(text).strip().upper().replace(" ", "")
+    for unit, mult in (("GIB", 1024 ** 3), ("MIB", 1024 ** 2), ("GB", 10 ** 9), ("MB", 10 ** 6)):
+        if s.endswith(unit):
+            try:
+                return int(float(s[:-len(unit)]) * mult)
+            except ValueError:
+                return 0
+    return 0

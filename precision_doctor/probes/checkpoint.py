@@ -1,0 +1,223 @@
+"""What the checkpoint a script loads is: its shape, stored dtype and attention support.
+
+Looked up, in order, in a local directory's config.json, the Hugging Face cache on this machine (read offline:
+nothing is downloaded), and the table shipped with the doctor (data/checkpoints.json, one row per popular open
+checkpoint with the reference it was written from); else unknown, with the reason. Every read goes through
+sources.py, and only the config keys the rules use are kept (redact.MODEL_CONFIG_KEYS).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+from .. import dtypes
+from ..facts import KNOWN, Call, CheckpointFacts, CheckpointSource
+from ..families import ARCHITECTURE_SHAPES, attention_support
+from ..redact import MODEL_CONFIG_KEYS, keep_read_keys
+from ..sources import Unreadable, is_regular_file, read_text_bounded
+
+MAX_SNAPSHOTS = 8  # revisions of one model in the cache: the newest config is read
+_BYTES = {dtypes.FLOAT32: 4, dtypes.FLOAT16: 2, dtypes.BFLOAT16: 2}
+
+
+def model_ids(calls: list[Call] | tuple[Call, ...]) -> list[str]:
+    """The model ids / paths the script's model loads name, as resolved by the script probe."""
+    out = []
+    for call in calls:
+        if call.kind != "model_load":
+            continue
+        source = call.args[0] if call.args else call.kwarg("pretrained_model_name_or_path")
+        if source.state == KNOWN and isinstance(source.value, str) and source.value:
+            out.append(source.value)
+    return list(dict.fromkeys(out))
+
+
+def probe_checkpoints(script: Path, calls, environ: Mapping[str, str] | None = None) -> dict[str, CheckpointFacts]:
+    environ = os.environ if environ is None else environ
+    return {mid: checkpoint_facts(mid, (script.parent, Path.cwd()), environ) for mid in model_ids(calls)}
+
+
+def checkpoint_facts(model_id: str, bases: tuple[Path, ...], environ: Mapping[str, str]) -> CheckpointFacts:
+    for base in bases:
+        folder = base / model_id
+        cfg = _read_json(folder / "config.json")
+        if cfg is not None:
+            return from_config(model_id, CheckpointSource.LOCAL, os.path.relpath(folder / "config.json"), cfg,
+                               _index_total(folder))
+    found = _from_cache(model_id, environ)
+    if found is not None:
+        return found
+    row = shipped_table().get(model_id) or shipped_table().get(model_id.lower())
+    if row is not None:
+        return _from_row(model_id, row)
+    return CheckpointFacts(model_id, CheckpointSource.UNKNOWN,
+                           "no config.json next to the script, not in the Hugging Face cache on this machine, not "
+                           "in the doctor's table of popular checkpoints")
+
+
+def hub_cache_dir(environ: Mapping[str, str]) -> Path:
+    """Where huggingface_hub keeps downloads: HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub."""
+    if environ.get("HF_HUB_CACHE"):
+        return Path(environ["HF_HUB_CACHE"]).expanduser()
+    if environ.get("HF_HOME"):
+        return Path(environ["HF_HOME"]).expanduser() / "hub"
+    xdg = environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "huggingface" / "hub"
+
+
+def _from_cache(model_id: str, environ: Mapping[str, str]) -> CheckpointFacts | None:
+    if model_id.count("/") > 1 or model_id.startswith((".", "/")):
+        return None  # a path, not a hub id
+    snapshots = hub_cache_dir(environ) / ("models--" + model_id.replace("/", "--")) / "snapshots"
+    try:
+        entries = sorted(os.scandir(snapshots), key=lambda e: e.stat().st_mtime, reverse=True)[:MAX_SNAPSHOTS]
+    except OSError:
+        return None
+    for entry in entries:
+        folder = Path(entry.path)
+        cfg = _read_json(folder / "config.json")
+        if cfg is not None:
+            return from_config(model_id, CheckpointSource.HF_CACHE, str(folder / "config.json"), cfg,
+                               _index_total(folder))
+    return None
+
+
+def _read_json(path: Path) -> dict | None:
+    if not is_regular_file(path):
+        return None
+    try:
+        data = json.loads(read_text_bounded(path))
+    except (Unreadable, ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _index_total(folder: Path) -> int | None:
+    index = _read_json(folder / "model.safetensors.index.json")
+    total = ((index or {}).get("metadata") or {}).get("total_size")
+    return int(total) if isinstance(total, (int, float)) and total > 0 else None
+
+
+# --- a config.json as facts ---------------------------------------------------------------------------------
+
+_ALIASES = {
+    "hidden_size": ("hidden_size", "n_embd", "d_model", "dim"),
+    "layers": ("num_hidden_layers", "n_layer", "num_layers", "decoder_layers", "n_layers"),
+    "intermediate_size": ("intermediate_size", "n_inner", "d_ff", "ffn_dim", "decoder_ffn_dim", "hidden_dim"),
+    "heads": ("num_attention_heads", "n_head", "num_heads", "decoder_attention_heads", "n_heads"),
+    "kv_heads": ("num_key_value_heads", "num_kv_heads", "n_head_kv"),
+    "head_dim": ("head_dim", "d_kv"),
+    "vocab_size": ("vocab_size",),
+    "experts": ("num_local_experts", "num_experts", "n_routed_experts"),
+    "experts_per_token": ("num_experts_per_tok", "moe_topk"),
+    "image_size": ("image_size",),
+    "patch_size": ("patch_size",),
+}
+
+
+def _pick(cfg: dict, names: tuple[str, ...]) -> int | None:
+    for name in names:
+        v = cfg.get(name)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
+def from_config(model_id: str, source: CheckpointSource, detail: str, raw: dict,
+                weights_bytes: int | None = None) -> CheckpointFacts:
+    """Facts from a config.json (any family's spelling of the same fields; multimodal ones by their text
+    model). Only the keys rules use are read."""
+    cfg = keep_read_keys(raw, MODEL_CONFIG_KEYS)
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    merged = {**cfg, **{k: v for k, v in text.items() if v is not None}}
+    dims = {field: _pick(merged, names) for field, names in _ALIASES.items()}
+    model_type = str(text.get("model_type") or cfg.get("model_type") or "")
+    if dims["kv_heads"] is None and dims["heads"]:
+        multi_query = merged.get("multi_query") is True and not merged.get("new_decoder_architecture")
+        dims["kv_heads"] = 1 if multi_query else dims["heads"]
+    if dims["intermediate_size"] is None and dims["hidden_size"]:
+        dims["intermediate_size"] = 4 * dims["hidden_size"]  # GPT-2, BLOOM, Falcon: n_inner None means 4 * hidden
+    tied = merged.get("tie_word_embeddings")
+    tied = tied if isinstance(tied, bool) else True  # PretrainedConfig's default
+    stored = dtypes.from_string(cfg.get("dtype") or cfg.get("torch_dtype") or text.get("dtype")
+                                or text.get("torch_dtype"))
+    torch_dtype = stored if stored and stored != dtypes.AUTO else ""
+    archs = cfg.get("architectures")
+    facts = CheckpointFacts(
+        model_id=model_id, source=source, detail=detail,
+        architecture=archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else "",
+        model_type=model_type, tied_embeddings=tied, torch_dtype=torch_dtype,
+        attention=attention_support(model_type), encoder_decoder=cfg.get("is_encoder_decoder") is True,
+        weights_bytes=weights_bytes, **dims)
+    params = None
+    if weights_bytes and torch_dtype in _BYTES:
+        params = weights_bytes // _BYTES[torch_dtype]
+    return _with_parameters(facts, params)
+
+
+def _with_parameters(facts: CheckpointFacts, params: int | None) -> CheckpointFacts:
+    from dataclasses import replace
+
+    return replace(facts, parameters=params if params else count_parameters(facts))
+
+
+def count_parameters(c: CheckpointFacts) -> int | None:
+    """Parameters from the config's dimensions, for the families whose blocks are known (families.py);
+    None for others (the table or the safetensors index gives them)."""
+    shape = ARCHITECTURE_SHAPES.get(c.model_type)
+    h, layers, inter, heads, vocab = c.hidden_size, c.layers, c.intermediate_size, c.heads, c.vocab_size
+    if shape is None or not all((h, layers, inter, heads, vocab)):
+        return None
+    head_dim = c.head_dim or h // heads
+    q, kv = heads * head_dim, (c.kv_heads or heads) * head_dim
+    bias = shape["bias"]
+    attention = h * q + 2 * h * kv + q * h
+    if bias in ("qkv", "all"):
+        attention += q + 2 * kv + (h if bias == "all" else 0)
+    if shape.get("qk_norm"):
+        attention += 2 * head_dim
+    mlp = (3 if shape["gated"] else 2) * h * inter + (inter + h if bias == "all" else 0)
+    if c.experts:
+        mlp = mlp * c.experts + h * c.experts
+    norm = h if shape["norm"] == "rms" else 2 * h
+    norms = (1 if shape.get("parallel") else 2) + shape.get("extra_norms", 0)
+    per_layer = attention + mlp + norms * norm
+    total = layers * per_layer + vocab * h + norm
+    if shape.get("pooler"):
+        total += h * h + h + 2 * h  # the pooler, and two token-type embeddings
+    if not c.tied_embeddings:
+        total += vocab * h
+    return total
+
+
+# --- the shipped table ----------------------------------------------------------------------------------------
+
+@lru_cache(maxsize=1)
+def shipped_table() -> dict[str, dict[str, Any]]:
+    """model id -> row, from data/checkpoints.json (ids are matched as written, then lower-cased)."""
+    path = Path(__file__).resolve().parent.parent / "data" / "checkpoints.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    rows: dict[str, dict] = {}
+    for row in data["checkpoints"]:
+        for mid in [row["id"], *row.get("aliases", ())]:
+            rows[mid] = row
+            rows.setdefault(mid.lower(), row)
+    return rows
+
+
+def _from_row(model_id: str, row: dict) -> CheckpointFacts:
+    fields = {k: row[k] for k in ("architecture", "model_type", "parameters", "layers", "hidden_size",
+                                  "intermediate_size", "heads", "kv_heads", "head_dim", "vocab_size",
+                                  "tied_embeddings", "torch_dtype", "experts", "experts_per_token",
+                                  "encoder_decoder", "image_size", "patch_size") if k in row}
+    facts = CheckpointFacts(model_id, CheckpointSource.TABLE, f"the doctor's table ({row['source']})",
+                            attention=attention_support(row.get("model_type", "")), **fields)
+    if facts.kv_heads is None and facts.heads:
+        from dataclasses import replace
+
+        facts = replace(facts, kv_heads=facts.heads)
+    return facts if facts.parameters else _with_parameters(facts, None)

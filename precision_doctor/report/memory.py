@@ -1,0 +1,96 @@
+"""`precision-doctor memory`: the per-GPU memory breakdown of each script, as a table or as JSON."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from ..derive import derive
+from ..derive.checkpoint import checkpoint_of, describe_source
+from ..derive.memory import GIB, cheapest_fit, largest_batch, offloaded_layers
+from ..derive.memory_plan import MemoryPlan, plan_memory
+from ..facts import Facts
+from ..redact import markup, redact_data
+
+SCHEMA_VERSION = 1
+
+
+def memory_report(facts: Facts) -> list[dict]:
+    """One entry per script: the plan's figures in bytes, or why there is none."""
+    derived = derive(facts)
+    out = []
+    for script in facts.scripts:
+        setup = derived.setups[script.path]
+        m = plan_memory(setup, script, facts.machine, facts.stack, facts.launch, derived.plan)
+        entry: dict = {"path": script.path}
+        checkpoint = checkpoint_of(setup.model_load, script)
+        if checkpoint is not None:
+            entry["checkpoint"] = {k: v for k, v in asdict(checkpoint).items() if v not in (None, "", ())}
+        if not isinstance(m, MemoryPlan):
+            entry["unknown"] = m
+            out.append(entry)
+            continue
+        b = m.breakdown
+        verdict = ("will not fit at load" if b.at_load > m.budget else "will not fit at the first forward"
+                   if b.at_forward > m.budget else "will not fit at the first optimizer step"
+                   if b.at_step > m.budget or b.peak > m.budget else "fits")
+        if m.shape.parallelism.kind == "device-map":
+            n = offloaded_layers(m.checkpoint, m.shape, list(m.spread_budgets))
+            verdict = f"device_map offloads {n} layers to the CPU" if n else "fits"
+        change = cheapest_fit(m.checkpoint, m.shape, m.budget) if verdict != "fits" else None
+        entry.update({
+            "gpu": m.gpu.name, "gpus": m.gpus, "parallelism": asdict(m.shape.parallelism),
+            "shape": {k: v for k, v in asdict(m.shape).items() if k not in ("parallelism", "assumed")},
+            "assumed": list(m.shape.assumed),
+            "per_gpu_bytes": {**dict(b.rows()), "peak": b.peak},
+            "budget_bytes": m.budget, "headroom": round(m.headroom, 4), "verdict": verdict,
+            "largest_batch_that_fits": largest_batch(m.checkpoint, m.shape, m.budget),
+            "cheapest_change": change.description if change else None,
+        })
+        out.append(entry)
+    return out
+
+
+def render_json(facts: Facts) -> str:
+    return json.dumps(redact_data({"version": SCHEMA_VERSION, "scripts": memory_report(facts)}), indent=2)
+
+
+def render_text(facts: Facts, console) -> None:
+    from rich.table import Table
+
+    for entry in memory_report(facts):
+        console.print(f"[bold]{markup(entry['path'])}[/bold]")
+        c = entry.get("checkpoint")
+        if c:
+            params = f"{c['parameters'] / 1e9:.2f}B parameters" if c.get("parameters") else "size unknown"
+            console.print(f"  model  {markup(c['model_id'])}: {markup(c.get('architecture') or c.get('model_type'))}, "
+                          f"{params}, stored in {c.get('torch_dtype') or '?'} ({markup(_source(c))})")
+        if "unknown" in entry:
+            console.print(f"  no estimate: {markup(entry['unknown'])}\n")
+            continue
+        s, p = entry["shape"], entry["parallelism"]
+        console.print(f"  setup  weights {s['weight_dtype']}{' ' + s['quantized'] if s['quantized'] else ''}, "
+                      f"{'LoRA r=' + str(s['lora_rank']) if s['lora_rank'] else 'full fine-tune'}, "
+                      f"optimizer {s['optimizer']}, batch {s['batch']} x {s['sequence']} tokens, "
+                      f"checkpointing {'on' if s['checkpointing'] else 'off'}, {p['kind']} over {p['gpus']} GPU(s)")
+        table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+        table.add_column("per GPU")
+        table.add_column("GiB", justify="right")
+        for name, value in entry["per_gpu_bytes"].items():
+            table.add_row(name, f"{value / GIB:.2f}")
+        table.add_row(f"available on {markup(entry['gpu'])}", f"{entry['budget_bytes'] / GIB:.2f}")
+        console.print(table)
+        console.print(f"  verdict  {entry['verdict']} (headroom {entry['headroom']:.0%}); largest "
+                      f"per_device_train_batch_size that fits: {entry['largest_batch_that_fits']}")
+        if entry["cheapest_change"]:
+            console.print(f"  cheapest change  {markup(entry['cheapest_change'])}")
+        for a in entry["assumed"]:
+            console.print(f"  assumed  {markup(a)}")
+        console.print()
+
+
+def _source(c: dict) -> str:
+    from ..facts import CheckpointSource, _from_jsonable, CheckpointFacts
+
+    facts = _from_jsonable(CheckpointFacts, {**c, "source": CheckpointSource(c["source"])})
+    return describe_source(facts).split(" (", 1)[1].rstrip(")")

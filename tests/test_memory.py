@@ -1,0 +1,256 @@
+"""Checkpoint facts and the memory preflight: sources in order, the estimator against accelerate's and DeepSpeed's
+own formulas, against measured tensors, and the `memory` command."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from precision_doctor.derive.memory import (GIB, Parallelism, TrainingShape, estimate, largest_batch,
+                                            offloaded_layers, weights_bytes)
+from precision_doctor.facts import CheckpointSource
+from precision_doctor.probes.checkpoint import checkpoint_facts, count_parameters, from_config, shipped_table
+
+ROOT = Path(__file__).resolve().parent.parent
+LLAMA_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+                "intermediate_size": 688, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
+                "vocab_size": 1000, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+                "hub_token": "hf_abcdefghijklmnopqrstuvwxyz0123456789"}
+
+
+def _cache(tmp_path: Path, model_id: str, config: dict) -> dict:
+    snap = tmp_path / "hub" / ("models--" + model_id.replace("/", "--")) / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps(config))
+    return {"HF_HUB_CACHE": str(tmp_path / "hub")}
+
+
+# --- where checkpoint facts come from ---------------------------------------------------------------------
+
+def test_local_config_beats_cache_and_table(tmp_path):
+    local = tmp_path / "meta-llama" / "Llama-2-7b-hf"
+    local.mkdir(parents=True)
+    (local / "config.json").write_text(json.dumps(LLAMA_CONFIG))
+    (local / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 2_000_000}}))
+    c = checkpoint_facts("meta-llama/Llama-2-7b-hf", (tmp_path,), {"HF_HUB_CACHE": str(tmp_path / "none")})
+    assert c.source == CheckpointSource.LOCAL and c.hidden_size == 256 and c.kv_heads == 2
+    assert c.parameters == 1_000_000  # the index's total size over bf16's two bytes
+    assert c.torch_dtype == "bfloat16"
+
+
+def test_hf_cache_read_offline_before_the_table(tmp_path):
+    env = _cache(tmp_path, "meta-llama/Llama-2-7b-hf", LLAMA_CONFIG)
+    c = checkpoint_facts("meta-llama/Llama-2-7b-hf", (tmp_path / "elsewhere",), env)
+    assert c.source == CheckpointSource.HF_CACHE and c.layers == 4
+    assert c.parameters == count_parameters(c)  # no index in the cache: counted from the config
+
+
+def test_hf_home_is_the_cache_fallback(tmp_path):
+    env = _cache(tmp_path, "org/tiny", LLAMA_CONFIG)
+    env = {"HF_HOME": str(tmp_path)}  # HF_HOME/hub
+    assert checkpoint_facts("org/tiny", (), env).source == CheckpointSource.HF_CACHE
+
+
+def test_table_then_unknown(tmp_path):
+    env = {"HF_HUB_CACHE": str(tmp_path)}
+    c = checkpoint_facts("meta-llama/Llama-3.2-1B", (), env)
+    assert c.source == CheckpointSource.TABLE and c.torch_dtype == "bfloat16" and c.tied_embeddings is True
+    assert "huggingface.co/meta-llama/Llama-3.2-1B" in c.detail
+    assert checkpoint_facts("someone/private-model", (), env).source == CheckpointSource.UNKNOWN
+
+
+def test_only_the_config_keys_rules_use_are_kept():
+    c = from_config("x", CheckpointSource.LOCAL, "config.json", LLAMA_CONFIG)
+    assert "hf_" not in json.dumps(c.__dict__, default=str)
+
+
+def test_every_table_row_has_a_source_and_a_consistent_size():
+    rows = {r["id"]: r for r in shipped_table().values()}
+    assert len(rows) >= 60
+    for row in rows.values():
+        assert row["source"].startswith("https://huggingface.co/"), row["id"]
+        assert row.get("torch_dtype") in ("float32", "float16", "bfloat16"), row["id"]
+    for mid in ("meta-llama/Llama-2-7b-hf", "mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen2.5-7B", "google/gemma-2-9b",
+                "openai-community/gpt2", "google-bert/bert-base-uncased"):
+        c = checkpoint_facts(mid, (), {"HF_HUB_CACHE": "/nonexistent"})
+        assert abs(count_parameters(c) / c.parameters - 1) < 0.01, mid  # the row's count and its dimensions agree
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2", "bert", "mistral"])
+def test_parameter_count_from_config_matches_transformers(arch):
+    transformers = pytest.importorskip("transformers")
+    dims = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=300)
+    extra = {"gpt2": dict(n_inner=256, n_positions=8), "bert": dict(intermediate_size=256, max_position_embeddings=8)}
+    cfg = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config, "gpt2": transformers.GPT2Config,
+           "bert": transformers.BertConfig, "mistral": transformers.MistralConfig}[arch](
+        **dims, **extra.get(arch, dict(intermediate_size=256, num_key_value_heads=2, tie_word_embeddings=False)))
+    model = transformers.AutoModel.from_config(cfg) if arch == "bert" else \
+        transformers.AutoModelForCausalLM.from_config(cfg)
+    real = sum(p.numel() for p in model.parameters())
+    counted = count_parameters(from_config(arch, CheckpointSource.LOCAL, "", cfg.to_dict()))
+    assert abs(counted / real - 1) < 0.03  # learned position embeddings (GPT-2, BERT) are not counted
+
+
+# --- the estimator on accelerate's and DeepSpeed's own terms ----------------------------------------------
+
+def _tiny_llama():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(**{k: v for k, v in LLAMA_CONFIG.items() if k not in ("architectures",
+                                                                                         "hub_token")})
+    return cfg, from_config("tiny", CheckpointSource.LOCAL, "", cfg.to_dict())
+
+
+def test_weights_match_accelerate_estimate_memory():
+    accelerate_utils = pytest.importorskip("accelerate.utils")
+    import accelerate
+
+    cfg, facts = _tiny_llama()
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    with accelerate.init_empty_weights():
+        model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    total, _ = accelerate_utils.calculate_maximum_sizes(model)  # fp32 bytes, as `accelerate estimate-memory`
+    facts = replace(facts, parameters=sum(p.numel() for p in model.parameters()))
+    buffers = sum(b.numel() * 4 for b in model.buffers())  # accelerate counts the rotary buffer too
+    assert weights_bytes(facts, "float32") + buffers == total
+    assert weights_bytes(facts, "bfloat16") == (total - buffers) // 2
+    # accelerate's fp32 training row: model, gradients, and Adam's two states
+    fp32 = estimate(facts, TrainingShape(batch=1, sequence=1))
+    assert fp32.weights + fp32.gradients + fp32.optimizer == 4 * (total - buffers)
+
+
+def _zero2_gpu(params, gpus, offload):  # DeepSpeed stage_1_and_2.estimate_zero2_model_states_mem_needs, GPU side
+    return 2 * params if offload else 4 * params + int(16 * params / gpus)
+
+
+def _zero3_gpu(params, largest, gpus, offload_opt, offload_params):  # stage3.estimate_zero3_..., GPU side
+    if offload_opt and offload_params:
+        return 4 * largest
+    if offload_opt:
+        return 4 * largest + int(2 * params / gpus)
+    return 4 * largest + int(18 * params / gpus)
+
+
+def test_model_states_match_deepspeed_zero2():
+    facts = checkpoint_facts("meta-llama/Llama-2-7b-hf", (), {"HF_HUB_CACHE": "/nonexistent"})
+    for gpus in (1, 4, 8):
+        shape = TrainingShape(weight_dtype="bfloat16", compute_dtype="bfloat16", master_weights=True,
+                              parallelism=Parallelism(gpus, "zero2"), batch=1)
+        b = estimate(facts, shape)
+        states = b.weights + b.gradients + b.optimizer + b.master
+        assert abs(states / _zero2_gpu(facts.parameters, gpus, False) - 1) < 0.01
+        off = estimate(facts, replace(shape, parallelism=Parallelism(gpus, "zero2", offload_optimizer=True)))
+        assert off.weights + off.gradients + off.optimizer + off.master == _zero2_gpu(facts.parameters, gpus, True)
+
+
+def test_model_states_match_deepspeed_zero3():
+    facts = checkpoint_facts("meta-llama/Llama-2-7b-hf", (), {"HF_HUB_CACHE": "/nonexistent"})
+    largest = facts.vocab_size * facts.hidden_size  # the embedding
+    for gpus in (2, 8):
+        shape = TrainingShape(weight_dtype="bfloat16", compute_dtype="bfloat16", master_weights=True,
+                              parallelism=Parallelism(gpus, "zero3"), batch=1)
+        b = estimate(facts, shape)
+        ours = b.weights + b.gradients + b.optimizer + b.master
+        assert abs(ours / _zero3_gpu(facts.parameters, largest, gpus, False, False) - 1) < 0.02
+
+
+# --- the estimator against measured tensors ---------------------------------------------------------------
+
+def test_components_within_tolerance_of_measured():
+    pytest.importorskip("transformers")
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import memory_accuracy as bench
+
+    cases = [bench.Case("llama", 2, 32), bench.Case("gpt2", 1, 48), bench.Case("llama", 2, 32, checkpointing=True),
+             bench.Case("llama", 2, 32, lora=8)]
+    for case, measured, estimated in bench.compare(cases):
+        for part in ("weights", "gradients", "optimizer", "activations"):
+            assert abs(estimated[part] / measured[part] - 1) <= bench.TOLERANCE, (case, part)
+
+
+# --- what the user sees ----------------------------------------------------------------------------------
+
+def test_larger_batch_and_checkpointing_move_the_verdict():
+    facts = checkpoint_facts("meta-llama/Meta-Llama-3-8B", (), {"HF_HUB_CACHE": "/nonexistent"})
+    shape = TrainingShape(weight_dtype="bfloat16", compute_dtype="bfloat16", optimizer="adamw-8bit", batch=32)
+    budget = 80 * GIB
+    assert estimate(facts, shape).peak > budget
+    fits = largest_batch(facts, shape, budget)
+    assert 0 < fits < 32 and estimate(facts, replace(shape, batch=fits)).peak <= budget
+    assert estimate(facts, replace(shape, checkpointing=True)).activations < estimate(facts, shape).activations / 5
+
+
+def test_device_map_offload_counts_layers():
+    facts = checkpoint_facts("Qwen/Qwen2.5-32B", (), {"HF_HUB_CACHE": "/nonexistent"})
+    shape = TrainingShape(weight_dtype="bfloat16")
+    assert offloaded_layers(facts, shape, [80 * GIB]) == 0
+    n = offloaded_layers(facts, shape, [40 * GIB])
+    assert 20 < n < facts.layers
+
+
+def _memory(tmp_path, code: str, *args: str):
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    env = {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub"), "PATH": "/usr/bin"}
+    return subprocess.run([sys.executable, "-m", "precision_doctor", "memory", str(script), *args],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+
+
+_SCRIPT = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+           "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-2-7b-hf')\n"
+           "args = TrainingArguments('out', bf16=True, per_device_train_batch_size=2)\n"
+           "Trainer(model=model, args=args).train()\n")
+
+
+def test_memory_command_json(tmp_path):
+    done = _memory(tmp_path, _SCRIPT, "--target", "a100:4", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    entry = json.loads(done.stdout)["scripts"][0]
+    assert entry["checkpoint"]["source"] == "table" and entry["gpus"] == 4
+    # no dtype on transformers 5: the checkpoint's float16; fp32 Adam state would not fit an A100 beside it
+    assert entry["shape"]["weight_dtype"] == "float16"
+    assert entry["per_gpu_bytes"]["weights"] == 2 * 6738415616
+    assert any("sequence length" in a for a in entry["assumed"])
+
+
+def test_memory_command_table_and_bad_input(tmp_path):
+    done = _memory(tmp_path, _SCRIPT, "--target", "t4")
+    assert done.returncode == 0 and "will not fit" in done.stdout and "weights" in done.stdout
+    bad = _memory(tmp_path, _SCRIPT, "--target", "no-such-gpu")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+def _check_ids(tmp_path, code: str, env_extra: dict | None = None) -> set[str]:
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    env = {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub"), "PATH": "/usr/bin",
+           **(env_extra or {})}
+    done = subprocess.run([sys.executable, "-m", "precision_doctor", "check", str(script), "--target", "a100",
+                           "--format", "json", "--fail-on", "never"], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return {f["id"] for f in json.loads(done.stdout)["findings"]}
+
+
+_NO_DTYPE = ("from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+             "model = AutoModelForCausalLM.from_pretrained('{model}')\n"
+             "Trainer(model=model, args=TrainingArguments('o', {flag}=True)).train()\n")
+
+
+def test_checkpoint_dtype_from_the_table_decides_the_precision_rules(tmp_path):
+    # transformers 5 loads Llama-3.2-1B in its stored bf16: fp16 AMP's scaler cannot unscale bf16 gradients
+    assert {"PD202", "PD211"} <= _check_ids(tmp_path, _NO_DTYPE.format(model="meta-llama/Llama-3.2-1B", flag="fp16"))
+    # gemma-2-2b is stored in fp32: nothing implicit to warn about
+    assert "PD211" not in _check_ids(tmp_path, _NO_DTYPE.format(model="google/gemma-2-2b", flag="bf16"))
+
+
+def test_family_from_the_cached_config(tmp_path):
+    env = _cache(tmp_path, "acme/house-model", {**LLAMA_CONFIG, "model_type": "gemma2"})
+    code = _NO_DTYPE.format(model="acme/house-model", flag="fp16")
+    assert "PD210" in _check_ids(tmp_path, code, env)  # fp16 on a family that overflows it, known by model_type
