@@ -466,6 +466,7 @@ def main(argv: list[str] | None = None) -> int:
         split = args.index("--")
         args, script_args = args[:split], tuple(args[split + 1:])
     parser = build_parser()
+    opts = None
     try:
         opts = parser.parse_args(args)
         if opts.command == "check":
@@ -493,7 +494,9 @@ def main(argv: list[str] | None = None) -> int:
         print("precision-doctor: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
-        return EXIT_OK
+        # the reader went away: keep the verdict. `fix --diff` was writing a patch, so there is one (exit 1)
+        _detach_stdout()
+        return EXIT_FINDINGS if getattr(opts, "command", "") == "fix" and getattr(opts, "diff", False) else EXIT_OK
     except Exception as exc:  # noqa: BLE001 - one line, never a traceback
         print(f"precision-doctor: internal error: {type(exc).__name__}: {exc} "
               f"(please report it with the command you ran)", file=sys.stderr)

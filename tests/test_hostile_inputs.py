@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -250,6 +251,14 @@ def test_a_closed_output_pipe_never_turns_a_failing_gate_into_a_pass(script, fmt
 def test_a_closed_output_pipe_on_a_clean_run_is_0(script):
     proc = shell(f"DOCTOR check {script} --target t4 --format json | true", script.parent)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_patch_into_a_closed_pipe_is_still_1(tmp_path):
+    """`fix --diff` exits 1 when there is a patch; a reader that stops early does not make it 0."""
+    for name in ("train.py", "model_utility_configs.py"):
+        shutil.copy(ROOT / "fixtures/seed001_titan_fp16/buggy" / name, tmp_path / name)
+    proc = shell("DOCTOR fix train.py --target titan-rtx --diff --unsafe | true", tmp_path)
+    assert proc.returncode == 1, proc.stderr
 
 
 def test_explain_into_a_closed_pipe_is_0_as_documented(tmp_path):
