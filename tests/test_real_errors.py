@@ -171,3 +171,31 @@ def test_declared_errors_are_in_the_installed_library_source(rule_id, module):
     flat = _re.sub(r'"\s*\n\s*(f?)"', "", source)  # join implicitly concatenated string literals
     message = declared(rule_id).split(" Please ")[0].split("{{")[0]
     assert message[:60] in flat, f"{rule_id}: {message[:60]!r} not in {module}"
+
+
+@pytest.mark.parametrize("model_type,cls,config,impl", [
+    ("t5", "T5ForConditionalGeneration", dict(d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8, vocab_size=64),
+     "flash_attention_2"),
+    ("gemma2", "Gemma2ForCausalLM", dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                          num_attention_heads=2, num_key_value_heads=1, head_dim=8, vocab_size=64),
+     "sdpa"),
+])
+def test_pd218_an_unsupported_attention_kernel_is_refused_at_load(run_check, model_type, cls, config, impl):
+    from precision_doctor.families import attention_support
+
+    klass = getattr(transformers, cls)
+    cfg = klass.config_class(**config)
+    with pytest.raises(ValueError) as err:
+        klass._from_config(cfg, attn_implementation=impl)
+    assert str(err.value).startswith(f"{cls} does not support")
+    # the shipped support table agrees with the installed class's own declaration
+    assert bool(getattr(klass, "_supports_flash_attn" if impl.startswith("flash") else "_supports_sdpa")) is False
+    assert impl not in attention_support(model_type)
+    model_id = {"t5": "google/flan-t5-base", "gemma2": "google/gemma-2-2b"}[model_type]
+    loader = "AutoModelForSeq2SeqLM" if model_type == "t5" else "AutoModelForCausalLM"
+    code = (f"import torch\nfrom transformers import {loader}, Trainer, TrainingArguments\n"
+            f"model = {loader}.from_pretrained('{model_id}', dtype=torch.bfloat16, attn_implementation='{impl}')\n"
+            "Trainer(model=model, args=TrainingArguments('o', bf16=True)).train()\n")
+    result, _ = run_check(code, target="a100", versions={"transformers": transformers.__version__})
+    hit = [f for f in result.findings if f.rule_id == "PD218"]
+    assert hit and hit[0].severity == "error" and cls.split("For")[0] in hit[0].message + hit[0].error

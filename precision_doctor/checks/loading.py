@@ -1,15 +1,19 @@
-"""Loading and construction APIs: renamed keywords, and attention kernels against the weights' dtype
-(PD214-PD216)."""
+"""Loading and construction APIs: renamed keywords, and attention kernels against the weights' dtype and the
+architecture (PD214-PD216, PD218)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .. import dtypes
 from ..derive import Setup, call_evidence, decide, evidence_of
+from ..derive.checkpoint import checkpoint_of, describe_source
+from ..families import ALL_ATTENTION
 from ..registry import Example, LogSignature, rule
 from ..facts import KNOWN, MachineFacts, ScriptFacts, StackFacts, VersionSource
 from ..findings import Applicability, Draft, Edit, Fix
 from ..probes.stack import at_least
-from ._common import native_bf16, weights_source_edit
+from ._common import literal_edit, native_bf16, present, weights_source_edit
 
 _HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
 
@@ -74,13 +78,13 @@ _FLASH = ("flash_attention_2", "flash_attention_3")
                 "attn_implementation='sdpa')\nTrainer(model=model, args=TrainingArguments('o')).train()\n"),
     ],
 )
-def flash_attn_fp32_weights(setup: Setup, machine: MachineFacts, stack: StackFacts):
+def flash_attn_fp32_weights(script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts):
     load = setup.model_load
     if load is None or not setup.trains or setup.weights.value != dtypes.FLOAT32:
         return
     impl = decide(load.kwarg("attn_implementation"), machine, stack)
-    if impl.state != KNOWN or impl.value not in _FLASH:
-        return
+    if impl.state != KNOWN or impl.value not in _FLASH or _unsupported(script, setup, str(impl.value), stack):
+        return  # an architecture without the kernel fails at load instead: PD218
     autocast = setup.amp.value in ("fp16", "bf16", "autocast")
     target = "torch.bfloat16" if native_bf16(machine) is not False else "torch.float16"
     edit = weights_source_edit(setup, target)
@@ -93,6 +97,80 @@ def flash_attn_fp32_weights(setup: Setup, machine: MachineFacts, stack: StackFac
                        "dype in the model is torch.float32." if autocast else ""),
                 fix=Fix(f"load with dtype={target}" + ("" if autocast else " or wrap the forward in torch.autocast"),
                         applicability=Applicability.UNSAFE, edits=(edit,) if edit else ()))
+
+
+def _unsupported(script: ScriptFacts, setup: Setup, impl: str, stack: StackFacts):
+    """The checkpoint's architecture, when it is known not to implement `impl` on this transformers (the support
+    table is read from transformers 5.x's modeling files: `_supports_sdpa`, `_supports_flash_attn`)."""
+    if not at_least(stack, "transformers", "5.0"):
+        return None
+    ckpt = checkpoint_of(setup.model_load, script)
+    if ckpt is None or not ckpt.attention:
+        return None
+    wanted = "flash_attention_2" if impl in _FLASH else impl
+    if wanted not in ALL_ATTENTION or wanted in ckpt.attention:
+        return None
+    return ckpt
+
+
+_KERNEL_NAME = {"flash_attention_2": "Flash Attention 2", "flash_attention_3": "Flash Attention 3",
+                "sdpa": "an attention implementation through torch.nn.functional.scaled_dot_product_attention"}
+
+
+@rule(
+    "PD218", "attn-implementation-unsupported", severity="error", phase="load",
+    summary="`attn_implementation=` names a kernel the model's architecture does not implement: the load fails.",
+    what="`from_pretrained(..., attn_implementation=\"flash_attention_2\" | \"sdpa\")` on an architecture whose "
+         "transformers class does not declare that kernel (T5 and BLOOM have no FlashAttention-2; Gemma-2 has no "
+         "sdpa), judged from the checkpoint's `model_type` on transformers 5.x.",
+    why="transformers checks `_supports_flash_attn` / `_supports_sdpa` of the model class while building it and "
+        "refuses a kernel the class does not implement, before any weight is loaded.",
+    error="ValueError: T5ForConditionalGeneration does not support Flash Attention 2 yet. Please request to add "
+          "support where the model is hosted, on its model hub page",
+    fix="Pick a kernel the architecture implements: `attn_implementation=\"sdpa\"` where it has one, else "
+        "`\"eager\"`.",
+    applicability=Applicability.SAFE,
+    fix_safety="Safe: the same attention computed by another kernel.",
+    log=LogSignature(patterns=(r"does not support Flash Attention \d",
+                               r"does not support an attention implementation through torch\.nn\.functional")),
+    fires=[Example(_HEAD.replace("AutoModelForCausalLM", "AutoModelForSeq2SeqLM") +
+                   "model = AutoModelForSeq2SeqLM.from_pretrained('google/flan-t5-base', dtype=torch.bfloat16, "
+                   "attn_implementation='flash_attention_2')\n"
+                   "Trainer(model=model, args=TrainingArguments('o', bf16=True)).train()\n", target="a100",
+                   fixed=_HEAD.replace("AutoModelForCausalLM", "AutoModelForSeq2SeqLM") +
+                   "model = AutoModelForSeq2SeqLM.from_pretrained('google/flan-t5-base', dtype=torch.bfloat16, "
+                   "attn_implementation='sdpa')\n"
+                   "Trainer(model=model, args=TrainingArguments('o', bf16=True)).train()\n")],
+    silent=[Example(_HEAD.replace("AutoModelForCausalLM", "AutoModelForSeq2SeqLM") +
+                    "model = AutoModelForSeq2SeqLM.from_pretrained('google/flan-t5-base', dtype=torch.bfloat16, "
+                    "attn_implementation='sdpa')\n"
+                    "Trainer(model=model, args=TrainingArguments('o', bf16=True)).train()\n", target="a100"),
+            Example(_HEAD + "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.2-1B', "
+                    "dtype=torch.bfloat16, attn_implementation='flash_attention_2')\n"
+                    "Trainer(model=model, args=TrainingArguments('o', bf16=True)).train()\n", target="a100"),
+            Example(_HEAD.replace("AutoModelForCausalLM", "AutoModelForSeq2SeqLM") +
+                    "model = AutoModelForSeq2SeqLM.from_pretrained('google/flan-t5-base', dtype=torch.bfloat16, "
+                    "attn_implementation='flash_attention_2')\n"
+                    "Trainer(model=model, args=TrainingArguments('o', bf16=True)).train()\n", target="a100",
+                    versions={"transformers": "4.46.3"}, note="the support table is read from transformers 5.x")],
+)
+def attn_implementation_unsupported(script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts):
+    for load in script.of("model_load"):
+        impl = decide(load.kwarg("attn_implementation"), machine, stack)
+        if impl.state != KNOWN or not isinstance(impl.value, str):
+            continue
+        ckpt = _unsupported(script, replace(setup, model_load=load), impl.value, stack)
+        if ckpt is None:
+            continue
+        better = "sdpa" if "sdpa" in ckpt.attention else "eager"
+        name = ckpt.architecture or ckpt.model_type
+        yield Draft(f"{name} does not implement attn_implementation={impl.value!r} "
+                    f"(it has: {', '.join(ckpt.attention)}): the load fails",
+                    evidence=(evidence_of(impl, f"attn_implementation={impl.value}", load),
+                              call_evidence(load, f"checkpoint {describe_source(ckpt)}, model_type {ckpt.model_type}")),
+                    error=f"ValueError: {name} does not support {_KERNEL_NAME.get(impl.value, impl.value)} yet.",
+                    fix=Fix(f"attn_implementation={better!r}", Applicability.SAFE,
+                            edits=present(literal_edit(impl, repr(better)))))
 
 
 @rule(
