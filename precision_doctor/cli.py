@@ -19,7 +19,7 @@ from .errors import InputError
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 FAIL_ON = ("error", "warning", "info", "never")
-FORMATS = ("text", "json", "sarif")
+FORMATS = ("text", "json", "sarif", "concise", "github")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -45,8 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                          "snapshot -o FILE` on the cluster node) instead of this one")
     check.add_argument("--launcher", metavar="CMD",
                        help='the launch command, e.g. "accelerate launch --num_processes 2 --mixed_precision bf16"')
-    check.add_argument("--format", dest="fmt", choices=FORMATS, default="text", help="output format (default text)")
-    check.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
+    _report_options(check)
     check.add_argument("--fail-on", choices=FAIL_ON, default=None,
                        help="exit 1 on findings at or above this severity (default error)")
     check.add_argument("--select", metavar="IDS", help="only these rules: ids or prefixes, comma-separated (PD2,PD101)")
@@ -62,8 +61,6 @@ def build_parser() -> argparse.ArgumentParser:
                        help="with --live: let N real optimizer steps run and diagnose what breaks")
     check.add_argument("--timeout", type=float, default=900.0, metavar="S",
                        help="with --live: end the script (and its process group) after S seconds (default 900)")
-    check.add_argument("--quiet", "-q", action="store_true", help="only the findings (and no live status line)")
-    check.add_argument("--no-color", action="store_true", help="plain text even on a terminal")
 
     fix = sub.add_parser("fix", help="apply the fixes: a diff per finding, then [y]es/[n]o/[a]ll/[q]uit",
                          description="Apply the code fixes of the findings, most severe first. Safe fixes with "
@@ -81,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
                      ("--launcher", {"metavar": "CMD"}), ("--select", {"metavar": "IDS"}),
                      ("--ignore", {"metavar": "IDS"}), ("--config", {"metavar": "FILE"})):
         fix.add_argument(flag, help="as for check", **kw)
-    fix.set_defaults(fail_on=None, jobs=1, fmt="text", output=None, quiet=False, no_color=False)
+    fix.set_defaults(fail_on=None, jobs=1, fmt="text", output=None, quiet=False, no_color=False, statistics=False,
+                     verbose=False, show_unknowns=False, include_facts=False)
     explain = sub.add_parser("explain", help="diagnose a training log or traceback (file or stdin)",
                              description="Read a training log or traceback and name the known failures behind it, "
                                          "ranked by how well the log proves them. Exit 0 whether or not a cause is "
@@ -91,7 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--format", dest="fmt", choices=("text", "json"), default="text")
     for flag in ("--target", "--facts", "--launcher"):
         explain.add_argument(flag, help="with --script: as for check")
-    sub.add_parser("rules", help="list every rule: id, name, severity, one line")
+    rules_cmd = sub.add_parser("rules", help="list every rule: id, name, severity, one line")
+    rules_cmd.add_argument("--format", dest="fmt", choices=("text", "json"), default="text",
+                           help="json: every rule's id, name, severities, phase, summary and doc address")
     rule = sub.add_parser("rule", help="print a rule's full documentation")
     rule.add_argument("rule_id", metavar="RULE", help="a rule id (PD201) or name")
     sub.add_parser("targets", help="list the GPU profiles --target accepts")
@@ -103,6 +103,25 @@ def build_parser() -> argparse.ArgumentParser:
     snap.add_argument("--target", metavar="NAME[:COUNT]", help="a profile's facts, to adjust by hand")
     snap.add_argument("--launcher", metavar="CMD", help="the launch command whose port to test")
     return parser
+
+
+def _report_options(check: argparse.ArgumentParser) -> None:
+    """How `check` reports: the format, where it goes, and how much of a large run it lists."""
+    report = check.add_argument_group("report")
+    report.add_argument("--format", dest="fmt", choices=FORMATS, default="text",
+                        help="text (default); json; sarif (code scanning); concise (path:line:col: ID [severity] "
+                             "message); github (workflow-command annotations on a pull request)")
+    report.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
+    report.add_argument("--statistics", action="store_true", help="only the number of findings per rule")
+    report.add_argument("--verbose", "-v", action="store_true",
+                        help="folder runs: list the files with no problems too (they are counted, not listed)")
+    report.add_argument("--show-unknowns", action="store_true",
+                        help="folder runs: list the values the doctor could not decide, file by file (they are "
+                             "counted in one line otherwise)")
+    report.add_argument("--include-facts", action="store_true",
+                        help="json: add the fact record the rules read and each script's derived setup")
+    report.add_argument("--quiet", "-q", action="store_true", help="only the findings (and no live status line)")
+    report.add_argument("--no-color", action="store_true", help="plain text even on a terminal")
 
 
 def _console(no_color: bool = False):
@@ -151,15 +170,21 @@ def run_check(opts, script_args: tuple[str, ...]) -> int:
     if opts.live:
         facts = _with_live(opts, facts, script_args)
     result = engine.run(facts, settings.policy)
-    if opts.fmt == "text" and not opts.output:
-        from .report.text import render as render_text
-
-        render_text(result, facts, _console(no_color=opts.no_color), quiet=opts.quiet)
-    else:
-        _write(opts.output, _render_data(opts.fmt, result, facts, opts.no_color))
     failing = settings.fail_on != "never" and any(SEVERITY_RANK[f.severity] <= SEVERITY_RANK[settings.fail_on]
                                                   for f in result.findings)
-    return EXIT_FINDINGS if failing else EXIT_OK
+    code = EXIT_FINDINGS if failing else EXIT_OK
+    if opts.statistics and not opts.output:
+        from .report.text import render_statistics
+
+        render_statistics(result, _console(no_color=opts.no_color))
+    elif opts.fmt == "text" and not opts.output:
+        from .report.text import render as render_text
+
+        render_text(result, facts, _console(no_color=opts.no_color), quiet=opts.quiet, verbose=opts.verbose,
+                    show_unknowns=True if opts.show_unknowns else None)
+    else:
+        _write(opts.output, _render_data(opts.fmt, result, facts, opts.no_color, opts, code))
+    return code
 
 
 def run_fix_command(opts, script_args: tuple[str, ...]) -> int:
@@ -246,22 +271,40 @@ def _with_live(opts, facts, script_args: tuple[str, ...]):
     return replace(facts, live=live)
 
 
-def _render_data(fmt: str, result, facts, no_color: bool) -> str:
-    if fmt == "json":
-        from .report.json_report import render
-    elif fmt == "sarif":
-        from .report.sarif import render
-    else:
-        import io
+def _render_data(fmt: str, result, facts, no_color: bool, opts=None, exit_code: int = 0) -> str:
+    import io
 
-        from rich.console import Console
+    from rich.console import Console
 
-        from .report.text import render as render_text
+    if opts is not None and getattr(opts, "statistics", False):
+        from .report.text import render_statistics
 
         buf = io.StringIO()
-        render_text(result, facts, Console(file=buf, no_color=True, highlight=False, width=200))
+        render_statistics(result, Console(file=buf, no_color=True, highlight=False, width=200))
         return buf.getvalue()
-    return render(result, facts) + "\n"
+    if fmt == "json":
+        from .report.json_report import render
+
+        return render(result, facts, include_facts=bool(opts and opts.include_facts)) + "\n"
+    if fmt == "sarif":
+        from .report.sarif import render
+
+        return render(result, facts, exit_code) + "\n"
+    if fmt == "concise":
+        from .report.lines import render_concise
+
+        return render_concise(result)
+    if fmt == "github":
+        from .report.lines import render_github
+
+        return render_github(result)
+    from .report.text import render as render_text
+
+    buf = io.StringIO()
+    render_text(result, facts, Console(file=buf, no_color=True, highlight=False, width=200),
+                quiet=bool(opts and opts.quiet), verbose=bool(opts and opts.verbose),
+                show_unknowns=True if opts is not None and opts.show_unknowns else None)
+    return buf.getvalue()
 
 
 def _write(output: str | None, text: str) -> None:
@@ -295,10 +338,20 @@ def write_snapshot(opts) -> int:
     return EXIT_OK
 
 
-def list_rules() -> int:
+def list_rules(fmt: str = "text") -> int:
     from .catalog import rules
     from .ruledoc import severity_label
 
+    if fmt == "json":
+        import json
+
+        from .ruledoc import help_uri
+
+        doc = [{"id": r.id, "name": r.name, "severity": r.severity, "escalates_to": r.escalates_to,
+                "phase": r.phase, "summary": r.summary, "fix_applicability": r.applicability, "needs": list(r.needs),
+                "help_uri": help_uri(r.id)} for r in rules()]
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return EXIT_OK
     for r in rules():
         print(f"{r.id}  {r.name:<40} {severity_label(r):<20} {r.summary}")
     return EXIT_OK
@@ -344,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
         if opts.command == "explain":
             return run_explain(opts, script_args)
         if opts.command == "rules":
-            return list_rules()
+            return list_rules(opts.fmt)
         if opts.command == "rule":
             return show_rule(opts.rule_id)
         if opts.command == "targets":

@@ -74,7 +74,7 @@ def test_pyproject_settings_apply_and_flags_override(tmp_path):
     project = write_project(tmp_path, 'target = "titan-rtx"\nignore = ["PD213"]\nfail-on = "warning"\n'
                                       'per-file-ignores = { "legacy/*.py" = ["PD2"] }\nexclude = ["vendored"]\n',
                             {"train.py": BAD, "amp.py": DEPRECATED, "legacy/old.py": BAD, "vendored/x.py": BAD})
-    proc = doctor("check", ".", "--format", "json", cwd=project)
+    proc = doctor("check", ".", "--format", "json", "--include-facts", cwd=project)
     doc = json.loads(proc.stdout)
     assert doc["facts"]["machine"]["source"] == "target titan-rtx"
     paths = {Path(f["path"]).as_posix() for f in doc["findings"]}
@@ -82,7 +82,7 @@ def test_pyproject_settings_apply_and_flags_override(tmp_path):
     assert not any(Path(s["path"]).parts[0] == "vendored" for s in doc["facts"]["scripts"])
     assert proc.returncode == 1
     # flags win: another target, a narrower selection, another gate
-    proc = doctor("check", ".", "--format", "json", "--target", "a100", "--select", "PD213", "--fail-on", "never",
+    proc = doctor("check", ".", "--format", "json", "--include-facts", "--target", "a100", "--select", "PD213", "--fail-on", "never",
                   cwd=project)
     assert json.loads(proc.stdout)["facts"]["machine"]["source"] == "target a100-80gb"  # the family default
     assert ids_of(proc) == [] and proc.returncode == 0  # PD213 selected but still ignored by the config
@@ -134,7 +134,7 @@ def test_walk_respects_gitignore_and_skips_venvs(tmp_path):
     (tmp_path / "venv").mkdir()
     (tmp_path / "venv" / "pyvenv.cfg").write_text("")
     (tmp_path / "venv" / "x.py").write_text(BAD)
-    proc = doctor("check", ".", "--format", "json", cwd=tmp_path)
+    proc = doctor("check", ".", "--format", "json", "--include-facts", cwd=tmp_path)
     paths = sorted(Path(s["path"]).as_posix() for s in json.loads(proc.stdout)["facts"]["scripts"])
     assert paths == ["sub/ok.py", "train.py"]
 

@@ -198,7 +198,7 @@ def test_accelerate_prepare_is_a_stop_point_and_json_stays_clean(tmp_path):
     """
     path = script(tmp_path, body)
     proc = subprocess.run([sys.executable, "-m", "precision_doctor", "check", str(path), "--live", "--format",
-                           "json", "--target", "cpu"], capture_output=True, text=True, timeout=120)
+                           "json", "--target", "cpu", "--include-facts"], capture_output=True, text=True, timeout=120)
     doc = json.loads(proc.stdout)  # status lines went to stderr
     live = doc["facts"]["live"]
     assert live["stopped_at"] == "Accelerator.prepare" and live["optimizer"]["class_name"] == "AdamW"

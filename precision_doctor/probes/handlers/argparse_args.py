@@ -49,7 +49,7 @@ def _build(r, parser_name: str, scope: Scope, ctx) -> Namespace | Dyn:
             for t in node.targets:
                 if dotted(t):
                     receivers.add(dotted(t))
-    real = argparse.ArgumentParser(add_help=False, exit_on_error=False, allow_abbrev=False)
+    real = _SilentParser(add_help=False, exit_on_error=False, allow_abbrev=False)
     defaults: dict[str, object] = {}
     sentinel = object()
     for node in scope_nodes:
@@ -106,6 +106,13 @@ def _build(r, parser_name: str, scope: Scope, ctx) -> Namespace | Dyn:
         else:
             fields[dest] = Known(got, (Origin("script-arg", f"--{dest.replace('_', '-')} on the command line"),))
     return Namespace(fields, f"the argparse options of {parser_name}")
+
+
+class _SilentParser(argparse.ArgumentParser):
+    """The script's parser, rebuilt: a missing required argument raises instead of printing usage to stderr."""
+
+    def error(self, message: str):
+        raise ValueError(message)
 
 
 def _type(text: str):
