@@ -23,8 +23,29 @@ FORMATS = ("text", "json", "sarif", "concise", "github")
 
 
 class _Parser(argparse.ArgumentParser):
+    options: tuple[str, ...] = ()  # every option of every command, for "did you mean" on an unrecognised one
+
     def error(self, message: str) -> None:  # one line, exit 2, like every other bad input
-        raise InputError(f"{message} (see `{self.prog} --help`)")
+        raise InputError(f"{message}{_suggestion(message, self.options)} (see `{self.prog} --help`)")
+
+
+def _suggestion(message: str, options: tuple[str, ...]) -> str:
+    """"did you mean" for a mistyped command, option or choice, from argparse's own message."""
+    import re
+
+    from .errors import did_you_mean
+
+    choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+    if choice:
+        return did_you_mean(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))
+    unknown = re.search(r"unrecognized arguments: (.*)", message)
+    if unknown:
+        for word in unknown.group(1).split():
+            if word.startswith("-"):
+                hint = did_you_mean(word.split("=", 1)[0].replace("_", "-"), options)
+                if hint:
+                    return hint
+    return ""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     snap.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     snap.add_argument("--target", metavar="NAME[:COUNT]", help="a profile's facts, to adjust by hand")
     snap.add_argument("--launcher", metavar="CMD", help="the launch command whose port to test")
+    parser.options = tuple(sorted({o for p in (parser, *sub.choices.values()) for a in p._actions
+                                   for o in a.option_strings if o.startswith("--")}))
     return parser
 
 
@@ -363,7 +386,12 @@ def show_rule(rule_id: str) -> int:
 
     r = get_rule(rule_id)
     if r is None:
-        raise InputError(f"no rule {rule_id!r}; `precision-doctor rules` lists them")
+        from .catalog import rules
+        from .errors import did_you_mean, rule_id_key
+
+        hint = did_you_mean(rule_id, [x.id for x in rules()], rule_id_key) or \
+            did_you_mean(rule_id, [x.name for x in rules()])
+        raise InputError(f"no rule {rule_id!r}{hint or ';'} `precision-doctor rules` lists them")
     print(rule_doc(r))
     return EXIT_OK
 

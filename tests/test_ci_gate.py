@@ -173,3 +173,13 @@ def test_parallel_text_report_matches_one_process(tmp_path):
     two = doctor("check", ".", "--target", "t4", "--jobs", "2", cwd=tmp_path)
     assert one.returncode == two.returncode == 1
     assert one.stdout == two.stdout and "PD201" in two.stdout
+
+
+def test_noqa_with_the_doctors_codes_silences_a_bare_noqa_does_not(tmp_path):
+    (tmp_path / "train.py").write_text(BAD.replace("fp16=True))", "fp16=True))  # noqa: PD201"))
+    assert ids_of(doctor("check", "train.py", "--format", "json", cwd=tmp_path)) == []
+    (tmp_path / "train.py").write_text(BAD.replace("fp16=True))", "fp16=True))  # noqa: E501, pd201"))
+    assert ids_of(doctor("check", "train.py", "--format", "json", cwd=tmp_path)) == []
+    for comment in ("# noqa", "# noqa: E501", "# noqa: PD204"):  # no code of this rule: the finding stays
+        (tmp_path / "train.py").write_text(BAD.replace("fp16=True))", f"fp16=True))  {comment}"))
+        assert "PD201" in ids_of(doctor("check", "train.py", "--format", "json", cwd=tmp_path)), comment

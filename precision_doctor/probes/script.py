@@ -346,21 +346,35 @@ _UNINTERESTING_ARGS = {"0", "output_dir", "model", "train_dataset", "eval_datase
 # --- suppressions ------------------------------------------------------------------------------
 
 _MARKER = "precision-doctor:"
+_NOQA_HINT = re.compile(r"noqa\s*:[^\n]*PD[0-9]", re.I)  # before tokenizing: most files have neither
 _SUPPRESSION = re.compile(r"#\s*precision-doctor:\s*ignore\b(?:\[([^\]]*)\])?")
+# `# noqa: PD201` / `# noqa: PD201, PD202` (flake8's form). Only codes of this doctor count, and a bare `# noqa`
+# (or one naming only other tools' codes) does not silence it: a bare noqa is usually written for flake8 or ruff
+# about another problem on the line, and a crash at the first step should not vanish with it.
+_NOQA = re.compile(r"#\s*noqa\s*:\s*([A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*)", re.I)
+_OUR_CODE = re.compile(r"PD[0-9]{3}$")
 
 
 def read_suppressions(path: str, text: str) -> list[Suppression]:
     """Suppression comments (real comments only, found with tokenize, never inside strings)."""
-    if _MARKER not in text:
+    if _MARKER not in text and not _NOQA_HINT.search(text):
         return []
     out = []
     try:
         for tok in tokenize.generate_tokens(io.StringIO(text).readline):
-            if tok.type == tokenize.COMMENT:
-                m = _SUPPRESSION.search(tok.string)
-                if m:
-                    ids = tuple(i.strip().upper() for i in (m.group(1) or "").split(",") if i.strip())
-                    out.append(Suppression(Location(path, tok.start[0], tok.start[1] + 1), ids))
+            if tok.type != tokenize.COMMENT:
+                continue
+            where = Location(path, tok.start[0], tok.start[1] + 1)
+            m = _SUPPRESSION.search(tok.string)
+            if m:
+                ids = tuple(i.strip().upper() for i in (m.group(1) or "").split(",") if i.strip())
+                out.append(Suppression(where, ids))
+                continue
+            n = _NOQA.search(tok.string)
+            if n:
+                ids = tuple(c.upper() for c in re.split(r"[\s,]+", n.group(1)) if _OUR_CODE.match(c.upper()))
+                if ids:
+                    out.append(Suppression(where, ids))
     except (tokenize.TokenError, SyntaxError):
         pass
     return out

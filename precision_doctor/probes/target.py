@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import InputError
+from ..errors import InputError, did_you_mean
 from ..facts import Gpu, MachineFacts, MachineOrigin
 
 
@@ -57,7 +57,8 @@ def machine_from_target(spec: str) -> MachineFacts:
     profile = find_profile(name)
     if profile is None:
         known = ", ".join(p.name for p in PROFILES)
-        raise InputError(f"--target {spec}: unknown GPU '{name}'; known: cpu, {known} "
+        names = [CPU_TARGET] + [n for p in PROFILES for n in (p.name, *p.aliases)]
+        raise InputError(f"--target {spec}: unknown GPU '{name}'{did_you_mean(name, names) or ';'} known: cpu, {known} "
                          f"(see `precision-doctor targets`)")
     count = 1
     if count_text:
