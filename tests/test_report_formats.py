@@ -55,7 +55,7 @@ def test_folder_unknowns_are_folded_and_name_the_rules_they_silenced(tree):
     listed = doctor("check", ".", "--target", "t4", "--show-unknowns", cwd=tree).stdout
     line = next(x for x in listed.splitlines() if "dtype= of from_pretrained()" in x)
     silenced = line[line.index("(silences ") + 10:line.rindex(")")].split(", ")
-    assert "e_runtime.py:3" in line and "PD215" in silenced  # the weights' dtype decides the checkpoint-dtype rule
+    assert "e_runtime.py:3" in line and "PD215" in silenced  # FlashAttention with fp32 weights needs the dtype
     assert f"they kept {', '.join(silenced)} silent" in folded
     # with the dtype written out, the same rules speak or are satisfied: nothing is left unknown
     (tree / "e_runtime.py").write_text(RUNTIME.replace("getattr(torch, os.environ['DTYPE'])", "torch.float32"))
