@@ -270,7 +270,7 @@ def run_explain(opts, script_args: tuple[str, ...]) -> int:
 def _with_live(opts, facts, script_args: tuple[str, ...]):
     from dataclasses import replace
 
-    from .live import run_live
+    from .live import STEP_MARK, run_live
 
     if len(facts.scripts) != 1 or not opts.paths or not os.path.isfile(opts.paths[0]):
         raise InputError("--live runs one training script: pass exactly one .py file")
@@ -284,8 +284,8 @@ def _with_live(opts, facts, script_args: tuple[str, ...]):
         if sys.stderr.isatty():
             sys.stderr.write(f"\r\033[Klive {elapsed:5.1f}s  {phase}")
             sys.stderr.flush()
-        elif phase not in shown:  # a log, not a terminal: each phase once
-            shown.append(phase)
+        elif phase.split(STEP_MARK)[0] not in shown:  # a log, not a terminal: each phase once, not each step
+            shown.append(phase.split(STEP_MARK)[0])
             print(f"live {elapsed:5.1f}s  {phase}", file=sys.stderr)
 
     live = run_live(opts.paths[0], script_args, steps=opts.steps, timeout=opts.timeout, status=status)
