@@ -143,6 +143,9 @@ def _report_options(check: argparse.ArgumentParser) -> None:
                              "counted in one line otherwise)")
     report.add_argument("--include-facts", action="store_true",
                         help="json: add the fact record the rules read and each script's derived setup")
+    report.add_argument("--keep-going", action="store_true",
+                        help="a named file that cannot be checked (an empty __init__.py, a syntax error) is reported "
+                             "as not checked and the run goes on, as in a folder; for pre-commit and xargs")
     report.add_argument("--quiet", "-q", action="store_true", help="only the findings (and no live status line)")
     report.add_argument("--no-color", action="store_true", help="plain text even on a terminal")
 
@@ -189,7 +192,7 @@ def run_check(opts, script_args: tuple[str, ...]) -> int:
     root = os.path.dirname(settings.source) if settings.source else "."
     facts = gather(opts.paths, target=settings.target, launcher=settings.launcher, script_args=script_args,
                    facts_file=settings.facts, jobs=opts.jobs or os.cpu_count() or 1, exclude=settings.exclude,
-                   root=root)
+                   root=root, keep_going=opts.keep_going)
     if opts.live:
         facts = _with_live(opts, facts, script_args)
     result = engine.run(facts, settings.policy)

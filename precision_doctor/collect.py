@@ -148,10 +148,14 @@ PARALLEL_FROM = 32  # scripts; below this, starting workers costs more than it s
 def gather(paths: list[str], target: str | None = None, launcher: str | None = None,
            script_args: tuple[str, ...] = (), stack_overrides: dict[str, str] | None = None,
            facts_file: str | None = None, environ: Mapping[str, str] | None = None,
-           system: System = System(), jobs: int = 1, exclude: tuple[str, ...] = (), root: str = ".") -> Facts:
+           system: System = System(), jobs: int = 1, exclude: tuple[str, ...] = (), root: str = ".",
+           keep_going: bool = False) -> Facts:
     """Every fact of one run: the scripts (probed in worker processes when there are many), the machine, the
-    launch and the stack. Collection runs no rule: the engine does, on these facts, whatever `jobs` was."""
+    launch and the stack. Collection runs no rule: the engine does, on these facts, whatever `jobs` was.
+    `keep_going`: a file named in `paths` that cannot be checked is reported like one found in a folder."""
     entries = _expand(paths, exclude, root)
+    if keep_going:
+        entries = [(p, False) for p, _ in entries]
     files = [p for p, _ in entries]
     env = os.environ if environ is None else environ
     if launcher:
