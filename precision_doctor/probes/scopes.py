@@ -85,6 +85,32 @@ class _State:
         return _State(self.scope, self.chain + (step,), self.class_name, self.loops)
 
 
+# Nodes that only mark a Name's context or an operator (a third of every tree): shared singletons with nothing
+# below them and nothing to resolve, so the index neither visits nor marks them.
+MARKERS = frozenset(cls for base in (ast.expr_context, ast.operator, ast.boolop, ast.unaryop, ast.cmpop)
+                    for cls in base.__subclasses__())
+
+
+class _View:
+    """One field of the node states (`scope_of`, `chain_of`, `loop_depth_of`) read as a mapping by node id."""
+
+    __slots__ = ("_states", "_field")
+
+    def __init__(self, states: dict, field: str):
+        self._states = states
+        self._field = field
+
+    def get(self, key: int, default=None):
+        state = self._states.get(key)
+        return default if state is None else getattr(state, self._field)
+
+    def __getitem__(self, key: int):
+        return getattr(self._states[key], self._field)
+
+    def __contains__(self, key: int) -> bool:
+        return key in self._states
+
+
 class ScopeIndex:
     """Builds every scope of a module in one pass and remembers each node's scope and branch chain.
 
@@ -97,9 +123,10 @@ class ScopeIndex:
         self.scopes: list[Scope] = [self.module]
         self.functions: dict[str, list[Scope]] = {}  # bare name -> scopes (several classes may define it)
         self.classes: dict[str, ast.ClassDef] = {}
-        self.scope_of: dict[int, Scope] = {}
-        self.chain_of: dict[int, tuple] = {}
-        self.loop_depth_of: dict[int, int] = {}
+        self.state_of: dict[int, _State] = {}  # id(node) -> where it sits: one write per node, read by the views
+        self.scope_of = _View(self.state_of, "scope")
+        self.chain_of = _View(self.state_of, "chain")
+        self.loop_depth_of = _View(self.state_of, "loops")
         self.if_tests: dict[int, ast.AST] = {}
         visitors = {
             ast.FunctionDef: self._function, ast.AsyncFunctionDef: self._function, ast.ClassDef: self._class,
@@ -238,20 +265,23 @@ class ScopeIndex:
 
     # -- every other node remembers its scope and branch chain, then its children are walked
     def _generic(self, node: ast.AST, state: _State) -> list:
-        self._mark(node, state)
+        self.state_of[id(node)] = state
         todo = []
         for name in node._fields:  # ast.iter_child_nodes, without its generators: this runs once per node
             value = getattr(node, name, None)
             if isinstance(value, ast.AST):
-                todo.append((value, state))
+                if type(value) not in MARKERS:
+                    todo.append((value, state))
             elif isinstance(value, list):
-                todo.extend((item, state) for item in value if isinstance(item, ast.AST))
+                todo.extend((item, state) for item in value if isinstance(item, ast.AST) and type(item) not in MARKERS)
         return todo
 
     def _mark(self, node: ast.AST, state: _State) -> None:
-        self.scope_of[id(node)] = state.scope
-        self.chain_of[id(node)] = state.chain
-        self.loop_depth_of[id(node)] = state.loops
+        self.state_of[id(node)] = state
+
+    def place(self, node: ast.AST, scope: Scope, loops: int) -> None:
+        """Record a node the probe builds itself (a call with its arguments bound by name)."""
+        self.state_of[id(node)] = _State(scope, (), "", loops)
 
 
 def _block(body: list[ast.stmt], state: _State) -> list:

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import tokenize
+from bisect import bisect_left, bisect_right
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -25,7 +26,7 @@ from ..facts import CONDITIONAL, KNOWN, Call, Location, Origin, ScriptFacts, Sup
 from ..redact import DEEPSPEED_KEYS, MODEL_CONFIG_KEYS, keep_read_keys
 from ..sources import Unreadable, is_regular_file, read_source, read_text_bounded, status, worth_reading
 from .resolve import Imports, Resolver
-from .scopes import ScopeIndex, dotted
+from .scopes import MARKERS, ScopeIndex, dotted
 from .symbols import Context, DictSym, Known, Namespace, ObjSym
 
 MAX_LOCAL_MODULES = 20
@@ -34,15 +35,24 @@ TOO_DEEP = "nested too deeply for the doctor to follow (RecursionError); simplif
 
 # --- what a call is ---------------------------------------------------------------------------
 
-def classify(callee: str, node: ast.Call, local_trainers: set[str], local_args: set[str]) -> CallKind | None:
-    """The kind of a call, looked up in the declared table (call_kinds.RECOGNISERS); None: not recorded."""
+def classify(callee: str, node: ast.Call, local_trainers: set[str], local_args: set[str],
+             memo: dict | None = None) -> CallKind | None:
+    """The kind of a call, looked up in the declared table (call_kinds.RECOGNISERS); None: not recorded.
+    `memo` keeps the answers of one script: the table is a pure function of what it is asked, and a script
+    calls the same few names (print, len, range) thousands of times."""
     method = node.func.attr if isinstance(node.func, ast.Attribute) else ""
-    site = CallSite(callee=callee, method=method,
-                    owner=dotted(node.func.value).rsplit(".", 1)[-1] if method else "",
-                    bare=not node.args and not node.keywords,
-                    keywords=frozenset(k.arg for k in node.keywords if k.arg),
+    owner = dotted(node.func.value).rsplit(".", 1)[-1] if method else ""
+    keywords = frozenset(k.arg for k in node.keywords if k.arg)
+    bare = not node.args and not node.keywords
+    key = (callee, method, owner, bare, keywords)
+    if memo is not None and key in memo:
+        return memo[key]
+    site = CallSite(callee=callee, method=method, owner=owner, bare=bare, keywords=keywords,
                     local_trainers=frozenset(local_trainers), local_args=frozenset(local_args))
-    return kind_of(site)
+    kind = kind_of(site)
+    if memo is not None:
+        memo[key] = kind
+    return kind
 
 
 # --- reading the file -------------------------------------------------------------------------
@@ -63,22 +73,66 @@ def parse(path: Path, text: str) -> ast.Module:
 
 # --- the collector ----------------------------------------------------------------------------
 
+def walk(tree: ast.AST) -> list[ast.AST]:
+    """Every node but the context and operator markers (scopes.MARKERS), in `ast.walk`'s order (breadth first),
+    without its generators."""
+    out = [tree]
+    append, extend, node_type = out.append, out.extend, ast.AST
+    i = 0
+    while i < len(out):
+        node = out[i]
+        i += 1
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, node_type):
+                if type(value) not in MARKERS:
+                    append(value)
+            elif isinstance(value, list):
+                extend(x for x in value if isinstance(x, node_type) and type(x) not in MARKERS)
+    return out
+
+
+def by_type(nodes: list[ast.AST]) -> dict[type, list[ast.AST]]:
+    """The nodes of each type, in walk order: each pass reads only the kinds it looks at."""
+    out: dict[type, list[ast.AST]] = {}
+    for node in nodes:
+        kind = type(node)
+        bucket = out.get(kind)
+        if bucket is None:
+            out[kind] = [node]
+        else:
+            bucket.append(node)
+    return out
+
+
 class _Collector:
     def __init__(self, path: str, text: str, tree: ast.Module, script_args: tuple[str, ...]):
         self.path = path
         self.tree = tree
-        self.nodes = list(ast.walk(tree))  # one walk; every pass below reads this list
+        self.nodes = walk(tree)  # one walk; every pass below reads this list, or its nodes of one type
+        self.of_type = by_type(self.nodes)
         self.index = ScopeIndex(tree)
-        self.imports = Imports(self.nodes)
-        self.r = Resolver(path, text, tree, self.index, self.imports, script_args, self.nodes)
+        self.import_nodes = self.of(ast.Import, ast.ImportFrom)
+        self.imports = Imports(self.import_nodes)
+        self.r = Resolver(path, text, tree, self.index, self.imports, script_args, self.nodes, self.of(ast.Call))
         self.lines = python_lines(text)
         self.calls: list[Call] = []
         self.unknowns: list[Unknown] = []
         self.by_node: dict[int, int] = {}  # id(ast node) -> index in self.calls
         self._parsed_args: dict[str, Call] = {}
+        self._kinds: dict[tuple, CallKind | None] = {}
         self._assigned_names: set[str] | None = None
         self.targets = self._assignment_targets()
         self.local_trainers, self.local_args = self._local_subclasses()
+
+    def of(self, *types: type, ordered: bool = True) -> list[ast.AST]:
+        """The nodes of these types, in walk order (`ordered=False`: one type after the other)."""
+        present = [t for t in types if t in self.of_type]
+        if len(present) <= 1:
+            return self.of_type.get(present[0], []) if present else []
+        if not ordered:
+            return [n for t in present for n in self.of_type[t]]
+        return [n for n in self.nodes if type(n) in types]  # several kinds: keep their order among each other
 
     def _local_subclasses(self) -> tuple[set[str], set[str]]:
         trainers, args = set(), set()
@@ -93,31 +147,32 @@ class _Collector:
 
     def _assignment_targets(self) -> dict[int, str]:
         out: dict[int, str] = {}
-        for node in self.nodes:
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-                names = [dotted(t) for t in node.targets if dotted(t)]
-                if names:
-                    out[id(node.value)] = names[0]
-            elif isinstance(node, ast.AnnAssign) and isinstance(node.value, ast.Call) and dotted(node.target):
-                out[id(node.value)] = dotted(node.target)
-            elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple):
-                pass
-            elif isinstance(node, (ast.With, ast.AsyncWith)):
+        call, sequence = ast.Call, (ast.Tuple, ast.List)
+        assigns = self.of(ast.Assign)
+        for node in self.of(ast.Assign, ast.AnnAssign, ast.With, ast.AsyncWith, ordered=False):
+            kind = type(node)
+            if kind is ast.Assign:
+                if type(node.value) is call:
+                    names = [dotted(t) for t in node.targets if dotted(t)]
+                    if names:
+                        out[id(node.value)] = names[0]
+            elif kind is ast.AnnAssign:
+                if type(node.value) is call and dotted(node.target):
+                    out[id(node.value)] = dotted(node.target)
+            else:
                 for item in node.items:
                     if isinstance(item.context_expr, ast.Call) and item.optional_vars is not None:
                         out[id(item.context_expr)] = dotted(item.optional_vars)
-        for node in self.nodes:  # `model, opt = accelerator.prepare(model, opt)`
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
-                    isinstance(node.targets[0], (ast.Tuple, ast.List)):
+        for node in assigns:  # `model, opt = accelerator.prepare(model, opt)`
+            if type(node.value) is call and isinstance(node.targets[0], sequence):
                 out[id(node.value)] = ",".join(dotted(e) for e in node.targets[0].elts)
         return out
 
     def collect(self) -> None:
-        nodes = [n for n in self.nodes if isinstance(n, ast.Call)]
-        nodes.sort(key=lambda n: (n.lineno, n.col_offset))
+        nodes = sorted(self.of(ast.Call), key=lambda n: (n.lineno, n.col_offset))
         for node in nodes:
             callee = self.r.qualified(node.func)
-            kind = classify(callee, node, self.local_trainers, self.local_args)
+            kind = classify(callee, node, self.local_trainers, self.local_args, self._kinds)
             if kind is None:
                 if callee in self.index.functions:
                     self._add(node, CallKind.LOCAL_CALL, callee, bind=self.index.functions[callee][0])
@@ -146,14 +201,17 @@ class _Collector:
 
     def _loop_bindings(self) -> None:
         """`for x, y in loader:` binds x and y to each batch; names the body reassigns are left out."""
-        for node in self.nodes:
-            if not isinstance(node, (ast.For, ast.AsyncFor)):
-                continue
+        loops = self.of(ast.For, ast.AsyncFor)
+        if not loops:
+            return
+        assigned = self._assigned_by_position()
+        starts = [a[0] for a in assigned]
+        for node in loops:
             bound = [n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)]
-            reassigned = {n.id for stmt in node.body for sub in ast.walk(stmt)
-                          if isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign))
-                          for t in (sub.targets if isinstance(sub, ast.Assign) else [sub.target])
-                          for n in ast.walk(t) if isinstance(n, ast.Name)}
+            first, last = node.body[0], node.body[-1]
+            lo = bisect_left(starts, (first.lineno, first.col_offset))
+            hi = bisect_right(starts, (last.end_lineno, last.end_col_offset))
+            reassigned = {name for _, names in assigned[lo:hi] for name in names}
             kept = [b for b in bound if b not in reassigned]
             if kept:
                 scope = self.index.scope_of.get(id(node.iter), self.index.module)
@@ -162,6 +220,19 @@ class _Collector:
                                        scope=scope.name, target=",".join(kept),
                                        receiver="dataloader" if self._is_dataloader(node.iter, scope) else "",
                                        text=self.lines[node.lineno - 1].strip()[:160]))
+
+    def _assigned_by_position(self) -> list[tuple[tuple[int, int], tuple[str, ...]]]:
+        """Each assignment statement's start and the plain names it assigns, in source order: a loop's body
+        reassigns exactly those that start within it (statements never overlap), found by bisection instead of a
+        walk of every body (nested loops walked theirs again and again)."""
+        out = []
+        for stmt in self.of(ast.Assign, ast.AugAssign, ast.AnnAssign, ordered=False):
+            targets = stmt.targets if type(stmt) is ast.Assign else [stmt.target]
+            names = tuple(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+            if names:
+                out.append(((stmt.lineno, stmt.col_offset), names))
+        out.sort(key=lambda item: item[0])
+        return out
 
     def _is_dataloader(self, expr: ast.AST, scope) -> bool:
         """The loop iterates a torch DataLoader (batches are built on the CPU), directly or via enumerate/tqdm."""
@@ -200,8 +271,7 @@ class _Collector:
                                                               for i, a in enumerate(node.args)
                                                               if i < len(positional) and not isinstance(a, ast.Starred)]
                             + list(node.keywords), lineno=node.lineno, col_offset=node.col_offset)
-            self.index.scope_of[id(node)] = scope
-            self.index.loop_depth_of[id(node)] = self.index.loop_depth_of.get(id(node.func), 0)
+            self.index.place(node, scope, self.index.loop_depth_of.get(id(node.func), 0))
         args = tuple(self.r.value(a, scope) if not isinstance(a, ast.Starred) else
                      Value(state="dynamic", text=self.r.text(a), reason="*args cannot be followed")
                      for a in node.args)
@@ -245,7 +315,7 @@ class _Collector:
     def _link_refs(self) -> None:
         """Point each argument that evaluates to a recorded call at that call."""
         ctx = Context(self.r.script_args)
-        nodes = {id(n): n for n in self.nodes if isinstance(n, ast.Call)}
+        nodes = {id(n): n for n in self.of(ast.Call)}
         self._synthesize_parsed_training_args(nodes, ctx)
         for node_id, index in self.by_node.items():
             node = nodes.get(node_id)
@@ -384,6 +454,10 @@ def read_suppressions(path: str, text: str) -> list[Suppression]:
 
 def _local_modules(script: Path, nodes: list[ast.AST]) -> list[Path]:
     base = script.parent
+    try:  # one listing instead of two lookups per imported name (torch, os, ... are never here)
+        present: set[str] | None = set(os.listdir(base))
+    except OSError:
+        present = None
     found = []
     for node in nodes:
         names = []
@@ -392,6 +466,9 @@ def _local_modules(script: Path, nodes: list[ast.AST]) -> list[Path]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level <= 1:
             names = [node.module]
         for name in names:
+            head = name.split(".", 1)[0]
+            if present is not None and head not in present and f"{head}.py" not in present:
+                continue
             rel = Path(*name.split("."))
             for candidate in (base / rel.with_suffix(".py"), base / rel / "__init__.py"):
                 if worth_reading(candidate) and os.path.realpath(candidate) != os.path.realpath(script):
@@ -503,7 +580,7 @@ def _probe_script(path: Path, script_args: tuple[str, ...], display: str | None)
     imports = list(collector.imports.modules)
     files = [shown]
     suppressions = read_suppressions(shown, text)
-    for module in _local_modules(path, collector.nodes)[:MAX_LOCAL_MODULES]:
+    for module in _local_modules(path, collector.import_nodes)[:MAX_LOCAL_MODULES]:
         mshown = os.path.relpath(module) if display is None else str(Path(shown).parent / module.name)
         try:
             sub = _local_module(module, mshown, tuple(script_args))
