@@ -19,7 +19,7 @@ from .errors import InputError
 from .facts import (Facts, LaunchFacts, MachineFacts, MachineOrigin, ScriptFacts, StackFacts, Unknown, _from_jsonable,
                     _to_jsonable)
 from .probes.launch import launch_from_env, parse_launcher
-from .probes.script import probe_script
+from .probes.script import one_run, probe_script
 from .probes.stack import probe_stack
 from .probes.target import machine_from_target
 from .sources import Unreadable, os_reason, read_text_bounded, status
@@ -170,7 +170,8 @@ def gather(paths: list[str], target: str | None = None, launcher: str | None = N
         stack = snapshot_stack
     else:
         stack = probe_stack(sorted({f.parent for f in files}), stack_overrides)
-    scripts = _probe_all(entries, args, jobs)
+    with one_run():  # each file is read once per run, and afresh in the next
+        scripts = _probe_all(entries, args, jobs)
     return Facts(scripts=scripts, machine=machine, launch=launch, stack=stack)
 
 

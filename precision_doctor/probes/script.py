@@ -498,24 +498,64 @@ def _local_model_configs(script: Path, calls: list[Call]) -> dict[str, dict]:
     return out
 
 
-_MODULE_CACHE: dict[tuple, ScriptFacts] = {}
+# One file's own facts (and the sibling modules it imports), read once per run however it comes in: as a script
+# of a folder and as the module other scripts import. Keyed by the file's identity and size, and by how it is
+# shown and the script arguments, which the facts depend on.
+_FILE_CACHE: dict[tuple, tuple[ScriptFacts, tuple[Path, ...]]] = {}
+
+
+_IN_RUN = [False]  # inside one_run(): scripts are cached too, not only the modules they import
+
+
+def forget_files() -> None:
+    """Files may have changed since the last run in this process (fix, tests, a long session)."""
+    _FILE_CACHE.clear()
+
+
+@contextmanager
+def one_run():
+    """A run over a set of files (a folder): each file is read once, whether it comes in as a script or as a
+    module another script imports; afterwards the next run reads them afresh."""
+    forget_files()
+    _IN_RUN[0] = True
+    try:
+        yield
+    finally:
+        _IN_RUN[0] = False
+        forget_files()
+
+
+def _file_key(path: Path, shown: str, script_args: tuple[str, ...]) -> tuple:
+    info = status(path)
+    return (os.path.realpath(path), info.st_mtime_ns, info.st_size, shown, script_args)
+
+
+def _own_facts(path: Path, shown: str, script_args: tuple[str, ...],
+               module: bool = False) -> tuple[ScriptFacts, tuple[Path, ...]]:
+    """The facts of this file alone and the local modules it imports. Raises InputError on bad input and
+    RecursionError on a file too deep to follow. A script probed outside one_run() is read afresh each time."""
+    key = _file_key(path, shown, script_args)
+    if key not in _FILE_CACHE or not (module or _IN_RUN[0]):
+        text = read_source(path)
+        _FILE_CACHE[key] = _collect_own(path, shown, text, parse(path, text), script_args)
+    return _FILE_CACHE[key]
+
+
+def _collect_own(path: Path, shown: str, text: str, tree: ast.Module,
+                 script_args: tuple[str, ...]) -> tuple[ScriptFacts, tuple[Path, ...]]:
+    collector = _Collector(shown, text, tree, script_args)
+    collector.collect()
+    own = ScriptFacts(path=shown, calls=tuple(collector.calls), imports=tuple(collector.imports.modules),
+                      unknowns=tuple(collector.unknowns), suppressions=tuple(read_suppressions(shown, text)))
+    return own, tuple(_local_modules(path, collector.import_nodes))
 
 
 def _local_module(module: Path, shown: str, script_args: tuple[str, ...]) -> ScriptFacts:
     """A sibling module's facts, read once per run however many scripts import it."""
-    info = status(module)
-    key = (os.path.realpath(module), info.st_mtime_ns, info.st_size, shown, script_args)
-    if key not in _MODULE_CACHE:
-        text = read_source(module)
-        try:
-            sub = _Collector(shown, text, parse(module, text), script_args)
-            sub.collect()
-        except RecursionError:
-            raise InputError(f"{shown}: {TOO_DEEP}") from None
-        _MODULE_CACHE[key] = ScriptFacts(path=shown, calls=tuple(sub.calls), imports=tuple(sub.imports.modules),
-                                         unknowns=tuple(sub.unknowns),
-                                         suppressions=tuple(read_suppressions(shown, text)))
-    return _MODULE_CACHE[key]
+    try:
+        return _own_facts(module, shown, script_args, module=True)[0]
+    except RecursionError:
+        raise InputError(f"{shown}: {TOO_DEEP}") from None
 
 
 def _deepspeed_configs(script: Path, calls: list[Call]) -> tuple[dict[str, dict], list[Unknown]]:
@@ -567,20 +607,25 @@ def probe_script(path: Path, script_args: tuple[str, ...] = (), display: str | N
 
 def _probe_script(path: Path, script_args: tuple[str, ...], display: str | None) -> ScriptFacts:
     shown = display or str(path)
-    text = read_source(path)
-    tree = parse(path, text)
-    try:
-        collector = _Collector(shown, text, tree, tuple(script_args))
-        collector.collect()
-    except RecursionError:  # one file the probe cannot follow is reported, never the end of the run
-        return ScriptFacts(path=shown, unknowns=(Unknown("not checked", TOO_DEEP),), files=(shown,),
-                           suppressions=tuple(read_suppressions(shown, text)))
-    calls = list(collector.calls)
-    unknowns = list(collector.unknowns)
-    imports = list(collector.imports.modules)
+    key = _file_key(path, shown, tuple(script_args))
+    if _IN_RUN[0] and key in _FILE_CACHE:  # already read this run, as a module another script imports
+        own, modules = _FILE_CACHE[key]
+    else:
+        text = read_source(path)
+        tree = parse(path, text)  # here, not deeper: each frame above the parser lowers the nesting it accepts
+        try:
+            own, modules = _collect_own(path, shown, text, tree, tuple(script_args))
+        except RecursionError:  # one file the probe cannot follow is reported, never the end of the run
+            return ScriptFacts(path=shown, unknowns=(Unknown("not checked", TOO_DEEP),), files=(shown,),
+                               suppressions=tuple(read_suppressions(shown, text)))
+        if _IN_RUN[0]:
+            _FILE_CACHE[key] = (own, modules)
+    calls = list(own.calls)
+    unknowns = list(own.unknowns)
+    imports = list(own.imports)
     files = [shown]
-    suppressions = read_suppressions(shown, text)
-    for module in _local_modules(path, collector.import_nodes)[:MAX_LOCAL_MODULES]:
+    suppressions = list(own.suppressions)
+    for module in modules[:MAX_LOCAL_MODULES]:
         mshown = os.path.relpath(module) if display is None else str(Path(shown).parent / module.name)
         try:
             sub = _local_module(module, mshown, tuple(script_args))
@@ -598,5 +643,3 @@ def _probe_script(path: Path, script_args: tuple[str, ...], display: str | None)
                        unknowns=tuple(unique(unknowns, key=lambda u: (u.what, u.location))),
                        local_configs=_local_model_configs(path, calls),
                        files=tuple(files), suppressions=tuple(suppressions), deepspeed_configs=deepspeed)
-
-
