@@ -138,7 +138,11 @@ class ScopeIndex:
         }
         if hasattr(ast, "TryStar"):
             visitors[ast.TryStar] = self._try
-        stack: list = [(tree, _State(self.module))]
+        self._visitors = visitors
+        self._run([(tree, _State(self.module))])
+
+    def _run(self, stack: list) -> None:
+        visitors = self._visitors
         while stack:
             item = stack.pop()
             if callable(item):  # work that follows a node's children (a target is bound after its value)
@@ -265,6 +269,8 @@ class ScopeIndex:
 
     # -- every other node remembers its scope and branch chain, then its children are walked
     def _generic(self, node: ast.AST, state: _State) -> list:
+        if isinstance(node, ast.expr):
+            return self._expression(node, state)
         self.state_of[id(node)] = state
         todo = []
         for name in node._fields:  # ast.iter_child_nodes, without its generators: this runs once per node
@@ -275,6 +281,29 @@ class ScopeIndex:
             elif isinstance(value, list):
                 todo.extend((item, state) for item in value if isinstance(item, ast.AST) and type(item) not in MARKERS)
         return todo
+
+    def _expression(self, node: ast.expr, state: _State) -> list:
+        """An expression and everything in it share one state: marked in a tight loop (most of a tree), without a
+        visitor per node. A walrus inside binds a name, so it goes through its visitor."""
+        states, named, markers, node_type = self.state_of, ast.NamedExpr, MARKERS, ast.AST
+        todo = [node]
+        pop, extend = todo.pop, todo.extend
+        while todo:
+            n = pop()
+            if type(n) is named:
+                self._run([(n, state)])
+                continue
+            states[id(n)] = state
+            kids = []
+            for name in n._fields:
+                value = getattr(n, name, None)
+                if isinstance(value, node_type):
+                    if type(value) not in markers:
+                        kids.append(value)
+                elif isinstance(value, list):
+                    kids.extend(x for x in value if isinstance(x, node_type) and type(x) not in markers)
+            extend(reversed(kids))  # source order, so that walruses bind in the order they are written
+        return []
 
     def _mark(self, node: ast.AST, state: _State) -> None:
         self.state_of[id(node)] = state

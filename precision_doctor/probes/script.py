@@ -35,6 +35,11 @@ TOO_DEEP = "nested too deeply for the doctor to follow (RecursionError); simplif
 
 # --- what a call is ---------------------------------------------------------------------------
 
+# The kinds the table gave, by the classes a script subclasses (usually none) and then by call site: a pure
+# function of what it is asked, shared by every script of a run (each calls print, len, os.path.join...).
+_KINDS: dict[tuple, dict[tuple, CallKind | None]] = {}
+
+
 def classify(callee: str, node: ast.Call, local_trainers: set[str], local_args: set[str],
              memo: dict | None = None) -> CallKind | None:
     """The kind of a call, looked up in the declared table (call_kinds.RECOGNISERS); None: not recorded.
@@ -115,12 +120,11 @@ class _Collector:
         self.import_nodes = self.of(ast.Import, ast.ImportFrom)
         self.imports = Imports(self.import_nodes)
         self.r = Resolver(path, text, tree, self.index, self.imports, script_args, self.nodes, self.of(ast.Call))
-        self.lines = python_lines(text)
+        self.lines = self.r.lines  # one split of the source
         self.calls: list[Call] = []
         self.unknowns: list[Unknown] = []
         self.by_node: dict[int, int] = {}  # id(ast node) -> index in self.calls
         self._parsed_args: dict[str, Call] = {}
-        self._kinds: dict[tuple, CallKind | None] = {}
         self._assigned_names: set[str] | None = None
         self.targets = self._assignment_targets()
         self.local_trainers, self.local_args = self._local_subclasses()
@@ -170,9 +174,10 @@ class _Collector:
 
     def collect(self) -> None:
         nodes = sorted(self.of(ast.Call), key=lambda n: (n.lineno, n.col_offset))
+        kinds = _KINDS.setdefault((frozenset(self.local_trainers), frozenset(self.local_args)), {})
         for node in nodes:
             callee = self.r.qualified(node.func)
-            kind = classify(callee, node, self.local_trainers, self.local_args, self._kinds)
+            kind = classify(callee, node, self.local_trainers, self.local_args, kinds)
             if kind is None:
                 if callee in self.index.functions:
                     self._add(node, CallKind.LOCAL_CALL, callee, bind=self.index.functions[callee][0])
@@ -510,16 +515,20 @@ _IN_RUN = [False]  # inside one_run(): scripts are cached too, not only the modu
 def forget_files() -> None:
     """Files may have changed since the last run in this process (fix, tests, a long session)."""
     _FILE_CACHE.clear()
+    _KINDS.clear()
 
 
 @contextmanager
 def one_run():
     """A run over a set of files (a folder): each file is read once, whether it comes in as a script or as a
-    module another script imports; afterwards the next run reads them afresh."""
+    module another script imports; afterwards the next run reads them afresh. The cyclic collector pauses for the
+    run as it does for each file (see _without_gc_pauses): between files it would rescan every fact gathered so
+    far, again and again."""
     forget_files()
     _IN_RUN[0] = True
     try:
-        yield
+        with _without_gc_pauses():
+            yield
     finally:
         _IN_RUN[0] = False
         forget_files()
