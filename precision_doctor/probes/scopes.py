@@ -128,28 +128,19 @@ class ScopeIndex:
         self.chain_of = _View(self.state_of, "chain")
         self.loop_depth_of = _View(self.state_of, "loops")
         self.if_tests: dict[int, ast.AST] = {}
-        visitors = {
-            ast.FunctionDef: self._function, ast.AsyncFunctionDef: self._function, ast.ClassDef: self._class,
-            ast.If: self._if, ast.For: self._loop, ast.AsyncFor: self._loop, ast.While: self._loop,
-            ast.Try: self._try, ast.Assign: self._assign, ast.AnnAssign: self._ann_assign,
-            ast.AugAssign: self._aug_assign, ast.NamedExpr: self._named_expr, ast.With: self._with,
-            ast.AsyncWith: self._with, ast.Import: self._nothing, ast.ImportFrom: self._nothing,
-            ast.Return: self._return,
-        }
-        if hasattr(ast, "TryStar"):
-            visitors[ast.TryStar] = self._try
-        self._visitors = visitors
         self._run([(tree, _State(self.module))])
 
     def _run(self, stack: list) -> None:
-        visitors = self._visitors
+        # The visitors are looked up on the class (functions, not bound methods kept on the index: those would
+        # make each index a reference cycle, which only the cyclic collector frees, and the probe pauses it).
+        visitors, generic = _VISITORS, ScopeIndex._generic
         while stack:
             item = stack.pop()
             if callable(item):  # work that follows a node's children (a target is bound after its value)
                 item()
                 continue
             node, state = item
-            todo = visitors.get(type(node), self._generic)(node, state)
+            todo = visitors.get(type(node), generic)(self, node, state)
             stack.extend(reversed(todo))
 
     # -- scopes
@@ -311,6 +302,18 @@ class ScopeIndex:
     def place(self, node: ast.AST, scope: Scope, loops: int) -> None:
         """Record a node the probe builds itself (a call with its arguments bound by name)."""
         self.state_of[id(node)] = _State(scope, (), "", loops)
+
+
+_VISITORS = {
+    ast.FunctionDef: ScopeIndex._function, ast.AsyncFunctionDef: ScopeIndex._function, ast.ClassDef: ScopeIndex._class,
+    ast.If: ScopeIndex._if, ast.For: ScopeIndex._loop, ast.AsyncFor: ScopeIndex._loop, ast.While: ScopeIndex._loop,
+    ast.Try: ScopeIndex._try, ast.Assign: ScopeIndex._assign, ast.AnnAssign: ScopeIndex._ann_assign,
+    ast.AugAssign: ScopeIndex._aug_assign, ast.NamedExpr: ScopeIndex._named_expr, ast.With: ScopeIndex._with,
+    ast.AsyncWith: ScopeIndex._with, ast.Import: ScopeIndex._nothing, ast.ImportFrom: ScopeIndex._nothing,
+    ast.Return: ScopeIndex._return,
+}
+if hasattr(ast, "TryStar"):
+    _VISITORS[ast.TryStar] = ScopeIndex._try
 
 
 def _block(body: list[ast.stmt], state: _State) -> list:
