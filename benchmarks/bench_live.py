@@ -58,7 +58,7 @@ def main() -> None:
         size = sum(f.stat().st_size for f in (tmp / "model").iterdir()) / 2**20
         alone = [timed([sys.executable, str(script)], {**env, "STOP_BEFORE_TRAIN": "1"}) for _ in range(opts.runs)]
         doctor = [sys.executable, "-m", "precision_doctor", "check", str(script), "--live", "--target", "cpu",
-                  "--format", "json", "--fail-on", "never", "--quiet"]
+                  "--format", "json", "--include-facts", "--fail-on", "never", "--quiet"]
         live = [timed(doctor, env) for _ in range(opts.runs)]
         child_rss = statistics.median(json.loads(out)["facts"]["live"]["peak_rss_mib"] for _, _, out in live)
         a_wall = statistics.median(w for w, _, _ in alone)

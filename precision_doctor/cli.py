@@ -19,7 +19,7 @@ from .errors import InputError
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 FAIL_ON = ("error", "warning", "info", "never")
-FORMATS = ("text", "json", "sarif")
+FORMATS = ("text", "json", "sarif", "concise", "github")
 
 
 MAX_JOBS = 1024  # workers; more than the CPUs is clamped to the CPUs
@@ -44,8 +44,29 @@ def _bounded(kind: type, low: float, high: float):
 
 
 class _Parser(argparse.ArgumentParser):
+    options: tuple[str, ...] = ()  # every option of every command, for "did you mean" on an unrecognised one
+
     def error(self, message: str) -> None:  # one line, exit 2, like every other bad input
-        raise InputError(f"{message} (see `{self.prog} --help`)")
+        raise InputError(f"{message}{_suggestion(message, self.options)} (see `{self.prog} --help`)")
+
+
+def _suggestion(message: str, options: tuple[str, ...]) -> str:
+    """"did you mean" for a mistyped command, option or choice, from argparse's own message."""
+    import re
+
+    from .errors import did_you_mean
+
+    choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+    if choice:
+        return did_you_mean(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))
+    unknown = re.search(r"unrecognized arguments: (.*)", message)
+    if unknown:
+        for word in unknown.group(1).split():
+            if word.startswith("-"):
+                hint = did_you_mean(word.split("=", 1)[0].replace("_", "-"), options)
+                if hint:
+                    return hint
+    return ""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,8 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--python", metavar="PATH",
                        help="the training environment's python (its installed versions are read, it is never run; "
                             "default: $VIRTUAL_ENV / $CONDA_PREFIX, else the projects' declared requirements)")
-    check.add_argument("--format", dest="fmt", choices=FORMATS, default="text", help="output format (default text)")
-    check.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
+    _report_options(check)
     check.add_argument("--fail-on", choices=FAIL_ON, default=None,
                        help="exit 1 on findings at or above this severity (default error)")
     check.add_argument("--select", metavar="IDS", help="only these rules: ids or prefixes, comma-separated (PD2,PD101)")
@@ -86,8 +106,6 @@ def build_parser() -> argparse.ArgumentParser:
                        help="with --live: let N real optimizer steps run and diagnose what breaks")
     check.add_argument("--timeout", type=_bounded(float, 1, MAX_TIMEOUT_S), default=900.0, metavar="S",
                        help="with --live: end the script (and its process group) after S seconds (default 900)")
-    check.add_argument("--quiet", "-q", action="store_true", help="only the findings (and no live status line)")
-    check.add_argument("--no-color", action="store_true", help="plain text even on a terminal")
 
     fix = sub.add_parser("fix", help="apply the fixes: a diff per finding, then [y]es/[n]o/[a]ll/[q]uit",
                          description="Apply the code fixes of the findings, most severe first. Safe fixes with "
@@ -106,7 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
                      ("--ignore", {"metavar": "IDS"}), ("--config", {"metavar": "FILE"}),
                      ("--python", {"metavar": "PATH"})):
         fix.add_argument(flag, help="as for check", **kw)
-    fix.set_defaults(fail_on=None, jobs=1, fmt="text", output=None, quiet=False, no_color=False)
+    fix.set_defaults(fail_on=None, jobs=1, fmt="text", output=None, quiet=False, no_color=False, statistics=False,
+                     verbose=False, show_unknowns=False, include_facts=False)
     explain = sub.add_parser("explain", help="diagnose a training log or traceback (file or stdin)",
                              description="Read a training log or traceback and name the known failures behind it, "
                                          "ranked by how well the log proves them. Exit 0 whether or not a cause is "
@@ -117,7 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     for flag in ("--target", "--facts", "--launcher"):
         explain.add_argument(flag, help="with --script: as for check")
     add_memory_parser(sub)
-    sub.add_parser("rules", help="list every rule: id, name, severity, one line")
+    rules_cmd = sub.add_parser("rules", help="list every rule: id, name, severity, one line")
+    rules_cmd.add_argument("--format", dest="fmt", choices=("text", "json"), default="text",
+                           help="json: every rule's id, name, severities, phase, summary and doc address")
     rule = sub.add_parser("rule", help="print a rule's full documentation")
     rule.add_argument("rule_id", metavar="RULE", help="a rule id (PD201) or name")
     sub.add_parser("targets", help="list the GPU profiles --target accepts")
@@ -132,7 +153,31 @@ def build_parser() -> argparse.ArgumentParser:
                       help="inside a SLURM allocation: probe every node through srun and write one multi-node "
                            "snapshot")
     snap.add_argument("--node-json", action="store_true", help=argparse.SUPPRESS)  # one node's line for --all-nodes
+    parser.options = tuple(sorted({o for p in (parser, *sub.choices.values()) for a in p._actions
+                                   for o in a.option_strings if o.startswith("--")}))
     return parser
+
+
+def _report_options(check: argparse.ArgumentParser) -> None:
+    """How `check` reports: the format, where it goes, and how much of a large run it lists."""
+    report = check.add_argument_group("report")
+    report.add_argument("--format", dest="fmt", choices=FORMATS, default="text",
+                        help="text (default); json; sarif (code scanning); concise (path:line:col: ID [severity] "
+                             "message); github (workflow-command annotations on a pull request)")
+    report.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
+    report.add_argument("--statistics", action="store_true", help="only the number of findings per rule")
+    report.add_argument("--verbose", "-v", action="store_true",
+                        help="folder runs: list the files with no problems too (they are counted, not listed)")
+    report.add_argument("--show-unknowns", action="store_true",
+                        help="folder runs: list the values the doctor could not decide, file by file (they are "
+                             "counted in one line otherwise)")
+    report.add_argument("--include-facts", action="store_true",
+                        help="json: add the fact record the rules read and each script's derived setup")
+    report.add_argument("--keep-going", action="store_true",
+                        help="a named file that cannot be checked (an empty __init__.py, a syntax error) is reported "
+                             "as not checked and the run goes on, as in a folder; for pre-commit and xargs")
+    report.add_argument("--quiet", "-q", action="store_true", help="only the findings (and no live status line)")
+    report.add_argument("--no-color", action="store_true", help="plain text even on a terminal")
 
 
 def _console(no_color: bool = False):
@@ -214,19 +259,26 @@ def run_check(opts, script_args: tuple[str, ...]) -> int:
               "(pass the scripts or folders to check)", file=sys.stderr)
     facts = gather(opts.paths, target=settings.target, launcher=settings.launcher, script_args=script_args,
                    facts_file=settings.facts, jobs=min(opts.jobs or MAX_JOBS, os.cpu_count() or 1),
-                   exclude=settings.exclude, root=root, partitions=settings.partitions, python=_python(opts))
+                   exclude=settings.exclude, root=root, partitions=settings.partitions, python=_python(opts),
+                   keep_going=opts.keep_going)
     if opts.live:
         facts = _with_live(opts, facts, script_args)
     result = engine.run(facts, settings.policy)
     failing = settings.fail_on != "never" and any(SEVERITY_RANK[f.severity] <= SEVERITY_RANK[settings.fail_on]
                                                   for f in result.findings)
+    code = EXIT_FINDINGS if failing else EXIT_OK
+    if opts.statistics and not opts.output:
+        from .report.text import render_statistics
+
+        return _deliver(lambda: render_statistics(result, _console(no_color=opts.no_color)), code)
     if opts.fmt == "text" and not opts.output:
         from .report.text import render as render_text
 
-        return _deliver(lambda: render_text(result, facts, _console(no_color=opts.no_color), quiet=opts.quiet),
-                        EXIT_FINDINGS if failing else EXIT_OK)
-    return _deliver(lambda: _write(opts.output, _render_data(opts.fmt, result, facts, opts.no_color)),
-                    EXIT_FINDINGS if failing else EXIT_OK)
+        return _deliver(lambda: render_text(result, facts, _console(no_color=opts.no_color), quiet=opts.quiet,
+                                            verbose=opts.verbose,
+                                            show_unknowns=True if opts.show_unknowns else None), code)
+    return _deliver(lambda: _write(opts.output, _render_data(opts.fmt, result, facts, opts.no_color, opts, code)),
+                    code)
 
 
 def _python(opts) -> str | None:
@@ -302,7 +354,7 @@ def run_explain(opts, script_args: tuple[str, ...]) -> int:
 def _with_live(opts, facts, script_args: tuple[str, ...]):
     from dataclasses import replace
 
-    from .live import run_live
+    from .live import STEP_MARK, run_live
 
     if len(facts.scripts) != 1 or not opts.paths or not os.path.isfile(opts.paths[0]):
         raise InputError("--live runs one training script: pass exactly one .py file")
@@ -316,8 +368,8 @@ def _with_live(opts, facts, script_args: tuple[str, ...]):
         if sys.stderr.isatty():
             sys.stderr.write(f"\r\033[Klive {elapsed:5.1f}s  {phase}")
             sys.stderr.flush()
-        elif phase not in shown:  # a log, not a terminal: each phase once
-            shown.append(phase)
+        elif phase.split(STEP_MARK)[0] not in shown:  # a log, not a terminal: each phase once, not each step
+            shown.append(phase.split(STEP_MARK)[0])
             print(f"live {elapsed:5.1f}s  {phase}", file=sys.stderr)
 
     live = run_live(opts.paths[0], script_args, steps=opts.steps, timeout=opts.timeout, status=status)
@@ -326,22 +378,40 @@ def _with_live(opts, facts, script_args: tuple[str, ...]):
     return replace(facts, live=live)
 
 
-def _render_data(fmt: str, result, facts, no_color: bool) -> str:
-    if fmt == "json":
-        from .report.json_report import render
-    elif fmt == "sarif":
-        from .report.sarif import render
-    else:
-        import io
+def _render_data(fmt: str, result, facts, no_color: bool, opts=None, exit_code: int = 0) -> str:
+    import io
 
-        from rich.console import Console
+    from rich.console import Console
 
-        from .report.text import render as render_text
+    if opts is not None and getattr(opts, "statistics", False):
+        from .report.text import render_statistics
 
         buf = io.StringIO()
-        render_text(result, facts, Console(file=buf, no_color=True, highlight=False, width=200))
+        render_statistics(result, Console(file=buf, no_color=True, highlight=False, width=200))
         return buf.getvalue()
-    return render(result, facts) + "\n"
+    if fmt == "json":
+        from .report.json_report import render
+
+        return render(result, facts, include_facts=bool(opts and opts.include_facts)) + "\n"
+    if fmt == "sarif":
+        from .report.sarif import render
+
+        return render(result, facts, exit_code) + "\n"
+    if fmt == "concise":
+        from .report.lines import render_concise
+
+        return render_concise(result)
+    if fmt == "github":
+        from .report.lines import render_github
+
+        return render_github(result)
+    from .report.text import render as render_text
+
+    buf = io.StringIO()
+    render_text(result, facts, Console(file=buf, no_color=True, highlight=False, width=200),
+                quiet=bool(opts and opts.quiet), verbose=bool(opts and opts.verbose),
+                show_unknowns=True if opts is not None and opts.show_unknowns else None)
+    return buf.getvalue()
 
 
 def _write(output: str | None, text: str) -> None:
@@ -426,10 +496,20 @@ def _plain_memory_text(facts) -> str:
     return buffer.getvalue()
 
 
-def list_rules() -> int:
+def list_rules(fmt: str = "text") -> int:
     from .catalog import rules
     from .ruledoc import severity_label
 
+    if fmt == "json":
+        import json
+
+        from .ruledoc import help_uri
+
+        doc = [{"id": r.id, "name": r.name, "severity": r.severity, "escalates_to": r.escalates_to,
+                "phase": r.phase, "summary": r.summary, "fix_applicability": r.applicability, "needs": list(r.needs),
+                "help_uri": help_uri(r.id)} for r in rules()]
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return EXIT_OK
     for r in rules():
         print(f"{r.id}  {r.name:<40} {severity_label(r):<20} {r.summary}")
     return EXIT_OK
@@ -441,7 +521,12 @@ def show_rule(rule_id: str) -> int:
 
     r = get_rule(rule_id)
     if r is None:
-        raise InputError(f"no rule {rule_id!r}; `precision-doctor rules` lists them")
+        from .catalog import rules
+        from .errors import did_you_mean, rule_id_key
+
+        hint = did_you_mean(rule_id, [x.id for x in rules()], rule_id_key) or \
+            did_you_mean(rule_id, [x.name for x in rules()])
+        raise InputError(f"no rule {rule_id!r}{hint or ';'} `precision-doctor rules` lists them")
     print(rule_doc(r))
     return EXIT_OK
 
@@ -478,7 +563,7 @@ def main(argv: list[str] | None = None) -> int:
         if opts.command == "memory":
             return run_memory(opts, script_args)
         if opts.command == "rules":
-            return list_rules()
+            return list_rules(opts.fmt)
         if opts.command == "rule":
             return show_rule(opts.rule_id)
         if opts.command == "targets":

@@ -21,7 +21,7 @@ from .facts import (Allocation, Facts, JobFacts, LaunchFacts, MachineFacts, Mach
                     Unknown, _from_jsonable, _to_jsonable)
 from .probes.configs import is_config_path, probe_config
 from .probes.launch import launch_from_env, parse_launcher
-from .probes.script import probe_script
+from .probes.script import one_run, probe_script
 from .probes.stack import StackResolver, training_environment
 from .probes.target import find_profile, machine_from_target
 from .sources import Unreadable, os_reason, read_text_bounded, status
@@ -302,12 +302,15 @@ def gather(paths: list[str], target: str | None = None, launcher: str | None = N
            script_args: tuple[str, ...] = (), stack_overrides: dict[str, str] | None = None,
            facts_file: str | None = None, environ: Mapping[str, str] | None = None,
            system: System = System(), jobs: int = 1, exclude: tuple[str, ...] = (), root: str = ".",
-           partitions: Mapping[str, Mapping] | None = None, python: str | None = None) -> Facts:
+           partitions: Mapping[str, Mapping] | None = None, python: str | None = None,
+           keep_going: bool = False) -> Facts:
     """Every fact of one run: the scripts (probed in worker processes when there are many), the machine, the
-    launch and the stack. Collection runs no rule: the engine does, on these facts, whatever `jobs` was."""
+    launch and the stack. Collection runs no rule: the engine does, on these facts, whatever `jobs` was.
+    A file among several named (pre-commit, an editor), or any named file with `keep_going`, that cannot be
+    checked is reported like one found in a folder, and the run goes on."""
     paths, job, job_launch = job_of(paths, partitions or {}, system)
     entries = _expand(paths, exclude, root) if paths or job is None else []
-    if len(entries) > 1:  # a file list (pre-commit, an editor): one bad file is reported, the run goes on
+    if keep_going or len(entries) > 1:
         entries = [(p, False) for p, _ in entries]
     files = [p for p, _ in entries]
     env = os.environ if environ is None else environ
@@ -322,7 +325,8 @@ def gather(paths: list[str], target: str | None = None, launcher: str | None = N
     args = tuple(script_args) or launch.script_args
     machine, snapshot_stack = gather_machine(target, facts_file, launch, env, system, job)
     script_env = script_environment(machine, env)
-    scripts = _probe_all(entries, args, jobs, script_env)
+    with one_run():  # each file is read once per run, and afresh in the next
+        scripts = _probe_all(entries, args, jobs, script_env)
     if len(entries) > 1 and all(_not_checked(s) for s in scripts):
         first = scripts[0]
         raise InputError(f"{first.path}: {first.unknowns[0].reason}; nothing could be checked")
@@ -331,7 +335,8 @@ def gather(paths: list[str], target: str | None = None, launcher: str | None = N
     extra = _importers(named, set(files))
     if extra:  # a helper module named alone is checked through the scripts that train with it
         entries, files = entries + [(f, False) for f in extra], files + extra
-        scripts = scripts + _probe_all([(f, False) for f in extra], args, jobs, script_env)
+        with one_run():
+            scripts = scripts + _probe_all([(f, False) for f in extra], args, jobs, script_env)
     if stack_overrides is None and snapshot_stack is not None:  # the node's versions, not this laptop's
         return Facts(scripts=scripts, machine=machine, launch=launch, stack=snapshot_stack, job=job)
     scripts, stack = _stacks(scripts, files, StackResolver(stack_overrides, training_environment(python, env)))

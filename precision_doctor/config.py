@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from .errors import InputError
+from .errors import InputError, did_you_mean, rule_id_key
 from .sources import Unreadable, read_text_bounded, worth_reading
 
 SECTION = "precision-doctor"
@@ -107,17 +107,30 @@ def resolve_ids(values: list[str], known: set[str], where: str) -> frozenset[str
             continue
         matched = {r for r in known if r == key or (len(key) < 5 and r.startswith(key))}
         if not matched:
-            raise InputError(f"{where}: unknown rule id {raw!r}; `precision-doctor rules` lists them")
+            hint = did_you_mean(key, known, rule_id_key)
+            raise InputError(f"{where}: unknown rule id {raw!r}{hint or ';'} `precision-doctor rules` lists them")
         out |= matched
     return frozenset(out)
+
+
+def _canonical_keys(table: dict[str, Any], source: str) -> dict[str, Any]:
+    """Keys as people type them: `fail_on` and `fail-on` are the same key (TOML tables in the wild use both)."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        name = str(key).strip().lower().replace("_", "-")
+        if name not in KEYS:
+            raise InputError(f"{source}: [tool.{SECTION}] has unknown key {key!r}"
+                             f"{did_you_mean(name, KEYS) or ';'} known keys: {', '.join(KEYS)}")
+        if name in out:
+            raise InputError(f"{source}: [tool.{SECTION}] sets {name} twice (as {key!r} too); keep one")
+        out[name] = value
+    return out
 
 
 def load_settings(table: dict[str, Any], source: str, known_rules: set[str], root: str) -> Settings:
     from .typed import convert
 
-    unknown = sorted(set(table) - set(KEYS))
-    if unknown:
-        raise InputError(f"{source}: [tool.{SECTION}] has unknown key {unknown[0]!r}; known keys: {', '.join(KEYS)}")
+    table = _canonical_keys(table, source)
     where = f"{source}: [tool.{SECTION}]"
     read = convert({k.replace("-", "_"): v for k, v in table.items()}, Table, where,
                    key_name=lambda key: key.replace("_", "-"), null=False)

@@ -14,6 +14,7 @@ from ._util import unique
 from .catalog import rules
 from .config import Policy
 from .derive import Derived, derive
+from .derive.setup import Fact
 from .diagnose import match_exception
 from .facts import Facts, Location, Suppression
 from .findings import SEVERITY_RANK, Confidence, Draft, Evidence, Finding, Fix, Phase, stricter
@@ -37,11 +38,25 @@ class Withdrawn:
 
 
 @dataclass(frozen=True)
+class Silenced:
+    """A rule that stayed silent on a script while a derived fact it read was unknown: the value that kept it
+    quiet and where it is written: the expression itself, else those arguments of the call holding it that its
+    reason names, else the call."""
+
+    rule_id: str
+    path: str
+    fact: str  # the setup's field (or method) the rule read: "weights", "amp", "trainable_dtypes"
+    reason: str
+    locations: tuple[Location, ...] = ()
+
+
+@dataclass(frozen=True)
 class Result:
     findings: tuple[Finding, ...]
     skipped: tuple[Skipped, ...]
     crashed: tuple[Skipped, ...]
     withdrawn: tuple[Withdrawn, ...] = ()
+    silenced: tuple[Silenced, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -62,6 +77,7 @@ def run(facts: Facts, policy: Policy | None = None) -> Result:
     skipped: list[Skipped] = []
     crashed: list[Skipped] = []
     withdrawn: list[Withdrawn] = []
+    silenced: list[Silenced] = []
     for r in chosen:
         if r.after_findings:
             continue
@@ -71,7 +87,7 @@ def run(facts: Facts, policy: Policy | None = None) -> Result:
             continue
         for script in (facts.scripts if r.per_script else (None,)):
             try:
-                findings.extend(_run_rule(r, facts, derived, script, withdrawn))
+                findings.extend(_run_rule(r, facts, derived, script, withdrawn, silenced))
             except Exception as exc:  # a crashed check is a result, not a crash of the tool
                 crashed.append(Skipped(r.id, f"{type(exc).__name__}: {exc}"))
     if facts.live is not None:
@@ -83,7 +99,8 @@ def run(facts: Facts, policy: Policy | None = None) -> Result:
             findings.extend(_stamp(r, d, "") for d in r.func(**_inject(r, facts, derived, None, use)))
     findings.sort(key=Finding.sort_key)
     crashed = unique(crashed, key=lambda c: (c.rule_id, c.reason))
-    return Result(tuple(findings), tuple(skipped), tuple(crashed), tuple(withdrawn))
+    return Result(tuple(findings), tuple(skipped), tuple(crashed), tuple(withdrawn),
+                  tuple(unique(silenced, key=lambda s: s)))
 
 
 def _missing(r: Rule, facts: Facts) -> str:
@@ -117,15 +134,59 @@ def _inject(r: Rule, facts: Facts, derived: Derived, script, use: SuppressionUse
     return {p: available[p] for p in r.params}
 
 
-def _run_rule(r: Rule, facts: Facts, derived: Derived, script, withdrawn: list[Withdrawn]) -> list[Finding]:
+def _run_rule(r: Rule, facts: Facts, derived: Derived, script, withdrawn: list[Withdrawn],
+              silenced: list[Silenced]) -> list[Finding]:
     path = script.path if script else ""
-    drafts = list(r.func(**_inject(r, facts, derived, script, None)))
+    injected = _inject(r, facts, derived, script, None)
+    reads = None
+    if injected.get("setup") is not None:
+        injected["setup"] = reads = _ReadRecorder(injected["setup"])
+    drafts = list(r.func(**injected))
+    if reads is not None and not drafts:
+        silenced.extend(_silenced_by(r.id, path, reads.unknown))
     live_known = facts.live is not None and facts.live.known
     if live_known and "live" in r.params and "live" not in r.needs and not drafts:
         # the live model confirms nothing of what reading the script alone claimed: say what it withdrew
         static = list(r.func(**_inject(r, facts, derived, script, None, live=None)))
         withdrawn.extend(Withdrawn(r.id, d.message, path, _why_withdrawn(facts)) for d in static)
     return [_stamp(r, d, path) for d in drafts]
+
+
+class _ReadRecorder:
+    """The setup as a rule sees it, noting each derived fact the rule reads (as an attribute or a method's result)
+    that is unknown: what kept the rule silent, for the report's unknowns."""
+
+    __slots__ = ("_setup", "unknown")
+
+    def __init__(self, setup):
+        self._setup = setup
+        self.unknown: list = []
+
+    def __getattr__(self, name):
+        value = getattr(self._setup, name)
+        if callable(value):
+            def recorded(*args, **kwargs):
+                return self._note(name, value(*args, **kwargs))
+            return recorded
+        return self._note(name, value)
+
+    def _note(self, name: str, value):
+        if isinstance(value, Fact) and value.value is None and value.unknown and (value.source or value.call):
+            self.unknown.append((name, value))
+        return value
+
+
+def _silenced_by(rule_id: str, path: str, unknown: list) -> list[Silenced]:
+    out = []
+    for name, fact in unknown:
+        if fact.source is not None and fact.source.location is not None:
+            where = (fact.source.location,)
+        else:
+            call = fact.call
+            where = tuple(v.location or call.location for n, v in call.kwargs.items()
+                          if n in fact.unknown and not v.known) or (call.location,)
+        out.append(Silenced(rule_id, path, name, fact.unknown, where))
+    return out
 
 
 def _why_withdrawn(facts: Facts) -> str:

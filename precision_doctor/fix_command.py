@@ -364,7 +364,7 @@ def run_engine_check(gather_facts: Callable, policy) -> Callable[[], list[Findin
     def check() -> list[Finding]:
         from .probes import script as script_probe
 
-        script_probe._MODULE_CACHE.clear()  # files change between checks
+        script_probe.forget_files()  # files change between checks
         return list(engine.run(gather_facts(), policy).findings)
 
     return check

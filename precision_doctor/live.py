@@ -27,6 +27,7 @@ TAIL_LINES = 25
 LOG_HEAD = LOG_TAIL = 1 << 20  # bytes of the script's output kept from its start and from its end
 END_BOUND = FORWARD_WAIT + GRACE + KILL_WAIT  # the supervisor's longest ending; past it, it is killed itself
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+STEP_MARK = " · step "  # status lines: a log prints each phase once, not each step
 SUCCEEDED = ("stopped", "steps done")  # the log of such a run is removed
 
 
@@ -44,7 +45,7 @@ def run_live(script: str, script_args: tuple[str, ...], steps: int = 0, timeout:
     child_env = dict(os.environ if env is None else env)
     child_env.setdefault("PYTHONUNBUFFERED", "1")
     log = _CappedLog()
-    reports = _Reports()
+    reports = _Reports(steps)
     with _Caught() as caught:
         started = time.monotonic()
         try:
@@ -114,7 +115,7 @@ def _supervise(proc: subprocess.Popen, timeout: float, started: float, caught: _
         elif ending_since is not None and now - ending_since > END_BOUND:
             proc.kill()  # the command dies with it (PDEATHSIG)
         if status and ending_since is None:
-            status(now - started, reports.phase)
+            status(now - started, reports.status())
         _read(streams, 0.1)
     proc.returncode = os.waitstatus_to_exitcode(wait_status)
     for fd in streams:  # what is still in the pipes; a writer that outlived the supervisor cannot hold us
@@ -160,12 +161,14 @@ def _read(streams: dict, wait: float) -> bool:
 class _Reports:
     """The child's JSON lines on the report pipe: the phase it is in, the facts it gathered, how it ended."""
 
-    def __init__(self):
+    def __init__(self, steps: int = 0):
+        self.steps = steps  # the steps asked for (--steps), for the status line's counter
         self.buffer = b""
         self.phase = "starting Python"
         self.facts: dict = {}
         self.outcome: dict = {}
         self.losses: list = []
+        self.step = 0  # the last training step the child reported
 
     def feed(self, chunk: bytes) -> None:
         *lines, self.buffer = (self.buffer + chunk).split(b"\n")
@@ -181,6 +184,15 @@ class _Reports:
             self.outcome = message.get("outcome", self.outcome)
             if "loss" in message:
                 self.losses.append(message["loss"])
+            if isinstance(message.get("step"), int):
+                self.step = message["step"]
+
+
+    def status(self) -> str:
+        """The phase, with the step counter while --steps runs: "stepping · step 3/10"."""
+        if not self.step:
+            return self.phase
+        return f"{self.phase}{STEP_MARK}{self.step}/{self.steps}" if self.steps else f"{self.phase}{STEP_MARK}{self.step}"
 
 
 class _CappedLog:

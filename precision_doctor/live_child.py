@@ -26,6 +26,9 @@ class StopTraining(BaseException):
     """Raised from a hook once the facts are gathered: unwinds the script without running a training step."""
 
 
+LOSS_SOURCES = ("trainer", "accelerator", "scaler")  # which hook's view of a step's loss wins
+
+
 class Reporter:
     def __init__(self, fd: int, mode: str, steps: int):
         self.out = os.fdopen(fd, "w", buffering=1)
@@ -33,9 +36,10 @@ class Reporter:
         self.steps = steps
         self.facts: dict[str, Any] = {}
         self.optimizer_steps = 0
-        self.losses: list[float] = []
+        self.losses: list[float] = []  # one per training step
         self.scales: list[float] = []
         self.sent_facts = False
+        self.window: dict[str, list[float]] = {}  # the losses seen since the last step ended, by where they came from
 
     def send(self, **message) -> None:
         try:
@@ -46,12 +50,25 @@ class Reporter:
     def phase(self, name: str) -> None:
         self.send(phase=name)
 
-    def record_loss(self, loss, announce: bool = True) -> None:
+    def record_loss(self, loss, source: str) -> None:
+        """A loss seen on its way to backward. One step's loss passes several hooks (Trainer.training_step,
+        Accelerator.backward, GradScaler.scale): each is kept until the step ends, then one value is recorded."""
         value = _loss_value(loss) if hasattr(loss, "detach") else None
         if value is not None:
-            self.losses.append(value)
-            if announce:
-                self.send(loss=value)
+            self.window.setdefault(source, []).append(value)
+
+    def step_ended(self) -> None:
+        """The optimizer stepped (or the scaler skipped the step): record this step's loss once, from the hook
+        that sees it whole (the Trainer's, else accelerate's, else the scaler's), averaged over gradient
+        accumulation's micro-batches; and tell the status line which step this was."""
+        source = next((s for s in LOSS_SOURCES if self.window.get(s)), None)
+        if source is None:
+            return
+        values = self.window[source]
+        value = sum(values) / len(values)
+        self.window = {}
+        self.losses.append(value)
+        self.send(loss=value if math.isfinite(value) else str(value), step=len(self.losses))
 
     def gathered(self, where: str, **facts) -> None:
         self.facts.update({k: v for k, v in facts.items() if v is not None})
@@ -237,7 +254,7 @@ def _patch_trainer(module) -> None:
 
     def training_step(self, *args, **kwargs):
         loss = original_step(self, *args, **kwargs)
-        REPORTER.record_loss(loss)
+        REPORTER.record_loss(loss, "trainer")
         return loss
 
     train._pd_hooked = True
@@ -268,7 +285,7 @@ def _patch_accelerate(module) -> None:
         return result
 
     def backward(self, loss, **kwargs):
-        REPORTER.record_loss(loss)
+        REPORTER.record_loss(loss, "accelerator")
         return original_backward(self, loss, **kwargs)
 
     prepare._pd_hooked = True
@@ -296,6 +313,7 @@ def _patch_optimizer(module) -> None:
                 REPORTER.gathered("Optimizer.step", **facts)
             result = original_step(*a, **kw)
             REPORTER.optimizer_steps += 1
+            REPORTER.step_ended()
             if REPORTER.mode == "steps" and REPORTER.optimizer_steps >= REPORTER.steps \
                     and "Trainer.train" != REPORTER.facts.get("stopped_at"):
                 REPORTER.facts["optimizer_after"] = optimizer_facts(self)
@@ -316,11 +334,12 @@ def _patch_grad_scaler(module) -> None:
     original_update = scaler_cls.update
 
     def scale(self, outputs):
-        REPORTER.record_loss(outputs, announce=False)
+        REPORTER.record_loss(outputs, "scaler")
         REPORTER.facts.setdefault("grad_scaler", {"enabled": bool(getattr(self, "_enabled", True))})
         return original_scale(self, outputs)
 
     def update(self, *args, **kwargs):
+        REPORTER.step_ended()  # a step the scaler skipped (inf/NaN gradients) still ends here
         result = original_update(self, *args, **kwargs)
         try:
             REPORTER.scales.append(float(self.get_scale()))
@@ -401,6 +420,7 @@ def main(argv: list[str]) -> int:
                             "frames": _frames(exc, os.path.abspath(script)),
                             "traceback": "".join(traceback.format_exception(exc))[-6000:]}
         traceback.print_exc()
+    REPORTER.step_ended()  # the loss of a step that raised before the optimizer stepped
     outcome["optimizer_steps"] = REPORTER.optimizer_steps
     outcome["losses"] = [x if math.isfinite(x) else str(x) for x in REPORTER.losses[:1000]]
     outcome["loss_scales"] = REPORTER.scales[:1000]

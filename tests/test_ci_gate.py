@@ -2,6 +2,7 @@
 respect .gitignore, the parallel walk, the pre-commit hook."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -74,7 +75,7 @@ def test_pyproject_settings_apply_and_flags_override(tmp_path):
     project = write_project(tmp_path, 'target = "titan-rtx"\nignore = ["PD213"]\nfail-on = "warning"\n'
                                       'per-file-ignores = { "legacy/*.py" = ["PD2"] }\nexclude = ["vendored"]\n',
                             {"train.py": BAD, "amp.py": DEPRECATED, "legacy/old.py": BAD, "vendored/x.py": BAD})
-    proc = doctor("check", ".", "--format", "json", cwd=project)
+    proc = doctor("check", ".", "--format", "json", "--include-facts", cwd=project)
     doc = json.loads(proc.stdout)
     assert doc["facts"]["machine"]["source"] == "target titan-rtx"
     paths = {Path(f["path"]).as_posix() for f in doc["findings"]}
@@ -82,7 +83,7 @@ def test_pyproject_settings_apply_and_flags_override(tmp_path):
     assert not any(Path(s["path"]).parts[0] == "vendored" for s in doc["facts"]["scripts"])
     assert proc.returncode == 1
     # flags win: another target, a narrower selection, another gate
-    proc = doctor("check", ".", "--format", "json", "--target", "a100", "--select", "PD213", "--fail-on", "never",
+    proc = doctor("check", ".", "--format", "json", "--include-facts", "--target", "a100", "--select", "PD213", "--fail-on", "never",
                   cwd=project)
     assert json.loads(proc.stdout)["facts"]["machine"]["source"] == "target a100-80gb"  # the family default
     assert ids_of(proc) == [] and proc.returncode == 0  # PD213 selected but still ignored by the config
@@ -134,7 +135,7 @@ def test_walk_respects_gitignore_and_skips_venvs(tmp_path):
     (tmp_path / "venv").mkdir()
     (tmp_path / "venv" / "pyvenv.cfg").write_text("")
     (tmp_path / "venv" / "x.py").write_text(BAD)
-    proc = doctor("check", ".", "--format", "json", cwd=tmp_path)
+    proc = doctor("check", ".", "--format", "json", "--include-facts", cwd=tmp_path)
     paths = sorted(Path(s["path"]).as_posix() for s in json.loads(proc.stdout)["facts"]["scripts"])
     assert paths == ["sub/ok.py", "train.py"]
 
@@ -159,10 +160,71 @@ def test_pre_commit_hook_definition():
     yaml = pytest.importorskip("yaml")
     hooks = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
     hook = next(h for h in hooks if h["id"] == "precision-doctor")
-    assert hook["entry"] == "precision-doctor check" and hook["language"] == "python" and "python" in hook["types"]
+    assert hook["entry"].startswith("precision-doctor check") and hook["language"] == "python"
+    assert "python" in hook["types"]
+
+
+def _workflow_steps():
+    yaml = pytest.importorskip("yaml")
     workflow = yaml.safe_load((ROOT / "examples/github-actions.yml").read_text())
-    steps = workflow["jobs"]["preflight"]["steps"]
-    assert any("--format sarif" in s.get("run", "") for s in steps)
+    return workflow, workflow["jobs"]["preflight"]["steps"]
+
+
+def test_github_workflow_structure():
+    workflow, steps = _workflow_steps()
+    triggers = workflow[True] if True in workflow else workflow["on"]  # YAML 1.1 reads a bare `on` as true
+    assert {"push", "pull_request"} <= set(triggers)
+    assert workflow["permissions"]["security-events"] == "write"
+    for step in steps:
+        assert ("uses" in step) != ("run" in step), step
+        if "uses" in step:
+            assert "@v" in step["uses"], f"pin the action: {step['uses']}"
+    install = next(s for s in steps if "pip install" in s.get("run", ""))
+    assert "git+https://" in workflow["env"]["DOCTOR"] and "$DOCTOR" in install["run"]  # from the repository
+    runs = " ".join(s.get("run", "") for s in steps)
+    assert "--format github" in runs and "--format sarif -o precision-doctor.sarif" in runs
+    assert "--facts ci/node.json" not in runs  # the snapshot is optional: only behind the file test
+    upload = next(s for s in steps if "upload-sarif" in s.get("uses", ""))
+    assert upload["with"]["sarif_file"] == "precision-doctor.sarif" and "hashFiles" in upload["if"]
+    for step in steps:
+        if "run" in step:
+            assert subprocess.run(["bash", "-n"], input=step["run"], text=True).returncode == 0, step["run"]
+
+
+@pytest.mark.parametrize("snapshot", [False, True], ids=["no-snapshot", "snapshot"])
+def test_github_workflow_commands_run_as_written(tmp_path, snapshot):
+    """The workflow's shell steps, run here in order with `precision-doctor` on the path: the machine step picks
+    the snapshot only when it exists, the SARIF step never fails the job, the annotation step gates on errors."""
+    workflow, steps = _workflow_steps()
+    (tmp_path / "train.py").write_text(BAD)
+    if snapshot:
+        (tmp_path / "ci").mkdir()
+        proc = doctor("snapshot", "--target", "t4", "-o", str(tmp_path / "ci/node.json"))
+        assert proc.returncode == 0, proc.stderr
+    shim = tmp_path / "bin" / "precision-doctor"
+    shim.parent.mkdir()
+    shim.write_text(f"#!/bin/sh\nexec {sys.executable} -m precision_doctor \"$@\"\n")
+    shim.chmod(0o755)
+    github_env = tmp_path / "github_env"
+    github_env.write_text("")
+    env = {**os.environ, **{k: str(v) for k, v in workflow["env"].items()}, "GITHUB_ENV": str(github_env),
+           "PATH": f"{shim.parent}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+    codes = {}
+    for step in steps:
+        if "run" not in step or "pip install" in step["run"]:
+            continue
+        for line in github_env.read_text().splitlines():
+            key, _, value = line.partition("=")
+            env[key] = value
+        proc = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=120)
+        codes[step["name"]] = proc
+    machine = next(line for line in github_env.read_text().splitlines() if line.startswith("MACHINE="))
+    assert machine == ("MACHINE=--facts ci/node.json" if snapshot else "MACHINE=--target a100")
+    sarif = next(p for name, p in codes.items() if name.startswith("SARIF"))
+    assert sarif.returncode == 0 and json.loads((tmp_path / "precision-doctor.sarif").read_text())["runs"]
+    gate = next(p for name, p in codes.items() if name.startswith("Check"))
+    assert gate.returncode == 1 and gate.stdout.startswith("::error file=train.py,line=3"), gate.stdout + gate.stderr
 
 
 def test_parallel_text_report_matches_one_process(tmp_path):
@@ -173,3 +235,13 @@ def test_parallel_text_report_matches_one_process(tmp_path):
     two = doctor("check", ".", "--target", "t4", "--jobs", "2", cwd=tmp_path)
     assert one.returncode == two.returncode == 1
     assert one.stdout == two.stdout and "PD201" in two.stdout
+
+
+def test_noqa_with_the_doctors_codes_silences_a_bare_noqa_does_not(tmp_path):
+    (tmp_path / "train.py").write_text(BAD.replace("fp16=True))", "fp16=True))  # noqa: PD201"))
+    assert ids_of(doctor("check", "train.py", "--format", "json", cwd=tmp_path)) == []
+    (tmp_path / "train.py").write_text(BAD.replace("fp16=True))", "fp16=True))  # noqa: E501, pd201"))
+    assert ids_of(doctor("check", "train.py", "--format", "json", cwd=tmp_path)) == []
+    for comment in ("# noqa", "# noqa: E501", "# noqa: PD204"):  # no code of this rule: the finding stays
+        (tmp_path / "train.py").write_text(BAD.replace("fp16=True))", f"fp16=True))  {comment}"))
+        assert "PD201" in ids_of(doctor("check", "train.py", "--format", "json", cwd=tmp_path)), comment

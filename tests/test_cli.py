@@ -103,7 +103,7 @@ def test_launcher_script_args_are_used_too():
 
 
 def test_directory_of_scripts_gives_one_combined_report():
-    proc = doctor("check", "fixtures/seed004_h100_amp_guide", "--format", "json", "--target", "h100")
+    proc = doctor("check", "fixtures/seed004_h100_amp_guide", "--format", "json", "--include-facts", "--target", "h100")
     paths = {s["path"] for s in json.loads(proc.stdout)["facts"]["scripts"]}
     assert {Path(p).name for p in paths} == {"train.py", "train_fixed.py"}
 

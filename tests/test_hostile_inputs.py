@@ -87,7 +87,7 @@ def snapshot() -> dict:
 def check_snapshot(tmp_path, script, capsys, content: str, *extra: str):
     node = tmp_path / "node.json"
     node.write_text(content)
-    return run(["check", script, "--facts", node, "--format", "json", *extra], capsys)
+    return run(["check", script, "--facts", node, "--format", "json", "--include-facts", *extra], capsys)
 
 
 def test_a_well_formed_snapshot_still_reads(tmp_path, script, capsys):
@@ -182,13 +182,13 @@ def test_numbers_typed_on_the_command_line_are_bounded(script, capsys, argv, fra
 def test_jobs_above_the_cpu_count_is_clamped(tmp_path, capsys):
     for i in range(40):  # enough scripts for the worker pool
         (tmp_path / f"s{i}.py").write_text(AMP)
-    code, out, err = run(["check", tmp_path, "--jobs", "1024", "--target", "t4", "--format", "json",
+    code, out, err = run(["check", tmp_path, "--jobs", "1024", "--target", "t4", "--format", "json", "--include-facts",
                           "--fail-on", "warning"], capsys)
     assert code == 1 and len(strict(out)["facts"]["scripts"]) == 40, err
 
 
 def test_torchrun_word_counts_are_kept_as_written(script, capsys):
-    code, out, err = run(["check", script, "--format", "json", "--target", "t4", "--launcher",
+    code, out, err = run(["check", script, "--format", "json", "--include-facts", "--target", "t4", "--launcher",
                           "torchrun --nproc_per_node gpu train.py"], capsys)
     assert code in (0, 1), err
     assert strict(out)["facts"]["launch"]["num_processes"]["value"] == "gpu"
@@ -201,7 +201,7 @@ def test_numbers_from_the_environment_and_config_files_are_unknown(tmp_path, scr
     config.write_text(f"main_process_port: 70000\nnum_processes: {HUGE}\nmixed_precision: bf16\n")
     env = {**os.environ, "MASTER_PORT": "²", "ACCELERATE_CONFIG_FILE": str(config), "WORLD_SIZE": "²",
            "LOCAL_RANK": "0", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(DOCTOR + ["check", str(script), "--format", "json"], capture_output=True, text=True,
+    proc = subprocess.run(DOCTOR + ["check", str(script), "--format", "json", "--include-facts"], capture_output=True, text=True,
                           env=env, cwd=tmp_path, timeout=120)
     assert proc.returncode in (0, 1), proc.stderr
     report = strict(proc.stdout)
@@ -289,7 +289,7 @@ def test_non_finite_numbers_are_strings_in_every_json_output(tmp_path, capsys):
     path.write_text('from transformers import TrainingArguments\n'
                     'args = TrainingArguments(output_dir="o", learning_rate=1e999, weight_decay=-1e999, '
                     'adam_epsilon=float("nan"), fp16=True)\n')
-    code, out, err = run(["check", path, "--target", "t4", "--format", "json"], capsys)
+    code, out, err = run(["check", path, "--target", "t4", "--format", "json", "--include-facts"], capsys)
     assert code in (0, 1), err
     kwargs = [c["kwargs"] for c in strict(out)["facts"]["scripts"][0]["calls"] if "learning_rate" in c["kwargs"]][0]
     assert kwargs["learning_rate"]["value"] == "Infinity" and kwargs["weight_decay"]["value"] == "-Infinity"

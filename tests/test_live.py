@@ -198,7 +198,7 @@ def test_accelerate_prepare_is_a_stop_point_and_json_stays_clean(tmp_path):
     """
     path = script(tmp_path, body)
     proc = subprocess.run([sys.executable, "-m", "precision_doctor", "check", str(path), "--live", "--format",
-                           "json", "--target", "cpu"], capture_output=True, text=True, timeout=120)
+                           "json", "--target", "cpu", "--include-facts"], capture_output=True, text=True, timeout=120)
     doc = json.loads(proc.stdout)  # status lines went to stderr
     live = doc["facts"]["live"]
     assert live["stopped_at"] == "Accelerator.prepare" and live["optimizer"]["class_name"] == "AdamW"
@@ -276,3 +276,29 @@ def test_a_collapsing_loss_scale_is_reported(run_check):
     live["loss_scales"] = (65536.0, 65536.0, 131072.0)
     result, _ = run_check("import torch\n", live=live)
     assert "PD210" not in {f.rule_id for f in result.findings}
+
+
+SCALER_LOOP = """
+    import torch
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained("TINY", dtype=torch.float32)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    scaler = torch.amp.GradScaler("cpu")
+    for _ in range(5):
+        ids = torch.randint(0, 128, (2, 8))
+        scaler.scale(model(input_ids=ids, labels=ids).loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+"""
+
+
+def test_each_steps_loss_is_recorded_once_and_the_status_counts_steps(tmp_path, tiny):
+    """A step's loss passes several hooks (GradScaler.scale, then the optimizer step and the scaler update that
+    both end the step): one unscaled value per step, and the status line says which step is running."""
+    seen: list[str] = []
+    live = run_live(str(script(tmp_path, SCALER_LOOP, tiny)), (), steps=3, timeout=120,
+                    status=lambda elapsed, phase: seen.append(phase))
+    assert live.ended == "steps done" and live.optimizer_steps == 3, (live.ended, live.log_tail)
+    assert len(live.losses) == 3 and all(0 < float(x) < 20 for x in live.losses)
+    assert any(p.endswith(("step 1/3", "step 2/3")) for p in seen), set(seen)

@@ -187,7 +187,7 @@ def test_cli_snapshot_of_a_profile_then_check_against_it(tmp_path):
     data["machine"]["gpus"][0]["processes"] = [{"pid": 77, "used_mib": 2048, "status": "running", "user": "ann"}]
     out.write_text(json.dumps(data))
     proc = doctor("check", "fixtures/seed000_accelerate_implicit_bf16/train_fixed.py", "--facts", str(out),
-                  "--format", "json")
+                  "--format", "json", "--include-facts")
     ids = {f["id"] for f in json.loads(proc.stdout)["findings"]}
     assert "PD108" in ids and proc.returncode == 1
     assert "snapshot node.json" in json.loads(proc.stdout)["facts"]["machine"]["source"]

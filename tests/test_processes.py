@@ -167,7 +167,7 @@ def test_a_script_that_closes_its_descriptors_and_ignores_sigterm_is_ended_on_ti
                     "os.closerange(0, 4096)\ntime.sleep(300)\n")
     started = time.monotonic()
     try:
-        proc = subprocess.run(DOCTOR + [str(path), "--live", "--timeout", "2", "--target", "cpu", "--format", "json"],
+        proc = subprocess.run(DOCTOR + [str(path), "--live", "--timeout", "2", "--target", "cpu", "--format", "json", "--include-facts"],
                               capture_output=True, text=True, timeout=12)
     except subprocess.TimeoutExpired:
         pytest.fail("the doctor waited past --timeout for a script that closed its descriptors")

@@ -146,7 +146,7 @@ def test_no_secret_in_any_output(tmp_path, port_holder, monkeypatch):
     # the command line: this machine's own probes, explain, and the script's findings beside a log
     env = {**environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     runs = {
-        "check --format json": ["check", "train.py", "--launcher", launcher, "--format", "json"],
+        "check --format json": ["check", "train.py", "--launcher", launcher, "--format", "json", "--include-facts"],
         "check --format sarif": ["check", "train.py", "--launcher", launcher, "--format", "sarif"],
         "check (text)": ["check", "train.py", "--launcher", launcher, "--target", "titan-rtx"],
         "snapshot": ["snapshot", "--launcher", launcher],

@@ -106,7 +106,7 @@ def test_readme_first_command_output():
 
 def test_json_output_is_stable_and_complete():
     proc = subprocess.run([sys.executable, "-m", "precision_doctor", "check", "--format", "json",
-                           "fixtures/seed001_titan_fp16/buggy/train.py", "--target", "titan-rtx"],
+                           "fixtures/seed001_titan_fp16/buggy/train.py", "--target", "titan-rtx", "--include-facts"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     doc = json.loads(proc.stdout)
     assert doc["version"] == 1

@@ -105,7 +105,7 @@ def test_a_folder_run_runs_nothing_from_the_repository(tmp_path):
         proc = doctor(*args, "--target", "cpu", cwd=repo)
         assert proc.returncode in (0, 1), proc.stderr
         assert os.listdir(sentinels) == [], f"{args}: a command from the repository ran"
-    proc = doctor("check", str(repo), "--format", "json", "--target", "cpu", cwd=repo)
+    proc = doctor("check", str(repo), "--format", "json", "--include-facts", "--target", "cpu", cwd=repo)
     assert {Path(s["path"]).name for s in json.loads(proc.stdout)["facts"]["scripts"]} == \
         {"train.py", "util.py", "new.py"}
 

@@ -3,8 +3,6 @@ architecture (PD214-PD216, PD218)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from .. import dtypes
 from ..derive import Setup, call_evidence, decide, evidence_of
 from ..derive.checkpoint import checkpoint_of, describe_source
@@ -83,7 +81,7 @@ def flash_attn_fp32_weights(script: ScriptFacts, setup: Setup, machine: MachineF
     if load is None or not setup.trains or setup.weights.value != dtypes.FLOAT32:
         return
     impl = decide(load.kwarg("attn_implementation"), machine, stack)
-    if impl.state != KNOWN or impl.value not in _FLASH or _unsupported(script, setup, str(impl.value), stack):
+    if impl.state != KNOWN or impl.value not in _FLASH or _unsupported(script, load, str(impl.value), stack):
         return  # an architecture without the kernel fails at load instead: PD218
     autocast = setup.amp.value in ("fp16", "bf16", "autocast")
     target = "torch.bfloat16" if native_bf16(machine) is not False else "torch.float16"
@@ -99,12 +97,12 @@ def flash_attn_fp32_weights(script: ScriptFacts, setup: Setup, machine: MachineF
                         applicability=Applicability.UNSAFE, edits=(edit,) if edit else ()))
 
 
-def _unsupported(script: ScriptFacts, setup: Setup, impl: str, stack: StackFacts):
+def _unsupported(script: ScriptFacts, load, impl: str, stack: StackFacts):
     """The checkpoint's architecture, when it is known not to implement `impl` on this transformers (the support
     table is read from transformers 5.x's modeling files: `_supports_sdpa`, `_supports_flash_attn`)."""
     if not at_least(stack, "transformers", "5.0"):
         return None
-    ckpt = checkpoint_of(setup.model_load, script)
+    ckpt = checkpoint_of(load, script)
     if ckpt is None or not ckpt.attention:
         return None
     wanted = "flash_attention_2" if impl in _FLASH else impl
@@ -154,12 +152,12 @@ _KERNEL_NAME = {"flash_attention_2": "Flash Attention 2", "flash_attention_3": "
                     "Trainer(model=model, args=TrainingArguments('o', bf16=True)).train()\n", target="a100",
                     versions={"transformers": "4.46.3"}, note="the support table is read from transformers 5.x")],
 )
-def attn_implementation_unsupported(script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts):
+def attn_implementation_unsupported(script: ScriptFacts, machine: MachineFacts, stack: StackFacts):
     for load in script.of("model_load"):
         impl = decide(load.kwarg("attn_implementation"), machine, stack)
         if impl.state != KNOWN or not isinstance(impl.value, str):
             continue
-        ckpt = _unsupported(script, replace(setup, model_load=load), impl.value, stack)
+        ckpt = _unsupported(script, load, impl.value, stack)
         if ckpt is None:
             continue
         better = "sdpa" if "sdpa" in ckpt.attention else "eager"

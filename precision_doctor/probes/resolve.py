@@ -58,7 +58,7 @@ class Imports:
 class Resolver:
     def __init__(self, path: str, source: str, tree: ast.Module, index: ScopeIndex,
                  imports: Imports, script_args: tuple[str, ...] = (), nodes: list[ast.AST] | None = None,
-                 environ: tuple = (None, "")):
+                 environ: tuple = (None, ""), calls: list[ast.Call] | None = None):
         self.path = path
         self.environ = environ  # (variables or None when not known, where they come from): handlers/environment
         self.nodes = nodes if nodes is not None else list(ast.walk(tree))
@@ -68,9 +68,11 @@ class Resolver:
         self.imports = imports
         self.script_args = tuple(script_args)
         self._texts: dict[int, tuple[ast.AST, str]] = {}
+        self._qualified: dict[int, tuple[ast.AST, str]] = {}
         self._settled_values: dict[tuple, Sym] = {}
         self.memo: dict = {}  # handlers keep what they build once per script here, under their own keys
         self._calls_to: dict[str, list[ast.Call]] | None = None
+        self._call_nodes: list[ast.Call] | None = calls
         self._class_scopes: dict[str, list[Scope]] | None = None
 
     # -- helpers
@@ -107,7 +109,13 @@ class Resolver:
         return self.index.scope_of.get(id(node), self.index.module)
 
     def qualified(self, node: ast.AST) -> str:
-        return self.imports.qualify(dotted(node))
+        """The dotted name with imports resolved, once per node (every call's callee is asked several times)."""
+        cached = self._qualified.get(id(node))
+        if cached is not None and cached[0] is node:
+            return cached[1]
+        name = self.imports.qualify(dotted(node))
+        self._qualified[id(node)] = (node, name)
+        return name
 
     # -- public entry
     def value(self, node: ast.AST | None, scope: Scope | None = None) -> Value:
@@ -352,16 +360,21 @@ class Resolver:
         return Multi(tuple(results), f"{name} of {scope.name}() gets different values at its {len(results)} "
                                      f"call sites")
 
+    def call_nodes(self) -> list[ast.Call]:
+        """Every call of the module, in walk order (the script probe hands its list over: no second scan)."""
+        if self._call_nodes is None:
+            self._call_nodes = [n for n in self.nodes if isinstance(n, ast.Call)]
+        return self._call_nodes
+
     def calls_to(self, fname: str) -> list[ast.Call]:
         if self._calls_to is None:
             self._calls_to = {}
-            for node in self.nodes:
-                if isinstance(node, ast.Call):
-                    callee = dotted(node.func)
-                    if callee:
-                        last = callee.rsplit(".", 1)[-1]
-                        if callee == last or callee.startswith("self."):
-                            self._calls_to.setdefault(last, []).append(node)
+            for node in self.call_nodes():
+                callee = dotted(node.func)
+                if callee:
+                    last = callee.rsplit(".", 1)[-1]
+                    if callee == last or callee.startswith("self."):
+                        self._calls_to.setdefault(last, []).append(node)
         return self._calls_to.get(fname, [])
 
     def _scopes_of_class(self, class_name: str) -> list[Scope]:

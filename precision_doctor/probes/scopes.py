@@ -85,6 +85,32 @@ class _State:
         return _State(self.scope, self.chain + (step,), self.class_name, self.loops)
 
 
+# Nodes that only mark a Name's context or an operator (a third of every tree): shared singletons with nothing
+# below them and nothing to resolve, so the index neither visits nor marks them.
+MARKERS = frozenset(cls for base in (ast.expr_context, ast.operator, ast.boolop, ast.unaryop, ast.cmpop)
+                    for cls in base.__subclasses__())
+
+
+class _View:
+    """One field of the node states (`scope_of`, `chain_of`, `loop_depth_of`) read as a mapping by node id."""
+
+    __slots__ = ("_states", "_field")
+
+    def __init__(self, states: dict, field: str):
+        self._states = states
+        self._field = field
+
+    def get(self, key: int, default=None):
+        state = self._states.get(key)
+        return default if state is None else getattr(state, self._field)
+
+    def __getitem__(self, key: int):
+        return getattr(self._states[key], self._field)
+
+    def __contains__(self, key: int) -> bool:
+        return key in self._states
+
+
 class ScopeIndex:
     """Builds every scope of a module in one pass and remembers each node's scope and branch chain.
 
@@ -97,28 +123,24 @@ class ScopeIndex:
         self.scopes: list[Scope] = [self.module]
         self.functions: dict[str, list[Scope]] = {}  # bare name -> scopes (several classes may define it)
         self.classes: dict[str, ast.ClassDef] = {}
-        self.scope_of: dict[int, Scope] = {}
-        self.chain_of: dict[int, tuple] = {}
-        self.loop_depth_of: dict[int, int] = {}
+        self.state_of: dict[int, _State] = {}  # id(node) -> where it sits: one write per node, read by the views
+        self.scope_of = _View(self.state_of, "scope")
+        self.chain_of = _View(self.state_of, "chain")
+        self.loop_depth_of = _View(self.state_of, "loops")
         self.if_tests: dict[int, ast.AST] = {}
-        visitors = {
-            ast.FunctionDef: self._function, ast.AsyncFunctionDef: self._function, ast.ClassDef: self._class,
-            ast.If: self._if, ast.For: self._loop, ast.AsyncFor: self._loop, ast.While: self._loop,
-            ast.Try: self._try, ast.Assign: self._assign, ast.AnnAssign: self._ann_assign,
-            ast.AugAssign: self._aug_assign, ast.NamedExpr: self._named_expr, ast.With: self._with,
-            ast.AsyncWith: self._with, ast.Import: self._nothing, ast.ImportFrom: self._nothing,
-            ast.Return: self._return,
-        }
-        if hasattr(ast, "TryStar"):
-            visitors[ast.TryStar] = self._try
-        stack: list = [(tree, _State(self.module))]
+        self._run([(tree, _State(self.module))])
+
+    def _run(self, stack: list) -> None:
+        # The visitors are looked up on the class (functions, not bound methods kept on the index: those would
+        # make each index a reference cycle, which only the cyclic collector frees, and the probe pauses it).
+        visitors, generic = _VISITORS, ScopeIndex._generic
         while stack:
             item = stack.pop()
             if callable(item):  # work that follows a node's children (a target is bound after its value)
                 item()
                 continue
             node, state = item
-            todo = visitors.get(type(node), self._generic)(node, state)
+            todo = visitors.get(type(node), generic)(self, node, state)
             stack.extend(reversed(todo))
 
     # -- scopes
@@ -238,20 +260,60 @@ class ScopeIndex:
 
     # -- every other node remembers its scope and branch chain, then its children are walked
     def _generic(self, node: ast.AST, state: _State) -> list:
-        self._mark(node, state)
+        if isinstance(node, ast.expr):
+            return self._expression(node, state)
+        self.state_of[id(node)] = state
         todo = []
         for name in node._fields:  # ast.iter_child_nodes, without its generators: this runs once per node
             value = getattr(node, name, None)
             if isinstance(value, ast.AST):
-                todo.append((value, state))
+                if type(value) not in MARKERS:
+                    todo.append((value, state))
             elif isinstance(value, list):
-                todo.extend((item, state) for item in value if isinstance(item, ast.AST))
+                todo.extend((item, state) for item in value if isinstance(item, ast.AST) and type(item) not in MARKERS)
         return todo
 
+    def _expression(self, node: ast.expr, state: _State) -> list:
+        """An expression and everything in it share one state: marked in a tight loop (most of a tree), without a
+        visitor per node. A walrus inside binds a name, so it goes through its visitor."""
+        states, named, markers, node_type = self.state_of, ast.NamedExpr, MARKERS, ast.AST
+        todo = [node]
+        pop, extend = todo.pop, todo.extend
+        while todo:
+            n = pop()
+            if type(n) is named:
+                self._run([(n, state)])
+                continue
+            states[id(n)] = state
+            kids = []
+            for name in n._fields:
+                value = getattr(n, name, None)
+                if isinstance(value, node_type):
+                    if type(value) not in markers:
+                        kids.append(value)
+                elif isinstance(value, list):
+                    kids.extend(x for x in value if isinstance(x, node_type) and type(x) not in markers)
+            extend(reversed(kids))  # source order, so that walruses bind in the order they are written
+        return []
+
     def _mark(self, node: ast.AST, state: _State) -> None:
-        self.scope_of[id(node)] = state.scope
-        self.chain_of[id(node)] = state.chain
-        self.loop_depth_of[id(node)] = state.loops
+        self.state_of[id(node)] = state
+
+    def place(self, node: ast.AST, scope: Scope, loops: int) -> None:
+        """Record a node the probe builds itself (a call with its arguments bound by name)."""
+        self.state_of[id(node)] = _State(scope, (), "", loops)
+
+
+_VISITORS = {
+    ast.FunctionDef: ScopeIndex._function, ast.AsyncFunctionDef: ScopeIndex._function, ast.ClassDef: ScopeIndex._class,
+    ast.If: ScopeIndex._if, ast.For: ScopeIndex._loop, ast.AsyncFor: ScopeIndex._loop, ast.While: ScopeIndex._loop,
+    ast.Try: ScopeIndex._try, ast.Assign: ScopeIndex._assign, ast.AnnAssign: ScopeIndex._ann_assign,
+    ast.AugAssign: ScopeIndex._aug_assign, ast.NamedExpr: ScopeIndex._named_expr, ast.With: ScopeIndex._with,
+    ast.AsyncWith: ScopeIndex._with, ast.Import: ScopeIndex._nothing, ast.ImportFrom: ScopeIndex._nothing,
+    ast.Return: ScopeIndex._return,
+}
+if hasattr(ast, "TryStar"):
+    _VISITORS[ast.TryStar] = ScopeIndex._try
 
 
 def _block(body: list[ast.stmt], state: _State) -> list:

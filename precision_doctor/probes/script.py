@@ -14,6 +14,7 @@ import json
 import os
 import re
 import tokenize
+from bisect import bisect_left, bisect_right
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -27,7 +28,7 @@ from ..sources import Unreadable, is_regular_file, read_source, read_text_bounde
 from .frameworks import lightning_as_accelerator
 from .checkpoint import probe_checkpoints
 from .resolve import Imports, Resolver
-from .scopes import ScopeIndex, dotted
+from .scopes import MARKERS, ScopeIndex, dotted
 from .symbols import Context, DictSym, Known, Namespace, ObjSym
 
 MAX_LOCAL_MODULES = 20
@@ -36,15 +37,29 @@ TOO_DEEP = "nested too deeply for the doctor to follow (RecursionError); simplif
 
 # --- what a call is ---------------------------------------------------------------------------
 
-def classify(callee: str, node: ast.Call, local_trainers: set[str], local_args: set[str]) -> CallKind | None:
-    """The kind of a call, looked up in the declared table (call_kinds.RECOGNISERS); None: not recorded."""
+# The kinds the table gave, by the classes a script subclasses (usually none) and then by call site: a pure
+# function of what it is asked, shared by every script of a run (each calls print, len, os.path.join...).
+_KINDS: dict[tuple, dict[tuple, CallKind | None]] = {}
+
+
+def classify(callee: str, node: ast.Call, local_trainers: set[str], local_args: set[str],
+             memo: dict | None = None) -> CallKind | None:
+    """The kind of a call, looked up in the declared table (call_kinds.RECOGNISERS); None: not recorded.
+    `memo` keeps the answers of one script: the table is a pure function of what it is asked, and a script
+    calls the same few names (print, len, range) thousands of times."""
     method = node.func.attr if isinstance(node.func, ast.Attribute) else ""
-    site = CallSite(callee=callee, method=method,
-                    owner=dotted(node.func.value).rsplit(".", 1)[-1] if method else "",
-                    bare=not node.args and not node.keywords,
-                    keywords=frozenset(k.arg for k in node.keywords if k.arg),
+    owner = dotted(node.func.value).rsplit(".", 1)[-1] if method else ""
+    keywords = frozenset(k.arg for k in node.keywords if k.arg)
+    bare = not node.args and not node.keywords
+    key = (callee, method, owner, bare, keywords)
+    if memo is not None and key in memo:
+        return memo[key]
+    site = CallSite(callee=callee, method=method, owner=owner, bare=bare, keywords=keywords,
                     local_trainers=frozenset(local_trainers), local_args=frozenset(local_args))
-    return kind_of(site)
+    kind = kind_of(site)
+    if memo is not None:
+        memo[key] = kind
+    return kind
 
 
 # --- reading the file -------------------------------------------------------------------------
@@ -65,16 +80,51 @@ def parse(path: Path, text: str) -> ast.Module:
 
 # --- the collector ----------------------------------------------------------------------------
 
+def walk(tree: ast.AST) -> list[ast.AST]:
+    """Every node but the context and operator markers (scopes.MARKERS), in `ast.walk`'s order (breadth first),
+    without its generators."""
+    out = [tree]
+    append, extend, node_type = out.append, out.extend, ast.AST
+    i = 0
+    while i < len(out):
+        node = out[i]
+        i += 1
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, node_type):
+                if type(value) not in MARKERS:
+                    append(value)
+            elif isinstance(value, list):
+                extend(x for x in value if isinstance(x, node_type) and type(x) not in MARKERS)
+    return out
+
+
+def by_type(nodes: list[ast.AST]) -> dict[type, list[ast.AST]]:
+    """The nodes of each type, in walk order: each pass reads only the kinds it looks at."""
+    out: dict[type, list[ast.AST]] = {}
+    for node in nodes:
+        kind = type(node)
+        bucket = out.get(kind)
+        if bucket is None:
+            out[kind] = [node]
+        else:
+            bucket.append(node)
+    return out
+
+
 class _Collector:
     def __init__(self, path: str, text: str, tree: ast.Module, script_args: tuple[str, ...],
                  environ: tuple = (None, "")):
         self.path = path
         self.tree = tree
-        self.nodes = list(ast.walk(tree))  # one walk; every pass below reads this list
+        self.nodes = walk(tree)  # one walk; every pass below reads this list, or its nodes of one type
+        self.of_type = by_type(self.nodes)
         self.index = ScopeIndex(tree)
-        self.imports = Imports(self.nodes)
-        self.r = Resolver(path, text, tree, self.index, self.imports, script_args, self.nodes, environ)
-        self.lines = python_lines(text)
+        self.import_nodes = self.of(ast.Import, ast.ImportFrom)
+        self.imports = Imports(self.import_nodes)
+        self.r = Resolver(path, text, tree, self.index, self.imports, script_args, self.nodes, environ,
+                          self.of(ast.Call))
+        self.lines = self.r.lines  # one split of the source
         self.calls: list[Call] = []
         self.unknowns: list[Unknown] = []
         self.by_node: dict[int, int] = {}  # id(ast node) -> index in self.calls
@@ -82,6 +132,15 @@ class _Collector:
         self._assigned_names: set[str] | None = None
         self.targets = self._assignment_targets()
         self.local_trainers, self.local_args = self._local_subclasses()
+
+    def of(self, *types: type, ordered: bool = True) -> list[ast.AST]:
+        """The nodes of these types, in walk order (`ordered=False`: one type after the other)."""
+        present = [t for t in types if t in self.of_type]
+        if len(present) <= 1:
+            return self.of_type.get(present[0], []) if present else []
+        if not ordered:
+            return [n for t in present for n in self.of_type[t]]
+        return [n for n in self.nodes if type(n) in types]  # several kinds: keep their order among each other
 
     def _local_subclasses(self) -> tuple[set[str], set[str]]:
         trainers, args = set(), set()
@@ -96,31 +155,33 @@ class _Collector:
 
     def _assignment_targets(self) -> dict[int, str]:
         out: dict[int, str] = {}
-        for node in self.nodes:
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-                names = [dotted(t) for t in node.targets if dotted(t)]
-                if names:
-                    out[id(node.value)] = names[0]
-            elif isinstance(node, ast.AnnAssign) and isinstance(node.value, ast.Call) and dotted(node.target):
-                out[id(node.value)] = dotted(node.target)
-            elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple):
-                pass
-            elif isinstance(node, (ast.With, ast.AsyncWith)):
+        call, sequence = ast.Call, (ast.Tuple, ast.List)
+        assigns = self.of(ast.Assign)
+        for node in self.of(ast.Assign, ast.AnnAssign, ast.With, ast.AsyncWith, ordered=False):
+            kind = type(node)
+            if kind is ast.Assign:
+                if type(node.value) is call:
+                    names = [dotted(t) for t in node.targets if dotted(t)]
+                    if names:
+                        out[id(node.value)] = names[0]
+            elif kind is ast.AnnAssign:
+                if type(node.value) is call and dotted(node.target):
+                    out[id(node.value)] = dotted(node.target)
+            else:
                 for item in node.items:
                     if isinstance(item.context_expr, ast.Call) and item.optional_vars is not None:
                         out[id(item.context_expr)] = dotted(item.optional_vars)
-        for node in self.nodes:  # `model, opt = accelerator.prepare(model, opt)`
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
-                    isinstance(node.targets[0], (ast.Tuple, ast.List)):
+        for node in assigns:  # `model, opt = accelerator.prepare(model, opt)`
+            if type(node.value) is call and isinstance(node.targets[0], sequence):
                 out[id(node.value)] = ",".join(dotted(e) for e in node.targets[0].elts)
         return out
 
     def collect(self) -> None:
-        nodes = [n for n in self.nodes if isinstance(n, ast.Call)]
-        nodes.sort(key=lambda n: (n.lineno, n.col_offset))
+        nodes = sorted(self.of(ast.Call), key=lambda n: (n.lineno, n.col_offset))
+        kinds = _KINDS.setdefault((frozenset(self.local_trainers), frozenset(self.local_args)), {})
         for node in nodes:
             callee = self.r.qualified(node.func)
-            kind = classify(callee, node, self.local_trainers, self.local_args)
+            kind = classify(callee, node, self.local_trainers, self.local_args, kinds)
             if kind is None:
                 if callee in self.index.functions:
                     self._add(node, CallKind.LOCAL_CALL, callee, bind=self.index.functions[callee][0])
@@ -149,14 +210,17 @@ class _Collector:
 
     def _loop_bindings(self) -> None:
         """`for x, y in loader:` binds x and y to each batch; names the body reassigns are left out."""
-        for node in self.nodes:
-            if not isinstance(node, (ast.For, ast.AsyncFor)):
-                continue
+        loops = self.of(ast.For, ast.AsyncFor)
+        if not loops:
+            return
+        assigned = self._assigned_by_position()
+        starts = [a[0] for a in assigned]
+        for node in loops:
             bound = [n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)]
-            reassigned = {n.id for stmt in node.body for sub in ast.walk(stmt)
-                          if isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign))
-                          for t in (sub.targets if isinstance(sub, ast.Assign) else [sub.target])
-                          for n in ast.walk(t) if isinstance(n, ast.Name)}
+            first, last = node.body[0], node.body[-1]
+            lo = bisect_left(starts, (first.lineno, first.col_offset))
+            hi = bisect_right(starts, (last.end_lineno, last.end_col_offset))
+            reassigned = {name for _, names in assigned[lo:hi] for name in names}
             kept = [b for b in bound if b not in reassigned]
             if kept:
                 scope = self.index.scope_of.get(id(node.iter), self.index.module)
@@ -165,6 +229,19 @@ class _Collector:
                                        scope=scope.name, target=",".join(kept),
                                        receiver="dataloader" if self._is_dataloader(node.iter, scope) else "",
                                        text=self.lines[node.lineno - 1].strip()[:160]))
+
+    def _assigned_by_position(self) -> list[tuple[tuple[int, int], tuple[str, ...]]]:
+        """Each assignment statement's start and the plain names it assigns, in source order: a loop's body
+        reassigns exactly those that start within it (statements never overlap), found by bisection instead of a
+        walk of every body (nested loops walked theirs again and again)."""
+        out = []
+        for stmt in self.of(ast.Assign, ast.AugAssign, ast.AnnAssign, ordered=False):
+            targets = stmt.targets if type(stmt) is ast.Assign else [stmt.target]
+            names = tuple(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+            if names:
+                out.append(((stmt.lineno, stmt.col_offset), names))
+        out.sort(key=lambda item: item[0])
+        return out
 
     def _is_dataloader(self, expr: ast.AST, scope) -> bool:
         """The loop iterates a torch DataLoader (batches are built on the CPU), directly or via enumerate/tqdm."""
@@ -203,8 +280,7 @@ class _Collector:
                                                               for i, a in enumerate(node.args)
                                                               if i < len(positional) and not isinstance(a, ast.Starred)]
                             + list(node.keywords), lineno=node.lineno, col_offset=node.col_offset)
-            self.index.scope_of[id(node)] = scope
-            self.index.loop_depth_of[id(node)] = self.index.loop_depth_of.get(id(node.func), 0)
+            self.index.place(node, scope, self.index.loop_depth_of.get(id(node.func), 0))
         args = tuple(self.r.value(a, scope) if not isinstance(a, ast.Starred) else
                      Value(state="dynamic", text=self.r.text(a), reason="*args cannot be followed")
                      for a in node.args)
@@ -262,7 +338,7 @@ class _Collector:
     def _link_refs(self) -> None:
         """Point each argument that evaluates to a recorded call at that call."""
         ctx = Context(self.r.script_args)
-        nodes = {id(n): n for n in self.nodes if isinstance(n, ast.Call)}
+        nodes = {id(n): n for n in self.of(ast.Call)}
         self._synthesize_parsed_training_args(nodes, ctx)
         for node_id, index in self.by_node.items():
             node = nodes.get(node_id)
@@ -363,21 +439,35 @@ _UNINTERESTING_ARGS = {"0", "output_dir", "model", "train_dataset", "eval_datase
 # --- suppressions ------------------------------------------------------------------------------
 
 _MARKER = "precision-doctor:"
+_NOQA_HINT = re.compile(r"noqa\s*:[^\n]*PD[0-9]", re.I)  # before tokenizing: most files have neither
 _SUPPRESSION = re.compile(r"#\s*precision-doctor:\s*ignore\b(?:\[([^\]]*)\])?")
+# `# noqa: PD201` / `# noqa: PD201, PD202` (flake8's form). Only codes of this doctor count, and a bare `# noqa`
+# (or one naming only other tools' codes) does not silence it: a bare noqa is usually written for flake8 or ruff
+# about another problem on the line, and a crash at the first step should not vanish with it.
+_NOQA = re.compile(r"#\s*noqa\s*:\s*([A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*)", re.I)
+_OUR_CODE = re.compile(r"PD[0-9]{3}$")
 
 
 def read_suppressions(path: str, text: str) -> list[Suppression]:
     """Suppression comments (real comments only, found with tokenize, never inside strings)."""
-    if _MARKER not in text:
+    if _MARKER not in text and not _NOQA_HINT.search(text):
         return []
     out = []
     try:
         for tok in tokenize.generate_tokens(io.StringIO(text).readline):
-            if tok.type == tokenize.COMMENT:
-                m = _SUPPRESSION.search(tok.string)
-                if m:
-                    ids = tuple(i.strip().upper() for i in (m.group(1) or "").split(",") if i.strip())
-                    out.append(Suppression(Location(path, tok.start[0], tok.start[1] + 1), ids))
+            if tok.type != tokenize.COMMENT:
+                continue
+            where = Location(path, tok.start[0], tok.start[1] + 1)
+            m = _SUPPRESSION.search(tok.string)
+            if m:
+                ids = tuple(i.strip().upper() for i in (m.group(1) or "").split(",") if i.strip())
+                out.append(Suppression(where, ids))
+                continue
+            n = _NOQA.search(tok.string)
+            if n:
+                ids = tuple(c.upper() for c in re.split(r"[\s,]+", n.group(1)) if _OUR_CODE.match(c.upper()))
+                if ids:
+                    out.append(Suppression(where, ids))
     except (tokenize.TokenError, SyntaxError):
         pass
     return out
@@ -387,6 +477,10 @@ def read_suppressions(path: str, text: str) -> list[Suppression]:
 
 def _local_modules(script: Path, nodes: list[ast.AST]) -> list[Path]:
     base = script.parent
+    try:  # one listing instead of two lookups per imported name (torch, os, ... are never here)
+        present: set[str] | None = set(os.listdir(base))
+    except OSError:
+        present = None
     found = []
     for node in nodes:
         names = []
@@ -395,6 +489,9 @@ def _local_modules(script: Path, nodes: list[ast.AST]) -> list[Path]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level <= 1:
             names = [node.module]
         for name in names:
+            head = name.split(".", 1)[0]
+            if present is not None and head not in present and f"{head}.py" not in present:
+                continue
             rel = Path(*name.split("."))
             for candidate in (base / rel.with_suffix(".py"), base / rel / "__init__.py"):
                 if worth_reading(candidate) and os.path.realpath(candidate) != os.path.realpath(script):
@@ -424,26 +521,70 @@ def _local_model_configs(script: Path, calls: list[Call]) -> dict[str, dict]:
     return out
 
 
-_MODULE_CACHE: dict[tuple, ScriptFacts] = {}
+# One file's own facts (and the sibling modules it imports), read once per run however it comes in: as a script
+# of a folder and as the module other scripts import. Keyed by the file's identity and size, and by how it is
+# shown and the script arguments, which the facts depend on.
+_FILE_CACHE: dict[tuple, tuple[ScriptFacts, tuple[Path, ...]]] = {}
+
+
+_IN_RUN = [False]  # inside one_run(): scripts are cached too, not only the modules they import
+
+
+def forget_files() -> None:
+    """Files may have changed since the last run in this process (fix, tests, a long session)."""
+    _FILE_CACHE.clear()
+    _KINDS.clear()
+
+
+@contextmanager
+def one_run():
+    """A run over a set of files (a folder): each file is read once, whether it comes in as a script or as a
+    module another script imports; afterwards the next run reads them afresh. The cyclic collector pauses for the
+    run as it does for each file (see _without_gc_pauses): between files it would rescan every fact gathered so
+    far, again and again."""
+    forget_files()
+    _IN_RUN[0] = True
+    try:
+        with _without_gc_pauses():
+            yield
+    finally:
+        _IN_RUN[0] = False
+        forget_files()
+
+
+def _file_key(path: Path, shown: str, script_args: tuple[str, ...], environ: tuple) -> tuple:
+    info = status(path)
+    return (os.path.realpath(path), info.st_mtime_ns, info.st_size, shown, script_args,
+            None if environ[0] is None else frozenset(environ[0].items()), environ[1])
+
+
+def _own_facts(path: Path, shown: str, script_args: tuple[str, ...], environ: tuple = (None, ""),
+               module: bool = False) -> tuple[ScriptFacts, tuple[Path, ...]]:
+    """The facts of this file alone and the local modules it imports. Raises InputError on bad input and
+    RecursionError on a file too deep to follow. A script probed outside one_run() is read afresh each time."""
+    key = _file_key(path, shown, script_args, environ)
+    if key not in _FILE_CACHE or not (module or _IN_RUN[0]):
+        text = read_source(path)
+        _FILE_CACHE[key] = _collect_own(path, shown, text, parse(path, text), script_args, environ)
+    return _FILE_CACHE[key]
+
+
+def _collect_own(path: Path, shown: str, text: str, tree: ast.Module, script_args: tuple[str, ...],
+                 environ: tuple = (None, "")) -> tuple[ScriptFacts, tuple[Path, ...]]:
+    collector = _Collector(shown, text, tree, script_args, environ)
+    collector.collect()
+    own = ScriptFacts(path=shown, calls=tuple(collector.calls), imports=tuple(collector.imports.modules),
+                      unknowns=tuple(collector.unknowns), suppressions=tuple(read_suppressions(shown, text)))
+    return own, tuple(_local_modules(path, collector.import_nodes))
 
 
 def _local_module(module: Path, shown: str, script_args: tuple[str, ...], environ: tuple = (None, "")
                   ) -> ScriptFacts:
     """A sibling module's facts, read once per run however many scripts import it."""
-    info = status(module)
-    key = (os.path.realpath(module), info.st_mtime_ns, info.st_size, shown, script_args,
-           None if environ[0] is None else frozenset(environ[0].items()), environ[1])
-    if key not in _MODULE_CACHE:
-        text = read_source(module)
-        try:
-            sub = _Collector(shown, text, parse(module, text), script_args, environ)
-            sub.collect()
-        except RecursionError:
-            raise InputError(f"{shown}: {TOO_DEEP}") from None
-        _MODULE_CACHE[key] = ScriptFacts(path=shown, calls=tuple(sub.calls), imports=tuple(sub.imports.modules),
-                                         unknowns=tuple(sub.unknowns),
-                                         suppressions=tuple(read_suppressions(shown, text)))
-    return _MODULE_CACHE[key]
+    try:
+        return _own_facts(module, shown, script_args, environ, module=True)[0]
+    except RecursionError:
+        raise InputError(f"{shown}: {TOO_DEEP}") from None
 
 
 def _deepspeed_configs(script: Path, calls: list[Call]) -> tuple[dict[str, dict], list[Unknown]]:
@@ -497,20 +638,25 @@ def probe_script(path: Path, script_args: tuple[str, ...] = (), display: str | N
 
 def _probe_script(path: Path, script_args: tuple[str, ...], display: str | None, environ: tuple) -> ScriptFacts:
     shown = display or str(path)
-    text = read_source(path)
-    tree = parse(path, text)
-    try:
-        collector = _Collector(shown, text, tree, tuple(script_args), environ)
-        collector.collect()
-    except RecursionError:  # one file the probe cannot follow is reported, never the end of the run
-        return ScriptFacts(path=shown, unknowns=(Unknown("not checked", TOO_DEEP),), files=(shown,),
-                           suppressions=tuple(read_suppressions(shown, text)))
-    calls = list(collector.calls)
-    unknowns = list(collector.unknowns)
-    imports = list(collector.imports.modules)
+    key = _file_key(path, shown, tuple(script_args), environ)
+    if _IN_RUN[0] and key in _FILE_CACHE:  # already read this run, as a module another script imports
+        own, modules = _FILE_CACHE[key]
+    else:
+        text = read_source(path)
+        tree = parse(path, text)  # here, not deeper: each frame above the parser lowers the nesting it accepts
+        try:
+            own, modules = _collect_own(path, shown, text, tree, tuple(script_args), environ)
+        except RecursionError:  # one file the probe cannot follow is reported, never the end of the run
+            return ScriptFacts(path=shown, unknowns=(Unknown("not checked", TOO_DEEP),), files=(shown,),
+                               suppressions=tuple(read_suppressions(shown, text)))
+        if _IN_RUN[0]:
+            _FILE_CACHE[key] = (own, modules)
+    calls = list(own.calls)
+    unknowns = list(own.unknowns)
+    imports = list(own.imports)
     files = [shown]
-    suppressions = read_suppressions(shown, text)
-    for module in _local_modules(path, collector.nodes)[:MAX_LOCAL_MODULES]:
+    suppressions = list(own.suppressions)
+    for module in modules[:MAX_LOCAL_MODULES]:
         mshown = os.path.relpath(module) if display is None else str(Path(shown).parent / module.name)
         try:
             sub = _local_module(module, mshown, tuple(script_args), environ)
@@ -533,5 +679,3 @@ def _probe_script(path: Path, script_args: tuple[str, ...], display: str | None,
                        local_configs=_local_model_configs(path, calls),
                        files=tuple(files), suppressions=tuple(suppressions), deepspeed_configs=deepspeed,
                        checkpoints=probe_checkpoints(path, calls))
-
-

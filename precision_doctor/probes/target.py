@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._util import MAX_GPUS_PER_NODE, whole_number
-from ..errors import InputError
+from ..errors import InputError, did_you_mean
 from ..facts import Gpu, MachineFacts, MachineOrigin
 
 
@@ -58,7 +58,9 @@ def machine_from_target(spec: str) -> MachineFacts:
     profile = find_profile(name)
     if profile is None:
         known = ", ".join(p.name for p in PROFILES)
-        raise InputError(f"--target {_short(spec)}: unknown GPU '{_short(name)}'; known: cpu, {known} "
+        names = [CPU_TARGET] + [n for p in PROFILES for n in (p.name, *p.aliases)]
+        raise InputError(f"--target {_short(spec)}: unknown GPU '{_short(name)}'{did_you_mean(name, names) or ';'} "
+                         f"known: cpu, {known} "
                          f"(see `precision-doctor targets`)")
     count = 1
     if count_text:

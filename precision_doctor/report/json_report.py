@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from ..engine import Result
-from ..facts import Facts
+from ..facts import Facts, _to_jsonable
 from ..findings import SEVERITIES, Finding
 from ..redact import redact_data
 from ..strict_json import dumps
+from .unknowns import unknown_entries
 
 SCHEMA_VERSION = 1
 
@@ -37,11 +38,11 @@ def finding_json(f: Finding) -> dict:
     }
 
 
-def render(result: Result, facts: Facts) -> str:
-    unknowns = [{"what": u.what, "reason": u.reason,
-                 "path": u.location.path if u.location else s.path,
-                 "line": u.location.line if u.location else None}
-                for s in facts.scripts for u in s.unknowns if not (u.hardware and facts.machine.known)]
+def render(result: Result, facts: Facts, include_facts: bool = False) -> str:
+    """The report; the fact record the rules read (and each script's derived setup) only when asked: at a
+    repository's scale it is most of the bytes and no CI step reads it."""
+    unknowns = [{"what": e.what, "reason": e.reason, "path": e.path, "line": e.line, "silences": list(e.silences)}
+                for e in unknown_entries(result, facts, not_checked=True)]
     counts = {s: sum(1 for f in result.findings if f.severity == s) for s in SEVERITIES}
     doc = {
         "version": SCHEMA_VERSION,
@@ -52,6 +53,19 @@ def render(result: Result, facts: Facts) -> str:
         "withdrawn": [{"id": w.rule_id, "message": w.message, "path": w.path, "reason": w.reason}
                       for w in result.withdrawn],
         "summary": counts,
-        "facts": facts.to_json(),
+        "files": {"checked": len(facts.scripts),
+                  "with_findings": len({f.path for f in result.findings if f.path})},
     }
-    return dumps(redact_data(doc), indent=2, sort_keys=False)
+    if include_facts:
+        from ..derive import derive
+
+        doc["facts"] = facts.to_json()
+        doc["setups"] = {path: _to_jsonable(setup) for path, setup in derive(facts).setups.items()}
+    return dumps(redact_data(doc), indent=2, default=_plain)
+
+
+def _plain(value):
+    """What json cannot write on its own, from the derived setups: sets of names."""
+    if isinstance(value, (set, frozenset)):
+        return sorted(map(str, value))
+    return str(value)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+import re
 from pathlib import Path
 
 from .. import __version__
@@ -12,9 +15,12 @@ from ..facts import Facts
 from ..findings import Finding
 from ..redact import redact_data
 from ..strict_json import dumps
+from ..ruledoc import help_uri
+from .lines import SourceLines
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 LEVEL = {"error": "error", "warning": "warning", "info": "note"}
+SRCROOT = "%SRCROOT%"  # the folder the doctor ran in: every relative path is relative to it
 
 
 def _rule_descriptor(r: Rule) -> dict:
@@ -24,6 +30,7 @@ def _rule_descriptor(r: Rule) -> dict:
         "id": r.id,
         "name": r.name,
         "shortDescription": {"text": r.summary},
+        "helpUri": help_uri(r.id),
         "fullDescription": {"text": r.what},
         "help": {"text": rule_doc(r), "markdown": _markdown(r)},
         "defaultConfiguration": {"level": LEVEL[r.severity]},
@@ -37,19 +44,29 @@ def _markdown(r: Rule) -> str:
             f"**Fix:** {r.fix}\n\n**Fix safety:** {r.fix_safety or 'display only'}")
 
 
-def _uri(path: str) -> str:
-    return Path(path).as_posix()
+def _artifact(path: str) -> dict:
+    """A relative path under %SRCROOT%; a file outside the folder the doctor ran in, as an absolute file URI."""
+    if os.path.isabs(path):
+        return {"uri": Path(path).as_uri()}
+    return {"uri": Path(path).as_posix(), "uriBaseId": SRCROOT}
 
 
 def _location(path: str, line: int, column: int, message: str = "") -> dict:
-    loc = {"physicalLocation": {"artifactLocation": {"uri": _uri(path)},
+    loc = {"physicalLocation": {"artifactLocation": _artifact(path),
                                 "region": {"startLine": max(line, 1), "startColumn": max(column, 1)}}}
     if message:
         loc["message"] = {"text": message}
     return loc
 
 
-def _result(f: Finding, index: dict[str, int]) -> dict:
+def fingerprint(rule_id: str, path: str, source_line: str) -> str:
+    """Stable when code moves: the rule, the file and the line's text with its whitespace normalised (no line
+    number), so inserting lines above a finding does not make code scanning see a new alert."""
+    normalised = re.sub(r"\s+", " ", source_line).strip()
+    return hashlib.sha256(f"{rule_id}\0{Path(path).as_posix()}\0{normalised}".encode()).hexdigest()[:32]
+
+
+def _result(f: Finding, index: dict[str, int], lines: SourceLines, seen: dict[str, int]) -> dict:
     located = [e for e in f.evidence if e.location is not None]
     primary = located[0].location if located else None
     text = f.message + (f"\nThe job would fail with: {f.error}" if f.error else "") + (
@@ -70,19 +87,25 @@ def _result(f: Finding, index: dict[str, int]) -> dict:
         result["relatedLocations"] = related
     if f.fix and f.fix.edits:
         result["properties"]["fixEdits"] = [e.describe() for e in f.fix.edits]
-    result["partialFingerprints"] = {"precisionDoctor/v1": f"{f.rule_id}:{_uri(primary.path) if primary else f.path}:"
-                                                           f"{primary.line if primary else 0}"}
+    path = primary.path if primary else (f.path or ".")
+    source = (lines.get(primary.path, primary.line) or located[0].excerpt) if primary else f.message
+    key = fingerprint(f.rule_id, path, source)
+    seen[key] = seen.get(key, 0) + 1  # the same rule twice on identical lines of a file: told apart by order
+    result["partialFingerprints"] = {"precisionDoctor/v2": f"{key}:{seen[key]}"}
     return result
 
 
-def render(result: Result, facts: Facts) -> str:
+def render(result: Result, facts: Facts, exit_code: int = 0) -> str:
     all_rules = rules()
     index = {r.id: i for i, r in enumerate(all_rules)}
+    lines: SourceLines = SourceLines()
+    seen: dict[str, int] = {}
     run = {
         "tool": {"driver": {"name": "precision-doctor", "version": __version__, "semanticVersion": __version__,
                             "rules": [_rule_descriptor(r) for r in all_rules]}},
-        "results": redact_data([_result(f, index) for f in result.findings]),
-        "invocations": redact_data([{"executionSuccessful": not result.crashed,
+        "originalUriBaseIds": {SRCROOT: {"uri": Path(os.getcwd()).as_uri() + "/"}},
+        "results": redact_data([_result(f, index, lines, seen) for f in result.findings]),
+        "invocations": redact_data([{"executionSuccessful": not result.crashed, "exitCode": exit_code,
                          "toolExecutionNotifications": [
                              {"level": "error", "message": {"text": f"check {c.rule_id} crashed: {c.reason}"}}
                              for c in result.crashed]}]),

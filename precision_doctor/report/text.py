@@ -3,40 +3,23 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from rich.console import Console
 
 from .. import __version__
-from .._util import python_lines
 from ..engine import Result
 from ..facts import Facts
-from ..findings import SEVERITIES, Finding
+from ..findings import SEVERITIES, SEVERITY_RANK, Finding
 from ..redact import markup
+from .lines import SourceLines
+from .unknowns import NOT_CHECKED, UnknownEntry, by_file, unknown_entries
 
 _STYLE = {"error": "bold red", "warning": "bold yellow", "info": "bold cyan"}
 _MARK = {"error": "✗", "warning": "!", "info": "i"}
 _PHASE = {"launch": "at launch", "config": "while the script builds its training objects",
           "load": "while loading the model", "wrap": "when the trainer wraps the model",
           "first-step": "at the first optimizer step", "later-steps": "after some steps"}
-NOT_CHECKED = "not checked"  # the unknown a folder run records for a file it could not read
 _STACK_SHOWN = ("torch", "transformers", "accelerate", "peft", "trl", "bitsandbytes")
-
-
-class _Lines:
-    """Source lines for excerpts; files that are not here (a --facts snapshot) just have none."""
-
-    def __init__(self):
-        self._cache: dict[str, list[str]] = {}
-
-    def get(self, path: str, line: int) -> str:
-        if path not in self._cache:
-            try:
-                self._cache[path] = python_lines(Path(path).read_text(encoding="utf-8-sig", errors="replace"))
-            except OSError:
-                self._cache[path] = []
-        lines = self._cache[path]
-        return lines[line - 1].strip() if 0 < line <= len(lines) else ""
 
 
 class _Buffer:
@@ -57,23 +40,37 @@ def plain(markup: str) -> str:
     return _TAG.sub("", markup).replace("\\[", "[")
 
 
-def render(result: Result, facts: Facts, console: Console, quiet: bool = False) -> None:
+def render(result: Result, facts: Facts, console: Console, quiet: bool = False, verbose: bool = False,
+           show_unknowns: bool | None = None) -> None:
+    """The report. A folder run (more than one script) starts with a summary, lists the files with findings, most
+    severe first, counts the clean ones (`verbose` lists them too) and folds its unknowns into one line unless
+    `show_unknowns`; a single script's report lists its unknowns."""
     fancy = console.is_terminal and not console.no_color
     out = _Buffer()
-    _render(result, facts, out, fancy, quiet)
+    _render(result, facts, out, fancy, quiet, verbose, show_unknowns)
+    _emit(out, console, fancy)
+
+
+def _emit(out: _Buffer, console: Console, fancy: bool) -> None:
     if fancy:
         console.print("\n".join(out.lines), soft_wrap=True, highlight=False)
     else:  # piped, NO_COLOR, CI logs: the same text without rich's per-character styling work
         console.file.write("\n".join(plain(line) for line in out.lines) + "\n")
 
 
-def _render(result: Result, facts: Facts, out, fancy: bool, quiet: bool) -> None:
-    lines = _Lines()
+def _render(result: Result, facts: Facts, out, fancy: bool, quiet: bool, verbose: bool = False,
+            show_unknowns: bool | None = None) -> None:
+    lines = SourceLines()
+    folder = len(facts.scripts) > 1
+    if show_unknowns is None:
+        show_unknowns = not folder
     if not quiet:
         _header(facts, out)
     by_path: dict[str, list[Finding]] = {}
     for f in result.findings:
         by_path.setdefault(f.path, []).append(f)
+    if folder and not quiet:
+        _summary(result, facts, by_path, out)
     machine_findings = by_path.get("", [])
     if not quiet or machine_findings:
         out(f"\n[bold]machine[/bold]  {_status(machine_findings) if facts.machine.known else '[dim]not probed[/dim]'}")
@@ -85,11 +82,15 @@ def _render(result: Result, facts: Facts, out, fancy: bool, quiet: bool) -> None
         _job(facts, by_path.get(facts.job.path, []), out, lines, fancy, quiet)
     if facts.live is not None and (not quiet or facts.live.ended not in ("stopped", "steps done")):
         _live(facts.live, result, out)  # a run that never reached training is news even with --quiet
-    for script in facts.scripts:
+    scripts = list(facts.scripts)
+    if folder:  # the files with the worst findings first; the order of the walk among equals
+        order = {s.path: i for i, s in enumerate(scripts)}
+        scripts.sort(key=lambda s: (_worst(by_path.get(s.path, [])), -len(by_path.get(s.path, [])), order[s.path]))
+    for script in scripts:
         found = by_path.get(script.path, [])
         skipped = next((u.reason for u in script.unknowns if u.what == NOT_CHECKED), None)
-        if quiet and not found and skipped is None:
-            continue
+        if not found and skipped is None and (quiet or (folder and not verbose)):
+            continue  # counted in the summary, not listed
         status = _status(found) if skipped is None else f"[yellow]not checked[/yellow]: {markup(skipped)}"
         if not found and skipped is None and facts.live is not None and facts.live.ended not in _LIVE_OK:
             status = f"[yellow]no static findings, but the live run {_LIVE_SHORT.get(facts.live.ended, '')}[/yellow]"
@@ -97,11 +98,51 @@ def _render(result: Result, facts: Facts, out, fancy: bool, quiet: bool) -> None
         for f in found:
             _finding(f, out, lines, fancy)
     if not quiet:
-        _unknowns(facts, out)
+        _unknowns(unknown_entries(result, facts), out, show_unknowns)
         _skipped(result, out)
-    counts = {s: sum(1 for f in result.findings if f.severity == s) for s in SEVERITIES}
-    summary = " · ".join(f"{n} {s}{'s' if n != 1 and s != 'info' else ''}" for s, n in counts.items())
-    out(f"\n{summary}")
+    out(f"\n{_severity_counts(result.findings)}")
+
+
+def _worst(found: list[Finding]) -> int:
+    return min((SEVERITY_RANK[f.severity] for f in found), default=len(SEVERITY_RANK))
+
+
+def _severity_counts(findings) -> str:
+    counts = {s: sum(1 for f in findings if f.severity == s) for s in SEVERITIES}
+    return " · ".join(f"{n} {s}{'s' if n != 1 and s != 'info' else ''}" for s, n in counts.items())
+
+
+def rule_counts(findings) -> list[tuple[str, int, str, str]]:
+    """(rule id, findings, severity of the worst, name), the commonest first."""
+    counts: dict[str, list] = {}
+    for f in findings:
+        entry = counts.setdefault(f.rule_id, [f.rule_id, 0, f.severity, f.name])
+        entry[1] += 1
+        if SEVERITY_RANK[f.severity] < SEVERITY_RANK[entry[2]]:
+            entry[2] = f.severity
+    return sorted((tuple(e) for e in counts.values()), key=lambda e: (-e[1], e[0]))
+
+
+def _summary(result: Result, facts: Facts, by_path: dict[str, list[Finding]], out) -> None:
+    not_checked = sum(1 for s in facts.scripts if any(u.what == NOT_CHECKED for u in s.unknowns))
+    with_findings = sum(1 for s in facts.scripts if by_path.get(s.path))
+    clean = len(facts.scripts) - with_findings - not_checked
+    extra = f", {not_checked} not checked" if not_checked else ""
+    out(f"\n[bold]summary[/bold]  {len(facts.scripts)} files checked: {with_findings} with findings, {clean} with no "
+        f"problems{extra}{'' if clean == 0 else ' (-v lists them)'}")
+    out(f"  findings  {_severity_counts(result.findings)}")
+    for i, (rule_id, n, severity, name) in enumerate(rule_counts(result.findings)):
+        lead = "  by rule   " if i == 0 else "            "
+        out(f"{lead}{rule_id} {n:>5}  [{_STYLE[severity]}]{severity:<7}[/{_STYLE[severity]}] {name}")
+
+
+def render_statistics(result: Result, console: Console) -> None:
+    """`--statistics`: one line per rule, the commonest first (like ruff's)."""
+    out = _Buffer()
+    for rule_id, n, severity, name in rule_counts(result.findings):
+        out(f"{n:>5}\t{rule_id}\t\\[{severity}] {name}")
+    out(_severity_counts(result.findings))
+    _emit(out, console, console.is_terminal and not console.no_color)
 
 
 def _header(facts: Facts, out) -> None:
@@ -254,7 +295,7 @@ def _status(found: list[Finding]) -> str:
     return f"[{_STYLE[worst]}]{n} finding{'s' if n != 1 else ''}[/{_STYLE[worst]}]"
 
 
-def _finding(f: Finding, out, lines: _Lines, fancy: bool) -> None:
+def _finding(f: Finding, out, lines: SourceLines, fancy: bool) -> None:
     style = _STYLE[f.severity]
     mark = f"{_MARK[f.severity]} " if fancy else ""
     likely = "" if f.confidence == "certain" else " (likely)"
@@ -289,15 +330,28 @@ def _finding(f: Finding, out, lines: _Lines, fancy: bool) -> None:
             out(f"         [yellow]note[/yellow] {markup(note)}", soft_wrap=True)
 
 
-def _unknowns(facts: Facts, out) -> None:
-    items = [(s, u) for s in facts.scripts for u in s.unknowns
-             if not (u.hardware and facts.machine.known) and u.what != NOT_CHECKED]  # that one is on the file's line
-    if not items:
+def _unknowns(entries: list[UnknownEntry], out, listed: bool) -> None:
+    if not entries:
         return
-    out(f"\n[bold]unknown[/bold] ({len(items)}): values the doctor cannot decide statically; rules that need them stay silent")
-    for s, u in items:
-        where = f"{u.location.path}:{u.location.line}" if u.location else s.path
-        out(f"  [cyan]{markup(where)}[/cyan]  {markup(u.what)}: {markup(u.reason)}", soft_wrap=True)
+    files = by_file(entries)
+    silenced = sorted({r for e in entries for r in e.silences})
+    kept = f"; they kept {', '.join(silenced)} silent" if silenced else ""
+    where = f" in {len(files)} file{'s' if len(files) != 1 else ''}" if len(files) > 1 else ""
+    if not listed:
+        out(f"\n[bold]unknown[/bold]  {len(entries)} value{'s' if len(entries) != 1 else ''}{where} the doctor cannot "
+            f"decide statically{kept} (--show-unknowns lists them)", soft_wrap=True)
+        return
+    out(f"\n[bold]unknown[/bold] ({len(entries)}{where}): values the doctor cannot decide statically; rules that need "
+        f"them stay silent")
+    for path, items in files.items():
+        if len(files) > 1:
+            out(f"  [bold]{markup(path)}[/bold]")
+        for e in items:
+            at = f"{path}:{e.line}" if e.line else path
+            at = f":{e.line}" if len(files) > 1 and e.line else at
+            quiet_rules = f"  [dim](silences {', '.join(e.silences)})[/dim]" if e.silences else ""
+            indent = "    " if len(files) > 1 else "  "
+            out(f"{indent}[cyan]{markup(at)}[/cyan]  {markup(e.what)}: {markup(e.reason)}{quiet_rules}", soft_wrap=True)
 
 
 def _skipped(result: Result, out) -> None:

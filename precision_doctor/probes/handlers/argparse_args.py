@@ -42,6 +42,7 @@ def namespace(r, parser_node: ast.AST, scope: Scope, ctx) -> Namespace | Dyn:
 def _build(r, parser_name: str, scope: Scope, ctx) -> Namespace | Dyn:
     receivers = {parser_name}
     scope_nodes = r.nodes if scope.node is r.tree else list(ast.walk(scope.node))
+    calls = r.call_nodes() if scope.node is r.tree else [n for n in scope_nodes if isinstance(n, ast.Call)]
     for node in scope_nodes:  # argument groups add options to the same parser
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
                 isinstance(node.value.func, ast.Attribute) and node.value.func.attr in GROUP_METHODS and \
@@ -49,11 +50,11 @@ def _build(r, parser_name: str, scope: Scope, ctx) -> Namespace | Dyn:
             for t in node.targets:
                 if dotted(t):
                     receivers.add(dotted(t))
-    real = argparse.ArgumentParser(add_help=False, exit_on_error=False, allow_abbrev=False)
+    real = _SilentParser(add_help=False, exit_on_error=False, allow_abbrev=False)
     defaults: dict[str, object] = {}
     sentinel = object()
-    for node in scope_nodes:
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+    for node in calls:
+        if not (isinstance(node.func, ast.Attribute)
                 and node.func.attr == "add_argument" and dotted(node.func.value) in receivers):
             continue
         flags = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
@@ -106,6 +107,13 @@ def _build(r, parser_name: str, scope: Scope, ctx) -> Namespace | Dyn:
         else:
             fields[dest] = Known(got, (Origin("script-arg", f"--{dest.replace('_', '-')} on the command line"),))
     return Namespace(fields, f"the argparse options of {parser_name}")
+
+
+class _SilentParser(argparse.ArgumentParser):
+    """The script's parser, rebuilt: a missing required argument raises instead of printing usage to stderr."""
+
+    def error(self, message: str):
+        raise ValueError(message)
 
 
 def _type(text: str):
