@@ -31,7 +31,7 @@ def lightning_as_accelerator(call: Call) -> tuple[Call, list[Unknown]]:
         return call, [Unknown(f"precision= of {name}()", v.reason or "depends on the GPU", v.location)]
     if v.state != KNOWN:
         mode = Value(state=KNOWN, value="no", text=f"{name}()", origins=(Origin(
-            "default", f"Lightning's default precision '32-true'"),), location=call.location)
+            "default", "Lightning's default precision '32-true'"),), location=call.location)
         return replace(call, kwargs={**call.kwargs, "mixed_precision": mode}), []
     if v.value in TRUE_HALF:
         return replace(call, kwargs={**call.kwargs, "mixed_precision": replace(v, value="no")}), [Unknown(

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from .._util import python_lines, unique
+from .._util import unique
 from ..call_kinds import LIGHTNING_CLASSES, CallKind, CallSite, is_trainer_class, is_training_arguments, kind_of
 from ..errors import InputError
 from ..facts import CONDITIONAL, KNOWN, Branch, Call, Location, Origin, ScriptFacts, Suppression, Unknown, Value

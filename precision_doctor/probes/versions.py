@@ -22,7 +22,7 @@ from packaging.markers import InvalidMarker, UndefinedEnvironmentName, Undefined
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from ..sources import Unreadable, is_regular_file, read_text_bounded
 from ..walk import repository_root
