@@ -254,13 +254,13 @@ def run_check(opts, script_args: tuple[str, ...]) -> int:
 
     settings = settings_for(opts)
     root = os.path.dirname(settings.source) if settings.source else "."
-    if not opts.paths and os.environ.get("CI") and not sys.stdout.isatty():
-        print("precision-doctor: no path given: only the machine was checked, no training script "
-              "(pass the scripts or folders to check)", file=sys.stderr)
     facts = gather(opts.paths, target=settings.target, launcher=settings.launcher, script_args=script_args,
                    facts_file=settings.facts, jobs=min(opts.jobs or MAX_JOBS, os.cpu_count() or 1),
                    exclude=settings.exclude, root=root, partitions=settings.partitions, python=_python(opts),
                    keep_going=opts.keep_going)
+    if not opts.paths and os.environ.get("CI") and not sys.stdout.isatty():  # after the input was found good
+        print("precision-doctor: no path given: only the machine was checked, no training script "
+              "(pass the scripts or folders to check)", file=sys.stderr)
     if opts.live:
         facts = _with_live(opts, facts, script_args)
     result = engine.run(facts, settings.policy)
