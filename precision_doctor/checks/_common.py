@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from ..derive import Fact, Setup
-from ..facts import CONDITIONAL, KNOWN, Call, MachineFacts, StackFacts, Value
-from ..findings import Edit
+import os
+from dataclasses import replace
+
+from ..facts import CONDITIONAL, KNOWN, Call, MachineFacts, ScriptFacts, StackFacts, Value
+from ..findings import Edit, Fix
 
 PURE_FP16_WARNING = ("Do not turn fp16 AMP off to silence this: fp16 weights trained without loss scaling "
                      "underflow (PD204): NaN with a for-each AdamW, steps far past the learning rate with a fused one.")
@@ -73,6 +76,67 @@ def weights_source_edit(setup: Setup, new_dtype: str) -> Edit | None:
         name = "torch_dtype" if "torch_dtype" in setup.model_load.kwargs else "dtype"
         return set_kwarg(setup.model_load, name, new_dtype)
     return None
+
+
+def _edit_target(edit: Edit) -> tuple:
+    return (edit.path, edit.line, edit.column, edit.old)
+
+
+def _readers(script: ScriptFacts, setup: Setup, target: tuple) -> list[Call]:
+    """The recorded calls, other than the trained model's load and what casts or wraps that model, that read the
+    value an edit at `target` would change."""
+    own = {c.key for c in (setup.model_load, *setup.casts, *setup.chain) if c is not None}
+    found = []
+    for call in script.calls:
+        if call.key in own:
+            continue
+        for value in (*call.args, *call.kwargs.values()):
+            edit = literal_edit(value, "x")
+            if edit is not None and _edit_target(edit) == target:
+                found.append(call)
+                break
+    return found
+
+
+def _call_phrase(call: Call) -> str:
+    where = f"{os.path.basename(call.location.path)}:{call.location.line}"
+    if call.kind == "model_load" and call.target:
+        return f"the load of `{call.target}` at {where}"
+    return f"`{call.callee}(...)` at {where}"
+
+
+def keep_shared_source(fix: Fix, setup: Setup, script: ScriptFacts | None) -> Fix:
+    """A fix that changes the trained model's dtype where it is written, when that written value is also read by
+    another call (a frozen reference model's load, a tokenizer, an eval path): the keyword is set at the trained
+    load instead, so the other reader keeps its value; the edit of the written value stays as a later variant."""
+    load, source = setup.model_load, setup.weights.source
+    if script is None or load is None or source is None or setup.weights.call is not load:
+        return fix
+    at_source = literal_edit(source, "x")
+    if at_source is None:
+        return fix
+    target = _edit_target(at_source)
+    index = next((i for i, e in enumerate(fix.edits) if e.kind == "replace_value" and _edit_target(e) == target),
+                 None)
+    name = next((k for k in ("dtype", "torch_dtype") if k in load.kwargs and load.kwargs[k] is source), None)
+    if name is None:
+        name = next((k for k in ("dtype", "torch_dtype") if k in load.kwargs and
+                     load.kwargs[k].location == source.location), None)
+    readers = _readers(script, setup, target) if index is not None and name is not None else []
+    if not readers:
+        return fix
+    old = fix.edits[index]
+    at_call = Edit("set_kwarg", load.location.path, load.location.line, call=load.callee.rsplit(".", 1)[-1],
+                   name=name, new=old.new)
+    origin = source.origins[-1] if source.origins else None
+    what = f"the {origin.detail}" if origin is not None and origin.kind == "default" else \
+        f"`{origin.detail if origin is not None else source.text}`"
+    where = f"{os.path.basename(old.path)}:{old.line}"
+    why = (f"{what} ({where}) is also read by {', '.join(map(_call_phrase, readers))}: {name}= is set at the "
+           f"trained model's load instead, so {'that call keeps' if len(readers) == 1 else 'those calls keep'} "
+           f"its value (changing {what} itself is the fallback)")
+    edits = fix.edits[:index] + (at_call,) + fix.edits[index + 1:]
+    return replace(fix, description=f"{fix.description.rstrip('.')}. {why[0].upper()}{why[1:]}", edits=edits, variants=(fix.edits, *fix.variants))
 
 
 def describe_trainable(setup: Setup) -> str:

@@ -8,7 +8,8 @@ from ..registry import Example, LogSignature, rule
 from ..facts import KNOWN, MachineFacts, Predicate, ScriptFacts, StackFacts, Value
 from ..findings import Applicability, Draft, Edit, Evidence, Fix
 from ..probes.stack import at_least
-from ._common import gpu_phrase, only_on_some_paths, path_severity, present, set_kwarg, setup_entry, weights_source_edit
+from ._common import (gpu_phrase, keep_shared_source, only_on_some_paths, path_severity, present, set_kwarg, setup_entry,
+                      weights_source_edit)
 
 # From torch 2.3 `torch.cuda.is_bf16_supported()` answers True on pre-Ampere GPUs (including_emulation=True), and
 # transformers' `is_torch_bf16_gpu_available` and accelerate's bf16 check gate on it: nothing refuses bf16 there
@@ -146,8 +147,10 @@ def bf16_on_unsupported_gpu(script: ScriptFacts, setup: Setup, machine: MachineF
                 severity=path_severity("error" if refused else "warning", path),
                 evidence=asks + (Evidence(None, g.name, f"compute capability {g.capability[0]}.{g.capability[1]} "
                                                         f"< 8.0", "profile"),),
-                fix=Fix("use fp32 weights with fp16 mixed precision (fp16=True: autocast + GradScaler)", applicability=Applicability.UNSAFE,
-                        edits=tuple(edits), notes=("Not fp16 weights without loss scaling: that underflows (PD204).",)))
+                fix=keep_shared_source(Fix("use fp32 weights with fp16 mixed precision (fp16=True: autocast + GradScaler)",
+                                           applicability=Applicability.UNSAFE, edits=tuple(edits),
+                                           notes=("Not fp16 weights without loss scaling: that underflows (PD204).",)),
+                                       setup, script))
 
 
 def _emulating_guards(v: Value) -> list[Predicate]:

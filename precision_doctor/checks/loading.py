@@ -11,7 +11,7 @@ from ..registry import Example, LogSignature, rule
 from ..facts import KNOWN, MachineFacts, ScriptFacts, StackFacts, VersionSource
 from ..findings import Applicability, Draft, Edit, Fix
 from ..probes.stack import at_least
-from ._common import literal_edit, native_bf16, present, weights_source_edit
+from ._common import keep_shared_source, literal_edit, native_bf16, present, weights_source_edit
 
 _HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
 
@@ -93,8 +93,10 @@ def flash_attn_fp32_weights(script: ScriptFacts, setup: Setup, machine: MachineF
                 severity="warning" if autocast else "",
                 error=("Flash Attention 2.0 only supports torch.float16 and torch.bfloat16 dtypes, but the current "
                        "dype in the model is torch.float32." if autocast else ""),
-                fix=Fix(f"load with dtype={target}" + ("" if autocast else " or wrap the forward in torch.autocast"),
-                        applicability=Applicability.UNSAFE, edits=(edit,) if edit else ()))
+                fix=keep_shared_source(Fix(f"load with dtype={target}" + ("" if autocast else
+                                                                          " or wrap the forward in torch.autocast"),
+                                           applicability=Applicability.UNSAFE, edits=(edit,) if edit else ()),
+                                       setup, script))
 
 
 def _unsupported(script: ScriptFacts, load, impl: str, stack: StackFacts):

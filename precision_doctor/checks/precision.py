@@ -13,7 +13,8 @@ from ..families import overflows_fp16
 from ..derive.live import live_evidence, live_summary, loss_history, scaler_on
 from ..findings import Applicability, Confidence, Draft, Edit, Evidence, Fix, Phase
 from ..probes.stack import at_least
-from ._common import PURE_FP16_WARNING, describe_trainable, fp16_optimizer_symptom, gpu_phrase, native_bf16, present, set_kwarg, weights_source_edit
+from ._common import (PURE_FP16_WARNING, describe_trainable, fp16_optimizer_symptom, gpu_phrase, keep_shared_source,
+                      native_bf16, present, set_kwarg, weights_source_edit)
 
 _HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
 NATIVE_BF16 = "torch.cuda.is_bf16_supported(including_emulation=False)"
@@ -104,7 +105,7 @@ def _live_claim(live, dtype: str, scaler: bool, message: str) -> Draft | None:
         Example(_trainer_script(", dtype=get_dtype()", ", fp16=True"), note="run-time dtype: unknown, no guess"),
     ],
 )
-def fp16_params_with_grad_scaler(setup: Setup, machine: MachineFacts, live):
+def fp16_params_with_grad_scaler(script, setup: Setup, machine: MachineFacts, live):
     if live is not None:  # a live fp16 trainable parameter beats a guessed one
         d = _live_claim(live, dtypes.FLOAT16, True, "trainable parameters are float16 under a GradScaler")
         if d:
@@ -149,7 +150,8 @@ def fp16_params_with_grad_scaler(setup: Setup, machine: MachineFacts, live):
                   "train LoRA adapters (fp32 in peft >= 0.12) on the fp16 base", applicability=Applicability.UNSAFE,
                   edits=(edit,) if edit else (), notes=tuple(notes))
     yield Draft(f"trainable parameters are float16 ({describe_trainable(setup)}) while fp16 AMP's GradScaler "
-                f"is on: it refuses to unscale fp16 gradients", evidence=_unique(evidence), fix=fix,
+                f"is on: it refuses to unscale fp16 gradients", evidence=_unique(evidence),
+                fix=keep_shared_source(fix, setup, script),
                 confidence="likely" if trainable.inferred or setup.weights.inferred else "certain")
 
 
@@ -182,7 +184,7 @@ def fp16_params_with_grad_scaler(setup: Setup, machine: MachineFacts, live):
         Example(_lora_script(", dtype=torch.bfloat16", ", fp16=True"), note="fp32 adapters: bf16 base has no grads"),
     ],
 )
-def bf16_params_with_fp16_scaler(setup: Setup, machine: MachineFacts, live):
+def bf16_params_with_fp16_scaler(script, setup: Setup, machine: MachineFacts, live):
     if live is not None:
         d = _live_claim(live, dtypes.BFLOAT16, True, "trainable parameters are bfloat16 under fp16 AMP's GradScaler")
         if d:
@@ -205,7 +207,7 @@ def bf16_params_with_fp16_scaler(setup: Setup, machine: MachineFacts, live):
                   "`torch.autocast(..., dtype=torch.bfloat16)`)", applicability=Applicability.UNSAFE)
     yield Draft(f"trainable parameters are bfloat16 ({describe_trainable(setup)}) under fp16 AMP's GradScaler, "
                 f"which cannot unscale bf16 gradients on CUDA",
-                evidence=_unique(setup.weights.evidence + setup.amp.evidence), fix=fix,
+                evidence=_unique(setup.weights.evidence + setup.amp.evidence), fix=keep_shared_source(fix, setup, script),
                 confidence="likely" if setup.weights.inferred else "certain")
 
 
@@ -244,7 +246,7 @@ def bf16_params_with_fp16_scaler(setup: Setup, machine: MachineFacts, live):
         Example(_lora_script(", dtype=torch.float16", ""), note="fp32 adapters on a frozen fp16 base"),
     ],
 )
-def pure_fp16_no_loss_scaling(setup: Setup, machine: MachineFacts, stack: StackFacts, live):
+def pure_fp16_no_loss_scaling(script, setup: Setup, machine: MachineFacts, stack: StackFacts, live):
     if live is not None and live.reached_training:
         d = _live_claim(live, dtypes.FLOAT16, False, "float16 parameters are trained without loss scaling")
         if d:
@@ -279,7 +281,7 @@ def pure_fp16_no_loss_scaling(setup: Setup, machine: MachineFacts, stack: StackF
             "autocast": "autocast without a GradScaler"}.get(setup.amp.value, "no loss scaling")
     symptom, shows = fp16_optimizer_symptom(setup, stack)
     yield Draft(f"float16 parameters are trained with {mode}: {symptom}", error=shows,
-                evidence=_unique(setup.weights.evidence + setup.amp.evidence), fix=fix,
+                evidence=_unique(setup.weights.evidence + setup.amp.evidence), fix=keep_shared_source(fix, setup, script),
                 confidence="likely" if setup.amp.inferred or setup.weights.inferred else "certain")
 
 
