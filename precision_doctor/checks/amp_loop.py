@@ -44,7 +44,7 @@ def _autocast_device(c: Call) -> str | None:
 
 @rule(
     "PD203", "optimizer-state-dtype-mismatch", severity="error", phase="later-steps",
-    summary="The model is cast to another dtype after its optimizer was built: Adam's fp32 state meets bf16 grads.",
+    summary="The model is cast to another dtype after its optimizer was built: its fp32 moment state meets bf16 grads.",
     what="`model.to(torch.bfloat16)` / `.bfloat16()` / `.half()` after the optimizer that holds its parameters was "
          "created: directly, inside the training loop, or in a helper (an eval or save routine) that casts the "
          "model it is given.",
