@@ -128,6 +128,8 @@ def _canonical_keys(table: dict[str, Any], source: str) -> dict[str, Any]:
 
 
 def load_settings(table: dict[str, Any], source: str, known_rules: set[str], root: str) -> Settings:
+    if not table:  # the defaults: nothing to check, so the type checker (msgspec) is not even imported
+        return Settings(source=source, policy=Policy(root=root))
     from .typed import convert
 
     table = _canonical_keys(table, source)

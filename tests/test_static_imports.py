@@ -15,7 +15,8 @@ with contextlib.redirect_stdout(buf):
     code = main(["check", "fixtures/seed001_titan_fp16/buggy/train.py", "--target", "titan-rtx"])
 heavy = sorted(m for m in ("torch", "transformers", "libcst", "accelerate", "peft", "trl")
                if m in sys.modules)
-print(__import__("json").dumps({"code": code, "heavy": heavy, "out": buf.getvalue()[:200]}))
+lazy = sorted(m for m in ("yaml", "msgspec", "pathspec") if m in sys.modules)  # loaded only when needed
+print(__import__("json").dumps({"code": code, "heavy": heavy, "lazy": lazy, "out": buf.getvalue()[:200]}))
 """
 
 
@@ -24,3 +25,4 @@ def test_check_imports_no_ml_stack():
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["code"] == 1, proc.stderr
     assert result["heavy"] == []
+    assert result["lazy"] == []  # no YAML read, no config table or snapshot, no .gitignore: none of them loads
