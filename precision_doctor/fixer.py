@@ -289,13 +289,12 @@ def _siblings(tree: cst.Module, statement: cst.CSTNode) -> list[cst.CSTNode]:
 
 
 def _add_import(module: cst.Module, statement: str) -> cst.Module:
+    """`statement` in the file's import block at the top (after the docstring), unless the file already has it."""
     new = cst.parse_statement(statement + "\n")
     wanted = ast.dump(ast.parse(statement))
-    last_import = -1
-    for i, s in enumerate(module.body):
-        code = module.code_for_node(s).strip()
+    for s in module.body:
         if isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], (cst.Import, cst.ImportFrom)):
-            last_import = i
+            code = module.code_for_node(s).strip()
             try:
                 if ast.dump(ast.parse(code)) == wanted:
                     return module
@@ -303,13 +302,19 @@ def _add_import(module: cst.Module, statement: str) -> cst.Module:
                 pass
             if _imports_name(code, statement):
                 return module
-    if last_import < 0:  # no import yet: after the docstring and comments at the top, never before them
-        first = module.body[0] if module.body else None
-        if isinstance(first, cst.SimpleStatementLine) and isinstance(first.body[0], cst.Expr) and \
-                isinstance(first.body[0].value, (cst.SimpleString, cst.ConcatenatedString)):
-            last_import = 0
+    # the end of the leading block: a later import (mid-file, after the code that needs the name) is no place
+    at = 0
+    for i, s in enumerate(module.body):
+        if not isinstance(s, cst.SimpleStatementLine):
+            break
+        first = s.body[0]
+        docstring = i == 0 and isinstance(first, cst.Expr) and isinstance(first.value, (cst.SimpleString,
+                                                                                         cst.ConcatenatedString))
+        if not (docstring or isinstance(first, (cst.Import, cst.ImportFrom))):
+            break
+        at = i + 1
     body = list(module.body)
-    body.insert(last_import + 1, new)
+    body.insert(at, new)
     return module.with_changes(body=body)
 
 

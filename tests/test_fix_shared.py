@@ -64,3 +64,15 @@ def test_the_keyword_at_the_call_brings_its_import(tmp_path):
     assert "import torch\n" in text and 'default="float16"' in text
     assert 'model = AutoModelForCausalLM.from_pretrained("gpt2", dtype=torch.float32)' in text
     assert 'teacher = AutoModelForCausalLM.from_pretrained("gpt2-large", dtype=cli.dtype)' in text
+
+
+def test_an_added_import_goes_to_the_top_block_even_when_the_files_only_torch_import_comes_later(tmp_path):
+    """`import torch` lands before the code that needs it, not next to a mid-file `from torch... import`."""
+    code = HEAD.replace("import torch\n", "").replace("dtype = getattr(torch, cli.dtype)\n", "").replace(
+        "dtype=dtype", "dtype=cli.dtype")
+    code += 'teacher = AutoModelForCausalLM.from_pretrained("gpt2-large", dtype=cli.dtype)\n'
+    code += "from torch.optim import AdamW\n" + LOOP.replace("torch.optim.AdamW", "AdamW")
+    text, _ = _fix(tmp_path, code)
+    lines = text.split("\n")
+    assert lines.index("import torch") < next(i for i, line in enumerate(lines) if "dtype=torch.float32" in line)
+    assert 'default="float16"' in text  # the keyword was set at the trained load: no fallback to the default
