@@ -93,3 +93,15 @@ def test_typed_values_survive_the_json_round_trip(run_check):
     assert all(isinstance(c.kind, CallKind) for c in calls)
     values = [v for c in calls for v in c.args if isinstance(v.value, TensorValue)]
     assert values and values[0].value.dtype == "float32" and isinstance(values[0].state, State)
+
+
+def test_a_tensor_moved_to_a_device_keeps_its_dtype(run_check):
+    """`x.to(device)` on a tensor the script built is still a float32 tensor (this crashed the probe once)."""
+    from precision_doctor.facts import TensorValue
+
+    code = ("import torch\nmodel = torch.nn.Linear(16, 4).cuda().half()\n"
+            "x = torch.randn(8, 16).to('cuda')\nloss = model(x).sum()\n")
+    result, facts = run_check(code)
+    assert not result.crashed
+    values = [v.value for c in facts.scripts[0].calls for v in c.args if isinstance(v.value, TensorValue)]
+    assert values == [TensorValue("float32")]

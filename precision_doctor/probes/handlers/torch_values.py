@@ -88,7 +88,7 @@ def _cast(r, node, scope, ctx, depth):
     method = node.func.attr
     target = CAST_METHODS[method]
     if method == "to":
-        target = inner.value.split(":", 1)[1]
+        target = inner.value.dtype  # .to(device) keeps the dtype
         for a in list(node.args) + [k.value for k in node.keywords if k.arg == "dtype"]:
             d = r.sym(a, scope, ctx, depth)
             if isinstance(d, Known) and dtypes.from_string(d.value):
