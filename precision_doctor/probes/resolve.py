@@ -106,7 +106,7 @@ class Resolver:
             return ""
 
     def scope_of(self, node: ast.AST) -> Scope:
-        return self.index.scope_of.get(id(node), self.index.module)
+        return self.index.scope_at(node)
 
     def qualified(self, node: ast.AST) -> str:
         """The dotted name with imports resolved, once per node (every call's callee is asked several times)."""
@@ -215,7 +215,7 @@ class Resolver:
     # -- names
     def lookup(self, name: str, scope: Scope, use: ast.AST, ctx: Context, depth: int) -> Sym:
         line = getattr(use, "lineno", 10**9)
-        use_chain = self.index.chain_of.get(id(use), ())
+        use_chain = self.index.chain_at(use)
         s: Scope | None = scope
         while s is not None:
             if s is scope:
@@ -403,7 +403,7 @@ class Resolver:
                     events = s.assigns.get(name, [])
                     end = len(events)
                 if end:
-                    return self._latest(events, end, s, self.index.chain_of.get(id(node), ()), ctx, depth, name)
+                    return self._latest(events, end, s, self.index.chain_at(node), ctx, depth, name)
                 s = s.parent
             if name.startswith("self.") and scope.class_name:
                 for other in self._scopes_of_class(scope.class_name):

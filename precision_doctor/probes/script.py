@@ -28,7 +28,7 @@ from ..sources import Unreadable, is_regular_file, read_source, read_text_bounde
 from .frameworks import lightning_as_accelerator
 from .checkpoint import probe_checkpoints
 from .resolve import Imports, Resolver
-from .scopes import MARKERS, ScopeIndex, dotted
+from .scopes import ScopeIndex, dotted, walk
 from .symbols import Context, DictSym, Known, Namespace, ObjSym
 
 MAX_LOCAL_MODULES = 20
@@ -80,25 +80,6 @@ def parse(path: Path, text: str) -> ast.Module:
 
 # --- the collector ----------------------------------------------------------------------------
 
-def walk(tree: ast.AST) -> list[ast.AST]:
-    """Every node but the context and operator markers (scopes.MARKERS), in `ast.walk`'s order (breadth first),
-    without its generators."""
-    out = [tree]
-    append, extend, node_type = out.append, out.extend, ast.AST
-    i = 0
-    while i < len(out):
-        node = out[i]
-        i += 1
-        for name in node._fields:
-            value = getattr(node, name, None)
-            if isinstance(value, node_type):
-                if type(value) not in MARKERS:
-                    append(value)
-            elif isinstance(value, list):
-                extend(x for x in value if isinstance(x, node_type) and type(x) not in MARKERS)
-    return out
-
-
 def by_type(nodes: list[ast.AST]) -> dict[type, list[ast.AST]]:
     """The nodes of each type, in walk order: each pass reads only the kinds it looks at."""
     out: dict[type, list[ast.AST]] = {}
@@ -119,7 +100,7 @@ class _Collector:
         self.tree = tree
         self.nodes = walk(tree)  # one walk; every pass below reads this list, or its nodes of one type
         self.of_type = by_type(self.nodes)
-        self.index = ScopeIndex(tree)
+        self.index = ScopeIndex(tree, walruses=ast.NamedExpr in self.of_type)
         self.import_nodes = self.of(ast.Import, ast.ImportFrom)
         self.imports = Imports(self.import_nodes)
         self.r = Resolver(path, text, tree, self.index, self.imports, script_args, self.nodes, environ,
@@ -223,7 +204,7 @@ class _Collector:
             reassigned = {name for _, names in assigned[lo:hi] for name in names}
             kept = [b for b in bound if b not in reassigned]
             if kept:
-                scope = self.index.scope_of.get(id(node.iter), self.index.module)
+                scope = self.index.scope_at(node.iter)
                 self.calls.append(Call(kind=CallKind.LOOP_VAR, callee=self.r.text(node.iter)[:80],
                                        location=self.r.loc(node),
                                        scope=scope.name, target=",".join(kept),
@@ -270,7 +251,7 @@ class _Collector:
         return True
 
     def _add(self, node: ast.Call, kind: CallKind, callee: str, bind=None) -> Call:
-        scope = self.index.scope_of.get(id(node), self.index.module)
+        scope = self.index.scope_at(node)
         if bind is not None:  # a call of a local function: arguments by parameter name
             names = sorted(bind.params, key=lambda n: bind.params[n][0])
             positional = [n for n in names if bind.params[n][0] >= 0]
@@ -280,7 +261,7 @@ class _Collector:
                                                               for i, a in enumerate(node.args)
                                                               if i < len(positional) and not isinstance(a, ast.Starred)]
                             + list(node.keywords), lineno=node.lineno, col_offset=node.col_offset)
-            self.index.place(node, scope, self.index.loop_depth_of.get(id(node.func), 0))
+            self.index.place(node, scope, self.index.loops_at(node.func))
         args = tuple(self.r.value(a, scope) if not isinstance(a, ast.Starred) else
                      Value(state="dynamic", text=self.r.text(a), reason="*args cannot be followed")
                      for a in node.args)
@@ -304,9 +285,9 @@ class _Collector:
         line_text = self.lines[node.lineno - 1].strip() if node.lineno <= len(self.lines) else ""
         call = Call(kind=kind, callee=callee, location=self.r.loc(node), scope=scope.name,
                     target=self.targets.get(id(node), ""), receiver=receiver, args=args, kwargs=kwargs,
-                    text=line_text[:160], in_loop=self.index.loop_depth_of.get(id(node), 0) > 0,
+                    text=line_text[:160], in_loop=self.index.loops_at(node) > 0,
                     in_branch=any(step[0] in ("if", "try", "except") for step in
-                                  self.index.chain_of.get(id(node), ())),
+                                  self.index.chain_at(node)),
                     branches=self._branches(node))
         self.by_node[id(node)] = len(self.calls)
         self.calls.append(call)
@@ -325,7 +306,7 @@ class _Collector:
     def _branches(self, node: ast.Call) -> tuple[Branch, ...]:
         """The `if` branches the call sits in, from its scope's root (the __main__ guard always runs)."""
         out = []
-        for step in self.index.chain_of.get(id(node), ()):
+        for step in self.index.chain_at(node):
             test = self.index.if_tests.get(step[1]) if step[0] == "if" else None
             if test is None:
                 continue
@@ -344,7 +325,7 @@ class _Collector:
             node = nodes.get(node_id)
             if node is None:  # a local-function call, recorded with its arguments bound by name
                 continue
-            scope = self.index.scope_of.get(node_id, self.index.module)
+            scope = self.index.scope_at(nodes[node_id])
             refs: dict[str, str] = dict(self.calls[index].refs)
             pairs = [(str(i), a) for i, a in enumerate(node.args)] + \
                     [(k.arg, k.value) for k in node.keywords if k.arg]
@@ -388,7 +369,7 @@ class _Collector:
                 args_expr = node.args[1]
             if args_expr is None:
                 continue
-            scope = self.index.scope_of.get(node_id, self.index.module)
+            scope = self.index.scope_at(nodes[node_id])
             sym = self.r.sym(args_expr, scope, ctx)
             if not (isinstance(sym, Namespace) and sym.class_name and is_training_arguments(sym.class_name)):
                 continue
