@@ -34,6 +34,11 @@ _PYTHON_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 def python_lines(text: str, keepends: bool = False) -> list[str]:
     """`text.splitlines()` as Python numbers lines: split on \\n, \\r\\n and \\r only. str.splitlines also splits on
     form feeds, U+2028 and other characters Python's tokenizer keeps inside a line, which shifts line numbers."""
+    if not keepends and "\r" not in text:  # the usual file: the same lines, split without a regular expression
+        lines = text.split("\n")
+        if lines[-1] == "":
+            lines.pop()
+        return lines
     lines = _PYTHON_LINE.findall(text)
     return lines if keepends else [line.rstrip("\r\n") for line in lines]
 

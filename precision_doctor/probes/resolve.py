@@ -63,6 +63,7 @@ class Resolver:
         self.environ = environ  # (variables or None when not known, where they come from): handlers/environment
         self.nodes = nodes if nodes is not None else list(ast.walk(tree))
         self.lines = python_lines(source)
+        self._ascii = source.isascii()
         self.tree = tree
         self.index = index
         self.imports = imports
@@ -79,6 +80,8 @@ class Resolver:
     def loc(self, node: ast.AST) -> Location:
         line = getattr(node, "lineno", 1)
         col = getattr(node, "col_offset", 0)
+        if self._ascii:  # bytes are characters
+            return Location(self.path, line, col + 1)
         text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
         if not text.isascii():  # ast counts columns in UTF-8 bytes; a Location in characters
             col = len(text.encode("utf-8")[:col].decode("utf-8", errors="ignore"))
@@ -96,7 +99,7 @@ class Resolver:
     def _render(self, node: ast.AST) -> str:
         """ast.unparse; for an expression too deep to render, its first source line."""
         try:
-            return ast.unparse(node)
+            return _plain_text(node) or ast.unparse(node)
         except RecursionError:
             line = getattr(node, "lineno", 0)
             text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
@@ -548,6 +551,21 @@ class Resolver:
 
 
 # --- helpers ---------------------------------------------------------------------------------
+
+_REPR_CONSTANTS = (str, int, bool, type(None), bytes)  # written by ast.unparse as repr() writes them
+
+
+def _plain_text(node: ast.AST) -> str:
+    """What ast.unparse writes for a name, a dotted name or a plain constant (most rendered nodes), without its
+    visitor; "" for anything else."""
+    kind = type(node)
+    if kind is ast.Name or kind is ast.Attribute:
+        return dotted(node)
+    if kind is ast.Constant and type(node.value) in _REPR_CONSTANTS:
+        text = repr(node.value)
+        return "u" + text if node.kind == "u" else text
+    return ""
+
 
 _COMPARE = {
     ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Lt: lambda a, b: a < b,

@@ -61,6 +61,8 @@ class Scope:
 
 def dotted(node: ast.AST) -> str:
     """`self.model` -> "self.model"; anything that is not a plain name chain -> ""."""
+    if type(node) is ast.Name:  # most asked
+        return node.id
     parts = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)
@@ -156,6 +158,13 @@ def _add_any(out: list, value: object) -> None:
             out.append(value)
     elif isinstance(value, list):
         out.extend(x for x in value if isinstance(x, ast.AST) and type(x) not in MARKERS)
+
+
+def names_in(node: ast.AST) -> list[str]:
+    """The plain names in an expression (an assignment's or a loop's target), in `ast.walk`'s order."""
+    if type(node) is ast.Name:
+        return [node.id]
+    return [n.id for n in walk(node) if type(n) is ast.Name]
 
 
 def walk(tree: ast.AST) -> list[ast.AST]:
@@ -285,9 +294,8 @@ class ScopeIndex:
 
         def bind_targets() -> None:
             if isinstance(node, (ast.For, ast.AsyncFor)):
-                for name_node in ast.walk(node.target):
-                    if isinstance(name_node, ast.Name):
-                        state.scope.add(Assignment(name_node.id, node.lineno, None, inside.chain))
+                for name in names_in(node.target):
+                    state.scope.add(Assignment(name, node.lineno, None, inside.chain))
 
         body_state = _State(inside.scope, inside.chain, inside.class_name, inside.loops + 1)
         return [(header, state), bind_targets] + _block(node.body, body_state) + _block(node.orelse, inside)

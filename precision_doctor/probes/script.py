@@ -28,7 +28,7 @@ from ..sources import Unreadable, is_regular_file, read_source, read_text_bounde
 from .frameworks import lightning_as_accelerator
 from .checkpoint import probe_checkpoints
 from .resolve import Imports, Resolver
-from .scopes import ScopeIndex, dotted, walk
+from .scopes import ScopeIndex, dotted, names_in, walk
 from .symbols import Context, DictSym, Known, Namespace, ObjSym
 
 MAX_LOCAL_MODULES = 20
@@ -197,7 +197,7 @@ class _Collector:
         assigned = self._assigned_by_position()
         starts = [a[0] for a in assigned]
         for node in loops:
-            bound = [n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)]
+            bound = names_in(node.target)
             first, last = node.body[0], node.body[-1]
             lo = bisect_left(starts, (first.lineno, first.col_offset))
             hi = bisect_right(starts, (last.end_lineno, last.end_col_offset))
@@ -218,7 +218,7 @@ class _Collector:
         out = []
         for stmt in self.of(ast.Assign, ast.AugAssign, ast.AnnAssign, ordered=False):
             targets = stmt.targets if type(stmt) is ast.Assign else [stmt.target]
-            names = tuple(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+            names = tuple(name for t in targets for name in names_in(t))
             if names:
                 out.append(((stmt.lineno, stmt.col_offset), names))
         out.sort(key=lambda item: item[0])

@@ -7,7 +7,7 @@ import argparse
 import ast
 
 from ...facts import Origin
-from ..scopes import Scope, dotted
+from ..scopes import Scope, dotted, walk
 from ..symbols import Dyn, Known, Namespace, Seq
 from ._command_line import BOOL_STRINGS
 
@@ -41,7 +41,7 @@ def namespace(r, parser_node: ast.AST, scope: Scope, ctx) -> Namespace | Dyn:
 
 def _build(r, parser_name: str, scope: Scope, ctx) -> Namespace | Dyn:
     receivers = {parser_name}
-    scope_nodes = r.nodes if scope.node is r.tree else list(ast.walk(scope.node))
+    scope_nodes = r.nodes if scope.node is r.tree else walk(scope.node)
     calls = r.call_nodes() if scope.node is r.tree else [n for n in scope_nodes if isinstance(n, ast.Call)]
     for node in scope_nodes:  # argument groups add options to the same parser
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
@@ -114,6 +114,10 @@ class _SilentParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         raise ValueError(message)
+
+    def _get_formatter(self):
+        # add_argument makes one per option to check its metavar; a fixed width spares each a terminal query
+        return argparse.HelpFormatter(prog=self.prog, width=80)
 
 
 def _type(text: str):
