@@ -64,6 +64,7 @@ class Resolver:
         self.nodes = nodes if nodes is not None else list(ast.walk(tree))
         self.lines = python_lines(source)
         self._ascii = source.isascii()
+        self._locs: dict[tuple[int, int], Location] = {}
         self.tree = tree
         self.index = index
         self.imports = imports
@@ -78,8 +79,15 @@ class Resolver:
 
     # -- helpers
     def loc(self, node: ast.AST) -> Location:
+        """Where the node starts (one Location per position: most are asked for twice or more)."""
         line = getattr(node, "lineno", 1)
         col = getattr(node, "col_offset", 0)
+        found = self._locs.get((line, col))
+        if found is None:
+            found = self._locs[line, col] = self._location(line, col)
+        return found
+
+    def _location(self, line: int, col: int) -> Location:
         if self._ascii:  # bytes are characters
             return Location(self.path, line, col + 1)
         text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
@@ -166,7 +174,8 @@ class Resolver:
 
     def _sym(self, node: ast.AST, scope: Scope, ctx: Context, depth: int) -> Sym:
         if isinstance(node, ast.Constant):
-            return Known(node.value, (Origin("code", self.text(node), self.loc(node)),), self.loc(node))
+            where = self.loc(node)
+            return Known(node.value, (Origin("code", self.text(node), where),), where)
         if isinstance(node, ast.Name):
             return self.lookup(node.id, scope, node, ctx, depth)
         if isinstance(node, ast.Attribute):
@@ -218,7 +227,7 @@ class Resolver:
     # -- names
     def lookup(self, name: str, scope: Scope, use: ast.AST, ctx: Context, depth: int) -> Sym:
         line = getattr(use, "lineno", 10**9)
-        use_chain = self.index.chain_at(use)
+        use_chain: tuple | ast.AST = use  # its branch chain, found only if an assignment sits in a branch
         s: Scope | None = scope
         while s is not None:
             if s is scope:
@@ -235,12 +244,17 @@ class Resolver:
             return Dyn(f"{name} is imported")
         return Dyn(f"{name} is not assigned in this file")
 
-    def _latest(self, events: list[Assignment], end: int, scope: Scope, use_chain: tuple, ctx: Context,
+    def _latest(self, events: list[Assignment], end: int, scope: Scope, use_chain: tuple | ast.AST, ctx: Context,
                 depth: int, name: str, assumed: dict | None = None) -> Sym:
-        """The value of the last of `events[:end]` that reaches the use, branch by branch."""
+        """The value of the last of `events[:end]` that reaches the use, branch by branch. `use_chain`: the use's
+        branch chain, or the use itself (its chain is looked up when an assignment in a branch needs it)."""
         assumed = assumed or {}
         for i in range(end - 1, -1, -1):
             a = events[i]
+            if not a.chain:  # assigned at the scope's root: reaches every use below it
+                return self._assignment_value(a, scope, ctx, depth)
+            if type(use_chain) is not tuple:
+                use_chain = self.index.chain_at(use_chain)
             extra = _strip_prefix(a.chain, use_chain)
             decided = True
             for kind, node_id, branch in extra:
@@ -308,7 +322,11 @@ class Resolver:
         return found
 
     def _assignment_value(self, a: Assignment, scope: Scope, ctx: Context, depth: int) -> Sym:
-        return self._settled(("assignment", id(a)), ctx, lambda: self._evaluate_assignment(a, scope, ctx, depth))
+        key = ("assignment", id(a))
+        found = self._settled_values.get(key)
+        if found is not None:
+            return found
+        return self._settled(key, ctx, lambda: self._evaluate_assignment(a, scope, ctx, depth))
 
     def _evaluate_assignment(self, a: Assignment, scope: Scope, ctx: Context, depth: int) -> Sym:
         if a.value is None:
@@ -327,7 +345,11 @@ class Resolver:
         return inner
 
     def _param(self, name: str, scope: Scope, ctx: Context, depth: int) -> Sym:
-        return self._settled(("parameter", id(scope), name), ctx, lambda: self._passed(name, scope, ctx, depth))
+        key = ("parameter", id(scope), name)
+        found = self._settled_values.get(key)
+        if found is not None:
+            return found
+        return self._settled(key, ctx, lambda: self._passed(name, scope, ctx, depth))
 
     def _passed(self, name: str, scope: Scope, ctx: Context, depth: int) -> Sym:
         """A parameter's value: what every call site passes, when they agree."""
@@ -406,7 +428,7 @@ class Resolver:
                     events = s.assigns.get(name, [])
                     end = len(events)
                 if end:
-                    return self._latest(events, end, s, self.index.chain_at(node), ctx, depth, name)
+                    return self._latest(events, end, s, node, ctx, depth, name)
                 s = s.parent
             if name.startswith("self.") and scope.class_name:
                 for other in self._scopes_of_class(scope.class_name):
