@@ -58,7 +58,8 @@ class Imports:
 class Resolver:
     def __init__(self, path: str, source: str, tree: ast.Module, index: ScopeIndex,
                  imports: Imports, script_args: tuple[str, ...] = (), nodes: list[ast.AST] | None = None,
-                 environ: tuple = (None, ""), calls: list[ast.Call] | None = None):
+                 environ: tuple = (None, ""), calls: list[ast.Call] | None = None,
+                 by_type: dict[type, list[ast.AST]] | None = None):
         self.path = path
         self.environ = environ  # (variables or None when not known, where they come from): handlers/environment
         self.nodes = nodes if nodes is not None else list(ast.walk(tree))
@@ -75,6 +76,7 @@ class Resolver:
         self.memo: dict = {}  # handlers keep what they build once per script here, under their own keys
         self._calls_to: dict[str, list[ast.Call]] | None = None
         self._call_nodes: list[ast.Call] | None = calls
+        self._by_type = by_type
         self._class_scopes: dict[str, list[Scope]] | None = None
 
     # -- helpers
@@ -384,6 +386,12 @@ class Resolver:
             return first
         return Multi(tuple(results), f"{name} of {scope.name}() gets different values at its {len(results)} "
                                      f"call sites")
+
+    def nodes_of(self, kind: type) -> list[ast.AST]:
+        """The module's nodes of one type, in walk order (from the script probe's buckets when it gave them)."""
+        if self._by_type is not None:
+            return self._by_type.get(kind, [])
+        return [n for n in self.nodes if type(n) is kind]
 
     def call_nodes(self) -> list[ast.Call]:
         """Every call of the module, in walk order (the script probe hands its list over: no second scan)."""

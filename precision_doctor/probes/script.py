@@ -104,7 +104,7 @@ class _Collector:
         self.import_nodes = self.of(ast.Import, ast.ImportFrom)
         self.imports = Imports(self.import_nodes)
         self.r = Resolver(path, text, tree, self.index, self.imports, script_args, self.nodes, environ,
-                          self.of(ast.Call))
+                          self.of(ast.Call), self.of_type)
         self.lines = self.r.lines  # one split of the source
         self.calls: list[Call] = []
         self.unknowns: list[Unknown] = []
@@ -283,12 +283,13 @@ class _Collector:
                                              getattr(sym, "reason", "cannot be followed"), self.r.loc(node)))
         receiver = dotted(node.func.value) if isinstance(node.func, ast.Attribute) else ""
         line_text = self.lines[node.lineno - 1].strip() if node.lineno <= len(self.lines) else ""
+        where = self.index.state(node)
+        chain = where.chain if where is not None else ()
         call = Call(kind=kind, callee=callee, location=self.r.loc(node), scope=scope.name,
                     target=self.targets.get(id(node), ""), receiver=receiver, args=args, kwargs=kwargs,
-                    text=line_text[:160], in_loop=self.index.loops_at(node) > 0,
-                    in_branch=any(step[0] in ("if", "try", "except") for step in
-                                  self.index.chain_at(node)),
-                    branches=self._branches(node))
+                    text=line_text[:160], in_loop=where is not None and where.loops > 0,
+                    in_branch=any(step[0] in ("if", "try", "except") for step in chain),
+                    branches=self._branches(chain) if chain else ())
         self.by_node[id(node)] = len(self.calls)
         self.calls.append(call)
         for name, value in list(kwargs.items()) + [(str(i), v) for i, v in enumerate(args)]:
@@ -303,10 +304,10 @@ class _Collector:
                                              value.location or call.location))
         return call
 
-    def _branches(self, node: ast.Call) -> tuple[Branch, ...]:
-        """The `if` branches the call sits in, from its scope's root (the __main__ guard always runs)."""
+    def _branches(self, chain: tuple) -> tuple[Branch, ...]:
+        """The `if` branches of a call's branch chain, from its scope's root (the __main__ guard always runs)."""
         out = []
-        for step in self.index.chain_at(node):
+        for step in chain:
             test = self.index.if_tests.get(step[1]) if step[0] == "if" else None
             if test is None:
                 continue
