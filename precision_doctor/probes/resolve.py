@@ -10,6 +10,7 @@ call means (argparse, HfArgumentParser, torch, the environment, the GPU) is read
 from __future__ import annotations
 
 import ast
+from math import inf as _INF
 
 from .._util import python_lines
 from ..facts import CONDITIONAL, DYNAMIC, KNOWN, Location, Origin, Predicate, Value, TensorValue
@@ -583,18 +584,81 @@ class Resolver:
 # --- helpers ---------------------------------------------------------------------------------
 
 _REPR_CONSTANTS = (str, int, bool, type(None), bytes)  # written by ast.unparse as repr() writes them
+_PLAIN_DEPTH = 40  # deeper expressions go to ast.unparse (and its too-deep fallback), as before
 
 
 def _plain_text(node: ast.AST) -> str:
-    """What ast.unparse writes for a name, a dotted name or a plain constant (most rendered nodes), without its
-    visitor; "" for anything else."""
+    """What ast.unparse writes for a primary expression made of names, plain constants, attributes, subscripts and
+    calls (most rendered nodes: arguments, callees, conditions' operands), without its visitor machinery; "" for
+    anything else. None of these needs parentheses inside another, so each is written as it reads."""
+    out: list[str] = []
+    return "".join(out) if _write_plain(node, out, 0) else ""
+
+
+def _write_plain(node: ast.AST, out: list[str], depth: int) -> bool:
     kind = type(node)
-    if kind is ast.Name or kind is ast.Attribute:
-        return dotted(node)
-    if kind is ast.Constant and type(node.value) in _REPR_CONSTANTS:
-        text = repr(node.value)
-        return "u" + text if node.kind == "u" else text
-    return ""
+    if kind is ast.Name:
+        out.append(node.id)
+        return True
+    if kind is ast.Constant:
+        value = node.value
+        if type(value) is float:
+            if value != value or value in (_INF, -_INF):  # ast.unparse writes these as 1e309 and friends
+                return False
+        elif type(value) not in _REPR_CONSTANTS:
+            return False
+        if node.kind == "u":
+            out.append("u")
+        out.append(repr(value))
+        return True
+    if depth > _PLAIN_DEPTH:
+        return False
+    depth += 1
+    if kind is ast.Attribute:
+        owner = node.value
+        if type(owner) is ast.Constant and isinstance(owner.value, int):  # `1 .real`: unparse adds a space
+            return False
+        if not _write_plain(owner, out, depth):
+            return False
+        out.append(".")
+        out.append(node.attr)
+        return True
+    if kind is ast.Subscript:
+        if type(node.slice) is ast.Tuple or not _write_plain(node.value, out, depth):
+            return False
+        out.append("[")
+        if not _write_plain(node.slice, out, depth):
+            return False
+        out.append("]")
+        return True
+    if kind is ast.Call:
+        if not _write_plain(node.func, out, depth):
+            return False
+        out.append("(")
+        first = True
+        for arg in node.args:
+            if not first:
+                out.append(", ")
+            first = False
+            if type(arg) is ast.Starred:
+                out.append("*")
+                arg = arg.value
+            if not _write_plain(arg, out, depth):
+                return False
+        for kw in node.keywords:
+            if not first:
+                out.append(", ")
+            first = False
+            if kw.arg is None:
+                out.append("**")
+            else:
+                out.append(kw.arg)
+                out.append("=")
+            if not _write_plain(kw.value, out, depth):
+                return False
+        out.append(")")
+        return True
+    return False
 
 
 _COMPARE = {

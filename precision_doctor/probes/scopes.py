@@ -210,7 +210,13 @@ class ScopeIndex:
         self._marks_all = walruses  # a walrus binds a name from inside an expression: walk every expression
         self._expressions: list[tuple[ast.AST, _State]] = []  # the outermost expressions (when not marking all)
         self._starts: list[tuple[int, int]] | None = None
-        self._run([(tree, _State(self.module))])
+        root = _State(self.module)
+        if walruses or type(tree) is not ast.Module:
+            self._run([(tree, root)])
+        else:
+            self.state_of[id(tree)] = root
+            self._statements(tree.body, root)
+            self._run([(t, root) for t in reversed(tree.type_ignores)])
 
     # -- where a node sits
     def state(self, node: ast.AST) -> _State | None:
@@ -258,8 +264,79 @@ class ScopeIndex:
             todo = visitors.get(type(node), generic)(self, node, state)
             stack.extend(reversed(todo))
 
+    # -- the walk of a tree without walruses: statement by statement, an expression recorded whole, a target bound
+    # as soon as its statement is met (nothing inside an expression binds). Statements nest at most 100 deep (the
+    # tokenizer's limit on indentation), so the recursion is bounded; other statements go through the generic walk.
+    def _statements(self, body: list[ast.stmt], state: _State) -> None:
+        for stmt in body:
+            kind = type(stmt)
+            if kind is ast.Assign:
+                self._outermost(stmt.value, state)
+                for target in stmt.targets:
+                    self._target(target, stmt.value, stmt, state)
+            elif kind is ast.Expr:
+                self.state_of[id(stmt)] = state
+                self._outermost(stmt.value, state)
+            elif kind is ast.If:
+                self.if_tests[id(stmt)] = stmt.test
+                self._outermost(stmt.test, state)
+                self._statements(stmt.body, state.enter(("if", id(stmt), True)))
+                self._statements(stmt.orelse, state.enter(("if", id(stmt), False)))
+            elif kind is ast.Return:
+                if stmt.value is not None:
+                    state.scope.returns.append(stmt.value)
+                    self._outermost(stmt.value, state)
+            elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
+                inner = self._define(stmt, state)
+                for d in stmt.decorator_list:
+                    self._outermost(d, state)
+                self._statements(stmt.body, inner)
+            elif kind is ast.Import or kind is ast.ImportFrom:
+                continue
+            elif kind is ast.ClassDef:
+                self.classes[stmt.name] = stmt
+                self._statements(stmt.body, _State(state.scope, state.chain, stmt.name, state.loops))
+            elif kind is ast.For or kind is ast.AsyncFor or kind is ast.While:
+                header = stmt.test if kind is ast.While else stmt.iter
+                self._outermost(header, state)
+                inside = state.enter(("loop", id(stmt), True))
+                if kind is not ast.While:
+                    for name in names_in(stmt.target):
+                        state.scope.add(Assignment(name, stmt.lineno, None, inside.chain))
+                self._statements(stmt.body, _State(inside.scope, inside.chain, inside.class_name, inside.loops + 1))
+                self._statements(stmt.orelse, inside)
+            elif kind is ast.AugAssign:
+                self._outermost(stmt.value, state)
+                name = dotted(stmt.target)
+                if name:
+                    state.scope.add(Assignment(name, stmt.lineno, None, state.chain, node=stmt))
+            elif kind is ast.AnnAssign:
+                if stmt.value is not None:
+                    self._outermost(stmt.value, state)
+                    self._target(stmt.target, stmt.value, stmt, state)
+            elif kind is ast.With or kind is ast.AsyncWith:
+                for item in stmt.items:
+                    self._outermost(item.context_expr, state)
+                    if item.optional_vars is not None:
+                        self._target(item.optional_vars, item.context_expr, stmt, state)
+                self._statements(stmt.body, state)
+            elif kind is ast.Try or kind is _TRY_STAR:
+                inside = state.enter(("try", id(stmt), True))
+                self._statements(stmt.body, inside)
+                for handler in stmt.handlers:
+                    self._statements(handler.body, state.enter(("except", id(handler), True)))
+                self._statements(stmt.orelse, inside)
+                self._statements(stmt.finalbody, state)
+            else:  # match, raise, assert, delete, ...: the generic walk
+                self._run([(stmt, state)])
+
+    def _outermost(self, node: ast.expr, state: _State) -> None:
+        self.state_of[id(node)] = state
+        self._expressions.append((node, state))
+
     # -- scopes
-    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef, state: _State) -> list:
+    def _define(self, node: ast.FunctionDef | ast.AsyncFunctionDef, state: _State) -> _State:
+        """The function's scope, its parameters and defaults; the state its body is read in."""
         qual = f"{state.class_name}.{node.name}" if state.class_name else node.name
         scope = Scope(qual, node, state.scope, class_name=state.class_name)
         args = node.args
@@ -271,7 +348,10 @@ class ScopeIndex:
             scope.params[a.arg] = (-1, d)
         self.scopes.append(scope)
         self.functions.setdefault(node.name, []).append(scope)
-        inner = _State(scope)
+        return _State(scope)
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef, state: _State) -> list:
+        inner = self._define(node, state)
         return [(d, state) for d in node.decorator_list] + [(stmt, inner) for stmt in node.body]
 
     def _class(self, node: ast.ClassDef, state: _State) -> list:
@@ -407,6 +487,8 @@ class ScopeIndex:
         """Record a node the probe builds itself (a call with its arguments bound by name)."""
         self.state_of[id(node)] = _State(scope, (), "", loops)
 
+
+_TRY_STAR = getattr(ast, "TryStar", ast.Try)
 
 _VISITORS = {
     ast.FunctionDef: ScopeIndex._function, ast.AsyncFunctionDef: ScopeIndex._function, ast.ClassDef: ScopeIndex._class,
