@@ -265,8 +265,9 @@ class ScopeIndex:
             stack.extend(reversed(todo))
 
     # -- the walk of a tree without walruses: statement by statement, an expression recorded whole, a target bound
-    # as soon as its statement is met (nothing inside an expression binds). Statements nest at most 100 deep (the
-    # tokenizer's limit on indentation), so the recursion is bounded; other statements go through the generic walk.
+    # as soon as its statement is met (nothing inside an expression binds). Indented blocks nest at most 100 deep
+    # (the tokenizer's limit), so the recursion is bounded; elif chains, which do not indent, are followed in a
+    # loop; the statements not read here go through the generic walk.
     def _statements(self, body: list[ast.stmt], state: _State) -> None:
         for stmt in body:
             kind = type(stmt)
@@ -278,10 +279,7 @@ class ScopeIndex:
                 self.state_of[id(stmt)] = state
                 self._outermost(stmt.value, state)
             elif kind is ast.If:
-                self.if_tests[id(stmt)] = stmt.test
-                self._outermost(stmt.test, state)
-                self._statements(stmt.body, state.enter(("if", id(stmt), True)))
-                self._statements(stmt.orelse, state.enter(("if", id(stmt), False)))
+                self._if_chain(stmt, state)
             elif kind is ast.Return:
                 if stmt.value is not None:
                     state.scope.returns.append(stmt.value)
@@ -329,6 +327,19 @@ class ScopeIndex:
                 self._statements(stmt.finalbody, state)
             else:  # match, raise, assert, delete, ...: the generic walk
                 self._run([(stmt, state)])
+
+    def _if_chain(self, stmt: ast.If, state: _State) -> None:
+        """An if and its elifs, in a loop: an elif is an if nested in the else without indentation, so a chain of
+        thousands is as deep as the parser allows, far past Python's recursion limit."""
+        while True:
+            self.if_tests[id(stmt)] = stmt.test
+            self._outermost(stmt.test, state)
+            self._statements(stmt.body, state.enter(("if", id(stmt), True)))
+            otherwise = state.enter(("if", id(stmt), False))
+            if len(stmt.orelse) != 1 or type(stmt.orelse[0]) is not ast.If:
+                self._statements(stmt.orelse, otherwise)
+                return
+            stmt, state = stmt.orelse[0], otherwise
 
     def _outermost(self, node: ast.expr, state: _State) -> None:
         self.state_of[id(node)] = state
