@@ -8,9 +8,9 @@ fix's applicability never looser than declared.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from ._util import unique
+from ._util import record, unique
 from .catalog import rules
 from .config import Policy
 from .derive import Derived, derive
@@ -21,13 +21,13 @@ from .findings import SEVERITY_RANK, Confidence, Draft, Evidence, Finding, Fix, 
 from .registry import REGISTRY, Rule
 
 
-@dataclass(frozen=True)
+@record
 class Skipped:
     rule_id: str
     reason: str
 
 
-@dataclass(frozen=True)
+@record
 class Withdrawn:
     """A static finding the live model contradicts."""
 
@@ -37,7 +37,7 @@ class Withdrawn:
     reason: str
 
 
-@dataclass(frozen=True)
+@record
 class Silenced:
     """A rule that stayed silent on a script while a derived fact it read was unknown: the value that kept it
     quiet and where it is written: the expression itself, else those arguments of the call holding it that its
@@ -50,7 +50,7 @@ class Silenced:
     locations: tuple[Location, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class Result:
     findings: tuple[Finding, ...]
     skipped: tuple[Skipped, ...]
@@ -59,7 +59,7 @@ class Result:
     silenced: tuple[Silenced, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class SuppressionUse:
     """What the suppression comments did, for the rules that judge them (PD001)."""
 
