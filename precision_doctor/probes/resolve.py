@@ -270,7 +270,7 @@ class Resolver:
                         break
                     continue
                 test = self.index.if_tests.get(node_id)
-                cond = self.sym(test, scope, ctx, depth) if test is not None else Dyn("")
+                cond = self._test_value(test, scope, ctx, depth) if test is not None else Dyn("")
                 if isinstance(cond, Known):
                     if bool(cond.value) != branch:
                         decided = None
@@ -323,6 +323,14 @@ class Resolver:
         if ctx.limits_hit == limits:
             self._settled_values[key] = found
         return found
+
+    def _test_value(self, test: ast.AST, scope: Scope, ctx: Context, depth: int) -> Sym:
+        """An if's condition, settled like an assignment: a name assigned under the if is looked up many times."""
+        key = ("test", id(test), id(scope))
+        found = self._settled_values.get(key)
+        if found is not None:
+            return found
+        return self._settled(key, ctx, lambda: self.sym(test, scope, ctx, depth))
 
     def _assignment_value(self, a: Assignment, scope: Scope, ctx: Context, depth: int) -> Sym:
         key = ("assignment", id(a))
