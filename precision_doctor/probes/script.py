@@ -432,8 +432,8 @@ _OUR_CODE = re.compile(r"PD[0-9]{3}$")
 
 def read_suppressions(path: str, text: str) -> list[Suppression]:
     """Suppression comments (real comments only, found with tokenize, never inside strings)."""
-    if _MARKER not in text and not _NOQA_HINT.search(text):
-        return []
+    if _MARKER not in text and ("noqa" not in text.lower() or not _NOQA_HINT.search(text)):
+        return []  # (a lower-cased copy is searched faster than the case-blind pattern runs over the text)
     out = []
     try:
         for tok in tokenize.generate_tokens(io.StringIO(text).readline):
@@ -459,10 +459,7 @@ def read_suppressions(path: str, text: str) -> list[Suppression]:
 
 def _local_modules(script: Path, nodes: list[ast.AST]) -> list[Path]:
     base = script.parent
-    try:  # one listing instead of two lookups per imported name (torch, os, ... are never here)
-        present: set[str] | None = set(os.listdir(base))
-    except OSError:
-        present = None
+    present = _listing(base)  # one listing instead of two lookups per imported name (torch, os, ... are never here)
     found = []
     for node in nodes:
         names = []
@@ -478,6 +475,20 @@ def _local_modules(script: Path, nodes: list[ast.AST]) -> list[Path]:
             for candidate in (base / rel.with_suffix(".py"), base / rel / "__init__.py"):
                 if worth_reading(candidate) and os.path.realpath(candidate) != os.path.realpath(script):
                     found.append(candidate)
+    return found
+
+
+def _listing(folder: Path) -> set[str] | None:
+    """The names in a folder (None: it cannot be listed); within one run, listed once for all its scripts."""
+    key = str(folder)
+    if _IN_RUN[0] and key in _LISTINGS:
+        return _LISTINGS[key]
+    try:
+        found: set[str] | None = set(os.listdir(folder))
+    except OSError:
+        found = None
+    if _IN_RUN[0]:
+        _LISTINGS[key] = found
     return found
 
 
@@ -510,12 +521,14 @@ _FILE_CACHE: dict[tuple, tuple[ScriptFacts, tuple[Path, ...]]] = {}
 
 
 _IN_RUN = [False]  # inside one_run(): scripts are cached too, not only the modules they import
+_LISTINGS: dict[str, set[str] | None] = {}  # folder -> its names, within one run
 
 
 def forget_files() -> None:
     """Files may have changed since the last run in this process (fix, tests, a long session)."""
     _FILE_CACHE.clear()
     _KINDS.clear()
+    _LISTINGS.clear()
 
 
 @contextmanager
