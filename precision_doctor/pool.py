@@ -15,11 +15,15 @@ import sys
 from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import wait
+from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable, Iterable
 
 from .supervisor import die_with_parent
 
 ATTEMPTS = 2  # an item whose worker died this many times while on it is lost
+# A batch sent ahead to a busy worker waits in the pipe: it must fit there (with the batch before it, at start)
+# or the doctor would block sending while the worker blocks sending it results.
+AHEAD_BYTES = 16 * 1024
 IDLE_DEATHS = 3  # workers dying before taking any item: starting more is pointless
 
 
@@ -108,10 +112,18 @@ class _Pool:
             # busy machine the doctor may not be scheduled the moment a worker runs dry)
             while worker.batches < 2 and self.pending:
                 batch = self._next_batch()
+                payload = ForkingPickler.dumps([(i, self.items[i]) for i in batch])
+                if worker.batches and len(payload) > AHEAD_BYTES:  # it could fill the pipe of a busy worker
+                    self.retries.appendleft(batch)
+                    break
+                try:
+                    worker.conn.send_bytes(payload)
+                except OSError:  # it died since: _collect() sees it end; the batch goes to another worker
+                    self.retries.appendleft(batch)
+                    break
                 worker.in_flight.extend(batch)
                 worker.batch_ends.append(batch[-1])
                 worker.took_any = True
-                worker.conn.send([(i, self.items[i]) for i in batch])
         if self.idle_deaths >= IDLE_DEATHS and not self.workers:
             while self.pending:
                 for i in self._next_batch():
