@@ -78,6 +78,7 @@ def run(facts: Facts, policy: Policy | None = None) -> Result:
     crashed: list[Skipped] = []
     withdrawn: list[Withdrawn] = []
     silenced: list[Silenced] = []
+    available = {}  # per script: the same for every rule
     for r in chosen:
         if r.after_findings:
             continue
@@ -86,8 +87,11 @@ def run(facts: Facts, policy: Policy | None = None) -> Result:
             skipped.append(Skipped(r.id, reason))
             continue
         for script in (facts.scripts if r.per_script else (None,)):
+            key = id(script)
+            if key not in available:
+                available[key] = _available(facts, derived, script, None)
             try:
-                findings.extend(_run_rule(r, facts, derived, script, withdrawn, silenced))
+                findings.extend(_run_rule(r, facts, derived, script, withdrawn, silenced, available[key]))
             except Exception as exc:  # a crashed check is a result, not a crash of the tool
                 crashed.append(Skipped(r.id, f"{type(exc).__name__}: {exc}"))
     if facts.live is not None:
@@ -125,19 +129,24 @@ def _live_missing(live) -> str:
 
 
 def _inject(r: Rule, facts: Facts, derived: Derived, script, use: SuppressionUse | None, live="facts") -> dict:
-    live_known = facts.live is not None and facts.live.known
-    stack = script.stack if script is not None and script.stack is not None else facts.stack  # its project's
-    available = {"facts": facts, "machine": facts.machine, "stack": stack, "launch": facts.launch,
-                 "plan": derived.plan, "script": script, "setup": derived.setups.get(script.path) if script else None,
-                 "live": (facts.live if live_known else None) if live == "facts" else live, "suppressions": use,
-                 "job": facts.job}
+    available = _available(facts, derived, script, use, live)
     return {p: available[p] for p in r.params}
 
 
+def _available(facts: Facts, derived: Derived, script, use: SuppressionUse | None, live="facts") -> dict:
+    """What a rule may name as a parameter, for one script (None: the run)."""
+    live_known = facts.live is not None and facts.live.known
+    stack = script.stack if script is not None and script.stack is not None else facts.stack  # its project's
+    return {"facts": facts, "machine": facts.machine, "stack": stack, "launch": facts.launch,
+            "plan": derived.plan, "script": script, "setup": derived.setups.get(script.path) if script else None,
+            "live": (facts.live if live_known else None) if live == "facts" else live, "suppressions": use,
+            "job": facts.job}
+
+
 def _run_rule(r: Rule, facts: Facts, derived: Derived, script, withdrawn: list[Withdrawn],
-              silenced: list[Silenced]) -> list[Finding]:
+              silenced: list[Silenced], available: dict) -> list[Finding]:
     path = script.path if script else ""
-    injected = _inject(r, facts, derived, script, None)
+    injected = {p: available[p] for p in r.params}
     reads = None
     if injected.get("setup") is not None:
         injected["setup"] = reads = _ReadRecorder(injected["setup"])

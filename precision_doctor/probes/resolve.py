@@ -110,7 +110,7 @@ class Resolver:
     def _render(self, node: ast.AST) -> str:
         """ast.unparse; for an expression too deep to render, its first source line."""
         try:
-            return _plain_text(node) or ast.unparse(node)
+            return plain_text(node) or ast.unparse(node)
         except RecursionError:
             line = getattr(node, "lineno", 0)
             text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
@@ -595,7 +595,7 @@ _REPR_CONSTANTS = (str, int, bool, type(None), bytes)  # written by ast.unparse 
 _PLAIN_DEPTH = 40  # deeper expressions go to ast.unparse (and its too-deep fallback), as before
 
 
-def _plain_text(node: ast.AST) -> str:
+def plain_text(node: ast.AST) -> str:
     """What ast.unparse writes for a primary expression made of names, plain constants, attributes, subscripts and
     calls (most rendered nodes: arguments, callees, conditions' operands), without its visitor machinery; "" for
     anything else. None of these needs parentheses inside another, so each is written as it reads."""

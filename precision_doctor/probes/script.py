@@ -27,7 +27,7 @@ from ..redact import DEEPSPEED_KEYS, MODEL_CONFIG_KEYS, keep_read_keys
 from ..sources import Unreadable, is_regular_file, read_source, read_text_bounded, status, worth_reading
 from .frameworks import lightning_as_accelerator
 from .checkpoint import probe_checkpoints
-from .resolve import Imports, Resolver
+from .resolve import Imports, Resolver, plain_text
 from .scopes import ScopeIndex, dotted, names_in, walk
 from .symbols import Context, DictSym, Known, Namespace, ObjSym
 
@@ -111,6 +111,7 @@ class _Collector:
         self.by_node: dict[int, int] = {}  # id(ast node) -> index in self.calls
         self._parsed_args: dict[str, Call] = {}
         self._assigned_names: set[str] | None = None
+        self._branch_of: dict[tuple, Branch] = {}  # if-step -> its Branch
         self.targets = self._assignment_targets()
         self.local_trainers, self.local_args = self._local_subclasses()
 
@@ -308,14 +309,25 @@ class _Collector:
         """The `if` branches of a call's branch chain, from its scope's root (the __main__ guard always runs)."""
         out = []
         for step in chain:
-            test = self.index.if_tests.get(step[1]) if step[0] == "if" else None
-            if test is None:
+            if step[0] != "if":
                 continue
-            text = ast.unparse(test)
-            if text.replace("'", '"') == '__name__ == "__main__"':
-                continue
-            out.append(Branch(test.lineno, bool(step[2]), text if len(text) <= 60 else text[:57] + "..."))
+            branch = self._branch_of.get(step)
+            if branch is None:
+                branch = self._branch_of[step] = self._branch(step)
+            if branch is not _MAIN_GUARD:
+                out.append(branch)
         return tuple(out)
+
+    def _branch(self, step: tuple) -> Branch | None:
+        """One if-step as a Branch (made once: the calls under one if share it); _MAIN_GUARD for the __main__ guard
+        and for a step without a test, which a call's branches leave out."""
+        test = self.index.if_tests.get(step[1])
+        if test is None:
+            return _MAIN_GUARD
+        text = plain_text(test) or ast.unparse(test)
+        if text.replace("'", '"') == '__name__ == "__main__"':
+            return _MAIN_GUARD
+        return Branch(test.lineno, bool(step[2]), text if len(text) <= 60 else text[:57] + "...")
 
     def _link_refs(self) -> None:
         """Point each argument that evaluates to a recorded call at that call."""
@@ -407,6 +419,8 @@ class _Collector:
                 kwargs[name[len(prefix):]] = value
                 self.calls[i] = call = replace(call, kwargs=kwargs)
 
+
+_MAIN_GUARD = Branch(0, True, "__main__")  # a branch every run takes: left out of a call's branches
 
 # calls whose dynamic arguments are listed as unknowns (a run-time dtype there hides a precision problem)
 _DYNAMIC_WORTH_REPORTING = (CallKind.TRAINING_ARGS, CallKind.MODEL_LOAD, CallKind.ACCELERATOR, CallKind.AUTOCAST,
