@@ -68,6 +68,8 @@ def record(cls: type[T]) -> type[T]:
 
     direct = _plain_fields(cls)
     documented = bool(cls.__dict__.get("__doc__"))
+    if direct and not documented:  # dataclass would read object.__init__'s signature for it (slowly, for nothing)
+        cls.__doc__ = cls.__name__
     cls = dataclasses.dataclass(frozen=True, eq=False, repr=False, init=not direct)(cls)
     fields = dataclasses.fields(cls)
     if direct:
