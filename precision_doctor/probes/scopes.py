@@ -61,16 +61,26 @@ class Scope:
 
 def dotted(node: ast.AST) -> str:
     """`self.model` -> "self.model"; anything that is not a plain name chain -> ""."""
-    if type(node) is ast.Name:  # most asked
+    kind = type(node)
+    if kind is _NAME:  # most asked
         return node.id
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return ""
+    if kind is not _ATTRIBUTE:
+        return ""
+    owner = node.value
+    if type(owner) is _NAME:  # `a.b`: the next most asked
+        return f"{owner.id}.{node.attr}"
+    parts = [node.attr]
+    while type(owner) is _ATTRIBUTE:
+        parts.append(owner.attr)
+        owner = owner.value
+    if type(owner) is not _NAME:
+        return ""
+    parts.append(owner.id)
+    parts.reverse()
+    return ".".join(parts)
+
+
+_NAME, _ATTRIBUTE = ast.Name, ast.Attribute
 
 
 class _State:

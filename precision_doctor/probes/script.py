@@ -45,11 +45,16 @@ _KINDS: dict[tuple, dict[tuple, CallKind | None]] = {}
 def classify(callee: str, node: ast.Call, local_trainers: set[str], local_args: set[str],
              memo: dict | None = None) -> CallKind | None:
     """The kind of a call, looked up in the declared table (call_kinds.RECOGNISERS); None: not recorded.
-    `memo` keeps the answers of one script: the table is a pure function of what it is asked, and a script
-    calls the same few names (print, len, range) thousands of times."""
-    method = node.func.attr if isinstance(node.func, ast.Attribute) else ""
-    owner = dotted(node.func.value).rsplit(".", 1)[-1] if method else ""
-    keywords = frozenset(k.arg for k in node.keywords if k.arg)
+    `callee` is the call's qualified dotted name ("" when what it calls is not a dotted name). `memo` keeps the
+    answers of one script: the table is a pure function of what it is asked, and a script calls the same few
+    names (print, len, range) thousands of times."""
+    func = node.func
+    if type(func) is ast.Attribute:
+        method = func.attr
+        owner = _last_name(func.value) if callee else ""  # a dotted callee: its owner is a dotted name too
+    else:
+        method = owner = ""
+    keywords = frozenset([k.arg for k in node.keywords if k.arg]) if node.keywords else _NO_KEYWORDS
     bare = not node.args and not node.keywords
     key = (callee, method, owner, bare, keywords)
     if memo is not None and key in memo:
@@ -60,6 +65,14 @@ def classify(callee: str, node: ast.Call, local_trainers: set[str], local_args: 
     if memo is not None:
         memo[key] = kind
     return kind
+
+
+_NO_KEYWORDS: frozenset[str] = frozenset()
+
+
+def _last_name(node: ast.AST) -> str:
+    """The last name of a dotted name: `AutoModel` of `transformers.AutoModel`."""
+    return node.id if type(node) is ast.Name else node.attr
 
 
 # --- reading the file -------------------------------------------------------------------------
