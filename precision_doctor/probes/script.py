@@ -11,6 +11,7 @@ import ast
 import gc
 import io
 import json
+import operator
 import os
 import re
 import tokenize
@@ -68,6 +69,7 @@ def classify(callee: str, node: ast.Call, local_trainers: set[str], local_args: 
 
 
 _NO_KEYWORDS: frozenset[str] = frozenset()
+_POSITION = operator.attrgetter("lineno", "col_offset")
 
 
 def _last_name(node: ast.AST) -> str:
@@ -172,7 +174,7 @@ class _Collector:
         return out
 
     def collect(self) -> None:
-        nodes = sorted(self.of(ast.Call), key=lambda n: (n.lineno, n.col_offset))
+        nodes = sorted(self.of(ast.Call), key=_POSITION)
         kinds = _KINDS.setdefault((frozenset(self.local_trainers), frozenset(self.local_args)), {})
         for node in nodes:
             callee = self.r.qualified(node.func)
@@ -593,6 +595,7 @@ def _own_facts(path: Path, shown: str, script_args: tuple[str, ...], environ: tu
 
 def _collect_own(path: Path, shown: str, text: str, tree: ast.Module, script_args: tuple[str, ...],
                  environ: tuple = (None, "")) -> tuple[ScriptFacts, tuple[Path, ...]]:
+    _PROBED[0] += 1
     collector = _Collector(shown, text, tree, script_args, environ)
     collector.collect()
     own = ScriptFacts(path=shown, calls=tuple(collector.calls), imports=tuple(collector.imports.modules),
@@ -645,12 +648,20 @@ def _without_gc_pauses():
     two young collections would each have scanned it all again (0.15 s apiece after a 500-file run)."""
     enabled = gc.isenabled()
     gc.disable()
+    probed = _PROBED[0]
     try:
         yield
     finally:
         if enabled:
-            gc.collect(1)
+            if _PROBED[0] != probed:
+                gc.collect(1)
+            elif not gc.get_freeze_count():  # only facts from worker processes (no cycles): no need to scan them
+                gc.freeze()  # (the program around the doctor froze nothing: unfreezing must not thaw its objects)
+                gc.unfreeze()  # every object now sits in the oldest generation, unscanned
             gc.enable()
+
+
+_PROBED = [0]  # files probed in this process: a run that probed none made no cycles here
 
 
 def probe_script(path: Path, script_args: tuple[str, ...] = (), display: str | None = None,
