@@ -29,7 +29,7 @@ from ..sources import Unreadable, is_regular_file, read_source, read_text_bounde
 from .frameworks import lightning_as_accelerator
 from .checkpoint import probe_checkpoints
 from .resolve import Imports, Resolver, plain_text
-from .scopes import ScopeIndex, dotted, names_in, walk
+from .scopes import TOGETHER, ScopeIndex, by_type, dotted, names_in, walk
 from .symbols import Context, DictSym, Known, Namespace, ObjSym
 
 MAX_LOCAL_MODULES = 20
@@ -95,19 +95,6 @@ def parse(path: Path, text: str) -> ast.Module:
 
 # --- the collector ----------------------------------------------------------------------------
 
-def by_type(nodes: list[ast.AST]) -> dict[type, list[ast.AST]]:
-    """The nodes of each type, in walk order: each pass reads only the kinds it looks at."""
-    out: dict[type, list[ast.AST]] = {}
-    for node in nodes:
-        kind = type(node)
-        bucket = out.get(kind)
-        if bucket is None:
-            out[kind] = [node]
-        else:
-            bucket.append(node)
-    return out
-
-
 class _Collector:
     def __init__(self, path: str, text: str, tree: ast.Module, script_args: tuple[str, ...],
                  environ: tuple = (None, "")):
@@ -132,6 +119,10 @@ class _Collector:
 
     def of(self, *types: type, ordered: bool = True) -> list[ast.AST]:
         """The nodes of these types, in walk order (`ordered=False`: one type after the other)."""
+        if types in TOGETHER:
+            return self.of_type[types[0]]
+        if any(t in group for t in types for group in TOGETHER):
+            return [n for n in self.nodes if type(n) in types]
         present = [t for t in types if t in self.of_type]
         if len(present) <= 1:
             return self.of_type.get(present[0], []) if present else []
