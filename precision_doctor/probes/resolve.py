@@ -412,12 +412,16 @@ class Resolver:
     def calls_to(self, fname: str) -> list[ast.Call]:
         if self._calls_to is None:
             self._calls_to = {}
-            for node in self.call_nodes():
-                callee = dotted(node.func)
-                if callee:
-                    last = callee.rsplit(".", 1)[-1]
-                    if callee == last or callee.startswith("self."):
-                        self._calls_to.setdefault(last, []).append(node)
+            for node in self.call_nodes():  # `f(...)` and `self.[...].f(...)`, by f
+                func = node.func
+                if type(func) is ast.Name:
+                    self._calls_to.setdefault(func.id, []).append(node)
+                elif type(func) is ast.Attribute:
+                    base = func.value
+                    while type(base) is ast.Attribute:
+                        base = base.value
+                    if type(base) is ast.Name and base.id == "self":
+                        self._calls_to.setdefault(func.attr, []).append(node)
         return self._calls_to.get(fname, [])
 
     def _scopes_of_class(self, class_name: str) -> list[Scope]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import re
 from bisect import bisect_left, bisect_right
+from operator import itemgetter
 from dataclasses import dataclass, field
 
 # A branch step: ("if", id(If node), True|False) / ("loop", id(node), True) / ("try", id(node), True)
@@ -238,7 +239,8 @@ class ScopeIndex:
         self.state_of: dict[int, _State] = {}  # id(node) -> where it sits
         self.if_tests: dict[int, ast.AST] = {}
         self._marks_all = walruses  # a walrus binds a name from inside an expression: walk every expression
-        self._expressions: list[tuple[ast.AST, _State]] = []  # the outermost expressions (when not marking all)
+        # the outermost expressions (when not marking all), each with where it starts
+        self._expressions: list[tuple[tuple[int, int], ast.AST, _State]] = []
         self._starts: list[tuple[int, int]] | None = None
         root = _State(self.module)
         if walruses or type(tree) is not ast.Module:
@@ -259,12 +261,12 @@ class ScopeIndex:
         if start[0] is None or start[1] is None:
             return None
         if self._starts is None:
-            self._expressions.sort(key=lambda item: (item[0].lineno, item[0].col_offset))
-            self._starts = [(e.lineno, e.col_offset) for e, _ in self._expressions]
+            self._expressions.sort(key=_START)
+            self._starts = [e[0] for e in self._expressions]
         i = bisect_right(self._starts, start) - 1
         if i < 0:
             return None
-        outer, state = self._expressions[i]
+        _, outer, state = self._expressions[i]
         if (node.end_lineno, node.end_col_offset) <= (outer.end_lineno, outer.end_col_offset):
             return state  # outermost expressions never overlap: this one holds the node
         return None
@@ -373,7 +375,7 @@ class ScopeIndex:
 
     def _outermost(self, node: ast.expr, state: _State) -> None:
         self.state_of[id(node)] = state
-        self._expressions.append((node, state))
+        self._expressions.append(((node.lineno, node.col_offset), node, state))
 
     # -- scopes
     def _define(self, node: ast.FunctionDef | ast.AsyncFunctionDef, state: _State) -> _State:
@@ -507,7 +509,7 @@ class ScopeIndex:
         states = self.state_of
         states[id(node)] = state
         if not self._marks_all:
-            self._expressions.append((node, state))
+            self._expressions.append(((node.lineno, node.col_offset), node, state))
             return []
         named = ast.NamedExpr
         todo = [node]
@@ -530,6 +532,7 @@ class ScopeIndex:
 
 
 _TRY_STAR = getattr(ast, "TryStar", ast.Try)
+_START = itemgetter(0)
 
 _VISITORS = {
     ast.FunctionDef: ScopeIndex._function, ast.AsyncFunctionDef: ScopeIndex._function, ast.ClassDef: ScopeIndex._class,
