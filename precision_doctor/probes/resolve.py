@@ -166,23 +166,27 @@ class Resolver:
             ctx.limits_hit += 1
             return Dyn("too many indirections to follow")
         key = (id(node), scope.name)
-        if key in ctx.visiting:
+        visiting = ctx.visiting
+        if key in visiting:
             ctx.limits_hit += 1
             return Dyn("the value depends on itself")
-        ctx.visiting.add(key)
+        visiting.add(key)
         try:
             return self._sym(node, scope, ctx, depth + 1)
         finally:
-            ctx.visiting.discard(key)
+            visiting.discard(key)
 
     def _sym(self, node: ast.AST, scope: Scope, ctx: Context, depth: int) -> Sym:
-        if isinstance(node, ast.Constant):
+        kind = type(node)  # the most frequent first (parsed nodes are never of a subclass)
+        if kind is ast.Name:
+            return self.lookup(node.id, scope, node, ctx, depth)
+        if kind is ast.Attribute:
+            return self._attribute(node, scope, ctx, depth)
+        if kind is ast.Constant:
             where = self.loc(node)
             return Known(node.value, (Origin("code", self.text(node), where),), where)
-        if isinstance(node, ast.Name):
-            return self.lookup(node.id, scope, node, ctx, depth)
-        if isinstance(node, ast.Attribute):
-            return self._attribute(node, scope, ctx, depth)
+        if kind is ast.Call:
+            return self._call(node, scope, ctx, depth)
         if isinstance(node, ast.IfExp):
             return self._branch(self.sym(node.test, scope, ctx, depth),
                                 lambda: self.sym(node.body, scope, ctx, depth),
@@ -208,8 +212,6 @@ class Resolver:
             return Seq(tuple(elts), f"{self.text(node)} has parts computed at run time")
         if isinstance(node, ast.Subscript):
             return self._subscript(node, scope, ctx, depth)
-        if isinstance(node, ast.Call):
-            return self._call(node, scope, ctx, depth)
         if isinstance(node, ast.NamedExpr):
             return self.sym(node.value, scope, ctx, depth)
         return Dyn(f"{self.text(node)[:60]} is computed at run time")
