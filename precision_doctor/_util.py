@@ -58,22 +58,26 @@ def whole_number(text: str, low: int, high: int) -> int | None:
 
 
 def record(cls: type[T]) -> type[T]:
-    """`@dataclass(frozen=True)` with the same fields, defaults, immutability, equality, hash and repr, made
-    faster. To define: `__eq__`, `__hash__` and `__repr__` are shared functions over the field names instead of
-    methods compiled for each class (compiling generated methods is most of a dataclass's creation time, and the
-    doctor defines some eighty of them in a fresh process for every check). To build: `__init__` fills the
-    instance's dict directly instead of calling object.__setattr__ per field (twice as fast; the probe builds
-    hundreds of thousands of Values, Locations and Origins over a large tree)."""
+    """`@dataclass(frozen=True)` with the same fields, defaults, immutability, equality, hash, repr and dataclass
+    parameters, made faster. To define: only `__init__` is compiled for the class; `__eq__`, `__hash__`, `__repr__`
+    and the frozen guards are shared functions over its field names (compiling generated methods is most of a
+    dataclass's creation time, and the doctor defines some eighty of them in a fresh process for every check).
+    To build: `__init__` fills the instance's dict directly instead of calling object.__setattr__ per field (twice
+    as fast; the probe builds hundreds of thousands of Values, Locations and Origins over a large tree)."""
     import dataclasses
 
     direct = _plain_fields(cls)
     documented = bool(cls.__dict__.get("__doc__"))
     if direct and not documented:  # dataclass would read object.__init__'s signature for it (slowly, for nothing)
         cls.__doc__ = cls.__name__
-    cls = dataclasses.dataclass(frozen=True, eq=False, repr=False, init=not direct)(cls)
+    cls = dataclasses.dataclass(frozen=not direct, eq=False, repr=False, init=not direct)(cls)
     fields = dataclasses.fields(cls)
     if direct:
         cls.__init__ = _init_of(cls, fields)
+        names = frozenset(f.name for f in fields)
+        cls.__setattr__, cls.__delattr__ = _frozen_guards(cls, names)
+        params = cls.__dataclass_params__  # what @dataclass(frozen=True) records, which the class now is
+        params.init = params.repr = params.eq = params.frozen = True
         if not documented:  # dataclass names the class with its signature; it saw none without an __init__
             import inspect
 
@@ -95,7 +99,8 @@ def _plain_fields(cls: type) -> bool:
     own and no dataclass base: the `__init__` record writes. Anything else keeps the one dataclass writes."""
     import dataclasses
 
-    if "__init__" in cls.__dict__ or hasattr(cls, "__post_init__") or \
+    if any(name in cls.__dict__ for name in ("__init__", "__setattr__", "__delattr__")) or \
+            hasattr(cls, "__post_init__") or \
             any(dataclasses.is_dataclass(base) for base in cls.__mro__[1:]):
         return False
     for name, kind in cls.__dict__.get("__annotations__", {}).items():
@@ -144,6 +149,26 @@ class _Factory:
 
 
 _FACTORY = _Factory()
+
+
+def _frozen_guards(cls: type, names: frozenset[str]) -> tuple[Callable, Callable]:
+    """__setattr__ and __delattr__ of a frozen dataclass: a field is never assigned or deleted (nor anything on an
+    instance of the class itself)."""
+    from dataclasses import FrozenInstanceError
+
+    def __setattr__(self, name, value):
+        if type(self) is cls or name in names:
+            raise FrozenInstanceError(f"cannot assign to field {name!r}")
+        super(cls, self).__setattr__(name, value)
+
+    def __delattr__(self, name):
+        if type(self) is cls or name in names:
+            raise FrozenInstanceError(f"cannot delete field {name!r}")
+        super(cls, self).__delattr__(name)
+
+    __setattr__.__qualname__ = f"{cls.__qualname__}.__setattr__"
+    __delattr__.__qualname__ = f"{cls.__qualname__}.__delattr__"
+    return __setattr__, __delattr__
 
 
 def _values_of(names: tuple[str, ...]) -> Callable:
