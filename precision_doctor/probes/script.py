@@ -70,6 +70,7 @@ def classify(callee: str, node: ast.Call, local_trainers: set[str], local_args: 
 
 _NO_KEYWORDS: frozenset[str] = frozenset()
 _POSITION = operator.attrgetter("lineno", "col_offset")
+_FIRST = operator.itemgetter(0)
 
 
 def _last_name(node: ast.AST) -> str:
@@ -228,7 +229,7 @@ class _Collector:
             names = tuple(name for t in targets for name in names_in(t))
             if names:
                 out.append(((stmt.lineno, stmt.col_offset), names))
-        out.sort(key=lambda item: item[0])
+        out.sort(key=_FIRST)
         return out
 
     def _is_dataloader(self, expr: ast.AST, scope) -> bool:
