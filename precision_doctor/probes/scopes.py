@@ -225,13 +225,14 @@ def walk(tree: ast.AST) -> list[ast.AST]:
 class ScopeIndex:
     """Builds every scope of a module in one pass and remembers each node's scope and branch chain.
 
-    The walk is iterative (an explicit stack, children pushed in reverse so nodes are met in source order):
-    a script nested as deep as `ast.parse` accepts (thousands of levels) must not exhaust Python's stack.
+    A script nested as deep as `ast.parse` accepts (thousands of levels) must not exhaust Python's stack: the
+    generic walk is iterative (an explicit stack, children pushed in reverse so nodes are met in source order),
+    and the statement-by-statement walk recurses only into indented blocks (at most 100 deep).
     """
 
     def __init__(self, tree: ast.Module, walruses: bool = True):
-        """`walruses=False` (the tree holds no `:=`): an expression's nodes are not marked one by one; each is
-        found in the expression statement-level it sits in, by position, when asked (most never are)."""
+        """`walruses=False` (the tree holds no `:=`): an expression's nodes are not marked one by one; a node is
+        found, by position, in the outermost expression that holds it, when asked (most never are)."""
         self.module = Scope("<module>", tree, None)
         self.scopes: list[Scope] = [self.module]
         self.functions: dict[str, list[Scope]] = {}  # bare name -> scopes (several classes may define it)
