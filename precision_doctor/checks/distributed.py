@@ -256,10 +256,16 @@ def fsdp_mixed_dtype_flatten(script: ScriptFacts, setup: Setup, machine: Machine
         storage = decide(cfg.kwarg("bnb_4bit_quant_storage"), machine, stack) if cfg else None
         stored = dtypes.from_string(storage.value) if storage is not None and storage.state == KNOWN else None
         if stored != setup.weights.value or stored is None:
+            left = stored is None
             yield Draft("QLoRA under FSDP with bnb_4bit_quant_storage left at uint8: FSDP cannot flatten the "
-                        "quantized integer storage with the model's float parameters",
-                        evidence=(on,) + setup.quantized.evidence,
-                        error="ValueError: Cannot flatten integer dtype tensors",
+                        "quantized integer storage with the model's float parameters" if left else
+                        f"QLoRA under FSDP with bnb_4bit_quant_storage={stored} beside {setup.weights.value} "
+                        f"weights: FSDP flattens only tensors of one dtype",
+                        evidence=(on,) + setup.quantized.evidence
+                        + (() if left else (evidence_of(storage, "bnb_4bit_quant_storage", cfg),)),
+                        error="ValueError: Cannot flatten integer dtype tensors" if left else
+                        f"ValueError: Must flatten tensors with uniform dtype but got torch.{setup.weights.value} "
+                        f"and torch.{stored}",
                         fix=Fix(f"bnb_4bit_quant_storage=torch.{setup.weights.value or 'bfloat16'} in the "
                                 f"BitsAndBytesConfig", applicability=Applicability.SAFE,
                                 edits=present(set_kwarg(cfg, "bnb_4bit_quant_storage",

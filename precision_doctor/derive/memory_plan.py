@@ -11,11 +11,11 @@ from ..facts import KNOWN, CheckpointFacts, Gpu, LaunchFacts, MachineFacts, Scri
 from .checkpoint import checkpoint_of
 from .launch import LaunchPlan, device_map_kind
 from .memory import MIB, Breakdown, Parallelism, TrainingShape, estimate
+from .optimizer import optimizer_of
 from .setup import Setup, decide
 
 DEFAULT_BATCH = 8  # TrainingArguments.per_device_train_batch_size
 TRL_MAX_LENGTH = 1024  # SFTConfig.max_length
-_8BIT = ("8bit", "8_bit")
 
 
 @dataclass(frozen=True)
@@ -87,8 +87,8 @@ def training_shape(setup: Setup, script: ScriptFacts, c: CheckpointFacts, machin
     if master:
         weight = compute if compute != dtypes.FLOAT32 else dtypes.BFLOAT16
     return TrainingShape(weight_dtype=weight, compute_dtype=compute, quantized=quantized, lora_rank=lora_rank,
-                         adapter_dtype=setup.adapter_dtype.value or dtypes.FLOAT32, optimizer=_optimizer(setup),
-                         batch=batch, sequence=sequence, checkpointing=setup.placement.checkpointing.on,
+                         adapter_dtype=setup.adapter_dtype.value or dtypes.FLOAT32,
+                         optimizer=_optimizer_kind(setup, stack), batch=batch, sequence=sequence, checkpointing=setup.placement.checkpointing.on,
                          scores_materialised=bool(eager), parallelism=parallelism, master_weights=master,
                          assumed=tuple(assumed))
 
@@ -106,33 +106,6 @@ def _lora_rank(setup: Setup, script: ScriptFacts) -> int:
         if v.state == KNOWN and isinstance(v.value, int):
             return v.value
     return 8  # LoraConfig's default
-
-
-def _optimizer(setup: Setup) -> str:
-    args = setup.training_args
-    if args is not None:
-        v = args.kwarg("optim")
-        if v.state == KNOWN and isinstance(v.value, str):
-            name = v.value.lower()
-            if any(b in name for b in _8BIT):
-                return "paged-adamw-8bit" if "paged" in name else "adamw-8bit"
-            if "adafactor" in name:
-                return "adafactor"
-            if "lion" in name:
-                return "lion"
-            if "sgd" in name:
-                return "sgd"
-        return "adamw"
-    for opt in setup.optimizers:
-        name = opt.callee.rsplit(".", 1)[-1].lower()
-        if "8bit" in name:
-            return "adamw-8bit"
-        if name == "sgd":
-            momentum = opt.kwarg("momentum")
-            return "sgd-momentum" if momentum.state == KNOWN and momentum.value else "sgd"
-        if "adafactor" in name:
-            return "adafactor"
-    return "adamw"
 
 
 def _parallelism(setup: Setup, script: ScriptFacts, machine: MachineFacts, plan: LaunchPlan, weight: str,
@@ -191,3 +164,8 @@ def _size(text) -> int:
             except ValueError:
                 return 0
     return 0
+
+
+def _optimizer_kind(setup: Setup, stack: StackFacts) -> str:
+    opt = optimizer_of(setup, stack)
+    return opt.kind if opt is not None else "adamw"

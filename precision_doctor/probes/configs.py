@@ -185,7 +185,8 @@ def _axolotl(b: _Builder) -> ScriptFacts:
     if doc.get("load_in_4bit") or doc.get("load_in_8bit"):
         flag = "load_in_4bit" if doc.get("load_in_4bit") else "load_in_8bit"
         bnb = b.add(CallKind.BNB_CONFIG, "transformers.BitsAndBytesConfig", doc.location(flag),
-                    kwargs={flag: b.written(flag), "bnb_4bit_compute_dtype": weights}, target="bnb_config")
+                    kwargs={flag: b.written(flag), "bnb_4bit_compute_dtype": weights, **_axolotl_bnb_extras(b, flag)},
+                    target="bnb_config")
         refs["quantization_config"] = bnb.key
         load_kwargs["quantization_config"] = Value(state=KNOWN, value="BitsAndBytesConfig", text=flag)
     if doc.has("device_map"):
@@ -210,6 +211,23 @@ def _axolotl(b: _Builder) -> ScriptFacts:
     b.add(CallKind.TRAINER, "transformers.Trainer", b.last,
           refs={"model": model.key, "args": training.key}, target="trainer")
     return b.facts()
+
+
+def _axolotl_bnb_extras(b: _Builder, flag: str) -> dict[str, Value]:
+    """What Axolotl adds to the BitsAndBytesConfig it builds for `adapter: qlora` with 4-bit loading
+    (`loaders/model.py`, since axolotl#1428, 2024-03): double quantization, nf4 and a bfloat16 storage dtype, so
+    FSDP can flatten the 4-bit weights; `bnb_config_kwargs` entries win."""
+    extras: dict[str, Value] = {}
+    if flag == "load_in_4bit" and b.doc.get("adapter") == "qlora":
+        for key, value in (("bnb_4bit_use_double_quant", True), ("bnb_4bit_quant_type", "nf4"),
+                           ("bnb_4bit_quant_storage", "bfloat16")):
+            extras[key] = b.default(key, value, f"{AXOLOTL} {VERSIONS[AXOLOTL]} sets {key}={value} for qlora")
+    overrides = b.doc.get("bnb_config_kwargs")
+    if isinstance(overrides, dict):
+        for key in overrides:
+            if isinstance(key, str) and key.startswith(("bnb_4bit_", "llm_int8_")):
+                extras[key] = b.doc.value("bnb_config_kwargs", key, via=b.via)
+    return extras
 
 
 # --- LLaMA-Factory --------------------------------------------------------------------------------
