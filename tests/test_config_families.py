@@ -144,3 +144,13 @@ def test_axolotl_qlora_under_fsdp_gets_the_storage_dtype_axolotl_sets(tmp_path):
                     + "bnb_config_kwargs:\n  bnb_4bit_quant_storage: float16\n")
     fp16 = engine.run(gather([str(path)], target="t4", stack_overrides=CURRENT, **machine_probes()))
     assert "PD504" not in {f.rule_id for f in fp16.findings}
+
+
+def test_a_llamafactory_v1_config_is_named_as_such_and_refused_with_exit_2(tmp_path):
+    path = tmp_path / "train_lora_sft.yaml"
+    path.write_text("model: Qwen/Qwen3-4B\nmodel_class: llm\npeft_config:\n  name: lora\n  r: 16\n"
+                    "dist_config:\n  name: fsdp2\noutput_dir: ./out\nmicro_batch_size: 1\n")
+    proc = subprocess.run([sys.executable, "-m", "precision_doctor", "check", str(path), "--target", "a100"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "LLaMA-Factory v1 config" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

@@ -60,6 +60,10 @@ def probe_config(path: Path, shown: str) -> ScriptFacts:
     except ConfigError as exc:
         raise InputError(f"{shown}: {exc}; pass an Axolotl, LLaMA-Factory or accelerate config") from None
     family = family_of(doc)
+    if family is None and doc.has("model") and doc.has("model_class"):
+        raise InputError(f"{shown}: a LLaMA-Factory v1 config (model, model_class), a format the doctor does not "
+                         f"model yet; check a config in the 0.9 format (model_name_or_path, stage, finetuning_type) "
+                         f"or the training script")
     if family is None:
         raise InputError(f"{shown}: not a config the doctor recognises (Axolotl: base_model; LLaMA-Factory: "
                          f"model_name_or_path with stage/finetuning_type; accelerate: compute_environment); "
