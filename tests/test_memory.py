@@ -75,6 +75,7 @@ def test_every_table_row_has_a_source_and_a_consistent_size():
     for row in rows.values():
         assert row["source"].startswith("https://huggingface.co/"), row["id"]
         assert row.get("torch_dtype") in ("float32", "float16", "bfloat16"), row["id"]
+        assert row.get("verified"), f"{row['id']}: no independent copy of its config.json recorded"
     for mid in ("meta-llama/Llama-2-7b-hf", "mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen2.5-7B", "google/gemma-2-9b",
                 "openai-community/gpt2", "google-bert/bert-base-uncased"):
         c = checkpoint_facts(mid, (), {"HF_HUB_CACHE": "/nonexistent"})
