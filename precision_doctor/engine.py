@@ -128,7 +128,8 @@ def _inject(r: Rule, facts: Facts, derived: Derived, script, use: SuppressionUse
     live_known = facts.live is not None and facts.live.known
     stack = script.stack if script is not None and script.stack is not None else facts.stack  # its project's
     available = {"facts": facts, "machine": facts.machine, "stack": stack, "launch": facts.launch,
-                 "plan": derived.plan, "script": script, "setup": derived.setups.get(script.path) if script else None,
+                 "plan": derived.plan_for(script.path) if script else derived.plan, "script": script,
+                 "setup": derived.setups.get(script.path) if script else None,
                  "live": (facts.live if live_known else None) if live == "facts" else live, "suppressions": use,
                  "job": facts.job}
     return {p: available[p] for p in r.params}

@@ -24,7 +24,7 @@ from ..errors import InputError
 from ..facts import DYNAMIC, KNOWN, JobFacts, JobSetting, LaunchFacts, Origin, Unknown, Value
 from ..redact import redact_text
 from ..sources import Unreadable, read_text_bounded, status
-from .launch import launcher_of, parse_launcher
+from .launch import launcher_of, parse_launcher, with_accelerate_files
 
 JOB_SUFFIXES = (".sbatch", ".slurm", ".sh", ".bash", ".job")
 # the launch variables a job script's exports are read for; the rest of its environment is not recorded
@@ -307,9 +307,7 @@ def _with_script(job: JobFacts, words: list[str], cwd: str, unknowns: list[Unkno
         except (Unreadable, InputError):
             unknowns.append(Unknown("training script", f"{script} is not in {_display(cwd)} (the folder the job "
                                                        f"runs it from)"))
-    config = launch.config_file
-    if config and not os.path.isabs(config):
-        launch = replace(launch, config_file=os.path.normpath(os.path.join(cwd, config)))
+    launch = with_accelerate_files(launch, None, cwd)  # the files accelerate reads, from the job's folder
     for name in ("num_processes", "main_process_port", "mixed_precision"):  # `$VAR` the script does not set
         v = getattr(launch, name)
         if v.state == KNOWN and isinstance(v.value, str) and ("$" in v.value or "`" in v.value):
