@@ -85,7 +85,9 @@ def run(facts: Facts, policy: Policy | None = None) -> Result:
         if reason:
             skipped.append(Skipped(r.id, reason))
             continue
-        for script in (facts.scripts if r.per_script else (None,)):
+        # a launch rule also runs for each script that starts its own processes (Lightning), with that plan
+        own_plans = [s for s in facts.scripts if s.path in derived.plans] if "plan" in r.params else []
+        for script in (facts.scripts if r.per_script else [None] + own_plans):
             try:
                 findings.extend(_run_rule(r, facts, derived, script, withdrawn, silenced))
             except Exception as exc:  # a crashed check is a result, not a crash of the tool

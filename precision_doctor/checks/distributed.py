@@ -32,6 +32,11 @@ def deepspeed_config(setup: Setup) -> tuple[dict | None, tuple[Evidence, ...], C
     return sharding.config, sharding.evidence, sharding.call
 
 
+def _in_script_first(evidence: tuple[Evidence, ...], script: ScriptFacts) -> tuple[Evidence, ...]:
+    """The script's own lines first (the finding points where its fix goes), then the launch config's."""
+    return tuple(sorted(evidence, key=lambda e: e.location is None or e.location.path not in script.files))
+
+
 def _effective_precision(setup: Setup, launch: LaunchFacts) -> str:
     """The mixed precision accelerate hands DeepSpeed: Trainer's fp16/bf16, else (Accelerator's, or for a Trainer
     with neither flag) ACCELERATE_MIXED_PRECISION, which `accelerate launch` sets from its flag or config."""
@@ -149,7 +154,7 @@ def zero3_with_device_map(script: ScriptFacts, setup: Setup, machine: MachineFac
         v = decide(load.kwarg(name), machine, stack)
         if v.state == KNOWN and v.value not in (None, False):
             yield Draft(f"ZeRO-3 is registered before from_pretrained(..., {name}=...)",
-                        evidence=where + (evidence_of(v, f"{name}=", load),),
+                        evidence=_in_script_first((evidence_of(v, f"{name}=", load),) + where, script),
                         fix=Fix(f"drop {name}= under ZeRO-3", applicability=Applicability.UNSAFE if name == "quantization_config" else Applicability.SAFE))
             return
 
@@ -267,7 +272,7 @@ def fsdp_mixed_dtype_flatten(script: ScriptFacts, setup: Setup, machine: Machine
         if stored != setup.weights.value or stored is None:
             yield Draft("QLoRA under FSDP with bnb_4bit_quant_storage left at uint8: FSDP cannot flatten the "
                         "quantized integer storage with the model's float parameters",
-                        evidence=(on,) + setup.quantized.evidence,
+                        evidence=_in_script_first((on,) + setup.quantized.evidence, script),
                         error="ValueError: Cannot flatten integer dtype tensors",
                         fix=Fix(f"bnb_4bit_quant_storage=torch.{setup.weights.value or 'bfloat16'} in the "
                                 f"BitsAndBytesConfig", applicability=Applicability.SAFE,

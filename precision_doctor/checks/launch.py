@@ -250,13 +250,13 @@ def master_port_in_use(machine: MachineFacts, launch: LaunchFacts, stack: StackF
     silent=[Example(_ACC_GOOD, target="a100:8", launcher="torchrun --nproc_per_node 8 train.py"),
             Example(_LIGHTNING.format(devices="'auto'"), target="a100:4", launcher="python train.py")],
 )
-def more_processes_than_gpus(setup: Setup, machine: MachineFacts, launch: LaunchFacts, plan: LaunchPlan):
+def more_processes_than_gpus(machine: MachineFacts, launch: LaunchFacts, plan: LaunchPlan):
     n, n_ev = plan.processes, plan.processes_evidence
     if not n or n <= 1 or not machine.gpus or n <= len(machine.gpus):
         return
     visible = len(machine.gpus)
-    if plan.spawner == "lightning" and setup is not None and setup.accelerator is not None:
-        trainer = setup.accelerator  # Lightning checks the ids it is given against the visible GPUs itself
+    if plan.spawner == "lightning" and plan.spawner_call is not None:
+        trainer = plan.spawner_call  # Lightning checks the ids it is given against the visible GPUs itself
         yield Draft(f"{trainer.callee.rsplit('.', 1)[-1]}(devices=...) asks for {n} GPUs but only {visible} "
                     f"{'are' if visible != 1 else 'is'} visible ({gpu_phrase(machine)})", evidence=(n_ev,),
                     error=f"MisconfigurationException: You requested gpu: {list(range(n))}\n But your machine only "

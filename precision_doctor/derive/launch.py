@@ -27,6 +27,7 @@ class LaunchPlan:
     port_explicit: bool  # written somewhere (flag, env, config) rather than the default
     port_source: str
     spawner: str = ""  # "lightning": the script's Lightning Trainer / Fabric starts the processes itself
+    spawner_call: Call | None = None  # ... and that call
 
     @property
     def multi_process(self) -> int:
@@ -141,17 +142,13 @@ def plan_script(plan: LaunchPlan, trainer: Call | None, launch: LaunchFacts, mac
     from ..probes.frameworks import lightning_launch
 
     found = lightning_launch(trainer) if trainer is not None else None
-    if found is None or not found.on_gpu or found.strategy in ("single", "unknown") and found.devices is None:
+    if found is None or not found.on_gpu or found.strategy == "single":
         return plan
     spawns = not launch.known or (launch.launcher == "python" and plan.processes_evidence is not None
                                   and plan.processes_evidence.origin == "launcher")
-    if not spawns:
-        return plan
     n = found.devices if found.devices is not None else len(machine.gpus) if machine.known else None
-    if n is None or found.strategy == "single":
-        return plan
-    if found.strategy == "auto" and n <= 1 and found.num_nodes <= 1:
-        return plan  # one device, one node: a single-device strategy
+    if not spawns or n is None or n <= 1:
+        return plan  # the launcher's ranks, or one process on one device
     devices = trainer.kwarg("devices")
     name = trainer.callee.rsplit(".", 1)[-1]
     if devices.state == KNOWN and found.devices is not None:
@@ -162,7 +159,7 @@ def plan_script(plan: LaunchPlan, trainer: Call | None, launch: LaunchFacts, mac
         evidence = Evidence(devices.location or trainer.location, trainer.text,
                             f"{n} processes: {name}({shown}) starts one per visible GPU ({machine.describe()})",
                             "profile")
-    return replace(plan, processes=n, processes_evidence=evidence, spawner="lightning")
+    return replace(plan, processes=n, processes_evidence=evidence, spawner="lightning", spawner_call=trainer)
 
 
 def _num_processes(launch: LaunchFacts, machine: MachineFacts) -> tuple[int | None, Evidence | None]:

@@ -40,6 +40,7 @@ _SHORT_FLAGS = {"l", "u", "K", "v", "Q", "O", "H", "W"}
 _VAR = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_]\w*)(?::?-(?P<default>[^}]*))?\}|(?P<plain>[A-Za-z_]\w*))")
 _ARITH = re.compile(r"\$\(\((?P<expr>[^()]*)\)\)")
 _ASSIGNMENT = re.compile(r"^(export\s+)?(?P<name>[A-Za-z_]\w*)=(?P<value>.*)$")
+_LAUNCHER_FILE_OPTIONS = {"--config_file", "--config-file", "--deepspeed_config_file", "--hostfile", "--fsdp_config"}
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
         ast.Div: operator.floordiv, ast.Mod: operator.mod}
 
@@ -297,7 +298,12 @@ def _launch_in(line: str, expander: _Expander):
 
 def _with_script(job: JobFacts, words: list[str], cwd: str, unknowns: list[Unknown]) -> tuple[JobFacts, LaunchFacts]:
     launch = parse_launcher(shlex.join(words))
-    script = next((w for w in words[1:] if w.endswith((".py", ".yaml", ".yml"))), "")
+    # the script it runs: the first .py, else a config the launcher runs (`axolotl train x.yml`); never the value
+    # of a launcher's own file option (`--config_file accel.yaml`)
+    options = {i + 1 for i, w in enumerate(words) if w in _LAUNCHER_FILE_OPTIONS}
+    candidates = [w for i, w in enumerate(words) if i and i not in options and "=" not in w]
+    script = next((w for w in candidates if w.endswith(".py")), "") or \
+        next((w for w in candidates if w.endswith((".yaml", ".yml"))), "")
     resolved = ""
     if script:
         candidate = os.path.normpath(os.path.join(cwd, os.path.expanduser(script)))
