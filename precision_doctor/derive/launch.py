@@ -10,6 +10,7 @@ from .._util import MAX_PORT, whole_number
 from ..facts import ABSENT, KNOWN, Call, LaunchFacts, Location, MachineFacts, Origin, Value
 from ..findings import Evidence
 from ..probes.config_files import shown_value
+from ..probes.frameworks import lightning_launch
 from ..probes.host import DEFAULT_PORT
 from ..probes.launch import ACCELERATE_OPTIONS, ACCELERATE_SWITCHES, launcher_of
 
@@ -139,8 +140,6 @@ def plan_script(plan: LaunchPlan, trainer: Call | None, launch: LaunchFacts, mac
     """The plan for one script: a Lightning Trainer / Fabric started as one process (plain `python`, or no launch
     given) starts one process per device itself (its subprocess launcher, DDP / FSDP / DeepSpeed alike); under
     torchrun, accelerate or srun the launcher's processes are the ranks."""
-    from ..probes.frameworks import lightning_launch
-
     found = lightning_launch(trainer) if trainer is not None else None
     if found is None or not found.on_gpu or found.strategy == "single":
         return plan

@@ -152,9 +152,15 @@ def _launch_sharding(setup: Setup, launch: LaunchFacts, machine: MachineFacts) -
             (_evidence(strategy, kind, launch.command),) if strategy is not None else ())
         return Sharding("fsdp", "launch", fsdp=kind,
                         offload_params=offload is not None and str(offload.value).lower() == "true",
-                        fsdp_version=int(version.value) if version is not None and str(version.value).isdigit()
-                        else 1, evidence=evidence, call=call)
+                        fsdp_version=_fsdp_version(version), evidence=evidence, call=call)
     return None
+
+
+def _fsdp_version(v: Value | None) -> int | None:
+    """accelerate's FSDP version: 1 when the config does not say; None when it says something else than 1 or 2."""
+    if v is None:
+        return 1
+    return int(v.value) if str(v.value) in ("1", "2") else None
 
 
 def _accelerate_deepspeed(settings: dict[str, Value], launch: LaunchFacts, on: Value, call) -> Sharding:
