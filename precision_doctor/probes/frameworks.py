@@ -224,7 +224,8 @@ def _entry(mapping: Value, key: str) -> Value:
     """One entry of a dict literal as a value of its own, pointing at the dict (no fix edits inside it)."""
     value = mapping.value[key]
     text = value if isinstance(value, str) and value.startswith("torch.") else repr(value)
-    return Value(state=KNOWN, value=value, text=f"model_kwargs {key}: {text}", location=mapping.location)
+    return Value(state=KNOWN, value=value, text=f"model_kwargs {key}: {text}", location=mapping.location,
+                 origins=(Origin("code", f"model_kwargs[{key!r}]"),))
 
 
 # Unsloth's `is_bfloat16_supported()`: SUPPORTS_BFLOAT16, set from the compute capability (major >= 8), no emulation
@@ -269,7 +270,8 @@ def unsloth_load(call: Call) -> tuple[Call, list[Call]]:
     config = Call(kind=CallKind.BNB_CONFIG, callee=f"{call.callee}.{flag}", location=call.location, scope=call.scope,
                   kwargs={flag: written, "bnb_4bit_compute_dtype": dtype}, text=call.text, in_loop=call.in_loop,
                   in_branch=call.in_branch, branches=call.branches)
-    kwargs["quantization_config"] = Value(state=KNOWN, value="BitsAndBytesConfig", text=f"{flag}=True")
+    kwargs["quantization_config"] = Value(state=KNOWN, value="BitsAndBytesConfig", text=f"{flag}=True", origins=(
+        Origin("default", f"Unsloth builds the BitsAndBytesConfig for {flag}"),))
     return replace(call, args=args, kwargs=kwargs, refs={**call.refs, "quantization_config": config.key}), [config]
 
 
