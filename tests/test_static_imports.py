@@ -47,7 +47,8 @@ def test_check_never_imports_the_frameworks_it_reads(tmp_path):
             f"open({str(marks / name)!r}, 'w').close()\nraise ImportError('static mode imported {name}')\n")
     probe = ("import sys, io, contextlib\nsys.path.insert(0, sys.argv[1])\nfrom precision_doctor.cli import main\n"
              "with contextlib.redirect_stdout(io.StringIO()):\n"
-             "    codes = [main(['check', s, '--target', 'a100:4', '--', '--mixed_precision', 'fp16']) for s in sys.argv[2:]]\n"
+             "    codes = [main(['check', s, '--target', 'a100:4', '--', '--mixed_precision', 'fp16'])\n"
+             "             for s in sys.argv[2:]]\n"
              f"print(__import__('json').dumps({{'codes': codes, 'loaded': sorted(m for m in {FRAMEWORKS!r} "
              f"if m in sys.modules)}}))\n")
     proc = subprocess.run([sys.executable, "-c", probe, str(site), *FRAMEWORK_SCRIPTS], cwd=ROOT,
