@@ -177,3 +177,18 @@ def test_the_config_num_processes_and_mixed_precision_apply_without_flags(folder
     overridden, _ = check("loop.py", "accelerate launch --config_file zero3.yaml --num_processes 4 "
                                      "--mixed_precision fp16 loop.py", "v100:4")
     assert not {"PD101", "PD111"} & rules(overridden)
+
+
+def test_zero3_init_flag_off_registers_zero3_only_from_accelerate_1(folder):
+    """Before accelerate 1.0.0 the plugin hands ZeRO-3 to transformers only under zero3_init_flag; from 1.0.0 always."""
+    config = (folder / "zero3.yaml").read_text(encoding="utf-8").replace("zero3_init_flag: true",
+                                                                         "zero3_init_flag: false")
+    (folder / "zero3.yaml").write_text(config, encoding="utf-8")
+
+    def fired(version):
+        facts = gather(["sft.py"], target="h100:8", launcher="accelerate launch --config_file zero3.yaml sft.py",
+                       stack_overrides={**CURRENT, "accelerate": version}, **machine_probes())
+        return rules(engine.run(facts))
+
+    assert "PD502" not in fired("0.34.2")
+    assert "PD502" in fired("1.0.0")

@@ -11,8 +11,12 @@ from ..registry import Example, LogSignature, rule
 from ..facts import ABSENT, KNOWN, Call, LaunchFacts, MachineFacts, ScriptFacts, StackFacts
 from ..families import overflows_fp16
 from ..findings import Applicability, Draft, Evidence, Fix
+from ..probes.stack import at_least
 from ._common import only_on_some_paths, path_severity, present, set_kwarg
 
+# accelerate 1.0.0's DeepSpeedPlugin.set_deepspeed_weakref registers the config with transformers whatever
+# zero3_init_flag says; before it, only with the flag on (read in v0.34.0 and v1.0.0 utils/dataclasses.py)
+ACCELERATE_ALWAYS_REGISTERS_ZERO3 = "1.0.0"
 _HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
 
 
@@ -148,6 +152,8 @@ def zero3_with_device_map(script: ScriptFacts, setup: Setup, machine: MachineFac
     load = setup.model_load
     if config is None or load is None or call is None or zero_stage(config) != 3:
         return
+    if not setup.sharding.zero3_init and not at_least(stack, "accelerate", ACCELERATE_ALWAYS_REGISTERS_ZERO3):
+        return  # older accelerate hands ZeRO-3 to transformers only under zero3_init_flag
     if (call.location.path, call.location.line) > (load.location.path, load.location.line):
         return  # registered after loading: zero.Init does not apply to this load
     for name in ("device_map", "low_cpu_mem_usage", "quantization_config", "load_in_4bit", "load_in_8bit"):

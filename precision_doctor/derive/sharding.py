@@ -13,6 +13,7 @@ One place answers it for the distributed rules and the memory plan.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from ..call_kinds import LIGHTNING_CLASSES
@@ -173,7 +174,8 @@ def _accelerate_deepspeed(settings: dict[str, Value], launch: LaunchFacts, on: V
         if not launch.deepspeed_config_path:
             return Sharding("deepspeed", "launch", evidence=tuple(evidence), call=call,
                             unknown=f"the DeepSpeed config {named.value} cannot be read")
-        return _deepspeed("launch", launch.deepspeed_config, tuple(evidence), call)
+        return replace(_deepspeed("launch", launch.deepspeed_config, tuple(evidence), call),
+                       zero3_init=_zero3_init(settings))
     stage_v = settings.get("zero_stage")
     stage = stage_v.value if stage_v is not None and isinstance(stage_v.value, int) else ACCELERATE_DEFAULT_STAGE
     if stage_v is not None:
@@ -185,7 +187,13 @@ def _accelerate_deepspeed(settings: dict[str, Value], launch: LaunchFacts, on: V
             zero[key] = {"device": str(v.value).lower()}
             if str(v.value).lower() in ("cpu", "nvme"):
                 evidence.append(_evidence(v, f"{key.replace('_', ' ')} to {v.value}", launch.command))
-    return _deepspeed("launch", {"zero_optimization": zero}, tuple(evidence), call)
+    return replace(_deepspeed("launch", {"zero_optimization": zero}, tuple(evidence), call),
+                   zero3_init=_zero3_init(settings))
+
+
+def _zero3_init(settings: dict[str, Value]) -> bool:
+    v = settings.get("zero3_init_flag")
+    return v is None or str(v.value).lower() in ("true", "1", "yes")
 
 
 def _evidence(v: Value, note: str, command: str) -> Evidence:
