@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import replace
 from pathlib import Path
@@ -10,9 +9,8 @@ from pathlib import Path
 from .._util import MAX_GPUS_PER_NODE, MAX_PORT, whole_number
 from ..errors import InputError
 from ..facts import KNOWN, HostFacts, LaunchFacts, Location, Origin, Unknown, Value
-from ..redact import DEEPSPEED_KEYS, keep_read_keys
-from ..sources import Unreadable, is_regular_file, read_text_bounded
-from .config_files import display
+from ..sources import Unreadable, is_regular_file
+from .config_files import display, read_deepspeed_config
 from .host import read_accelerate_config
 
 # flag spellings each launcher accepts, mapped to the fact they set
@@ -139,9 +137,7 @@ def with_accelerate_files(launch: LaunchFacts, host: HostFacts | None, cwd: str 
         path = base / Path(named).expanduser()
         what = f"deepspeed_config_file {named}"
         try:
-            data = json.loads(read_text_bounded(path))
-            launch = replace(launch, deepspeed_config=keep_read_keys(data, DEEPSPEED_KEYS),
-                             deepspeed_config_path=display(path))
+            launch = replace(launch, deepspeed_config=read_deepspeed_config(path), deepspeed_config_path=display(path))
         except Unreadable as exc:
             unknowns.append(Unknown(what, "the DeepSpeed config file is not here" if exc.reason == "no such file"
                                     else exc.reason))

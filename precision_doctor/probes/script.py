@@ -23,10 +23,11 @@ from .._util import unique
 from ..call_kinds import CallKind, CallSite, is_trainer_class, is_training_arguments, kind_of
 from ..errors import InputError
 from ..facts import CONDITIONAL, KNOWN, Branch, Call, Location, Origin, ScriptFacts, Suppression, Unknown, Value
-from ..redact import DEEPSPEED_KEYS, MODEL_CONFIG_KEYS, keep_read_keys
+from ..redact import MODEL_CONFIG_KEYS, keep_read_keys
 from ..sources import Unreadable, is_regular_file, read_source, read_text_bounded, status, worth_reading
 from .frameworks import read_frameworks
 from .checkpoint import probe_checkpoints
+from .config_files import read_deepspeed_config
 from .resolve import Imports, Resolver
 from .scopes import MARKERS, ScopeIndex, dotted
 from .symbols import Context, DictSym, Known, Namespace, ObjSym
@@ -601,7 +602,7 @@ def _deepspeed_configs(script: Path, calls: list[Call]) -> tuple[dict[str, dict]
             candidate = base / v.value
             if is_regular_file(candidate):
                 try:
-                    found[v.value] = keep_read_keys(json.loads(read_text_bounded(candidate)), DEEPSPEED_KEYS)
+                    found[v.value] = read_deepspeed_config(candidate)
                 except Unreadable as exc:
                     missing.append(Unknown(f"deepspeed={v.value!r}", exc.reason, v.location or call.location))
                 except ValueError as exc:
