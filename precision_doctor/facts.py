@@ -321,6 +321,7 @@ class HostFacts:
     env: dict[str, str] = field(default_factory=dict)  # CUDA_VISIBLE_DEVICES, ACCELERATE_*, MASTER_PORT, NCCL_*, ...
     accelerate_config: dict[str, Any] = field(default_factory=dict)
     accelerate_config_path: str = ""
+    accelerate_config_lines: dict[str, int] = field(default_factory=dict)  # "deepspeed_config.zero_stage" -> 7
     interfaces: dict[str, tuple[str, ...]] = field(default_factory=dict)  # network interface -> its addresses
     node_name: str = ""  # the scheduler's name for this node (SLURMD_NODENAME), when probed in an allocation
 
@@ -346,6 +347,16 @@ class LaunchFacts:
     num_machines: int = 1
     config_file: str = ""
     standalone: bool = False
+    # accelerate launch: the options given on its command line beyond the three above (use_deepspeed, zero_stage,
+    # use_fsdp, ...), the config file it reads (--config_file) with each setting's line, and the DeepSpeed JSON
+    # that --deepspeed_config_file or the config's deepspeed_config_file names
+    options: dict[str, Value] = field(default_factory=dict)
+    accelerate_config: dict[str, Any] = field(default_factory=dict)
+    accelerate_config_path: str = ""
+    accelerate_config_lines: dict[str, int] = field(default_factory=dict)
+    deepspeed_config: dict[str, Any] = field(default_factory=dict)
+    deepspeed_config_path: str = ""
+    unknowns: tuple[Unknown, ...] = ()
 
 
 class VersionSource(StrEnum):

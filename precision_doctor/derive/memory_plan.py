@@ -111,29 +111,18 @@ def _lora_rank(setup: Setup, script: ScriptFacts) -> int:
 def _parallelism(setup: Setup, script: ScriptFacts, machine: MachineFacts, plan: LaunchPlan, weight: str,
                  amp) -> tuple[Parallelism, bool]:
     """How the training state is spread, and whether an fp32 master copy sits beside half weights."""
-    args = setup.training_args
-    sharded = args is not None and any(args.kwarg(k).state == KNOWN and args.kwarg(k).value
-                                       for k in ("deepspeed", "fsdp"))
+    sharding = setup.sharding
     # no launch given: a DeepSpeed / FSDP job is launched on every visible GPU
-    processes = plan.processes or (len(machine.gpus) if sharded else 1)
-    if args is not None:
-        ds = args.kwarg("deepspeed")
-        cfg = script.deepspeed_configs.get(ds.value) if ds.state == KNOWN and isinstance(ds.value, str) else None
-        if isinstance(ds.value, dict):
-            cfg = ds.value
-        if cfg:
-            zero = cfg.get("zero_optimization") or {}
-            stage = zero.get("stage") if isinstance(zero.get("stage"), int) else 0
-            offload_opt = (zero.get("offload_optimizer") or {}).get("device") in ("cpu", "nvme")
-            offload_par = (zero.get("offload_param") or {}).get("device") in ("cpu", "nvme")
-            kind = f"zero{stage}" if stage else "ddp"
-            return Parallelism(processes, kind, offload_opt, offload_par), amp in ("fp16", "bf16")
-        fsdp = args.kwarg("fsdp")
-        if fsdp.state == KNOWN and isinstance(fsdp.value, str) and fsdp.value:
-            kind = ("fsdp-hybrid" if "hybrid" in fsdp.value else "fsdp-grad-op" if "grad_op" in fsdp.value
-                    else "fsdp-full")
-            return Parallelism(processes, kind, offload_params="offload" in fsdp.value,
-                               gpus_per_node=len(machine.gpus)), False
+    processes = plan.processes or (len(machine.gpus) if sharding.kind else 1)
+    if sharding.kind == "deepspeed" and sharding.config is not None:
+        kind = f"zero{sharding.stage}" if sharding.stage else "ddp"
+        return Parallelism(processes, kind, sharding.offload_optimizer, sharding.offload_params), \
+            amp in ("fp16", "bf16")
+    if sharding.kind == "fsdp" and sharding.fsdp:
+        kind = {"hybrid_shard": "fsdp-hybrid", "shard_grad_op": "fsdp-grad-op", "no_shard": "ddp"}.get(
+            sharding.fsdp, "fsdp-full")
+        return Parallelism(processes, kind, offload_params=sharding.offload_params,
+                           gpus_per_node=len(machine.gpus)), False
     if setup.model_load is not None and device_map_kind(setup.model_load.kwarg("device_map")) == "spread" \
             and processes == 1:
         return Parallelism(len(machine.gpus), "device-map"), False

@@ -16,6 +16,7 @@ from ..facts import (ABSENT, CONDITIONAL, KNOWN, Call, CheckpointSource, Facts, 
 from ..findings import Evidence
 from ..probes.stack import at_least
 from .checkpoint import checkpoint_of, describe_source
+from .launch import Sharding
 
 TORCH_EMULATES_BF16 = "2.3"  # torch.cuda.is_bf16_supported(including_emulation=True) from this release on
 
@@ -130,6 +131,7 @@ class Setup:
     clips: tuple[Call, ...] = ()
     chain: tuple[Call, ...] = ()  # wrappers between the load and the training entry
     placement: Placement = Placement()  # filled by derive.derive_setup
+    sharding: Sharding = Sharding()  # DeepSpeed / FSDP, wherever set up: filled by derive.derive_setup
 
     def trainable_dtypes(self) -> Fact:
         """The dtypes of the parameters that receive gradients."""

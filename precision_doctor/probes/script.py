@@ -20,13 +20,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from .._util import unique
-from ..call_kinds import LIGHTNING_CLASSES, CallKind, CallSite, is_trainer_class, is_training_arguments, kind_of
+from ..call_kinds import CallKind, CallSite, is_trainer_class, is_training_arguments, kind_of
 from ..errors import InputError
 from ..facts import CONDITIONAL, KNOWN, Branch, Call, Location, Origin, ScriptFacts, Suppression, Unknown, Value
-from ..redact import DEEPSPEED_KEYS, MODEL_CONFIG_KEYS, keep_read_keys
+from ..redact import MODEL_CONFIG_KEYS, keep_read_keys
 from ..sources import Unreadable, is_regular_file, read_source, read_text_bounded, status, worth_reading
-from .frameworks import lightning_as_accelerator
+from .frameworks import read_frameworks
 from .checkpoint import probe_checkpoints
+from .config_files import read_deepspeed_config
 from .resolve import Imports, Resolver
 from .scopes import MARKERS, ScopeIndex, dotted
 from .symbols import Context, DictSym, Known, Namespace, ObjSym
@@ -601,7 +602,7 @@ def _deepspeed_configs(script: Path, calls: list[Call]) -> tuple[dict[str, dict]
             candidate = base / v.value
             if is_regular_file(candidate):
                 try:
-                    found[v.value] = keep_read_keys(json.loads(read_text_bounded(candidate)), DEEPSPEED_KEYS)
+                    found[v.value] = read_deepspeed_config(candidate)
                 except Unreadable as exc:
                     missing.append(Unknown(f"deepspeed={v.value!r}", exc.reason, v.location or call.location))
                 except ValueError as exc:
@@ -668,10 +669,8 @@ def _probe_script(path: Path, script_args: tuple[str, ...], display: str | None,
         imports.extend(sub.imports)
         suppressions.extend(sub.suppressions)
         files.append(mshown)
-    for i, call in enumerate(calls):  # Lightning's Trainer / Fabric: its precision as accelerate's
-        if call.callee in LIGHTNING_CLASSES:
-            calls[i], found = lightning_as_accelerator(call)
-            unknowns.extend(found)
+    calls, found = read_frameworks(calls)  # Lightning, Sentence Transformers, Unsloth, diffusers
+    unknowns.extend(found)
     deepspeed, missing = _deepspeed_configs(path, calls)
     unknowns.extend(missing)
     return ScriptFacts(path=shown, calls=tuple(calls), imports=tuple(dict.fromkeys(imports)),
