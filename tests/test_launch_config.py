@@ -192,3 +192,19 @@ def test_zero3_init_flag_off_registers_zero3_only_from_accelerate_1(folder):
 
     assert "PD502" not in fired("0.34.2")
     assert "PD502" in fired("1.0.0")
+
+
+def test_zero3_with_device_map_gets_pd502s_fix_not_a_per_rank_map(run_check):
+    """Under ZeRO-3 any device_map is refused at load; PD302's per-rank map would still be refused, so only PD502
+    (drop the map) speaks. Under ZeRO-2 the same launch is DDP-like and PD302's per-rank map is the cure."""
+    code = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+            "args = TrainingArguments('out', bf16=True)\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', dtype=torch.bfloat16, device_map='auto')\n"
+            "Trainer(model=model, args=args).train()\n")
+    zero3, _ = run_check(code, target="a100:2",
+                         launcher="accelerate launch --use_deepspeed --zero_stage 3 --num_processes 2 train.py")
+    fired = {f.rule_id for f in zero3.findings}
+    assert "PD502" in fired and "PD302" not in fired, fired
+    zero2, _ = run_check(code, target="a100:2",
+                         launcher="accelerate launch --use_deepspeed --zero_stage 2 --num_processes 2 train.py")
+    assert "PD302" in {f.rule_id for f in zero2.findings}

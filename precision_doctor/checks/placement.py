@@ -155,10 +155,13 @@ def _live_dataparallel(live):
                     launcher="torchrun --nproc_per_node 2 train.py", note="correct DDP QLoRA"),
             Example(_QLORA.format(device_map=", device_map='auto'", args=""), launcher="python train.py")],
 )
-def device_map_auto_under_ddp(script: ScriptFacts, machine: MachineFacts, stack: StackFacts, plan: LaunchPlan):
+def device_map_auto_under_ddp(script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts,
+                              plan: LaunchPlan):
     n, n_ev = plan.multi_process, plan.processes_evidence
     if n <= 1:
         return
+    if setup is not None and setup.sharding.kind == "deepspeed" and setup.sharding.stage == 3:
+        return  # ZeRO-3 refuses any device_map at load (PD502, whose fix removes it): a per-rank map is no cure
     for load in script.of("model_load"):
         v = decide(load.kwarg("device_map"), machine, stack)
         if device_map_kind(v) == "spread":
