@@ -26,6 +26,7 @@ from ..facts import CONDITIONAL, KNOWN, Branch, Call, Location, Origin, ScriptFa
 from ..redact import DEEPSPEED_KEYS, MODEL_CONFIG_KEYS, keep_read_keys
 from ..sources import Unreadable, is_regular_file, read_source, read_text_bounded, status, worth_reading
 from .frameworks import lightning_as_accelerator
+from .keywords import local_classes, parsed_arguments
 from .checkpoint import probe_checkpoints
 from .resolve import Imports, Resolver
 from .scopes import MARKERS, ScopeIndex, dotted
@@ -574,7 +575,8 @@ def _collect_own(path: Path, shown: str, text: str, tree: ast.Module, script_arg
     collector = _Collector(shown, text, tree, script_args, environ)
     collector.collect()
     own = ScriptFacts(path=shown, calls=tuple(collector.calls), imports=tuple(collector.imports.modules),
-                      unknowns=tuple(collector.unknowns), suppressions=tuple(read_suppressions(shown, text)))
+                      unknowns=tuple(collector.unknowns), suppressions=tuple(read_suppressions(shown, text)),
+                      classes=local_classes(collector.r), parsed=parsed_arguments(collector.r, collector.of(ast.Call)))
     return own, tuple(_local_modules(path, collector.import_nodes))
 
 
@@ -656,6 +658,7 @@ def _probe_script(path: Path, script_args: tuple[str, ...], display: str | None,
     imports = list(own.imports)
     files = [shown]
     suppressions = list(own.suppressions)
+    classes, parsed = dict(own.classes), list(own.parsed)
     for module in modules[:MAX_LOCAL_MODULES]:
         mshown = os.path.relpath(module) if display is None else str(Path(shown).parent / module.name)
         try:
@@ -667,6 +670,8 @@ def _probe_script(path: Path, script_args: tuple[str, ...], display: str | None,
         unknowns.extend(sub.unknowns)
         imports.extend(sub.imports)
         suppressions.extend(sub.suppressions)
+        classes = {**sub.classes, **classes}
+        parsed.extend(sub.parsed)
         files.append(mshown)
     for i, call in enumerate(calls):  # Lightning's Trainer / Fabric: its precision as accelerate's
         if call.callee in LIGHTNING_CLASSES:
@@ -678,4 +683,4 @@ def _probe_script(path: Path, script_args: tuple[str, ...], display: str | None,
                        unknowns=tuple(unique(unknowns, key=lambda u: (u.what, u.location))),
                        local_configs=_local_model_configs(path, calls),
                        files=tuple(files), suppressions=tuple(suppressions), deepspeed_configs=deepspeed,
-                       checkpoints=probe_checkpoints(path, calls))
+                       checkpoints=probe_checkpoints(path, calls), classes=classes, parsed=tuple(parsed))
