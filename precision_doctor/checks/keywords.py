@@ -91,7 +91,8 @@ def _judge_call(call: Call, script: ScriptFacts, stack: StackFacts):
     known_to_loader = set(table()["classes"][LOADER]["names"]) if loader else set()
     shown = call.callee.rsplit(".", 1)[-1] if not loader else "from_pretrained"
     for name, value in call.kwargs.items():
-        if name == "**" or name in got.names or SPECIALISED.get((_owner(cid, script, stack), name)):
+        if name == "**" or name in got.names or (cid, name) in SPECIALISED or \
+                (_owner(cid, script, stack), name) in SPECIALISED:
             continue
         if loader and name not in known_to_loader:
             continue  # any other keyword may be an attribute of the model's config: not judged
@@ -212,7 +213,7 @@ def _command_line_accepts(word: str, options: set[str]) -> bool:
 
 def _parsed_evidence(value: Value, key: str, parsed: ParsedArguments) -> Evidence:
     if value.location is not None:
-        return evidence_of(value, f"{key} ({parsed.via})")
+        return evidence_of(value, f"{key}: no dataclass of the parser has it")
     return Evidence(None, value.text or f"--{key}", f"--{key} on the command line", "script-arg")
 
 

@@ -19,7 +19,6 @@ from typing import Any
 # Optional[bool] (`hf_argparser.py`: `field.type is bool or field.type == bool | None`).
 BOOL_ANNOTATIONS = frozenset({"bool", "Optional[bool]", "bool | None", "None | bool", "Union[bool, None]",
                               "typing.Optional[bool]", "Union[None, bool]"})
-_KINDS = ("bool", "int", "float", "str", "dict", "list")
 
 
 @dataclass(frozen=True)
@@ -46,11 +45,12 @@ class Declaration:
 
 
 def kind_of(annotation: str) -> str:
+    """bool for what HfArgumentParser parses as a flag; else the first plain type the annotation names."""
     text = annotation.replace("'", "").replace('"', "").strip()
     if text in BOOL_ANNOTATIONS:
         return "bool"
-    first = re.findall(r"\b(bool|int|float|str|dict|Dict|list|List)\b", text)
-    return first[0].lower() if first and first[0].lower() in _KINDS else ""
+    first = re.findall(r"\b(int|float|str|dict|Dict|list|List)\b", text)
+    return first[0].lower() if first else ""
 
 
 # --- finding a class in a module's text --------------------------------------------------------

@@ -144,14 +144,18 @@ class _Collector:
         return [n for n in self.nodes if type(n) in types]  # several kinds: keep their order among each other
 
     def _local_subclasses(self) -> tuple[set[str], set[str]]:
+        """The script's Trainer and TrainingArguments subclasses, a subclass of its own such class included."""
         trainers, args = set(), set()
-        for name, cls in self.index.classes.items():
-            for base in cls.bases:
-                q = self.r.qualified(base)
-                if is_trainer_class(q):
+        bases = {name: [self.r.qualified(b) for b in cls.bases] for name, cls in self.index.classes.items()}
+        grew = True
+        while grew:
+            before = len(trainers) + len(args)
+            for name, qualified in bases.items():
+                if any(is_trainer_class(q) or q in trainers for q in qualified):
                     trainers.add(name)
-                if is_training_arguments(q):
+                if any(is_training_arguments(q) or q in args for q in qualified):
                     args.add(name)
+            grew = len(trainers) + len(args) > before
         return trainers, args
 
     def _assignment_targets(self) -> dict[int, str]:
