@@ -281,7 +281,7 @@ def test_command_line_options_are_read_the_way_argparse_reads_them(run_check):
     [finding] = pd217(result)
     assert "--lerning_rate on the command line" in finding.message
     assert finding.error == ("ValueError: Some specified arguments are not used by the HfArgumentParser: "
-                             "['--lerning_rate']")
+                             "['--lerning_rate', '1e-4']")
     # an abbreviation argparse completes, the dashed spelling, --no_ for a flag, an option the script adds
     for ok in (("--learning_rat", "1e-4"), ("--learning-rate", "1e-4"), ("--no_remove_unused_columns",),
                ("--seed_everything", "3")):
@@ -325,3 +325,107 @@ def test_the_installed_source_decides_over_the_table(tmp_path):
     [finding] = pd217(result)
     assert "`learning_rate`" in finding.message and "transformers 5.24.0.dev0 (installed" in finding.message
     assert finding.severity == "error"
+
+
+# --- reading source, the table, the facts ------------------------------------------------------------
+
+LIBRARY = '''
+from dataclasses import dataclass, field
+from typing import ClassVar, Optional
+from .utils import deprecate_kwarg
+from .base import BaseArguments as _Base
+
+
+@dataclass
+class TrainingArguments(_Base):
+    """Docs."""
+
+    framework = "pt"
+    default_optim = "adamw_torch"
+    registry: ClassVar[dict] = {}
+    output_dir: Optional[str] = field(default=None)
+    bf16: bool = field(default=False, metadata={"help": "bf16"})
+    tf32: Optional[bool] = None
+    optim: str = field(default=default_optim)
+    callbacks: list = field(default_factory=list)
+    distributed_state: object = field(default=None, init=False)
+
+
+class Trainer:
+    @deprecate_kwarg("tokenizer", new_name="processing_class", version="5.0.0")
+    def __init__(self, model=None, args=None, processing_class=None, **kwargs):
+        super().__init__(**kwargs)
+
+
+class Loader:
+    @classmethod
+    def from_pretrained(cls, path, *model_args, config=None, **kwargs):
+        state_dict = kwargs.pop("state_dict", None)
+        for name in ["mirror", "from_tf"]:
+            kwargs.pop(name, None)
+        if "device_map" in kwargs:
+            pass
+'''
+
+
+def test_library_source_reads_fields_parameters_and_popped_keywords():
+    from precision_doctor.probes.library_source import read_class
+
+    args = read_class(LIBRARY, "TrainingArguments")
+    assert list(args.fields) == ["output_dir", "bf16", "tf32", "optim", "callbacks"]  # no ClassVar, no init=False
+    assert args.dataclass and args.bases == (".base:BaseArguments",)
+    assert (args.fields["bf16"].kind, args.fields["bf16"].default) == ("bool", False)
+    assert args.fields["tf32"].kind == "bool" and args.fields["optim"].default == "adamw_torch"
+    assert args.fields["callbacks"].default == []
+    trainer = read_class(LIBRARY, "Trainer")
+    assert set(trainer.fields) == {"model", "args", "processing_class"} and trainer.init
+    assert trainer.open == "forwards" and trainer.aliases == {"tokenizer": "processing_class"}
+    loader = read_class(LIBRARY, "Loader", "from_pretrained")
+    assert set(loader.fields) == {"path", "config", "state_dict", "mirror", "from_tf", "device_map"}
+
+
+def test_the_table_says_what_it_was_built_from():
+    from precision_doctor.signatures import table
+
+    data = table()
+    assert data["generated_by"] == "tools/gen_signatures.py"
+    assert data["releases"]["transformers"]["4.57"] == "4.57.6" and "5.23" in data["releases"]["transformers"]
+    ta = data["classes"]["transformers.TrainingArguments"]
+    assert ta["names"]["warmup_ratio"] == "4.36-5.14" and ta["renames"]["evaluation_strategy"] == "eval_strategy"
+    assert data["parsers"]["trl.TrlParser"]["config_keys"]["ignores"] == "0.13-0.18"
+
+
+def test_the_generator_writes_release_ranges_by_minor():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen", Path(__file__).resolve().parents[1] / "tools" /
+                                                  "gen_signatures.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    minors = ["4.36", "4.37", "4.38", "5.0"]
+    assert gen.ranges([True, True, False, True], minors) == "4.36-4.37,5.0-"
+    assert gen.ranges([False, True, False, False], minors) == "4.37"
+
+
+def test_argument_dataclass_defaults_come_from_the_table():
+    from precision_doctor.probes.dataclass_defaults import library_fields
+
+    sft = library_fields("trl.SFTConfig")
+    assert sft["bf16"] == (bool, None) and sft["gradient_checkpointing"] == (bool, True)  # TRL's own defaults
+    assert sft["fp16"] == (bool, False) and sft["max_length"][0] is int  # inherited, and its own
+    args = library_fields("transformers.TrainingArguments")
+    assert args["optim"] == (str, "adamw_torch") and args["max_grad_norm"] == (float, 1.0)
+    assert library_fields("trl.ModelConfig")["dtype"] == (str, "float32")
+    st = library_fields("sentence_transformers.SentenceTransformerTrainingArguments")
+    assert "batch_sampler" in st and st["fp16"] == (bool, False)
+
+
+def test_facts_with_classes_and_parsed_arguments_round_trip(run_check, tmp_path):
+    from precision_doctor.facts import Facts
+
+    (tmp_path / "recipe.yaml").write_text(RECIPE)
+    result, facts = run_check(SUBCLASS + TRL_SCRIPT, script_args=("--config", "recipe.yaml", "--lerning_rate", "1"))
+    again = Facts.from_json(facts.to_json())
+    assert again.scripts[0].classes == facts.scripts[0].classes
+    assert [p.keys.keys() for p in again.scripts[0].parsed] == [p.keys.keys() for p in facts.scripts[0].parsed]
+    assert [f.message for f in engine.run(again).findings] == [f.message for f in result.findings]

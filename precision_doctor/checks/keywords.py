@@ -58,13 +58,14 @@ _ARGS = "from transformers import AutoModelForCausalLM, Trainer, TrainingArgumen
                    fixed=_ARGS + "args = TrainingArguments('out', eval_strategy='steps')\n"
                    "Trainer(model=model, args=args).train()\n",
                    versions={"transformers": "4.57.1"}),
-           Example(_ARGS + "args = TrainingArguments('out', learning_rat=2e-5)\nTrainer(model=model, args=args).train()\n",
+           Example(_ARGS + "args = TrainingArguments('out', learning_rat=2e-5)\n"
+                   "Trainer(model=model, args=args).train()\n",
                    note="a typo: the fix names the field it misses, for review")],
-    silent=[Example(_ARGS + "args = TrainingArguments('out', warmup_ratio=0.1, bf16=True)\n"
+    silent=[Example(_ARGS + "args = TrainingArguments('out', warmup_steps=0.1, bf16=True)\n"
+                    "Trainer(model=model, args=args).train()\n"),
+            Example(_ARGS + "args = TrainingArguments('out', warmup_ratio=0.1, bf16=True)\n"
                     "Trainer(model=model, args=args).train()\n", versions={"transformers": "4.57.1"},
                     note="4.x still has warmup_ratio"),
-            Example(_ARGS + "args = TrainingArguments('out', warmup_steps=0.1, bf16=True)\n"
-                    "Trainer(model=model, args=args).train()\n"),
             Example("from dataclasses import dataclass, field\n" + _ARGS +
                     "@dataclass\nclass MyArgs(TrainingArguments):\n    lora_r: int = field(default=8)\n"
                     "args = MyArgs('out', lora_r=16, eval_strategy='steps')\nTrainer(model=model, args=args).train()\n",
@@ -96,10 +97,8 @@ def _judge_call(call: Call, script: ScriptFacts, stack: StackFacts):
             continue
         if loader and name not in known_to_loader:
             continue  # any other keyword may be an attribute of the model's config: not judged
-        verdict = _verdict(cid, name, got, script, stack)
-        if verdict is None:
-            continue
-        severity, how = verdict
+        severity, doubt = _verdict(cid, name, got, script, stack)
+        how = _versions(_packages(got), stack, doubt)
         ignored = got.open == "ignores"
         new, history, same = _successor(cid, name, got, script, stack)
         cls = shown if not loader else _model_class(call, script)
@@ -108,7 +107,7 @@ def _judge_call(call: Call, script: ScriptFacts, stack: StackFacts):
         error = (f"Unused kwargs: ['{name}']. These kwargs are not used in <class "
                  f"'transformers.utils.quantization_config.BitsAndBytesConfig'>." if ignored else
                  f"TypeError: {cls}.__init__() got an unexpected keyword argument '{name}'")
-        yield Draft(message, evidence=(_where(value, name, call),), error=error, phase=_PHASE[call.kind],
+        yield Draft(message, evidence=(evidence_of(value, f"{name}=", call),), error=error, phase=_PHASE[call.kind],
                     severity="warning" if ignored else severity,
                     confidence="likely" if severity == "warning" else "certain",
                     fix=_call_fix(call, name, value, new, same, shown, loader))
@@ -126,14 +125,8 @@ def _model_class(call: Call, script: ScriptFacts) -> str:
     return owner if owner and not owner.startswith("Auto") else "the model class"
 
 
-def _where(value: Value, name: str, call: Call) -> Evidence:
-    return evidence_of(value, f"{name}=", call) if value.location is not None or value.origins else \
-        Evidence(call.location, call.text, f"{name}=")
-
-
 def _call_fix(call: Call, name: str, value: Value, new: str, same: bool, shown: str, loader: bool) -> Fix:
-    spelled_in_call = value.location is not None and value.location.path == call.location.path and \
-        not value.text.startswith(("**",)) and "[" not in value.text[:1] and not _from_dict(value)
+    spelled_in_call = not _from_dict(value)  # `**cfg`: the keyword is a key of the dict, not of the call
     library = "transformers" if loader else ""
     if new:
         review = _REVIEW_RENAMES.get(name) or ("" if same else "a guess from the spelling")
@@ -181,9 +174,9 @@ def _judge_parsed(parsed: ParsedArguments, script: ScriptFacts, stack: StackFact
     error = _parser_error(parsed, behaviour, unused)
     for key in unused:
         value = parsed.keys[key]
-        verdicts = [v for v in (_verdict(cid, key, got, script, stack) for cid, got in parts) if v]
-        severity = "warning" if any(v[0] == "warning" for v in verdicts) else "error"
-        how = "; ".join(dict.fromkeys(v[1] for v in verdicts)) or _versions_phrase(parts, stack)
+        doubts = [d for _, d in (_verdict(cid, key, got, script, stack) for cid, got in parts) if d]
+        severity = "warning" if doubts else "error"
+        how = _versions([p for _, got in parts for p in _packages(got)], stack, doubts[0] if doubts else "")
         found = [_successor(cid, key, got, script, stack) for cid, got in parts]
         new = next((f[0] for f in found if f[0]), "")
         hint = next((f[1] for f in found if f[1]), "")
@@ -194,7 +187,8 @@ def _judge_parsed(parsed: ParsedArguments, script: ScriptFacts, stack: StackFact
         shown = f"`{key}`" if recipe else f"--{key}"
         where = f"in {parsed.via}" if recipe else "on the command line"
         yield Draft(f"{shown} {where} is not a field of {names} on {how}{hint}",
-                    evidence=(_parsed_evidence(value, key, parsed), Evidence(parsed.location, "", f"{parsed.method}()")),
+                    evidence=(_parsed_evidence(value, key, parsed),
+                              Evidence(parsed.location, "", f"{parsed.method}()")),
                     error=error, phase="config", severity=severity,
                     confidence="likely" if severity == "warning" else "certain",
                     fix=Fix((f"rename {shown} to `{new}`" if new else f"remove {shown}")
@@ -219,8 +213,8 @@ def _parsed_evidence(value: Value, key: str, parsed: ParsedArguments) -> Evidenc
 
 def _parser_error(parsed: ParsedArguments, behaviour: str, unused: list[str]) -> str:
     if parsed.source == "command line":
-        return f"ValueError: Some specified arguments are not used by the HfArgumentParser: " \
-               f"{[w for k in unused for w in (f'--{k}',)]}"
+        words = [w for k in unused for w in (parsed.keys[k].value or (f"--{k}",))]
+        return f"ValueError: Some specified arguments are not used by the HfArgumentParser: {words}"
     if behaviour == "raises":
         words = [w for k in unused for w in (f"--{k}", str(parsed.keys[k].value))]
         return (f"ValueError: Unknown arguments from config file: {words}. Please remove them, add them to the "
@@ -233,28 +227,28 @@ def _parser_error(parsed: ParsedArguments, behaviour: str, unused: list[str]) ->
 
 # --- how sure, and what became of the name ------------------------------------------------------
 
-def _verdict(cid: str, name: str, got: Accepted, script: ScriptFacts, stack: StackFacts) -> tuple[str, str] | None:
-    """(severity, the versions that refuse it): an error when every version the script can run with refuses the
-    keyword, a warning when the version is only assumed or a declared range also holds releases that accept it."""
-    # sentence-transformers is not a tracked package: its own fields are those of any release read
-    packages = sorted(p for p in got.packages if p != "sentence-transformers")
-    if not packages:
-        return "error", f"{cid.rsplit('.', 1)[-1]} as the script defines it"
-    versions = [stack.get(p) for p in packages]
-    how = ", ".join(v.describe() for v in versions)
-    if any(v.source == VersionSource.ASSUMED for v in versions):
-        return "warning", how + " (assumed: pin it to be sure)"
-    for package, version in zip(packages, versions):
-        for i in releases_in_range(package, version):
+def _verdict(cid: str, name: str, got: Accepted, script: ScriptFacts, stack: StackFacts) -> tuple[str, str]:
+    """(severity, doubt): an error when every version the script can run with refuses the keyword; a warning, and
+    why, when a version is only assumed or a declared range also holds releases that accept it."""
+    packages = _packages(got)
+    if any(stack.get(p).source == VersionSource.ASSUMED for p in packages):
+        return "warning", "assumed: pin it to be sure"
+    for package in packages:
+        for i in releases_in_range(package, stack.get(package)):
             other = accepted(cid, Versions(stack).with_release(package, i), script.classes)
             if other is not None and name in other.names:
-                return "warning", how + f" (other releases the range allows accept it)"
-    return "error", how
+                return "warning", "other releases the range allows accept it"
+    return "error", ""
 
 
-def _versions_phrase(parts: list[tuple[str, Accepted]], stack: StackFacts) -> str:
-    packages = sorted({p for _, got in parts for p in got.packages if p != "sentence-transformers"})
-    return ", ".join(stack.get(p).describe() for p in packages) or "the script's own dataclasses"
+def _packages(got: Accepted) -> list[str]:
+    # sentence-transformers is not a tracked package: its own fields are those of any release read
+    return sorted(p for p in got.packages if p != "sentence-transformers")
+
+
+def _versions(packages, stack: StackFacts, doubt: str = "") -> str:
+    shown = ", ".join(stack.get(p).describe() for p in sorted(set(packages))) or "the script's own classes"
+    return shown + (f" ({doubt})" if doubt else "")
 
 
 def _successor(cid: str, name: str, got: Accepted, script: ScriptFacts, stack: StackFacts) -> tuple[str, str, bool]:

@@ -178,11 +178,13 @@ def _without_config(args: list[str]) -> list[str]:
 def _command_line_keys(args: list[str]) -> dict[str, Value]:
     """Each `--option` of the command line, as written (argparse's matching is the rule's business)."""
     out: dict[str, Value] = {}
-    for word in args:
+    for i, word in enumerate(args):
         if not word.startswith("--") or word == "--":
             continue
         name = word[2:].split("=", 1)[0]
-        if name and name not in out:
-            out[name] = Value(state="known", value=word, text=word,
+        following = args[i + 1] if i + 1 < len(args) and "=" not in word else None
+        words = (word,) + ((following,) if following is not None and not following.startswith("--") else ())
+        if name and name not in out:  # the words argparse leaves over when no option takes them
+            out[name] = Value(state="known", value=words, text=" ".join(words),
                               origins=(Origin("script-arg", f"{word.split('=', 1)[0]} on the command line"),))
     return out
