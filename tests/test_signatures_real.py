@@ -3,14 +3,18 @@ raises, what it lets through the library accepts, and the fields it reads from t
 the dataclass really has (read with `dataclasses.fields`, which the doctor itself never imports)."""
 
 import dataclasses
+import inspect
 import os
+from dataclasses import replace
 
 import pytest
 
 from precision_doctor import engine
 from precision_doctor.collect import gather
-from precision_doctor.probes.stack import training_environment
-from precision_doctor.signatures import accepted
+from precision_doctor.facts import PackageVersion, StackFacts, VersionSource
+from precision_doctor.probes.signatures import installed_signatures
+from precision_doctor.probes.stack import installed_versions, training_environment
+from precision_doctor.signatures import accepted, table
 
 from .fake_nvml import NO_NVML
 
@@ -35,14 +39,35 @@ def _pd217(result):
     return [f for f in result.findings if f.rule_id == "PD217"]
 
 
+WANTED = frozenset({"transformers.TrainingArguments", "transformers.Seq2SeqTrainingArguments",
+                    "transformers.Trainer", "transformers.from_pretrained", "peft.LoraConfig"})
+
+
 def test_the_fields_read_from_the_installed_source_are_the_dataclass_fields(tmp_path):
     _, facts = _installed_check(tmp_path, HEAD + "TrainingArguments('o')\n")
-    stack = facts.scripts[0].stack
-    assert "transformers.TrainingArguments" in stack.signatures  # read from the installed file, not the table
-    real = {f.name for f in dataclasses.fields(transformers.TrainingArguments) if f.init}
-    assert set(accepted("transformers.TrainingArguments", stack).names) == real
-    real_seq2seq = {f.name for f in dataclasses.fields(transformers.Seq2SeqTrainingArguments) if f.init}
-    assert set(accepted("transformers.Seq2SeqTrainingArguments", stack).names) == real_seq2seq
+    env = training_environment()
+    stack = replace(facts.scripts[0].stack, signatures=installed_signatures(
+        env.site_dirs, tuple(sorted(installed_versions(env.site_dirs).items())), WANTED, releases_read=True))
+    assert "transformers.TrainingArguments" in stack.signatures  # read from the installed files
+    for cls in (transformers.TrainingArguments, transformers.Seq2SeqTrainingArguments):
+        real = {f.name for f in dataclasses.fields(cls) if f.init}
+        assert set(accepted(f"transformers.{cls.__name__}", stack).names) == real
+    assert set(accepted("transformers.Trainer", stack).names) == \
+        set(inspect.signature(transformers.Trainer.__init__).parameters) - {"self"}
+
+
+def test_the_table_holds_what_the_installed_release_declares(tmp_path):
+    """For a release the table was generated from, the installed source and the table agree (which is why such a
+    release is not read again at run time)."""
+    env = training_environment()
+    installed = installed_versions(env.site_dirs)
+    read = installed_signatures(env.site_dirs, tuple(sorted(installed.items())), WANTED, releases_read=True)
+    stack = StackFacts(packages={n: PackageVersion(n, v, VersionSource.INSTALLED) for n, v in installed.items()})
+    for cid in WANTED:
+        if cid.split(".")[0] in installed and installed[cid.split(".")[0]] in table()["releases"].get(
+                cid.split(".")[0], {}).values():
+            from_source = accepted(cid, replace(stack, signatures=read))
+            assert from_source is not None and from_source.names == accepted(cid, stack).names, cid
 
 
 @pytest.mark.parametrize("keyword", ["warmup_ratio", "learning_rat", "evaluation_strategy"])

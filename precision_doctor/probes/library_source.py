@@ -133,19 +133,23 @@ def _aliases_of_imports(text: str) -> dict[str, str]:
 
 def read_class(text: str, name: str, method: str = "") -> Declaration | None:
     """What `class name` declares in this module's text: its dataclass fields, or its `__init__` parameters, or
-    with `method` that method's parameters and the keywords it pops from **kwargs. None: not defined here."""
+    with `method` that method's parameters and the keywords it pops from **kwargs. None: not defined here.
+
+    Only what is needed is parsed: the class statement, the one method, or the class body with its methods cut
+    out (a dataclass's fields are class-level statements; TrainingArguments' methods are most of its 2,000 lines).
+    """
     found = _class_block(text, name)
     if found is None:
         return None
     first_line, block = found
-    node, _ = _parse(_header(block) if method else block, text, name)
+    node, _ = _parse(_header(block), text, name)
     if node is None:
         return None
     line = first_line if node.lineno < first_line else node.lineno  # the whole module was parsed: its own number
     aliases = _aliases_of_imports(text)
     bases = tuple(_base_name(b, aliases) for b in node.bases)
     if method:
-        func = _method_node(block, method) or _method(node, method)
+        func = _method_node(block, method)
         if func is None:
             return Declaration(name, line, bases=bases)
         fields, open_, renamed = signature(func)
@@ -153,14 +157,34 @@ def read_class(text: str, name: str, method: str = "") -> Declaration | None:
                            bases=bases, init=method == "__init__", open=open_, aliases=renamed)
     is_dataclass = any(_dotted(d.func if isinstance(d, ast.Call) else d).endswith("dataclass")
                        for d in node.decorator_list)
-    init = _method(node, "__init__")
-    if is_dataclass and init is None:
-        return Declaration(name, line, fields=dataclass_fields(node), bases=bases, dataclass=True)
-    if init is None:
+    init = _method_node(block, "__init__")
+    if init is not None:
+        fields, open_, renamed = signature(init)
+        return Declaration(name, line, fields=fields, bases=bases, dataclass=is_dataclass, init=True, open=open_,
+                           aliases=renamed)
+    if not is_dataclass:
         return Declaration(name, line, bases=bases)
-    fields, open_, renamed = signature(init)
-    return Declaration(name, line, fields=fields, bases=bases, dataclass=is_dataclass, init=True, open=open_,
-                       aliases=renamed)
+    body, _ = _parse(_without_methods(block), text, name)
+    return Declaration(name, line, fields=dataclass_fields(body) if body is not None else {}, bases=bases,
+                       dataclass=True)
+
+
+_METHOD_START = re.compile(r"^    (?:@|def |async def )")
+_CLASS_LEVEL = re.compile(r"^ {0,4}(?=[^\s#)\]}])")
+
+
+def _without_methods(block: str) -> str:
+    """A class block with its methods (and their decorators) cut out, line by line."""
+    out, skipping = [], False
+    for line in block.split("\n"):
+        if _METHOD_START.match(line):
+            skipping = True
+            continue
+        if skipping and _CLASS_LEVEL.match(line):
+            skipping = False
+        if not skipping:
+            out.append(line)
+    return "\n".join(out)
 
 
 def read_classes(text: str, pattern: str) -> dict[str, Declaration]:
@@ -173,20 +197,16 @@ def read_classes(text: str, pattern: str) -> dict[str, Declaration]:
     return out
 
 
-def read_function_keywords(text: str, name: str, owner: str = "") -> set[str]:
-    """The keywords a function (a method of `owner` when given, else every method or function of that name in
-    the module) names as parameters or takes out of its **kwargs."""
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return set()
+def read_function_keywords(text: str, name: str, owners: tuple[str, ...]) -> set[str]:
+    """The keywords a method of one of these classes names as parameters or takes out of its **kwargs (each
+    method is cut out of its class and parsed alone)."""
     out: set[str] = set()
-    for node in ast.walk(tree):
-        if owner and isinstance(node, ast.ClassDef) and node.name != owner:
-            continue
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            fields, _, renamed = signature(node)
-            out |= set(fields) | set(renamed) | _popped(node)
+    for owner in owners:
+        found = _class_block(text, owner)
+        func = _method_node(found[1], name) if found else None
+        if func is not None:
+            fields, _, renamed = signature(func)
+            out |= set(fields) | set(renamed) | _popped(func)
     return out
 
 
@@ -238,6 +258,30 @@ def _class_constants(node: ast.ClassDef) -> dict[str, Any]:
     return out
 
 
+def _annotation_kind(node: ast.AST | None) -> str:
+    """kind_of() read from the annotation's nodes: `bool`, `Optional[bool]`, `bool | None` are flags; else the first
+    plain type named."""
+    if node is None:
+        return ""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):  # a string annotation
+        return kind_of(node.value)
+    names = [n for n in _names_in_order(node) if n not in ("Optional", "Union", "typing")]
+    if set(names) <= {"bool", "None"} and "bool" in names:
+        return "bool"
+    return next((n.lower() for n in names if n in ("int", "float", "str", "dict", "Dict", "list", "List")), "")
+
+
+def _names_in_order(node: ast.AST) -> list[str]:
+    """The type names an annotation mentions, as they are written left to right."""
+    if isinstance(node, ast.Name):
+        return [node.id]
+    if isinstance(node, ast.Attribute):
+        return [node.attr]
+    if isinstance(node, ast.Constant):
+        return ["None"] if node.value is None else []
+    return [n for child in ast.iter_child_nodes(node) for n in _names_in_order(child)]
+
+
 def dataclass_fields(node: ast.ClassDef) -> dict[str, FieldDecl]:
     constants = _class_constants(node)
     out: dict[str, FieldDecl] = {}
@@ -249,8 +293,8 @@ def dataclass_fields(node: ast.ClassDef) -> dict[str, FieldDecl]:
             continue
         if not isinstance(stmt, ast.AnnAssign) or not isinstance(stmt.target, ast.Name):
             continue
-        annotation = ast.unparse(stmt.annotation)
-        if annotation.startswith(("ClassVar", "typing.ClassVar")):
+        annotation = stmt.annotation
+        if _dotted(annotation.value if isinstance(annotation, ast.Subscript) else annotation).endswith("ClassVar"):
             continue
         value = stmt.value
         has, default = _literal(value, constants)
@@ -267,7 +311,7 @@ def dataclass_fields(node: ast.ClassDef) -> dict[str, FieldDecl]:
                     else (False, None)
             else:
                 has, default = False, None
-        out[stmt.target.id] = FieldDecl(kind_of(annotation), default if has else None, has)
+        out[stmt.target.id] = FieldDecl(_annotation_kind(annotation), default if has else None, has)
     return out
 
 
@@ -281,9 +325,8 @@ def signature(func: ast.FunctionDef) -> tuple[dict[str, FieldDecl], str, dict[st
     for arg, default in list(zip(positional, defaults)) + list(zip(args.kwonlyargs, args.kw_defaults)):
         if arg.arg in ("self", "cls"):
             continue
-        annotation = ast.unparse(arg.annotation) if arg.annotation is not None else ""
         has, value = _literal(default, {})
-        fields[arg.arg] = FieldDecl(kind_of(annotation), value if has else None, has)
+        fields[arg.arg] = FieldDecl(_annotation_kind(arg.annotation), value if has else None, has)
     for arg in args.posonlyargs:  # positional-only: not a keyword
         fields.pop(arg.arg, None)
     open_ = ""
@@ -312,39 +355,44 @@ def _forwards(func: ast.FunctionDef, kwargs_name: str) -> bool:
 
 def _popped(func: ast.FunctionDef) -> set[str]:
     """Keywords a function takes out of its **kwargs: `kwargs.pop("x")`, `kwargs.get("x")`, `"x" in kwargs`, and
-    the names of a literal list it pops in a loop (`for name in [...]: kwargs.pop(name)`)."""
+    the names of a literal list it pops in a loop (`for name in [...]: kwargs.pop(name)`, or a comprehension).
+    One walk of the function."""
     kwarg = func.args.kwarg.arg if func.args.kwarg is not None else "kwargs"
-    lists: dict[str, list[str]] = {}
+    lists: dict[str, list] = {}
+    loops: list[tuple[str, ast.AST]] = []  # (loop variable, what it iterates)
+    popped_vars: set[str] = set()
     out: set[str] = set()
     for node in ast.walk(func):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            ok, value = _literal(node.value, {})
-            if ok and isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-                lists[node.targets[0].id] = list(value)
-    for node in ast.walk(func):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-                node.func.attr in ("pop", "get") and _dotted(node.func.value) == kwarg and node.args and \
-                isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
-            out.add(node.args[0].value)
-        elif isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.In) and \
-                isinstance(node.left, ast.Constant) and isinstance(node.left.value, str) and \
-                _dotted(node.comparators[0]) == kwarg:
-            out.add(node.left.value)
-        elif isinstance(node, (ast.For, ast.comprehension)):
-            names = lists.get(node.iter.id, []) if isinstance(node.iter, ast.Name) else \
-                _literal(node.iter, {})[1] if isinstance(node.iter, (ast.List, ast.Tuple)) else []
-            if names and all(isinstance(n, str) for n in names) and _pops_name(node, kwarg):
-                out.update(names)
+        kind = type(node)
+        if kind is ast.Call:
+            f = node.func
+            if isinstance(f, ast.Attribute) and f.attr in ("pop", "get") and isinstance(f.value, ast.Name) and \
+                    f.value.id == kwarg and node.args:
+                first = node.args[0]
+                if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                    out.add(first.value)
+                elif isinstance(first, ast.Name):
+                    popped_vars.add(first.id)
+        elif kind is ast.Compare:
+            if len(node.ops) == 1 and isinstance(node.ops[0], ast.In) and isinstance(node.left, ast.Constant) and \
+                    isinstance(node.left.value, str) and isinstance(node.comparators[0], ast.Name) and \
+                    node.comparators[0].id == kwarg:
+                out.add(node.left.value)
+        elif kind is ast.Assign:
+            if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and \
+                    isinstance(node.value, (ast.List, ast.Tuple)):
+                ok, value = _literal(node.value, {})
+                if ok:
+                    lists[node.targets[0].id] = list(value)
+        elif kind in (ast.For, ast.comprehension) and isinstance(node.target, ast.Name):
+            loops.append((node.target.id, node.iter))
+    for var, iterated in loops:
+        if var not in popped_vars:
+            continue
+        names = lists.get(iterated.id, []) if isinstance(iterated, ast.Name) else \
+            _literal(iterated, {})[1] if isinstance(iterated, (ast.List, ast.Tuple)) else []
+        out.update(n for n in names or () if isinstance(n, str))
     return out
-
-
-def _pops_name(loop: ast.AST, kwarg: str) -> bool:
-    """A loop whose body pops a computed name from **kwargs; a comprehension over a literal list of names is taken
-    as one (its pop sits in the expression around it: `{n: kwargs.pop(n) for n in hub_kwargs_names}`)."""
-    if not isinstance(loop, ast.For):
-        return True
-    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "pop" and
-               _dotted(n.func.value) == kwarg for n in ast.walk(loop))
 
 
 # --- from_pretrained ---------------------------------------------------------------------------
@@ -352,47 +400,59 @@ def _pops_name(loop: ast.AST, kwarg: str) -> bool:
 # The keywords from_pretrained takes: the model's loader, the Auto classes', the config's hub keywords. What is left
 # becomes an attribute of the model's config when the config has one of that name, else goes to the model's
 # __init__, which refuses it (`LlamaForCausalLM.__init__() got an unexpected keyword argument 'load_in_4bit'`).
-LOADER_FUNCTIONS = (("transformers/modeling_utils.py", "PreTrainedModel", "from_pretrained"),
-                    ("transformers/models/auto/auto_factory.py", "", "from_pretrained"),
-                    ("transformers/configuration_utils.py", "", "from_pretrained"),
-                    ("transformers/configuration_utils.py", "", "get_config_dict"),
-                    ("transformers/configuration_utils.py", "", "_get_config_dict"),
-                    ("transformers/configuration_utils.py", "", "from_dict"))
 CONFIG_FILE = "transformers/configuration_utils.py"
 CONFIG_CLASSES = ("PreTrainedConfig", "PretrainedConfig")  # renamed in 5.0; a dataclass from 5.4
+AUTO_CLASSES = ("_BaseAutoModelClass", "_BaseAutoBackboneClass")
+LOADER_FUNCTIONS = (("transformers/modeling_utils.py", ("PreTrainedModel",), "from_pretrained"),
+                    ("transformers/models/auto/auto_factory.py", AUTO_CLASSES, "from_pretrained"),
+                    (CONFIG_FILE, CONFIG_CLASSES, "from_pretrained"),
+                    (CONFIG_FILE, CONFIG_CLASSES, "get_config_dict"),
+                    (CONFIG_FILE, CONFIG_CLASSES, "_get_config_dict"),
+                    (CONFIG_FILE, CONFIG_CLASSES, "from_dict"))
 
 
 def read_loader(read) -> tuple[Declaration, Declaration | None]:
     """from_pretrained's own keywords, and the attributes every model config has (its __init__ parameters or
-    dataclass fields, and its properties: `num_labels`). `read(path)` gives a file of the package, or None."""
+    dataclass fields, its class attributes and its properties: `num_labels`). `read(path)` gives a file of the
+    package, or None; each file is read once."""
+    texts: dict[str, str | None] = {}
+
+    def text_of(path: str) -> str | None:
+        if path not in texts:
+            texts[path] = read(path)
+        return texts[path]
+
     loader: set[str] = set()
-    for path, owner, func in LOADER_FUNCTIONS:
-        text = read(path)
+    for path, owners, func in LOADER_FUNCTIONS:
+        text = text_of(path)
         if text:
-            loader |= read_function_keywords(text, func, owner)
+            loader |= read_function_keywords(text, func, owners)
     base = Declaration("from_pretrained", 0, fields={k: FieldDecl() for k in sorted(loader)},
                        bases=("transformers:PreTrainedConfig",), open="forwards")
-    text = read(CONFIG_FILE) or ""
+    text = text_of(CONFIG_FILE) or ""
     for cls in CONFIG_CLASSES:
-        found = read_class(text, cls, "__init__")
-        if found is not None and not found.fields:
-            found = read_class(text, cls)
-        if found is not None and found.fields:
-            props = {k: FieldDecl() for k in sorted(_attributes(text, cls)) if k not in found.fields}
-            return base, Declaration(found.name, found.line, fields={**found.fields, **props}, bases=(),
-                                     dataclass=True)
+        found = _class_block(text, cls)
+        body = _parse(_without_methods(found[1]), text, cls)[0] if found else None
+        if body is None:
+            continue
+        init = _method_node(found[1], "__init__")
+        if init is not None:
+            params, _, _ = signature(init)
+            fields = {**params, **{k: FieldDecl() for k in _popped(init)}}
+        else:
+            fields = dataclass_fields(body)
+        fields.update({k: FieldDecl() for k in sorted(_attributes(body, found[1])) if k not in fields})
+        return base, Declaration(cls, found[0], fields=fields, dataclass=True)
     return base, None
 
 
-def _attributes(text: str, name: str) -> set[str]:
+_PROPERTY = re.compile(r"^    @(?:\w*property\n(?:    @.*\n)*    def (\w+)|(\w+)\.setter\b)", re.M)
+
+
+def _attributes(body: ast.ClassDef, block: str) -> set[str]:
     """Names a class body binds (`model_type: str = ""`) and its properties: `hasattr(config, name)` is true."""
-    found = _class_block(text, name)
-    node = _parse(found[1], text, name)[0] if found else None
-    if node is None:
-        return set()
-    out = {f.name for f in node.body if isinstance(f, ast.FunctionDef) and any(
-        _dotted(d).endswith(("property", ".setter")) for d in f.decorator_list)}
-    for stmt in node.body:
+    out = {a or b for a, b in _PROPERTY.findall(block)}
+    for stmt in body.body:
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] \
             if isinstance(stmt, ast.AnnAssign) else []
         out.update(t.id for t in targets if isinstance(t, ast.Name))

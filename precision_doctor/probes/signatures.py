@@ -3,7 +3,9 @@ for each class a script configures (and the bases it inherits from), what its in
 whose package is not installed, or whose file is not where the table says, is left to the table
 (precision_doctor/signatures.py) at the version the stack names.
 
-Only the classes the scripts use are read, each once per run: a slice of its module is parsed, not the module.
+Only the classes the scripts use are read, each once per run, and only for an installed version the table was not
+generated from (a patch release it did not read, a dev build, a newer release): a slice of its module is parsed,
+not the module.
 """
 
 from __future__ import annotations
@@ -53,8 +55,12 @@ def with_installed_signatures(scripts: tuple[ScriptFacts, ...], site_dirs: tuple
 
 
 def installed_signatures(site_dirs: tuple[str, ...], installed: tuple[tuple[str, str], ...],
-                         wanted: frozenset[str]) -> dict[str, Signature]:
-    versions = dict(installed)
+                         wanted: frozenset[str], releases_read: bool = False) -> dict[str, Signature]:
+    """What the installed packages declare for these classes and their bases. A package installed at exactly a
+    release the table was generated from is left to the table (it is that release's source, read ahead of time),
+    unless `releases_read`."""
+    versions = {name: version for name, version in installed
+                if releases_read or table()["releases"].get(name, {}).get(_minor(version)) != version}
     classes = table()["classes"]
     out: dict[str, Signature] = {}
     todo = sorted(wanted)
@@ -73,6 +79,10 @@ def installed_signatures(site_dirs: tuple[str, ...], installed: tuple[tuple[str,
     return out
 
 
+def _minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
 @lru_cache(maxsize=256)
 def _read(site_dirs: tuple[str, ...], cid: str, version: str) -> Signature | None:
     entry = table()["classes"][cid]
@@ -80,7 +90,7 @@ def _read(site_dirs: tuple[str, ...], cid: str, version: str) -> Signature | Non
     name = cid.rsplit(".", 1)[-1]
     known = table()["classes"]
     if cid in (LOADER, "transformers.PreTrainedConfig"):
-        loader, config = read_loader(lambda path: _text(site_dirs, path))
+        loader, config = _loader(site_dirs)
         decl = loader if cid == LOADER else config
         where = "modeling_utils.py from_pretrained" if cid == LOADER else "configuration_utils.py"
         if decl is None or not decl.fields:
@@ -95,6 +105,11 @@ def _read(site_dirs: tuple[str, ...], cid: str, version: str) -> Signature | Non
         if decl is not None:
             return _signature(decl, cid, known, f"{package} {version} (installed) {path}:{decl.line}")
     return None
+
+
+@lru_cache(maxsize=16)
+def _loader(site_dirs: tuple[str, ...]):
+    return read_loader(lambda path: _text(site_dirs, path))
 
 
 def _signature(decl: Declaration, cid: str, known, evidence: str) -> Signature:
