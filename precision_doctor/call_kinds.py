@@ -60,7 +60,9 @@ FROM_CONTEXT = (CallKind.LOCAL_CALL, CallKind.FLOW, CallKind.CALL_VAR, CallKind.
 # --- library names the table uses --------------------------------------------------------------
 
 TRAINER_SUFFIX = "Trainer"
-TRAINING_ARGUMENT_CLASSES = {"TrainingArguments", "Seq2SeqTrainingArguments"}
+# TrainingArguments and its library subclasses (their precision flags are TrainingArguments')
+TRAINING_ARGUMENT_CLASSES = {"TrainingArguments", "Seq2SeqTrainingArguments", "SentenceTransformerTrainingArguments",
+                             "CrossEncoderTrainingArguments", "SparseEncoderTrainingArguments"}
 MODEL_LOADER_EXCLUDE = ("Tokenizer", "Processor", "FeatureExtractor", "Config", "ImageProcessor", "PeftModel",
                         "Dataset", "Pipeline")
 # Libraries whose `Model.from_pretrained` is their own API, not transformers' (Unsloth's FastLanguageModel takes

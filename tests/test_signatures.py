@@ -429,3 +429,20 @@ def test_facts_with_classes_and_parsed_arguments_round_trip(run_check, tmp_path)
     assert again.scripts[0].classes == facts.scripts[0].classes
     assert [p.keys.keys() for p in again.scripts[0].parsed] == [p.keys.keys() for p in facts.scripts[0].parsed]
     assert [f.message for f in engine.run(again).findings] == [f.message for f in result.findings]
+
+
+def test_sentence_transformers_arguments_keep_their_own_fields_and_transformers_ones(run_check):
+    """Its own fields are those of any sentence-transformers release (the stack does not track its version), the
+    rest are TrainingArguments' at the transformers in use. sentence-transformers 5.7 declares warmup_ratio itself
+    (to keep it past transformers 5.15): not refused."""
+    code = ("from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, "
+            "SentenceTransformerTrainingArguments\nfrom sentence_transformers.training_args import BatchSamplers\n"
+            "model = SentenceTransformer('all-MiniLM-L6-v2')\n"
+            "args = SentenceTransformerTrainingArguments(output_dir='o', batch_sampler=BatchSamplers.NO_DUPLICATES, "
+            "fp16=True, warmup_ratio=0.1, no_cuda=True)\n")
+    result, facts = run_check(code)
+    assert any(c.kind == "training_args" for c in facts.scripts[0].calls)
+    [finding] = pd217(result)
+    assert "no_cuda" in finding.message and "use_cpu" in finding.message and finding.severity == "error"
+    result, _ = run_check(code, versions={"transformers": "4.57.1"})
+    assert not pd217(result)

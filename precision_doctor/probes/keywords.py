@@ -9,6 +9,7 @@ fields is checks/keywords.py.
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 
 from ..facts import ClassFacts, Origin, ParsedArguments, Value
 from .handlers._recipes import CONFIG_FLAG, recipe_from_call, recipe_from_command_line
@@ -147,7 +148,11 @@ def _values(r, recipe: dict, node: ast.Call) -> dict[str, Value]:
     for key, sym in recipe.items():
         if not isinstance(key, str):
             continue
-        out[key] = r.to_value(sym, node) if not isinstance(sym, Dyn) else Value(state="dynamic", reason=sym.reason)
+        if isinstance(sym, Dyn):
+            out[key] = Value(state="dynamic", text=key, reason=sym.reason)
+            continue
+        value = r.to_value(sym, node)
+        out[key] = replace(value, text=f"{key}: {value.value}" if value.state == "known" else key)
     return out
 
 
