@@ -446,3 +446,18 @@ def test_sentence_transformers_arguments_keep_their_own_fields_and_transformers_
     assert "no_cuda" in finding.message and "use_cpu" in finding.message and finding.severity == "error"
     result, _ = run_check(code, versions={"transformers": "4.57.1"})
     assert not pd217(result)
+
+
+def test_the_keywords_fixture_and_its_twin(tmp_path, monkeypatch):
+    """The README's example: a TRL recipe written for older releases, on the releases its project pins."""
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "keywords"
+    monkeypatch.chdir(fixture)
+    python = str(_bare_env(tmp_path))
+    facts = gather([str(fixture / "sft.py")], environ={}, system=NO_NVML, python=python,
+                   script_args=("--config", "recipes/sft.yaml"))
+    found = sorted((f.evidence[0].location.line, f.message.split("`")[1], f.severity)
+                   for f in pd217(engine.run(facts)))
+    assert found == [(13, "warmup_ratio", "error"), (14, "max_seq_length", "error")]
+    facts = gather([str(fixture / "sft.py")], environ={}, system=NO_NVML, python=python,
+                   script_args=("--config", "recipes/sft_fixed.yaml"))
+    assert not [f for f in engine.run(facts).findings if f.severity == "error"]

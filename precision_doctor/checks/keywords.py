@@ -19,6 +19,10 @@ _PHASE = {"training_args": "config", "bnb_config": "config", "peft_config": "con
 # A rename whose value keeps its meaning only within a range: offered for review, not applied on its own.
 _REVIEW_RENAMES = {"warmup_ratio": "warmup_steps takes a ratio only below 1 (an integer or 1.0 counts steps)"}
 
+# A log's "unexpected keyword argument" is this rule's, unless the keyword is one a specialised rule reports.
+_UNEXPECTED_KEYWORD = r"got an unexpected keyword argument '(?!(?:%s)')\w+'" % "|".join(
+    sorted({name for _, name in SPECIALISED}))
+
 _ARGS = "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
 
 
@@ -43,7 +47,7 @@ _ARGS = "from transformers import AutoModelForCausalLM, Trainer, TrainingArgumen
         "for.",
     applicability=Applicability.SAFE,
     fix_safety="Safe for a rename to the same setting; a typo's correction and a removal are for review.",
-    log=LogSignature(patterns=(r"got an unexpected keyword argument '\w+'",
+    log=LogSignature(patterns=(_UNEXPECTED_KEYWORD,
                                r"Some keys are not used by the HfArgumentParser",
                                r"Some specified arguments are not used by the HfArgumentParser",
                                r"Unknown arguments from config file",
