@@ -461,3 +461,24 @@ def test_the_keywords_fixture_and_its_twin(tmp_path, monkeypatch):
     facts = gather([str(fixture / "sft.py")], environ={}, system=NO_NVML, python=python,
                    script_args=("--config", "recipes/sft_fixed.yaml"))
     assert not [f for f in engine.run(facts).findings if f.severity == "error"]
+
+
+def test_a_keyword_the_script_passes_only_on_releases_that_have_it_is_silent(run_check):
+    """Version-gated spellings and a try/except fallback: the refused spelling never runs on this release."""
+    gated = HEAD + ("import transformers\nfrom packaging import version\n"
+                    "if version.parse(transformers.__version__) >= version.parse('4.41'):\n"
+                    "    args = TrainingArguments('o', eval_strategy='steps')\n"
+                    "else:\n    args = TrainingArguments('o', evaluation_strategy='steps')\n"
+                    "Trainer(model=model, args=args).train()\n")
+    fallback = HEAD + ("try:\n    args = TrainingArguments('o', eval_strategy='steps')\n"
+                       "except TypeError:\n    args = TrainingArguments('o', evaluation_strategy='steps')\n"
+                       "Trainer(model=model, args=args).train()\n")
+    for code in (gated, fallback):
+        for transformers in ("4.40.2", "5.23.0"):
+            result, _ = run_check(code, versions={"transformers": transformers})
+            assert not pd217(result), (transformers, code)
+    unguarded = HEAD + ("import os\nif os.environ.get('EVAL'):\n"
+                        "    args = TrainingArguments('o', evaluation_strategy='steps')\n"
+                        "else:\n    args = TrainingArguments('o')\nTrainer(model=model, args=args).train()\n")
+    result, _ = run_check(unguarded)
+    assert [f.message.split("`")[1] for f in pd217(result)] == ["evaluation_strategy"]

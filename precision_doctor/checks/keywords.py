@@ -77,7 +77,7 @@ _ARGS = "from transformers import AutoModelForCausalLM, Trainer, TrainingArgumen
 )
 def keyword_not_accepted(script: ScriptFacts, stack: StackFacts):
     for call in script.of(*_PHASE):
-        if not call.text.startswith("(parsed"):  # parsed arguments are judged as the parser is given them, below
+        if not call.text.startswith("(parsed") and not _guarded(call):  # parsed arguments: judged below
             yield from _judge_call(call, script, stack)
     for parsed in script.parsed:
         yield from _judge_parsed(parsed, script, stack)
@@ -115,6 +115,18 @@ def _judge_call(call: Call, script: ScriptFacts, stack: StackFacts):
                     severity="warning" if ignored else severity,
                     confidence="likely" if severity == "warning" else "certain",
                     fix=_call_fix(call, name, value, new, same, shown, loader))
+
+
+# An `if` that asks which release is installed, or what it accepts, before passing a keyword.
+_VERSION_TESTS = ("version", "signature", "fields", "hasattr", "parameters")
+
+
+def _guarded(call: Call) -> bool:
+    """The script decides at run time whether this call runs on this release: it sits under a version (or
+    signature) check, or in a try/except that may catch the TypeError and fall back."""
+    in_try = call.in_branch and not call.branches  # the probe records the `if`s a call sits in, not its `try`s
+    return in_try or any(not b.test or any(word in b.test.lower() for word in _VERSION_TESTS)
+                         for b in call.branches)
 
 
 def _owner(cid: str, script: ScriptFacts, stack: StackFacts) -> str:
