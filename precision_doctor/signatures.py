@@ -318,9 +318,9 @@ def suggestion(name: str, names: Iterable[str]) -> str | None:
 # --- how sure: the versions a declared range allows ----------------------------------------------
 
 def releases_in_range(package: str, version: PackageVersion) -> list[int]:
-    """The table's releases a declared range allows (`transformers>=4.40`), newest last; [] when the version is a
-    pin, installed, given, or the range cannot be read."""
-    if version.source != VersionSource.DECLARED or not version.spec or version.spec.startswith("=="):
+    """The table's releases a declared range allows (`transformers>=4.40`, or `transformers` with no range: all),
+    newest last; [] when the version is a pin, installed, given, or the range cannot be read."""
+    if version.source != VersionSource.DECLARED or version.spec.startswith(("==", "===")):
         return []
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 

@@ -482,3 +482,28 @@ def test_a_keyword_the_script_passes_only_on_releases_that_have_it_is_silent(run
                         "else:\n    args = TrainingArguments('o')\nTrainer(model=model, args=args).train()\n")
     result, _ = run_check(unguarded)
     assert [f.message.split("`")[1] for f in pd217(result)] == ["evaluation_strategy"]
+
+
+def test_a_declared_requirement_without_a_range_is_a_warning(tmp_path):
+    """`transformers` alone in requirements.txt: a fresh install gets the newest release, but any release may be the
+    one the job runs with."""
+    [finding] = pd217(_project(tmp_path, WARMUP, "transformers\naccelerate\n"))
+    assert finding.severity == "warning"
+
+
+def test_a_trl_config_that_moved_to_experimental_and_back_is_read(run_check):
+    """TRL's KTOConfig was a wrapper of trl.experimental's for some releases and the reverse for others: the table
+    holds both as bases of each other, and the defaults still resolve (no endless inheritance)."""
+    from precision_doctor.probes.dataclass_defaults import library_fields
+
+    assert library_fields("trl.KTOConfig")["beta"][0] is float
+    code = ("from transformers import AutoModelForCausalLM, HfArgumentParser\n"
+            "from trl import KTOConfig, KTOTrainer, ModelConfig, ScriptArguments\n"
+            "parser = HfArgumentParser((ScriptArguments, KTOConfig, ModelConfig))\n"
+            "script_args, training_args, model_args = parser.parse_args_into_dataclasses()\n"
+            "model = AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path)\n"
+            "KTOTrainer(model, args=training_args).train()\n")
+    result, facts = run_check(code, script_args=("--output_dir", "o", "--bf16", "--desirable_weigth", "1.0"))
+    assert not [u for u in facts.scripts[0].unknowns if u.what == "not checked"]
+    [finding] = pd217(result)
+    assert "did you mean `desirable_weight`" in finding.message

@@ -248,7 +248,7 @@ def _verdict(cid: str, name: str, got: Accepted, script: ScriptFacts, stack: Sta
     why, when a version is only assumed or a declared range also holds releases that accept it."""
     packages = _packages(got)
     if any(stack.get(p).source == VersionSource.ASSUMED for p in packages):
-        return "warning", "assumed: pin it to be sure"
+        return "warning", "not installed nor declared: pin it to be sure"
     for package in packages:
         for i in releases_in_range(package, stack.get(package)):
             other = accepted(cid, Versions(stack).with_release(package, i), script.classes)

@@ -29,16 +29,20 @@ _TYPES: dict[str, type] = {"bool": bool, "int": int, "float": float, "str": str,
 def _table_fields(cid: str) -> tuple[tuple[str, type, Any], ...]:
     """(name, type, default) of a table class and what it inherits; the bases it had longest ago first, so a newer
     base's and the class's own defaults win."""
+    return tuple((n, t, d) for n, (t, d) in _inherited(cid, frozenset()).items())
+
+
+def _inherited(cid: str, seen: frozenset[str]) -> dict[str, tuple[type, Any]]:
     entry = table()["classes"].get(cid)
-    if entry is None:
-        return ()
+    if entry is None or cid in seen:  # TRL moved classes to trl.experimental and back: a base may be its own heir
+        return {}
     out: dict[str, tuple[type, Any]] = {}
     bases = sorted(entry.get("bases", {}).items(), key=lambda kv: kv[1].split(",")[-1].endswith("-"))
     for base, _ in bases:
-        out.update({n: (t, d) for n, t, d in _table_fields(base)})
+        out.update(_inherited(base, seen | {cid}))
     for name, spec in entry.get("defaults", {}).items():
         out[name] = (_TYPES.get(spec[0], str), spec[1] if len(spec) > 1 else None)
-    return tuple((n, t, d) for n, (t, d) in out.items())
+    return out
 
 
 def library_fields(qualified: str) -> dict[str, tuple[type, Any]] | None:
