@@ -84,6 +84,13 @@ def release_index(package: str, version: str) -> int | None:
     return max(i for i, k in enumerate(keys) if k <= key)
 
 
+def beyond_table(package: str, version: str) -> bool:
+    """A release newer than any the table was generated from (it is judged as the newest one read)."""
+    minors = _minors(package)
+    key = _minor_key(version) if version else None
+    return bool(minors) and key is not None and key > _minor_key(minors[-1])
+
+
 @lru_cache(maxsize=4096)
 def _indices(package: str, spans: str) -> frozenset[int]:
     """"4.36-4.45,5.3,5.10-" -> the indices of the releases it covers."""

@@ -507,3 +507,9 @@ def test_a_trl_config_that_moved_to_experimental_and_back_is_read(run_check):
     assert not [u for u in facts.scripts[0].unknowns if u.what == "not checked"]
     [finding] = pd217(result)
     assert "did you mean `desirable_weight`" in finding.message
+
+
+def test_a_release_newer_than_the_table_is_judged_as_the_newest_read_with_a_warning(run_check):
+    result, _ = run_check(WARMUP, versions={"transformers": "5.40.0"})
+    [finding] = pd217(result)
+    assert finding.severity == "warning" and "newer than the transformers releases" in finding.message

@@ -10,9 +10,9 @@ from ..derive.checkpoint import checkpoint_of
 from ..facts import Call, ParsedArguments, ScriptFacts, StackFacts, Value, VersionSource
 from ..findings import Applicability, Draft, Edit, Evidence, Fix
 from ..registry import Example, LogSignature, rule
-from ..signatures import (LOADER, SPECIALISED, Accepted, Versions, accepted, class_id, decided_by, describe_spans,
-                          former_name, local_id, releases_in_range, rename_of, spans_of, suggestion, table,
-                          trl_config_keys)
+from ..signatures import (LOADER, SPECIALISED, Accepted, Versions, accepted, beyond_table, class_id, decided_by,
+                          describe_spans, former_name, local_id, releases_in_range, rename_of, spans_of, suggestion,
+                          table, trl_config_keys)
 
 _PHASE = {"training_args": "config", "bnb_config": "config", "peft_config": "config", "trainer": "wrap",
           "model_load": "load"}
@@ -249,6 +249,10 @@ def _verdict(cid: str, name: str, got: Accepted, script: ScriptFacts, stack: Sta
     packages = _packages(got)
     if any(stack.get(p).source == VersionSource.ASSUMED for p in packages):
         return "warning", "not installed nor declared: pin it to be sure"
+    read_installed = {sig.evidence.split(" ", 1)[0] for sig in stack.signatures.values()}
+    newer = [p for p in packages if p not in read_installed and beyond_table(p, stack.get(p).version)]
+    if newer:
+        return "warning", f"newer than the {newer[0]} releases the doctor's table was built from"
     for package in packages:
         for i in releases_in_range(package, stack.get(package)):
             other = accepted(cid, Versions(stack).with_release(package, i), script.classes)
