@@ -22,6 +22,7 @@ from .facts import (Allocation, Facts, JobFacts, LaunchFacts, MachineFacts, Mach
 from .probes.configs import is_config_path, probe_config
 from .probes.launch import launch_from_env, parse_launcher, with_accelerate_files
 from .probes.script import one_run, probe_script
+from .probes.signatures import with_installed_signatures
 from .probes.stack import StackResolver, training_environment
 from .probes.target import find_profile, machine_from_target
 from .sources import Unreadable, os_reason, read_text_bounded, status
@@ -363,7 +364,9 @@ def _stacks(scripts: tuple[ScriptFacts, ...], files: list[Path], resolver: Stack
     environment's (for the rules that judge the launch rather than a script)."""
     out = tuple(replace(s, stack=resolver.for_script(f)) for s, f in zip(scripts, files))
     stacks = {repr(s.stack) for s in out}
-    return out, (out[0].stack if len(stacks) == 1 and out else resolver.environment_stack())
+    run = out[0].stack if len(stacks) == 1 and out else resolver.environment_stack()
+    site_dirs = resolver.environment.site_dirs if resolver.environment else ()
+    return with_installed_signatures(out, site_dirs, resolver.installed), run
 
 
 def _not_checked(script: ScriptFacts) -> bool:

@@ -190,6 +190,36 @@ class CheckpointFacts:
 
 
 @dataclass(frozen=True)
+class ClassFacts:
+    """A class the script defines (a dataclass, or a subclass of a library's arguments or trainer): what its
+    constructor takes besides what it inherits."""
+
+    name: str
+    location: Location
+    bases: tuple[str, ...] = ()  # qualified as the script imports them: "transformers.TrainingArguments"
+    fields: tuple[str, ...] = ()  # its own dataclass fields, or the keyword parameters of its own __init__
+    dataclass: bool = False
+    init: bool = False  # defines its own __init__ (which then decides what the constructor takes)
+    forwards: bool = False  # that __init__ takes **kwargs and passes them on (to the base's __init__)
+
+
+@dataclass(frozen=True)
+class ParsedArguments:
+    """What HfArgumentParser / TrlParser is given at run time: the dataclasses it fills and each key a recipe or the
+    command line sets, with the line that writes it."""
+
+    parser: str  # "transformers.HfArgumentParser" | "trl.TrlParser"
+    method: str  # parse_args_and_config | parse_args_into_dataclasses | parse_yaml_file | parse_json_file | parse_dict
+    location: Location  # the parse call
+    classes: tuple[str, ...]  # the dataclasses, qualified as the script names them
+    keys: dict[str, Value] = field(default_factory=dict)  # key -> its value, where it is written and how it came
+    source: str = "recipe"  # recipe (a YAML/JSON file or a dict) | command line
+    via: str = ""  # "--config recipes/sft.yaml", "parse_yaml_file('sft.yaml')", "arguments after --"
+    strict: bool = True  # an unknown key raises (allow_extra_keys / return_remaining_strings not set)
+    options: tuple[str, ...] = ()  # options the script adds itself with parser.add_argument
+
+
+@dataclass(frozen=True)
 class ScriptFacts:
     path: str
     calls: tuple[Call, ...] = ()
@@ -201,6 +231,8 @@ class ScriptFacts:
     deepspeed_configs: dict[str, dict] = field(default_factory=dict)  # deepspeed="ds.json" -> its contents
     stack: StackFacts | None = None  # the versions this script trains with (its project's); None: the run's
     checkpoints: dict[str, CheckpointFacts] = field(default_factory=dict)  # model id or path -> what it is
+    classes: dict[str, ClassFacts] = field(default_factory=dict)  # the classes it defines, by name
+    parsed: tuple[ParsedArguments, ...] = ()  # what its argument parsers are given
 
     def of(self, *kinds: str) -> list[Call]:
         return [c for c in self.calls if c.kind in kinds]
@@ -471,9 +503,21 @@ class LibraryBehaviour:
 
 
 @dataclass(frozen=True)
+class Signature:
+    """The keywords one library class or function accepts, read from the installed package's source."""
+
+    names: tuple[str, ...]  # its own fields or parameters, and the deprecated names it still takes
+    bases: tuple[str, ...] = ()  # the classes it inherits keywords from (ids of signatures.py)
+    open: str = ""  # takes **kwargs: "forwards" them on | "ignores" them | "" (does not take them)
+    init: bool = False  # a plain class with its own __init__ (a dataclass's fields add up along its bases)
+    evidence: str = ""  # "transformers 5.23.0 training_args.py:179"
+
+
+@dataclass(frozen=True)
 class StackFacts:
     packages: dict[str, PackageVersion] = field(default_factory=dict)
     behaviours: dict[str, LibraryBehaviour] = field(default_factory=dict)  # see probes/stack.py for the keys
+    signatures: dict[str, Signature] = field(default_factory=dict)  # read from installed source, by class id
 
     def get(self, name: str) -> PackageVersion:
         return self.packages.get(name) or PackageVersion(name, "", VersionSource.ASSUMED)
@@ -679,7 +723,8 @@ def _from_jsonable(tp: Any, data: Any) -> Any:
 
 
 _TYPES: dict[str, Any] = {}
-for _cls in (Location, Origin, Predicate, Value, Branch, Call, Unknown, Suppression, CheckpointFacts, ScriptFacts,
+for _cls in (Location, Origin, Predicate, Value, Branch, Call, Unknown, Suppression, CheckpointFacts, ClassFacts,
+             ParsedArguments, Signature, ScriptFacts,
              GpuProcess, Gpu, MachineFacts, BusyPort, HostFacts, LaunchFacts, Allocation, JobSetting, JobFacts,
              PackageVersion, LibraryBehaviour, StackFacts, LiveAdapter, LiveModel,
              LiveTrainer, LiveAccelerator, LiveOptimizerGroup, LiveOptimizer, LiveScaler, LiveFrame, LiveError,

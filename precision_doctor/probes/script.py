@@ -26,6 +26,7 @@ from ..facts import CONDITIONAL, KNOWN, Branch, Call, Location, Origin, ScriptFa
 from ..redact import MODEL_CONFIG_KEYS, keep_read_keys
 from ..sources import Unreadable, is_regular_file, read_source, read_text_bounded, status, worth_reading
 from .frameworks import read_frameworks
+from .keywords import local_classes, parsed_arguments
 from .checkpoint import probe_checkpoints
 from .config_files import read_deepspeed_config
 from .resolve import Imports, Resolver
@@ -144,14 +145,18 @@ class _Collector:
         return [n for n in self.nodes if type(n) in types]  # several kinds: keep their order among each other
 
     def _local_subclasses(self) -> tuple[set[str], set[str]]:
+        """The script's Trainer and TrainingArguments subclasses, a subclass of its own such class included."""
         trainers, args = set(), set()
-        for name, cls in self.index.classes.items():
-            for base in cls.bases:
-                q = self.r.qualified(base)
-                if is_trainer_class(q):
+        bases = {name: [self.r.qualified(b) for b in cls.bases] for name, cls in self.index.classes.items()}
+        grew = True
+        while grew:
+            before = len(trainers) + len(args)
+            for name, qualified in bases.items():
+                if any(is_trainer_class(q) or q in trainers for q in qualified):
                     trainers.add(name)
-                if is_training_arguments(q):
+                if any(is_training_arguments(q) or q in args for q in qualified):
                     args.add(name)
+            grew = len(trainers) + len(args) > before
         return trainers, args
 
     def _assignment_targets(self) -> dict[int, str]:
@@ -575,7 +580,8 @@ def _collect_own(path: Path, shown: str, text: str, tree: ast.Module, script_arg
     collector = _Collector(shown, text, tree, script_args, environ)
     collector.collect()
     own = ScriptFacts(path=shown, calls=tuple(collector.calls), imports=tuple(collector.imports.modules),
-                      unknowns=tuple(collector.unknowns), suppressions=tuple(read_suppressions(shown, text)))
+                      unknowns=tuple(collector.unknowns), suppressions=tuple(read_suppressions(shown, text)),
+                      classes=local_classes(collector.r), parsed=parsed_arguments(collector.r, collector.of(ast.Call)))
     return own, tuple(_local_modules(path, collector.import_nodes))
 
 
@@ -657,6 +663,7 @@ def _probe_script(path: Path, script_args: tuple[str, ...], display: str | None,
     imports = list(own.imports)
     files = [shown]
     suppressions = list(own.suppressions)
+    classes, parsed = dict(own.classes), list(own.parsed)
     for module in modules[:MAX_LOCAL_MODULES]:
         mshown = os.path.relpath(module) if display is None else str(Path(shown).parent / module.name)
         try:
@@ -668,6 +675,8 @@ def _probe_script(path: Path, script_args: tuple[str, ...], display: str | None,
         unknowns.extend(sub.unknowns)
         imports.extend(sub.imports)
         suppressions.extend(sub.suppressions)
+        classes = {**sub.classes, **classes}
+        parsed.extend(sub.parsed)
         files.append(mshown)
     calls, found = read_frameworks(calls)  # Lightning, Sentence Transformers, Unsloth, diffusers
     unknowns.extend(found)
@@ -677,4 +686,4 @@ def _probe_script(path: Path, script_args: tuple[str, ...], display: str | None,
                        unknowns=tuple(unique(unknowns, key=lambda u: (u.what, u.location))),
                        local_configs=_local_model_configs(path, calls),
                        files=tuple(files), suppressions=tuple(suppressions), deepspeed_configs=deepspeed,
-                       checkpoints=probe_checkpoints(path, calls))
+                       checkpoints=probe_checkpoints(path, calls), classes=classes, parsed=tuple(parsed))
