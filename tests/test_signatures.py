@@ -513,3 +513,22 @@ def test_a_release_newer_than_the_table_is_judged_as_the_newest_read_with_a_warn
     result, _ = run_check(WARMUP, versions={"transformers": "5.40.0"})
     [finding] = pd217(result)
     assert finding.severity == "warning" and "newer than the transformers releases" in finding.message
+
+
+SFT_TOKENIZER = """{first}
+from trl import SFTConfig, SFTTrainer
+model, tokenizer = load()
+trainer = SFTTrainer(model=model, tokenizer=tokenizer, args=SFTConfig("out"), train_dataset=data)
+trainer.train()
+"""
+
+
+def test_sft_trainer_tokenizer_is_refused_by_trl_but_taken_once_unsloth_is_imported(run_check):
+    """TRL 1.x's SFTTrainer has no `tokenizer=`; `import unsloth` rebuilds every TRL trainer with one that feeds
+    processing_class (unsloth/models/rl.py), which is why Unsloth notebooks pass it."""
+    plain, _ = run_check(SFT_TOKENIZER.format(first="import torch"), versions={"trl": "1.16.0"})
+    pd217 = [f for f in plain.findings if f.rule_id == "PD217"]
+    assert pd217 and "tokenizer" in pd217[0].message and pd217[0].severity == "error"
+    unsloth, _ = run_check(SFT_TOKENIZER.format(first="from unsloth import FastLanguageModel"),
+                           versions={"trl": "1.16.0"})
+    assert "PD217" not in {f.rule_id for f in unsloth.findings}

@@ -95,10 +95,13 @@ def _judge_call(call: Call, script: ScriptFacts, stack: StackFacts):
     loader = cid == LOADER
     known_to_loader = set(table()["classes"][LOADER]["names"]) if loader else set()
     shown = call.callee.rsplit(".", 1)[-1] if not loader else "from_pretrained"
+    unsloth_trainer = call.kind == "trainer" and cid.startswith("trl") and _imports_unsloth(script)
     for name, value in call.kwargs.items():
         if name == "**" or name in got.names or (cid, name) in SPECIALISED or \
                 (_owner(cid, script, stack), name) in SPECIALISED:
             continue
+        if unsloth_trainer and name == "tokenizer":
+            continue  # `import unsloth` rebuilds TRL's trainers with a `tokenizer=` that feeds processing_class
         if loader and name not in known_to_loader:
             continue  # any other keyword may be an attribute of the model's config: not judged
         severity, doubt = _verdict(cid, name, got, script, stack)
@@ -115,6 +118,12 @@ def _judge_call(call: Call, script: ScriptFacts, stack: StackFacts):
                     severity="warning" if ignored else severity,
                     confidence="likely" if severity == "warning" else "certain",
                     fix=_call_fix(call, name, value, new, same, shown, loader))
+
+
+def _imports_unsloth(script: ScriptFacts) -> bool:
+    """Unsloth patches every TRL trainer when imported (`unsloth/models/rl.py` PatchFastRL, run by
+    `unsloth/models/llama.py` at import): the rebuilt `__init__` takes `tokenizer=` again."""
+    return any(m == "unsloth" or m.startswith("unsloth.") for m in script.imports)
 
 
 # An `if` that asks which release is installed, or what it accepts, before passing a keyword.
