@@ -35,6 +35,8 @@ class CallKind(StrEnum):
     CAST_MIXED = "cast_mixed"
     OPTIMIZER = "optimizer"
     PEFT_LOAD = "peft_load"
+    ADD_ADAPTER = "add_adapter"  # model.add_adapter(LoraConfig): peft's inject_adapter_in_model, in place
+    CAST_TRAINABLE = "cast_trainable"  # diffusers' cast_training_params(model, dtype): the trainable ones only
     MODEL_LOAD = "model_load"
     CAST = "cast"
     GC_ENABLE = "gc_enable"
@@ -184,6 +186,8 @@ RECOGNISERS: tuple[Recogniser, ...] = (
     Recogniser(CallKind.CAST_MIXED, last={"cast_mixed_precision_params"}),
     Recogniser(CallKind.OPTIMIZER, prefixes=OPTIMIZER_PREFIXES, when=_optimizer_class),
     Recogniser(CallKind.PEFT_LOAD, methods={"from_pretrained"}, when=lambda s: s.owner.startswith("PeftModel")),
+    Recogniser(CallKind.ADD_ADAPTER, methods={"add_adapter"}),
+    Recogniser(CallKind.CAST_TRAINABLE, last={"cast_training_params"}),
     Recogniser(CallKind.MODEL_LOAD, names=SENTENCE_TRANSFORMERS_MODELS),
     Recogniser(CallKind.MODEL_LOAD, methods={"from_pretrained"}, prefixes=("unsloth.",),
                when=lambda s: s.owner.startswith("Fast")),

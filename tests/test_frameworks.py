@@ -39,6 +39,8 @@ CASES = [
     ("sentence_transformers/train.py", "t4", (), {"PD201"}),  # fp16 model_kwargs under fp16=True
     ("unsloth/train.py", "a100", (), {"PD404"}),  # Unsloth's default 4-bit load trained without adapters
     ("diffusers/train_text_to_image.py", "a10g", ("--mixed_precision", "fp16"), {"PD201"}),  # the UNet cast to fp16
+    # LoRA by add_adapter takes the UNet's fp16; the twin's cast_training_params makes the adapters fp32
+    ("diffusers/train_text_to_image_lora.py", "a10g", ("--mixed_precision", "fp16"), {"PD201"}),
 ]
 
 
