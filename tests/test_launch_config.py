@@ -208,3 +208,30 @@ def test_zero3_with_device_map_gets_pd502s_fix_not_a_per_rank_map(run_check):
     zero2, _ = run_check(code, target="a100:2",
                          launcher="accelerate launch --use_deepspeed --zero_stage 2 --num_processes 2 train.py")
     assert "PD302" in {f.rule_id for f in zero2.findings}
+
+
+def test_a_quoted_zero_stage_is_the_stage_accelerate_reads(run_check, tmp_path):
+    """accelerate passes zero_stage through ACCELERATE_DEEPSPEED_ZERO_STAGE and int()s it: "3" is ZeRO-3."""
+    (tmp_path / "zero3.yaml").write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\n"
+                                         "deepspeed_config:\n  zero_stage: '3'\n  zero3_init_flag: true\n"
+                                         "mixed_precision: bf16\nnum_processes: 2\n")
+    code = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+            "args = TrainingArguments('out', bf16=True)\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', dtype=torch.bfloat16, device_map='auto')\n"
+            "Trainer(model=model, args=args).train()\n")
+    result, _ = run_check(code, target="a100:2", launcher="accelerate launch --config_file zero3.yaml train.py")
+    fired = {f.rule_id for f in result.findings}
+    assert "PD502" in fired and "PD302" not in fired, fired
+
+
+def test_pd302_still_speaks_under_zero3_when_zero3_does_not_reach_the_load(run_check):
+    """TrainingArguments built after from_pretrained: ZeRO-3 is not registered at load time, PD502 stays quiet, and
+    the per-process device_map spread is PD302's again."""
+    code = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', dtype=torch.bfloat16, device_map='auto')\n"
+            "args = TrainingArguments('out', bf16=True)\n"
+            "Trainer(model=model, args=args).train()\n")
+    result, _ = run_check(code, target="a100:2",
+                          launcher="accelerate launch --use_deepspeed --zero_stage 3 --num_processes 2 train.py")
+    fired = {f.rule_id for f in result.findings}
+    assert "PD502" not in fired and "PD302" in fired, fired

@@ -6,17 +6,15 @@ from __future__ import annotations
 
 from .. import dtypes
 from ..derive import Setup, decide, evidence_of
-from ..derive.sharding import hard_enabled, precision_enabled, zero_stage
+from ..derive.sharding import hard_enabled, precision_enabled, zero3_shards_the_load
 from ..registry import Example, LogSignature, rule
 from ..facts import ABSENT, KNOWN, Call, LaunchFacts, MachineFacts, ScriptFacts, StackFacts
 from ..families import overflows_fp16
 from ..findings import Applicability, Draft, Evidence, Fix
-from ..probes.stack import at_least
 from ._common import only_on_some_paths, path_severity, present, set_kwarg
 
 # accelerate 1.0.0's DeepSpeedPlugin.set_deepspeed_weakref registers the config with transformers whatever
 # zero3_init_flag says; before it, only with the flag on (read in v0.34.0 and v1.0.0 utils/dataclasses.py)
-ACCELERATE_ALWAYS_REGISTERS_ZERO3 = "1.0.0"
 _HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
 
 
@@ -148,14 +146,9 @@ def _accelerate_mismatch(setup: Setup, launch: LaunchFacts, config: dict, where:
                     launcher="accelerate launch --use_deepspeed --zero_stage 2 --num_processes 2 train.py")],
 )
 def zero3_with_device_map(script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts):
-    config, where, call = deepspeed_config(setup)
-    load = setup.model_load
-    if config is None or load is None or call is None or zero_stage(config) != 3:
-        return
-    if not setup.sharding.zero3_init and not at_least(stack, "accelerate", ACCELERATE_ALWAYS_REGISTERS_ZERO3):
-        return  # older accelerate hands ZeRO-3 to transformers only under zero3_init_flag
-    if (call.location.path, call.location.line) > (load.location.path, load.location.line):
-        return  # registered after loading: zero.Init does not apply to this load
+    if not zero3_shards_the_load(setup, stack):
+        return  # no ZeRO-3, or registered after loading (zero.Init does not apply to this load)
+    where, load = setup.sharding.evidence, setup.model_load
     for name in ("device_map", "low_cpu_mem_usage", "quantization_config", "load_in_4bit", "load_in_8bit"):
         v = decide(load.kwarg(name), machine, stack)
         if v.state == KNOWN and v.value not in (None, False):

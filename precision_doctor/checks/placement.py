@@ -4,6 +4,7 @@ DDP, moving offloaded models, inputs left on the CPU (PD301-PD305)."""
 from __future__ import annotations
 
 from ..derive import LaunchPlan, Setup, call_evidence, decide, device_map_kind, evidence_of
+from ..derive.sharding import zero3_shards_the_load
 from ..derive.live import live_evidence
 from ..registry import Example, LogSignature, rule
 from ..facts import KNOWN, Call, LaunchFacts, MachineFacts, MachineOrigin, ScriptFacts, StackFacts
@@ -160,7 +161,7 @@ def device_map_auto_under_ddp(script: ScriptFacts, setup: Setup, machine: Machin
     n, n_ev = plan.multi_process, plan.processes_evidence
     if n <= 1:
         return
-    if setup is not None and setup.sharding.kind == "deepspeed" and setup.sharding.stage == 3:
+    if setup is not None and zero3_shards_the_load(setup, stack):
         return  # ZeRO-3 refuses any device_map at load (PD502, whose fix removes it): a per-rank map is no cure
     for load in script.of("model_load"):
         v = decide(load.kwarg("device_map"), machine, stack)

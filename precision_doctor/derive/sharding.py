@@ -177,7 +177,8 @@ def _accelerate_deepspeed(settings: dict[str, Value], launch: LaunchFacts, on: V
         return replace(_deepspeed("launch", launch.deepspeed_config, tuple(evidence), call),
                        zero3_init=_zero3_init(settings))
     stage_v = settings.get("zero_stage")
-    stage = stage_v.value if stage_v is not None and isinstance(stage_v.value, int) else ACCELERATE_DEFAULT_STAGE
+    stage = _int(stage_v.value) if stage_v is not None else None  # a quoted "3" too: accelerate int()s the variable
+    stage = ACCELERATE_DEFAULT_STAGE if stage is None else stage
     if stage_v is not None:
         evidence.append(_evidence(stage_v, f"ZeRO stage {stage}", launch.command))
     zero: dict[str, Any] = {"stage": stage}
@@ -189,6 +190,15 @@ def _accelerate_deepspeed(settings: dict[str, Value], launch: LaunchFacts, on: V
                 evidence.append(_evidence(v, f"{key.replace('_', ' ')} to {v.value}", launch.command))
     return replace(_deepspeed("launch", {"zero_optimization": zero}, tuple(evidence), call),
                    zero3_init=_zero3_init(settings))
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    text = str(value).strip()
+    return int(text) if text.isdigit() else None
 
 
 def _zero3_init(settings: dict[str, Value]) -> bool:
@@ -214,3 +224,24 @@ def _raw_fsdp(call) -> str:
     text = v.text.upper() if v.state != "absent" else "FULL_SHARD"
     return next((kind for name, kind in _FSDP_STRATEGIES.items() if not name.isdigit() and name in text),
                 "full_shard")
+
+
+# accelerate >= 1.0.0 registers ZeRO-3 with transformers whatever zero3_init_flag says (v0.34.0 vs v1.0.0
+# `set_deepspeed_weakref`)
+ACCELERATE_ALWAYS_REGISTERS_ZERO3 = "1.0.0"
+
+
+def zero3_shards_the_load(setup: Setup, stack: StackFacts) -> bool:
+    """ZeRO-3 is registered with transformers before the model loads, so `from_pretrained` runs under zero.Init and
+    refuses a device map, low-memory loading or quantization (PD502)."""
+    from ..probes.stack import at_least
+
+    sharding, load = setup.sharding, setup.model_load
+    if sharding.kind != "deepspeed" or sharding.config is None or sharding.call is None or load is None:
+        return False
+    if zero_stage(sharding.config) != 3:
+        return False
+    if not sharding.zero3_init and not at_least(stack, "accelerate", ACCELERATE_ALWAYS_REGISTERS_ZERO3):
+        return False  # older accelerate hands ZeRO-3 to transformers only under zero3_init_flag
+    call = sharding.call
+    return (call.location.path, call.location.line) <= (load.location.path, load.location.line)
