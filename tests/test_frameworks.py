@@ -96,6 +96,19 @@ def test_lightning_devices_beyond_the_visible_gpus_is_lightnings_own_refusal(tmp
     assert "PD111" not in fired(clean)
 
 
+@pytest.mark.parametrize("devices,refused", [("[0, 3]", "[0, 3]"), ("'0,3'", "[0, 3]"), ("[1, 2]", "[1, 2]"),
+                                             ("[1]", None), ("[0, 1]", None)])
+def test_lightning_gpu_ids_are_checked_against_the_visible_gpus(tmp_path, devices, refused):
+    """A list (or "0,3") names GPU ids, which Lightning's `_sanitize_gpu_ids` checks against the visible ones: two
+    ids on two GPUs can still ask for one that does not exist."""
+    result, _ = lit(tmp_path, f"accelerator='gpu', devices={devices}", target="a100:2")
+    pd111 = [f for f in result.findings if f.rule_id == "PD111"]
+    if refused is None:
+        assert not pd111, pd111[0].message
+    else:
+        assert pd111 and pd111[0].error.startswith(f"MisconfigurationException: You requested gpu: {refused}")
+
+
 def test_lightning_ddp_with_a_spreading_device_map_is_a_multi_process_error(tmp_path):
     result, _ = lit(tmp_path, "accelerator='gpu', devices='auto', precision='bf16-mixed'",
                     load=", dtype=torch.bfloat16, device_map='auto'", target="a100:4")

@@ -11,6 +11,7 @@ from ..derive.launch import command_with_option
 from ..registry import Example, LogSignature, rule
 from ..facts import ABSENT, KNOWN, BusyPort, Call, GpuProcess, LaunchFacts, MachineFacts, ScriptFacts, StackFacts
 from ..findings import Applicability, Draft, Evidence, Fix
+from ..probes.frameworks import lightning_launch
 from ..probes.stack import at_least
 from ._common import gpu_phrase, native_bf16, present, set_kwarg
 
@@ -252,14 +253,21 @@ def master_port_in_use(machine: MachineFacts, launch: LaunchFacts, stack: StackF
 )
 def more_processes_than_gpus(machine: MachineFacts, launch: LaunchFacts, plan: LaunchPlan):
     n, n_ev = plan.processes, plan.processes_evidence
-    if not n or n <= 1 or not machine.gpus or n <= len(machine.gpus):
+    if not n or not machine.gpus:
         return
     visible = len(machine.gpus)
-    if plan.spawner == "lightning" and plan.spawner_call is not None:
+    lightning = plan.spawner == "lightning" and plan.spawner_call is not None
+    found = lightning_launch(plan.spawner_call) if lightning else None
+    ids = list(found.device_ids) if found is not None and found.device_ids else list(range(n))
+    fits = max(ids) < visible if lightning else n <= visible
+    if fits or (not lightning and n <= 1):
+        return
+    if lightning:
         trainer = plan.spawner_call  # Lightning checks the ids it is given against the visible GPUs itself
-        yield Draft(f"{trainer.callee.rsplit('.', 1)[-1]}(devices=...) asks for {n} GPUs but only {visible} "
+        asked = f"GPUs {ids}" if found is not None and found.device_ids else f"{n} GPUs"
+        yield Draft(f"{trainer.callee.rsplit('.', 1)[-1]}(devices=...) asks for {asked} but only {visible} "
                     f"{'are' if visible != 1 else 'is'} visible ({gpu_phrase(machine)})", evidence=(n_ev,),
-                    error=f"MisconfigurationException: You requested gpu: {list(range(n))}\n But your machine only "
+                    error=f"MisconfigurationException: You requested gpu: {ids}\n But your machine only "
                           f"has: {list(range(visible))}",
                     fix=Fix(f"devices={visible}, or devices='auto' (every visible GPU)",
                             applicability=Applicability.SAFE,

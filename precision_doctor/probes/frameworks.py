@@ -77,6 +77,7 @@ class LightningLaunch:
     offload_params: bool = False
     fsdp: str = ""  # FSDP sharding strategy
     on_gpu: bool = True  # False: accelerator="cpu" / "tpu" / "mps": no GPU processes to place
+    device_ids: tuple[int, ...] = ()  # the GPU ids a list or "0,3" names; () for a count or "auto"
 
 
 def lightning_launch(call: Call) -> LightningLaunch | None:
@@ -95,7 +96,19 @@ def lightning_launch(call: Call) -> LightningLaunch | None:
     if devices is False or nodes < 1 or nodes_v.state not in (KNOWN, "absent"):
         return None
     found = _strategy(call.kwarg("strategy"))
-    return replace(found or LightningLaunch("unknown", None), devices=devices, num_nodes=nodes)
+    return replace(found or LightningLaunch("unknown", None), devices=devices, num_nodes=nodes,
+                   device_ids=_device_ids(call.kwarg("devices")))
+
+
+def _device_ids(v: Value) -> tuple[int, ...]:
+    """GPU ids as `_parse_gpu_ids` reads them: a list, or a string with a comma ("0,3"; "3" alone is a count)."""
+    raw = v.value if v.state == KNOWN else None
+    if isinstance(raw, str) and "," in raw:
+        parts = [p.strip() for p in raw.split(",") if p.strip()]
+        return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else ()
+    if isinstance(raw, (list, tuple)) and all(isinstance(i, int) and not isinstance(i, bool) for i in raw):
+        return tuple(raw)
+    return ()
 
 
 def _devices(v: Value) -> int | None | bool:
