@@ -258,3 +258,22 @@ def test_diffusers_loader_keeps_its_own_torch_dtype_keyword(tmp_path):
     result, _ = check_code(tmp_path, code, target="a10g")
     assert "PD201" in fired(result)  # the trained UNet loaded in fp16 under fp16 AMP
     assert "PD214" not in fired(result)  # torch_dtype= is diffusers' keyword, not a renamed transformers one
+
+
+UNSLOTH_FULL = """from unsloth import FastLanguageModel, is_bfloat16_supported
+from trl import SFTConfig, SFTTrainer
+model, tokenizer = FastLanguageModel.from_pretrained(model_name="unsloth/Llama-3.2-1B", max_seq_length=2048,
+                                                     {extra})
+trainer = SFTTrainer(model=model, tokenizer=tokenizer, train_dataset=ds,
+                     args=SFTConfig(output_dir="o", fp16=not is_bfloat16_supported(), bf16=is_bfloat16_supported()))
+trainer.train()
+"""
+
+
+def test_unsloth_full_finetuning_in_fp16_trains_float32_weights(tmp_path):
+    """Unsloth upcasts every trained weight to float32 for a full fine-tune outside bf16, so fp16 AMP's scaler
+    meets fp32 gradients on a T4; loaded unquantized in fp16 without full_finetuning, the same script is PD201."""
+    full, _ = check_code(tmp_path, UNSLOTH_FULL.format(extra="full_finetuning=True"), target="t4")
+    assert "PD201" not in fired(full)
+    plain, _ = check_code(tmp_path, UNSLOTH_FULL.format(extra="load_in_4bit=False, dtype=torch.float16"), target="t4")
+    assert "PD201" in fired(plain)

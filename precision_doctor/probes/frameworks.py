@@ -267,7 +267,10 @@ def unsloth_load(call: Call) -> tuple[Call, list[Call]]:
         kwargs["quantization_config"] = Value(state=DYNAMIC, text=call.text, location=call.location,
                                               reason="Unsloth's load_in_4bit / load_in_8bit are set at run time")
         return replace(call, args=args, kwargs=kwargs), []
-    if _on(flags["full_finetuning"]) or _on(flags["load_in_16bit"]):
+    if _on(flags["full_finetuning"]):
+        kwargs["dtype"] = _unsloth_full_finetuning_dtype(dtype, kwargs.pop("float32_mixed_precision", None))
+        return replace(call, args=args, kwargs=kwargs), []
+    if _on(flags["load_in_16bit"]):
         return replace(call, args=args, kwargs=kwargs), []
     prequantized = name is not None and name.state == KNOWN and str(name.value).lower().endswith("-bnb-4bit")
     if _on(flags["load_in_8bit"]):
@@ -290,6 +293,24 @@ def unsloth_load(call: Call) -> tuple[Call, list[Call]]:
 
 def _on(v: Value | None) -> bool:
     return v is not None and v.state == KNOWN and v.value is True
+
+
+_UPCAST = Origin("default", "Unsloth upcasts the trained weights to float32 for a full fine-tune outside bfloat16 "
+                            "(unsloth_zoo prepare_model_for_training; float32_mixed_precision)")
+
+
+def _unsloth_full_finetuning_dtype(dtype: Value, fp32_mixed: Value | None) -> Value:
+    """A full fine-tune trains every weight in float32 unless they are bfloat16 (then pure bf16), or in float32
+    always under `float32_mixed_precision=True`."""
+    fp32 = Value(state=KNOWN, value="torch.float32", text=dtype.text, location=dtype.location,
+                 origins=dtype.origins + (_UPCAST,))
+    if _on(fp32_mixed):
+        return fp32
+    if dtype.state == CONDITIONAL and dtype.if_false is not None:
+        return replace(dtype, if_false=replace(fp32, origins=dtype.if_false.origins + (_UPCAST,)))
+    if dtype.state == KNOWN and "float16" in str(dtype.value) and "bfloat16" not in str(dtype.value):
+        return fp32
+    return dtype
 
 
 def _unsloth_dtype(v: Value | None, call: Call) -> Value:
