@@ -7,6 +7,7 @@ from pathlib import Path
 from precision_doctor import engine
 from precision_doctor.collect import gather
 
+from .conftest import bare_env
 from .fake_nvml import NO_NVML
 
 HEAD = ("from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments\n"
@@ -17,13 +18,6 @@ def pd217(result):
     return [f for f in result.findings if f.rule_id == "PD217"]
 
 
-def _bare_env(tmp_path: Path) -> Path:
-    """A training environment with nothing of the ML stack installed: versions come from the project."""
-    site = tmp_path / "bare-env" / "lib" / "python3.11" / "site-packages"
-    site.mkdir(parents=True)
-    (tmp_path / "bare-env" / "bin").mkdir()
-    (tmp_path / "bare-env" / "bin" / "python").write_text("")
-    return tmp_path / "bare-env" / "bin" / "python"
 
 
 def _project(tmp_path: Path, code: str, requirements: str | None = None, python: Path | None = None,
@@ -37,7 +31,7 @@ def _project(tmp_path: Path, code: str, requirements: str | None = None, python:
     for name, text in (files or {}).items():
         (project / name).parent.mkdir(parents=True, exist_ok=True)
         (project / name).write_text(text)
-    facts = gather([str(project / "train.py")], environ={}, system=NO_NVML, python=str(python or _bare_env(tmp_path)),
+    facts = gather([str(project / "train.py")], environ={}, system=NO_NVML, python=str(python or bare_env(tmp_path)),
                    script_args=tuple(script_args))
     return engine.run(facts)
 
@@ -452,7 +446,7 @@ def test_the_keywords_fixture_and_its_twin(tmp_path, monkeypatch):
     """The README's example: a TRL recipe written for older releases, on the releases its project pins."""
     fixture = Path(__file__).resolve().parents[1] / "fixtures" / "keywords"
     monkeypatch.chdir(fixture)
-    python = str(_bare_env(tmp_path))
+    python = str(bare_env(tmp_path))
     facts = gather([str(fixture / "sft.py")], environ={}, system=NO_NVML, python=python,
                    script_args=("--config", "recipes/sft.yaml"))
     found = sorted((f.evidence[0].location.line, f.message.split("`")[1], f.severity)

@@ -132,13 +132,6 @@ def test_bitsandbytes_config_really_takes_and_ignores_a_typo(tmp_path):
     assert finding.severity == "warning"
 
 
-@pytest.fixture(scope="module")
-def tiny_llama(tmp_path_factory):
-    cfg = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                   num_attention_heads=2, num_key_value_heads=2, vocab_size=128)
-    path = tmp_path_factory.mktemp("tiny-llama")
-    transformers.LlamaForCausalLM(cfg).save_pretrained(path)
-    return path
 
 
 def test_from_pretrained_hands_a_removed_keyword_to_the_model(tiny_llama, tmp_path):
