@@ -10,11 +10,11 @@ import json
 import os
 import stat
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ._util import MAX_GPUS_PER_NODE
+from ._util import MAX_GPUS_PER_NODE, record
 from .config import excluded
 from .errors import InputError
 from .facts import (Allocation, Facts, JobFacts, LaunchFacts, MachineFacts, MachineOrigin, ScriptFacts, StackFacts,
@@ -82,7 +82,7 @@ def _listing_problem(folder: Path) -> str:
     return "it changed during the run"
 
 
-@dataclass(frozen=True)
+@record
 class System:
     """The outside world the machine probes read; tests pass fakes built from a machine fixture."""
 
@@ -104,13 +104,13 @@ def this_machine(environ: Mapping[str, str], launch: LaunchFacts, system: System
     return replace(machine, host=host, probed_at=time.time())
 
 
-@dataclass(frozen=True)
+@record
 class _SnapshotHeader:
     kind: Any = None
     version: Any = None
 
 
-@dataclass(frozen=True)
+@record
 class Snapshot:
     """A snapshot file's declared shape: the facts dataclasses themselves (typed.py checks a file against it)."""
 

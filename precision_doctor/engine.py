@@ -8,9 +8,9 @@ fix's applicability never looser than declared.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from ._util import unique
+from ._util import record, unique
 from .catalog import rules
 from .config import Policy
 from .derive import Derived, derive
@@ -21,13 +21,13 @@ from .findings import SEVERITY_RANK, Confidence, Draft, Evidence, Finding, Fix, 
 from .registry import REGISTRY, Rule
 
 
-@dataclass(frozen=True)
+@record
 class Skipped:
     rule_id: str
     reason: str
 
 
-@dataclass(frozen=True)
+@record
 class Withdrawn:
     """A static finding the live model contradicts."""
 
@@ -37,7 +37,7 @@ class Withdrawn:
     reason: str
 
 
-@dataclass(frozen=True)
+@record
 class Silenced:
     """A rule that stayed silent on a script while a derived fact it read was unknown: the value that kept it
     quiet and where it is written: the expression itself, else those arguments of the call holding it that its
@@ -50,7 +50,7 @@ class Silenced:
     locations: tuple[Location, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class Result:
     findings: tuple[Finding, ...]
     skipped: tuple[Skipped, ...]
@@ -59,7 +59,7 @@ class Result:
     silenced: tuple[Silenced, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class SuppressionUse:
     """What the suppression comments did, for the rules that judge them (PD001)."""
 
@@ -78,6 +78,7 @@ def run(facts: Facts, policy: Policy | None = None) -> Result:
     crashed: list[Skipped] = []
     withdrawn: list[Withdrawn] = []
     silenced: list[Silenced] = []
+    available = {}  # per script: the same for every rule
     for r in chosen:
         if r.after_findings:
             continue
@@ -88,8 +89,11 @@ def run(facts: Facts, policy: Policy | None = None) -> Result:
         # a launch rule also runs for each script that starts its own processes (Lightning), with that plan
         own_plans = [s for s in facts.scripts if s.path in derived.plans] if "plan" in r.params else []
         for script in (facts.scripts if r.per_script else [None] + own_plans):
+            key = id(script)
+            if key not in available:
+                available[key] = _available(facts, derived, script, None)
             try:
-                findings.extend(_run_rule(r, facts, derived, script, withdrawn, silenced))
+                findings.extend(_run_rule(r, facts, derived, script, withdrawn, silenced, available[key]))
             except Exception as exc:  # a crashed check is a result, not a crash of the tool
                 crashed.append(Skipped(r.id, f"{type(exc).__name__}: {exc}"))
     if facts.live is not None:
@@ -127,20 +131,25 @@ def _live_missing(live) -> str:
 
 
 def _inject(r: Rule, facts: Facts, derived: Derived, script, use: SuppressionUse | None, live="facts") -> dict:
-    live_known = facts.live is not None and facts.live.known
-    stack = script.stack if script is not None and script.stack is not None else facts.stack  # its project's
-    available = {"facts": facts, "machine": facts.machine, "stack": stack, "launch": facts.launch,
-                 "plan": derived.plan_for(script.path) if script else derived.plan, "script": script,
-                 "setup": derived.setups.get(script.path) if script else None,
-                 "live": (facts.live if live_known else None) if live == "facts" else live, "suppressions": use,
-                 "job": facts.job}
+    available = _available(facts, derived, script, use, live)
     return {p: available[p] for p in r.params}
 
 
+def _available(facts: Facts, derived: Derived, script, use: SuppressionUse | None, live="facts") -> dict:
+    """What a rule may name as a parameter, for one script (None: the run)."""
+    live_known = facts.live is not None and facts.live.known
+    stack = script.stack if script is not None and script.stack is not None else facts.stack  # its project's
+    return {"facts": facts, "machine": facts.machine, "stack": stack, "launch": facts.launch,
+            "plan": derived.plan_for(script.path) if script else derived.plan, "script": script,
+            "setup": derived.setups.get(script.path) if script else None,
+            "live": (facts.live if live_known else None) if live == "facts" else live, "suppressions": use,
+            "job": facts.job}
+
+
 def _run_rule(r: Rule, facts: Facts, derived: Derived, script, withdrawn: list[Withdrawn],
-              silenced: list[Silenced]) -> list[Finding]:
+              silenced: list[Silenced], available: dict) -> list[Finding]:
     path = script.path if script else ""
-    injected = _inject(r, facts, derived, script, None)
+    injected = {p: available[p] for p in r.params}
     reads = None
     if injected.get("setup") is not None:
         injected["setup"] = reads = _ReadRecorder(injected["setup"])

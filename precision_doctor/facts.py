@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass, field
+from dataclasses import field
+from functools import cached_property
 from typing import Any
 
-from ._util import StrEnum
+from ._util import StrEnum, record
 from .call_kinds import CallKind
 
 
@@ -27,7 +28,7 @@ class State(StrEnum):
 KNOWN, ABSENT, CONDITIONAL, DYNAMIC = State.KNOWN, State.ABSENT, State.CONDITIONAL, State.DYNAMIC
 
 
-@dataclass(frozen=True)
+@record
 class Location:
     path: str
     line: int
@@ -37,7 +38,7 @@ class Location:
         return f"{self.path}:{self.line}"
 
 
-@dataclass(frozen=True)
+@record
 class Origin:
     """One step of where an effective value came from."""
 
@@ -46,7 +47,7 @@ class Origin:
     location: Location | None = None
 
 
-@dataclass(frozen=True)
+@record
 class Predicate:
     """A hardware question a script asks at run time, e.g. torch.cuda.is_bf16_supported()."""
 
@@ -58,14 +59,14 @@ class Predicate:
     location: Location | None = None  # where the check is written
 
 
-@dataclass(frozen=True)
+@record
 class TensorValue:
     """A tensor the script builds, as far as static reading knows it: its dtype."""
 
     dtype: str
 
 
-@dataclass(frozen=True)
+@record
 class Value:
     """An argument's effective value, where it came from, and how sure the doctor is of it."""
 
@@ -91,7 +92,7 @@ def absent(detail: str = "") -> Value:
     return Value(state=ABSENT, reason=detail)
 
 
-@dataclass(frozen=True)
+@record
 class Branch:
     """One run-time branch a call sits in: the `if` at `line` taken (or not), or a `try` body / handler."""
 
@@ -105,7 +106,7 @@ class Branch:
         return f"`{self.test}` is {'true' if self.taken else 'false'} (line {self.line})"
 
 
-@dataclass(frozen=True)
+@record
 class Call:
     """A call the script makes that matters to training, with its resolved arguments."""
 
@@ -131,7 +132,7 @@ class Call:
         return self.kwargs.get(name) or absent(f"{name} not passed")
 
 
-@dataclass(frozen=True)
+@record
 class Unknown:
     what: str
     reason: str
@@ -139,7 +140,7 @@ class Unknown:
     hardware: bool = False  # decided by the GPU: unknown only while the machine is
 
 
-@dataclass(frozen=True)
+@record
 class Suppression:
     """`# precision-doctor: ignore[PD201]` on a line; no ids means every rule."""
 
@@ -156,7 +157,7 @@ class CheckpointSource(StrEnum):
     UNKNOWN = "unknown"
 
 
-@dataclass(frozen=True)
+@record
 class CheckpointFacts:
     """What a checkpoint a script loads is: its shape, its stored dtype, the attention kernels it supports.
     A field the source does not give is None (or empty)."""
@@ -189,7 +190,7 @@ class CheckpointFacts:
         return self.source != CheckpointSource.UNKNOWN
 
 
-@dataclass(frozen=True)
+@record
 class ClassFacts:
     """A class the script defines (a dataclass, or a subclass of a library's arguments or trainer): what its
     constructor takes besides what it inherits."""
@@ -203,7 +204,7 @@ class ClassFacts:
     forwards: bool = False  # that __init__ takes **kwargs and passes them on (to the base's __init__)
 
 
-@dataclass(frozen=True)
+@record
 class ParsedArguments:
     """What HfArgumentParser / TrlParser is given at run time: the dataclasses it fills and each key a recipe or the
     command line sets, with the line that writes it."""
@@ -219,7 +220,7 @@ class ParsedArguments:
     options: tuple[str, ...] = ()  # options the script adds itself with parser.add_argument
 
 
-@dataclass(frozen=True)
+@record
 class ScriptFacts:
     path: str
     calls: tuple[Call, ...] = ()
@@ -235,10 +236,21 @@ class ScriptFacts:
     parsed: tuple[ParsedArguments, ...] = ()  # what its argument parsers are given
 
     def of(self, *kinds: str) -> list[Call]:
+        if len(kinds) == 1:
+            return list(self._calls_by_kind.get(kinds[0], ()))
         return [c for c in self.calls if c.kind in kinds]
 
+    @cached_property
+    def _calls_by_kind(self) -> dict[str, list[Call]]:
+        """The calls of each kind, in order: the rules ask `of(kind)` some 15,000 times over a large tree. Kept in
+        the instance's dict (not a field: not compared, shown or serialised)."""
+        out: dict[str, list[Call]] = {}
+        for c in self.calls:
+            out.setdefault(c.kind, []).append(c)
+        return out
 
-@dataclass(frozen=True)
+
+@record
 class GpuProcess:
     """A process holding a CUDA context on a GPU, with what the OS says about it."""
 
@@ -257,7 +269,7 @@ class GpuProcess:
         return self.status in ("zombie", "stopped", "gone") or self.parent_alive is False
 
 
-@dataclass(frozen=True)
+@record
 class Gpu:
     index: int
     name: str
@@ -292,7 +304,7 @@ class MachineOrigin(StrEnum):
     SNAPSHOT = "snapshot"  # a --facts file taken on the node
 
 
-@dataclass(frozen=True)
+@record
 class MachineFacts:
     """The machine the job will run on. `known` False means: the doctor could not tell."""
 
@@ -325,7 +337,7 @@ class MachineFacts:
         return (self.host.node_name or self.host.hostname if self.host else "") or self.source
 
 
-@dataclass(frozen=True)
+@record
 class Allocation:
     """The scheduler allocation a multi-node snapshot was taken in."""
 
@@ -334,7 +346,7 @@ class Allocation:
     hosts: tuple[str, ...] = ()  # the allocation's node names, in the scheduler's order (the first is the master)
 
 
-@dataclass(frozen=True)
+@record
 class BusyPort:
     port: int
     pid: int | None = None  # None: the OS would not say who holds it
@@ -342,7 +354,7 @@ class BusyPort:
     user: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class HostFacts:
     """Ports and environment of the machine the job starts on."""
 
@@ -365,7 +377,7 @@ class HostFacts:
         return True if port in self.ports_checked else None
 
 
-@dataclass(frozen=True)
+@record
 class LaunchFacts:
     """How the job is started: `python`, `accelerate launch`, `torchrun`, `deepspeed`."""
 
@@ -398,7 +410,7 @@ class VersionSource(StrEnum):
     GIVEN = "given"  # set by the caller (tests, examples)
 
 
-@dataclass(frozen=True)
+@record
 class JobSetting:
     """One value a job script sets (an #SBATCH directive, an exported variable), and the line that sets it."""
 
@@ -406,7 +418,7 @@ class JobSetting:
     line: int
 
 
-@dataclass(frozen=True)
+@record
 class JobFacts:
     """A batch job script (SLURM): what it asks the scheduler for, what it exports, how it launches."""
 
@@ -480,7 +492,7 @@ class JobFacts:
         return ""
 
 
-@dataclass(frozen=True)
+@record
 class PackageVersion:
     name: str
     version: str  # "" when not determined
@@ -494,7 +506,7 @@ class PackageVersion:
         return f"{self.name} {self.version} ({self.source}{', ' + self.origin if self.origin else ''})"
 
 
-@dataclass(frozen=True)
+@record
 class LibraryBehaviour:
     """What an installed library's source shows it does, read without importing it."""
 
@@ -502,7 +514,7 @@ class LibraryBehaviour:
     evidence: str  # the package, file and line that show it: "transformers 5.23.0 trainer.py:2210 ..."
 
 
-@dataclass(frozen=True)
+@record
 class Signature:
     """The keywords one library class or function accepts, read from the installed package's source."""
 
@@ -513,7 +525,7 @@ class Signature:
     evidence: str = ""  # "transformers 5.23.0 training_args.py:179"
 
 
-@dataclass(frozen=True)
+@record
 class StackFacts:
     packages: dict[str, PackageVersion] = field(default_factory=dict)
     behaviours: dict[str, LibraryBehaviour] = field(default_factory=dict)  # see probes/stack.py for the keys
@@ -523,7 +535,7 @@ class StackFacts:
         return self.packages.get(name) or PackageVersion(name, "", VersionSource.ASSUMED)
 
 
-@dataclass(frozen=True)
+@record
 class LiveAdapter:
     type: str = ""
     r: int | None = None
@@ -531,7 +543,7 @@ class LiveAdapter:
     modules_to_save: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class LiveModel:
     """The real model when training was about to start. Dtype counts are parameters per dtype."""
 
@@ -554,7 +566,7 @@ class LiveModel:
     config_dtype: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class LiveTrainer:
     """The Trainer's arguments after `__post_init__`, and the wrap `_wrap_model` applies."""
 
@@ -570,7 +582,7 @@ class LiveTrainer:
     max_steps: int | None = None
 
 
-@dataclass(frozen=True)
+@record
 class LiveAccelerator:
     mixed_precision: str = ""
     scaler: bool = False  # accelerate created a GradScaler
@@ -578,26 +590,26 @@ class LiveAccelerator:
     num_processes: int | None = None
 
 
-@dataclass(frozen=True)
+@record
 class LiveOptimizerGroup:
     dtypes: dict[str, int] = field(default_factory=dict)
     foreach: bool | None = None
     fused: bool | None = None
 
 
-@dataclass(frozen=True)
+@record
 class LiveOptimizer:
     class_name: str = ""
     groups: tuple[LiveOptimizerGroup, ...] = ()
     state_dtype_mismatches: int = 0  # state tensors whose dtype differs from their parameter's
 
 
-@dataclass(frozen=True)
+@record
 class LiveScaler:
     enabled: bool = True
 
 
-@dataclass(frozen=True)
+@record
 class LiveFrame:
     file: str = ""
     line: int = 0
@@ -605,7 +617,7 @@ class LiveFrame:
     code: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class LiveError:
     type: str = ""
     message: str = ""
@@ -613,7 +625,7 @@ class LiveError:
     traceback: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class LiveFacts:
     """What the script's real objects were when training was about to start (`check --live`). A part that was
     not seen is None."""
@@ -655,7 +667,7 @@ class LiveFacts:
         return _from_jsonable(cls, {k: v for k, v in data.items() if v or k not in parts})
 
 
-@dataclass(frozen=True)
+@record
 class Facts:
     scripts: tuple[ScriptFacts, ...]
     machine: MachineFacts

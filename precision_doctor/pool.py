@@ -15,11 +15,15 @@ import sys
 from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import wait
+from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable, Iterable
 
 from .supervisor import die_with_parent
 
 ATTEMPTS = 2  # an item whose worker died this many times while on it is lost
+# A batch sent ahead to a busy worker waits in the pipe: it must fit there (with the batch before it, at start)
+# or the doctor would block sending while the worker blocks sending it results.
+AHEAD_BYTES = 16 * 1024
 IDLE_DEATHS = 3  # workers dying before taking any item: starting more is pointless
 
 
@@ -34,7 +38,8 @@ class Lost:
 def run_parallel(func: Callable[[Any], Any], items: Iterable[Any], jobs: int, chunk: int = 0) -> list[Any]:
     """`[func(item) for item in items]` in up to `jobs` worker processes, in order; an item whose worker died
     is a `Lost`. An exception raised by `func` ends every worker and is raised here, as a plain call would.
-    `chunk` items go to a worker at a time (default: about four rounds per worker)."""
+    At most `chunk` items go to a worker at a time (default: about four rounds per worker), fewer as the work
+    runs out, so that the workers finish together."""
     items = list(items)
     if jobs <= 1 or len(items) <= 1:
         return [func(item) for item in items]
@@ -50,7 +55,12 @@ class _Worker:
         self.process.start()
         child_conn.close()
         self.in_flight: deque[int] = deque()  # indexes sent and not answered, in the order the worker takes them
+        self.batch_ends: deque[int] = deque()  # the last index of each batch sent and not finished
         self.took_any = False
+
+    @property
+    def batches(self) -> int:
+        return len(self.batch_ends)
 
 
 class _Pool:
@@ -61,11 +71,24 @@ class _Pool:
         self.items = items
         self.jobs = jobs
         self.results: list[Any] = [None] * len(items)
-        self.pending: deque[list[int]] = deque(
-            list(range(i, min(i + chunk, len(items)))) for i in range(0, len(items), chunk))
+        self.chunk = chunk
+        self.queue: deque[int] = deque(range(len(items)))  # items not yet sent, in order
+        self.retries: deque[list[int]] = deque()  # batches given back by a worker that died, sent first
         self.deaths: dict[int, int] = {}
         self.idle_deaths = 0
         self.workers: list[_Worker] = []
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.retries or self.queue)
+
+    def _next_batch(self) -> list[int]:
+        """A retried batch first; else the next items, about half of an even share of what is left (at most
+        `chunk`): large batches while there is much to do, single items at the end."""
+        if self.retries:
+            return self.retries.popleft()
+        size = max(1, min(self.chunk, len(self.queue) // (2 * self.jobs)))
+        return [self.queue.popleft() for _ in range(min(size, len(self.queue)))]
 
     def run(self) -> list[Any]:
         try:
@@ -85,14 +108,25 @@ class _Pool:
         while self.pending and len(self.workers) < self.jobs and self.idle_deaths < IDLE_DEATHS:
             self.workers.append(_Worker(self.context, self.func))
         for worker in self.workers:
-            if not worker.in_flight and self.pending:
-                batch = self.pending.popleft()
+            # a worker holds its batch and the next one, so it never waits for this process to send more (on a
+            # busy machine the doctor may not be scheduled the moment a worker runs dry)
+            while worker.batches < 2 and self.pending:
+                batch = self._next_batch()
+                payload = ForkingPickler.dumps([(i, self.items[i]) for i in batch])
+                if worker.batches and len(payload) > AHEAD_BYTES:  # it could fill the pipe of a busy worker
+                    self.retries.appendleft(batch)
+                    break
+                try:
+                    worker.conn.send_bytes(payload)
+                except OSError:  # it died since: _collect() sees it end; the batch goes to another worker
+                    self.retries.appendleft(batch)
+                    break
                 worker.in_flight.extend(batch)
+                worker.batch_ends.append(batch[-1])
                 worker.took_any = True
-                worker.conn.send([(i, self.items[i]) for i in batch])
         if self.idle_deaths >= IDLE_DEATHS and not self.workers:
             while self.pending:
-                for i in self.pending.popleft():
+                for i in self._next_batch():
                     self.results[i] = Lost("worker processes could not be started")
 
     def _collect(self, worker: _Worker) -> None:
@@ -104,6 +138,8 @@ class _Pool:
                     raise value
                 self.results[index] = value
                 worker.in_flight.remove(index)
+                if worker.batch_ends and worker.batch_ends[0] == index:
+                    worker.batch_ends.popleft()
             if worker.process.is_alive():
                 return
         except (EOFError, OSError):
@@ -121,9 +157,9 @@ class _Pool:
             self.results[culprit] = Lost(f"the worker process checking it died {ATTEMPTS} times "
                                          f"(last: {_how(worker.process.exitcode)})")
         else:
-            self.pending.appendleft([culprit])
+            self.retries.appendleft([culprit])
         if worker.in_flight:
-            self.pending.appendleft(list(worker.in_flight))
+            self.retries.appendleft(list(worker.in_flight))
 
     def _end(self) -> None:
         for worker in self.workers:

@@ -105,3 +105,36 @@ def test_a_tensor_moved_to_a_device_keeps_its_dtype(run_check):
     assert not result.crashed
     values = [v.value for c in facts.scripts[0].calls for v in c.args if isinstance(v.value, TensorValue)]
     assert values == [TensorValue("float32")]
+
+
+def test_fact_records_behave_as_frozen_dataclasses():
+    """The facts are built with `_util.record` (cheaper to define than a dataclass): equal, hashed, shown and
+    frozen exactly as `@dataclass(frozen=True)` would make them."""
+    import dataclasses
+    import pickle
+
+    from precision_doctor.facts import Call, Origin, Value
+
+    here = Location("train.py", 3, 5)
+    value = Value(state="known", value=1e-4, text="1e-4", origins=(Origin("code", "lr = 1e-4", here),), location=here)
+
+    @dataclasses.dataclass(frozen=True)
+    class Location2:
+        path: str
+        line: int
+        column: int = 1
+
+    twin = Location2("train.py", 3, 5)
+    assert repr(here) == "Location(" + repr(twin).split("(", 1)[1] == "Location(path='train.py', line=3, column=5)"
+    assert hash(here) == hash(twin) and here == Location("train.py", 3, 5) and here != Location("train.py", 3, 6)
+    assert here.__eq__(twin) is NotImplemented  # another class is never equal, as with dataclasses
+    assert dataclasses.is_dataclass(value) and [f.name for f in dataclasses.fields(Location)] == ["path", "line", "column"]
+    assert dataclasses.replace(value, text="x").text == "x" and pickle.loads(pickle.dumps(value)) == value
+    try:
+        here.line = 4
+    except dataclasses.FrozenInstanceError:
+        pass
+    else:
+        raise AssertionError("a fact must be immutable")
+    call = Call(kind="trainer", callee="Trainer", location=here, scope="<module>", kwargs={"args": value})
+    assert call == Call(kind="trainer", callee="Trainer", location=here, scope="<module>", kwargs={"args": value})

@@ -265,6 +265,23 @@ def test_a_worker_that_dies_costs_only_its_item(tmp_path):
     assert results == list(range(10))  # the killed worker's item was tried again, its batch finished elsewhere
 
 
+BIG_ITEMS = """
+from precision_doctor.pool import run_parallel
+
+def echo(item):
+    return item * 3  # results larger than a pipe holds, while large batches wait to be sent
+
+items = ["x" * 400_000 + str(i) for i in range(24)]
+assert run_parallel(echo, items, jobs=2, chunk=4) == [i * 3 for i in items]
+print("ok")
+"""
+
+
+def test_large_items_and_results_never_block_the_pool():
+    done = subprocess.run([sys.executable, "-c", BIG_ITEMS], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "ok", done.stderr
+
+
 POOL_PARENT = """
 import os, sys, time
 from precision_doctor.pool import run_parallel

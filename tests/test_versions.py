@@ -171,3 +171,22 @@ def test_check_python_flag_end_to_end(tmp_path):
     missing = subprocess.run(cmd[:5] + ["--python", str(tmp_path / "nope")], capture_output=True, text=True)
     assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
     assert json.loads(out.stdout)
+
+
+def test_installed_versions_read_every_metadata_layout(tmp_path):
+    """dist-info METADATA as installers write it, with CRLF line ends or a folded header (read by the email parser),
+    a develop install's egg-info PKG-INFO; the first of a name on the path wins; other distributions are not read."""
+    first, second = tmp_path / "site1", tmp_path / "site2"
+    for folder, name, body in [
+        (first / "torch-2.4.0.dist-info", "METADATA", "Metadata-Version: 2.1\r\nName: torch\r\nVersion: 2.4.0\r\n"),
+        (first / "transformers-4.46.0.dist-info", "METADATA",
+         "Metadata-Version: 2.1\nName: transformers\nSummary: State-of-the-art\n  Machine Learning\nVersion: 4.46.0\n"),
+        (first / "peft.egg-info", "PKG-INFO", "Metadata-Version: 1.0\nName: peft\nVersion: 0.13.0.dev0\n"),
+        (first / "not_tracked-1.0.dist-info", "METADATA", "Name: not-tracked\nVersion: 1.0\n"),
+        (second / "torch-1.13.0.dist-info", "METADATA", "Name: torch\nVersion: 1.13.0\n"),
+        (second / "accelerate-1.0.0.dist-info", "METADATA", "Name: accelerate\nVersion: 1.0.0\n"),
+    ]:
+        folder.mkdir(parents=True)
+        (folder / name).write_bytes(body.encode())
+    assert installed_versions((str(first), str(second))) == {
+        "torch": "2.4.0", "transformers": "4.46.0", "peft": "0.13.0.dev0", "accelerate": "1.0.0"}

@@ -10,6 +10,7 @@ call means (argparse, HfArgumentParser, torch, the environment, the GPU) is read
 from __future__ import annotations
 
 import ast
+from math import inf as _INF
 
 from .._util import python_lines
 from ..facts import CONDITIONAL, DYNAMIC, KNOWN, Location, Origin, Predicate, Value, TensorValue
@@ -58,11 +59,14 @@ class Imports:
 class Resolver:
     def __init__(self, path: str, source: str, tree: ast.Module, index: ScopeIndex,
                  imports: Imports, script_args: tuple[str, ...] = (), nodes: list[ast.AST] | None = None,
-                 environ: tuple = (None, ""), calls: list[ast.Call] | None = None):
+                 environ: tuple = (None, ""), calls: list[ast.Call] | None = None,
+                 by_type: dict[type, list[ast.AST]] | None = None):
         self.path = path
         self.environ = environ  # (variables or None when not known, where they come from): handlers/environment
         self.nodes = nodes if nodes is not None else list(ast.walk(tree))
         self.lines = python_lines(source)
+        self._ascii = source.isascii()
+        self._locs: dict[tuple[int, int], Location] = {}
         self.tree = tree
         self.index = index
         self.imports = imports
@@ -73,12 +77,22 @@ class Resolver:
         self.memo: dict = {}  # handlers keep what they build once per script here, under their own keys
         self._calls_to: dict[str, list[ast.Call]] | None = None
         self._call_nodes: list[ast.Call] | None = calls
+        self._by_type = by_type
         self._class_scopes: dict[str, list[Scope]] | None = None
 
     # -- helpers
     def loc(self, node: ast.AST) -> Location:
+        """Where the node starts (one Location per position: most are asked for twice or more)."""
         line = getattr(node, "lineno", 1)
         col = getattr(node, "col_offset", 0)
+        found = self._locs.get((line, col))
+        if found is None:
+            found = self._locs[line, col] = self._location(line, col)
+        return found
+
+    def _location(self, line: int, col: int) -> Location:
+        if self._ascii:  # bytes are characters
+            return Location(self.path, line, col + 1)
         text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
         if not text.isascii():  # ast counts columns in UTF-8 bytes; a Location in characters
             col = len(text.encode("utf-8")[:col].decode("utf-8", errors="ignore"))
@@ -96,7 +110,7 @@ class Resolver:
     def _render(self, node: ast.AST) -> str:
         """ast.unparse; for an expression too deep to render, its first source line."""
         try:
-            return ast.unparse(node)
+            return plain_text(node) or ast.unparse(node)
         except RecursionError:
             line = getattr(node, "lineno", 0)
             text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
@@ -106,7 +120,7 @@ class Resolver:
             return ""
 
     def scope_of(self, node: ast.AST) -> Scope:
-        return self.index.scope_of.get(id(node), self.index.module)
+        return self.index.scope_at(node)
 
     def qualified(self, node: ast.AST) -> str:
         """The dotted name with imports resolved, once per node (every call's callee is asked several times)."""
@@ -163,7 +177,8 @@ class Resolver:
 
     def _sym(self, node: ast.AST, scope: Scope, ctx: Context, depth: int) -> Sym:
         if isinstance(node, ast.Constant):
-            return Known(node.value, (Origin("code", self.text(node), self.loc(node)),), self.loc(node))
+            where = self.loc(node)
+            return Known(node.value, (Origin("code", self.text(node), where),), where)
         if isinstance(node, ast.Name):
             return self.lookup(node.id, scope, node, ctx, depth)
         if isinstance(node, ast.Attribute):
@@ -215,7 +230,7 @@ class Resolver:
     # -- names
     def lookup(self, name: str, scope: Scope, use: ast.AST, ctx: Context, depth: int) -> Sym:
         line = getattr(use, "lineno", 10**9)
-        use_chain = self.index.chain_of.get(id(use), ())
+        use_chain: tuple | ast.AST = use  # its branch chain, found only if an assignment sits in a branch
         s: Scope | None = scope
         while s is not None:
             if s is scope:
@@ -232,12 +247,17 @@ class Resolver:
             return Dyn(f"{name} is imported")
         return Dyn(f"{name} is not assigned in this file")
 
-    def _latest(self, events: list[Assignment], end: int, scope: Scope, use_chain: tuple, ctx: Context,
+    def _latest(self, events: list[Assignment], end: int, scope: Scope, use_chain: tuple | ast.AST, ctx: Context,
                 depth: int, name: str, assumed: dict | None = None) -> Sym:
-        """The value of the last of `events[:end]` that reaches the use, branch by branch."""
+        """The value of the last of `events[:end]` that reaches the use, branch by branch. `use_chain`: the use's
+        branch chain, or the use itself (its chain is looked up when an assignment in a branch needs it)."""
         assumed = assumed or {}
         for i in range(end - 1, -1, -1):
             a = events[i]
+            if not a.chain:  # assigned at the scope's root: reaches every use below it
+                return self._assignment_value(a, scope, ctx, depth)
+            if type(use_chain) is not tuple:
+                use_chain = self.index.chain_at(use_chain)
             extra = _strip_prefix(a.chain, use_chain)
             decided = True
             for kind, node_id, branch in extra:
@@ -250,7 +270,7 @@ class Resolver:
                         break
                     continue
                 test = self.index.if_tests.get(node_id)
-                cond = self.sym(test, scope, ctx, depth) if test is not None else Dyn("")
+                cond = self._test_value(test, scope, ctx, depth) if test is not None else Dyn("")
                 if isinstance(cond, Known):
                     if bool(cond.value) != branch:
                         decided = None
@@ -304,8 +324,20 @@ class Resolver:
             self._settled_values[key] = found
         return found
 
+    def _test_value(self, test: ast.AST, scope: Scope, ctx: Context, depth: int) -> Sym:
+        """An if's condition, settled like an assignment: a name assigned under the if is looked up many times."""
+        key = ("test", id(test), id(scope))
+        found = self._settled_values.get(key)
+        if found is not None:
+            return found
+        return self._settled(key, ctx, lambda: self.sym(test, scope, ctx, depth))
+
     def _assignment_value(self, a: Assignment, scope: Scope, ctx: Context, depth: int) -> Sym:
-        return self._settled(("assignment", id(a)), ctx, lambda: self._evaluate_assignment(a, scope, ctx, depth))
+        key = ("assignment", id(a))
+        found = self._settled_values.get(key)
+        if found is not None:
+            return found
+        return self._settled(key, ctx, lambda: self._evaluate_assignment(a, scope, ctx, depth))
 
     def _evaluate_assignment(self, a: Assignment, scope: Scope, ctx: Context, depth: int) -> Sym:
         if a.value is None:
@@ -324,7 +356,11 @@ class Resolver:
         return inner
 
     def _param(self, name: str, scope: Scope, ctx: Context, depth: int) -> Sym:
-        return self._settled(("parameter", id(scope), name), ctx, lambda: self._passed(name, scope, ctx, depth))
+        key = ("parameter", id(scope), name)
+        found = self._settled_values.get(key)
+        if found is not None:
+            return found
+        return self._settled(key, ctx, lambda: self._passed(name, scope, ctx, depth))
 
     def _passed(self, name: str, scope: Scope, ctx: Context, depth: int) -> Sym:
         """A parameter's value: what every call site passes, when they agree."""
@@ -359,6 +395,12 @@ class Resolver:
             return first
         return Multi(tuple(results), f"{name} of {scope.name}() gets different values at its {len(results)} "
                                      f"call sites")
+
+    def nodes_of(self, kind: type) -> list[ast.AST]:
+        """The module's nodes of one type, in walk order (from the script probe's buckets when it gave them)."""
+        if self._by_type is not None:
+            return self._by_type.get(kind, [])
+        return [n for n in self.nodes if type(n) is kind]
 
     def call_nodes(self) -> list[ast.Call]:
         """Every call of the module, in walk order (the script probe hands its list over: no second scan)."""
@@ -403,7 +445,7 @@ class Resolver:
                     events = s.assigns.get(name, [])
                     end = len(events)
                 if end:
-                    return self._latest(events, end, s, self.index.chain_of.get(id(node), ()), ctx, depth, name)
+                    return self._latest(events, end, s, node, ctx, depth, name)
                 s = s.parent
             if name.startswith("self.") and scope.class_name:
                 for other in self._scopes_of_class(scope.class_name):
@@ -548,6 +590,84 @@ class Resolver:
 
 
 # --- helpers ---------------------------------------------------------------------------------
+
+_REPR_CONSTANTS = (str, int, bool, type(None), bytes)  # written by ast.unparse as repr() writes them
+_PLAIN_DEPTH = 40  # deeper expressions go to ast.unparse (and its too-deep fallback), as before
+
+
+def plain_text(node: ast.AST) -> str:
+    """What ast.unparse writes for a primary expression made of names, plain constants, attributes, subscripts and
+    calls (most rendered nodes: arguments, callees, conditions' operands), without its visitor machinery; "" for
+    anything else. None of these needs parentheses inside another, so each is written as it reads."""
+    out: list[str] = []
+    return "".join(out) if _write_plain(node, out, 0) else ""
+
+
+def _write_plain(node: ast.AST, out: list[str], depth: int) -> bool:
+    kind = type(node)
+    if kind is ast.Name:
+        out.append(node.id)
+        return True
+    if kind is ast.Constant:
+        value = node.value
+        if type(value) is float:
+            if value != value or value in (_INF, -_INF):  # ast.unparse writes these as 1e309 and friends
+                return False
+        elif type(value) not in _REPR_CONSTANTS:
+            return False
+        if node.kind == "u":
+            out.append("u")
+        out.append(repr(value))
+        return True
+    if depth > _PLAIN_DEPTH:
+        return False
+    depth += 1
+    if kind is ast.Attribute:
+        owner = node.value
+        if type(owner) is ast.Constant and isinstance(owner.value, int):  # `1 .real`: unparse adds a space
+            return False
+        if not _write_plain(owner, out, depth):
+            return False
+        out.append(".")
+        out.append(node.attr)
+        return True
+    if kind is ast.Subscript:
+        if type(node.slice) is ast.Tuple or not _write_plain(node.value, out, depth):
+            return False
+        out.append("[")
+        if not _write_plain(node.slice, out, depth):
+            return False
+        out.append("]")
+        return True
+    if kind is ast.Call:
+        if not _write_plain(node.func, out, depth):
+            return False
+        out.append("(")
+        first = True
+        for arg in node.args:
+            if not first:
+                out.append(", ")
+            first = False
+            if type(arg) is ast.Starred:
+                out.append("*")
+                arg = arg.value
+            if not _write_plain(arg, out, depth):
+                return False
+        for kw in node.keywords:
+            if not first:
+                out.append(", ")
+            first = False
+            if kw.arg is None:
+                out.append("**")
+            else:
+                out.append(kw.arg)
+                out.append("=")
+            if not _write_plain(kw.value, out, depth):
+                return False
+        out.append(")")
+        return True
+    return False
+
 
 _COMPARE = {
     ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Lt: lambda a, b: a < b,

@@ -8,7 +8,8 @@ hardware-dependent value instead of a guess.
 from __future__ import annotations
 
 import ast
-from bisect import bisect_left
+import re
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
 # A branch step: ("if", id(If node), True|False) / ("loop", id(node), True) / ("try", id(node), True)
@@ -60,14 +61,26 @@ class Scope:
 
 def dotted(node: ast.AST) -> str:
     """`self.model` -> "self.model"; anything that is not a plain name chain -> ""."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return ""
+    kind = type(node)
+    if kind is _NAME:  # most asked
+        return node.id
+    if kind is not _ATTRIBUTE:
+        return ""
+    owner = node.value
+    if type(owner) is _NAME:  # `a.b`: the next most asked
+        return f"{owner.id}.{node.attr}"
+    parts = [node.attr]
+    while type(owner) is _ATTRIBUTE:
+        parts.append(owner.attr)
+        owner = owner.value
+    if type(owner) is not _NAME:
+        return ""
+    parts.append(owner.id)
+    parts.reverse()
+    return ".".join(parts)
+
+
+_NAME, _ATTRIBUTE = ast.Name, ast.Attribute
 
 
 class _State:
@@ -87,28 +100,105 @@ class _State:
 
 # Nodes that only mark a Name's context or an operator (a third of every tree): shared singletons with nothing
 # below them and nothing to resolve, so the index neither visits nor marks them.
-MARKERS = frozenset(cls for base in (ast.expr_context, ast.operator, ast.boolop, ast.unaryop, ast.cmpop)
-                    for cls in base.__subclasses__())
+_MARKER_BASES = (ast.expr_context, ast.operator, ast.boolop, ast.unaryop, ast.cmpop)
+MARKERS = frozenset(cls for base in _MARKER_BASES for cls in base.__subclasses__())
+
+# The fields of a node type that hold nodes other than markers, in `_fields` order: (name, kind), kind ONE (a node
+# or None), MANY (a list of nodes), MANY_OR_NONE (a list that may hold None: Dict.keys, kw_defaults) or ANY (not
+# declared: checked value by value). Read from the grammar line CPython puts in each node class's docstring,
+# "Call(expr func, expr* args, keyword* keywords)", so a walk skips names, constants and markers without looking
+# at them (Name and Constant, half of every tree, have no such field at all).
+ONE, MANY, MANY_OR_NONE, ANY = 0, 1, 2, 3
+_NOT_NODES = {"identifier", "string", "constant", "int", "object"} | {b.__name__ for b in _MARKER_BASES}
+_NONE_ITEMS = {("Dict", "keys"), ("arguments", "kw_defaults")}
+_DECLARED = re.compile(r"^\w+\((.*)\)$")
+_CHILD_FIELDS: dict[type, tuple[tuple[str, int], ...]] = {}
 
 
-class _View:
-    """One field of the node states (`scope_of`, `chain_of`, `loop_depth_of`) read as a mapping by node id."""
+def child_fields(cls: type) -> tuple[tuple[str, int], ...]:
+    """The fields of this node type that may hold child nodes, in order (see ONE/MANY above)."""
+    found = _CHILD_FIELDS.get(cls)
+    if found is None:
+        found = _CHILD_FIELDS[cls] = _declared_fields(cls)
+    return found
 
-    __slots__ = ("_states", "_field")
 
-    def __init__(self, states: dict, field: str):
-        self._states = states
-        self._field = field
+def _declared_fields(cls: type) -> tuple[tuple[str, int], ...]:
+    declared: dict[str, str] = {}
+    match = _DECLARED.match((cls.__doc__ or "").strip().split("\n", 1)[0])
+    if match:
+        for part in match.group(1).split(","):
+            words = part.split()
+            if len(words) == 2:
+                declared[words[1]] = words[0]
+    out = []
+    for name in cls._fields:
+        kind = declared.get(name)
+        if kind is None:
+            out.append((name, ANY))
+        elif kind.rstrip("*?") in _NOT_NODES:
+            continue
+        elif kind.endswith("*"):
+            out.append((name, MANY_OR_NONE if (cls.__name__, name) in _NONE_ITEMS else MANY))
+        else:
+            out.append((name, ONE))
+    return tuple(out)
 
-    def get(self, key: int, default=None):
-        state = self._states.get(key)
-        return default if state is None else getattr(state, self._field)
 
-    def __getitem__(self, key: int):
-        return getattr(self._states[key], self._field)
+def children(node: ast.AST) -> list[ast.AST]:
+    """The node's children but the markers, in `ast.iter_child_nodes` order."""
+    out: list[ast.AST] = []
+    for name, kind in child_fields(type(node)):
+        value = getattr(node, name, None)
+        if value is None:
+            continue
+        if kind == ONE:
+            out.append(value)
+        elif kind == MANY:
+            out.extend(value)
+        else:
+            _add_any(out, value)
+    return out
 
-    def __contains__(self, key: int) -> bool:
-        return key in self._states
+
+def _add_any(out: list, value: object) -> None:
+    """A field of undeclared shape (or a list that may hold None): its nodes but the markers."""
+    if isinstance(value, ast.AST):
+        if type(value) not in MARKERS:
+            out.append(value)
+    elif isinstance(value, list):
+        out.extend(x for x in value if isinstance(x, ast.AST) and type(x) not in MARKERS)
+
+
+def names_in(node: ast.AST) -> list[str]:
+    """The plain names in an expression (an assignment's or a loop's target), in `ast.walk`'s order."""
+    if type(node) is ast.Name:
+        return [node.id]
+    return [n.id for n in walk(node) if type(n) is ast.Name]
+
+
+def walk(tree: ast.AST) -> list[ast.AST]:
+    """Every node but the markers, in `ast.walk`'s order (breadth first), without its generators."""
+    out = [tree]
+    append, extend, fields = out.append, out.extend, _CHILD_FIELDS
+    i = 0
+    while i < len(out):
+        node = out[i]
+        i += 1
+        spec = fields.get(type(node))
+        if spec is None:
+            spec = child_fields(type(node))
+        for name, kind in spec:
+            value = getattr(node, name, None)
+            if value is None:
+                continue
+            if kind == ONE:
+                append(value)
+            elif kind == MANY:
+                extend(value)
+            else:
+                _add_any(out, value)
+    return out
 
 
 class ScopeIndex:
@@ -118,17 +208,58 @@ class ScopeIndex:
     a script nested as deep as `ast.parse` accepts (thousands of levels) must not exhaust Python's stack.
     """
 
-    def __init__(self, tree: ast.Module):
+    def __init__(self, tree: ast.Module, walruses: bool = True):
+        """`walruses=False` (the tree holds no `:=`): an expression's nodes are not marked one by one; each is
+        found in the expression statement-level it sits in, by position, when asked (most never are)."""
         self.module = Scope("<module>", tree, None)
         self.scopes: list[Scope] = [self.module]
         self.functions: dict[str, list[Scope]] = {}  # bare name -> scopes (several classes may define it)
         self.classes: dict[str, ast.ClassDef] = {}
-        self.state_of: dict[int, _State] = {}  # id(node) -> where it sits: one write per node, read by the views
-        self.scope_of = _View(self.state_of, "scope")
-        self.chain_of = _View(self.state_of, "chain")
-        self.loop_depth_of = _View(self.state_of, "loops")
+        self.state_of: dict[int, _State] = {}  # id(node) -> where it sits
         self.if_tests: dict[int, ast.AST] = {}
-        self._run([(tree, _State(self.module))])
+        self._marks_all = walruses  # a walrus binds a name from inside an expression: walk every expression
+        self._expressions: list[tuple[ast.AST, _State]] = []  # the outermost expressions (when not marking all)
+        self._starts: list[tuple[int, int]] | None = None
+        root = _State(self.module)
+        if walruses or type(tree) is not ast.Module:
+            self._run([(tree, root)])
+        else:
+            self.state_of[id(tree)] = root
+            self._statements(tree.body, root)
+            self._run([(t, root) for t in reversed(tree.type_ignores)])
+
+    # -- where a node sits
+    def state(self, node: ast.AST) -> _State | None:
+        """The node's scope, branch chain and loop depth; None for a node the walk does not reach (a parameter's
+        default, a class's bases, a `for` target)."""
+        found = self.state_of.get(id(node))
+        if found is not None or self._marks_all:
+            return found
+        start = (getattr(node, "lineno", None), getattr(node, "col_offset", None))
+        if start[0] is None or start[1] is None:
+            return None
+        if self._starts is None:
+            self._expressions.sort(key=lambda item: (item[0].lineno, item[0].col_offset))
+            self._starts = [(e.lineno, e.col_offset) for e, _ in self._expressions]
+        i = bisect_right(self._starts, start) - 1
+        if i < 0:
+            return None
+        outer, state = self._expressions[i]
+        if (node.end_lineno, node.end_col_offset) <= (outer.end_lineno, outer.end_col_offset):
+            return state  # outermost expressions never overlap: this one holds the node
+        return None
+
+    def scope_at(self, node: ast.AST) -> Scope:
+        state = self.state(node)
+        return self.module if state is None else state.scope
+
+    def chain_at(self, node: ast.AST) -> tuple:
+        state = self.state(node)
+        return () if state is None else state.chain
+
+    def loops_at(self, node: ast.AST) -> int:
+        state = self.state(node)
+        return 0 if state is None else state.loops
 
     def _run(self, stack: list) -> None:
         # The visitors are looked up on the class (functions, not bound methods kept on the index: those would
@@ -143,8 +274,90 @@ class ScopeIndex:
             todo = visitors.get(type(node), generic)(self, node, state)
             stack.extend(reversed(todo))
 
+    # -- the walk of a tree without walruses: statement by statement, an expression recorded whole, a target bound
+    # as soon as its statement is met (nothing inside an expression binds). Indented blocks nest at most 100 deep
+    # (the tokenizer's limit), so the recursion is bounded; elif chains, which do not indent, are followed in a
+    # loop; the statements not read here go through the generic walk.
+    def _statements(self, body: list[ast.stmt], state: _State) -> None:
+        for stmt in body:
+            kind = type(stmt)
+            if kind is ast.Assign:
+                self._outermost(stmt.value, state)
+                for target in stmt.targets:
+                    self._target(target, stmt.value, stmt, state)
+            elif kind is ast.Expr:
+                self.state_of[id(stmt)] = state
+                self._outermost(stmt.value, state)
+            elif kind is ast.If:
+                self._if_chain(stmt, state)
+            elif kind is ast.Return:
+                if stmt.value is not None:
+                    state.scope.returns.append(stmt.value)
+                    self._outermost(stmt.value, state)
+            elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
+                inner = self._define(stmt, state)
+                for d in stmt.decorator_list:
+                    self._outermost(d, state)
+                self._statements(stmt.body, inner)
+            elif kind is ast.Import or kind is ast.ImportFrom:
+                continue
+            elif kind is ast.ClassDef:
+                self.classes[stmt.name] = stmt
+                self._statements(stmt.body, _State(state.scope, state.chain, stmt.name, state.loops))
+            elif kind is ast.For or kind is ast.AsyncFor or kind is ast.While:
+                header = stmt.test if kind is ast.While else stmt.iter
+                self._outermost(header, state)
+                inside = state.enter(("loop", id(stmt), True))
+                if kind is not ast.While:
+                    for name in names_in(stmt.target):
+                        state.scope.add(Assignment(name, stmt.lineno, None, inside.chain))
+                self._statements(stmt.body, _State(inside.scope, inside.chain, inside.class_name, inside.loops + 1))
+                self._statements(stmt.orelse, inside)
+            elif kind is ast.AugAssign:
+                self._outermost(stmt.value, state)
+                name = dotted(stmt.target)
+                if name:
+                    state.scope.add(Assignment(name, stmt.lineno, None, state.chain, node=stmt))
+            elif kind is ast.AnnAssign:
+                if stmt.value is not None:
+                    self._outermost(stmt.value, state)
+                    self._target(stmt.target, stmt.value, stmt, state)
+            elif kind is ast.With or kind is ast.AsyncWith:
+                for item in stmt.items:
+                    self._outermost(item.context_expr, state)
+                    if item.optional_vars is not None:
+                        self._target(item.optional_vars, item.context_expr, stmt, state)
+                self._statements(stmt.body, state)
+            elif kind is ast.Try or kind is _TRY_STAR:
+                inside = state.enter(("try", id(stmt), True))
+                self._statements(stmt.body, inside)
+                for handler in stmt.handlers:
+                    self._statements(handler.body, state.enter(("except", id(handler), True)))
+                self._statements(stmt.orelse, inside)
+                self._statements(stmt.finalbody, state)
+            else:  # match, raise, assert, delete, ...: the generic walk
+                self._run([(stmt, state)])
+
+    def _if_chain(self, stmt: ast.If, state: _State) -> None:
+        """An if and its elifs, in a loop: an elif is an if nested in the else without indentation, so a chain of
+        thousands is as deep as the parser allows, far past Python's recursion limit."""
+        while True:
+            self.if_tests[id(stmt)] = stmt.test
+            self._outermost(stmt.test, state)
+            self._statements(stmt.body, state.enter(("if", id(stmt), True)))
+            otherwise = state.enter(("if", id(stmt), False))
+            if len(stmt.orelse) != 1 or type(stmt.orelse[0]) is not ast.If:
+                self._statements(stmt.orelse, otherwise)
+                return
+            stmt, state = stmt.orelse[0], otherwise
+
+    def _outermost(self, node: ast.expr, state: _State) -> None:
+        self.state_of[id(node)] = state
+        self._expressions.append((node, state))
+
     # -- scopes
-    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef, state: _State) -> list:
+    def _define(self, node: ast.FunctionDef | ast.AsyncFunctionDef, state: _State) -> _State:
+        """The function's scope, its parameters and defaults; the state its body is read in."""
         qual = f"{state.class_name}.{node.name}" if state.class_name else node.name
         scope = Scope(qual, node, state.scope, class_name=state.class_name)
         args = node.args
@@ -156,7 +369,10 @@ class ScopeIndex:
             scope.params[a.arg] = (-1, d)
         self.scopes.append(scope)
         self.functions.setdefault(node.name, []).append(scope)
-        inner = _State(scope)
+        return _State(scope)
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef, state: _State) -> list:
+        inner = self._define(node, state)
         return [(d, state) for d in node.decorator_list] + [(stmt, inner) for stmt in node.body]
 
     def _class(self, node: ast.ClassDef, state: _State) -> list:
@@ -179,9 +395,8 @@ class ScopeIndex:
 
         def bind_targets() -> None:
             if isinstance(node, (ast.For, ast.AsyncFor)):
-                for name_node in ast.walk(node.target):
-                    if isinstance(name_node, ast.Name):
-                        state.scope.add(Assignment(name_node.id, node.lineno, None, inside.chain))
+                for name in names_in(node.target):
+                    state.scope.add(Assignment(name, node.lineno, None, inside.chain))
 
         body_state = _State(inside.scope, inside.chain, inside.class_name, inside.loops + 1)
         return [(header, state), bind_targets] + _block(node.body, body_state) + _block(node.orelse, inside)
@@ -263,20 +478,18 @@ class ScopeIndex:
         if isinstance(node, ast.expr):
             return self._expression(node, state)
         self.state_of[id(node)] = state
-        todo = []
-        for name in node._fields:  # ast.iter_child_nodes, without its generators: this runs once per node
-            value = getattr(node, name, None)
-            if isinstance(value, ast.AST):
-                if type(value) not in MARKERS:
-                    todo.append((value, state))
-            elif isinstance(value, list):
-                todo.extend((item, state) for item in value if isinstance(item, ast.AST) and type(item) not in MARKERS)
-        return todo
+        return [(child, state) for child in children(node)]
 
     def _expression(self, node: ast.expr, state: _State) -> list:
-        """An expression and everything in it share one state: marked in a tight loop (most of a tree), without a
-        visitor per node. A walrus inside binds a name, so it goes through its visitor."""
-        states, named, markers, node_type = self.state_of, ast.NamedExpr, MARKERS, ast.AST
+        """An expression and everything in it share one state. Without walruses in the tree only the expression is
+        recorded (`state` finds its nodes by position); else every node is marked in a tight loop, and a walrus goes
+        through its visitor to bind its name, in source order."""
+        states = self.state_of
+        states[id(node)] = state
+        if not self._marks_all:
+            self._expressions.append((node, state))
+            return []
+        named = ast.NamedExpr
         todo = [node]
         pop, extend = todo.pop, todo.extend
         while todo:
@@ -285,15 +498,7 @@ class ScopeIndex:
                 self._run([(n, state)])
                 continue
             states[id(n)] = state
-            kids = []
-            for name in n._fields:
-                value = getattr(n, name, None)
-                if isinstance(value, node_type):
-                    if type(value) not in markers:
-                        kids.append(value)
-                elif isinstance(value, list):
-                    kids.extend(x for x in value if isinstance(x, node_type) and type(x) not in markers)
-            extend(reversed(kids))  # source order, so that walruses bind in the order they are written
+            extend(reversed(children(n)))  # source order, so that walruses bind in the order they are written
         return []
 
     def _mark(self, node: ast.AST, state: _State) -> None:
@@ -303,6 +508,8 @@ class ScopeIndex:
         """Record a node the probe builds itself (a call with its arguments bound by name)."""
         self.state_of[id(node)] = _State(scope, (), "", loops)
 
+
+_TRY_STAR = getattr(ast, "TryStar", ast.Try)
 
 _VISITORS = {
     ast.FunctionDef: ScopeIndex._function, ast.AsyncFunctionDef: ScopeIndex._function, ast.ClassDef: ScopeIndex._class,

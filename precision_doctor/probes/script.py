@@ -29,8 +29,8 @@ from .frameworks import read_frameworks
 from .keywords import local_classes, parsed_arguments
 from .checkpoint import probe_checkpoints
 from .config_files import read_deepspeed_config
-from .resolve import Imports, Resolver
-from .scopes import MARKERS, ScopeIndex, dotted
+from .resolve import Imports, Resolver, plain_text
+from .scopes import ScopeIndex, dotted, names_in, walk
 from .symbols import Context, DictSym, Known, Namespace, ObjSym
 
 MAX_LOCAL_MODULES = 20
@@ -47,11 +47,16 @@ _KINDS: dict[tuple, dict[tuple, CallKind | None]] = {}
 def classify(callee: str, node: ast.Call, local_trainers: set[str], local_args: set[str],
              memo: dict | None = None) -> CallKind | None:
     """The kind of a call, looked up in the declared table (call_kinds.RECOGNISERS); None: not recorded.
-    `memo` keeps the answers of one script: the table is a pure function of what it is asked, and a script
-    calls the same few names (print, len, range) thousands of times."""
-    method = node.func.attr if isinstance(node.func, ast.Attribute) else ""
-    owner = dotted(node.func.value).rsplit(".", 1)[-1] if method else ""
-    keywords = frozenset(k.arg for k in node.keywords if k.arg)
+    `callee` is the call's qualified dotted name ("" when what it calls is not a dotted name). `memo` keeps the
+    answers of one script: the table is a pure function of what it is asked, and a script calls the same few
+    names (print, len, range) thousands of times."""
+    func = node.func
+    if type(func) is ast.Attribute:
+        method = func.attr
+        owner = _last_name(func.value) if callee else ""  # a dotted callee: its owner is a dotted name too
+    else:
+        method = owner = ""
+    keywords = frozenset([k.arg for k in node.keywords if k.arg]) if node.keywords else _NO_KEYWORDS
     bare = not node.args and not node.keywords
     key = (callee, method, owner, bare, keywords)
     if memo is not None and key in memo:
@@ -62,6 +67,14 @@ def classify(callee: str, node: ast.Call, local_trainers: set[str], local_args: 
     if memo is not None:
         memo[key] = kind
     return kind
+
+
+_NO_KEYWORDS: frozenset[str] = frozenset()
+
+
+def _last_name(node: ast.AST) -> str:
+    """The last name of a dotted name: `AutoModel` of `transformers.AutoModel`."""
+    return node.id if type(node) is ast.Name else node.attr
 
 
 # --- reading the file -------------------------------------------------------------------------
@@ -81,25 +94,6 @@ def parse(path: Path, text: str) -> ast.Module:
 
 
 # --- the collector ----------------------------------------------------------------------------
-
-def walk(tree: ast.AST) -> list[ast.AST]:
-    """Every node but the context and operator markers (scopes.MARKERS), in `ast.walk`'s order (breadth first),
-    without its generators."""
-    out = [tree]
-    append, extend, node_type = out.append, out.extend, ast.AST
-    i = 0
-    while i < len(out):
-        node = out[i]
-        i += 1
-        for name in node._fields:
-            value = getattr(node, name, None)
-            if isinstance(value, node_type):
-                if type(value) not in MARKERS:
-                    append(value)
-            elif isinstance(value, list):
-                extend(x for x in value if isinstance(x, node_type) and type(x) not in MARKERS)
-    return out
-
 
 def by_type(nodes: list[ast.AST]) -> dict[type, list[ast.AST]]:
     """The nodes of each type, in walk order: each pass reads only the kinds it looks at."""
@@ -121,17 +115,18 @@ class _Collector:
         self.tree = tree
         self.nodes = walk(tree)  # one walk; every pass below reads this list, or its nodes of one type
         self.of_type = by_type(self.nodes)
-        self.index = ScopeIndex(tree)
+        self.index = ScopeIndex(tree, walruses=ast.NamedExpr in self.of_type)
         self.import_nodes = self.of(ast.Import, ast.ImportFrom)
         self.imports = Imports(self.import_nodes)
         self.r = Resolver(path, text, tree, self.index, self.imports, script_args, self.nodes, environ,
-                          self.of(ast.Call))
+                          self.of(ast.Call), self.of_type)
         self.lines = self.r.lines  # one split of the source
         self.calls: list[Call] = []
         self.unknowns: list[Unknown] = []
         self.by_node: dict[int, int] = {}  # id(ast node) -> index in self.calls
         self._parsed_args: dict[str, Call] = {}
         self._assigned_names: set[str] | None = None
+        self._branch_of: dict[tuple, Branch] = {}  # if-step -> its Branch
         self.targets = self._assignment_targets()
         self.local_trainers, self.local_args = self._local_subclasses()
 
@@ -222,14 +217,14 @@ class _Collector:
         assigned = self._assigned_by_position()
         starts = [a[0] for a in assigned]
         for node in loops:
-            bound = [n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)]
+            bound = names_in(node.target)
             first, last = node.body[0], node.body[-1]
             lo = bisect_left(starts, (first.lineno, first.col_offset))
             hi = bisect_right(starts, (last.end_lineno, last.end_col_offset))
             reassigned = {name for _, names in assigned[lo:hi] for name in names}
             kept = [b for b in bound if b not in reassigned]
             if kept:
-                scope = self.index.scope_of.get(id(node.iter), self.index.module)
+                scope = self.index.scope_at(node.iter)
                 self.calls.append(Call(kind=CallKind.LOOP_VAR, callee=self.r.text(node.iter)[:80],
                                        location=self.r.loc(node),
                                        scope=scope.name, target=",".join(kept),
@@ -243,7 +238,7 @@ class _Collector:
         out = []
         for stmt in self.of(ast.Assign, ast.AugAssign, ast.AnnAssign, ordered=False):
             targets = stmt.targets if type(stmt) is ast.Assign else [stmt.target]
-            names = tuple(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+            names = tuple(name for t in targets for name in names_in(t))
             if names:
                 out.append(((stmt.lineno, stmt.col_offset), names))
         out.sort(key=lambda item: item[0])
@@ -276,7 +271,7 @@ class _Collector:
         return True
 
     def _add(self, node: ast.Call, kind: CallKind, callee: str, bind=None) -> Call:
-        scope = self.index.scope_of.get(id(node), self.index.module)
+        scope = self.index.scope_at(node)
         if bind is not None:  # a call of a local function: arguments by parameter name
             names = sorted(bind.params, key=lambda n: bind.params[n][0])
             positional = [n for n in names if bind.params[n][0] >= 0]
@@ -286,7 +281,7 @@ class _Collector:
                                                               for i, a in enumerate(node.args)
                                                               if i < len(positional) and not isinstance(a, ast.Starred)]
                             + list(node.keywords), lineno=node.lineno, col_offset=node.col_offset)
-            self.index.place(node, scope, self.index.loop_depth_of.get(id(node.func), 0))
+            self.index.place(node, scope, self.index.loops_at(node.func))
         args = tuple(self.r.value(a, scope) if not isinstance(a, ast.Starred) else
                      Value(state="dynamic", text=self.r.text(a), reason="*args cannot be followed")
                      for a in node.args)
@@ -308,12 +303,13 @@ class _Collector:
                                              getattr(sym, "reason", "cannot be followed"), self.r.loc(node)))
         receiver = dotted(node.func.value) if isinstance(node.func, ast.Attribute) else ""
         line_text = self.lines[node.lineno - 1].strip() if node.lineno <= len(self.lines) else ""
+        where = self.index.state(node)
+        chain = where.chain if where is not None else ()
         call = Call(kind=kind, callee=callee, location=self.r.loc(node), scope=scope.name,
                     target=self.targets.get(id(node), ""), receiver=receiver, args=args, kwargs=kwargs,
-                    text=line_text[:160], in_loop=self.index.loop_depth_of.get(id(node), 0) > 0,
-                    in_branch=any(step[0] in ("if", "try", "except") for step in
-                                  self.index.chain_of.get(id(node), ())),
-                    branches=self._branches(node))
+                    text=line_text[:160], in_loop=where is not None and where.loops > 0,
+                    in_branch=any(step[0] in ("if", "try", "except") for step in chain),
+                    branches=self._branches(chain) if chain else ())
         self.by_node[id(node)] = len(self.calls)
         self.calls.append(call)
         for name, value in list(kwargs.items()) + [(str(i), v) for i, v in enumerate(args)]:
@@ -328,18 +324,29 @@ class _Collector:
                                              value.location or call.location))
         return call
 
-    def _branches(self, node: ast.Call) -> tuple[Branch, ...]:
-        """The `if` branches the call sits in, from its scope's root (the __main__ guard always runs)."""
+    def _branches(self, chain: tuple) -> tuple[Branch, ...]:
+        """The `if` branches of a call's branch chain, from its scope's root (the __main__ guard always runs)."""
         out = []
-        for step in self.index.chain_of.get(id(node), ()):
-            test = self.index.if_tests.get(step[1]) if step[0] == "if" else None
-            if test is None:
+        for step in chain:
+            if step[0] != "if":
                 continue
-            text = ast.unparse(test)
-            if text.replace("'", '"') == '__name__ == "__main__"':
-                continue
-            out.append(Branch(test.lineno, bool(step[2]), text if len(text) <= 60 else text[:57] + "..."))
+            branch = self._branch_of.get(step)
+            if branch is None:
+                branch = self._branch_of[step] = self._branch(step)
+            if branch is not _MAIN_GUARD:
+                out.append(branch)
         return tuple(out)
+
+    def _branch(self, step: tuple) -> Branch | None:
+        """One if-step as a Branch (made once: the calls under one if share it); _MAIN_GUARD for the __main__ guard
+        and for a step without a test, which a call's branches leave out."""
+        test = self.index.if_tests.get(step[1])
+        if test is None:
+            return _MAIN_GUARD
+        text = plain_text(test) or ast.unparse(test)
+        if text.replace("'", '"') == '__name__ == "__main__"':
+            return _MAIN_GUARD
+        return Branch(test.lineno, bool(step[2]), text if len(text) <= 60 else text[:57] + "...")
 
     def _link_refs(self) -> None:
         """Point each argument that evaluates to a recorded call at that call."""
@@ -350,7 +357,7 @@ class _Collector:
             node = nodes.get(node_id)
             if node is None:  # a local-function call, recorded with its arguments bound by name
                 continue
-            scope = self.index.scope_of.get(node_id, self.index.module)
+            scope = self.index.scope_at(nodes[node_id])
             refs: dict[str, str] = dict(self.calls[index].refs)
             pairs = [(str(i), a) for i, a in enumerate(node.args)] + \
                     [(k.arg, k.value) for k in node.keywords if k.arg]
@@ -394,7 +401,7 @@ class _Collector:
                 args_expr = node.args[1]
             if args_expr is None:
                 continue
-            scope = self.index.scope_of.get(node_id, self.index.module)
+            scope = self.index.scope_at(nodes[node_id])
             sym = self.r.sym(args_expr, scope, ctx)
             if not (isinstance(sym, Namespace) and sym.class_name and is_training_arguments(sym.class_name)):
                 continue
@@ -432,6 +439,8 @@ class _Collector:
                 self.calls[i] = call = replace(call, kwargs=kwargs)
 
 
+_MAIN_GUARD = Branch(0, True, "__main__")  # a branch every run takes: left out of a call's branches
+
 # calls whose dynamic arguments are listed as unknowns (a run-time dtype there hides a precision problem)
 _DYNAMIC_WORTH_REPORTING = (CallKind.TRAINING_ARGS, CallKind.MODEL_LOAD, CallKind.ACCELERATOR, CallKind.AUTOCAST,
                             CallKind.GRAD_SCALER, CallKind.BNB_CONFIG, CallKind.TRAINER)
@@ -456,8 +465,8 @@ _OUR_CODE = re.compile(r"PD[0-9]{3}$")
 
 def read_suppressions(path: str, text: str) -> list[Suppression]:
     """Suppression comments (real comments only, found with tokenize, never inside strings)."""
-    if _MARKER not in text and not _NOQA_HINT.search(text):
-        return []
+    if _MARKER not in text and ("noqa" not in text.lower() or not _NOQA_HINT.search(text)):
+        return []  # (a lower-cased copy is searched faster than the case-blind pattern runs over the text)
     out = []
     try:
         for tok in tokenize.generate_tokens(io.StringIO(text).readline):
@@ -483,10 +492,7 @@ def read_suppressions(path: str, text: str) -> list[Suppression]:
 
 def _local_modules(script: Path, nodes: list[ast.AST]) -> list[Path]:
     base = script.parent
-    try:  # one listing instead of two lookups per imported name (torch, os, ... are never here)
-        present: set[str] | None = set(os.listdir(base))
-    except OSError:
-        present = None
+    present = _listing(base)  # one listing instead of two lookups per imported name (torch, os, ... are never here)
     found = []
     for node in nodes:
         names = []
@@ -502,6 +508,20 @@ def _local_modules(script: Path, nodes: list[ast.AST]) -> list[Path]:
             for candidate in (base / rel.with_suffix(".py"), base / rel / "__init__.py"):
                 if worth_reading(candidate) and os.path.realpath(candidate) != os.path.realpath(script):
                     found.append(candidate)
+    return found
+
+
+def _listing(folder: Path) -> set[str] | None:
+    """The names in a folder (None: it cannot be listed); within one run, listed once for all its scripts."""
+    key = str(folder)
+    if _IN_RUN[0] and key in _LISTINGS:
+        return _LISTINGS[key]
+    try:
+        found: set[str] | None = set(os.listdir(folder))
+    except OSError:
+        found = None
+    if _IN_RUN[0]:
+        _LISTINGS[key] = found
     return found
 
 
@@ -534,12 +554,14 @@ _FILE_CACHE: dict[tuple, tuple[ScriptFacts, tuple[Path, ...]]] = {}
 
 
 _IN_RUN = [False]  # inside one_run(): scripts are cached too, not only the modules they import
+_LISTINGS: dict[str, set[str] | None] = {}  # folder -> its names, within one run
 
 
 def forget_files() -> None:
     """Files may have changed since the last run in this process (fix, tests, a long session)."""
     _FILE_CACHE.clear()
     _KINDS.clear()
+    _LISTINGS.clear()
 
 
 @contextmanager
@@ -625,13 +647,16 @@ def _deepspeed_configs(script: Path, calls: list[Call]) -> tuple[dict[str, dict]
 def _without_gc_pauses():
     """The probe allocates a few objects per AST node (indexes, symbols) and makes no reference cycles; the
     cyclic collector would rescan all of them every few thousand allocations (a quarter of a large script's
-    time). Collection resumes, as it was, when the probe returns."""
+    time). Collection resumes, as it was, when the probe returns, with one collection of what the probe made: it
+    frees the cycles there are (argparse's parsers are) and puts the rest in the oldest generation, where the first
+    two young collections would each have scanned it all again (0.15 s apiece after a 500-file run)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if enabled:
+            gc.collect(1)
             gc.enable()
 
 

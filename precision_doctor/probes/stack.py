@@ -99,21 +99,91 @@ def _has_ml_stack(site_dirs: tuple[str, ...]) -> bool:
 
 @lru_cache(maxsize=16)
 def installed_versions(site_dirs: tuple[str, ...]) -> dict[str, str]:
-    """The tracked distributions' versions in these folders, from their metadata (importlib.metadata reads the
-    METADATA / PKG-INFO files; no package is imported)."""
-    from importlib.metadata import distributions
-
+    """The tracked distributions' versions in these folders, from their metadata (METADATA / PKG-INFO; no package
+    is imported). The folders are searched as importlib.metadata searches them, the first found of a name wins; only
+    the metadata folders named after a tracked distribution are opened (an environment holds hundreds)."""
     wanted = set(TRACKED)
     found: dict[str, str] = {}
-    if not site_dirs:
-        return found
-    for dist in distributions(path=list(site_dirs)):
+    for info in _metadata_folders(site_dirs, {_folder_key(n) for n in wanted}):
         try:
-            name = canonicalize_name(dist.metadata["Name"] or "")
+            name, version = _name_and_version(info)
+            name = canonicalize_name(name or "")
         except (KeyError, TypeError, ValueError):
             continue
-        if name in wanted and name not in found and dist.version:
-            found[name] = dist.version
+        if name in wanted and name not in found and version:
+            found[name] = version
+    return found
+
+
+def _folder_key(name: str) -> str:
+    """A distribution's name as importlib.metadata files its metadata folder (`Transformer.Engine` and
+    `transformer-engine-1.0.dist-info` both give "transformer_engine")."""
+    return re.sub(r"[-_.]+", "-", name).lower().replace("-", "_")
+
+
+def _metadata_folders(site_dirs: tuple[str, ...], keys: set[str]) -> list[Path]:
+    """The `*.dist-info` / `*.egg-info` entries (and an .egg folder's EGG-INFO) of these folders whose name gives one
+    of `keys`, in the order importlib.metadata.distributions(path=...) yields them: folder by folder, grouped by name
+    in the order each name is first listed, egg folders last."""
+    out: list[Path] = []
+    for folder in site_dirs:
+        try:
+            children = os.listdir(folder or ".")
+        except OSError:
+            continue
+        base = os.path.basename(folder).lower()
+        infos: dict[str, list[Path]] = {}
+        eggs: list[Path] = []
+        for child in children:
+            low = child.lower()
+            if low.endswith((".dist-info", ".egg-info")):
+                key = _folder_key(low.rpartition(".")[0].partition("-")[0])
+                infos.setdefault(key, []).append(Path(folder, child))
+            elif base.endswith(".egg") and low == "egg-info":
+                key = base.rpartition(".")[0].partition("-")[0].lower().replace("-", "_")
+                if key in keys:
+                    eggs.append(Path(folder, child))
+        out += [path for key, paths in infos.items() if key in keys for path in paths] + eggs
+    return out
+
+
+def _name_and_version(info: Path) -> tuple[str | None, str | None]:
+    """The Name and Version headers of a distribution's metadata. Installers write plain `Key: value` lines, read
+    here directly; anything else is left to importlib.metadata's email parser."""
+    for candidate in (info / "METADATA", info / "PKG-INFO", info):
+        try:
+            text = candidate.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue
+        if text:
+            plain = _plain_headers(text)
+            if plain is not None:
+                return plain.get("name"), plain.get("version")
+            break
+    from importlib.metadata import PathDistribution
+
+    dist = PathDistribution(info)
+    return dist.metadata["Name"], dist.version
+
+
+_HEADER_NAME = re.compile(r"[\x21-\x39\x3b-\x7e]+\Z")  # what the email parser takes for a header's name
+
+
+def _plain_headers(text: str) -> dict[str, str] | None:
+    """The first Name and Version of a header block of plain `Key: value` lines; None when the block holds
+    anything else (a folded line, a line without a colon, a carriage return, a "From " line)."""
+    found: dict[str, str] = {}
+    for line in text.split("\n"):
+        if not line:
+            return found
+        if "\r" in line or line[0] in " \t" or ":" not in line or line.startswith("From "):
+            return None
+        key, value = line.split(":", 1)
+        if not _HEADER_NAME.match(key):
+            return None
+        key = key.lower()
+        if key in ("name", "version") and key not in found:
+            found[key] = value.lstrip(" \t")
     return found
 
 

@@ -7,7 +7,7 @@ import argparse
 import ast
 
 from ...facts import Origin
-from ..scopes import Scope, dotted
+from ..scopes import Scope, dotted, walk
 from ..symbols import Dyn, Known, Namespace, Seq
 from ._command_line import BOOL_STRINGS
 
@@ -41,9 +41,10 @@ def namespace(r, parser_node: ast.AST, scope: Scope, ctx) -> Namespace | Dyn:
 
 def _build(r, parser_name: str, scope: Scope, ctx) -> Namespace | Dyn:
     receivers = {parser_name}
-    scope_nodes = r.nodes if scope.node is r.tree else list(ast.walk(scope.node))
-    calls = r.call_nodes() if scope.node is r.tree else [n for n in scope_nodes if isinstance(n, ast.Call)]
-    for node in scope_nodes:  # argument groups add options to the same parser
+    scope_nodes = None if scope.node is r.tree else walk(scope.node)
+    calls = r.call_nodes() if scope_nodes is None else [n for n in scope_nodes if isinstance(n, ast.Call)]
+    assigns = r.nodes_of(ast.Assign) if scope_nodes is None else [n for n in scope_nodes if isinstance(n, ast.Assign)]
+    for node in assigns:  # argument groups add options to the same parser
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
                 isinstance(node.value.func, ast.Attribute) and node.value.func.attr in GROUP_METHODS and \
                 dotted(node.value.func.value) in receivers:
@@ -114,6 +115,13 @@ class _SilentParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         raise ValueError(message)
+
+    def _get_formatter(self):
+        # add_argument asks for one per option only to check its metavar (this parser never formats help): one
+        # is enough, and a fixed width spares the terminal query
+        if "_formatter" not in self.__dict__:
+            self._formatter = argparse.HelpFormatter(prog=self.prog, width=80)
+        return self._formatter
 
 
 def _type(text: str):
