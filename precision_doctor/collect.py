@@ -363,8 +363,8 @@ def _stacks(scripts: tuple[ScriptFacts, ...], files: list[Path], resolver: Stack
     """Each script with the versions of its own project; the run's stack is theirs when they all agree, else the
     environment's (for the rules that judge the launch rather than a script)."""
     out = tuple(replace(s, stack=resolver.for_script(f)) for s, f in zip(scripts, files))
-    stacks = {repr(s.stack) for s in out}
-    run = out[0].stack if len(stacks) == 1 and out else resolver.environment_stack()
+    one = len({id(s.stack) for s in out}) == 1 or len({repr(s.stack) for s in out}) == 1  # (one per folder)
+    run = out[0].stack if one and out else resolver.environment_stack()
     site_dirs = resolver.environment.site_dirs if resolver.environment else ()
     return with_installed_signatures(out, site_dirs, resolver.installed), run
 

@@ -15,7 +15,7 @@ from math import inf as _INF
 from .._util import python_lines
 from ..facts import CONDITIONAL, DYNAMIC, KNOWN, Location, Origin, Predicate, Value, TensorValue
 from .handlers import REGISTRY
-from .scopes import Assignment, Scope, ScopeIndex, dotted
+from .scopes import TOGETHER, Assignment, Scope, ScopeIndex, dotted
 from .symbols import (UNRESOLVED, Cond, Context, DictSym, Dyn, Known, Multi, Namespace, ObjSym, Seq, Sym,
                       is_plain_predicate, predicate_sym, reason_of)
 
@@ -399,7 +399,8 @@ class Resolver:
     def nodes_of(self, kind: type) -> list[ast.AST]:
         """The module's nodes of one type, in walk order (from the script probe's buckets when it gave them)."""
         if self._by_type is not None:
-            return self._by_type.get(kind, [])
+            found = self._by_type.get(kind, [])
+            return [n for n in found if type(n) is kind] if any(kind in g for g in TOGETHER) else found
         return [n for n in self.nodes if type(n) is kind]
 
     def call_nodes(self) -> list[ast.Call]:

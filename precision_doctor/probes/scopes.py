@@ -83,6 +83,29 @@ def dotted(node: ast.AST) -> str:
 _NAME, _ATTRIBUTE = ast.Name, ast.Attribute
 
 
+# Types the probe asks for together, in walk order among each other: one list holds each group (both of its types
+# map to it), filled in the same pass.
+TOGETHER = ((ast.Import, ast.ImportFrom), (ast.For, ast.AsyncFor))
+
+
+def by_type(nodes: list[ast.AST]) -> dict[type, list[ast.AST]]:
+    """The nodes of each type, in walk order: each pass reads only the kinds it looks at. The types of a
+    TOGETHER group share their list."""
+    out: dict[type, list[ast.AST]] = {}
+    for group in TOGETHER:
+        shared: list[ast.AST] = []
+        for kind in group:
+            out[kind] = shared
+    for node in nodes:
+        kind = type(node)
+        bucket = out.get(kind)
+        if bucket is None:
+            out[kind] = [node]
+        else:
+            bucket.append(node)
+    return out
+
+
 class _State:
     """Where the walk is: the scope, the branch chain from the scope's root, the class body, the loop depth."""
 
@@ -181,10 +204,7 @@ def walk(tree: ast.AST) -> list[ast.AST]:
     """Every node but the markers, in `ast.walk`'s order (breadth first), without its generators."""
     out = [tree]
     append, extend, fields = out.append, out.extend, _CHILD_FIELDS
-    i = 0
-    while i < len(out):
-        node = out[i]
-        i += 1
+    for node in out:  # the list grows as it is read: a queue without its pops
         spec = fields.get(type(node))
         if spec is None:
             spec = child_fields(type(node))

@@ -11,6 +11,7 @@ import ast
 import gc
 import io
 import json
+import operator
 import os
 import re
 import tokenize
@@ -30,7 +31,7 @@ from .keywords import local_classes, parsed_arguments
 from .checkpoint import probe_checkpoints
 from .config_files import read_deepspeed_config
 from .resolve import Imports, Resolver, plain_text
-from .scopes import ScopeIndex, dotted, names_in, walk
+from .scopes import TOGETHER, ScopeIndex, by_type, dotted, names_in, walk
 from .symbols import Context, DictSym, Known, Namespace, ObjSym
 
 MAX_LOCAL_MODULES = 20
@@ -70,6 +71,7 @@ def classify(callee: str, node: ast.Call, local_trainers: set[str], local_args: 
 
 
 _NO_KEYWORDS: frozenset[str] = frozenset()
+_POSITION = operator.attrgetter("lineno", "col_offset")
 
 
 def _last_name(node: ast.AST) -> str:
@@ -95,19 +97,6 @@ def parse(path: Path, text: str) -> ast.Module:
 
 # --- the collector ----------------------------------------------------------------------------
 
-def by_type(nodes: list[ast.AST]) -> dict[type, list[ast.AST]]:
-    """The nodes of each type, in walk order: each pass reads only the kinds it looks at."""
-    out: dict[type, list[ast.AST]] = {}
-    for node in nodes:
-        kind = type(node)
-        bucket = out.get(kind)
-        if bucket is None:
-            out[kind] = [node]
-        else:
-            bucket.append(node)
-    return out
-
-
 class _Collector:
     def __init__(self, path: str, text: str, tree: ast.Module, script_args: tuple[str, ...],
                  environ: tuple = (None, "")):
@@ -132,6 +121,10 @@ class _Collector:
 
     def of(self, *types: type, ordered: bool = True) -> list[ast.AST]:
         """The nodes of these types, in walk order (`ordered=False`: one type after the other)."""
+        if types in TOGETHER:
+            return self.of_type[types[0]]
+        if any(t in group for t in types for group in TOGETHER):
+            return [n for n in self.nodes if type(n) in types]
         present = [t for t in types if t in self.of_type]
         if len(present) <= 1:
             return self.of_type.get(present[0], []) if present else []
@@ -178,7 +171,7 @@ class _Collector:
         return out
 
     def collect(self) -> None:
-        nodes = sorted(self.of(ast.Call), key=lambda n: (n.lineno, n.col_offset))
+        nodes = sorted(self.of(ast.Call), key=_POSITION)
         kinds = _KINDS.setdefault((frozenset(self.local_trainers), frozenset(self.local_args)), {})
         for node in nodes:
             callee = self.r.qualified(node.func)
@@ -599,6 +592,7 @@ def _own_facts(path: Path, shown: str, script_args: tuple[str, ...], environ: tu
 
 def _collect_own(path: Path, shown: str, text: str, tree: ast.Module, script_args: tuple[str, ...],
                  environ: tuple = (None, "")) -> tuple[ScriptFacts, tuple[Path, ...]]:
+    _PROBED[0] += 1
     collector = _Collector(shown, text, tree, script_args, environ)
     collector.collect()
     own = ScriptFacts(path=shown, calls=tuple(collector.calls), imports=tuple(collector.imports.modules),
@@ -652,12 +646,20 @@ def _without_gc_pauses():
     two young collections would each have scanned it all again (0.15 s apiece after a 500-file run)."""
     enabled = gc.isenabled()
     gc.disable()
+    probed = _PROBED[0]
     try:
         yield
     finally:
         if enabled:
-            gc.collect(1)
+            if _PROBED[0] != probed:
+                gc.collect(1)
+            elif not gc.get_freeze_count():  # only facts from worker processes (no cycles): no need to scan them
+                gc.freeze()  # (the program around the doctor froze nothing: unfreezing must not thaw its objects)
+                gc.unfreeze()  # every object now sits in the oldest generation, unscanned
             gc.enable()
+
+
+_PROBED = [0]  # files probed in this process: a run that probed none made no cycles here
 
 
 def probe_script(path: Path, script_args: tuple[str, ...] = (), display: str | None = None,

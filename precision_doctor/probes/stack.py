@@ -195,6 +195,7 @@ class StackResolver:
         self.environment = None if overrides else environment
         self.installed = installed_versions(self.environment.site_dirs) if self.environment else {}
         self._behaviours: dict[str, LibraryBehaviour] | None = None
+        self._by_folder: dict[str, StackFacts] = {}
 
     def behaviours(self) -> dict[str, LibraryBehaviour]:
         if self._behaviours is None:
@@ -207,7 +208,12 @@ class StackResolver:
         return self._stack({})
 
     def for_script(self, script: Path) -> StackFacts:
-        return self._stack(declared_for(script) if not self.overrides else {})
+        """The stack of the script's project (one per folder: its scripts declare through the same files)."""
+        folder = os.path.dirname(os.path.abspath(script))
+        found = self._by_folder.get(folder)
+        if found is None:
+            found = self._by_folder[folder] = self._stack(declared_for(script) if not self.overrides else {})
+        return found
 
     def _stack(self, declared: dict) -> StackFacts:
         packages: dict[str, PackageVersion] = {}
