@@ -35,6 +35,8 @@ class CallKind(StrEnum):
     CAST_MIXED = "cast_mixed"
     OPTIMIZER = "optimizer"
     PEFT_LOAD = "peft_load"
+    ADD_ADAPTER = "add_adapter"  # model.add_adapter(LoraConfig): peft's inject_adapter_in_model, in place
+    CAST_TRAINABLE = "cast_trainable"  # diffusers' cast_training_params(model, dtype): the trainable ones only
     MODEL_LOAD = "model_load"
     CAST = "cast"
     GC_ENABLE = "gc_enable"
@@ -60,11 +62,19 @@ FROM_CONTEXT = (CallKind.LOCAL_CALL, CallKind.FLOW, CallKind.CALL_VAR, CallKind.
 # --- library names the table uses --------------------------------------------------------------
 
 TRAINER_SUFFIX = "Trainer"
-TRAINING_ARGUMENT_CLASSES = {"TrainingArguments", "Seq2SeqTrainingArguments"}
+# Sentence Transformers' trainers and arguments subclass transformers' (with its defaults): read as Trainer's
+TRAINER_LIBRARIES = ("transformers.", "trl.", "sentence_transformers.")
+TRAINING_ARGUMENT_CLASSES = {"TrainingArguments", "Seq2SeqTrainingArguments", "SentenceTransformerTrainingArguments",
+                             "CrossEncoderTrainingArguments", "SparseEncoderTrainingArguments"}
+# models that load their transformers checkpoint in the constructor (probes/frameworks.py reads `model_kwargs`)
+SENTENCE_TRANSFORMERS_MODELS = {f"sentence_transformers.{m}" for m in (
+    "SentenceTransformer", "CrossEncoder", "SparseEncoder", "SentenceTransformer.SentenceTransformer",
+    "cross_encoder.CrossEncoder", "sparse_encoder.SparseEncoder")}
 MODEL_LOADER_EXCLUDE = ("Tokenizer", "Processor", "FeatureExtractor", "Config", "ImageProcessor", "PeftModel",
                         "Dataset", "Pipeline")
 # Libraries whose `Model.from_pretrained` is their own API, not transformers' (Unsloth's FastLanguageModel takes
-# `load_in_4bit=` and `dtype=None` as documented keywords): transformers' rules do not apply to those calls.
+# `load_in_4bit=` and `dtype=None` as documented keywords): not transformers' loads. Unsloth's `Fast*Model` loaders
+# are recorded by their own recogniser and read with Unsloth's defaults (probes/frameworks.py).
 FOREIGN_LOADERS = ("unsloth",)
 CAST_METHODS = {"half", "bfloat16", "float", "double", "to", "cuda", "cpu"}
 LOOP_METHODS = {"scale", "unscale_", "step", "update", "backward", "zero_grad"}
@@ -91,7 +101,7 @@ def is_training_arguments(qualified: str) -> bool:
 
 
 def is_trainer_class(qualified: str) -> bool:
-    return qualified.startswith(("transformers", "trl")) and qualified.rsplit(".", 1)[-1].endswith(TRAINER_SUFFIX)
+    return qualified.startswith(TRAINER_LIBRARIES) and qualified.rsplit(".", 1)[-1].endswith(TRAINER_SUFFIX)
 
 
 # --- the table ---------------------------------------------------------------------------------
@@ -157,7 +167,7 @@ RECOGNISERS: tuple[Recogniser, ...] = (
     Recogniser(CallKind.GRAD_SCALER, names=GRAD_SCALERS),
     Recogniser(CallKind.CLIP_GRAD, names=CLIPPERS),
     Recogniser(CallKind.TRAINING_ARGS, when=lambda s: is_training_arguments(s.callee) or s.callee in s.local_args),
-    Recogniser(CallKind.TRAINER, when=lambda s: (s.callee.startswith(("transformers.", "trl."))
+    Recogniser(CallKind.TRAINER, when=lambda s: (s.callee.startswith(TRAINER_LIBRARIES)
                                          and s.last.endswith(TRAINER_SUFFIX)) or s.callee in s.local_trainers),
     Recogniser(CallKind.ACCELERATOR, names={"accelerate.Accelerator"} | LIGHTNING_CLASSES),
     Recogniser(CallKind.SET_DEVICE, names={"torch.cuda.set_device"}),
@@ -175,10 +185,15 @@ RECOGNISERS: tuple[Recogniser, ...] = (
     Recogniser(CallKind.PREPARE_KBIT, last={"prepare_model_for_kbit_training", "prepare_model_for_int8_training"}),
     Recogniser(CallKind.CAST_MIXED, last={"cast_mixed_precision_params"}),
     Recogniser(CallKind.OPTIMIZER, prefixes=OPTIMIZER_PREFIXES, when=_optimizer_class),
+    Recogniser(CallKind.CAST_TRAINABLE, last={"cast_training_params"}),
     Recogniser(CallKind.PEFT_LOAD, methods={"from_pretrained"}, when=lambda s: s.owner.startswith("PeftModel")),
+    Recogniser(CallKind.MODEL_LOAD, names=SENTENCE_TRANSFORMERS_MODELS),
+    Recogniser(CallKind.MODEL_LOAD, methods={"from_pretrained"}, prefixes=("unsloth.",),
+               when=lambda s: s.owner.startswith("Fast")),
     Recogniser(CallKind.MODEL_LOAD, methods={"from_pretrained"}, when=_model_owner),
     # generic method names, last
     Recogniser(CallKind.CAST, methods=CAST_METHODS),
+    Recogniser(CallKind.ADD_ADAPTER, methods={"add_adapter"}),
     Recogniser(CallKind.GC_ENABLE, methods={"gradient_checkpointing_enable"}),
     Recogniser(CallKind.INPUT_GRADS, methods={"enable_input_require_grads"}),
     Recogniser(CallKind.METHOD, methods=LOOP_METHODS),

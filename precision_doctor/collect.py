@@ -20,8 +20,9 @@ from .errors import InputError
 from .facts import (Allocation, Facts, JobFacts, LaunchFacts, MachineFacts, MachineOrigin, ScriptFacts, StackFacts,
                     Unknown, _from_jsonable, _to_jsonable)
 from .probes.configs import is_config_path, probe_config
-from .probes.launch import launch_from_env, parse_launcher
+from .probes.launch import launch_from_env, parse_launcher, with_accelerate_files
 from .probes.script import one_run, probe_script
+from .probes.signatures import with_installed_signatures
 from .probes.stack import StackResolver, training_environment
 from .probes.target import find_profile, machine_from_target
 from .sources import Unreadable, os_reason, read_text_bounded, status
@@ -324,9 +325,13 @@ def gather(paths: list[str], target: str | None = None, launcher: str | None = N
         launch = LaunchFacts(known=False)
     args = tuple(script_args) or launch.script_args
     machine, snapshot_stack = gather_machine(target, facts_file, launch, env, system, job)
+    if job is None:  # a job's launch read its files from the job's folder already
+        launch = with_accelerate_files(launch, machine.host)
     script_env = script_environment(machine, env)
     with one_run():  # each file is read once per run, and afresh in the next
         scripts = _probe_all(entries, args, jobs, script_env)
+    if launch.unknowns:  # what the launch reads and the doctor could not: listed with each script it launches
+        scripts = tuple(replace(s, unknowns=s.unknowns + launch.unknowns) for s in scripts)
     if len(entries) > 1 and all(_not_checked(s) for s in scripts):
         first = scripts[0]
         raise InputError(f"{first.path}: {first.unknowns[0].reason}; nothing could be checked")
@@ -359,7 +364,9 @@ def _stacks(scripts: tuple[ScriptFacts, ...], files: list[Path], resolver: Stack
     environment's (for the rules that judge the launch rather than a script)."""
     out = tuple(replace(s, stack=resolver.for_script(f)) for s, f in zip(scripts, files))
     one = len({id(s.stack) for s in out}) == 1 or len({repr(s.stack) for s in out}) == 1  # (one per folder)
-    return out, (out[0].stack if one and out else resolver.environment_stack())
+    run = out[0].stack if one and out else resolver.environment_stack()
+    site_dirs = resolver.environment.site_dirs if resolver.environment else ()
+    return with_installed_signatures(out, site_dirs, resolver.installed), run
 
 
 def _not_checked(script: ScriptFacts) -> bool:

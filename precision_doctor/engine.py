@@ -86,7 +86,9 @@ def run(facts: Facts, policy: Policy | None = None) -> Result:
         if reason:
             skipped.append(Skipped(r.id, reason))
             continue
-        for script in (facts.scripts if r.per_script else (None,)):
+        # a launch rule also runs for each script that starts its own processes (Lightning), with that plan
+        own_plans = [s for s in facts.scripts if s.path in derived.plans] if "plan" in r.params else []
+        for script in (facts.scripts if r.per_script else [None] + own_plans):
             key = id(script)
             if key not in available:
                 available[key] = _available(facts, derived, script, None)
@@ -138,7 +140,8 @@ def _available(facts: Facts, derived: Derived, script, use: SuppressionUse | Non
     live_known = facts.live is not None and facts.live.known
     stack = script.stack if script is not None and script.stack is not None else facts.stack  # its project's
     return {"facts": facts, "machine": facts.machine, "stack": stack, "launch": facts.launch,
-            "plan": derived.plan, "script": script, "setup": derived.setups.get(script.path) if script else None,
+            "plan": derived.plan_for(script.path) if script else derived.plan, "script": script,
+            "setup": derived.setups.get(script.path) if script else None,
             "live": (facts.live if live_known else None) if live == "facts" else live, "suppressions": use,
             "job": facts.job}
 

@@ -191,6 +191,36 @@ class CheckpointFacts:
 
 
 @record
+class ClassFacts:
+    """A class the script defines (a dataclass, or a subclass of a library's arguments or trainer): what its
+    constructor takes besides what it inherits."""
+
+    name: str
+    location: Location
+    bases: tuple[str, ...] = ()  # qualified as the script imports them: "transformers.TrainingArguments"
+    fields: tuple[str, ...] = ()  # its own dataclass fields, or the keyword parameters of its own __init__
+    dataclass: bool = False
+    init: bool = False  # defines its own __init__ (which then decides what the constructor takes)
+    forwards: bool = False  # that __init__ takes **kwargs and passes them on (to the base's __init__)
+
+
+@record
+class ParsedArguments:
+    """What HfArgumentParser / TrlParser is given at run time: the dataclasses it fills and each key a recipe or the
+    command line sets, with the line that writes it."""
+
+    parser: str  # "transformers.HfArgumentParser" | "trl.TrlParser"
+    method: str  # parse_args_and_config | parse_args_into_dataclasses | parse_yaml_file | parse_json_file | parse_dict
+    location: Location  # the parse call
+    classes: tuple[str, ...]  # the dataclasses, qualified as the script names them
+    keys: dict[str, Value] = field(default_factory=dict)  # key -> its value, where it is written and how it came
+    source: str = "recipe"  # recipe (a YAML/JSON file or a dict) | command line
+    via: str = ""  # "--config recipes/sft.yaml", "parse_yaml_file('sft.yaml')", "arguments after --"
+    strict: bool = True  # an unknown key raises (allow_extra_keys / return_remaining_strings not set)
+    options: tuple[str, ...] = ()  # options the script adds itself with parser.add_argument
+
+
+@record
 class ScriptFacts:
     path: str
     calls: tuple[Call, ...] = ()
@@ -202,6 +232,8 @@ class ScriptFacts:
     deepspeed_configs: dict[str, dict] = field(default_factory=dict)  # deepspeed="ds.json" -> its contents
     stack: StackFacts | None = None  # the versions this script trains with (its project's); None: the run's
     checkpoints: dict[str, CheckpointFacts] = field(default_factory=dict)  # model id or path -> what it is
+    classes: dict[str, ClassFacts] = field(default_factory=dict)  # the classes it defines, by name
+    parsed: tuple[ParsedArguments, ...] = ()  # what its argument parsers are given
 
     def of(self, *kinds: str) -> list[Call]:
         if len(kinds) == 1:
@@ -333,6 +365,7 @@ class HostFacts:
     env: dict[str, str] = field(default_factory=dict)  # CUDA_VISIBLE_DEVICES, ACCELERATE_*, MASTER_PORT, NCCL_*, ...
     accelerate_config: dict[str, Any] = field(default_factory=dict)
     accelerate_config_path: str = ""
+    accelerate_config_lines: dict[str, int] = field(default_factory=dict)  # "deepspeed_config.zero_stage" -> 7
     interfaces: dict[str, tuple[str, ...]] = field(default_factory=dict)  # network interface -> its addresses
     node_name: str = ""  # the scheduler's name for this node (SLURMD_NODENAME), when probed in an allocation
 
@@ -358,6 +391,16 @@ class LaunchFacts:
     num_machines: int = 1
     config_file: str = ""
     standalone: bool = False
+    # accelerate launch: the options given on its command line beyond the three above (use_deepspeed, zero_stage,
+    # use_fsdp, ...), the config file it reads (--config_file) with each setting's line, and the DeepSpeed JSON
+    # that --deepspeed_config_file or the config's deepspeed_config_file names
+    options: dict[str, Value] = field(default_factory=dict)
+    accelerate_config: dict[str, Any] = field(default_factory=dict)
+    accelerate_config_path: str = ""
+    accelerate_config_lines: dict[str, int] = field(default_factory=dict)
+    deepspeed_config: dict[str, Any] = field(default_factory=dict)
+    deepspeed_config_path: str = ""
+    unknowns: tuple[Unknown, ...] = ()
 
 
 class VersionSource(StrEnum):
@@ -472,9 +515,21 @@ class LibraryBehaviour:
 
 
 @record
+class Signature:
+    """The keywords one library class or function accepts, read from the installed package's source."""
+
+    names: tuple[str, ...]  # its own fields or parameters, and the deprecated names it still takes
+    bases: tuple[str, ...] = ()  # the classes it inherits keywords from (ids of signatures.py)
+    open: str = ""  # takes **kwargs: "forwards" them on | "ignores" them | "" (does not take them)
+    init: bool = False  # a plain class with its own __init__ (a dataclass's fields add up along its bases)
+    evidence: str = ""  # "transformers 5.23.0 training_args.py:179"
+
+
+@record
 class StackFacts:
     packages: dict[str, PackageVersion] = field(default_factory=dict)
     behaviours: dict[str, LibraryBehaviour] = field(default_factory=dict)  # see probes/stack.py for the keys
+    signatures: dict[str, Signature] = field(default_factory=dict)  # read from installed source, by class id
 
     def get(self, name: str) -> PackageVersion:
         return self.packages.get(name) or PackageVersion(name, "", VersionSource.ASSUMED)
@@ -680,7 +735,8 @@ def _from_jsonable(tp: Any, data: Any) -> Any:
 
 
 _TYPES: dict[str, Any] = {}
-for _cls in (Location, Origin, Predicate, Value, Branch, Call, Unknown, Suppression, CheckpointFacts, ScriptFacts,
+for _cls in (Location, Origin, Predicate, Value, Branch, Call, Unknown, Suppression, CheckpointFacts, ClassFacts,
+             ParsedArguments, Signature, ScriptFacts,
              GpuProcess, Gpu, MachineFacts, BusyPort, HostFacts, LaunchFacts, Allocation, JobSetting, JobFacts,
              PackageVersion, LibraryBehaviour, StackFacts, LiveAdapter, LiveModel,
              LiveTrainer, LiveAccelerator, LiveOptimizerGroup, LiveOptimizer, LiveScaler, LiveFrame, LiveError,

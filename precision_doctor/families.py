@@ -41,6 +41,24 @@ def attention_support(model_type: str) -> tuple[str, ...]:
     return ATTENTION_SUPPORT.get(model_type, ALL_ATTENTION) if model_type else ()
 
 
+# model types whose config class defaults `tie_word_embeddings` to False (transformers 5.23
+# `models/*/configuration_*.py`; the same defaults as the 4.x `__init__` signatures). A config.json that omits the key
+# takes its class's default; every other class inherits PretrainedConfig's True.
+UNTIED_BY_DEFAULT = frozenset({
+    "llama", "llama4", "llama4_text", "mistral", "mistral4", "ministral", "ministral3", "mixtral", "qwen2",
+    "qwen2_moe", "qwen2_vl", "qwen2_5_vl", "qwen3", "qwen3_moe", "qwen3_next", "qwen3_vl", "qwen3_vl_moe", "qwen3_5",
+    "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "phi", "phi3", "phimoe", "gpt_neox", "gptj", "codegen",
+    "deepseek_v2", "deepseek_v3", "dbrx", "olmo", "olmo2", "olmo3", "olmoe", "granite", "granitemoe",
+    "granitemoehybrid", "gpt_oss", "glm", "glm4", "glm4_moe", "jamba", "nemotron", "persimmon", "stablelm",
+    "internlm3", "exaone4", "hunyuan_v1_dense", "hunyuan_v1_moe", "minimax", "falcon_h1", "bamba", "mamba2",
+    "helium", "seed_oss", "llava", "llava_next", "idefics2", "idefics3", "chameleon", "fuyu",
+})
+
+
+def tied_by_default(model_type: str) -> bool:
+    return model_type not in UNTIED_BY_DEFAULT
+
+
 # How a family's blocks are built, for counting parameters and activations from its config:
 # gated: a gated MLP (three matrices); norm: rms (weight) or layer (weight and bias); bias: linear layers carry
 # biases (qkv: only the query/key/value projections); positions: learned position embeddings.

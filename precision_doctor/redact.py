@@ -172,7 +172,15 @@ _MODEL_SHAPE_KEYS = {k: True for k in (
 # the language model's under text_config
 MODEL_CONFIG_KEYS = {**_MODEL_SHAPE_KEYS, "architectures": True, "text_config": _MODEL_SHAPE_KEYS}
 ACCELERATE_CONFIG_KEYS = {"mixed_precision": True, "num_processes": True, "main_process_port": True,
-                          "distributed_type": True, "num_machines": True}
+                          "distributed_type": True, "num_machines": True, "use_cpu": True,
+                          # derive/sharding.py: DeepSpeed and FSDP as `accelerate launch` sets them up
+                          "deepspeed_config": {k: True for k in (
+                              "zero_stage", "offload_optimizer_device", "offload_param_device", "zero3_init_flag",
+                              "deepspeed_config_file")},
+                          "fsdp_config": {k: True for k in (
+                              "fsdp_sharding_strategy", "fsdp_offload_params", "fsdp_version",
+                              "fsdp_reshard_after_forward", "fsdp_auto_wrap_policy", "sharding_strategy",
+                              "offload_params", "version", "reshard_after_forward")}}
 
 
 def keep_read_keys(data: Any, shape: dict) -> dict:

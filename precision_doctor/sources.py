@@ -101,6 +101,24 @@ def read_bytes_bounded(path: os.PathLike | str, limit: int, what: str = "file") 
         os.close(fd)
 
 
+def read_prefix(path: os.PathLike | str, size: int) -> bytes:
+    """The first `size` bytes of a regular file (fewer when it is shorter): headers of large binary files."""
+    fd = os.open(path, _OPEN_FLAGS)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise Unreadable(path, "not a regular file", "")
+        chunks, got = [], 0
+        while got < size:
+            chunk = os.read(fd, min(1 << 20, size - got))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def _too_large(path, size: int, limit: int, what: str) -> Unreadable:
     return Unreadable(path, f"{size / 2**20:.1f} MiB is too large for a {what} (limit {limit / 2**20:g} MiB)",
                       "is it generated? pass the file that matters" if what == "training script" else "")

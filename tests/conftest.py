@@ -1,4 +1,5 @@
 import os
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +60,23 @@ def pytest_addoption(parser):
 @pytest.fixture
 def update_golden(request):
     return request.config.getoption("--update-golden")
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory):
+    """A one-layer Llama saved locally: real transformers loads without a hub download."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=2, vocab_size=128)
+    path = tmp_path_factory.mktemp("tiny-llama")
+    transformers.LlamaForCausalLM(cfg).save_pretrained(path)
+    return path
+
+
+def bare_env(tmp_path) -> Path:
+    """A training environment with nothing of the ML stack installed: versions come from the project."""
+    site = tmp_path / "bare-env" / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    (tmp_path / "bare-env" / "bin").mkdir()
+    (tmp_path / "bare-env" / "bin" / "python").write_text("")
+    return tmp_path / "bare-env" / "bin" / "python"

@@ -9,7 +9,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "precision_doctor"
 # Lowest first. A module may import its own layer and those below, never above.
 LAYERS = (
     ("facts", ("_util", "errors", "facts", "findings", "dtypes", "families", "redact", "call_kinds", "version",
-                "typed", "strict_json")),
+                "typed", "strict_json", "signatures")),
     ("probes", ("probes", "collect", "config", "walk", "sources", "pool", "live", "live_child", "supervisor",
                 "safe_io")),
     ("derivation", ("derive",)),

@@ -110,3 +110,47 @@ def test_static_mode_imports_no_framework_and_yaml_only_for_yaml(path, allowed):
     proc = subprocess.run([sys.executable, "-c", STATIC_PROBE, path], cwd=ROOT, capture_output=True, text=True,
                           timeout=60)
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == allowed, proc.stderr
+
+
+QLORA_FSDP = """base_model: NousResearch/Meta-Llama-3-8B
+load_in_4bit: true
+adapter: qlora
+lora_r: 16
+bf16: auto
+tf32: true
+fsdp:
+  - full_shard
+  - auto_wrap
+fsdp_config:
+  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
+  fsdp_transformer_layer_cls_to_wrap: LlamaDecoderLayer
+"""
+
+
+def test_axolotl_qlora_under_fsdp_gets_the_storage_dtype_axolotl_sets(tmp_path):
+    """Axolotl builds QLoRA's BitsAndBytesConfig with bnb_4bit_quant_storage=bfloat16 itself, so its FSDP QLoRA
+    examples are fine where bf16 is on; on a GPU where `bf16: auto` falls back to fp16 the bf16 storage sits
+    beside fp16 weights, which FSDP cannot flatten into one FlatParameter."""
+    path = tmp_path / "qlora-fsdp.yml"
+    path.write_text(QLORA_FSDP)
+    on_a100 = engine.run(gather([str(path)], target="a100", stack_overrides=CURRENT, **machine_probes()))
+    assert "PD504" not in {f.rule_id for f in on_a100.findings}
+    on_t4 = engine.run(gather([str(path)], target="t4", stack_overrides=CURRENT, **machine_probes()))
+    pd504 = next(f for f in on_t4.findings if f.rule_id == "PD504")
+    assert "bnb_4bit_quant_storage=bfloat16 beside float16 weights" in pd504.message
+    assert "uniform dtype" in pd504.error and "uint8" not in pd504.message
+    # the user's own bnb_config_kwargs win over Axolotl's choice
+    path.write_text(QLORA_FSDP.replace("bf16: auto", "bf16: false\nfp16: true")
+                    + "bnb_config_kwargs:\n  bnb_4bit_quant_storage: float16\n")
+    fp16 = engine.run(gather([str(path)], target="t4", stack_overrides=CURRENT, **machine_probes()))
+    assert "PD504" not in {f.rule_id for f in fp16.findings}
+
+
+def test_a_llamafactory_v1_config_is_named_as_such_and_refused_with_exit_2(tmp_path):
+    path = tmp_path / "train_lora_sft.yaml"
+    path.write_text("model: Qwen/Qwen3-4B\nmodel_class: llm\npeft_config:\n  name: lora\n  r: 16\n"
+                    "dist_config:\n  name: fsdp2\noutput_dir: ./out\nmicro_batch_size: 1\n")
+    proc = subprocess.run([sys.executable, "-m", "precision_doctor", "check", str(path), "--target", "a100"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "LLaMA-Factory v1 config" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

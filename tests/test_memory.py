@@ -75,6 +75,7 @@ def test_every_table_row_has_a_source_and_a_consistent_size():
     for row in rows.values():
         assert row["source"].startswith("https://huggingface.co/"), row["id"]
         assert row.get("torch_dtype") in ("float32", "float16", "bfloat16"), row["id"]
+        assert row.get("verified"), f"{row['id']}: no independent copy of its config.json recorded"
     for mid in ("meta-llama/Llama-2-7b-hf", "mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen2.5-7B", "google/gemma-2-9b",
                 "openai-community/gpt2", "google-bert/bert-base-uncased"):
         c = checkpoint_facts(mid, (), {"HF_HUB_CACHE": "/nonexistent"})
@@ -254,3 +255,29 @@ def test_family_from_the_cached_config(tmp_path):
     env = _cache(tmp_path, "acme/house-model", {**LLAMA_CONFIG, "model_type": "gemma2"})
     code = _NO_DTYPE.format(model="acme/house-model", flag="fp16")
     assert "PD210" in _check_ids(tmp_path, code, env)  # fp16 on a family that overflows it, known by model_type
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_a_config_without_dtype_or_tie_keys_reads_as_transformers_loads_it(tmp_path, family):
+    """A config.json that omits `dtype` and `tie_word_embeddings`: transformers 5 loads the weights' own dtype
+    (dtype="auto") and ties by the config class's default (Llama: untied, GPT-2: tied). The doctor reads the
+    safetensors header and its table of class defaults, and must agree with a real load."""
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    if family == "llama":
+        cfg = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                       num_attention_heads=2, num_key_value_heads=2, vocab_size=128)
+    else:
+        cfg = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=128, n_positions=64)
+    folder = tmp_path / family
+    transformers.AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16).save_pretrained(folder)
+    saved = json.loads((folder / "config.json").read_text())
+    for key in ("dtype", "torch_dtype", "tie_word_embeddings"):
+        saved.pop(key, None)
+    (folder / "config.json").write_text(json.dumps(saved))
+
+    facts = checkpoint_facts(family, (tmp_path,), {})
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(folder)
+    assert facts.torch_dtype == str(next(loaded.parameters()).dtype).removeprefix("torch.") == "bfloat16"
+    assert facts.tied_embeddings is loaded.config.tie_word_embeddings
+    assert facts.parameters == sum(p.numel() for p in loaded.parameters())

@@ -18,13 +18,6 @@ def declared(rule_id):
     return get_rule(rule_id).error.split(": ", 1)[1]
 
 
-@pytest.fixture(scope="module")
-def tiny_llama(tmp_path_factory):
-    cfg = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                   num_attention_heads=2, num_key_value_heads=2, vocab_size=128)
-    path = tmp_path_factory.mktemp("tiny-llama")
-    transformers.LlamaForCausalLM(cfg).save_pretrained(path)
-    return path
 
 
 def test_pd201_fp16_weights_under_grad_scaler(tiny_llama, run_check):

@@ -15,6 +15,7 @@ from precision_doctor.probes.stack import (CURRENT, TRAINER_SKIPS_DP_FOR_4BIT, S
                                            training_environment)
 from precision_doctor.probes.versions import Declared, declared_for
 
+from .conftest import bare_env
 from .fake_nvml import NO_NVML
 
 _TRAINER = ("from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments\n"
@@ -30,13 +31,6 @@ def _write(root: Path, files: dict[str, str]) -> None:
         path.write_text(text)
 
 
-def _bare_env(tmp_path: Path) -> Path:
-    """A training environment with nothing of the ML stack installed: versions come from the projects."""
-    site = tmp_path / "bare-env" / "lib" / "python3.11" / "site-packages"
-    site.mkdir(parents=True)
-    (tmp_path / "bare-env" / "bin").mkdir()
-    (tmp_path / "bare-env" / "bin" / "python").write_text("")
-    return tmp_path / "bare-env" / "bin" / "python"
 
 
 def _run(paths, python, target=None):
@@ -61,7 +55,7 @@ def _mixed_tree(tmp_path: Path) -> Path:
 
 def test_each_script_is_judged_by_its_own_projects_pins(tmp_path):
     tree = _mixed_tree(tmp_path)
-    result, facts = _run([tree], _bare_env(tmp_path))
+    result, facts = _run([tree], bare_env(tmp_path))
     by_path = {s.path: s for s in facts.scripts}
     old = next(s for p, s in by_path.items() if p.endswith("old/scripts/training/train.py"))
     new = next(s for p, s in by_path.items() if p.endswith("new/src/new/train.py"))
@@ -77,7 +71,7 @@ def test_each_script_is_judged_by_its_own_projects_pins(tmp_path):
 
 def test_a_folder_run_and_a_run_per_file_give_the_same_findings(tmp_path):
     tree = _mixed_tree(tmp_path)
-    python = _bare_env(tmp_path)
+    python = bare_env(tmp_path)
     folder, facts = _run([tree], python, target="t4")
     per_file = []
     for script in facts.scripts:

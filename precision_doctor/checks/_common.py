@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..derive import Fact, Setup
+from ..derive.optimizer import FP32_MATH, FUSED_MATH, optimizer_of
 import os
 from dataclasses import replace
 
@@ -152,38 +153,27 @@ def describe_trainable(setup: Setup) -> str:
 
 
 def fp16_optimizer_symptom(setup: Setup, stack: StackFacts) -> tuple[str, str]:
-    """What the optimizer does to fp16 parameters without loss scaling, as (message tail, what the job shows).
-    Measured on torch 2.13 (CPU): the for-each/for-loop AdamW computes in fp16, where eps=1e-8 is 0, and turns
-    the weights NaN at the first step; the fused AdamW computes in fp32 but keeps its second moment in fp16, where
-    it underflows to 0: no NaN, but steps of 2× the learning rate at step 2 and 11× by step 10."""
-    from ..probes.stack import at_least
-
-    if setup.style == "trainer":
-        optim = setup.training_args.kwargs.get("optim") if setup.training_args is not None else None
-        name = str(optim.value) if optim is not None and optim.state == KNOWN else \
-            "adamw_torch_fused" if at_least(stack, "torch", "2.8") else "adamw_torch"
-        fused = "fused" in name
-        adam = "adam" in name.lower()
-        name = f"Trainer's {name}"
-    elif setup.optimizers:
-        opt = setup.optimizers[0]
-        adam = "adam" in opt.callee.lower()
-        fused_kw = opt.kwargs.get("fused")
-        fused = adam and fused_kw is not None and fused_kw.state == KNOWN and fused_kw.value is True
-        name = opt.callee.rsplit(".", 1)[-1]
-    else:
+    """What the optimizer does to fp16 parameters without loss scaling, as (message tail, what the job shows);
+    the measurements behind each case are in derive/optimizer.py."""
+    opt = optimizer_of(setup, stack)
+    if opt is None or not opt.math:
         return ("small gradients underflow to zero",
                 "no exception: the loss stalls, or turns nan with an Adam-type optimizer")
-    if adam and fused:
-        label = name if "fused" in name else f"{name} (fused)"
+    label = f"Trainer's {opt.name}" if setup.style == "trainer" else opt.name
+    if opt.math == FUSED_MATH:
+        label = label if "fused" in label else f"{label} (fused)"
         return (f"small gradients and the second-moment state of {label} underflow, so its steps grow "
                 f"far past the learning rate",
                 "no exception: no NaN at first (the fused AdamW computes in fp32), but steps many times the "
                 "learning rate make the loss jump or diverge")
-    if adam:
-        return (f"small gradients underflow and {name}'s update turns NaN",
+    if opt.math == FP32_MATH:
+        return (f"gradients too small for fp16 flush to zero and {label} never sees them",
+                f"no exception: {label} computes in fp32 with its own state, so no NaN, but every gradient below "
+                f"fp16's range (6e-8) is lost and the loss stalls or trains worse")
+    if opt.adam:
+        return (f"small gradients underflow and {label}'s update turns NaN",
                 "no exception: the weights turn nan at the first optimizer step, then loss: nan")
-    return (f"small gradients underflow to zero, so {name} stops updating those parameters",
+    return (f"small gradients underflow to zero, so {label} stops updating those parameters",
             "no exception: the loss stalls while the weights stop changing")
 
 

@@ -3,16 +3,18 @@ FSDP units of mixed dtype (PD501-PD504)."""
 
 from __future__ import annotations
 
-from typing import Any
 
 from .. import dtypes
-from ..derive import Setup, call_evidence, decide, evidence_of
+from ..derive import Setup, decide, evidence_of
+from ..derive.sharding import hard_enabled, precision_enabled, zero3_shards_the_load
 from ..registry import Example, LogSignature, rule
 from ..facts import ABSENT, KNOWN, Call, LaunchFacts, MachineFacts, ScriptFacts, StackFacts
 from ..families import overflows_fp16
 from ..findings import Applicability, Draft, Evidence, Fix
 from ._common import only_on_some_paths, path_severity, present, set_kwarg
 
+# accelerate 1.0.0's DeepSpeedPlugin.set_deepspeed_weakref registers the config with transformers whatever
+# zero3_init_flag says; before it, only with the flag on (read in v0.34.0 and v1.0.0 utils/dataclasses.py)
 _HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
 
 
@@ -24,40 +26,39 @@ def _script(ds: str, args: str = "", load: str = ", dtype=torch.float32", model:
     return _HEAD + body + "Trainer(model=model, args=args).train()\n"
 
 
-def deepspeed_config(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack: StackFacts
-                     ) -> tuple[dict | None, Evidence | None, Call | None]:
-    """The DeepSpeed config the Trainer gets: an inline dict, or the JSON file `deepspeed=` names."""
-    for call in ([setup.training_args] if setup.training_args else []) + script.of("hf_deepspeed_config"):
-        v = decide(call.kwarg("deepspeed") if call.kind == "training_args" else
-                   (call.args[0] if call.args else call.kwarg("config_file_or_dict")), machine, stack)
-        if v.state != KNOWN:
-            continue
-        if isinstance(v.value, dict):
-            return v.value, evidence_of(v, "DeepSpeed config (inline)", call), call
-        if isinstance(v.value, str) and v.value in script.deepspeed_configs:
-            return script.deepspeed_configs[v.value], evidence_of(v, f"DeepSpeed config {v.value}", call), call
-    return None, None, None
+def deepspeed_config(setup: Setup) -> tuple[dict | None, tuple[Evidence, ...], Call | None]:
+    """The DeepSpeed config the job runs with, wherever it is set up (derive/sharding.py), and where."""
+    sharding = setup.sharding
+    if sharding.kind != "deepspeed" or sharding.config is None:
+        return None, (), None
+    return sharding.config, sharding.evidence, sharding.call
 
 
-def _section_enabled(config: dict, section: str) -> Any:
-    part = config.get(section)
-    if isinstance(part, dict):
-        return part.get("enabled", False)
-    return False
+def _in_script_first(evidence: tuple[Evidence, ...], script: ScriptFacts) -> tuple[Evidence, ...]:
+    """The script's own lines first (the finding points where its fix goes), then the launch config's."""
+    return tuple(sorted(evidence, key=lambda e: e.location is None or e.location.path not in script.files))
 
 
-def zero_stage(config: dict) -> Any:
-    zero = config.get("zero_optimization")
-    return zero.get("stage") if isinstance(zero, dict) else None
+def _effective_precision(setup: Setup, launch: LaunchFacts) -> str:
+    """The mixed precision accelerate hands DeepSpeed: Trainer's fp16/bf16, else (Accelerator's, or for a Trainer
+    with neither flag) ACCELERATE_MIXED_PRECISION, which `accelerate launch` sets from its flag or config."""
+    mode = str(setup.amp.value) if setup.amp.known else ""
+    if setup.style == "trainer" and mode == "no" and launch.known and launch.mixed_precision.state == KNOWN:
+        return str(launch.mixed_precision.value)
+    return mode
 
 
 @rule(
     "PD501", "deepspeed-precision-mismatch", severity="error", phase="wrap",
     summary="The DeepSpeed config hard-codes fp16/bf16 against the Trainer's (or the launcher's) precision.",
     what="A DeepSpeed JSON or dict with `\"fp16\": {\"enabled\": true}` or `\"bf16\": {\"enabled\": true}` that "
-         "disagrees with `fp16`/`bf16` in TrainingArguments (TRL configs turn bf16 on by default), or with both on.",
-    why="transformers checks the DeepSpeed config against TrainingArguments and refuses a mismatch; DeepSpeed refuses "
-        "both modes at once.",
+         "disagrees with `fp16`/`bf16` in TrainingArguments (TRL configs turn bf16 on by default) or with the mixed "
+         "precision accelerate runs, or with both on; wherever the config comes from: `deepspeed=`, "
+         "`HfDeepSpeedConfig`, or `accelerate launch` (`--deepspeed_config_file`, the accelerate config's "
+         "`deepspeed_config_file`).",
+    why="transformers checks the DeepSpeed config against TrainingArguments and refuses a mismatch; accelerate's "
+        "DeepSpeed plugin refuses a mixed precision whose other mode the config hard-codes; DeepSpeed refuses both "
+        "modes at once.",
     error="ValueError: Please correct the following DeepSpeed config values that mismatch TrainingArguments values:\n"
           "- ds fp16.enabled=True vs hf fp16|fp16_full_eval+fp16_backend(amp)=False\nThe easiest method is to set "
           "these DeepSpeed config values to 'auto'.",
@@ -70,34 +71,53 @@ def zero_stage(config: dict) -> Any:
 )
 def deepspeed_precision_mismatch(script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts,
                                  launch: LaunchFacts):
-    config, where, call = deepspeed_config(setup, script, machine, stack)
+    config, where, _ = deepspeed_config(setup)
     if config is None:
         return
-    ds_fp16 = _section_enabled(config, "fp16") is True
-    ds_bf16 = _section_enabled(config, "bf16") is True or _section_enabled(config, "bfloat16") is True
+    ds_fp16, ds_bf16 = hard_enabled(config, "fp16"), hard_enabled(config, "bf16")
     if ds_fp16 and ds_bf16:
-        yield Draft("the DeepSpeed config enables both fp16 and bf16", evidence=(where,),
+        yield Draft("the DeepSpeed config enables both fp16 and bf16", evidence=where,
                     error="ValueError: bfloat16 and fp16 modes cannot be simultaneously enabled",
                     fix=Fix('set both to "enabled": "auto" and choose in TrainingArguments', applicability=Applicability.SAFE))
         return
+    # what the job hits first: TrainingArguments checks its own deepspeed= against its flags; accelerate's
+    # DeepSpeedPlugin.set_mixed_precision refuses the other mode hard-coded (for a launcher-made plugin, first)
+    trainer = list(_trainer_mismatch(setup, config, where))
+    accelerate = list(_accelerate_mismatch(setup, launch, config, where))
+    yield from (trainer + accelerate if setup.sharding.source != "launch" else accelerate + trainer)[:1]
+
+
+def _trainer_mismatch(setup: Setup, config: dict, where: tuple[Evidence, ...]):
     if setup.style != "trainer" or not setup.fp16.known or not setup.bf16.known:
         return
-    for ds_on, name, hf in ((ds_fp16, "fp16", setup.fp16), (ds_bf16, "bf16", setup.bf16)):
-        if ds_on and not hf.value:
+    for name, hf in (("fp16", setup.fp16), ("bf16", setup.bf16)):
+        if hard_enabled(config, name) and not hf.value:
             hf_text = "fp16|fp16_full_eval+fp16_backend(amp)" if name == "fp16" else "bf16|bf16_full_eval"
             yield Draft(f"the DeepSpeed config hard-codes {name}.enabled=true but the Trainer's {name} is off",
-                        evidence=(where,) + hf.evidence,
+                        evidence=where + hf.evidence,
                         error=f"ValueError: Please correct the following DeepSpeed config values that mismatch "
                               f"TrainingArguments values:\n- ds {name}.enabled=True vs hf {hf_text}=False\nThe easiest "
                               f"method is to set these DeepSpeed config values to 'auto'.",
-                        fix=Fix(f'set "{name}": {{"enabled": "auto"}} in the DeepSpeed config', applicability=Applicability.SAFE))
-    mp = launch.mixed_precision if launch.known else None
-    if mp is not None and mp.state == KNOWN and mp.value == "bf16" and ds_fp16:
-        yield Draft("accelerate launch --mixed_precision bf16 with fp16 enabled in the DeepSpeed config",
-                    evidence=(where, Evidence(None, launch.command, "--mixed_precision bf16", "launcher")),
-                    error="ValueError: `--mixed_precision` arg cannot be set to `bf16` when `fp16` is set in the "
-                          "DeepSpeed config file.",
-                    fix=Fix('set "fp16": {"enabled": "auto"}', applicability=Applicability.SAFE))
+                        fix=Fix(f'set "{name}": {{"enabled": "auto"}} in the DeepSpeed config',
+                                applicability=Applicability.SAFE))
+
+
+def _accelerate_mismatch(setup: Setup, launch: LaunchFacts, config: dict, where: tuple[Evidence, ...]):
+    mode = _effective_precision(setup, launch)
+    if mode not in ("fp16", "bf16", "fp8"):
+        return
+    other = "bf16" if mode == "fp16" else "fp16"
+    if not hard_enabled(config, other):
+        return
+    said = next((e for e in setup.amp.evidence if e.origin != "code"), None) or next(iter(setup.amp.evidence), None)
+    if setup.style == "trainer" and setup.amp.value == "no":
+        said = Evidence(None, launch.command, f"mixed_precision {mode} from the launch", "launcher")
+    yield Draft(f"mixed precision {mode} with {other} enabled in the DeepSpeed config: accelerate refuses the pair",
+                evidence=where + ((said,) if said else ()),
+                error=f"ValueError: `--mixed_precision` arg cannot be set to `{mode}` when `{other}` is set in the "
+                      f"DeepSpeed config file.",
+                fix=Fix(f'set "{other}": {{"enabled": "auto"}} in the DeepSpeed config',
+                        applicability=Applicability.SAFE))
 
 
 @rule(
@@ -112,22 +132,28 @@ def deepspeed_precision_mismatch(script: ScriptFacts, setup: Setup, machine: Mac
     applicability=Applicability.SAFE,
     fix_safety="Safe under ZeRO-3.",
     fires=[Example(_script("{'zero_optimization': {'stage': 3}, 'bf16': {'enabled': 'auto'}}", ", bf16=True",
-                           load=", dtype=torch.bfloat16, device_map='auto'", order="args-first"))],
+                           load=", dtype=torch.bfloat16, device_map='auto'", order="args-first")),
+           Example(_HEAD + "args = TrainingArguments('out', bf16=True)\n"
+                   "model = AutoModelForCausalLM.from_pretrained('m', dtype=torch.bfloat16, device_map='auto')\n"
+                   "Trainer(model=model, args=args).train()\n",
+                   launcher="accelerate launch --use_deepspeed --zero_stage 3 --num_processes 2 train.py",
+                   note="ZeRO-3 from the launcher: TrainingArguments registers it")],
     silent=[Example(_script("{'zero_optimization': {'stage': 3}, 'bf16': {'enabled': 'auto'}}", ", bf16=True",
-                            load=", dtype=torch.bfloat16", order="args-first"))],
+                            load=", dtype=torch.bfloat16", order="args-first")),
+            Example(_HEAD + "args = TrainingArguments('out', bf16=True)\n"
+                    "model = AutoModelForCausalLM.from_pretrained('m', dtype=torch.bfloat16, device_map='auto')\n"
+                    "Trainer(model=model, args=args).train()\n",
+                    launcher="accelerate launch --use_deepspeed --zero_stage 2 --num_processes 2 train.py")],
 )
 def zero3_with_device_map(script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts):
-    config, where, call = deepspeed_config(setup, script, machine, stack)
-    load = setup.model_load
-    if config is None or load is None or zero_stage(config) != 3:
-        return
-    if (call.location.path, call.location.line) > (load.location.path, load.location.line):
-        return  # registered after loading: zero.Init does not apply to this load
+    if not zero3_shards_the_load(setup, stack):
+        return  # no ZeRO-3, or registered after loading (zero.Init does not apply to this load)
+    where, load = setup.sharding.evidence, setup.model_load
     for name in ("device_map", "low_cpu_mem_usage", "quantization_config", "load_in_4bit", "load_in_8bit"):
         v = decide(load.kwarg(name), machine, stack)
         if v.state == KNOWN and v.value not in (None, False):
             yield Draft(f"ZeRO-3 is registered before from_pretrained(..., {name}=...)",
-                        evidence=(where, evidence_of(v, f"{name}=", load)),
+                        evidence=_in_script_first((evidence_of(v, f"{name}=", load),) + where, script),
                         fix=Fix(f"drop {name}= under ZeRO-3", applicability=Applicability.UNSAFE if name == "quantization_config" else Applicability.SAFE))
             return
 
@@ -155,35 +181,22 @@ def zero3_with_device_map(script: ScriptFacts, setup: Setup, machine: MachineFac
                             model="google/gemma-2-9b"))],
 )
 def deepspeed_fp16_loss_scale_collapse(script: ScriptFacts, setup: Setup, machine: MachineFacts,
-                                       stack: StackFacts):
-    config, where, _ = deepspeed_config(setup, script, machine, stack)
-    if config is None:
-        return
-    fp16 = _section_enabled(config, "fp16")
-    on = fp16 is True or (fp16 == "auto" and setup.fp16.value is True)
-    if not on:
+                                       stack: StackFacts, launch: LaunchFacts):
+    config, where, _ = deepspeed_config(setup)
+    if config is None or not precision_enabled(config, "fp16", _effective_precision(setup, launch)):
         return
     static = isinstance(config.get("fp16"), dict) and config["fp16"].get("loss_scale", 0) not in (0, "auto")
     if overflows_fp16(setup.family) or static:
         why = (f"{setup.family} was pre-trained in bf16" if not static else
                f"a static loss_scale={config['fp16']['loss_scale']}")
         yield Draft(f"DeepSpeed fp16 with {why}: overflowing steps drive the loss scale to its minimum",
-                    evidence=(where,), fix=Fix('use "bf16": {"enabled": "auto"} with bf16=True', applicability=Applicability.UNSAFE))
+                    evidence=where, fix=Fix('use "bf16": {"enabled": "auto"} with bf16=True',
+                                            applicability=Applicability.UNSAFE))
 
 
-def _fsdp_on(setup: Setup, script: ScriptFacts, machine: MachineFacts, launch: LaunchFacts,
-             stack: StackFacts) -> Evidence | None:
-    if setup.training_args is not None:
-        v = decide(setup.training_args.kwarg("fsdp"), machine, stack)
-        if v.state == KNOWN and v.value not in ("", None, False, []):
-            return evidence_of(v, f"fsdp={v.text}", setup.training_args)
-    config = machine.host.accelerate_config if machine.host else {}
-    if launch.known and launch.launcher == "accelerate" and str(config.get("distributed_type", "")).upper() == "FSDP":
-        return Evidence(None, machine.host.accelerate_config_path, "distributed_type: FSDP", "accelerate-config")
-    raw = script.of("fsdp")
-    if raw:
-        return call_evidence(raw[0], "FullyShardedDataParallel")
-    return None
+def _fsdp_on(setup: Setup) -> Evidence | None:
+    sharding = setup.sharding
+    return (sharding.evidence[0] if sharding.evidence else None) if sharding.kind == "fsdp" else None
 
 
 # torch's own policies group a block's parameters whatever their dtype: with fp32 adapters inside half blocks
@@ -248,7 +261,7 @@ _MIXING_POLICIES = ("transformer_auto_wrap_policy", "size_based_auto_wrap_policy
 )
 def fsdp_mixed_dtype_flatten(script: ScriptFacts, setup: Setup, machine: MachineFacts, launch: LaunchFacts,
                              stack: StackFacts):
-    on = _fsdp_on(setup, script, machine, launch, stack)
+    on = _fsdp_on(setup)
     if on is None:
         return
     if setup.quantized.value == "4bit":
@@ -256,10 +269,17 @@ def fsdp_mixed_dtype_flatten(script: ScriptFacts, setup: Setup, machine: Machine
         storage = decide(cfg.kwarg("bnb_4bit_quant_storage"), machine, stack) if cfg else None
         stored = dtypes.from_string(storage.value) if storage is not None and storage.state == KNOWN else None
         if stored != setup.weights.value or stored is None:
+            left = stored is None
             yield Draft("QLoRA under FSDP with bnb_4bit_quant_storage left at uint8: FSDP cannot flatten the "
-                        "quantized integer storage with the model's float parameters",
-                        evidence=(on,) + setup.quantized.evidence,
-                        error="ValueError: Cannot flatten integer dtype tensors",
+                        "quantized integer storage with the model's float parameters" if left else
+                        f"QLoRA under FSDP with bnb_4bit_quant_storage={stored} beside {setup.weights.value} "
+                        f"weights: FSDP flattens only tensors of one dtype",
+                        evidence=_in_script_first((on,) + setup.quantized.evidence
+                                                  + (() if left else (evidence_of(storage, "bnb_4bit_quant_storage",
+                                                                                  cfg),)), script),
+                        error="ValueError: Cannot flatten integer dtype tensors" if left else
+                        f"ValueError: Must flatten tensors with uniform dtype but got torch.{setup.weights.value} "
+                        f"and torch.{stored}",
                         fix=Fix(f"bnb_4bit_quant_storage=torch.{setup.weights.value or 'bfloat16'} in the "
                                 f"BitsAndBytesConfig", applicability=Applicability.SAFE,
                                 edits=present(set_kwarg(cfg, "bnb_4bit_quant_storage",

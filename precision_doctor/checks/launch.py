@@ -11,6 +11,7 @@ from ..derive.launch import command_with_option
 from ..registry import Example, LogSignature, rule
 from ..facts import ABSENT, KNOWN, BusyPort, Call, GpuProcess, LaunchFacts, MachineFacts, ScriptFacts, StackFacts
 from ..findings import Applicability, Draft, Evidence, Fix
+from ..probes.frameworks import lightning_launch
 from ..probes.stack import at_least
 from ._common import gpu_phrase, native_bf16, present, set_kwarg
 
@@ -20,6 +21,9 @@ _ACC_LOOP = ("optimizer = torch.optim.AdamW(model.parameters())\n"
              "model, optimizer = accelerator.prepare(model, optimizer)\n")
 _ACC_GOOD = _ACC + _ACC_LOOP
 _ACC_CUDA0 = _ACC + "model = model.to('cuda:0')\n" + _ACC_LOOP
+_LIGHTNING = ("import lightning as L\nfrom my_model import LitModel\n"
+              "trainer = L.Trainer(accelerator='gpu', devices={devices}, strategy='ddp', precision='bf16-mixed')\n"
+              "trainer.fit(LitModel())\n")
 _TRAINER = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
             "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32{dm})\n"
             "Trainer(model=model, args=TrainingArguments('out', fp16=True)).train()\n")
@@ -185,13 +189,16 @@ def stale_cuda_context(machine: MachineFacts):
             Example(_ACC_GOOD, machine="l40s_2x_exclusive_stopped", launcher="python train.py")],
 )
 def master_port_in_use(machine: MachineFacts, launch: LaunchFacts, stack: StackFacts, plan: LaunchPlan):
-    if machine.host is None or not launch.known or launch.launcher == "python" or launch.standalone:
+    lightning = plan.spawner == "lightning"  # Lightning's own launcher: MASTER_PORT, else a free port it finds
+    if machine.host is None or launch.standalone:
+        return
+    if not lightning and (not launch.known or launch.launcher == "python"):
         return
     if plan.multi_process <= 1 and launch.num_machines <= 1:
         return
     port, explicit, source = plan.port, plan.port_explicit, plan.port_source
     state = machine.host.port_state(port)
-    if not isinstance(state, BusyPort):
+    if not isinstance(state, BusyPort) or (lightning and not explicit):
         return
     multi_node = launch.num_machines > 1
     if launch.launcher == "torchrun" and not explicit and not multi_node:
@@ -206,10 +213,16 @@ def master_port_in_use(machine: MachineFacts, launch: LaunchFacts, stack: StackF
     free = next((p for p in machine.host.ports_checked if p != port and machine.host.port_state(p) is True), port + 1)
     flag = {"accelerate": f"--main_process_port {free}", "torchrun": f"--master_port {free}",
             "deepspeed": f"--master_port {free}"}.get(launch.launcher, f"MASTER_PORT={free}")
-    commands.insert(0, command_with_option(launch, flag))
+    if lightning:
+        flag = f"MASTER_PORT={free}"
+        commands.insert(0, f"export MASTER_PORT={free}  # or unset MASTER_PORT: Lightning then finds a free port")
+    else:
+        commands.insert(0, command_with_option(launch, flag))
     yield Draft(f"rendezvous port {port} ({source}) is in use{holder}" +
                 (": accelerate will warn and fall back to a standalone-like launch" if recovers else ""),
-                evidence=(Evidence(None, launch.command, f"rendezvous on port {port}", "launcher"),),
+                evidence=((Evidence(None, source, f"Lightning's rendezvous on port {port}", "env"),
+                           plan.processes_evidence) if lightning else
+                          (Evidence(None, launch.command, f"rendezvous on port {port}", "launcher"),)),
                 severity="warning" if recovers else "",
                 error=(f"ConnectionError: Tried to launch distributed communication on port `{port}`, but another "
                        f"process is utilizing it." if launch.launcher == "accelerate" else
@@ -222,22 +235,44 @@ def master_port_in_use(machine: MachineFacts, launch: LaunchFacts, stack: StackF
     "PD111", "more-processes-than-gpus", severity="error", phase="launch",
     summary="The launch starts more processes per node than there are visible GPUs.",
     what="`--nproc_per_node` / `--num_processes` larger than the GPUs the job can see (an 8-GPU command on a 4-GPU "
-         "node, a narrower CUDA_VISIBLE_DEVICES).",
-    why="Each rank selects GPU `local_rank`; ranks beyond the visible count ask for a device that does not exist.",
+         "node, a narrower CUDA_VISIBLE_DEVICES), or a Lightning `Trainer(devices=8)` / `Fabric(devices=8)` started "
+         "with plain python (Lightning starts one process per device itself).",
+    why="Each rank selects GPU `local_rank`; ranks beyond the visible count ask for a device that does not exist. "
+        "Lightning checks the device ids it is given against the visible GPUs and refuses at `Trainer(...)`.",
     error="RuntimeError: CUDA error: invalid device ordinal",
-    fix="Set the process count to the visible GPU count.",
+    fix="Set the process count to the visible GPU count (Lightning: `devices='auto'`).",
     applicability=Applicability.SAFE,
     fix_safety="Safe.",
     needs=("machine",),
-    log=LogSignature(patterns=(r"invalid device ordinal",)),
-    fires=[Example(_ACC_GOOD, target="a100:4", launcher="torchrun --nproc_per_node 8 train.py")],
-    silent=[Example(_ACC_GOOD, target="a100:8", launcher="torchrun --nproc_per_node 8 train.py")],
+    log=LogSignature(patterns=(r"invalid device ordinal", r"You requested gpu: \[")),
+    fires=[Example(_ACC_GOOD, target="a100:4", launcher="torchrun --nproc_per_node 8 train.py"),
+           Example(_LIGHTNING.format(devices="8"), target="a100:4", launcher="python train.py",
+                   note="Lightning starts one process per device itself")],
+    silent=[Example(_ACC_GOOD, target="a100:8", launcher="torchrun --nproc_per_node 8 train.py"),
+            Example(_LIGHTNING.format(devices="'auto'"), target="a100:4", launcher="python train.py")],
 )
 def more_processes_than_gpus(machine: MachineFacts, launch: LaunchFacts, plan: LaunchPlan):
     n, n_ev = plan.processes, plan.processes_evidence
-    if not n or n <= 1 or not machine.gpus or n <= len(machine.gpus):
+    if not n or not machine.gpus:
         return
     visible = len(machine.gpus)
+    lightning = plan.spawner == "lightning" and plan.spawner_call is not None
+    found = lightning_launch(plan.spawner_call) if lightning else None
+    ids = list(found.device_ids) if found is not None and found.device_ids else list(range(n))
+    fits = max(ids) < visible if lightning else n <= visible
+    if fits or (not lightning and n <= 1):
+        return
+    if lightning:
+        trainer = plan.spawner_call  # Lightning checks the ids it is given against the visible GPUs itself
+        asked = f"GPUs {ids}" if found is not None and found.device_ids else f"{n} GPUs"
+        yield Draft(f"{trainer.callee.rsplit('.', 1)[-1]}(devices=...) asks for {asked} but only {visible} "
+                    f"{'are' if visible != 1 else 'is'} visible ({gpu_phrase(machine)})", evidence=(n_ev,),
+                    error=f"MisconfigurationException: You requested gpu: {ids}\n But your machine only "
+                          f"has: {list(range(visible))}",
+                    fix=Fix(f"devices={visible}, or devices='auto' (every visible GPU)",
+                            applicability=Applicability.SAFE,
+                            edits=present(set_kwarg(trainer, "devices", "'auto'"))))
+        return
     yield Draft(f"{n} processes per node but only {visible} GPU{'s' if visible != 1 else ''} visible "
                 f"({gpu_phrase(machine)})", evidence=(n_ev,),
                 fix=Fix(f"launch {visible} processes", applicability=Applicability.SAFE,

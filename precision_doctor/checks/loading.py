@@ -11,6 +11,7 @@ from ..registry import Example, LogSignature, rule
 from ..facts import KNOWN, MachineFacts, ScriptFacts, StackFacts, VersionSource
 from ..findings import Applicability, Draft, Edit, Fix
 from ..probes.stack import at_least
+from ..signatures import SPECIALISED, accepted, class_id, decided_by, local_id
 from ._common import keep_shared_source, literal_edit, native_bf16, present, weights_source_edit
 
 _HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
@@ -176,8 +177,10 @@ def attn_implementation_unsupported(script: ScriptFacts, machine: MachineFacts, 
 @rule(
     "PD216", "trainer-tokenizer-kwarg-removed", severity="error", phase="wrap",
     summary="`Trainer(tokenizer=...)` was removed in transformers 5: use `processing_class=`.",
-    what="`Trainer(..., tokenizer=...)` (and its subclasses that forward keywords to it) on transformers 5 or "
-         "newer, where the keyword no longer exists; a deprecation warning on 4.46-4.57.",
+    what="`Trainer(..., tokenizer=...)` (and the script's subclasses whose constructor is Trainer's, or passes "
+         "**kwargs on to it) on transformers 5 or newer, where the keyword no longer exists; a deprecation warning "
+         "on 4.46-4.57. The keyword's history is read from Trainer.__init__ of each release (the fields "
+         "keyword-not-accepted, PD217, judges every other keyword with).",
     why="transformers 4.46 renamed the argument to `processing_class` (it also takes processors and image "
         "processors) and 5.0 removed the old name, so the Trainer is never constructed.",
     error="TypeError: Trainer.__init__() got an unexpected keyword argument 'tokenizer'",
@@ -196,13 +199,18 @@ def attn_implementation_unsupported(script: ScriptFacts, machine: MachineFacts, 
                     versions={"transformers": "4.44.2"})],
 )
 def trainer_tokenizer_kwarg_removed(script: ScriptFacts, stack: StackFacts):
-    if not at_least(stack, "transformers", "4.46"):
-        return
     version = stack.get("transformers")
-    removed = at_least(stack, "transformers", "5.0")
     for trainer in script.of("trainer"):
-        if "tokenizer" not in trainer.kwargs or not trainer.callee.startswith("transformers"):
+        if "tokenizer" not in trainer.kwargs:
             continue
+        cid = local_id(trainer.callee, script.classes) or class_id(trainer.callee)
+        owner = decided_by(cid, stack, script.classes) if cid else None
+        if SPECIALISED.get((owner, "tokenizer")) != "PD216":
+            continue  # a TRL trainer's own __init__ decides: keyword-not-accepted (PD217) judges it
+        fields = accepted(owner, stack)
+        if fields is None or "processing_class" not in fields.names:
+            continue  # before 4.46 `tokenizer` is the parameter (or the version is outside the table)
+        removed = "tokenizer" not in fields.names
         name = trainer.callee.rsplit(".", 1)[-1]
         yield Draft(f"{name}(tokenizer=...) " + (f"no longer exists on transformers {version.version}"
                                                    if removed else f"is deprecated on transformers {version.version}")

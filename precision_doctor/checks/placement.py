@@ -4,6 +4,7 @@ DDP, moving offloaded models, inputs left on the CPU (PD301-PD305)."""
 from __future__ import annotations
 
 from ..derive import LaunchPlan, Setup, call_evidence, decide, device_map_kind, evidence_of
+from ..derive.sharding import zero3_shards_the_load
 from ..derive.live import live_evidence
 from ..registry import Example, LogSignature, rule
 from ..facts import KNOWN, Call, LaunchFacts, MachineFacts, MachineOrigin, ScriptFacts, StackFacts
@@ -155,10 +156,13 @@ def _live_dataparallel(live):
                     launcher="torchrun --nproc_per_node 2 train.py", note="correct DDP QLoRA"),
             Example(_QLORA.format(device_map=", device_map='auto'", args=""), launcher="python train.py")],
 )
-def device_map_auto_under_ddp(script: ScriptFacts, machine: MachineFacts, stack: StackFacts, plan: LaunchPlan):
+def device_map_auto_under_ddp(script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts,
+                              plan: LaunchPlan):
     n, n_ev = plan.multi_process, plan.processes_evidence
     if n <= 1:
         return
+    if setup is not None and zero3_shards_the_load(setup, stack):
+        return  # ZeRO-3 refuses any device_map at load (PD502, whose fix removes it): a per-rank map is no cure
     for load in script.of("model_load"):
         v = decide(load.kwarg("device_map"), machine, stack)
         if device_map_kind(v) == "spread":

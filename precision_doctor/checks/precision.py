@@ -48,6 +48,9 @@ def _trainable_under_scaler(setup: Setup, machine: MachineFacts, dtype: str):
     """The trainable-dtype fact when parameters of `dtype` get gradients under a GradScaler, else None."""
     if not setup.trains or not _fp16_amp_on_gpu(setup, machine):
         return None
+    scaler = setup.sharding.loss_scaler  # DeepSpeed scales the loss itself; FSDP1's ShardedGradScaler takes fp16
+    if scaler == "deepspeed" or (scaler == "sharded" and dtype == dtypes.FLOAT16):
+        return None
     trainable = setup.trainable_dtypes()
     return trainable if trainable.known and dtype in trainable.value else None
 
@@ -103,6 +106,9 @@ def _live_claim(live, dtype: str, scaler: bool, message: str) -> Draft | None:
         Example(_trainer_script(", dtype=torch.float16", ", fp16=True"), target="cpu",
                 note="no GradScaler on a CPU-only machine"),
         Example(_trainer_script(", dtype=get_dtype()", ", fp16=True"), note="run-time dtype: unknown, no guess"),
+        Example(_trainer_script(", dtype=torch.float16", ", fp16=True, deepspeed={'fp16': {'enabled': 'auto'}, "
+                                "'zero_optimization': {'stage': 2}}"),
+                note="DeepSpeed scales the loss itself over fp32 master partitions: no GradScaler"),
     ],
 )
 def fp16_params_with_grad_scaler(script, setup: Setup, machine: MachineFacts, live):
@@ -486,6 +492,8 @@ def pure_bf16_weights_no_master_copy(setup: Setup):
         return
     if setup.amp.value == "fp16" or setup.quantized.value:
         return
+    if setup.sharding.kind == "deepspeed":
+        return  # DeepSpeed's optimizer keeps fp32 master partitions of bf16 weights
     yield Draft("every parameter is trained in bfloat16 with no fp32 master copy",
                 evidence=setup.weights.evidence,
                 fix=Fix("optional: load in float32 and keep bf16=True (autocast), if memory allows", applicability=Applicability.UNSAFE))

@@ -8,6 +8,7 @@ from ..registry import Example, LogSignature, rule
 from ..facts import ABSENT, MachineFacts, ScriptFacts, StackFacts, VersionSource
 from ..findings import Applicability, Draft, Edit, Fix
 from ..probes.stack import at_least
+from ..signatures import LOADER, accepted
 from ._common import native_bf16, present, set_kwarg
 
 _HEAD = ("import torch\nfrom peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training\n"
@@ -254,8 +255,9 @@ LOAD_IN_KWARGS_REFUSED_WITH_CONFIG = "4.38.0"
     summary="`from_pretrained(load_in_4bit=/load_in_8bit=)`: removed in transformers 5, deprecated before.",
     what="The legacy `load_in_4bit=`/`load_in_8bit=` keywords of `from_pretrained`, alone or together with "
          "`quantization_config=`.",
-    why="transformers 5 removed them (the model class receives an unknown keyword); from 4.38.0 to 4.57 they are "
-        "deprecated and refused next to a `quantization_config`. Before 4.38 both were accepted (the config won) and "
+    why="transformers 5 removed them (the model class receives an unknown keyword; read from each release's "
+        "from_pretrained, the signatures keyword-not-accepted, PD217, judges every other keyword with); from 4.38.0 "
+        "to 4.57 they are deprecated and refused next to a `quantization_config`. Before 4.38 both were accepted (the config won) and "
         "the keywords were the documented API. Boundary: the refusal and the deprecation warning arrive together "
         "in 4.38.0 with the HfQuantizer refactor (huggingface/transformers PR #26610); 4.37.2's modeling_utils.py "
         "refuses only other BitsAndBytesConfig keywords next to a config, 4.38.0's raises \"You can't pass "
@@ -286,12 +288,13 @@ LOAD_IN_KWARGS_REFUSED_WITH_CONFIG = "4.38.0"
 def bnb_load_in_kwargs_deprecated(script: ScriptFacts, stack: StackFacts):
     if not at_least(stack, "transformers", LOAD_IN_KWARGS_REFUSED_WITH_CONFIG):
         return  # the documented keywords then, accepted next to a config
-    removed = at_least(stack, "transformers", "5.0")
+    loader = accepted(LOADER, stack)  # from_pretrained's keywords of this release (signatures.py)
     version = stack.get("transformers")
     for load in script.of("model_load"):
         for flag in ("load_in_4bit", "load_in_8bit"):
             if flag not in load.kwargs:
                 continue
+            removed = loader is not None and flag not in loader.names
             both = "quantization_config" in load.kwargs
             cls = load.callee.rsplit(".", 2)[-2] if "." in load.callee else "the model"
             error = (f"TypeError: {cls}.__init__() got an unexpected keyword argument '{flag}'" if removed else

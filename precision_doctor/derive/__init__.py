@@ -7,11 +7,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ..facts import Facts, ScriptFacts
-from .launch import LaunchPlan, device_map_kind, plan_launch
+from .launch import LaunchPlan, device_map_kind, plan_launch, plan_script
 from .placement import Checkpointing, Placement, derive_placement, trainer_exempts_4bit
+from .sharding import derive_sharding
 from .setup import (Fact, Setup, accelerate_precision, call_evidence, decide, dtype_of_cast, evaluate, evidence_of,
                     load_dtype_value)
 from .setup import derive_setup as _derive_core
@@ -23,17 +24,27 @@ __all__ = ["Checkpointing", "Derived", "Fact", "LaunchPlan", "Placement", "Setup
 
 def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
     core = _derive_core(script, facts)
-    return replace(core, placement=derive_placement(core, script, facts.machine, script.stack or facts.stack))
+    stack = script.stack or facts.stack
+    return replace(core, placement=derive_placement(core, script, facts.machine, stack),
+                   sharding=derive_sharding(core, script, facts.launch, facts.machine, stack))
 
 
 @dataclass(frozen=True)
 class Derived:
-    """Everything derived from one run's facts: the launch plan and each script's setup."""
+    """Everything derived from one run's facts: the launch plan and each script's setup (and its own plan where the
+    script starts its processes itself: Lightning)."""
 
     plan: LaunchPlan
     setups: dict[str, Setup]
+    plans: dict[str, LaunchPlan] = field(default_factory=dict)
+
+    def plan_for(self, path: str) -> LaunchPlan:
+        return self.plans.get(path, self.plan)
 
 
 def derive(facts: Facts) -> Derived:
-    return Derived(plan_launch(facts.launch, facts.machine),
-                   {s.path: derive_setup(s, facts) for s in facts.scripts})
+    plan = plan_launch(facts.launch, facts.machine)
+    setups = {s.path: derive_setup(s, facts) for s in facts.scripts}
+    plans = {path: own for path, setup in setups.items()
+             if (own := plan_script(plan, setup.accelerator, facts.launch, facts.machine)) is not plan}
+    return Derived(plan, setups, plans)

@@ -3,13 +3,17 @@ comes from; what a `device_map` does with the model. Derived once per run, read 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from .._util import MAX_PORT, whole_number
-from ..facts import ABSENT, KNOWN, LaunchFacts, MachineFacts, Value
+from ..facts import ABSENT, KNOWN, Call, LaunchFacts, Location, MachineFacts, Origin, Value
 from ..findings import Evidence
+from ..probes.config_files import shown_value
+from ..probes.frameworks import lightning_launch
 from ..probes.host import DEFAULT_PORT
-from ..probes.launch import launcher_of
+from ..probes.launch import ACCELERATE_OPTIONS, ACCELERATE_SWITCHES, launcher_of
+
 SPREADING = ("auto", "balanced", "balanced_low_0", "sequential")
 PER_RANK_HINTS = ("local_rank", "LOCAL_RANK", "process_index", "current_device", "get_kbit_device_map", "rank")
 
@@ -23,11 +27,108 @@ class LaunchPlan:
     port: int
     port_explicit: bool  # written somewhere (flag, env, config) rather than the default
     port_source: str
+    spawner: str = ""  # "lightning": the script's Lightning Trainer / Fabric starts the processes itself
+    spawner_call: Call | None = None  # ... and that call
 
     @property
     def multi_process(self) -> int:
         """The process count, counting an unknown launch as one process."""
         return self.processes or 1
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """DeepSpeed or FSDP as the job runs it, wherever it is set up (derive/sharding.py decides which applies)."""
+
+    kind: str = ""  # "" (neither) | deepspeed | fsdp
+    source: str = ""  # trainer | hf-deepspeed-config | launch | lightning | code
+    config: dict[str, Any] | None = None  # DeepSpeed: the config the engine gets ("auto" kept); None: not readable
+    stage: int | None = None  # ZeRO stage; None where the config cannot be read
+    offload_optimizer: bool = False
+    offload_params: bool = False
+    fsdp: str = ""  # full_shard | shard_grad_op | hybrid_shard | no_shard
+    fsdp_version: int | None = None
+    zero3_init: bool = True  # accelerate's zero3_init_flag (its default under ZeRO-3 is on)
+    evidence: tuple[Evidence, ...] = ()  # where it is set up: the setting that turns it on first
+    call: Call | None = None  # the call that registers it with transformers (TrainingArguments, Accelerator())
+    unknown: str = ""  # why the config cannot be read
+
+    @property
+    def loss_scaler(self) -> str:
+        """What scales an fp16 loss: "deepspeed" (DeepSpeed's own, over fp32 master partitions: no GradScaler
+        exists), "sharded" (FSDP1's ShardedGradScaler, which accepts fp16 gradients) or "torch" (GradScaler)."""
+        if self.kind == "deepspeed":
+            return "deepspeed"
+        if self.kind == "fsdp" and self.fsdp_version == 1:
+            return "sharded"
+        return "torch"
+
+
+@dataclass(frozen=True)
+class AccelerateConfigView:
+    """The accelerate config a launch reads: its settings, their lines, where it is and how it was named."""
+
+    settings: dict[str, Any] = field(default_factory=dict)
+    lines: dict[str, int] = field(default_factory=dict)
+    path: str = ""
+    via: str = ""
+
+
+def accelerate_config_of(launch: LaunchFacts, machine: MachineFacts) -> AccelerateConfigView:
+    """`--config_file`, else the machine's default config (`$ACCELERATE_CONFIG_FILE`, `$HF_HOME/accelerate/...`)."""
+    if not launch.known or launch.launcher != "accelerate":
+        return AccelerateConfigView()
+    if launch.config_file:
+        return AccelerateConfigView(launch.accelerate_config, launch.accelerate_config_lines,
+                                    launch.accelerate_config_path, f"accelerate launch --config_file "
+                                                                   f"{launch.config_file}")
+    host = machine.host
+    if host is None or not host.accelerate_config_path:
+        return AccelerateConfigView()
+    return AccelerateConfigView(host.accelerate_config, host.accelerate_config_lines, host.accelerate_config_path,
+                                "the accelerate config `accelerate launch` reads by default")
+
+
+def accelerate_settings(launch: LaunchFacts, machine: MachineFacts) -> dict[str, Value]:
+    """`accelerate launch`'s DeepSpeed / FSDP settings as it applies them (`_validate_launch_command`): an option on
+    its command line, else its config file's (`deepspeed_config.zero_stage` is `--zero_stage`, `fsdp_config.x` is
+    `--fsdp_x`); `distributed_type` picks DeepSpeed or FSDP only when no mode flag is given. Each value keeps the
+    line that writes it."""
+    view = accelerate_config_of(launch, machine)
+    if not launch.known or launch.launcher != "accelerate":
+        return {}
+    out: dict[str, Value] = {}
+
+    def from_config(*keys: str) -> Value | None:
+        node: Any = view.settings
+        for k in keys:
+            if not isinstance(node, dict) or k not in node:
+                return None
+            node = node[k]
+        if node is None:
+            return None
+        line = view.lines.get(".".join(keys))
+        where = Location(view.path, line) if view.path and line else None
+        return Value(state=KNOWN, value=node, text=f"{keys[-1]}: {shown_value(node)}",
+                     origins=(Origin("accelerate-config", view.via or view.path, where),), location=where)
+
+    if not any(n in launch.options for n in ACCELERATE_SWITCHES):
+        kind = from_config("distributed_type")
+        if kind is not None:
+            mode = str(kind.value).upper()
+            out["use_deepspeed"] = Value(state=KNOWN, value=mode == "DEEPSPEED", text=kind.text, origins=kind.origins,
+                                         location=kind.location)
+            out["use_fsdp"] = Value(state=KNOWN, value=mode == "FSDP", text=kind.text, origins=kind.origins,
+                                    location=kind.location)
+    for name in ACCELERATE_OPTIONS:
+        if name.startswith("fsdp_"):
+            found = from_config("fsdp_config", name) or from_config("fsdp_config", name[len("fsdp_"):])
+        else:
+            found = from_config("deepspeed_config", name)
+        if found is not None:
+            out[name] = found
+    out.update(launch.options)  # the command line over the config file
+    return out
 
 
 def plan_launch(launch: LaunchFacts, machine: MachineFacts) -> LaunchPlan:
@@ -36,13 +137,40 @@ def plan_launch(launch: LaunchFacts, machine: MachineFacts) -> LaunchPlan:
     return LaunchPlan(n, n_ev, port, explicit, source)
 
 
+def plan_script(plan: LaunchPlan, trainer: Call | None, launch: LaunchFacts, machine: MachineFacts) -> LaunchPlan:
+    """The plan for one script: a Lightning Trainer / Fabric started as one process (plain `python`, or no launch
+    given) starts one process per device itself (its subprocess launcher, DDP / FSDP / DeepSpeed alike); under
+    torchrun, accelerate or srun the launcher's processes are the ranks."""
+    found = lightning_launch(trainer) if trainer is not None else None
+    if found is None or not found.on_gpu or found.strategy == "single":
+        return plan
+    spawns = not launch.known or (launch.launcher == "python" and plan.processes_evidence is not None
+                                  and plan.processes_evidence.origin == "launcher")
+    n = found.devices if found.devices is not None else len(machine.gpus) if machine.known else None
+    if not spawns or n is None or n <= 1:
+        return plan  # the launcher's ranks, or one process on one device
+    devices = trainer.kwarg("devices")
+    name = trainer.callee.rsplit(".", 1)[-1]
+    if devices.state == KNOWN and found.devices is not None:
+        evidence = Evidence(devices.location or trainer.location, trainer.text,
+                            f"{n} processes: {name}(devices={devices.text}) starts one per device", "code")
+    else:
+        shown = f"devices={devices.text}" if devices.state == KNOWN else "devices='auto' (the default)"
+        evidence = Evidence(devices.location or trainer.location, trainer.text,
+                            f"{n} processes: {name}({shown}) starts one per visible GPU ({machine.describe()})",
+                            "profile")
+    return replace(plan, processes=n, processes_evidence=evidence, spawner="lightning", spawner_call=trainer)
+
+
 def _num_processes(launch: LaunchFacts, machine: MachineFacts) -> tuple[int | None, Evidence | None]:
     if not launch.known:
         return None, None
     v = launch.num_processes
     if v.state == KNOWN and isinstance(v.value, int):
-        return v.value, Evidence(None, launch.command, f"{v.value} processes ({v.origins[0].detail})",
-                                 v.origins[0].kind if v.origins else "launcher")
+        origin = v.origins[0] if v.origins else Origin("launcher", launch.command)
+        if v.location is not None:  # written in the accelerate config the launch reads
+            return v.value, Evidence(v.location, v.text, f"{v.value} processes ({origin.detail})", origin.kind)
+        return v.value, Evidence(None, launch.command, f"{v.value} processes ({origin.detail})", origin.kind)
     config = machine.host.accelerate_config if machine.host else {}
     if launch.launcher == "accelerate" and isinstance(config.get("num_processes"), int):
         n = config["num_processes"]

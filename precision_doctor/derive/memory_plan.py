@@ -11,11 +11,11 @@ from ..facts import KNOWN, CheckpointFacts, Gpu, LaunchFacts, MachineFacts, Scri
 from .checkpoint import checkpoint_of
 from .launch import LaunchPlan, device_map_kind
 from .memory import MIB, Breakdown, Parallelism, TrainingShape, estimate
+from .optimizer import optimizer_of
 from .setup import Setup, decide
 
 DEFAULT_BATCH = 8  # TrainingArguments.per_device_train_batch_size
 TRL_MAX_LENGTH = 1024  # SFTConfig.max_length
-_8BIT = ("8bit", "8_bit")
 
 
 @dataclass(frozen=True)
@@ -87,8 +87,8 @@ def training_shape(setup: Setup, script: ScriptFacts, c: CheckpointFacts, machin
     if master:
         weight = compute if compute != dtypes.FLOAT32 else dtypes.BFLOAT16
     return TrainingShape(weight_dtype=weight, compute_dtype=compute, quantized=quantized, lora_rank=lora_rank,
-                         adapter_dtype=setup.adapter_dtype.value or dtypes.FLOAT32, optimizer=_optimizer(setup),
-                         batch=batch, sequence=sequence, checkpointing=setup.placement.checkpointing.on,
+                         adapter_dtype=setup.adapter_dtype.value or dtypes.FLOAT32,
+                         optimizer=_optimizer_kind(setup, stack), batch=batch, sequence=sequence, checkpointing=setup.placement.checkpointing.on,
                          scores_materialised=bool(eager), parallelism=parallelism, master_weights=master,
                          assumed=tuple(assumed))
 
@@ -108,59 +108,21 @@ def _lora_rank(setup: Setup, script: ScriptFacts) -> int:
     return 8  # LoraConfig's default
 
 
-def _optimizer(setup: Setup) -> str:
-    args = setup.training_args
-    if args is not None:
-        v = args.kwarg("optim")
-        if v.state == KNOWN and isinstance(v.value, str):
-            name = v.value.lower()
-            if any(b in name for b in _8BIT):
-                return "paged-adamw-8bit" if "paged" in name else "adamw-8bit"
-            if "adafactor" in name:
-                return "adafactor"
-            if "lion" in name:
-                return "lion"
-            if "sgd" in name:
-                return "sgd"
-        return "adamw"
-    for opt in setup.optimizers:
-        name = opt.callee.rsplit(".", 1)[-1].lower()
-        if "8bit" in name:
-            return "adamw-8bit"
-        if name == "sgd":
-            momentum = opt.kwarg("momentum")
-            return "sgd-momentum" if momentum.state == KNOWN and momentum.value else "sgd"
-        if "adafactor" in name:
-            return "adafactor"
-    return "adamw"
-
-
 def _parallelism(setup: Setup, script: ScriptFacts, machine: MachineFacts, plan: LaunchPlan, weight: str,
                  amp) -> tuple[Parallelism, bool]:
     """How the training state is spread, and whether an fp32 master copy sits beside half weights."""
-    args = setup.training_args
-    sharded = args is not None and any(args.kwarg(k).state == KNOWN and args.kwarg(k).value
-                                       for k in ("deepspeed", "fsdp"))
+    sharding = setup.sharding
     # no launch given: a DeepSpeed / FSDP job is launched on every visible GPU
-    processes = plan.processes or (len(machine.gpus) if sharded else 1)
-    if args is not None:
-        ds = args.kwarg("deepspeed")
-        cfg = script.deepspeed_configs.get(ds.value) if ds.state == KNOWN and isinstance(ds.value, str) else None
-        if isinstance(ds.value, dict):
-            cfg = ds.value
-        if cfg:
-            zero = cfg.get("zero_optimization") or {}
-            stage = zero.get("stage") if isinstance(zero.get("stage"), int) else 0
-            offload_opt = (zero.get("offload_optimizer") or {}).get("device") in ("cpu", "nvme")
-            offload_par = (zero.get("offload_param") or {}).get("device") in ("cpu", "nvme")
-            kind = f"zero{stage}" if stage else "ddp"
-            return Parallelism(processes, kind, offload_opt, offload_par), amp in ("fp16", "bf16")
-        fsdp = args.kwarg("fsdp")
-        if fsdp.state == KNOWN and isinstance(fsdp.value, str) and fsdp.value:
-            kind = ("fsdp-hybrid" if "hybrid" in fsdp.value else "fsdp-grad-op" if "grad_op" in fsdp.value
-                    else "fsdp-full")
-            return Parallelism(processes, kind, offload_params="offload" in fsdp.value,
-                               gpus_per_node=len(machine.gpus)), False
+    processes = plan.processes or (len(machine.gpus) if sharding.kind else 1)
+    if sharding.kind == "deepspeed" and sharding.config is not None:
+        kind = f"zero{sharding.stage}" if sharding.stage else "ddp"
+        return Parallelism(processes, kind, sharding.offload_optimizer, sharding.offload_params), \
+            amp in ("fp16", "bf16")
+    if sharding.kind == "fsdp" and sharding.fsdp:
+        kind = {"hybrid_shard": "fsdp-hybrid", "shard_grad_op": "fsdp-grad-op", "no_shard": "ddp"}.get(
+            sharding.fsdp, "fsdp-full")
+        return Parallelism(processes, kind, offload_params=sharding.offload_params,
+                           gpus_per_node=len(machine.gpus)), False
     if setup.model_load is not None and device_map_kind(setup.model_load.kwarg("device_map")) == "spread" \
             and processes == 1:
         return Parallelism(len(machine.gpus), "device-map"), False
@@ -191,3 +153,8 @@ def _size(text) -> int:
             except ValueError:
                 return 0
     return 0
+
+
+def _optimizer_kind(setup: Setup, stack: StackFacts) -> str:
+    opt = optimizer_of(setup, stack)
+    return opt.kind if opt is not None else "adamw"

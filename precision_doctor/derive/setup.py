@@ -16,6 +16,7 @@ from ..facts import (ABSENT, CONDITIONAL, KNOWN, Call, CheckpointSource, Facts, 
 from ..findings import Evidence
 from ..probes.stack import at_least
 from .checkpoint import checkpoint_of, describe_source
+from .launch import Sharding
 
 TORCH_EMULATES_BF16 = "2.3"  # torch.cuda.is_bf16_supported(including_emulation=True) from this release on
 
@@ -130,6 +131,7 @@ class Setup:
     clips: tuple[Call, ...] = ()
     chain: tuple[Call, ...] = ()  # wrappers between the load and the training entry
     placement: Placement = Placement()  # filled by derive.derive_setup
+    sharding: Sharding = Sharding()  # DeepSpeed / FSDP, wherever set up: filled by derive.derive_setup
 
     def trainable_dtypes(self) -> Fact:
         """The dtypes of the parameters that receive gradients."""
@@ -207,7 +209,7 @@ def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
             d = dtype_of_cast(c)
             weights = Fact(d, weights.evidence + (call_evidence(c, f"model cast to {d}"),), source=None, call=c)
     quantized = _quantization(load, by_key, machine, stack)
-    peft, adapter_dtype, modules_to_save = _peft(script, chain, trainer, by_key, weights, stack)
+    peft, adapter_dtype, modules_to_save = _peft(script, chain, trainer, by_key, weights, stack, names)
     amp, fp16, bf16 = _amp(style, args_call, accelerators, script, machine, stack, launch)
     trl = bool((trainer and trainer.callee.startswith("trl")) or (args_call and args_call.callee.startswith("trl")))
     return Setup(
@@ -369,11 +371,28 @@ def _quantization(load: Call | None, by_key: dict[str, Call], machine: MachineFa
     return Fact(False, call=load)
 
 
+def _trainable_cast(script: ScriptFacts, attach: Call, names) -> Fact | None:
+    """diffusers' `cast_training_params(model, dtype=torch.float32)` after the adapters are attached: the trainable
+    parameters (the adapters) in that dtype, the frozen base left as it is."""
+    for c in script.of("cast_trainable"):
+        target = c.args[0].text if c.args else c.kwarg("model").text
+        if target not in names or (c.location.path, c.location.line) < (attach.location.path, attach.location.line):
+            continue
+        v = c.kwarg("dtype")
+        d = dtypes.FLOAT32 if v.state == ABSENT else dtypes.from_string(v.value) if v.state == KNOWN else None
+        if d:
+            return Fact(d, (call_evidence(c, f"trainable parameters cast to {d}"),), call=c)
+    return None
+
+
 def _peft(script: ScriptFacts, chain: tuple[Call, ...], trainer: Call | None, by_key: dict[str, Call],
-          weights: Fact, stack: StackFacts) -> tuple[Fact, Fact, Fact]:
+          weights: Fact, stack: StackFacts, names: set[str] | frozenset[str] = frozenset()
+          ) -> tuple[Fact, Fact, Fact]:
     wrappers = [c for c in chain if c.kind in ("get_peft_model", "peft_load")]
     if not wrappers:
         wrappers = script.of("get_peft_model") if len(script.of("get_peft_model")) == 1 else []
+    if not wrappers:
+        wrappers = [c for c in script.of("add_adapter") if c.receiver in names]
     config_call = None
     peft = Fact(False)
     if wrappers:
@@ -381,7 +400,7 @@ def _peft(script: ScriptFacts, chain: tuple[Call, ...], trainer: Call | None, by
         if w.kind == "peft_load" and not w.kwarg("is_trainable").is_(True):
             return Fact(False, (call_evidence(w, "adapters loaded frozen (is_trainable not set)"),)), Fact(), Fact(())
         peft = Fact(True, (call_evidence(w, "LoRA adapters attached"),), call=w)
-        config_call = by_key.get(w.refs.get("1") or w.refs.get("peft_config", ""))
+        config_call = by_key.get(w.refs.get("0" if w.kind == "add_adapter" else "1") or w.refs.get("peft_config", ""))
     elif trainer and trainer.kwarg("peft_config").state not in (ABSENT,) and not trainer.kwarg("peft_config").is_(None):
         peft = Fact(True, (evidence_of(trainer.kwarg("peft_config"), "adapters attached by the trainer", trainer),),
                     call=trainer)
@@ -391,7 +410,13 @@ def _peft(script: ScriptFacts, chain: tuple[Call, ...], trainer: Call | None, by
     w = peft.call
     peft_version = stack.get("peft")
     opt_out = w.kwarg("autocast_adapter_dtype") if w.kind in ("get_peft_model", "peft_load") else Value(state=ABSENT)
-    if opt_out.is_(False):
+    upcast = _trainable_cast(script, w, names)
+    if upcast is not None:
+        adapter = upcast
+    elif w.kind == "add_adapter":  # inject_adapter_in_model has no autocast: adapters take the base's dtype
+        adapter = Fact(weights.value, (call_evidence(w, "add_adapter creates adapters in the base dtype"),), call=w,
+                       inferred=True)
+    elif opt_out.is_(False):
         adapter = Fact(weights.value, (evidence_of(opt_out, "adapters kept in the base dtype", w),), call=w)
     elif at_least(stack, "peft", "0.12"):
         adapter = Fact(dtypes.FLOAT32, (Evidence(w.location, w.text,

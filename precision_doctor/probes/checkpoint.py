@@ -9,16 +9,18 @@ sources.py, and only the config keys the rules use are kept (redact.MODEL_CONFIG
 from __future__ import annotations
 
 import json
+import math
 import os
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
 from .. import dtypes
 from ..facts import KNOWN, Call, CheckpointFacts, CheckpointSource
-from ..families import ARCHITECTURE_SHAPES, attention_support
+from ..families import ARCHITECTURE_SHAPES, attention_support, tied_by_default
 from ..redact import MODEL_CONFIG_KEYS, keep_read_keys
-from ..sources import Unreadable, is_regular_file, read_text_bounded
+from ..sources import Unreadable, is_regular_file, read_prefix, read_text_bounded
 
 MAX_SNAPSHOTS = 8  # revisions of one model in the cache: the newest config is read
 _BYTES = {dtypes.FLOAT32: 4, dtypes.FLOAT16: 2, dtypes.BFLOAT16: 2}
@@ -47,7 +49,7 @@ def checkpoint_facts(model_id: str, bases: tuple[Path, ...], environ: Mapping[st
         cfg = _read_json(folder / "config.json")
         if cfg is not None:
             return from_config(model_id, CheckpointSource.LOCAL, os.path.relpath(folder / "config.json"), cfg,
-                               _index_total(folder))
+                               _index_total(folder), stored_weights(folder))
     found = _from_cache(model_id, environ)
     if found is not None:
         return found
@@ -82,7 +84,7 @@ def _from_cache(model_id: str, environ: Mapping[str, str]) -> CheckpointFacts | 
         cfg = _read_json(folder / "config.json")
         if cfg is not None:
             return from_config(model_id, CheckpointSource.HF_CACHE, str(folder / "config.json"), cfg,
-                               _index_total(folder))
+                               _index_total(folder), stored_weights(folder))
     return None
 
 
@@ -100,6 +102,51 @@ def _index_total(folder: Path) -> int | None:
     index = _read_json(folder / "model.safetensors.index.json")
     total = ((index or {}).get("metadata") or {}).get("total_size")
     return int(total) if isinstance(total, (int, float)) and total > 0 else None
+
+
+# --- the weights' own header -----------------------------------------------------------------------------------
+
+MAX_SAFETENSORS_HEADER = 16 * 1024 * 1024  # a header lists names, dtypes, shapes and offsets: ~100 bytes a tensor
+_SAFETENSORS_DTYPES = {"F32": dtypes.FLOAT32, "F16": dtypes.FLOAT16, "BF16": dtypes.BFLOAT16, "F64": "float64"}
+
+
+@dataclass(frozen=True)
+class StoredWeights:
+    dtype: str  # the first floating tensor's: what dtype="auto" takes when the config names none
+    parameters: int | None  # elements of all tensors, when one file holds the whole model
+
+
+def stored_weights(folder: Path) -> StoredWeights | None:
+    """The stored dtype (and, for a single-file checkpoint, the parameter count) from the safetensors header:
+    8 bytes of length, then JSON; the tensors themselves are never read."""
+    try:
+        files = sorted(e.path for e in os.scandir(folder) if e.name.endswith(".safetensors"))
+    except OSError:
+        return None
+    if not files or not is_regular_file(Path(files[0])):
+        return None
+    try:
+        head = read_prefix(files[0], 8)
+        size = int.from_bytes(head, "little") if len(head) == 8 else 0
+        if not 0 < size <= MAX_SAFETENSORS_HEADER:
+            return None
+        header = json.loads(read_prefix(files[0], 8 + size)[8:])
+    except (OSError, Unreadable, ValueError, RecursionError):
+        return None
+    if not isinstance(header, dict):
+        return None
+    first, total = "", 0
+    for name, entry in sorted(header.items()):  # safetensors' keys() order, which transformers walks
+        if name == "__metadata__" or not isinstance(entry, dict):
+            continue
+        kind, shape = entry.get("dtype"), entry.get("shape")
+        if not first and kind in _SAFETENSORS_DTYPES:
+            first = _SAFETENSORS_DTYPES[kind]
+        if isinstance(shape, list) and all(isinstance(n, int) and n >= 0 for n in shape):
+            total += math.prod(shape)
+    if not first:
+        return None
+    return StoredWeights(first, total if len(files) == 1 and total else None)
 
 
 # --- a config.json as facts ---------------------------------------------------------------------------------
@@ -128,7 +175,7 @@ def _pick(cfg: dict, names: tuple[str, ...]) -> int | None:
 
 
 def from_config(model_id: str, source: CheckpointSource, detail: str, raw: dict,
-                weights_bytes: int | None = None) -> CheckpointFacts:
+                weights_bytes: int | None = None, weights: StoredWeights | None = None) -> CheckpointFacts:
     """Facts from a config.json (any family's spelling of the same fields; multimodal ones by their text
     model). Only the keys rules use are read."""
     cfg = keep_read_keys(raw, MODEL_CONFIG_KEYS)
@@ -142,10 +189,12 @@ def from_config(model_id: str, source: CheckpointSource, detail: str, raw: dict,
     if dims["intermediate_size"] is None and dims["hidden_size"]:
         dims["intermediate_size"] = 4 * dims["hidden_size"]  # GPT-2, BLOOM, Falcon: n_inner None means 4 * hidden
     tied = merged.get("tie_word_embeddings")
-    tied = tied if isinstance(tied, bool) else True  # PretrainedConfig's default
+    tied = tied if isinstance(tied, bool) else tied_by_default(str(cfg.get("model_type") or model_type))
     stored = dtypes.from_string(cfg.get("dtype") or cfg.get("torch_dtype") or text.get("dtype")
                                 or text.get("torch_dtype"))
     torch_dtype = stored if stored and stored != dtypes.AUTO else ""
+    if not torch_dtype and weights is not None:  # what dtype="auto" falls back to: the weights' own dtype
+        torch_dtype = weights.dtype
     archs = cfg.get("architectures")
     facts = CheckpointFacts(
         model_id=model_id, source=source, detail=detail,
@@ -153,8 +202,8 @@ def from_config(model_id: str, source: CheckpointSource, detail: str, raw: dict,
         model_type=model_type, tied_embeddings=tied, torch_dtype=torch_dtype,
         attention=attention_support(model_type), encoder_decoder=cfg.get("is_encoder_decoder") is True,
         weights_bytes=weights_bytes, **dims)
-    params = None
-    if weights_bytes and torch_dtype in _BYTES:
+    params = weights.parameters if weights is not None else None
+    if not params and weights_bytes and torch_dtype in _BYTES:
         params = weights_bytes // _BYTES[torch_dtype]
     return _with_parameters(facts, params)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..facts import KNOWN, Location, Origin, Value
-from ..redact import redact_data, secret_name
+from ..redact import DEEPSPEED_KEYS, keep_read_keys, redact_data, secret_name
 from ..sources import is_regular_file, read_text_bounded
 
 _MISSING = object()
@@ -96,6 +96,11 @@ def display(path: Path) -> str:
     except ValueError:
         return str(path)
     return rel if not rel.startswith("..") else str(path)
+
+
+def read_deepspeed_config(path: Path) -> dict:
+    """A DeepSpeed JSON: the settings the rules read. Raises Unreadable (the file) or ValueError (not JSON)."""
+    return keep_read_keys(json.loads(read_text_bounded(path)), DEEPSPEED_KEYS)
 
 
 def read_config(path: Path, shown: str) -> ConfigDoc:

@@ -60,6 +60,10 @@ def probe_config(path: Path, shown: str) -> ScriptFacts:
     except ConfigError as exc:
         raise InputError(f"{shown}: {exc}; pass an Axolotl, LLaMA-Factory or accelerate config") from None
     family = family_of(doc)
+    if family is None and doc.has("model") and doc.has("model_class"):
+        raise InputError(f"{shown}: a LLaMA-Factory v1 config (model, model_class), a format the doctor does not "
+                         f"model yet; check a config in the 0.9 format (model_name_or_path, stage, finetuning_type) "
+                         f"or the training script")
     if family is None:
         raise InputError(f"{shown}: not a config the doctor recognises (Axolotl: base_model; LLaMA-Factory: "
                          f"model_name_or_path with stage/finetuning_type; accelerate: compute_environment); "
@@ -185,7 +189,8 @@ def _axolotl(b: _Builder) -> ScriptFacts:
     if doc.get("load_in_4bit") or doc.get("load_in_8bit"):
         flag = "load_in_4bit" if doc.get("load_in_4bit") else "load_in_8bit"
         bnb = b.add(CallKind.BNB_CONFIG, "transformers.BitsAndBytesConfig", doc.location(flag),
-                    kwargs={flag: b.written(flag), "bnb_4bit_compute_dtype": weights}, target="bnb_config")
+                    kwargs={flag: b.written(flag), "bnb_4bit_compute_dtype": weights, **_axolotl_bnb_extras(b, flag)},
+                    target="bnb_config")
         refs["quantization_config"] = bnb.key
         load_kwargs["quantization_config"] = Value(state=KNOWN, value="BitsAndBytesConfig", text=flag)
     if doc.has("device_map"):
@@ -210,6 +215,23 @@ def _axolotl(b: _Builder) -> ScriptFacts:
     b.add(CallKind.TRAINER, "transformers.Trainer", b.last,
           refs={"model": model.key, "args": training.key}, target="trainer")
     return b.facts()
+
+
+def _axolotl_bnb_extras(b: _Builder, flag: str) -> dict[str, Value]:
+    """What Axolotl adds to the BitsAndBytesConfig it builds for `adapter: qlora` with 4-bit loading
+    (`loaders/model.py`, since axolotl#1428, 2024-03): double quantization, nf4 and a bfloat16 storage dtype, so
+    FSDP can flatten the 4-bit weights; `bnb_config_kwargs` entries win."""
+    extras: dict[str, Value] = {}
+    if flag == "load_in_4bit" and b.doc.get("adapter") == "qlora":
+        for key, value in (("bnb_4bit_use_double_quant", True), ("bnb_4bit_quant_type", "nf4"),
+                           ("bnb_4bit_quant_storage", "bfloat16")):
+            extras[key] = b.default(key, value, f"{AXOLOTL} {VERSIONS[AXOLOTL]} sets {key}={value} for qlora")
+    overrides = b.doc.get("bnb_config_kwargs")
+    if isinstance(overrides, dict):
+        for key in overrides:
+            if isinstance(key, str) and key.startswith(("bnb_4bit_", "llm_int8_")):
+                extras[key] = b.doc.value("bnb_config_kwargs", key, via=b.via)
+    return extras
 
 
 # --- LLaMA-Factory --------------------------------------------------------------------------------

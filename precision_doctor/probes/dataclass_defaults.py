@@ -1,58 +1,59 @@
 """Fields of the argument dataclasses that HfArgumentParser / TrlParser fill: their defaults and which are bool.
 
-Library classes (TrainingArguments, TRL configs, TRL ModelConfig): the type and default of the fields the
-checks read, as the current releases declare them (transformers 5.x `training_args.py`, TRL
-`trainer/base_config.py` and `trainer/model_config.py`). Classes defined in the script: read from their AST.
-A bool field parses `--flag`, `--flag False` and `--no_flag` (HfArgumentParser's rules); whether a field is
-bool comes from these declarations, never from its name.
+Library classes (TrainingArguments and Seq2SeqTrainingArguments, TRL's configs, ModelConfig and ScriptArguments,
+SentenceTransformerTrainingArguments, peft's configs): every field any release read declares, with its type and its
+default as the newest release that declares it writes it, inherited along the class's bases with the subclass's own
+default winning (TRL's configs: `bf16 = None`, meaning `not fp16`, and gradient checkpointing on). They come from the
+table generated from the released wheels (precision_doctor/data/signatures.json), the same one the keywords are judged
+with. Classes defined in the script: read from their AST, inheriting from their bases, local or library.
+A bool field parses `--flag`, `--flag False` and `--no_flag` (HfArgumentParser's rules); whether a field is bool comes
+from these declarations, never from its name.
 """
 
 from __future__ import annotations
 
 import ast
+from functools import lru_cache
 from typing import Any
 
-from ..call_kinds import TRAINING_ARGUMENT_CLASSES, is_trl_config
 from ..facts import Origin
+from ..signatures import class_id, table
+from .library_source import kind_of
 from .scopes import dotted
 from .symbols import Context, Dyn, Known
 
-# name -> (type, default)
-TRAINING_ARGUMENTS_FIELDS: dict[str, tuple[type, Any]] = {
-    "fp16": (bool, False), "bf16": (bool, False), "fp16_full_eval": (bool, False), "bf16_full_eval": (bool, False),
-    "tf32": (bool, None), "gradient_checkpointing": (bool, False), "gradient_checkpointing_kwargs": (dict, None),
-    "optim": (str, "adamw_torch"), "deepspeed": (str, None), "use_cpu": (bool, False),
-    "half_precision_backend": (str, "auto"), "max_grad_norm": (float, 1.0), "ddp_find_unused_parameters": (bool, None),
-    "fsdp": (str, ""), "fsdp_config": (str, None),
-}
+_TYPES: dict[str, type] = {"bool": bool, "int": int, "float": float, "str": str, "dict": dict, "list": list}
 
-# TRL's base config: `bf16 = not fp16` when unset, gradient checkpointing on by default.
-TRL_CONFIG_FIELDS: dict[str, tuple[type, Any]] = {**TRAINING_ARGUMENTS_FIELDS, "bf16": (bool, None),
-                                                   "gradient_checkpointing": (bool, True)}
 
-TRL_MODEL_CONFIG_FIELDS: dict[str, tuple[type, Any]] = {
-    "model_name_or_path": (str, None), "dtype": (str, "float32"), "torch_dtype": (str, "float32"),
-    "attn_implementation": (str, None), "use_peft": (bool, False), "load_in_8bit": (bool, False),
-    "load_in_4bit": (bool, False), "bnb_4bit_quant_type": (str, "nf4"), "use_bnb_nested_quant": (bool, False),
-    "lora_modules_to_save": (list, None),
-}
+@lru_cache(maxsize=256)
+def _table_fields(cid: str) -> tuple[tuple[str, type, Any], ...]:
+    """(name, type, default) of a table class and what it inherits; the bases it had longest ago first, so a newer
+    base's and the class's own defaults win."""
+    return tuple((n, t, d) for n, (t, d) in _inherited(cid, frozenset()).items())
 
-BOOL_ANNOTATIONS = {"bool", "Optional[bool]", "bool | None", "None | bool", "Union[bool, None]",
-                    "typing.Optional[bool]", "Union[None, bool]"}
+
+def _inherited(cid: str, seen: frozenset[str]) -> dict[str, tuple[type, Any]]:
+    entry = table()["classes"].get(cid)
+    if entry is None or cid in seen:  # TRL moved classes to trl.experimental and back: a base may be its own heir
+        return {}
+    out: dict[str, tuple[type, Any]] = {}
+    bases = sorted(entry.get("bases", {}).items(), key=lambda kv: kv[1].split(",")[-1].endswith("-"))
+    for base, _ in bases:
+        out.update(_inherited(base, seen | {cid}))
+    for name, spec in entry.get("defaults", {}).items():
+        out[name] = (_TYPES.get(spec[0], str), spec[1] if len(spec) > 1 else None)
+    return out
 
 
 def library_fields(qualified: str) -> dict[str, tuple[type, Any]] | None:
-    last = qualified.rsplit(".", 1)[-1]
-    if is_trl_config(qualified):
-        return TRL_CONFIG_FIELDS
-    if last in TRAINING_ARGUMENT_CLASSES:
-        return TRAINING_ARGUMENTS_FIELDS
-    if last == "ModelConfig" and qualified.startswith("trl"):
-        return TRL_MODEL_CONFIG_FIELDS
-    return None
+    """name -> (type, default) of a library dataclass, or None for a class the table does not hold."""
+    cid = class_id(qualified)
+    fields = _table_fields(cid) if cid else ()
+    return {n: (t, d) for n, t, d in fields} or None
 
 
-def dataclass_fields(resolver, qualified: str, class_node: ast.AST) -> tuple[dict[str, Any], frozenset[str]]:
+def dataclass_fields(resolver, qualified: str, class_node: ast.AST, _seen: frozenset[str] = frozenset()
+                     ) -> tuple[dict[str, Any], frozenset[str]]:
     """Defaults of a dataclass's fields as resolver symbols, and the names of its bool fields."""
     lib = library_fields(qualified)
     if lib is not None:
@@ -60,22 +61,24 @@ def dataclass_fields(resolver, qualified: str, class_node: ast.AST) -> tuple[dic
         return ({k: Known(v, (Origin("default", f"{short} default"),)) for k, (_, v) in lib.items()},
                 frozenset(k for k, (t, _) in lib.items() if t is bool))
     local = resolver.index.classes.get(dotted(class_node))
-    if local is None:
+    if local is None or local.name in _seen:
         return {}, frozenset()
     fields: dict[str, Any] = {}
     bools: set[str] = set()
-    for base in local.bases:  # a local subclass of TrainingArguments inherits its fields
-        inherited = library_fields(resolver.qualified(base))
-        if inherited:
-            fields.update({k: Known(v, (Origin("default", f"{dotted(base)} default"),))
-                           for k, (_, v) in inherited.items()})
-            bools.update(k for k, (t, _) in inherited.items() if t is bool)
+    for base in local.bases:  # a subclass inherits its bases' fields: a library's, or another of the script's
+        inherited, inherited_bools = dataclass_fields(resolver, resolver.qualified(base), base,
+                                                      _seen | {local.name})
+        if isinstance(base, (ast.Name, ast.Attribute)) and library_fields(resolver.qualified(base)) is not None:
+            inherited = {k: Known(v.value, (Origin("default", f"{dotted(base)} default"),))
+                         for k, v in inherited.items()}
+        fields.update(inherited)
+        bools.update(inherited_bools)
     scope = resolver.index.module
     for stmt in local.body:
         if not isinstance(stmt, ast.AnnAssign) or not isinstance(stmt.target, ast.Name):
             continue
         name = stmt.target.id
-        if resolver.text(stmt.annotation).replace("'", "").replace('"', "") in BOOL_ANNOTATIONS:
+        if kind_of(resolver.text(stmt.annotation)) == "bool":
             bools.add(name)
         default = stmt.value
         if isinstance(default, ast.Call) and dotted(default.func).endswith("field"):

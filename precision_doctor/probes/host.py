@@ -6,7 +6,9 @@ from __future__ import annotations
 import errno
 import getpass
 import os
+import re
 import socket
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -132,29 +134,62 @@ def accelerate_config_path(environ: Mapping[str, str], explicit: str = "") -> Pa
     return Path(hf_home).expanduser() / "accelerate" / "default_config.yaml"
 
 
-def read_accelerate_config(path: Path) -> dict[str, Any]:
-    """The top-level keys of an accelerate YAML (or JSON) config that the rules read, nothing else."""
+@dataclass(frozen=True)
+class AccelerateConfigFile:
+    """The settings of an accelerate config the rules read (nested as in the file), and the line each is written on,
+    keyed by its dotted path ("deepspeed_config.zero_stage")."""
+
+    settings: dict[str, Any] = field(default_factory=dict)
+    lines: dict[str, int] = field(default_factory=dict)
+
+
+# the nested sections the rules read; a file without them is read without PyYAML (most are flat)
+_SECTIONS = ("deepspeed_config", "fsdp_config")
+_EMPTY_SECTION = re.compile(rf"^(?:{'|'.join(_SECTIONS)}):\s*\{{\s*\}}\s*(?:#.*)?$")
+
+
+def read_accelerate_config(path: Path, shown: str = "") -> AccelerateConfigFile:
+    """An accelerate YAML (or JSON) config: the keys the rules read, nothing else. Unreadable or malformed: empty."""
     try:
         text = read_text_bounded(path)
     except Unreadable:
-        return {}
-    if path.suffix == ".json":
-        import json
+        return AccelerateConfigFile()
+    if path.suffix == ".json" or _has_sections(text):
+        from .config_files import ConfigError, parse_config
 
         try:
-            data = json.loads(text)
-        except ValueError:
-            return {}
-        return keep_read_keys(data, ACCELERATE_CONFIG_KEYS)
+            doc = parse_config(text, shown or str(path), json_only=path.suffix == ".json")
+        except ConfigError:
+            return AccelerateConfigFile()
+        kept = keep_read_keys(doc.data, ACCELERATE_CONFIG_KEYS)
+        return AccelerateConfigFile(kept, {".".join(k): line for k, line in doc.lines.items()
+                                           if _kept(kept, k)})
     out: dict[str, Any] = {}
-    for raw in text.splitlines():
+    lines: dict[str, int] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
         if not raw or raw[0] in " \t#-" or ":" not in raw:
             continue
         key, _, value = raw.partition(":")
         value = value.split(" #", 1)[0].strip().strip("'\"")
         if value:
             out[key.strip()] = _scalar(value)
-    return keep_read_keys(out, ACCELERATE_CONFIG_KEYS)
+            lines[key.strip()] = number
+    kept = keep_read_keys(out, ACCELERATE_CONFIG_KEYS)
+    return AccelerateConfigFile(kept, {k: n for k, n in lines.items() if k in kept})
+
+
+def _has_sections(text: str) -> bool:
+    """A deepspeed_config / fsdp_config section with settings in it (`accelerate config` writes `{}` for none)."""
+    return any(line.startswith(_SECTIONS) and not _EMPTY_SECTION.match(line.rstrip()) for line in text.splitlines())
+
+
+def _kept(kept: dict, keys: tuple) -> bool:
+    node: Any = kept
+    for k in keys:
+        if not isinstance(node, dict) or k not in node:
+            return False
+        node = node[k]
+    return True
 
 
 def _scalar(text: str) -> Any:
@@ -172,7 +207,8 @@ def _scalar(text: str) -> Any:
 def probe_host(environ: Mapping[str, str], ports: Iterable[int] = (), config_file: str = "",
                psutil: Any = None, check_ports=None) -> HostFacts:
     path = accelerate_config_path(environ, config_file)
-    config = read_accelerate_config(path) if is_regular_file(path) else {}
+    config_file_read = read_accelerate_config(path) if is_regular_file(path) else AccelerateConfigFile()
+    config = config_file_read.settings
     wanted = set(PORTS_TO_CHECK) | set(ports)
     for source in (environ.get("MASTER_PORT", ""), str(config.get("main_process_port", ""))):
         port = whole_number(source, 1, MAX_PORT)  # another value is no port to test: unknown
@@ -181,7 +217,8 @@ def probe_host(environ: Mapping[str, str], ports: Iterable[int] = (), config_fil
     checked, busy = (check_ports or _check_ports)(wanted, psutil)
     return HostFacts(hostname=socket.gethostname(), user=_current_user(), ports_checked=checked, busy_ports=busy,
                      env=launch_env(environ), accelerate_config=config,
-                     accelerate_config_path=str(path) if config else "", interfaces=network_interfaces(psutil),
+                     accelerate_config_path=str(path) if config else "",
+                     accelerate_config_lines=config_file_read.lines, interfaces=network_interfaces(psutil),
                      node_name=environ.get("SLURMD_NODENAME", ""))
 
 

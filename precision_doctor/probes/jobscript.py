@@ -24,7 +24,7 @@ from ..errors import InputError
 from ..facts import DYNAMIC, KNOWN, JobFacts, JobSetting, LaunchFacts, Origin, Unknown, Value
 from ..redact import redact_text
 from ..sources import Unreadable, read_text_bounded, status
-from .launch import launcher_of, parse_launcher
+from .launch import launcher_of, parse_launcher, with_accelerate_files
 
 JOB_SUFFIXES = (".sbatch", ".slurm", ".sh", ".bash", ".job")
 # the launch variables a job script's exports are read for; the rest of its environment is not recorded
@@ -40,6 +40,7 @@ _SHORT_FLAGS = {"l", "u", "K", "v", "Q", "O", "H", "W"}
 _VAR = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_]\w*)(?::?-(?P<default>[^}]*))?\}|(?P<plain>[A-Za-z_]\w*))")
 _ARITH = re.compile(r"\$\(\((?P<expr>[^()]*)\)\)")
 _ASSIGNMENT = re.compile(r"^(export\s+)?(?P<name>[A-Za-z_]\w*)=(?P<value>.*)$")
+_LAUNCHER_FILE_OPTIONS = {"--config_file", "--config-file", "--deepspeed_config_file", "--hostfile", "--fsdp_config"}
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
         ast.Div: operator.floordiv, ast.Mod: operator.mod}
 
@@ -297,7 +298,12 @@ def _launch_in(line: str, expander: _Expander):
 
 def _with_script(job: JobFacts, words: list[str], cwd: str, unknowns: list[Unknown]) -> tuple[JobFacts, LaunchFacts]:
     launch = parse_launcher(shlex.join(words))
-    script = next((w for w in words[1:] if w.endswith((".py", ".yaml", ".yml"))), "")
+    # the script it runs: the first .py, else a config the launcher runs (`axolotl train x.yml`); never the value
+    # of a launcher's own file option (`--config_file accel.yaml`)
+    options = {i + 1 for i, w in enumerate(words) if w in _LAUNCHER_FILE_OPTIONS}
+    candidates = [w for i, w in enumerate(words) if i and i not in options and "=" not in w]
+    script = next((w for w in candidates if w.endswith(".py")), "") or \
+        next((w for w in candidates if w.endswith((".yaml", ".yml"))), "")
     resolved = ""
     if script:
         candidate = os.path.normpath(os.path.join(cwd, os.path.expanduser(script)))
@@ -307,9 +313,7 @@ def _with_script(job: JobFacts, words: list[str], cwd: str, unknowns: list[Unkno
         except (Unreadable, InputError):
             unknowns.append(Unknown("training script", f"{script} is not in {_display(cwd)} (the folder the job "
                                                        f"runs it from)"))
-    config = launch.config_file
-    if config and not os.path.isabs(config):
-        launch = replace(launch, config_file=os.path.normpath(os.path.join(cwd, config)))
+    launch = with_accelerate_files(launch, None, cwd)  # the files accelerate reads, from the job's folder
     for name in ("num_processes", "main_process_port", "mixed_precision"):  # `$VAR` the script does not set
         v = getattr(launch, name)
         if v.state == KNOWN and isinstance(v.value, str) and ("$" in v.value or "`" in v.value):

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
+from pathlib import Path
 
 from .._util import MAX_GPUS_PER_NODE, MAX_PORT, whole_number
 from ..errors import InputError
-from ..facts import KNOWN, LaunchFacts, Origin, Value
+from ..facts import KNOWN, HostFacts, LaunchFacts, Location, Origin, Unknown, Value
+from ..sources import Unreadable, is_regular_file
+from .config_files import display, read_deepspeed_config
+from .host import read_accelerate_config
 
 # flag spellings each launcher accepts, mapped to the fact they set
 _FLAGS = {
@@ -20,6 +25,11 @@ _FLAGS = {
                   "--num_nodes": "num_machines"},
 }
 _BOOL_FLAGS = {"--multi_gpu", "--cpu", "--standalone", "--use_deepspeed", "--use_fsdp", "--debug", "-m"}
+# accelerate launch's DeepSpeed / FSDP options, which override its config file (derive/sharding.py reads them)
+ACCELERATE_SWITCHES = ("use_deepspeed", "use_fsdp", "multi_gpu", "cpu")
+ACCELERATE_OPTIONS = ("zero_stage", "offload_optimizer_device", "offload_param_device", "zero3_init_flag",
+                      "deepspeed_config_file", "fsdp_sharding_strategy", "fsdp_offload_params", "fsdp_version",
+                      "fsdp_reshard_after_forward")
 
 
 def parse_launcher(command: str) -> LaunchFacts:
@@ -34,12 +44,24 @@ def parse_launcher(command: str) -> LaunchFacts:
         raise InputError(f"--launcher: '{words[0]}' is not a launcher the doctor knows; "
                          f"use python, accelerate launch, torchrun or deepspeed")
     values: dict[str, Value] = {}
+    options: dict[str, Value] = {}
     flags = _FLAGS.get(launcher, {})
     script_args: tuple[str, ...] = ()
     i = 0
     while i < len(rest):
         word = rest[i]
         name, eq, inline = word.partition("=")
+        option = name[2:].replace("-", "_") if launcher == "accelerate" and name.startswith("--") else ""
+        if option in ACCELERATE_SWITCHES:
+            options[option] = Value(state=KNOWN, value=True, text=name, origins=(Origin("launcher", name),))
+            i += 1
+            continue
+        if option in ACCELERATE_OPTIONS:
+            raw = inline if eq else (rest[i + 1] if i + 1 < len(rest) else "")
+            options[option] = Value(state=KNOWN, value=_option_value(raw), text=f"{name} {raw}",
+                                    origins=(Origin("launcher", f"{name} {raw}"),))
+            i += 1 if eq else 2
+            continue
         if name in flags:
             raw = inline if eq else (rest[i + 1] if i + 1 < len(rest) else "")
             values[flags[name]] = Value(state=KNOWN, value=_number(flags[name], name, raw), text=f"{name} {raw}",
@@ -62,7 +84,66 @@ def parse_launcher(command: str) -> LaunchFacts:
     config = values.get("config_file")
     return LaunchFacts(known=True, launcher=launcher, command=command, script_args=script_args,
                        num_machines=machines.value if machines and isinstance(machines.value, int) else 1,
-                       config_file=str(config.value) if config else "", standalone="--standalone" in rest, **kw)
+                       config_file=str(config.value) if config else "", standalone="--standalone" in rest,
+                       options=options, **kw)
+
+
+def _option_value(raw: str):
+    """An accelerate option's value as its parser makes it: `--zero_stage 3` an int, `true`/`false` a bool."""
+    if raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    number = whole_number(raw, 0, 1 << 20)
+    return number if number is not None else raw
+
+
+def with_accelerate_files(launch: LaunchFacts, host: HostFacts | None, cwd: str = "") -> LaunchFacts:
+    """`accelerate launch` with the files it reads: its `--config_file` (else the machine's default config, which the
+    host probe read) and the DeepSpeed JSON that `--deepspeed_config_file` or the config's `deepspeed_config_file`
+    names. Paths are relative to the folder the launch runs in (here, or the job script's). What cannot be read is
+    listed as unknown."""
+    if not launch.known or launch.launcher != "accelerate":
+        return launch
+    unknowns: list[Unknown] = []
+    config, lines, shown = (host.accelerate_config, host.accelerate_config_lines, host.accelerate_config_path) \
+        if host is not None else ({}, {}, "")
+    base = Path(cwd) if cwd else Path()
+    if launch.config_file:
+        path = base / Path(launch.config_file).expanduser()
+        shown = display(path)
+        if is_regular_file(path):
+            found = read_accelerate_config(path, shown)
+            config, lines = found.settings, found.lines
+        else:
+            config, lines = {}, {}
+            unknowns.append(Unknown(f"--config_file {launch.config_file}", "the accelerate config file is not here "
+                                    "(accelerate launch would stop with FileNotFoundError)"))
+        launch = replace(launch, accelerate_config=config, accelerate_config_lines=lines, accelerate_config_path=shown)
+    via = f"accelerate launch --config_file {launch.config_file}" if launch.config_file else \
+        "the accelerate config `accelerate launch` reads by default"
+    for name in ("mixed_precision", "num_processes"):  # the config's, where its flag is not given (the line is
+        # kept in the detail for the evidence that shows the launch command, not the config)
+        if getattr(launch, name).state != KNOWN and config.get(name) is not None and \
+                (name != "num_processes" or whole_number(str(config[name]), 1, MAX_GPUS_PER_NODE) is not None):
+            line = lines.get(name)
+            where = Location(shown, line) if shown and line else None
+            launch = replace(launch, **{name: Value(
+                state=KNOWN, value=config[name], text=f"{name}: {config[name]}", location=where,
+                origins=(Origin("accelerate-config", f"{where or shown}, {via}" if name == "mixed_precision" else via,
+                                where),))})
+    flag = launch.options.get("deepspeed_config_file")
+    section = config.get("deepspeed_config") if isinstance(config.get("deepspeed_config"), dict) else {}
+    named = str(flag.value) if flag is not None else str(section.get("deepspeed_config_file") or "")
+    if named and named.lower() != "none":
+        path = base / Path(named).expanduser()
+        what = f"deepspeed_config_file {named}"
+        try:
+            launch = replace(launch, deepspeed_config=read_deepspeed_config(path), deepspeed_config_path=display(path))
+        except Unreadable as exc:
+            unknowns.append(Unknown(what, "the DeepSpeed config file is not here" if exc.reason == "no such file"
+                                    else exc.reason))
+        except ValueError as exc:
+            unknowns.append(Unknown(what, f"not valid JSON ({type(exc).__name__})"))
+    return replace(launch, unknowns=launch.unknowns + tuple(unknowns)) if unknowns else launch
 
 
 def launch_from_env(env: dict[str, str]) -> LaunchFacts:

@@ -21,13 +21,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from .._util import unique
-from ..call_kinds import LIGHTNING_CLASSES, CallKind, CallSite, is_trainer_class, is_training_arguments, kind_of
+from ..call_kinds import CallKind, CallSite, is_trainer_class, is_training_arguments, kind_of
 from ..errors import InputError
 from ..facts import CONDITIONAL, KNOWN, Branch, Call, Location, Origin, ScriptFacts, Suppression, Unknown, Value
-from ..redact import DEEPSPEED_KEYS, MODEL_CONFIG_KEYS, keep_read_keys
+from ..redact import MODEL_CONFIG_KEYS, keep_read_keys
 from ..sources import Unreadable, is_regular_file, read_source, read_text_bounded, status, worth_reading
-from .frameworks import lightning_as_accelerator
+from .frameworks import read_frameworks
+from .keywords import local_classes, parsed_arguments
 from .checkpoint import probe_checkpoints
+from .config_files import read_deepspeed_config
 from .resolve import Imports, Resolver, plain_text
 from .scopes import TOGETHER, ScopeIndex, by_type, dotted, names_in, walk
 from .symbols import Context, DictSym, Known, Namespace, ObjSym
@@ -132,14 +134,18 @@ class _Collector:
         return [n for n in self.nodes if type(n) in types]  # several kinds: keep their order among each other
 
     def _local_subclasses(self) -> tuple[set[str], set[str]]:
+        """The script's Trainer and TrainingArguments subclasses, a subclass of its own such class included."""
         trainers, args = set(), set()
-        for name, cls in self.index.classes.items():
-            for base in cls.bases:
-                q = self.r.qualified(base)
-                if is_trainer_class(q):
+        bases = {name: [self.r.qualified(b) for b in cls.bases] for name, cls in self.index.classes.items()}
+        grew = True
+        while grew:
+            before = len(trainers) + len(args)
+            for name, qualified in bases.items():
+                if any(is_trainer_class(q) or q in trainers for q in qualified):
                     trainers.add(name)
-                if is_training_arguments(q):
+                if any(is_training_arguments(q) or q in args for q in qualified):
                     args.add(name)
+            grew = len(trainers) + len(args) > before
         return trainers, args
 
     def _assignment_targets(self) -> dict[int, str]:
@@ -591,7 +597,8 @@ def _collect_own(path: Path, shown: str, text: str, tree: ast.Module, script_arg
     collector = _Collector(shown, text, tree, script_args, environ)
     collector.collect()
     own = ScriptFacts(path=shown, calls=tuple(collector.calls), imports=tuple(collector.imports.modules),
-                      unknowns=tuple(collector.unknowns), suppressions=tuple(read_suppressions(shown, text)))
+                      unknowns=tuple(collector.unknowns), suppressions=tuple(read_suppressions(shown, text)),
+                      classes=local_classes(collector.r), parsed=parsed_arguments(collector.r, collector.of(ast.Call)))
     return own, tuple(_local_modules(path, collector.import_nodes))
 
 
@@ -618,7 +625,7 @@ def _deepspeed_configs(script: Path, calls: list[Call]) -> tuple[dict[str, dict]
             candidate = base / v.value
             if is_regular_file(candidate):
                 try:
-                    found[v.value] = keep_read_keys(json.loads(read_text_bounded(candidate)), DEEPSPEED_KEYS)
+                    found[v.value] = read_deepspeed_config(candidate)
                 except Unreadable as exc:
                     missing.append(Unknown(f"deepspeed={v.value!r}", exc.reason, v.location or call.location))
                 except ValueError as exc:
@@ -684,6 +691,7 @@ def _probe_script(path: Path, script_args: tuple[str, ...], display: str | None,
     imports = list(own.imports)
     files = [shown]
     suppressions = list(own.suppressions)
+    classes, parsed = dict(own.classes), list(own.parsed)
     for module in modules[:MAX_LOCAL_MODULES]:
         mshown = os.path.relpath(module) if display is None else str(Path(shown).parent / module.name)
         try:
@@ -695,15 +703,15 @@ def _probe_script(path: Path, script_args: tuple[str, ...], display: str | None,
         unknowns.extend(sub.unknowns)
         imports.extend(sub.imports)
         suppressions.extend(sub.suppressions)
+        classes = {**sub.classes, **classes}
+        parsed.extend(sub.parsed)
         files.append(mshown)
-    for i, call in enumerate(calls):  # Lightning's Trainer / Fabric: its precision as accelerate's
-        if call.callee in LIGHTNING_CLASSES:
-            calls[i], found = lightning_as_accelerator(call)
-            unknowns.extend(found)
+    calls, found = read_frameworks(calls)  # Lightning, Sentence Transformers, Unsloth, diffusers
+    unknowns.extend(found)
     deepspeed, missing = _deepspeed_configs(path, calls)
     unknowns.extend(missing)
     return ScriptFacts(path=shown, calls=tuple(calls), imports=tuple(dict.fromkeys(imports)),
                        unknowns=tuple(unique(unknowns, key=lambda u: (u.what, u.location))),
                        local_configs=_local_model_configs(path, calls),
                        files=tuple(files), suppressions=tuple(suppressions), deepspeed_configs=deepspeed,
-                       checkpoints=probe_checkpoints(path, calls))
+                       checkpoints=probe_checkpoints(path, calls), classes=classes, parsed=tuple(parsed))

@@ -21,7 +21,7 @@ def memory_report(facts: Facts) -> list[dict]:
     out = []
     for script in facts.scripts:
         setup = derived.setups[script.path]
-        m = plan_memory(setup, script, facts.machine, facts.stack, facts.launch, derived.plan)
+        m = plan_memory(setup, script, facts.machine, facts.stack, facts.launch, derived.plan_for(script.path))
         entry: dict = {"path": script.path}
         checkpoint = checkpoint_of(setup.model_load, script)
         if checkpoint is not None:

@@ -11,9 +11,11 @@ from ..symbols import GpuQuery, predicate_sym
 BF16_HELPERS = {"is_torch_bf16_gpu_available", "is_bf16_available", "is_torch_bf16_available_on_device"}
 CAPABILITY = "torch.cuda.get_device_capability"
 DEVICE_COUNT = "torch.cuda.device_count"
+# Unsloth's helper returns SUPPORTS_BFLOAT16: compute capability 8.0 or newer, emulation never counts
+NATIVE_BF16_HELPERS = {"unsloth.is_bfloat16_supported", "unsloth.models._utils.is_bfloat16_supported"}
 
 CALLS = {"torch.cuda.is_available", "torch.cuda.is_bf16_supported", "torch.backends.mps.is_available",
-         CAPABILITY, DEVICE_COUNT}
+         CAPABILITY, DEVICE_COUNT} | NATIVE_BF16_HELPERS
 CALL_NAMES = BF16_HELPERS
 VALUES = {f"{CAPABILITY}()"}  # torch.cuda.get_device_capability()[0]: the major version
 COMPARES = (GpuQuery,)
@@ -44,6 +46,8 @@ def _predicate(r, node: ast.Call, callee: str) -> Predicate | None:
         return Predicate("cuda_available", text)
     if callee == "torch.backends.mps.is_available":
         return Predicate("mps_available", text)
+    if callee in NATIVE_BF16_HELPERS:
+        return Predicate("bf16_supported", text, emulation=False, location=r.loc(node))
     if callee == "torch.cuda.is_bf16_supported" or callee.rsplit(".", 1)[-1] in BF16_HELPERS:
         emulation = True  # torch's default: including_emulation=True
         for kw in node.keywords:
