@@ -85,9 +85,12 @@ def read_bytes_bounded(path: os.PathLike | str, limit: int, what: str = "file") 
             raise Unreadable(path, f"not a regular file ({kind(info.st_mode)})", f"pass the {what} itself")
         if info.st_size > limit:
             raise _too_large(path, info.st_size, limit, what)
-        chunks, size = [], 0
+        # os.read allocates the size it is asked for: ask for what fstat says is there (+1 to see the end),
+        # then in small steps for a file that grows
+        chunks, size, want = [], 0, info.st_size + 1
         while size <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            chunk = os.read(fd, min(want, limit + 1 - size))
+            want = 1 << 16
             if not chunk:
                 break
             chunks.append(chunk)

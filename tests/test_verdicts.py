@@ -96,6 +96,22 @@ def test_a_helper_module_alone_is_checked_through_the_scripts_that_import_it(tmp
     assert out.returncode == 1 and "model_utils.py:6" in out.stdout
 
 
+def test_a_finding_in_a_module_of_a_subfolder_names_that_module_where_it_is(tmp_path):
+    (tmp_path / "recipes" / "utils").mkdir(parents=True)
+    (tmp_path / "recipes" / "utils" / "loading.py").write_text(
+        "import torch\nfrom transformers import AutoModelForCausalLM\n\n\ndef load():\n"
+        "    return AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float16)\n")
+    (tmp_path / "recipes" / "train.py").write_text(
+        "from transformers import Trainer, TrainingArguments\nfrom utils.loading import load\n"
+        "model = load()\nTrainer(model=model, args=TrainingArguments('o', fp16=True)).train()\n")
+    alone = _doctor("check", "recipes/train.py", "--target", "a100", "--format", "concise", cwd=tmp_path)
+    folder = _doctor("check", "recipes", "--target", "a100", "--format", "concise", cwd=tmp_path)
+    for out in (alone, folder):
+        assert out.returncode == 1, out.stderr
+        assert os.path.join("recipes", "utils", "loading.py") + ":6:" in out.stdout
+        assert os.path.join("recipes", "loading.py") not in out.stdout  # a path that does not exist
+
+
 def test_check_without_a_path_in_ci_says_only_the_machine_was_checked(tmp_path):
     out = _doctor("check", "--target", "a100", cwd=tmp_path, env={"CI": "true"})
     assert out.returncode == 0

@@ -502,7 +502,7 @@ def _local_modules(script: Path, nodes: list[ast.AST]) -> list[Path]:
             for candidate in (base / rel.with_suffix(".py"), base / rel / "__init__.py"):
                 if worth_reading(candidate) and os.path.realpath(candidate) != os.path.realpath(script):
                     found.append(candidate)
-    return found
+    return list(dict.fromkeys(found))  # `import models` and `from models.vit import ...` name one file twice
 
 
 def _listing(folder: Path) -> set[str] | None:
@@ -693,7 +693,8 @@ def _probe_script(path: Path, script_args: tuple[str, ...], display: str | None,
     suppressions = list(own.suppressions)
     classes, parsed = dict(own.classes), list(own.parsed)
     for module in modules[:MAX_LOCAL_MODULES]:
-        mshown = os.path.relpath(module) if display is None else str(Path(shown).parent / module.name)
+        mshown = os.path.relpath(module) if display is None else \
+            os.path.normpath(Path(shown).parent / os.path.relpath(module, path.parent))  # utils/x.py, not x.py
         try:
             sub = _local_module(module, mshown, tuple(script_args), environ)
         except InputError as exc:
