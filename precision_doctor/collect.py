@@ -328,8 +328,13 @@ def gather(paths: list[str], target: str | None = None, launcher: str | None = N
     if job is None:  # a job's launch read its files from the job's folder already
         launch = with_accelerate_files(launch, machine.host)
     script_env = script_environment(machine, env)
+    resolver = None
+    if stack_overrides is not None or snapshot_stack is None:
+        resolver = StackResolver(stack_overrides, training_environment(python, env))
     with one_run():  # each file is read once per run, and afresh in the next
-        scripts = _probe_all(entries, args, jobs, script_env)
+        # each folder's stack is read while worker processes probe (it needs only the paths)
+        scripts = _probe_all(entries, args, jobs, script_env,
+                             meanwhile=lambda: [resolver.for_script(f) for f in files] if resolver else None)
     if launch.unknowns:  # what the launch reads and the doctor could not: listed with each script it launches
         scripts = tuple(replace(s, unknowns=s.unknowns + launch.unknowns) for s in scripts)
     if len(entries) > 1 and all(_not_checked(s) for s in scripts):
@@ -342,9 +347,9 @@ def gather(paths: list[str], target: str | None = None, launcher: str | None = N
         entries, files = entries + [(f, False) for f in extra], files + extra
         with one_run():
             scripts = scripts + _probe_all([(f, False) for f in extra], args, jobs, script_env)
-    if stack_overrides is None and snapshot_stack is not None:  # the node's versions, not this laptop's
+    if resolver is None:  # the node's versions, not this laptop's
         return Facts(scripts=scripts, machine=machine, launch=launch, stack=snapshot_stack, job=job)
-    scripts, stack = _stacks(scripts, files, StackResolver(stack_overrides, training_environment(python, env)))
+    scripts, stack = _stacks(scripts, files, resolver)
     return Facts(scripts=scripts, machine=machine, launch=launch, stack=stack, job=job)
 
 
@@ -418,14 +423,18 @@ def _importers(helpers: list[Path], already: set[Path]) -> list[Path]:
 
 
 def _probe_all(entries: list[tuple[Path, bool]], args: tuple[str, ...], jobs: int,
-               environ: tuple = (None, "")) -> tuple[ScriptFacts, ...]:
-    """Probe every script, in worker processes when there are many (each is parsed independently)."""
+               environ: tuple = (None, ""), meanwhile: Callable[[], Any] | None = None) -> tuple[ScriptFacts, ...]:
+    """Probe every script, in worker processes when there are many (each is parsed independently).
+    `meanwhile()` is this process's own work while the workers probe (here, before probing with none)."""
     if jobs <= 1 or len(entries) < PARALLEL_FROM:
+        if meanwhile is not None:
+            meanwhile()
         return tuple(_probe(f, named, args, environ) for f, named in entries)
     from .pool import Lost, run_parallel
 
     chunk = max(1, len(entries) // (jobs * 4))
-    done = run_parallel(_probe_entry, [(f, named, args, environ) for f, named in entries], jobs, chunk=chunk)
+    done = run_parallel(_probe_entry, [(f, named, args, environ) for f, named in entries], jobs, chunk=chunk,
+                        meanwhile=meanwhile)
     return tuple(ScriptFacts(path=_display(f), unknowns=(Unknown("not checked", r.reason),))
                  if isinstance(r, Lost) else r for (f, _), r in zip(entries, done))
 

@@ -35,17 +35,21 @@ class Lost:
     reason: str
 
 
-def run_parallel(func: Callable[[Any], Any], items: Iterable[Any], jobs: int, chunk: int = 0) -> list[Any]:
+def run_parallel(func: Callable[[Any], Any], items: Iterable[Any], jobs: int, chunk: int = 0,
+                 meanwhile: Callable[[], Any] | None = None) -> list[Any]:
     """`[func(item) for item in items]` in up to `jobs` worker processes, in order; an item whose worker died
     is a `Lost`. An exception raised by `func` ends every worker and is raised here, as a plain call would.
     At most `chunk` items go to a worker at a time (default: about four rounds per worker), fewer as the work
-    runs out, so that the workers finish together."""
+    runs out, so that the workers finish together. `meanwhile()` runs here once the workers have their first
+    batches (work of this process that needs no result: it would otherwise wait idle)."""
     items = list(items)
     if jobs <= 1 or len(items) <= 1:
+        if meanwhile is not None:
+            meanwhile()
         return [func(item) for item in items]
     jobs = min(jobs, len(items))
     chunk = chunk or max(1, len(items) // (jobs * 4))
-    return _Pool(func, items, jobs, chunk).run()
+    return _Pool(func, items, jobs, chunk).run(meanwhile)
 
 
 class _Worker:
@@ -90,10 +94,13 @@ class _Pool:
         size = max(1, min(self.chunk, len(self.queue) // (2 * self.jobs)))
         return [self.queue.popleft() for _ in range(min(size, len(self.queue)))]
 
-    def run(self) -> list[Any]:
+    def run(self, meanwhile: Callable[[], Any] | None = None) -> list[Any]:
         try:
             while self.pending or any(w.in_flight for w in self.workers):
                 self._hire()
+                if meanwhile is not None:
+                    meanwhile, then = None, meanwhile
+                    then()
                 if not self.workers:
                     break
                 ready = wait([w.conn for w in self.workers] + [w.process.sentinel for w in self.workers])

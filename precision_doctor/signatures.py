@@ -71,6 +71,7 @@ def _minors(package: str) -> tuple[str, ...]:
     return tuple(sorted(table()["releases"].get(package, {}), key=_minor_key))
 
 
+@lru_cache(maxsize=256)
 def release_index(package: str, version: str) -> int | None:
     """Which of the table's releases stands for this version: its minor (or the newest older one read); the newest
     for a version past the table. None: older than the table, or no version."""
@@ -167,12 +168,22 @@ def accepted(cid: str, versions: Versions | StackFacts, local: dict[str, ClassFa
     i = versions.index(package)
     if i is None or i not in _indices(package, entry["exists"]):
         return None
+    own, bases, own_init = _table_entry_at(cid, i)
+    return _combine(own, bases, own_init, versions, local, seen)
+
+
+@lru_cache(maxsize=1024)
+def _table_entry_at(cid: str, i: int) -> tuple[Accepted, tuple[str, ...], bool]:
+    """A table class at the package's i-th release: its own keywords, its bases and whether it has its own __init__
+    (read once per run: every script asks again)."""
+    entry = table()["classes"][cid]
+    package = entry["package"]
     names = frozenset(n for n, spans in entry["names"].items() if i in _indices(package, spans))
     open_ = next((kind for kind, spans in entry.get("open", {}).items() if i in _indices(package, spans)), "")
     bases = tuple(b for b, spans in entry.get("bases", {}).items() if i in _indices(package, spans))
     own_init = i in _indices(package, entry.get("init", ""))
     read = f"{package} {_minors(package)[i]} (table)"
-    return _combine(Accepted(names, open_, (read,), frozenset({package})), bases, own_init, versions, local, seen)
+    return Accepted(names, open_, (read,), frozenset({package})), bases, own_init
 
 
 def _any_release(cid, entry, versions, local, seen) -> Accepted | None:

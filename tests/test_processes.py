@@ -3,6 +3,7 @@ with the script, at the timeout and with the doctor (signals, SIGKILL); worker p
 a dead worker costs only its item. Plain Python scripts that sleep and fork stand in for training scripts."""
 
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -254,6 +255,23 @@ def test_the_pool_keeps_order_and_raises_what_the_function_raises():
     assert run_parallel(square, range(50), jobs=3) == [x * x for x in range(50)]
     with pytest.raises(ValueError, match="bad item 2"):
         run_parallel(raises_on_two, range(8), jobs=2)
+
+
+def slow_square(x):
+    time.sleep(0.01)
+    return x * x
+
+
+def test_the_doctors_own_work_runs_once_while_the_workers_do_theirs():
+    ran = []
+
+    def meanwhile():  # runs in this process, after the workers have their first items and before they are done
+        ran.append(len(multiprocessing.active_children()))
+
+    assert run_parallel(slow_square, range(40), jobs=2, meanwhile=meanwhile) == [x * x for x in range(40)]
+    assert ran == [2]
+    assert run_parallel(square, [3], jobs=2, meanwhile=lambda: ran.append("alone")) == [9]
+    assert ran == [2, "alone"]  # one item: no workers, and the work still runs
 
 
 def test_a_worker_that_dies_costs_only_its_item(tmp_path):

@@ -16,19 +16,16 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Mapping
 
-from packaging.utils import canonicalize_name
 
 from ..facts import LibraryBehaviour, PackageVersion, StackFacts, VersionSource
 from ..sources import Unreadable, is_regular_file, read_text_bounded
-from .versions import declared_for
+from .versions import TRACKED, canonical_name, declared_for
 
 # The releases the rules were checked against; assumed when a package is neither installed nor declared.
 CURRENT = {
     "torch": "2.13.0", "transformers": "5.23.0", "accelerate": "1.15.0", "peft": "0.21.2",
     "bitsandbytes": "0.50.0", "trl": "1.16.0", "deepspeed": "0.18.0",
 }
-TRACKED = ("torch", "transformers", "accelerate", "peft", "bitsandbytes", "trl", "deepspeed",
-           "transformer-engine", "torchao")
 _ML_STACK = ("torch", "transformers")  # an environment without either is not where training runs
 
 
@@ -107,7 +104,7 @@ def installed_versions(site_dirs: tuple[str, ...]) -> dict[str, str]:
     for info in _metadata_folders(site_dirs, {_folder_key(n) for n in wanted}):
         try:
             name, version = _name_and_version(info)
-            name = canonicalize_name(name or "")
+            name = canonical_name(name or "")
         except (KeyError, TypeError, ValueError):
             continue
         if name in wanted and name not in found and version:
@@ -191,7 +188,7 @@ class StackResolver:
     """Each script's stack, for one run: the environment is read once, each project's declarations once."""
 
     def __init__(self, overrides: dict[str, str] | None = None, environment: Environment | None = None):
-        self.overrides = {canonicalize_name(k): v for k, v in (overrides or {}).items()}
+        self.overrides = {canonical_name(k): v for k, v in (overrides or {}).items()}
         self.environment = None if overrides else environment
         self.installed = installed_versions(self.environment.site_dirs) if self.environment else {}
         self._behaviours: dict[str, LibraryBehaviour] | None = None

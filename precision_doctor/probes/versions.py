@@ -18,11 +18,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from packaging.markers import InvalidMarker, UndefinedEnvironmentName, UndefinedComparison
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import canonicalize_name
-from packaging.version import Version
 
 from ..sources import Unreadable, is_regular_file, read_text_bounded
 from ..walk import repository_root
@@ -53,6 +48,18 @@ KNOWN_RELEASES: dict[str, tuple[str, ...]] = {
     "deepspeed": _minors(0, 8, 18),
 }
 
+# The packages whose declarations are read: a dependency file's other lines are skipped before parsing.
+TRACKED = ("torch", "transformers", "accelerate", "peft", "bitsandbytes", "trl", "deepspeed",
+           "transformer-engine", "torchao")
+_NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+_SEPARATORS = re.compile(r"[-_.]+")
+
+
+def canonical_name(name: str) -> str:
+    """A distribution's name as PEP 503 compares it: `Transformer_Engine` -> `transformer-engine`."""
+    return _SEPARATORS.sub("-", name).lower()
+
+
 _CONDA_NAMES = {"pytorch": "torch"}  # conda package names that differ from the Python distribution
 
 
@@ -67,6 +74,9 @@ class Declared:
     def resolve(self) -> tuple[str, str]:
         """(version, how): the exact pin, else the newest known release the range allows; ("", why) when
         neither can be said."""
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+        from packaging.version import Version
+
         try:
             spec = SpecifierSet(self.spec)
         except InvalidSpecifier:
@@ -92,7 +102,7 @@ def project_root(start: Path) -> Path:
 
 
 def declared_for(script: Path) -> dict[str, Declared]:
-    """Every package the script's project declares, the nearest dependency file first."""
+    """Every tracked package the script's project declares, the nearest dependency file first."""
     folder = Path(os.path.abspath(script)).parent
     return dict(_declared_from(folder, project_root(folder)))
 
@@ -128,6 +138,9 @@ def _declared_in(folder: Path) -> tuple[tuple[str, Declared], ...]:
         except Unreadable:
             continue
         for line in reader(text, path):
+            named = _NAME.match(line)
+            if named is None or canonical_name(named.group(1)) not in TRACKED:
+                continue  # (a full requirement parse is most of the time here, and only these are used)
             decl = _parse(line, str(path))
             if decl is not None:
                 found.setdefault(decl.name, decl)
@@ -138,6 +151,9 @@ def _parse(text: str, file: str) -> Declared | None:
     text = text.strip()
     if not text or text.startswith(("#", "-", "git+", "http:", "https:", "file:")):
         return None
+    from packaging.markers import InvalidMarker, UndefinedComparison, UndefinedEnvironmentName
+    from packaging.requirements import InvalidRequirement, Requirement
+
     try:
         req = Requirement(text)
     except InvalidRequirement:
@@ -148,7 +164,7 @@ def _parse(text: str, file: str) -> Declared | None:
                 return None
         except (InvalidMarker, UndefinedEnvironmentName, UndefinedComparison):
             pass
-    return Declared(canonicalize_name(req.name), str(req.specifier), file)
+    return Declared(canonical_name(req.name), str(req.specifier), file)
 
 
 def _requirements_file(text: str, path: Path, depth: int = 0) -> list[str]:
