@@ -8,6 +8,7 @@ fix's applicability never looser than declared.
 
 from __future__ import annotations
 
+import gc
 from dataclasses import replace
 
 from ._util import record, unique
@@ -70,6 +71,18 @@ class SuppressionUse:
 
 
 def run(facts: Facts, policy: Policy | None = None) -> Result:
+    """Every enabled rule over the facts. The cyclic collector pauses meanwhile: the rules make no reference
+    cycles, and each of its collections would rescan the facts (two thirds of a 500-file run's rule time)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _run(facts, policy)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _run(facts: Facts, policy: Policy | None) -> Result:
     policy = policy or Policy()
     derived = derive(facts)
     chosen = [r for r in rules() if policy.enabled(r.id)]

@@ -36,3 +36,53 @@ def assignments_touched(tmp_path, n: int) -> int:
 def test_lookups_of_a_name_reassigned_many_times_grow_linearly(tmp_path):
     small, large = assignments_touched(tmp_path, 150), assignments_touched(tmp_path, 600)
     assert large <= 5 * small, (small, large)  # linear: 4x; rescanning every assignment per lookup: 16x
+
+
+# what scripts and library sources hold: read without ast.literal_eval; then the rare forms it is left to
+COMMON_LITERALS = ["1", "(1, 2.5, 'a')", "[1, [2, -3]]", "{'a': (1,), 2: None}", "-4", "+4.5", "(8, 0)", "{}",
+                   "x", "{**a}", "[*a]", "(1,2)[0]", "f(1)", "{[1]: 2}", "torch.float16"]
+LITERALS = COMMON_LITERALS + ["set()", "{1, 2}", "1+2j", "-True", "-'a'"]
+
+
+def _outcome(read, node):
+    try:
+        value = read(node)
+        return "ok", type(value), value
+    except Exception as exc:  # the kind of failure is part of what callers rely on
+        return "error", type(exc)
+
+
+def test_literals_are_read_as_literal_eval_reads_them_without_making_garbage():
+    import ast
+    import gc
+
+    from precision_doctor.probes.scopes import literal
+
+    nodes = [ast.parse(text, mode="eval").body for text in LITERALS]
+    assert [_outcome(literal, n) for n in nodes] == [_outcome(ast.literal_eval, n) for n in nodes]
+    gc.collect()
+    gc.disable()
+    try:
+        for node in nodes[:len(COMMON_LITERALS)] * 20:
+            _outcome(literal, node)
+        assert gc.collect() < 20  # ast.literal_eval leaves a cycle of closures behind on every call: 4 per call
+    finally:
+        gc.enable()
+
+
+def test_a_folder_run_leaves_no_cycles_for_the_collector(tmp_path):
+    import gc
+
+    from precision_doctor.collect import gather
+
+    for i in range(40):
+        (tmp_path / f"train_{i}.py").write_text(
+            "import argparse, torch\nfrom transformers import TrainingArguments\n"
+            "p = argparse.ArgumentParser()\np.add_argument('--lr', type=float, default=1e-4)\n"
+            "p.add_argument('--bf16', action='store_true')\nargs = p.parse_args()\n"
+            "if torch.cuda.get_device_capability() >= (8, 0):\n    dtype = torch.bfloat16\n"
+            "TrainingArguments('o', learning_rate=args.lr, bf16=args.bf16, adam_betas=(0.9, 0.95))\n")
+    gc.collect()
+    facts = gather([str(tmp_path)], target="a100", environ={}, jobs=1)
+    assert len(facts.scripts) == 40 and all(s.calls for s in facts.scripts)
+    assert gc.collect() < 40  # each rebuilt parser and literal used to leave dozens of objects to it

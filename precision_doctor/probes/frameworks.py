@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from ..call_kinds import LIGHTNING_CLASSES, SENTENCE_TRANSFORMERS_MODELS, CallKind
 from ..facts import CONDITIONAL, DYNAMIC, KNOWN, Call, Origin, Predicate, Unknown, Value
+from .scopes import literal
 
 MIXED = {"16-mixed": "fp16", "16": "fp16", 16: "fp16", "bf16-mixed": "bf16", "bf16": "bf16",
          "transformer-engine": "fp8", "transformer-engine-float16": "fp8", "32-true": "no", "32": "no", 32: "no",
@@ -169,7 +170,7 @@ def _strategy_object(text: str) -> LightningLaunch | None:
     keywords = {}
     for kw in node.keywords:
         try:
-            keywords[kw.arg] = ast.literal_eval(kw.value)
+            keywords[kw.arg] = literal(kw.value)
         except (ValueError, SyntaxError, TypeError, RecursionError):
             keywords[kw.arg] = None
     if kind == "deepspeed":

@@ -15,6 +15,8 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
+from .scopes import literal
+
 # HfArgumentParser treats a field as a flag (`--bf16`, `--bf16 False`, `--no_bf16`) when its type is bool or
 # Optional[bool] (`hf_argparser.py`: `field.type is bool or field.type == bool | None`).
 BOOL_ANNOTATIONS = frozenset({"bool", "Optional[bool]", "bool | None", "None | bool", "Union[bool, None]",
@@ -241,7 +243,7 @@ def _literal(node: ast.AST | None, names: dict[str, Any]) -> tuple[bool, Any]:
     if isinstance(node, ast.Name) and node.id in names:
         return True, names[node.id]
     try:
-        return True, ast.literal_eval(node)
+        return True, literal(node)
     except (ValueError, TypeError, SyntaxError, RecursionError):
         return False, None
 

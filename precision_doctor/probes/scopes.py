@@ -89,6 +89,29 @@ _NAME, _ATTRIBUTE = ast.Name, ast.Attribute
 TOGETHER = ((ast.Import, ast.ImportFrom), (ast.For, ast.AsyncFor))
 
 
+def literal(node: ast.AST):
+    """`ast.literal_eval(node)`, a constant without its nested helper functions (each call makes a cycle of
+    closures that only the cyclic collector frees, and the probe evaluates thousands). Raises as it does."""
+    kind = type(node)
+    if kind is ast.Constant:
+        return node.value
+    if kind is ast.Tuple:
+        return tuple(literal(e) for e in node.elts)
+    if kind is ast.List:
+        return [literal(e) for e in node.elts]
+    if kind is ast.Dict and None not in node.keys:
+        return {literal(k): literal(v) for k, v in zip(node.keys, node.values)}
+    if kind is ast.UnaryOp and type(node.op) in (ast.USub, ast.UAdd) and type(node.operand) is ast.Constant and \
+            type(node.operand.value) in (int, float, complex):
+        return -node.operand.value if type(node.op) is ast.USub else +node.operand.value
+    if kind is ast.Call and not (type(node.func) is ast.Name and node.func.id == "set" and not node.args and
+                                 not node.keywords):
+        raise ValueError(f"malformed node or string: {node!r}")  # only set() is a literal call
+    if kind in (ast.Set, ast.Call, ast.BinOp, ast.UnaryOp):  # set(), {1, 2}, 1+2j, -x: as it reads them
+        return ast.literal_eval(node)
+    raise ValueError(f"malformed node or string: {node!r}")  # (a name, an attribute, a **spread, ...)
+
+
 def by_type(nodes: list[ast.AST]) -> dict[type, list[ast.AST]]:
     """The nodes of each type, in walk order: each pass reads only the kinds it looks at. The types of a
     TOGETHER group share their list."""

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..sources import Unreadable, is_regular_file, read_text_bounded
 from ..walk import repository_root
+from .scopes import literal
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -268,10 +269,10 @@ def _setup_py(text: str, path: Path) -> list[str]:
                 continue
             value = bound.get(kw.value.id, kw.value) if isinstance(kw.value, ast.Name) else kw.value
             try:
-                literal = ast.literal_eval(value)
+                listed = literal(value)
             except (ValueError, TypeError, SyntaxError, RecursionError):
                 continue
-            groups = literal.values() if isinstance(literal, dict) else [literal]
+            groups = listed.values() if isinstance(listed, dict) else [listed]
             for group in groups:
                 if isinstance(group, (list, tuple)):
                     out.extend(s for s in group if isinstance(s, str))

@@ -100,6 +100,8 @@ def _build(r, parser_name: str, scope: Scope, ctx) -> Namespace | Dyn:
         parsed, _ = real.parse_known_args(list(ctx.script_args))
     except (argparse.ArgumentError, SystemExit, Exception) as exc:  # noqa: BLE001 - the script's parser
         return Dyn(f"the script arguments do not parse: {exc}")
+    finally:
+        real.dismantle()
     fields: dict[str, object] = {}
     for dest, default in defaults.items():
         got = getattr(parsed, dest, sentinel)
@@ -118,10 +120,22 @@ class _SilentParser(argparse.ArgumentParser):
 
     def _get_formatter(self):
         # add_argument asks for one per option only to check its metavar (this parser never formats help): one
-        # is enough, and a fixed width spares the terminal query
-        if "_formatter" not in self.__dict__:
-            self._formatter = argparse.HelpFormatter(prog=self.prog, width=80)
-        return self._formatter
+        # for every parser is enough, and a fixed width spares the terminal query
+        return _METAVAR_FORMATTER
+
+    def dismantle(self) -> None:
+        """Drop the links from each option back to its parser: without these cycles, a parser built for each
+        script is freed when it is done with, not by the cyclic collector scanning everything the probe made."""
+        for action in self._actions:
+            action.container = None
+        self._actions.clear()
+        self._option_string_actions.clear()
+        self._action_groups.clear()
+        self._mutually_exclusive_groups.clear()
+        self._registries.clear()
+
+
+_METAVAR_FORMATTER = argparse.HelpFormatter(prog="script", width=80)
 
 
 def _type(text: str):

@@ -7,6 +7,7 @@ import ast
 
 from ...facts import Predicate
 from ..symbols import GpuQuery, predicate_sym
+from ..scopes import literal
 
 BF16_HELPERS = {"is_torch_bf16_gpu_available", "is_bf16_available", "is_torch_bf16_available_on_device"}
 CAPABILITY = "torch.cuda.get_device_capability"
@@ -67,7 +68,7 @@ def _compare(r, node: ast.Compare, left: GpuQuery):
     if not isinstance(right, (ast.Constant, ast.Tuple)):
         return None
     try:
-        number = ast.literal_eval(right)
+        number = literal(right)
     except Exception:
         return None
     text = f"{r.text(node.left)} {r.text(node)[len(r.text(node.left)):]}".strip()
