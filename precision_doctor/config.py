@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from pathlib import Path
 from typing import Any, Literal
 
 from .errors import InputError, did_you_mean, rule_id_key
 from .sources import Unreadable, read_text_bounded, worth_reading
+from ._util import record
 
 SECTION = "precision-doctor"
 FAIL_ON = ("error", "warning", "info", "never")
 
 
-@dataclass(frozen=True)
+@record
 class Table:
     """`[tool.precision-doctor]` as declared: each key's type is checked when the file is read (typed.py)."""
 
@@ -37,7 +38,7 @@ class Table:
 KEYS = tuple(f.name.replace("_", "-") for f in fields(Table))
 
 
-@dataclass(frozen=True)
+@record
 class Policy:
     """Which rules run and where their findings count."""
 
@@ -55,7 +56,7 @@ class Policy:
                    for pattern, ids in self.per_file_ignores)
 
 
-@dataclass(frozen=True)
+@record
 class Settings:
     target: str | None = None
     facts: str | None = None

@@ -6,9 +6,8 @@ can apply them later; their applicability says whether one may be applied withou
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
-from ._util import StrEnum
+from ._util import StrEnum, record
 from .facts import Location
 
 
@@ -54,7 +53,7 @@ def stricter(a: Applicability, b: Applicability) -> Applicability:
     return a if APPLICABILITY_RANK[a] >= APPLICABILITY_RANK[b] else b
 
 
-@dataclass(frozen=True)
+@record
 class Evidence:
     """One value that combined into the problem, where it is written and where it came from."""
 
@@ -65,7 +64,7 @@ class Evidence:
     trail: tuple[str, ...] = ()  # the assignments the value passed through, "train.py:23 use_fp16 = args.fp16"
 
 
-@dataclass(frozen=True)
+@record
 class Edit:
     """One source change, matched by line and callee/keyword name (never by column)."""
 
@@ -100,7 +99,7 @@ class Edit:
         return f"{where}  add: {self.new}"
 
 
-@dataclass(frozen=True)
+@record
 class Fix:
     description: str
     applicability: Applicability = Applicability.UNSAFE
@@ -119,7 +118,7 @@ class Fix:
                                      (unsafe and self.applicability == Applicability.UNSAFE))
 
 
-@dataclass(frozen=True)
+@record
 class Finding:
     rule_id: str
     name: str
@@ -143,7 +142,7 @@ class Finding:
                 CONFIDENCES.index(self.confidence), first.path, first.line, self.rule_id)
 
 
-@dataclass(frozen=True)
+@record
 class Draft:
     """What a check yields; the engine stamps id, name and the declared severity onto it."""
 

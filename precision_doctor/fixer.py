@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import ast
 import difflib
-from dataclasses import dataclass
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider, ScopeProvider
 
 from . import safe_io
-from ._util import python_lines
+from ._util import python_lines, record
 from .errors import InputError
 from .findings import Edit
 
@@ -24,7 +23,7 @@ class EditFailed(Exception):
     """The edit's target is not where the finding said (the file changed, or the edit is stale)."""
 
 
-@dataclass(frozen=True)
+@record
 class SourceFile:
     """A script as `fix` reads it: its bytes, and its text with newlines exactly as written (libcst keeps CRLF, a
     missing final newline, form feeds and U+2028 when it is given the text as it is) and without the UTF-8 BOM,
@@ -48,7 +47,7 @@ def read_source_file(path: str) -> SourceFile:
     return SourceFile(path, text[1:] if bom else text, bom)
 
 
-@dataclass(frozen=True)
+@record
 class FileChange:
     path: str
     before: str  # the text without the BOM

@@ -13,12 +13,12 @@ import os
 import signal
 import sys
 from collections import deque
-from dataclasses import dataclass
 from multiprocessing.connection import wait
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable, Iterable
 
 from .supervisor import die_with_parent
+from ._util import record
 
 ATTEMPTS = 2  # an item whose worker died this many times while on it is lost
 # A batch sent ahead to a busy worker waits in the pipe: it must fit there (with the batch before it, at start)
@@ -27,7 +27,7 @@ AHEAD_BYTES = 16 * 1024
 IDLE_DEATHS = 3  # workers dying before taking any item: starting more is pointless
 
 
-@dataclass(frozen=True)
+@record
 class Lost:
     """An item no result came back for: its worker process died on it (a crash in a C extension, the OOM killer,
     a signal from outside), twice."""

@@ -10,10 +10,11 @@ injects them. This module imports only the facts layer: checks import it, it imp
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Callable, Iterable
 
 from .findings import Applicability, Draft, Phase, Severity
+from ._util import record
 
 # What a check may ask for, by parameter name.
 INJECTABLE = ("facts", "script", "setup", "machine", "stack", "launch", "live", "plan", "suppressions", "job")
@@ -22,7 +23,7 @@ INJECTABLE = ("facts", "script", "setup", "machine", "stack", "launch", "live", 
 NEEDABLE = ("machine", "live", "host")
 
 
-@dataclass(frozen=True)
+@record
 class Example:
     """A script (and the machine/launch it runs on) that a rule must fire on, or stay silent on."""
 
@@ -40,7 +41,7 @@ class Example:
     facts: str | None = None  # a snapshot (fixtures/allocations/NAME.json, a multi-node one) given as --facts
 
 
-@dataclass(frozen=True)
+@record
 class LogSignature:
     """How a training log proves the rule (`explain`, and a live run's exception).
 
@@ -64,7 +65,7 @@ class LogSignature:
     error_is_signature: bool = True  # False: the declared error text is a symptom with other causes (OOM)
 
 
-@dataclass(frozen=True)
+@record
 class Rule:
     id: str
     name: str

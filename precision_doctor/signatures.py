@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import difflib
 import json
-from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from typing import Iterable
 
 from .facts import ClassFacts, PackageVersion, StackFacts, VersionSource
+from ._util import record
 
 PACKAGES = {"transformers": "transformers", "trl": "trl", "peft": "peft",
             "sentence_transformers": "sentence-transformers"}  # import name -> distribution
@@ -116,7 +116,7 @@ def describe_spans(package: str, spans: str) -> str:
 
 # --- what a class accepts ----------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@record
 class Accepted:
     """Every keyword a class (and what it inherits) accepts at the versions in use."""
 
@@ -126,7 +126,7 @@ class Accepted:
     packages: frozenset[str] = frozenset()  # the distributions whose versions decided it
 
 
-@dataclass(frozen=True)
+@record
 class Versions:
     """The release each package is judged at: from the stack, or set for one package (another release in a range)."""
 

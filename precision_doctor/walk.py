@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .sources import Unreadable, os_reason, read_text_bounded
+from ._util import record
 
 SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", "env", ".env", "site-packages", "node_modules",
              ".tox", ".nox", ".mypy_cache", ".pytest_cache", "build", "dist"}
@@ -28,7 +29,7 @@ class Walk:
     unlisted: list[tuple[Path, str]] = field(default_factory=list)  # folders that could not be listed, and why
 
 
-@dataclass(frozen=True)
+@record
 class _Rules:
     """The patterns of one ignore file; they match paths relative to `base`."""
 

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 from ..facts import Facts, ScriptFacts
 from .launch import LaunchPlan, device_map_kind, plan_launch, plan_script
@@ -16,6 +16,7 @@ from .sharding import derive_sharding
 from .setup import (Fact, Setup, accelerate_precision, call_evidence, decide, dtype_of_cast, evaluate, evidence_of,
                     load_dtype_value)
 from .setup import derive_setup as _derive_core
+from .._util import record
 
 __all__ = ["Checkpointing", "Derived", "Fact", "LaunchPlan", "Placement", "Setup", "accelerate_precision",
            "call_evidence", "decide", "derive", "derive_setup", "device_map_kind", "dtype_of_cast", "evaluate",
@@ -29,7 +30,7 @@ def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
                    sharding=derive_sharding(core, script, facts.launch, facts.machine, stack))
 
 
-@dataclass(frozen=True)
+@record
 class Derived:
     """Everything derived from one run's facts: the launch plan and each script's setup (and its own plan where the
     script starts its processes itself: Lightning)."""

@@ -3,10 +3,10 @@ comes from; what a `device_map` does with the model. Derived once per run, read 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 
-from .._util import MAX_PORT, whole_number
+from .._util import MAX_PORT, whole_number, record
 from ..facts import ABSENT, KNOWN, Call, LaunchFacts, Location, MachineFacts, Origin, Value
 from ..findings import Evidence
 from ..probes.config_files import shown_value
@@ -18,7 +18,7 @@ SPREADING = ("auto", "balanced", "balanced_low_0", "sequential")
 PER_RANK_HINTS = ("local_rank", "LOCAL_RANK", "process_index", "current_device", "get_kbit_device_map", "rank")
 
 
-@dataclass(frozen=True)
+@record
 class LaunchPlan:
     """Processes per node and the rendezvous port the launch will use."""
 
@@ -36,7 +36,7 @@ class LaunchPlan:
         return self.processes or 1
 
 
-@dataclass(frozen=True)
+@record
 class Sharding:
     """DeepSpeed or FSDP as the job runs it, wherever it is set up (derive/sharding.py decides which applies)."""
 
@@ -64,7 +64,7 @@ class Sharding:
         return "torch"
 
 
-@dataclass(frozen=True)
+@record
 class AccelerateConfigView:
     """The accelerate config a launch reads: its settings, their lines, where it is and how it was named."""
 

@@ -4,10 +4,10 @@ happened to the loss and the loss scale over `--steps`."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from ..facts import LiveFacts
 from ..findings import Evidence
+from .._util import record
 
 FLOATS = ("float16", "bfloat16", "float32", "float64")
 
@@ -30,7 +30,7 @@ def live_evidence(live: LiveFacts, what: str) -> Evidence:
     return Evidence(None, f"live model at {live.stopped_at or 'the end of the run'}", what, "live")
 
 
-@dataclass(frozen=True)
+@record
 class LossHistory:
     """The losses and GradScaler scales of a `--steps` run, read for the two ways fp16 training fails."""
 

@@ -13,10 +13,11 @@ counted with torch.autograd.graph.saved_tensors_hooks on models built from confi
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 from .. import dtypes
 from ..facts import CheckpointFacts
+from .._util import record
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2
@@ -26,7 +27,7 @@ HEADROOM_WARNING = 0.10
 BYTES = {dtypes.FLOAT32: 4, dtypes.FLOAT16: 2, dtypes.BFLOAT16: 2}
 
 
-@dataclass(frozen=True)
+@record
 class ActivationFactor:
     """Elements saved for backward per token. Per layer: h * hidden + kv * key/value width + i * intermediate
     (+ scores * heads * sequence where the attention kernel materialises the scores); outside the layers:
@@ -76,7 +77,7 @@ OPTIMIZER_STATE_BYTES = {"adamw": 8, "adam": 8, "adamw-8bit": 2, "paged-adamw-8b
                          "adafactor": 0, "sgd-momentum": 4, "sgd": 0, "lion": 4}
 
 
-@dataclass(frozen=True)
+@record
 class Parallelism:
     gpus: int = 1  # processes (one GPU each), or the GPUs a device_map spreads over
     kind: str = "single"  # single | ddp | zero1 | zero2 | zero3 | fsdp-full | fsdp-grad-op | fsdp-hybrid | device-map
@@ -85,7 +86,7 @@ class Parallelism:
     gpus_per_node: int = 0  # hybrid sharding: within a node (0: all of them)
 
 
-@dataclass(frozen=True)
+@record
 class TrainingShape:
     """What the memory depends on besides the checkpoint."""
 
@@ -105,7 +106,7 @@ class TrainingShape:
     assumed: tuple[str, ...] = ()  # what was not known and is assumed: "sequence length 1024 (...)"
 
 
-@dataclass(frozen=True)
+@record
 class Breakdown:
     """Bytes per GPU."""
 
@@ -294,7 +295,7 @@ def largest_batch(c: CheckpointFacts, shape: TrainingShape, budget: int) -> int:
     return low
 
 
-@dataclass(frozen=True)
+@record
 class Change:
     """A change that makes the job fit, and what it costs the user."""
 

@@ -4,7 +4,6 @@ assumed, and the plan says what."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from .. import dtypes
 from ..facts import KNOWN, CheckpointFacts, Gpu, LaunchFacts, MachineFacts, ScriptFacts, StackFacts
@@ -13,12 +12,13 @@ from .launch import LaunchPlan, device_map_kind
 from .memory import MIB, Breakdown, Parallelism, TrainingShape, estimate
 from .optimizer import optimizer_of
 from .setup import Setup, decide
+from .._util import record
 
 DEFAULT_BATCH = 8  # TrainingArguments.per_device_train_batch_size
 TRL_MAX_LENGTH = 1024  # SFTConfig.max_length
 
 
-@dataclass(frozen=True)
+@record
 class MemoryPlan:
     checkpoint: CheckpointFacts
     shape: TrainingShape

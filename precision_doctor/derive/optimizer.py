@@ -11,10 +11,10 @@ to float16 weights without loss scaling). Measured on torch 2.13 and bitsandbyte
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from ..facts import KNOWN, StackFacts
 from .setup import Setup
+from .._util import record
 
 # how the update treats float16 parameters
 HALF_MATH = "half"      # computes in the parameter's dtype
@@ -25,7 +25,7 @@ FP32_MATH = "fp32"      # fp32 arithmetic and fp32/8-bit state of its own
 _LOW_BIT_MARKERS = ("bnb", "8bit", "32bit", "4bit", "paged", "lion", "ademamix")
 
 
-@dataclass(frozen=True)
+@record
 class Optimizer:
     name: str       # as the script writes it: "adamw_bnb_8bit", "AdamW8bit"; "" when not known
     kind: str       # the memory plan's kind: adamw, adamw-8bit, paged-adamw-8bit, adafactor, lion, sgd, sgd-momentum

@@ -7,7 +7,7 @@ the weights' dtype. Everything here is a pure function of `Facts`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from .. import dtypes
@@ -17,6 +17,7 @@ from ..findings import Evidence
 from ..probes.stack import at_least
 from .checkpoint import checkpoint_of, describe_source
 from .launch import Sharding
+from .._util import record
 
 TORCH_EMULATES_BF16 = "2.3"  # torch.cuda.is_bf16_supported(including_emulation=True) from this release on
 
@@ -67,7 +68,7 @@ def decide(v: Value, machine: MachineFacts, stack: StackFacts) -> Value:
 
 # --- derived facts ----------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@record
 class Fact:
     """A derived value with the evidence behind it. value None means unknown, and `unknown` says why (or is
     empty where the question does not arise, e.g. the adapter dtype of a model without adapters); a known
@@ -85,14 +86,14 @@ class Fact:
         return self.value is not None
 
 
-@dataclass(frozen=True)
+@record
 class Checkpointing:
     on: bool = False
     reentrant: bool = False
     evidence: tuple[Evidence, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class Placement:
     device_map: str = "none"  # see derive.launch.device_map_kind
     trainer_wrap: str = "none"  # DataParallel | none | unknown, on the machine's visible GPUs
@@ -102,7 +103,7 @@ class Placement:
     checkpointing: Checkpointing = Checkpointing()
 
 
-@dataclass(frozen=True)
+@record
 class Setup:
     path: str
     trains: bool

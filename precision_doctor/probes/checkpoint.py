@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
@@ -21,6 +20,7 @@ from ..facts import KNOWN, Call, CheckpointFacts, CheckpointSource
 from ..families import ARCHITECTURE_SHAPES, attention_support, tied_by_default
 from ..redact import MODEL_CONFIG_KEYS, keep_read_keys
 from ..sources import Unreadable, is_regular_file, read_prefix, read_text_bounded
+from .._util import record
 
 MAX_SNAPSHOTS = 8  # revisions of one model in the cache: the newest config is read
 _BYTES = {dtypes.FLOAT32: 4, dtypes.FLOAT16: 2, dtypes.BFLOAT16: 2}
@@ -110,7 +110,7 @@ MAX_SAFETENSORS_HEADER = 16 * 1024 * 1024  # a header lists names, dtypes, shape
 _SAFETENSORS_DTYPES = {"F32": dtypes.FLOAT32, "F16": dtypes.FLOAT16, "BF16": dtypes.BFLOAT16, "F64": "float64"}
 
 
-@dataclass(frozen=True)
+@record
 class StoredWeights:
     dtype: str  # the first floating tensor's: what dtype="auto" takes when the config names none
     parameters: int | None  # elements of all tensors, when one file holds the whole model

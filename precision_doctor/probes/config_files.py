@@ -13,13 +13,14 @@ aliases are shared nodes in YAML, and expanding them naively would let a few lin
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from ..facts import KNOWN, Location, Origin, Value
 from ..redact import DEEPSPEED_KEYS, keep_read_keys, redact_data, secret_name
 from ..sources import is_regular_file, read_text_bounded
+from .._util import record
 
 _MISSING = object()
 MAX_NODES = 20_000
@@ -31,7 +32,7 @@ class ConfigError(ValueError):
     """A config that is not YAML/JSON the doctor can read; the message says why, in a few words."""
 
 
-@dataclass(frozen=True)
+@record
 class ConfigDoc:
     """A config's top-level mapping: plain data, and the line each key path is written on."""
 

@@ -11,11 +11,12 @@ whole module to half with no AMP: recorded as no AMP, the cast left to the modul
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ..call_kinds import LIGHTNING_CLASSES, SENTENCE_TRANSFORMERS_MODELS, CallKind
 from ..facts import CONDITIONAL, DYNAMIC, KNOWN, Call, Origin, Predicate, Unknown, Value
 from .scopes import literal
+from .._util import record
 
 MIXED = {"16-mixed": "fp16", "16": "fp16", 16: "fp16", "bf16-mixed": "bf16", "bf16": "bf16",
          "transformer-engine": "fp8", "transformer-engine-float16": "fp8", "32-true": "no", "32": "no", 32: "no",
@@ -66,7 +67,7 @@ _FSDP_NAMES = {"FULL_SHARD": "full_shard", "SHARD_GRAD_OP": "shard_grad_op", "NO
                "HYBRID_SHARD": "hybrid_shard", "_HYBRID_SHARD_ZERO2": "hybrid_shard"}
 
 
-@dataclass(frozen=True)
+@record
 class LightningLaunch:
     """How a Lightning Trainer / Fabric spreads the job, as its accelerator connector decides it."""
 

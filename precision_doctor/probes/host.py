@@ -8,11 +8,11 @@ import getpass
 import os
 import re
 import socket
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .._util import MAX_PORT, whole_number
+from .._util import MAX_PORT, whole_number, record
 from ..facts import BusyPort, GpuProcess, HostFacts
 from ..redact import ACCELERATE_CONFIG_KEYS, describe_command, keep_read_keys, redact_text
 from ..sources import Unreadable, is_regular_file, read_text_bounded
@@ -134,7 +134,7 @@ def accelerate_config_path(environ: Mapping[str, str], explicit: str = "") -> Pa
     return Path(hf_home).expanduser() / "accelerate" / "default_config.yaml"
 
 
-@dataclass(frozen=True)
+@record
 class AccelerateConfigFile:
     """The settings of an accelerate config the rules read (nested as in the file), and the line each is written on,
     keyed by its dotted path ("deepspeed_config.zero_stage")."""

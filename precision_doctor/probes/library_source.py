@@ -12,10 +12,11 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from .scopes import literal
+from .._util import record
 
 # HfArgumentParser treats a field as a flag (`--bf16`, `--bf16 False`, `--no_bf16`) when its type is bool or
 # Optional[bool] (`hf_argparser.py`: `field.type is bool or field.type == bool | None`).
@@ -23,7 +24,7 @@ BOOL_ANNOTATIONS = frozenset({"bool", "Optional[bool]", "bool | None", "None | b
                               "typing.Optional[bool]", "Union[None, bool]"})
 
 
-@dataclass(frozen=True)
+@record
 class FieldDecl:
     """One field or parameter: its kind (for the command line) and its default, where the source writes a literal."""
 
@@ -32,7 +33,7 @@ class FieldDecl:
     has_default: bool = False  # False: no default, or one computed at run time
 
 
-@dataclass(frozen=True)
+@record
 class Declaration:
     """What one class (or function) declares itself, before inheritance."""
 

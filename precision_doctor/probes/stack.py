@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import sys
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Mapping
@@ -20,6 +19,7 @@ from typing import Mapping
 from ..facts import LibraryBehaviour, PackageVersion, StackFacts, VersionSource
 from ..sources import Unreadable, is_regular_file, read_text_bounded
 from .versions import TRACKED, canonical_name, declared_for
+from .._util import record
 
 # The releases the rules were checked against; assumed when a package is neither installed nor declared.
 CURRENT = {
@@ -29,7 +29,7 @@ CURRENT = {
 _ML_STACK = ("torch", "transformers")  # an environment without either is not where training runs
 
 
-@dataclass(frozen=True)
+@record
 class Environment:
     """The Python environment training runs in: its site-packages folders, and how it was found."""
 
@@ -209,7 +209,9 @@ class StackResolver:
         folder = os.path.dirname(os.path.abspath(script))
         found = self._by_folder.get(folder)
         if found is None:
-            found = self._by_folder[folder] = self._stack(declared_for(script) if not self.overrides else {})
+            # only what neither --stack nor the environment decides is read from the project's files
+            wanted = () if self.overrides else tuple(n for n in TRACKED if n not in self.installed)
+            found = self._by_folder[folder] = self._stack(declared_for(script, wanted))
         return found
 
     def _stack(self, declared: dict) -> StackFacts:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
-from .._util import MAX_GPUS_PER_NODE, whole_number
+from .._util import MAX_GPUS_PER_NODE, whole_number, record
 from ..errors import InputError, did_you_mean
 from ..facts import Gpu, MachineFacts, MachineOrigin
 
 
-@dataclass(frozen=True)
+@record
 class Profile:
     name: str
     gpu_name: str

@@ -14,7 +14,6 @@ import configparser
 import os
 import re
 import sys
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from pathlib import Path
 from ..sources import Unreadable, is_regular_file, read_text_bounded
 from ..walk import repository_root
 from .scopes import literal
+from .._util import record
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -64,7 +64,7 @@ def canonical_name(name: str) -> str:
 _CONDA_NAMES = {"pytorch": "torch"}  # conda package names that differ from the Python distribution
 
 
-@dataclass(frozen=True)
+@record
 class Declared:
     """One package as a dependency file names it."""
 
@@ -102,17 +102,19 @@ def project_root(start: Path) -> Path:
     return Path(repo) if repo else (here.parents[-1] if here.parents else here)
 
 
-def declared_for(script: Path) -> dict[str, Declared]:
-    """Every tracked package the script's project declares, the nearest dependency file first."""
+def declared_for(script: Path, names: tuple[str, ...] = TRACKED) -> dict[str, Declared]:
+    """Each of these tracked packages the script's project declares, the nearest dependency file first."""
+    if not names:
+        return {}
     folder = Path(os.path.abspath(script)).parent
-    return dict(_declared_from(folder, project_root(folder)))
+    return dict(_declared_from(folder, project_root(folder), names))
 
 
 @lru_cache(maxsize=1024)
-def _declared_from(folder: Path, root: Path) -> tuple[tuple[str, Declared], ...]:
+def _declared_from(folder: Path, root: Path, names: tuple[str, ...]) -> tuple[tuple[str, Declared], ...]:
     found: dict[str, Declared] = {}
     for d in (folder, *folder.parents):
-        for name, decl in _declared_in(d):
+        for name, decl in _declared_in(d, names):
             found.setdefault(name, decl)
         if d == root:
             break
@@ -120,7 +122,7 @@ def _declared_from(folder: Path, root: Path) -> tuple[tuple[str, Declared], ...]
 
 
 @lru_cache(maxsize=1024)
-def _declared_in(folder: Path) -> tuple[tuple[str, Declared], ...]:
+def _declared_in(folder: Path, names: tuple[str, ...]) -> tuple[tuple[str, Declared], ...]:
     found: dict[str, Declared] = {}
     try:
         requirement_files = sorted(p for p in folder.glob("requirements*.txt"))
@@ -140,7 +142,7 @@ def _declared_in(folder: Path) -> tuple[tuple[str, Declared], ...]:
             continue
         for line in reader(text, path):
             named = _NAME.match(line)
-            if named is None or canonical_name(named.group(1)) not in TRACKED:
+            if named is None or canonical_name(named.group(1)) not in names:
                 continue  # (a full requirement parse is most of the time here, and only these are used)
             decl = _parse(line, str(path))
             if decl is not None:

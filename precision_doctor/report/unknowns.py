@@ -8,15 +8,15 @@ listed unknown carries (a value the derivation, not the probe, gave up on) becom
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from ..engine import Result
 from ..facts import Facts, Location
+from .._util import record
 
 NOT_CHECKED = "not checked"  # the unknown a folder run records for a file it could not read: shown on its line
 
 
-@dataclass(frozen=True)
+@record
 class UnknownEntry:
     what: str
     reason: str
