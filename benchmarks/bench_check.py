@@ -6,12 +6,14 @@ Targets: <= 150 ms median cold wall, <= 60 MiB peak RSS, >= 300 scripts/s; probi
 processes and ports adds <= 50 ms; the parallel walk is >= 1.6x one process on 2 cores and grows linearly.
 
     python benchmarks/bench_check.py [--runs 15] [--tree 1000] [--growth] [--real DIR [--real-runs 3]]
+                                     [--beside CHECKOUT]
 
 `--real DIR` times a folder run over a tree of real scripts (e.g. a checkout of many training repositories):
 lines per second per core (`--jobs 1`), the ratio to `ast.parse` alone over the same files, the speed-up of
 `--jobs 2`, the peak RSS of the one-process run and the size of its JSON report. Targets: >= 4x the lines/s of
 the version before the repository-scale work (then 13x the time of ast.parse: <= 3.3x), >= 1.8x on 2 cores,
-<= 100 MiB, JSON < 1 MB for 300 files. Wall and CPU time are both shown: on a machine shared with other work
+<= 100 MiB, JSON < 1 MB for 300 files. `--beside CHECKOUT` times another checkout of the doctor (a worktree of
+the commit before that work) turn about with this one, for the speed-up itself rather than a ratio. Wall and CPU time are both shown: on a machine shared with other work
 the CPU time (user + system of the command and its workers) is the steadier measure of lines per core, and
 each ratio is taken within one round (ast.parse, then the two checks), so a busy minute slows both its sides.
 """
@@ -38,11 +40,14 @@ SEED001 = ROOT / "fixtures" / "seed001_titan_fp16" / "buggy" / "train.py"
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
-def measure(cmd: list[str]) -> tuple[float, float, float]:
-    """Wall seconds, peak RSS (MiB) and CPU seconds (user + system, its workers included) of one child process."""
+def measure(cmd: list[str], checkout: str | None = None) -> tuple[float, float, float]:
+    """Wall seconds, peak RSS (MiB) and CPU seconds (user + system, its workers included) of one child process;
+    with `checkout`, `python -m precision_doctor` runs that checkout's code (from its folder: `-m` looks there
+    first)."""
     start = time.perf_counter()
     before = os.times()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, env=ENV)
+    env = {**ENV, "PYTHONPATH": str(Path(checkout).resolve())} if checkout else ENV
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=checkout or ROOT, env=env)
     _, _, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     after = os.times()  # children's times: the worker processes of a --jobs run are waited for by the doctor
@@ -60,6 +65,15 @@ def medians_of(cmd: list[str], runs: int) -> tuple[float, float, float]:
     measure(cmd)  # warm the OS file cache; "cold" means a fresh interpreter, not a cold disk
     samples = [measure(cmd) for _ in range(runs)]
     return tuple(statistics.median(s[i] for s in samples) for i in range(3))  # type: ignore[return-value]
+
+
+def alternating(cmd: list[str], checkout: str, runs: int) -> tuple[float, float, float]:
+    """Median CPU seconds of `cmd` with this code and with `checkout`'s, run turn about (one warm-up each), and the
+    median of the per-turn ratios there / here: how many times faster this code is, in the same minutes."""
+    measure(cmd), measure(cmd, checkout)
+    turns = [(measure(cmd)[2], measure(cmd, checkout)[2]) for _ in range(runs)]
+    return (statistics.median(t[0] for t in turns), statistics.median(t[1] for t in turns),
+            statistics.median(t[1] / t[0] for t in turns))
 
 
 TEMPLATES = [
@@ -87,11 +101,13 @@ def main() -> None:
     parser.add_argument("--real", metavar="DIR", help="also time a folder run over this tree of real scripts")
     parser.add_argument("--real-runs", type=int, default=3, metavar="N", help="runs per figure of --real (median)")
     parser.add_argument("--only-real", action="store_true", help="with --real: skip the other figures")
+    parser.add_argument("--beside", metavar="CHECKOUT", help="also time another checkout of the doctor (e.g. a "
+                        "`git worktree` of an earlier commit) turn about with this one: the speed-up per core")
     opts = parser.parse_args()
     exe = shutil.which("precision-doctor")
     doctor = [exe] if exe else [sys.executable, "-m", "precision_doctor"]
     if opts.real:
-        real_tree(doctor, Path(opts.real).resolve(), opts.real_runs)
+        real_tree(doctor, Path(opts.real).resolve(), opts.real_runs, opts.beside)
         if opts.only_real:
             return
     base_wall, base_rss = median_of([sys.executable, "-c", "pass"], opts.runs)
@@ -100,6 +116,12 @@ def main() -> None:
     print(f"python -c pass                      median wall {base_wall * 1000:6.1f} ms   peak RSS {base_rss:5.1f} MiB")
     print(f"check seed-001 fixture (cold)       median wall {wall * 1000:6.1f} ms   peak RSS {rss:5.1f} MiB"
           f"   (targets: <= 150 ms, <= 60 MiB)")
+    if opts.beside:
+        single = [sys.executable, "-m", "precision_doctor", "check", str(SEED001), "--target", "titan-rtx",
+                  "--fail-on", "never"]
+        here, there, faster = alternating(single, opts.beside, opts.runs)
+        print(f"  beside {opts.beside}: {there * 1000:6.1f} ms CPU, this code {here * 1000:6.1f} ms "
+              f"(x{faster:.2f} as fast, turn about)")
     probed, _ = median_of(doctor + ["check", str(SEED001), "--fail-on", "never"], opts.runs)
     print(f"  + probing this machine (no --target) median wall {probed * 1000:6.1f} ms   "
           f"probes add {(probed - wall) * 1000:+5.1f} ms   (target: <= 50 ms)")
@@ -141,7 +163,7 @@ print(time.process_time() - start)
 """
 
 
-def real_tree(doctor: list[str], folder: Path, runs: int) -> None:
+def real_tree(doctor: list[str], folder: Path, runs: int, beside: str | None = None) -> None:
     """A folder run over real scripts, against ast.parse over the same files. The machine may be shared: each
     round times ast.parse, the one-process check and the 2-worker check one after the other, and the figures are
     medians over the rounds (a ratio is taken within its round, so a busy minute slows both of its sides)."""
@@ -179,6 +201,12 @@ def real_tree(doctor: list[str], folder: Path, runs: int) -> None:
     print(f"  check, 2 workers              {two:6.2f} s   speed-up x{ratio(1, 4):.2f}   "
           f"(target: >= x1.8 on 2 cores)   CPU {two_cpu:.2f} s (x{ratio(5, 3):.2f} of one process)")
     print(f"  --format json                 {len(report) / 1e6:6.2f} MB   (target: < 1 MB for 300 files)")
+    if beside:
+        cmd = [sys.executable, "-m", "precision_doctor", "check", str(folder), "--quiet", "--fail-on", "never",
+               "--target", "a100", "--jobs", "1"]
+        here, there, faster = alternating(cmd, beside, runs)
+        print(f"  beside {beside}: {there:6.2f} s CPU, this code {here:6.2f} s: x{faster:.2f} the lines/s per core "
+              f"(turn about; target: x4 the code before the repository-scale work)")
 
 
 if __name__ == "__main__":
