@@ -86,3 +86,22 @@ def test_a_folder_run_leaves_no_cycles_for_the_collector(tmp_path):
     facts = gather([str(tmp_path)], target="a100", environ={}, jobs=1)
     assert len(facts.scripts) == 40 and all(s.calls for s in facts.scripts)
     assert gc.collect() < 40  # each rebuilt parser and literal used to leave dozens of objects to it
+
+
+class _SelfReferencing:
+    def __init__(self):
+        self.me = self
+
+
+def test_a_program_that_checks_again_and_again_does_not_pile_up_its_own_garbage(tmp_path):
+    import gc
+
+    from precision_doctor.collect import gather
+
+    (tmp_path / "train.py").write_text("import torch\nmodel = torch.nn.Linear(2, 2).half()\n")
+    gc.collect()
+    for _ in range(30):  # an editor or a test runner: its own cyclic garbage between checks
+        junk = [_SelfReferencing() for _ in range(300)]
+        del junk
+        gather([str(tmp_path / "train.py")], target="a100", environ={})
+    assert gc.collect() < 300  # the caller's garbage was collected as usual, not moved where no collection looks
