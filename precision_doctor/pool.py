@@ -96,11 +96,11 @@ class _Pool:
 
     def run(self, meanwhile: Callable[[], Any] | None = None) -> list[Any]:
         try:
+            self._hire()
+            if meanwhile is not None:
+                meanwhile()
             while self.pending or any(w.in_flight for w in self.workers):
                 self._hire()
-                if meanwhile is not None:
-                    meanwhile, then = None, meanwhile
-                    then()
                 if not self.workers:
                     break
                 ready = wait([w.conn for w in self.workers] + [w.process.sentinel for w in self.workers])

@@ -15,11 +15,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Mapping
 
-
+from .._util import record
 from ..facts import LibraryBehaviour, PackageVersion, StackFacts, VersionSource
 from ..sources import Unreadable, is_regular_file, read_text_bounded
 from .versions import TRACKED, canonical_name, declared_for
-from .._util import record
 
 # The releases the rules were checked against; assumed when a package is neither installed nor declared.
 CURRENT = {
@@ -115,7 +114,7 @@ def installed_versions(site_dirs: tuple[str, ...]) -> dict[str, str]:
 def _folder_key(name: str) -> str:
     """A distribution's name as importlib.metadata files its metadata folder (`Transformer.Engine` and
     `transformer-engine-1.0.dist-info` both give "transformer_engine")."""
-    return re.sub(r"[-_.]+", "-", name).lower().replace("-", "_")
+    return canonical_name(name).replace("-", "_")
 
 
 def _metadata_folders(site_dirs: tuple[str, ...], keys: set[str]) -> list[Path]:

@@ -17,11 +17,10 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
-
+from .._util import record
 from ..sources import Unreadable, is_regular_file, read_text_bounded
 from ..walk import repository_root
 from .scopes import literal
-from .._util import record
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -45,7 +45,7 @@ def _build(r, parser_name: str, scope: Scope, ctx) -> Namespace | Dyn:
     calls = r.call_nodes() if scope_nodes is None else [n for n in scope_nodes if isinstance(n, ast.Call)]
     assigns = r.nodes_of(ast.Assign) if scope_nodes is None else [n for n in scope_nodes if isinstance(n, ast.Assign)]
     for node in assigns:  # argument groups add options to the same parser
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
+        if isinstance(node.value, ast.Call) and \
                 isinstance(node.value.func, ast.Attribute) and node.value.func.attr in GROUP_METHODS and \
                 dotted(node.value.func.value) in receivers:
             for t in node.targets:
