@@ -194,18 +194,21 @@ def test_zero3_init_flag_off_registers_zero3_only_from_accelerate_1(folder):
     assert "PD502" in fired("1.0.0")
 
 
+# TrainingArguments (which registers ZeRO-3 under DeepSpeed) built before a device_map load
+ARGS_THEN_MAPPED_LOAD = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                         "args = TrainingArguments('out', bf16=True)\n"
+                         "model = AutoModelForCausalLM.from_pretrained('m', dtype=torch.bfloat16, device_map='auto')\n"
+                         "Trainer(model=model, args=args).train()\n")
+
+
 def test_zero3_with_device_map_gets_pd502s_fix_not_a_per_rank_map(run_check):
     """Under ZeRO-3 any device_map is refused at load; PD302's per-rank map would still be refused, so only PD502
     (drop the map) speaks. Under ZeRO-2 the same launch is DDP-like and PD302's per-rank map is the cure."""
-    code = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
-            "args = TrainingArguments('out', bf16=True)\n"
-            "model = AutoModelForCausalLM.from_pretrained('m', dtype=torch.bfloat16, device_map='auto')\n"
-            "Trainer(model=model, args=args).train()\n")
-    zero3, _ = run_check(code, target="a100:2",
+    zero3, _ = run_check(ARGS_THEN_MAPPED_LOAD, target="a100:2",
                          launcher="accelerate launch --use_deepspeed --zero_stage 3 --num_processes 2 train.py")
     fired = {f.rule_id for f in zero3.findings}
     assert "PD502" in fired and "PD302" not in fired, fired
-    zero2, _ = run_check(code, target="a100:2",
+    zero2, _ = run_check(ARGS_THEN_MAPPED_LOAD, target="a100:2",
                          launcher="accelerate launch --use_deepspeed --zero_stage 2 --num_processes 2 train.py")
     assert "PD302" in {f.rule_id for f in zero2.findings}
 
@@ -215,11 +218,8 @@ def test_a_quoted_zero_stage_is_the_stage_accelerate_reads(run_check, tmp_path):
     (tmp_path / "zero3.yaml").write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\n"
                                          "deepspeed_config:\n  zero_stage: '3'\n  zero3_init_flag: true\n"
                                          "mixed_precision: bf16\nnum_processes: 2\n")
-    code = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
-            "args = TrainingArguments('out', bf16=True)\n"
-            "model = AutoModelForCausalLM.from_pretrained('m', dtype=torch.bfloat16, device_map='auto')\n"
-            "Trainer(model=model, args=args).train()\n")
-    result, _ = run_check(code, target="a100:2", launcher="accelerate launch --config_file zero3.yaml train.py")
+    result, _ = run_check(ARGS_THEN_MAPPED_LOAD, target="a100:2",
+                          launcher="accelerate launch --config_file zero3.yaml train.py")
     fired = {f.rule_id for f in result.findings}
     assert "PD502" in fired and "PD302" not in fired, fired
 
