@@ -434,9 +434,18 @@ def _probe_all(entries: list[tuple[Path, bool]], args: tuple[str, ...], jobs: in
 
     chunk = max(1, len(entries) // (jobs * 4))
     done = run_parallel(_probe_entry, [(f, named, args, environ) for f, named in entries], jobs, chunk=chunk,
-                        meanwhile=meanwhile)
+                        meanwhile=meanwhile, weights=[_size(f) for f, _ in entries])
     return tuple(ScriptFacts(path=_display(f), unknowns=(Unknown("not checked", r.reason),))
                  if isinstance(r, Lost) else r for (f, _), r in zip(entries, done))
+
+
+def _size(path: Path) -> int:
+    """A file's size, the measure of its probe's cost that the pool balances (0 when it cannot be read: the probe
+    reports that quickly)."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 def _probe_entry(item) -> ScriptFacts:

@@ -36,12 +36,17 @@ class Lost:
 
 
 def run_parallel(func: Callable[[Any], Any], items: Iterable[Any], jobs: int, chunk: int = 0,
-                 meanwhile: Callable[[], Any] | None = None) -> list[Any]:
+                 meanwhile: Callable[[], Any] | None = None, weights: list[float] | None = None) -> list[Any]:
     """`[func(item) for item in items]` in up to `jobs` worker processes, in order; an item whose worker died
     is a `Lost`. An exception raised by `func` ends every worker and is raised here, as a plain call would.
     At most `chunk` items go to a worker at a time (default: about four rounds per worker), fewer as the work
-    runs out, so that the workers finish together. `meanwhile()` runs here once the workers have their first
-    batches (work of this process that needs no result: it would otherwise wait idle)."""
+    runs out, so that the workers finish together. `weights` (each item's expected cost, e.g. its file's size)
+    make the batches even in cost rather than in count: a batch of large files is not as long as a batch of
+    small ones, which left one worker idle at the end while the other still had most of its last. Items go in
+    order, so neighbours (a folder's scripts, which import the same modules) share a worker and its caches.
+    `meanwhile()` runs here
+    once the workers have their first batches (work of this process that needs no result: it would otherwise
+    wait idle)."""
     items = list(items)
     if jobs <= 1 or len(items) <= 1:
         if meanwhile is not None:
@@ -49,7 +54,9 @@ def run_parallel(func: Callable[[Any], Any], items: Iterable[Any], jobs: int, ch
         return [func(item) for item in items]
     jobs = min(jobs, len(items))
     chunk = chunk or max(1, len(items) // (jobs * 4))
-    return _Pool(func, items, jobs, chunk).run(meanwhile)
+    if weights is not None and len(weights) != len(items):
+        raise ValueError(f"{len(weights)} weights for {len(items)} items")
+    return _Pool(func, items, jobs, chunk, weights).run(meanwhile)
 
 
 class _Worker:
@@ -68,7 +75,7 @@ class _Worker:
 
 
 class _Pool:
-    def __init__(self, func, items: list, jobs: int, chunk: int):
+    def __init__(self, func, items: list, jobs: int, chunk: int, weights: list[float] | None = None):
         # fork: no re-import per worker, and the worker's parent is this thread (what PDEATHSIG watches)
         self.context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else None)
         self.func = func
@@ -76,7 +83,11 @@ class _Pool:
         self.jobs = jobs
         self.results: list[Any] = [None] * len(items)
         self.chunk = chunk
+        self.weights = weights if weights is not None else [1.0] * len(items)
         self.queue: deque[int] = deque(range(len(items)))  # items not yet sent, in order
+        self.queued_weight = float(sum(self.weights))
+        # the most one batch carries: `chunk` items of the average cost
+        self.batch_weight = self.queued_weight * chunk / len(items) if items else 0.0
         self.retries: deque[list[int]] = deque()  # batches given back by a worker that died, sent first
         self.deaths: dict[int, int] = {}
         self.idle_deaths = 0
@@ -87,12 +98,19 @@ class _Pool:
         return bool(self.retries or self.queue)
 
     def _next_batch(self) -> list[int]:
-        """A retried batch first; else the next items, about half of an even share of what is left (at most
-        `chunk`): large batches while there is much to do, single items at the end."""
+        """A retried batch first; else the next items, about half of an even share of what is left, in cost
+        (at most `chunk` items): large batches while there is much to do, single items at the end."""
         if self.retries:
             return self.retries.popleft()
-        size = max(1, min(self.chunk, len(self.queue) // (2 * self.jobs)))
-        return [self.queue.popleft() for _ in range(min(size, len(self.queue)))]
+        share = min(self.batch_weight, self.queued_weight / (2 * self.jobs))
+        batch: list[int] = []
+        carried = 0.0
+        while self.queue and len(batch) < self.chunk and (not batch or carried + self.weights[self.queue[0]] <= share):
+            index = self.queue.popleft()
+            batch.append(index)
+            carried += self.weights[index]
+        self.queued_weight -= carried
+        return batch
 
     def run(self, meanwhile: Callable[[], Any] | None = None) -> list[Any]:
         try:

@@ -283,6 +283,30 @@ def test_a_worker_that_dies_costs_only_its_item(tmp_path):
     assert results == list(range(10))  # the killed worker's item was tried again, its batch finished elsewhere
 
 
+def test_weighted_batches_are_even_in_cost_not_in_count():
+    """A folder's large scripts go a few at a time and its small ones many at a time, in order, so that one worker
+    is not left with a batch of large files while the other has run dry."""
+    from precision_doctor.pool import _Pool
+
+    weights = [50.0] * 4 + [1.0] * 200  # four large files, then two hundred small ones
+    chunk = len(weights) // 8  # as the doctor sets it: about four rounds per worker
+    pool = _Pool(square, list(range(len(weights))), jobs=2, chunk=chunk, weights=weights)
+    batches = []
+    while pool.pending:
+        batches.append(pool._next_batch())
+    assert [i for b in batches for i in b] == list(range(len(weights)))  # each item once, in order
+    costs = [sum(weights[i] for i in b) for b in batches]
+    assert [len(b) for b in batches[:4]] == [1, 1, 1, 1]  # each large file alone
+    assert len(batches[-1]) == 1  # single small files at the end
+    average = sum(weights) / len(weights)
+    assert all(c <= chunk * average or len(b) == 1 for b, c in zip(batches, costs))  # chunk items' worth, or one
+    assert any(len(b) > 10 for b in batches)  # small files travel together
+    unweighted = _Pool(square, list(range(len(weights))), jobs=2, chunk=chunk)
+    assert unweighted._next_batch() == list(range(25))  # by count: the four large files with 21 small ones
+    with pytest.raises(ValueError, match="3 weights for 2 items"):
+        run_parallel(square, [1, 2], jobs=2, weights=[1.0, 1.0, 1.0])
+
+
 BIG_ITEMS = """
 from precision_doctor.pool import run_parallel
 
