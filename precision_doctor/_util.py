@@ -73,15 +73,14 @@ def record(cls: type[T]) -> type[T]:
     cls = dataclasses.dataclass(frozen=not direct, eq=False, repr=False, init=not direct)(cls)
     fields = dataclasses.fields(cls)
     if direct:
-        cls.__init__ = _init_of(cls, fields)
+        cls.__init__ = _first_init(cls, fields)
         names = frozenset(f.name for f in fields)
         cls.__setattr__, cls.__delattr__ = _frozen_guards(cls, names)
         params = cls.__dataclass_params__  # what @dataclass(frozen=True) records, which the class now is
         params.init = params.repr = params.eq = params.frozen = True
         if not documented:  # dataclass names the class with its signature; it saw none without an __init__
-            import inspect
-
-            cls.__doc__ = cls.__name__ + str(inspect.signature(cls)).replace(" -> None", "")
+            cls.__doc__ = cls.__name__ + str(cls.__init__.__signature__.replace(
+                parameters=list(cls.__init__.__signature__.parameters.values())[1:])).replace(" -> None", "")
     own = cls.__dict__
     if "__repr__" not in own:
         cls.__repr__ = _repr_of(tuple(f.name for f in fields if f.repr))
@@ -111,6 +110,31 @@ def _plain_fields(cls: type) -> bool:
         if isinstance(value, dataclasses.Field) and (not value.init or value.kw_only is True):
             return False
     return True
+
+
+def _first_init(cls: type, fields: tuple) -> Callable:
+    """An `__init__` that compiles the real one (`_init_of`) when the first instance is made, and hands over to it:
+    most record classes are never instantiated in a given check, and compiling is most of what defining costs."""
+    import dataclasses
+    import inspect
+
+    def __init__(self, *args, **kwargs):
+        init = cls.__dict__["__init__"]
+        if hasattr(init, "__record_first__"):  # (not `init is __init__`: a function naming itself is a cycle)
+            init = cls.__init__ = _init_of(cls, fields)
+        init(self, *args, **kwargs)
+
+    __init__.__record_first__ = True
+    empty = inspect.Parameter.empty
+    __init__.__signature__ = inspect.Signature(  # what the compiled one will have (help(), inspect)
+        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)] +
+        [inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=f.type,
+                           default=f.default if f.default is not dataclasses.MISSING else
+                           _FACTORY if f.default_factory is not dataclasses.MISSING else empty) for f in fields],
+        return_annotation=None)
+    __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+    __init__.__module__ = cls.__module__
+    return __init__
 
 
 def _init_of(cls: type, fields: tuple) -> Callable:

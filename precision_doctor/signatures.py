@@ -12,10 +12,9 @@ doctor, read once; nothing here looks at the user's files.
 
 from __future__ import annotations
 
-import difflib
 import json
 from functools import lru_cache
-from importlib import resources
+from pathlib import Path
 from typing import Iterable
 
 from .facts import ClassFacts, PackageVersion, StackFacts, VersionSource
@@ -33,7 +32,8 @@ SPECIALISED = {(LOADER, "load_in_4bit"): "PD406", (LOADER, "load_in_8bit"): "PD4
 
 @lru_cache(maxsize=1)
 def table() -> dict:
-    return json.loads(resources.files("precision_doctor").joinpath("data/signatures.json").read_text("utf-8"))
+    # the package's own file (importlib.resources would import a zip reader for it: a tenth of a check's start)
+    return json.loads((Path(__file__).resolve().parent / "data" / "signatures.json").read_text("utf-8"))
 
 
 def class_id(callee: str) -> str | None:
@@ -329,6 +329,8 @@ def former_name(cid: str, name: str, local: dict[str, ClassFacts] | None = None)
 
 def suggestion(name: str, names: Iterable[str]) -> str | None:
     """The accepted keyword a typo most likely meant (`learning_rat` -> `learning_rate`)."""
+    import difflib
+
     close = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.8)
     return close[0] if close else None
 

@@ -166,3 +166,21 @@ def test_unreadable_files_found_in_a_folder_are_listed_not_fatal(tmp_path):
     skipped = {Path(u["path"]).name: u["reason"] for u in doc["unknowns"] if u["what"] == "not checked"}
     assert set(skipped) == {"empty.py", "broken.py"} and "syntax error" in skipped["broken.py"]
     assert proc.returncode == 1  # the real script's PD204 still gates
+
+
+@pytest.mark.parametrize("columns", ["60", "100", "0", "x"])
+def test_help_is_wrapped_to_the_terminal_width_as_argparse_wraps_it(columns, monkeypatch):
+    """The help formatter takes the width from $COLUMNS (or the terminal, else 80) exactly as argparse's own does
+    (without importing shutil): the same help, line for line."""
+    import argparse
+
+    from precision_doctor.cli import build_parser
+
+    monkeypatch.setenv("COLUMNS", columns)
+    parser = build_parser()
+    check = parser._subparsers._group_actions[0].choices["check"]
+    ours = check.format_help()
+    theirs = argparse.ArgumentParser._get_formatter  # the base class's: shutil.get_terminal_size
+    monkeypatch.setattr(type(check), "_get_formatter", theirs)
+    assert ours == check.format_help()
+    assert parser.format_help() == argparse.ArgumentParser.format_help(parser)

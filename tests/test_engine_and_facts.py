@@ -138,3 +138,39 @@ def test_fact_records_behave_as_frozen_dataclasses():
         raise AssertionError("a fact must be immutable")
     call = Call(kind="trainer", callee="Trainer", location=here, scope="<module>", kwargs={"args": value})
     assert call == Call(kind="trainer", callee="Trainer", location=here, scope="<module>", kwargs={"args": value})
+
+
+def test_a_record_has_its_dataclass_signature_before_its_first_instance_and_builds_the_same_after():
+    """A record's `__init__` is compiled when its first instance is made: until then `inspect.signature`, its
+    generated doc and `help()` already show the dataclass's, and the first and later instances are built alike."""
+    import dataclasses
+    import gc
+    import inspect
+
+    from precision_doctor._util import record
+
+    class Shape:  # annotations as the doctor's modules write them (postponed: strings)
+        name: "str"
+        dims: "tuple" = ()
+        tags: "dict" = dataclasses.field(default_factory=dict)
+
+    twin = dataclasses.dataclass(frozen=True)(type("Shape", (), {"__annotations__": dict(Shape.__annotations__),
+                                                                   "dims": (), "tags": dataclasses.field(
+                                                                       default_factory=dict)}))
+    made = record(Shape)
+    assert "__record_first__" in vars(made.__init__)  # not compiled yet
+    assert str(inspect.signature(made)) == str(inspect.signature(twin)) == \
+        "(name: 'str', dims: 'tuple' = (), tags: 'dict' = <factory>) -> None"
+    assert made.__doc__ == twin.__doc__
+    gc.collect()
+    first, second = made("a"), made("b", (1, 2), tags={"x": 1})
+    assert gc.collect() == 0  # the first-call __init__ it replaced leaves nothing to the collector
+    assert "__record_first__" not in vars(made.__init__)
+    assert (first.dims, first.tags, second.dims, second.tags) == ((), {}, (1, 2), {"x": 1})
+    assert str(inspect.signature(made)) == str(inspect.signature(twin))
+    try:
+        made()
+    except TypeError as exc:
+        assert "name" in str(exc)
+    else:
+        raise AssertionError("a required field must be required")

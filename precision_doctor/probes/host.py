@@ -4,10 +4,8 @@ accelerate config file. Everything the OS refuses to tell is recorded as not kno
 from __future__ import annotations
 
 import errno
-import getpass
 import os
 import re
-import socket
 from dataclasses import field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -78,6 +76,8 @@ def _check_ports(ports: Iterable[int], psutil: Any = None) -> tuple[tuple[int, .
 
 def _bind_test(port: int) -> bool | None:
     """True free, False in use, None could not tell."""
+    import socket  # (here: a check of a named target never probes this host's ports)
+
     for family, addr in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
         try:
             s = socket.socket(family, socket.SOCK_STREAM)
@@ -215,6 +215,8 @@ def probe_host(environ: Mapping[str, str], ports: Iterable[int] = (), config_fil
         if port is not None:
             wanted.add(port)
     checked, busy = (check_ports or _check_ports)(wanted, psutil)
+    import socket
+
     return HostFacts(hostname=socket.gethostname(), user=_current_user(), ports_checked=checked, busy_ports=busy,
                      env=launch_env(environ), accelerate_config=config,
                      accelerate_config_path=str(path) if config else "",
@@ -233,12 +235,16 @@ def network_interfaces(psutil: Any = None) -> dict[str, tuple[str, ...]]:
         found = psutil.net_if_addrs()
     except Exception:
         return {}
+    import socket
+
     families = (socket.AF_INET, socket.AF_INET6)
     return {name: tuple(a.address.split("%")[0] for a in addrs if a.family in families)
             for name, addrs in sorted(found.items())}
 
 
 def _current_user() -> str:
+    import getpass
+
     try:
         return getpass.getuser()
     except Exception:

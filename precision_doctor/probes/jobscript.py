@@ -15,7 +15,6 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Mapping
@@ -374,6 +373,8 @@ def _scontrol(args: list[str]) -> str:
     exe = shutil.which("scontrol")
     if not exe:
         return ""
+    import subprocess  # (here: only a job script on a SLURM login node asks scontrol)
+
     try:
         done = subprocess.run([exe, *args], capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import re
-import textwrap
 from dataclasses import field
 from typing import Any
 
@@ -101,6 +100,8 @@ def _method_node(block: str, name: str) -> ast.FunctionDef | None:
     start = m.start()
     body = block.find("\n", block.find(":\n", m.end()))
     end_match = _METHOD_END.search(block, body + 1) if body >= 0 else None
+    import textwrap
+
     piece = textwrap.dedent(block[start:end_match.start() if end_match else len(block)])
     try:
         tree = ast.parse(piece)

@@ -10,7 +10,6 @@ in KNOWN_RELEASES that the range allows.
 from __future__ import annotations
 
 import ast
-import configparser
 import os
 import re
 import sys
@@ -21,11 +20,6 @@ from .._util import record
 from ..sources import Unreadable, is_regular_file, read_text_bounded
 from ..walk import repository_root
 from .scopes import literal
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - the declared dependency on 3.10
-    import tomli as tomllib
 
 
 def _minors(major: int, first: int, last: int, newest: str = "") -> tuple[str, ...]:
@@ -187,6 +181,10 @@ def _requirements_file(text: str, path: Path, depth: int = 0) -> list[str]:
 
 
 def _pyproject(text: str, path: Path) -> list[str]:
+    if sys.version_info >= (3, 11):  # imported here: most checks read no pyproject.toml
+        import tomllib
+    else:  # pragma: no cover - the declared dependency on 3.10
+        import tomli as tomllib
     try:
         data = tomllib.loads(text)
     except (tomllib.TOMLDecodeError, ValueError):
@@ -236,6 +234,8 @@ def _poetry(name: str, value) -> str:
 
 
 def _setup_cfg(text: str, path: Path) -> list[str]:
+    import configparser
+
     parser = configparser.ConfigParser(interpolation=None)
     try:
         parser.read_string(text)
