@@ -268,21 +268,26 @@ def run_check(opts, script_args: tuple[str, ...]) -> int:
     import os
 
     from . import engine
-    from .collect import gather
+    from .collect import gather_judged
     from .findings import SEVERITY_RANK
 
     settings = settings_for(opts)
     root = os.path.dirname(settings.source) if settings.source else "."
-    facts = gather(opts.paths, target=settings.target, launcher=settings.launcher, script_args=script_args,
-                   facts_file=settings.facts, jobs=min(opts.jobs or MAX_JOBS, os.cpu_count() or 1),
-                   exclude=settings.exclude, root=root, partitions=settings.partitions, python=_python(opts),
-                   keep_going=opts.keep_going)
+    # workers judge the scripts they probe, unless the report shows the facts the rules read or a live run
+    # adds to them (then every script's facts come back whole and are judged here)
+    judge_with = None if opts.live or opts.include_facts else \
+        (lambda run: engine.Judge(run, settings.policy))
+    facts, verdicts = gather_judged(opts.paths, judge_with, target=settings.target, launcher=settings.launcher,
+                                    script_args=script_args, facts_file=settings.facts,
+                                    jobs=min(opts.jobs or MAX_JOBS, os.cpu_count() or 1), exclude=settings.exclude,
+                                    root=root, partitions=settings.partitions, python=_python(opts),
+                                    keep_going=opts.keep_going)
     if not opts.paths and os.environ.get("CI") and not sys.stdout.isatty():  # after the input was found good
         print("precision-doctor: no path given: only the machine was checked, no training script "
               "(pass the scripts or folders to check)", file=sys.stderr)
     if opts.live:
         facts = _with_live(opts, facts, script_args)
-    result = engine.run(facts, settings.policy)
+    result = engine.run(facts, settings.policy, verdicts)
     failing = settings.fail_on != "never" and any(SEVERITY_RANK[f.severity] <= SEVERITY_RANK[settings.fail_on]
                                                   for f in result.findings)
     code = EXIT_FINDINGS if failing else EXIT_OK

@@ -19,6 +19,7 @@ from .config import excluded
 from .errors import InputError
 from .facts import (Allocation, Facts, JobFacts, LaunchFacts, MachineFacts, MachineOrigin, ScriptFacts, StackFacts,
                     Unknown, _from_jsonable, _to_jsonable)
+from .pool import FORKS
 from .probes.configs import is_config_path, probe_config
 from .probes.launch import launch_from_env, parse_launcher, with_accelerate_files
 from .probes.script import one_run, probe_script
@@ -309,6 +310,25 @@ def gather(paths: list[str], target: str | None = None, launcher: str | None = N
     launch and the stack. Collection runs no rule: the engine does, on these facts, whatever `jobs` was.
     A file among several named (pre-commit, an editor), or any named file with `keep_going`, that cannot be
     checked is reported like one found in a folder, and the run goes on."""
+    return _gather(paths, target, launcher, script_args, stack_overrides, facts_file, environ, system, jobs,
+                   exclude, root, partitions, python, keep_going)[0]
+
+
+def gather_judged(paths: list[str], judge_with: Callable[[Facts], Callable[[ScriptFacts], Any]],
+                  **options: Any) -> tuple[Facts, tuple | None]:
+    """`gather()`, where worker processes probe: each worker also judges the scripts it probed, with
+    `judge_with(the run's facts, no script)`, and sends back the verdict with the script's facts less its calls
+    (only the rules read those; they are nine tenths of the bytes). The verdicts are aligned with `scripts` (None
+    for a script no worker judged), or None when no worker ran: the caller judges those scripts itself."""
+    return _gather(paths, judge_with=judge_with, **options)
+
+
+def _gather(paths: list[str], target: str | None = None, launcher: str | None = None,
+            script_args: tuple[str, ...] = (), stack_overrides: dict[str, str] | None = None,
+            facts_file: str | None = None, environ: Mapping[str, str] | None = None,
+            system: System = System(), jobs: int = 1, exclude: tuple[str, ...] = (), root: str = ".",
+            partitions: Mapping[str, Mapping] | None = None, python: str | None = None,
+            keep_going: bool = False, judge_with: Callable | None = None) -> tuple[Facts, tuple | None]:
     paths, job, job_launch = job_of(paths, partitions or {}, system)
     entries = _expand(paths, exclude, root) if paths or job is None else []
     if keep_going or len(entries) > 1:
@@ -331,26 +351,44 @@ def gather(paths: list[str], target: str | None = None, launcher: str | None = N
     resolver = None
     if stack_overrides is not None or snapshot_stack is None:
         resolver = StackResolver(stack_overrides, training_environment(python, env))
+    judge = None
+    if judge_with is not None and FORKS and jobs > 1 and len(entries) >= PARALLEL_FROM:
+        # every script carries its own project's stack (or, with a snapshot, judges by the node's)
+        judge = judge_with(Facts(scripts=(), machine=machine, launch=launch, stack=snapshot_stack or StackFacts(),
+                                 job=job))
+    # each folder's stack is read while worker processes probe (it needs only the paths)
+    stacks = (lambda: [resolver.for_script(f) for f in files]) if resolver else None
     with one_run():  # each file is read once per run, and afresh in the next
-        # each folder's stack is read while worker processes probe (it needs only the paths)
-        scripts = _probe_all(entries, args, jobs, script_env,
-                             meanwhile=lambda: [resolver.for_script(f) for f in files] if resolver else None)
-    if launch.unknowns:  # what the launch reads and the doctor could not: listed with each script it launches
-        scripts = tuple(replace(s, unknowns=s.unknowns + launch.unknowns) for s in scripts)
+        if judge is None:
+            scripts, verdicts = _probe_all(entries, args, jobs, script_env, meanwhile=stacks), None
+            trains = [_trains(s) for s in scripts]
+            if launch.unknowns:  # what the launch reads and the doctor could not: listed with each script it launches
+                scripts = tuple(replace(s, unknowns=s.unknowns + launch.unknowns) for s in scripts)
+        else:
+            scripts, verdicts, trains = _judge_all(entries, args, jobs, script_env, stacks,
+                                                   _Finish(launch.unknowns, resolver), judge)
     if len(entries) > 1 and all(_not_checked(s) for s in scripts):
         first = scripts[0]
         raise InputError(f"{first.path}: {first.unknowns[0].reason}; nothing could be checked")
-    named = [f for f, s in zip(files, scripts) if not _not_checked(s) and not _trains(s) and
+    named = [f for f, s, t in zip(files, scripts, trains) if not _not_checked(s) and not t and
              any(p == str(f) or os.path.abspath(p) == os.path.abspath(f) for p in paths)]
     extra = _importers(named, set(files))
     if extra:  # a helper module named alone is checked through the scripts that train with it
         entries, files = entries + [(f, False) for f in extra], files + extra
         with one_run():
-            scripts = scripts + _probe_all([(f, False) for f in extra], args, jobs, script_env)
+            if judge is None:
+                scripts = scripts + _probe_all([(f, False) for f in extra], args, jobs, script_env)
+            else:
+                more, more_verdicts, _ = _judge_all([(f, False) for f in extra], args, jobs, script_env, None,
+                                                    _Finish((), resolver), judge)
+                scripts, verdicts = scripts + more, verdicts + more_verdicts
     if resolver is None:  # the node's versions, not this laptop's
-        return Facts(scripts=scripts, machine=machine, launch=launch, stack=snapshot_stack, job=job)
-    scripts, stack = _stacks(scripts, files, resolver)
-    return Facts(scripts=scripts, machine=machine, launch=launch, stack=stack, job=job)
+        return Facts(scripts=scripts, machine=machine, launch=launch, stack=snapshot_stack, job=job), verdicts
+    if judge is None:
+        scripts, stack = _stacks(scripts, files, resolver)
+    else:  # the workers gave each script its stack
+        stack = _run_stack([resolver.for_script(f) for f in files], resolver)
+    return Facts(scripts=scripts, machine=machine, launch=launch, stack=stack, job=job), verdicts
 
 
 def script_environment(machine: MachineFacts, environ: Mapping[str, str]) -> tuple[dict | None, str]:
@@ -365,13 +403,38 @@ def script_environment(machine: MachineFacts, environ: Mapping[str, str]) -> tup
 
 def _stacks(scripts: tuple[ScriptFacts, ...], files: list[Path], resolver: StackResolver
             ) -> tuple[tuple[ScriptFacts, ...], StackFacts]:
-    """Each script with the versions of its own project; the run's stack is theirs when they all agree, else the
-    environment's (for the rules that judge the launch rather than a script)."""
+    """Each script with the versions of its own project, and the run's stack (`_run_stack`)."""
     out = tuple(replace(s, stack=resolver.for_script(f)) for s, f in zip(scripts, files))
-    one = len({id(s.stack) for s in out}) == 1 or len({repr(s.stack) for s in out}) == 1  # (one per folder)
-    run = out[0].stack if one and out else resolver.environment_stack()
-    site_dirs = resolver.environment.site_dirs if resolver.environment else ()
-    return with_installed_signatures(out, site_dirs, resolver.installed), run
+    run = _run_stack([s.stack for s in out], resolver)
+    return with_installed_signatures(out, _site_dirs(resolver), resolver.installed), run
+
+
+def _run_stack(stacks: list[StackFacts], resolver: StackResolver) -> StackFacts:
+    """The scripts' projects' stack when they all agree, else the environment's (for the rules that judge the
+    launch rather than a script)."""
+    one = len({id(s) for s in stacks}) == 1 or len({repr(s) for s in stacks}) == 1  # (one per folder)
+    return stacks[0] if one and stacks else resolver.environment_stack()
+
+
+def _site_dirs(resolver: StackResolver) -> tuple[str, ...]:
+    return resolver.environment.site_dirs if resolver.environment else ()
+
+
+@record
+class _Finish:
+    """What the run adds to each script's own facts: the launch's unknowns, its project's stack, and the signatures
+    its installed libraries declare (as `gather` adds them to every script after probing)."""
+
+    launch_unknowns: tuple[Unknown, ...]
+    resolver: StackResolver | None
+
+    def __call__(self, script: ScriptFacts, path: Path) -> ScriptFacts:
+        if self.launch_unknowns:
+            script = replace(script, unknowns=script.unknowns + self.launch_unknowns)
+        if self.resolver is None:
+            return script
+        script = replace(script, stack=self.resolver.for_script(path))
+        return with_installed_signatures((script,), _site_dirs(self.resolver), self.resolver.installed)[0]
 
 
 def _not_checked(script: ScriptFacts) -> bool:
@@ -437,6 +500,38 @@ def _probe_all(entries: list[tuple[Path, bool]], args: tuple[str, ...], jobs: in
                         meanwhile=meanwhile, weights=[_size(f) for f, _ in entries])
     return tuple(ScriptFacts(path=_display(f), unknowns=(Unknown("not checked", r.reason),))
                  if isinstance(r, Lost) else r for (f, _), r in zip(entries, done))
+
+
+def _judge_all(entries: list[tuple[Path, bool]], args: tuple[str, ...], jobs: int, environ: tuple,
+               meanwhile: Callable[[], Any] | None, finish: _Finish, judge: Callable[[ScriptFacts], Any]
+               ) -> tuple[tuple[ScriptFacts, ...], tuple, list[bool]]:
+    """Probe, finish and judge every script in worker processes: each script's facts without their calls, its
+    verdict, and whether it trains. A script whose worker died is reported not checked and judged here."""
+    from .pool import Lost, run_parallel
+
+    chunk = max(1, len(entries) // (jobs * 4))
+    done = run_parallel(_ProbeAndJudge(args, environ, finish, judge), entries, jobs, chunk=chunk,
+                        meanwhile=meanwhile, weights=[_size(f) for f, _ in entries])
+    scripts, verdicts, trains = [], [], []
+    for (f, _), r in zip(entries, done):
+        if isinstance(r, Lost):
+            r = finish(ScriptFacts(path=_display(f), unknowns=(Unknown("not checked", r.reason),)), f), None, False
+        scripts.append(r[0])
+        verdicts.append(r[1])
+        trains.append(r[2])
+    return tuple(scripts), tuple(verdicts), trains
+
+
+class _ProbeAndJudge:
+    """A worker's share of a judged run, one script at a time (run in the forked worker, never pickled)."""
+
+    def __init__(self, args: tuple[str, ...], environ: tuple, finish: _Finish, judge: Callable):
+        self.args, self.environ, self.finish, self.judge = args, environ, finish, judge
+
+    def __call__(self, entry: tuple[Path, bool]) -> tuple[ScriptFacts, Any, bool]:
+        path, named = entry
+        script = self.finish(_probe(path, named, self.args, self.environ), path)
+        return replace(script, calls=()), self.judge(script), _trains(script)
 
 
 def _size(path: Path) -> int:

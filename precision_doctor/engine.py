@@ -14,10 +14,11 @@ from dataclasses import replace
 from ._util import record, unique
 from .catalog import rules
 from .config import Policy
-from .derive import Derived, derive
+from .derive import Derived, derive_setup, plan_launch
+from .derive.launch import plan_script
 from .derive.setup import Fact
 from .diagnose import match_exception
-from .facts import Facts, Location, Suppression
+from .facts import Facts, Location, ScriptFacts, Suppression
 from .findings import SEVERITY_RANK, Confidence, Draft, Evidence, Finding, Fix, Phase, stricter
 from .registry import REGISTRY, Rule
 
@@ -70,45 +71,89 @@ class SuppressionUse:
     known: frozenset[str]  # every rule id
 
 
-def run(facts: Facts, policy: Policy | None = None) -> Result:
-    """Every enabled rule over the facts. The cyclic collector pauses meanwhile: the rules make no reference
-    cycles, and each of its collections would rescan the facts (two thirds of a 500-file run's rule time)."""
+@record
+class ScriptVerdict:
+    """What the rules that judge one script found there: each result with the position of its rule in the run,
+    so that scripts judged anywhere (here, or in the worker process that probed them) merge into the order of one
+    loop over the rules."""
+
+    results: tuple[tuple[int, str, object], ...]  # (rule position, "finding" | "crashed" | "withdrawn" |
+    #                                                "silenced", the result)
+
+
+class Judge:
+    """The per-script half of a run: the rules that judge each script on its own (and the launch rules, for a
+    script that starts its processes itself), over the run's machine, launch and job. Needs none of the other
+    scripts, so a worker process runs it on the script it just probed and sends back only the results, not the
+    script's facts."""
+
+    def __init__(self, facts: Facts, policy: Policy | None = None):
+        self.facts = facts
+        self.chosen = [r for r in rules() if (policy or Policy()).enabled(r.id)]
+        self.plan = plan_launch(facts.launch, facts.machine)
+        self.runnable = [(i, r) for i, r in enumerate(self.chosen) if not r.after_findings and not _missing(r, facts)]
+
+    def __call__(self, script: ScriptFacts) -> ScriptVerdict:
+        facts = self.facts
+        setup = derive_setup(script, facts)
+        own = plan_script(self.plan, setup.accelerator, facts.launch, facts.machine)
+        derived = Derived(self.plan, {script.path: setup}, {script.path: own} if own is not self.plan else {})
+        available = _available(facts, derived, script, None)
+        results: list[tuple[int, str, object]] = []
+        for i, r in self.runnable:
+            # a launch rule also runs for a script that starts its own processes (Lightning), with that plan
+            if not (r.per_script or ("plan" in r.params and script.path in derived.plans)):
+                continue
+            results.extend(_judged(i, r, facts, derived, script, available))
+        return ScriptVerdict(tuple(results))
+
+
+def _judged(position: int, r: Rule, facts: Facts, derived: Derived, script, available: dict
+            ) -> list[tuple[int, str, object]]:
+    withdrawn: list[Withdrawn] = []
+    silenced: list[Silenced] = []
+    try:
+        found: list = [(position, "finding", f)
+                       for f in _run_rule(r, facts, derived, script, withdrawn, silenced, available)]
+    except Exception as exc:  # a crashed check is a result, not a crash of the tool
+        found = [(position, "crashed", Skipped(r.id, f"{type(exc).__name__}: {exc}"))]
+    return found + [(position, "withdrawn", w) for w in withdrawn] + [(position, "silenced", s) for s in silenced]
+
+
+def run(facts: Facts, policy: Policy | None = None, verdicts: tuple[ScriptVerdict | None, ...] | None = None
+        ) -> Result:
+    """Every enabled rule over the facts. `verdicts`, one per script (or None), are scripts already judged
+    (`Judge`) where they were probed: those scripts' facts may come without their calls. The cyclic collector
+    pauses meanwhile: the rules make no reference cycles, and each of its collections would rescan the facts
+    (two thirds of a 500-file run's rule time)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _run(facts, policy)
+        return _run(facts, policy, verdicts)
     finally:
         if enabled:
             gc.enable()
 
 
-def _run(facts: Facts, policy: Policy | None) -> Result:
+def _run(facts: Facts, policy: Policy | None, verdicts: tuple[ScriptVerdict | None, ...] | None) -> Result:
     policy = policy or Policy()
-    derived = derive(facts)
-    chosen = [r for r in rules() if policy.enabled(r.id)]
-    findings: list[Finding] = []
-    skipped: list[Skipped] = []
-    crashed: list[Skipped] = []
-    withdrawn: list[Withdrawn] = []
-    silenced: list[Silenced] = []
-    available = {}  # per script: the same for every rule
-    for r in chosen:
-        if r.after_findings:
-            continue
-        reason = _missing(r, facts)
-        if reason:
-            skipped.append(Skipped(r.id, reason))
-            continue
-        # a launch rule also runs for each script that starts its own processes (Lightning), with that plan
-        own_plans = [s for s in facts.scripts if s.path in derived.plans] if "plan" in r.params else []
-        for script in (facts.scripts if r.per_script else [None] + own_plans):
-            key = id(script)
-            if key not in available:
-                available[key] = _available(facts, derived, script, None)
-            try:
-                findings.extend(_run_rule(r, facts, derived, script, withdrawn, silenced, available[key]))
-            except Exception as exc:  # a crashed check is a result, not a crash of the tool
-                crashed.append(Skipped(r.id, f"{type(exc).__name__}: {exc}"))
+    judge = Judge(facts, policy)
+    chosen = judge.chosen
+    derived = Derived(judge.plan, {})  # the run's: no script's setup
+    results: list[tuple[int, int, str, object]] = []  # (rule position, script position or -1, kind, result)
+    for n, script in enumerate(facts.scripts):
+        verdict = verdicts[n] if verdicts is not None and verdicts[n] is not None else judge(script)
+        results.extend((i, n, kind, item) for i, kind, item in verdict.results)
+    run_level = [(i, r) for i, r in judge.runnable if not r.per_script]
+    available = _available(facts, derived, None, None)
+    for i, r in run_level:
+        results.extend((i, -1, kind, item) for _, kind, item in _judged(i, r, facts, derived, None, available))
+    results.sort(key=lambda x: (x[0], x[1]))  # rule by rule, the run before its scripts: one loop's order
+    findings: list[Finding] = [item for _, _, kind, item in results if kind == "finding"]
+    crashed = [item for _, _, kind, item in results if kind == "crashed"]
+    withdrawn = [item for _, _, kind, item in results if kind == "withdrawn"]
+    silenced = [item for _, _, kind, item in results if kind == "silenced"]
+    skipped = [Skipped(r.id, _missing(r, facts)) for r in chosen if not r.after_findings and _missing(r, facts)]
     if facts.live is not None:
         findings.extend(_live_exception(facts, policy))
     findings = [f for f in findings if not policy.ignored_in(f.rule_id, f.path)]

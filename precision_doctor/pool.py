@@ -20,6 +20,8 @@ from typing import Any, Callable, Iterable
 from .supervisor import die_with_parent
 from ._util import record
 
+# Workers are forked where the OS allows it (they start with the doctor's state, `func` included, nothing pickled)
+FORKS = sys.platform.startswith("linux")
 ATTEMPTS = 2  # an item whose worker died this many times while on it is lost
 # A batch sent ahead to a busy worker waits in the pipe: it must fit there (with the batch before it, at start)
 # or the doctor would block sending while the worker blocks sending it results.
@@ -77,7 +79,7 @@ class _Worker:
 class _Pool:
     def __init__(self, func, items: list, jobs: int, chunk: int, weights: list[float] | None = None):
         # fork: no re-import per worker, and the worker's parent is this thread (what PDEATHSIG watches)
-        self.context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else None)
+        self.context = multiprocessing.get_context("fork" if FORKS else None)
         self.func = func
         self.items = items
         self.jobs = jobs

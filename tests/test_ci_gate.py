@@ -156,6 +156,44 @@ def test_parallel_walk_gives_the_same_result_as_one_process(tmp_path, machine):
         assert first.skipped and len({s.rule_id for s in first.skipped}) == len(first.skipped)
 
 
+@pytest.mark.parametrize("machine", [{"target": "t4"}, {}], ids=["target", "unknown-machine"])
+def test_scripts_judged_in_the_workers_give_the_result_of_one_process(tmp_path, machine):
+    """With workers, each worker judges the scripts it probed and sends back their facts without calls: the same
+    findings, in the same order, with the same skipped, crashed and silenced rules and unknowns, as one process
+    that judges every script itself; a rule that crashes in a worker is reported once, as it is there."""
+    from precision_doctor.collect import gather_judged
+    from precision_doctor.findings import Draft
+    from precision_doctor.registry import REGISTRY, Example, rule
+
+    @rule("PD997", "crashes-on-some", severity="warning", phase="config", summary="s", what="w", why="y",
+          error="e", fix="f", fires=[Example("x = 1\n")], silent=[Example("y = 2\n")])
+    def crashes_on_some(script):
+        if script.path.endswith("3.py"):
+            raise RuntimeError("boom")
+        if script.path.endswith("7.py"):
+            yield Draft("seven", evidence=())
+
+    unknown_dtype = ("import sys, torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                     "m = AutoModelForCausalLM.from_pretrained('gpt2', torch_dtype=getattr(torch, sys.argv[1]))\n"
+                     "Trainer(model=m, args=TrainingArguments('o', fp16=True)).train()\n")  # silences rules
+    sources = [BAD, DEPRECATED, (SEED001.parent / "fixed/train.py").read_text(), unknown_dtype]
+    for i in range(40):
+        (tmp_path / f"s{i:02d}.py").write_text(sources[i % 4])
+    try:
+        one = gather([str(tmp_path)], jobs=1, **machine, **machine_probes())
+        judged, verdicts = gather_judged([str(tmp_path)], lambda run: engine.Judge(run), jobs=2, **machine,
+                                         **machine_probes())
+        assert verdicts is not None and len(verdicts) == 40 and all(v is not None for v in verdicts)
+        assert [s.path for s in judged.scripts] == [s.path for s in one.scripts]
+        assert not any(s.calls for s in judged.scripts) and any(s.calls for s in one.scripts)
+        assert [s.unknowns for s in judged.scripts] == [s.unknowns for s in one.scripts]
+        first, second = engine.run(one), engine.run(judged, verdicts=verdicts)
+        assert first == second and first.findings and first.silenced
+        assert [c.rule_id for c in second.crashed] == ["PD997"]
+    finally:
+        REGISTRY.pop("PD997")
+
+
 def test_pre_commit_hook_definition():
     yaml = pytest.importorskip("yaml")
     hooks = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
