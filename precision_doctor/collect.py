@@ -356,17 +356,17 @@ def _gather(paths: list[str], target: str | None = None, launcher: str | None = 
         # every script carries its own project's stack (or, with a snapshot, judges by the node's)
         judge = judge_with(Facts(scripts=(), machine=machine, launch=launch, stack=snapshot_stack or StackFacts(),
                                  job=job))
-    # each folder's stack is read while worker processes probe (it needs only the paths)
-    stacks = (lambda: [resolver.for_script(f) for f in files]) if resolver else None
     with one_run():  # each file is read once per run, and afresh in the next
         if judge is None:
-            scripts, verdicts = _probe_all(entries, args, jobs, script_env, meanwhile=stacks), None
-            trains = [_trains(s) for s in scripts]
+            # each folder's stack is read while worker processes probe (it needs only the paths)
+            scripts = _probe_all(entries, args, jobs, script_env,
+                                 meanwhile=lambda: [resolver.for_script(f) for f in files] if resolver else None)
+            verdicts, trains = None, [_trains(s) for s in scripts]
             if launch.unknowns:  # what the launch reads and the doctor could not: listed with each script it launches
                 scripts = tuple(replace(s, unknowns=s.unknowns + launch.unknowns) for s in scripts)
-        else:
-            scripts, verdicts, trains = _judge_all(entries, args, jobs, script_env, stacks,
-                                                   _Finish(launch.unknowns, resolver), judge)
+        else:  # the workers read each folder's stack, as they need it to judge
+            scripts, verdicts, trains, stacks = _judge_all(entries, args, jobs, script_env,
+                                                           _Finish(launch.unknowns, resolver), judge)
     if len(entries) > 1 and all(_not_checked(s) for s in scripts):
         first = scripts[0]
         raise InputError(f"{first.path}: {first.unknowns[0].reason}; nothing could be checked")
@@ -379,15 +379,15 @@ def _gather(paths: list[str], target: str | None = None, launcher: str | None = 
             if judge is None:
                 scripts = scripts + _probe_all([(f, False) for f in extra], args, jobs, script_env)
             else:
-                more, more_verdicts, _ = _judge_all([(f, False) for f in extra], args, jobs, script_env, None,
-                                                    _Finish((), resolver), judge)
-                scripts, verdicts = scripts + more, verdicts + more_verdicts
+                more, more_verdicts, _, more_stacks = _judge_all([(f, False) for f in extra], args, jobs, script_env,
+                                                                 _Finish((), resolver), judge)
+                scripts, verdicts, stacks = scripts + more, verdicts + more_verdicts, stacks + more_stacks
     if resolver is None:  # the node's versions, not this laptop's
         return Facts(scripts=scripts, machine=machine, launch=launch, stack=snapshot_stack, job=job), verdicts
     if judge is None:
         scripts, stack = _stacks(scripts, files, resolver)
     else:  # the workers gave each script its stack
-        stack = _run_stack([resolver.for_script(f) for f in files], resolver)
+        stack = _run_stack(stacks, resolver)
     return Facts(scripts=scripts, machine=machine, launch=launch, stack=stack, job=job), verdicts
 
 
@@ -428,13 +428,16 @@ class _Finish:
     launch_unknowns: tuple[Unknown, ...]
     resolver: StackResolver | None
 
-    def __call__(self, script: ScriptFacts, path: Path) -> ScriptFacts:
+    def __call__(self, script: ScriptFacts, path: Path) -> tuple[ScriptFacts, StackFacts | None]:
+        """The script finished, and its project's stack as read (before the signatures: the run's stack is
+        decided on those)."""
         if self.launch_unknowns:
             script = replace(script, unknowns=script.unknowns + self.launch_unknowns)
         if self.resolver is None:
-            return script
-        script = replace(script, stack=self.resolver.for_script(path))
-        return with_installed_signatures((script,), _site_dirs(self.resolver), self.resolver.installed)[0]
+            return script, None
+        stack = self.resolver.for_script(path)
+        script = replace(script, stack=stack)
+        return with_installed_signatures((script,), _site_dirs(self.resolver), self.resolver.installed)[0], stack
 
 
 def _not_checked(script: ScriptFacts) -> bool:
@@ -503,23 +506,26 @@ def _probe_all(entries: list[tuple[Path, bool]], args: tuple[str, ...], jobs: in
 
 
 def _judge_all(entries: list[tuple[Path, bool]], args: tuple[str, ...], jobs: int, environ: tuple,
-               meanwhile: Callable[[], Any] | None, finish: _Finish, judge: Callable[[ScriptFacts], Any]
-               ) -> tuple[tuple[ScriptFacts, ...], tuple, list[bool]]:
+               finish: _Finish, judge: Callable[[ScriptFacts], Any]
+               ) -> tuple[tuple[ScriptFacts, ...], tuple, list[bool], list[StackFacts | None]]:
     """Probe, finish and judge every script in worker processes: each script's facts without their calls, its
-    verdict, and whether it trains. A script whose worker died is reported not checked and judged here."""
+    verdict, whether it trains, and its project's stack. A script whose worker died is reported not checked and
+    judged here."""
     from .pool import Lost, run_parallel
 
     chunk = max(1, len(entries) // (jobs * 4))
     done = run_parallel(_ProbeAndJudge(args, environ, finish, judge), entries, jobs, chunk=chunk,
-                        meanwhile=meanwhile, weights=[_size(f) for f, _ in entries])
-    scripts, verdicts, trains = [], [], []
+                        weights=[_size(f) for f, _ in entries])
+    scripts, verdicts, trains, stacks = [], [], [], []
     for (f, _), r in zip(entries, done):
         if isinstance(r, Lost):
-            r = finish(ScriptFacts(path=_display(f), unknowns=(Unknown("not checked", r.reason),)), f), None, False
+            lost, stack = finish(ScriptFacts(path=_display(f), unknowns=(Unknown("not checked", r.reason),)), f)
+            r = lost, None, False, stack
         scripts.append(r[0])
         verdicts.append(r[1])
         trains.append(r[2])
-    return tuple(scripts), tuple(verdicts), trains
+        stacks.append(r[3])
+    return tuple(scripts), tuple(verdicts), trains, stacks
 
 
 class _ProbeAndJudge:
@@ -528,10 +534,10 @@ class _ProbeAndJudge:
     def __init__(self, args: tuple[str, ...], environ: tuple, finish: _Finish, judge: Callable):
         self.args, self.environ, self.finish, self.judge = args, environ, finish, judge
 
-    def __call__(self, entry: tuple[Path, bool]) -> tuple[ScriptFacts, Any, bool]:
+    def __call__(self, entry: tuple[Path, bool]) -> tuple[ScriptFacts, Any, bool, StackFacts | None]:
         path, named = entry
-        script = self.finish(_probe(path, named, self.args, self.environ), path)
-        return replace(script, calls=()), self.judge(script), _trains(script)
+        script, stack = self.finish(_probe(path, named, self.args, self.environ), path)
+        return replace(script, calls=()), self.judge(script), _trains(script), stack
 
 
 def _size(path: Path) -> int:
