@@ -412,7 +412,7 @@ def _stacks(scripts: tuple[ScriptFacts, ...], files: list[Path], resolver: Stack
 def _run_stack(stacks: list[StackFacts], resolver: StackResolver) -> StackFacts:
     """The scripts' projects' stack when they all agree, else the environment's (for the rules that judge the
     launch rather than a script)."""
-    one = len({id(s) for s in stacks}) == 1 or len({repr(s) for s in stacks}) == 1  # (one per folder)
+    one = all(s is stacks[0] or s == stacks[0] for s in stacks)  # (one per folder; from workers, equal copies)
     return stacks[0] if one and stacks else resolver.environment_stack()
 
 

@@ -167,6 +167,8 @@ def _partitions(value: Any, source: str) -> dict[str, dict[str, Any]]:
 
 
 def excluded(path: Path, patterns: tuple[str, ...], root: str) -> bool:
+    if not patterns:  # (the usual case: no resolving of every file's real path for nothing)
+        return False
     rel = _relative(str(path), root)
     parts = Path(rel).parts
     return any(fnmatch.fnmatch(rel, p) or any(fnmatch.fnmatch(part, p) for part in parts) for p in patterns)
