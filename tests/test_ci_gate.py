@@ -194,6 +194,33 @@ def test_scripts_judged_in_the_workers_give_the_result_of_one_process(tmp_path, 
         REGISTRY.pop("PD997")
 
 
+def test_a_script_whose_worker_died_is_reported_and_judged_by_the_doctor(tmp_path, monkeypatch):
+    """A worker that dies on a script costs only that script: it is reported not checked (with its project's stack
+    and the launch's unknowns, as any other), and the doctor judges it itself; the other scripts keep their
+    verdicts."""
+    from precision_doctor import collect
+    from precision_doctor.collect import gather_judged
+
+    probe = collect._probe
+
+    def dies_on_seven(path, named, args, environ=(None, "")):
+        if path.name == "s07.py":
+            os._exit(7)  # in the worker process: as a crash in a C extension would end it
+        return probe(path, named, args, environ)
+
+    monkeypatch.setattr(collect, "_probe", dies_on_seven)
+    for i in range(36):
+        (tmp_path / f"s{i:02d}.py").write_text(BAD)
+    facts, verdicts = gather_judged([str(tmp_path)], lambda run: engine.Judge(run), jobs=2, target="t4",
+                                    **machine_probes())
+    lost = [i for i, s in enumerate(facts.scripts) if any(u.what == "not checked" for u in s.unknowns)]
+    assert lost == [7] and verdicts[7] is None and all(v is not None for i, v in enumerate(verdicts) if i != 7)
+    assert "exit code 7" in facts.scripts[7].unknowns[0].reason and facts.scripts[7].stack is not None
+    result = engine.run(facts, verdicts=verdicts)
+    assert {f.path for f in result.findings if f.rule_id == "PD201"} == \
+        {s.path for i, s in enumerate(facts.scripts) if i != 7}
+
+
 def test_pre_commit_hook_definition():
     yaml = pytest.importorskip("yaml")
     hooks = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
