@@ -1,7 +1,8 @@
 """The runner: every enabled rule over the facts, each finding stamped with its rule's declaration, ranked.
 
-The facts come in whole (collection never runs a rule); the engine derives the setup once, injects what
-each rule's parameters name, and applies the policy: selection, per-file ignores, inline suppressions. A
+The facts come in whole, or with some scripts already judged by `Judge` (the per-script half of a run) in the
+worker process that probed them; the engine derives each script's setup once, injects what each rule's parameters
+name, and applies the policy: selection, per-file ignores, inline suppressions. A
 rule's findings can never exceed its declaration: the severity only up to the declared escalation, the
 fix's applicability never looser than declared.
 """
