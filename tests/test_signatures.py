@@ -378,6 +378,40 @@ def test_library_source_reads_fields_parameters_and_popped_keywords():
     assert set(loader.fields) == {"path", "config", "state_dict", "mirror", "from_tf", "device_map"}
 
 
+def test_a_method_before_a_column_0_comment_and_a_class_named_like_a_longer_one_are_read():
+    """transformers writes `# Copied from ...` at column 0 between classes: the last method of a class still parses
+    (it used to be lost when cutting it out left the comment's margin); `class Loader` is not `class LoaderMixin`."""
+    from precision_doctor.probes.library_source import read_class
+
+    text = """
+class LoaderMixin:
+    def __init__(self, wrong=1):
+        pass
+
+
+class Loader(LoaderMixin):
+    @staticmethod
+    def helper():
+        pass
+
+    def __init__(
+        self,
+        in_channels,
+        bias=True,
+    ):
+        super().__init__(bias=bias)
+
+
+# Copied from elsewhere.Loader with Elsewhere->Here
+class Next:
+    pass
+"""
+    loader = read_class(text, "Loader")
+    assert loader.init and loader.bases == ("LoaderMixin",)
+    assert list(loader.fields) == ["in_channels", "bias"] and loader.fields["bias"].default is True
+    assert read_class(text, "Missing") is None and read_class(text, "Load") is None
+
+
 def test_the_table_says_what_it_was_built_from():
     from precision_doctor.signatures import table
 

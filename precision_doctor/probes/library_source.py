@@ -14,7 +14,7 @@ import re
 from dataclasses import field
 from typing import Any
 
-from .scopes import literal
+from .scopes import literal, walk
 from .._util import record
 
 # HfArgumentParser treats a field as a flag (`--bf16`, `--bf16 False`, `--no_bf16`) when its type is bool or
@@ -57,16 +57,36 @@ def kind_of(annotation: str) -> str:
 
 # --- finding a class in a module's text --------------------------------------------------------
 
-_TOP_LEVEL = re.compile(r"^(?=[^\s#)\]}])", re.M)  # a line at column 0 that is not a comment or a closing bracket
+# A newline before a line at column 0 that is not a comment or a closing bracket: with the newline first, the
+# search skips from one newline to the next instead of trying every character of a 5,000-line module.
+_TOP_LEVEL = re.compile(r"\n(?=[^\s#)\]}])")
+
+
+def _line_starting(text: str, prefix: str, whole_word: bool = False) -> int:
+    """Where the first line that begins with `prefix` starts (`whole_word`: not followed by a letter, digit or
+    underscore); -1: none. A plain search for the text, not a regular expression tried at every character (a
+    millisecond a search on a large module, and a single check makes dozens)."""
+    found = 0 if text.startswith(prefix) else _next_line_starting(text, prefix, 0)
+    while found >= 0:
+        after = found + len(prefix)
+        if not whole_word or after >= len(text) or not (text[after].isalnum() or text[after] == "_"):
+            return found
+        found = _next_line_starting(text, prefix, found)
+    return -1
+
+
+def _next_line_starting(text: str, prefix: str, after: int) -> int:
+    at = text.find("\n" + prefix, after)
+    return at + 1 if at >= 0 else -1
 
 
 def _class_block(text: str, name: str) -> tuple[int, str] | None:
     """The source of the top-level `class name`, its decorators included, and its first line (1-based): sliced
     by indentation, so a 5,000-line module is not parsed whole for one class."""
-    m = re.search(rf"^class {re.escape(name)}\b", text, re.M)
-    if m is None:
+    found = _line_starting(text, f"class {name}", whole_word=True)
+    if found < 0:
         return None
-    start = m.start()
+    start = found
     while True:  # decorators just above
         prev_end = text.rfind("\n", 0, start - 1) if start else -1
         prev = text[prev_end + 1:start - 1] if start else ""
@@ -74,8 +94,8 @@ def _class_block(text: str, name: str) -> tuple[int, str] | None:
             start = prev_end + 1
             continue
         break
-    end_match = _TOP_LEVEL.search(text, m.end())
-    end = end_match.start() if end_match else len(text)
+    end_match = _TOP_LEVEL.search(text, found + len(name) + 6)
+    end = end_match.start() + 1 if end_match else len(text)
     return text.count("\n", 0, start) + 1, text[start:end]
 
 
@@ -89,25 +109,29 @@ def _header(block: str) -> str:
     return "\n".join(lines) + "\n    pass\n"
 
 
-_METHOD_END = re.compile(r"^ {0,4}(?=[^\s#)\]}])", re.M)
+_METHOD_END = re.compile(r"\n {0,4}(?=[^\s#)\]}])")  # a newline before a line at the class's level or above
 
 
 def _method_node(block: str, name: str) -> ast.FunctionDef | None:
-    """One method of a class block, parsed alone (decorators included); None when it cannot be cut out."""
-    m = re.search(rf"^((?:    @.*\n)*)    (?:async )?def {re.escape(name)}\(", block, re.M)
-    if m is None:
+    """One method of a class block, parsed alone (decorators included) as the body of an empty class, so that it
+    needs no dedent; None when it cannot be cut out."""
+    defs = [at for at in (_line_starting(block, f"    def {name}("), _line_starting(block, f"    async def {name}("))
+            if at >= 0]
+    if not defs:
         return None
-    start = m.start()
-    body = block.find("\n", block.find(":\n", m.end()))
-    end_match = _METHOD_END.search(block, body + 1) if body >= 0 else None
-    import textwrap
-
-    piece = textwrap.dedent(block[start:end_match.start() if end_match else len(block)])
+    start = first_def = min(defs)
+    while start:  # the decorator lines just above, one line each
+        prev = block.rfind("\n", 0, start - 1) + 1
+        if not block.startswith("    @", prev):
+            break
+        start = prev
+    body = block.find("\n", block.find(":\n", block.index("(", first_def) + 1))
+    end_match = _METHOD_END.search(block, body) if body >= 0 else None
     try:
-        tree = ast.parse(piece)
+        tree = ast.parse("class _:\n" + block[start:end_match.start() + 1 if end_match else len(block)])
     except SyntaxError:
         return None
-    return next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    return next((n for n in tree.body[0].body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
 
 
 def _parse(block: str, full: str, name: str) -> tuple[ast.ClassDef | None, ast.Module | None]:
@@ -349,7 +373,7 @@ def signature(func: ast.FunctionDef) -> tuple[dict[str, FieldDecl], str, dict[st
 
 def _forwards(func: ast.FunctionDef, kwargs_name: str) -> bool:
     """Does the body pass its **kwargs on to another call (`super().__init__(**kwargs)`)?"""
-    for node in ast.walk(func):
+    for node in walk(func):
         if isinstance(node, ast.Call):
             for kw in node.keywords:
                 if kw.arg is None and isinstance(kw.value, ast.Name) and kw.value.id == kwargs_name:
@@ -366,7 +390,7 @@ def _popped(func: ast.FunctionDef) -> set[str]:
     loops: list[tuple[str, ast.AST]] = []  # (loop variable, what it iterates)
     popped_vars: set[str] = set()
     out: set[str] = set()
-    for node in ast.walk(func):
+    for node in walk(func):
         kind = type(node)
         if kind is ast.Call:
             f = node.func
