@@ -8,13 +8,10 @@ as `Lost(reason)` while the rest of the run goes on.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import sys
 from collections import deque
-from multiprocessing.connection import wait
-from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable, Iterable
 
 from .supervisor import die_with_parent
@@ -79,6 +76,8 @@ class _Worker:
 class _Pool:
     def __init__(self, func, items: list, jobs: int, chunk: int, weights: list[float] | None = None):
         # fork: no re-import per worker, and the worker's parent is this thread (what PDEATHSIG watches)
+        import multiprocessing  # here: a check of one script starts no worker and needs none of it (~10 ms)
+
         self.context = multiprocessing.get_context("fork" if FORKS else None)
         self.func = func
         self.items = items
@@ -115,6 +114,8 @@ class _Pool:
         return batch
 
     def run(self, meanwhile: Callable[[], Any] | None = None) -> list[Any]:
+        from multiprocessing.connection import wait
+
         try:
             self._hire()
             if meanwhile is not None:
@@ -132,6 +133,8 @@ class _Pool:
         return self.results
 
     def _hire(self) -> None:
+        from multiprocessing.reduction import ForkingPickler
+
         while self.pending and len(self.workers) < self.jobs and self.idle_deaths < IDLE_DEATHS:
             self.workers.append(_Worker(self.context, self.func))
         for worker in self.workers:
