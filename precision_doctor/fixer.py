@@ -13,6 +13,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProv
 
 from . import safe_io
 from ._util import python_lines, record
+from .probes.scopes import parse_quietly
 from .errors import InputError
 from .findings import Edit
 
@@ -97,7 +98,7 @@ def apply_edits(source: str, edits: tuple[Edit, ...] | list[Edit]) -> str:
     module = _complete_names(module, before_undefined)
     after = module.code
     try:
-        ast.parse(after)
+        parse_quietly(after)
     except SyntaxError as exc:  # never hand back a file that no longer parses
         raise EditFailed(f"the edit would not parse ({exc.msg}, line {exc.lineno})") from None
     return after
@@ -368,7 +369,7 @@ def _import_aliases(module: cst.Module) -> dict[str, str]:
     """`import torch as T` → {"torch": "T"}; `from transformers import BitsAndBytesConfig as BNB` →
     {"BitsAndBytesConfig": "BNB"}: what the file already calls the things an edit names."""
     aliases: dict[str, str] = {}
-    for node in ast.walk(ast.parse(module.code)):
+    for node in ast.walk(parse_quietly(module.code)):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             for a in node.names:
                 if a.asname and "." not in a.name:

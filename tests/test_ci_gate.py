@@ -310,3 +310,24 @@ def test_noqa_with_the_doctors_codes_silences_a_bare_noqa_does_not(tmp_path):
     for comment in ("# noqa", "# noqa: E501", "# noqa: PD204"):  # no code of this rule: the finding stays
         (tmp_path / "train.py").write_text(BAD.replace("fp16=True))", f"fp16=True))  {comment}"))
         assert "PD201" in ids_of(doctor("check", "train.py", "--format", "json", cwd=tmp_path)), comment
+
+
+@pytest.mark.parametrize("warnings_filter", ["default", "error::DeprecationWarning,error::SyntaxWarning"])
+def test_python_warnings_about_the_checked_code_never_reach_stderr_or_the_verdict(tmp_path, warnings_filter):
+    """An invalid escape (`"\\d"`) in a project's setup.py or in a helper module: Python warns when it parses them.
+    Those warnings are about code the doctor reads, not its own: stderr stays empty however the files are shared
+    among workers (each worker used to print them once), and under `-W error` the files are still checked."""
+    (tmp_path / "setup.py").write_text('from setuptools import setup\nPATTERN = "\\d+"\n'
+                                       'setup(name="p", install_requires=["transformers>=4.40"])\n')
+    (tmp_path / "helper.py").write_text('import re\nWORD = re.compile("\\w+\\s")\n')
+    for i in range(40):
+        (tmp_path / f"s{i:02d}.py").write_text("import helper\n" + BAD + "# padding\n" * (2000 if i < 8 else 0))
+    env = {**os.environ, "PYTHONWARNINGS": warnings_filter}
+    runs = [subprocess.run([sys.executable, "-m", "precision_doctor", "check", ".", "--target", "t4", "-v",
+                            "--show-unknowns", "--jobs", jobs], cwd=tmp_path, capture_output=True, text=True,
+                           env=env, timeout=120) for jobs in ("1", "2")]
+    for proc in runs:
+        assert proc.stderr == "" and proc.returncode == 1, proc.stderr
+        assert "not checked" not in proc.stdout and "syntax error" not in proc.stdout
+        assert proc.stdout.count("error PD201") == 40
+    assert runs[0].stdout == runs[1].stdout

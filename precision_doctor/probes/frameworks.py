@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from ..call_kinds import LIGHTNING_CLASSES, SENTENCE_TRANSFORMERS_MODELS, CallKind
 from ..facts import CONDITIONAL, DYNAMIC, KNOWN, Call, Origin, Predicate, Unknown, Value
-from .scopes import literal
+from .scopes import literal, parse_quietly
 from .._util import record
 
 MIXED = {"16-mixed": "fp16", "16": "fp16", 16: "fp16", "bf16-mixed": "bf16", "bf16": "bf16",
@@ -158,7 +158,7 @@ def _strategy_object(text: str) -> LightningLaunch | None:
     """`DeepSpeedStrategy(stage=3, offload_optimizer=True)` written in the call: its class and literal keywords
     (the source is parsed, never run)."""
     try:
-        node = ast.parse(text, mode="eval").body
+        node = parse_quietly(text, mode="eval").body
     except (SyntaxError, ValueError, RecursionError):
         return None
     if not isinstance(node, ast.Call):

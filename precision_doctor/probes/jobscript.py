@@ -24,6 +24,7 @@ from ..facts import DYNAMIC, KNOWN, JobFacts, JobSetting, LaunchFacts, Origin, U
 from ..redact import redact_text
 from ..sources import Unreadable, read_text_bounded, status
 from .launch import launcher_of, parse_launcher, with_accelerate_files
+from .scopes import parse_quietly
 
 JOB_SUFFIXES = (".sbatch", ".slurm", ".sh", ".bash", ".job")
 # the launch variables a job script's exports are read for; the rest of its environment is not recorded
@@ -153,7 +154,7 @@ class _Expander:
 
 def _arithmetic(expr: str) -> int | None:
     try:
-        tree = ast.parse(expr.strip(), mode="eval").body
+        tree = parse_quietly(expr.strip(), mode="eval").body
     except SyntaxError:
         return None
 

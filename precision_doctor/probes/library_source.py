@@ -14,7 +14,7 @@ import re
 from dataclasses import field
 from typing import Any
 
-from .scopes import literal, walk
+from .scopes import literal, parse_quietly, walk
 from .._util import record
 
 # HfArgumentParser treats a field as a flag (`--bf16`, `--bf16 False`, `--no_bf16`) when its type is bool or
@@ -128,7 +128,7 @@ def _method_node(block: str, name: str) -> ast.FunctionDef | None:
     body = block.find("\n", block.find(":\n", block.index("(", first_def) + 1))
     end_match = _METHOD_END.search(block, body) if body >= 0 else None
     try:
-        tree = ast.parse("class _:\n" + block[start:end_match.start() + 1 if end_match else len(block)])
+        tree = parse_quietly("class _:\n" + block[start:end_match.start() + 1 if end_match else len(block)])
     except SyntaxError:
         return None
     return next((n for n in tree.body[0].body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
@@ -138,10 +138,10 @@ def _parse(block: str, full: str, name: str) -> tuple[ast.ClassDef | None, ast.M
     """The class node from its slice; the whole module when the slice does not parse on its own (a string at
     column 0 inside the class cuts it short)."""
     try:
-        tree = ast.parse(block)
+        tree = parse_quietly(block)
     except SyntaxError:
         try:
-            tree = ast.parse(full)
+            tree = parse_quietly(full)
         except SyntaxError:
             return None, None
     node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
+import warnings
 from bisect import bisect_left, bisect_right
 from operator import itemgetter
 from dataclasses import dataclass, field
@@ -110,6 +111,15 @@ def literal(node: ast.AST):
     if kind in (ast.Set, ast.Call, ast.BinOp, ast.UnaryOp):  # set(), {1, 2}, 1+2j, -x: as it reads them
         return ast.literal_eval(node)
     raise ValueError(f"malformed node or string: {node!r}")  # (a name, an attribute, a **spread, ...)
+
+
+def parse_quietly(text: str | bytes, filename: str = "<unknown>", mode: str = "exec") -> ast.AST:
+    """ast.parse without Python's warnings about the source (an invalid escape such as "\\d"): the doctor reads the
+    code, it does not run it. Printed, they would reach its stderr once per worker process that reads the file;
+    under `-W error` they would make a file Python runs a syntax error."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.parse(text, filename=filename, mode=mode)
 
 
 def by_type(nodes: list[ast.AST]) -> dict[type, list[ast.AST]]:

@@ -31,7 +31,7 @@ from .keywords import local_classes, parsed_arguments
 from .checkpoint import probe_checkpoints
 from .config_files import read_deepspeed_config
 from .resolve import Imports, Resolver, plain_text
-from .scopes import TOGETHER, ScopeIndex, by_type, dotted, names_in, walk
+from .scopes import TOGETHER, ScopeIndex, by_type, dotted, names_in, parse_quietly, walk
 from .symbols import Context, DictSym, Known, Namespace, ObjSym
 
 MAX_LOCAL_MODULES = 20
@@ -84,7 +84,7 @@ def _last_name(node: ast.AST) -> str:
 
 def parse(path: Path, text: str) -> ast.Module:
     try:
-        return ast.parse(text, filename=str(path))
+        return parse_quietly(text, filename=str(path))
     except SyntaxError as exc:
         where = f"{path}:{exc.lineno or 0}:{exc.offset or 0}"
         raise InputError(f"{where}: syntax error: {exc.msg}; the doctor reads scripts Python can parse") from None

@@ -19,7 +19,7 @@ from pathlib import Path
 from .._util import record
 from ..sources import Unreadable, is_regular_file, read_text_bounded
 from ..walk import repository_root
-from .scopes import literal
+from .scopes import literal, parse_quietly
 
 
 def _minors(major: int, first: int, last: int, newest: str = "") -> tuple[str, ...]:
@@ -254,7 +254,7 @@ def _setup_py(text: str, path: Path) -> list[str]:
     """`install_requires=` / `extras_require=` of the `setup(...)` call, where they are literals (or names bound
     to literals at module level). Read, never run."""
     try:
-        tree = ast.parse(text)
+        tree = parse_quietly(text)
     except (SyntaxError, ValueError, RecursionError):
         return []
     bound: dict[str, ast.AST] = {}
