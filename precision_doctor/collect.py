@@ -462,6 +462,7 @@ def _importers(helpers: list[Path], already: set[Path]) -> list[Path]:
     from .probes.versions import project_root
 
     found: list[Path] = []
+    checked = {os.path.realpath(f) for f in already}  # named as given (relative), found under the root (absolute)
     for helper in helpers:
         module = helper.stem if helper.name != "__init__.py" else helper.parent.name
         pattern = re.compile(rf"^\s*(from\s+[\w.]*\b{re.escape(module)}\b\s+import|import\s+[\w.]*\b"
@@ -475,7 +476,8 @@ def _importers(helpers: list[Path], already: set[Path]) -> list[Path]:
         except Unreadable:
             continue
         for candidate in candidates:
-            if candidate in already or candidate in found or os.path.abspath(candidate) == os.path.abspath(helper):
+            real = os.path.realpath(candidate)
+            if real in checked or real == os.path.realpath(helper):
                 continue
             try:
                 text = read_text_bounded(candidate, errors="replace")
@@ -483,6 +485,7 @@ def _importers(helpers: list[Path], already: set[Path]) -> list[Path]:
                 continue
             if pattern.search(text) and re.search(r"\.train\(|Trainer\(|\.backward\(|optim\.", text):
                 found.append(candidate)
+                checked.add(real)
             if len(found) >= MAX_IMPORTERS:
                 return found
     return found

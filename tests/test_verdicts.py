@@ -96,6 +96,24 @@ def test_a_helper_module_alone_is_checked_through_the_scripts_that_import_it(tmp
     assert out.returncode == 1 and "model_utils.py:6" in out.stdout
 
 
+def test_a_helper_named_beside_its_importer_checks_that_importer_once(tmp_path):
+    """`check model_utils.py train.py` (a pre-commit hook staging both): train.py is named, so it is not added
+    again as an importer of the helper (named relative, found under the repository root absolute)."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "model_utils.py").write_text(
+        "import torch\nfrom transformers import AutoModelForCausalLM\n\n\ndef load():\n"
+        "    return AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float16)\n")
+    (tmp_path / "train.py").write_text(
+        "from transformers import Trainer, TrainingArguments\nfrom model_utils import load\n"
+        "model = load()\nTrainer(model=model, args=TrainingArguments('o', fp16=True)).train()\n")
+    concise = _doctor("check", "model_utils.py", "train.py", "--target", "a100", "--format", "concise", cwd=tmp_path)
+    assert concise.returncode == 1, concise.stderr
+    lines = concise.stdout.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("model_utils.py:6:") and "PD201" in lines[0], lines
+    text = _doctor("check", "model_utils.py", "train.py", "--target", "a100", "-v", cwd=tmp_path).stdout
+    assert "2 files checked" in text and text.count("\ntrain.py ") == 1, text
+
+
 def test_a_finding_in_a_module_of_a_subfolder_names_that_module_where_it_is(tmp_path):
     (tmp_path / "recipes" / "utils").mkdir(parents=True)
     (tmp_path / "recipes" / "utils" / "loading.py").write_text(
