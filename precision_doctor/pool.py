@@ -14,7 +14,6 @@ import sys
 from collections import deque
 from typing import Any, Callable, Iterable
 
-from .supervisor import die_with_parent
 from ._util import record
 
 # Workers are forked where the OS allows it (they start with the doctor's state, `func` included, nothing pickled)
@@ -77,6 +76,8 @@ class _Pool:
     def __init__(self, func, items: list, jobs: int, chunk: int, weights: list[float] | None = None):
         # fork: no re-import per worker, and the worker's parent is this thread (what PDEATHSIG watches)
         import multiprocessing  # here: a check of one script starts no worker and needs none of it (~10 ms)
+
+        from . import supervisor  # noqa: F401 - loaded before the workers fork, so that none imports it again
 
         self.context = multiprocessing.get_context("fork" if FORKS else None)
         self.func = func
@@ -214,6 +215,8 @@ def _how(exitcode: int | None) -> str:
 
 def _serve(func, conn, parent_pid: int) -> None:
     """A worker: dies with the doctor, leaves Ctrl-C to it, never writes to its stdout (a report stream)."""
+    from .supervisor import die_with_parent  # (here: it imports ctypes and subprocess, which one script never needs)
+
     die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for sig in (signal.SIGTERM, signal.SIGHUP):  # a handler the doctor had is not the worker's

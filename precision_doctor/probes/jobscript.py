@@ -14,7 +14,6 @@ import operator
 import os
 import re
 import shlex
-import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Mapping
@@ -371,10 +370,12 @@ def partition_gpu(job: JobFacts, partitions: Mapping[str, Mapping], scheduler: C
 
 
 def _scontrol(args: list[str]) -> str:
+    import shutil  # (here, as subprocess: only a job script on a SLURM login node asks scontrol)
+
     exe = shutil.which("scontrol")
     if not exe:
         return ""
-    import subprocess  # (here: only a job script on a SLURM login node asks scontrol)
+    import subprocess
 
     try:
         done = subprocess.run([exe, *args], capture_output=True, text=True, timeout=5)
