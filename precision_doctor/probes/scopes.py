@@ -122,22 +122,37 @@ def parse_quietly(text: str | bytes, filename: str = "<unknown>", mode: str = "e
         return ast.parse(text, filename=filename, mode=mode)
 
 
-def by_type(nodes: list[ast.AST]) -> dict[type, list[ast.AST]]:
-    """The nodes of each type, in walk order: each pass reads only the kinds it looks at. The types of a
-    TOGETHER group share their list."""
-    out: dict[type, list[ast.AST]] = {}
+def walk_by_type(tree: ast.AST) -> tuple[list[ast.AST], dict[type, list[ast.AST]]]:
+    """`walk(tree)` and its nodes of each type, in walk order, made in one pass: each pass of the probe reads only
+    the kinds it looks at. The types of a TOGETHER group share their list."""
+    buckets: dict[type, list[ast.AST]] = {}
     for group in TOGETHER:
         shared: list[ast.AST] = []
         for kind in group:
-            out[kind] = shared
-    for node in nodes:
+            buckets[kind] = shared
+    out = [tree]
+    append, extend, fields, bucket_of = out.append, out.extend, _CHILD_FIELDS, buckets.get
+    for node in out:  # the list grows as it is read: a queue without its pops
         kind = type(node)
-        bucket = out.get(kind)
+        bucket = bucket_of(kind)
         if bucket is None:
-            out[kind] = [node]
+            buckets[kind] = [node]
         else:
             bucket.append(node)
-    return out
+        spec = fields.get(kind)
+        if spec is None:
+            spec = child_fields(kind)
+        for name, how in spec:
+            value = getattr(node, name, None)
+            if value is None:
+                continue
+            if how == ONE:
+                append(value)
+            elif how == MANY:
+                extend(value)
+            else:
+                _add_any(out, value)
+    return out, buckets
 
 
 class _State:
@@ -236,23 +251,7 @@ def names_in(node: ast.AST) -> list[str]:
 
 def walk(tree: ast.AST) -> list[ast.AST]:
     """Every node but the markers, in `ast.walk`'s order (breadth first), without its generators."""
-    out = [tree]
-    append, extend, fields = out.append, out.extend, _CHILD_FIELDS
-    for node in out:  # the list grows as it is read: a queue without its pops
-        spec = fields.get(type(node))
-        if spec is None:
-            spec = child_fields(type(node))
-        for name, kind in spec:
-            value = getattr(node, name, None)
-            if value is None:
-                continue
-            if kind == ONE:
-                append(value)
-            elif kind == MANY:
-                extend(value)
-            else:
-                _add_any(out, value)
-    return out
+    return walk_by_type(tree)[0]
 
 
 class ScopeIndex:

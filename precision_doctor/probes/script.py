@@ -31,7 +31,7 @@ from .keywords import local_classes, parsed_arguments
 from .checkpoint import probe_checkpoints
 from .config_files import read_deepspeed_config
 from .resolve import Imports, Resolver, plain_text
-from .scopes import TOGETHER, ScopeIndex, by_type, dotted, names_in, parse_quietly, walk
+from .scopes import TOGETHER, ScopeIndex, dotted, names_in, parse_quietly, walk_by_type
 from .symbols import Context, DictSym, Known, Namespace, ObjSym
 
 MAX_LOCAL_MODULES = 20
@@ -103,8 +103,7 @@ class _Collector:
                  environ: tuple = (None, "")):
         self.path = path
         self.tree = tree
-        self.nodes = walk(tree)  # one walk; every pass below reads this list, or its nodes of one type
-        self.of_type = by_type(self.nodes)
+        self.nodes, self.of_type = walk_by_type(tree)  # one walk; every pass below reads these
         self.index = ScopeIndex(tree, walruses=ast.NamedExpr in self.of_type)
         self.import_nodes = self.of(ast.Import, ast.ImportFrom)
         self.imports = Imports(self.import_nodes)
