@@ -125,7 +125,7 @@ def _apply(module: cst.Module, edit: Edit) -> cst.Module:
 
 def _same_expression(a: str, b: str) -> bool:
     try:
-        return ast.dump(ast.parse(a.strip(), mode="eval")) == ast.dump(ast.parse(b.strip(), mode="eval"))
+        return ast.dump(parse_quietly(a.strip(), mode="eval")) == ast.dump(parse_quietly(b.strip(), mode="eval"))
     except SyntaxError:
         return a.strip() == b.strip()
 
@@ -291,12 +291,12 @@ def _siblings(tree: cst.Module, statement: cst.CSTNode) -> list[cst.CSTNode]:
 def _add_import(module: cst.Module, statement: str) -> cst.Module:
     """`statement` in the file's import block at the top (after the docstring), unless the file already has it."""
     new = cst.parse_statement(statement + "\n")
-    wanted = ast.dump(ast.parse(statement))
+    wanted = ast.dump(parse_quietly(statement))
     for s in module.body:
         if isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], (cst.Import, cst.ImportFrom)):
             code = module.code_for_node(s).strip()
             try:
-                if ast.dump(ast.parse(code)) == wanted:
+                if ast.dump(parse_quietly(code)) == wanted:
                     return module
             except SyntaxError:
                 pass
@@ -321,8 +321,8 @@ def _add_import(module: cst.Module, statement: str) -> cst.Module:
 def _imports_name(existing: str, statement: str) -> bool:
     """`from transformers import AutoModel, BitsAndBytesConfig` already provides BitsAndBytesConfig."""
     try:
-        want = ast.parse(statement).body[0]
-        have = ast.parse(existing).body[0]
+        want = parse_quietly(statement).body[0]
+        have = parse_quietly(existing).body[0]
     except (SyntaxError, IndexError):
         return False
     if isinstance(want, ast.ImportFrom) and isinstance(have, ast.ImportFrom) and want.module == have.module:

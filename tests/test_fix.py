@@ -175,3 +175,20 @@ def test_an_edit_that_would_not_parse_is_refused():
 
     with pytest.raises(EditFailed, match="would not parse"):
         apply_edits("x = f(a=1)\n", [Edit("set_kwarg", "t.py", 1, call="f", name="a", new="1 +")])
+
+
+def test_fix_is_not_changed_by_python_warnings_about_the_file(tmp_path):
+    """An invalid escape (`"\\d+"`) on a line the fix reads: Python's warning about it is not printed, and under
+    `-W error` the import already on that line is still recognised (no second `import BitsAndBytesConfig`)."""
+    (tmp_path / "train.py").write_text(
+        'from transformers import AutoModelForCausalLM, BitsAndBytesConfig; PAT = "\\d+"\n'
+        'model = AutoModelForCausalLM.from_pretrained("gpt2", load_in_4bit=True)\n')
+    diffs = []
+    for warnings_filter in ("default", "error::DeprecationWarning,error::SyntaxWarning"):
+        out = subprocess.run([sys.executable, "-m", "precision_doctor", "fix", "train.py", "--diff"], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "PYTHONWARNINGS": warnings_filter})
+        assert out.returncode == 1 and out.stderr == "", out.stderr
+        diffs.append(out.stdout)
+    assert diffs[0] == diffs[1] and "quantization_config=BitsAndBytesConfig(load_in_4bit=True)" in diffs[0]
+    assert "+from transformers import BitsAndBytesConfig" not in diffs[0]
