@@ -462,6 +462,8 @@ def _importers(helpers: list[Path], already: set[Path]) -> list[Path]:
     from .probes.versions import project_root
 
     found: list[Path] = []
+    if not helpers:
+        return found
     checked = {os.path.realpath(f) for f in already}  # named as given (relative), found under the root (absolute)
     for helper in helpers:
         module = helper.stem if helper.name != "__init__.py" else helper.parent.name
@@ -475,17 +477,17 @@ def _importers(helpers: list[Path], already: set[Path]) -> list[Path]:
             candidates = python_files(root).files[:MAX_IMPORTER_SCAN]
         except Unreadable:
             continue
+        checked.add(os.path.realpath(helper))
         for candidate in candidates:
-            real = os.path.realpath(candidate)
-            if real in checked or real == os.path.realpath(helper):
-                continue
             try:
                 text = read_text_bounded(candidate, errors="replace")
             except Unreadable:
                 continue
             if pattern.search(text) and re.search(r"\.train\(|Trainer\(|\.backward\(|optim\.", text):
-                found.append(candidate)
-                checked.add(real)
+                real = os.path.realpath(candidate)  # only for the few that match: resolving is a system call each
+                if real not in checked:
+                    found.append(candidate)
+                    checked.add(real)
             if len(found) >= MAX_IMPORTERS:
                 return found
     return found
