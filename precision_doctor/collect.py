@@ -56,7 +56,23 @@ def _expand(paths: list[str], exclude: tuple[str, ...] = (), root: str = ".") ->
         if not found and not unlisted:
             raise InputError(f"{raw}: a directory with no Python files; pass a training script or a folder of them")
         out.extend((f, False) for f in found + unlisted)
-    return list(dict.fromkeys(out))
+    return _once_each(out)
+
+
+def _once_each(entries: list[tuple[Path, bool]]) -> list[tuple[Path, bool]]:
+    """Each file once, where it first came (`check helper.py .` names a file the walk finds again, as `x.py` or
+    `./x.py` or by its absolute path); named when it was named anywhere."""
+    first: dict[str, int] = {}
+    out: list[tuple[Path, bool]] = []
+    for path, named in entries:
+        key = os.path.normpath(os.path.abspath(path))
+        if key in first:
+            if named:
+                out[first[key]] = (out[first[key]][0], True)
+            continue
+        first[key] = len(out)
+        out.append((path, named))
+    return out
 
 
 def _probe(path: Path, named: bool, args: tuple[str, ...], environ: tuple = (None, "")) -> ScriptFacts:

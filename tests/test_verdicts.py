@@ -114,6 +114,24 @@ def test_a_helper_named_beside_its_importer_checks_that_importer_once(tmp_path):
     assert "2 files checked" in text and text.count("\ntrain.py ") == 1, text
 
 
+def test_a_file_named_and_found_again_in_a_named_folder_is_checked_once(tmp_path):
+    """`check model_utils.py .`, `check ./train.py /abs/path/to/train.py`: each file is checked and listed once."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "model_utils.py").write_text(
+        "import torch\nfrom transformers import AutoModelForCausalLM\n\n\ndef load():\n"
+        "    return AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float16)\n")
+    (tmp_path / "train.py").write_text(
+        "from transformers import Trainer, TrainingArguments\nfrom model_utils import load\n"
+        "model = load()\nTrainer(model=model, args=TrainingArguments('o', fp16=True)).train()\n")
+    for args in (["model_utils.py", "."], [".", "./train.py", str(tmp_path / "model_utils.py")]):
+        out = _doctor("check", *args, "--target", "a100", "-v", cwd=tmp_path)
+        assert out.returncode == 1, out.stderr
+        assert "2 files checked" in out.stdout, out.stdout
+        listed = [line.split()[0] for line in out.stdout.splitlines()
+                  if line.endswith(("finding", "found")) and line.split()[0].endswith(".py")]
+        assert sorted(listed) == ["model_utils.py", "train.py"], out.stdout
+
+
 def test_a_finding_in_a_module_of_a_subfolder_names_that_module_where_it_is(tmp_path):
     (tmp_path / "recipes" / "utils").mkdir(parents=True)
     (tmp_path / "recipes" / "utils" / "loading.py").write_text(
