@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from precision_doctor.collect import gather
 
 _T4_BF16 = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
@@ -82,7 +84,9 @@ def test_a_file_list_with_bad_files_goes_on(tmp_path):
     assert nothing.returncode == 2 and len(nothing.stderr.strip().splitlines()) == 1
 
 
-def test_a_helper_module_alone_is_checked_through_the_scripts_that_import_it(tmp_path):
+@pytest.fixture
+def helper_project(tmp_path):
+    """A repository whose train.py imports a helper module that loads the model in fp16 (PD201 at its line 6)."""
     (tmp_path / ".git").mkdir()
     (tmp_path / "model_utils.py").write_text(
         "import torch\nfrom transformers import AutoModelForCausalLM\n\n\ndef load():\n"
@@ -90,22 +94,21 @@ def test_a_helper_module_alone_is_checked_through_the_scripts_that_import_it(tmp
     (tmp_path / "train.py").write_text(
         "from transformers import Trainer, TrainingArguments\nfrom model_utils import load\n"
         "model = load()\nTrainer(model=model, args=TrainingArguments('o', fp16=True)).train()\n")
+    return tmp_path
+
+
+def test_a_helper_module_alone_is_checked_through_the_scripts_that_import_it(helper_project):
+    tmp_path = helper_project
     facts = gather([str(tmp_path / "model_utils.py")], target="a100", environ={})
     assert {os.path.basename(s.path) for s in facts.scripts} == {"model_utils.py", "train.py"}
     out = _doctor("check", "model_utils.py", "--target", "a100", cwd=tmp_path)
     assert out.returncode == 1 and "model_utils.py:6" in out.stdout
 
 
-def test_a_helper_named_beside_its_importer_checks_that_importer_once(tmp_path):
+def test_a_helper_named_beside_its_importer_checks_that_importer_once(helper_project):
     """`check model_utils.py train.py` (a pre-commit hook staging both): train.py is named, so it is not added
     again as an importer of the helper (named relative, found under the repository root absolute)."""
-    (tmp_path / ".git").mkdir()
-    (tmp_path / "model_utils.py").write_text(
-        "import torch\nfrom transformers import AutoModelForCausalLM\n\n\ndef load():\n"
-        "    return AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float16)\n")
-    (tmp_path / "train.py").write_text(
-        "from transformers import Trainer, TrainingArguments\nfrom model_utils import load\n"
-        "model = load()\nTrainer(model=model, args=TrainingArguments('o', fp16=True)).train()\n")
+    tmp_path = helper_project
     concise = _doctor("check", "model_utils.py", "train.py", "--target", "a100", "--format", "concise", cwd=tmp_path)
     assert concise.returncode == 1, concise.stderr
     lines = concise.stdout.splitlines()
@@ -114,15 +117,9 @@ def test_a_helper_named_beside_its_importer_checks_that_importer_once(tmp_path):
     assert "2 files checked" in text and text.count("\ntrain.py ") == 1, text
 
 
-def test_a_file_named_and_found_again_in_a_named_folder_is_checked_once(tmp_path):
+def test_a_file_named_and_found_again_in_a_named_folder_is_checked_once(helper_project):
     """`check model_utils.py .`, `check ./train.py /abs/path/to/train.py`: each file is checked and listed once."""
-    (tmp_path / ".git").mkdir()
-    (tmp_path / "model_utils.py").write_text(
-        "import torch\nfrom transformers import AutoModelForCausalLM\n\n\ndef load():\n"
-        "    return AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float16)\n")
-    (tmp_path / "train.py").write_text(
-        "from transformers import Trainer, TrainingArguments\nfrom model_utils import load\n"
-        "model = load()\nTrainer(model=model, args=TrainingArguments('o', fp16=True)).train()\n")
+    tmp_path = helper_project
     for args in (["model_utils.py", "."], [".", "./train.py", str(tmp_path / "model_utils.py")]):
         out = _doctor("check", *args, "--target", "a100", "-v", cwd=tmp_path)
         assert out.returncode == 1, out.stderr
