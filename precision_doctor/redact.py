@@ -255,6 +255,17 @@ def shown(text: Any, keep_newlines: bool = False) -> str:
 
 def markup(text: Any) -> str:
     """A string from outside as rich markup: redacted, controls made visible, `[red]` shown literally."""
-    from rich.markup import escape
+    return escape_markup(shown(text, keep_newlines=True))
 
-    return escape(shown(text, keep_newlines=True))
+
+# What rich's markup would read as a tag: `[` then a letter, `#`, `/` or `@`, up to the next `]` (with the backslashes
+# before it). Escaped as `rich.markup.escape` escapes it (a test holds the two equal), so that a report written as
+# plain text needs no rich at all.
+_TAG_LIKE = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")
+
+
+def escape_markup(text: str) -> str:
+    """`text` inside rich markup: each tag-like `[...]` preceded by a backslash (the backslashes already there
+    doubled), and a final lone backslash doubled, so that nothing in it is read as markup."""
+    out = _TAG_LIKE.sub(lambda m: 2 * m.group(1) + "\\" + m.group(2), text)
+    return out + "\\" if out.endswith("\\") and not out.endswith("\\\\") else out

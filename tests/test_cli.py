@@ -136,6 +136,47 @@ def test_plain_output_when_piped(env):
     assert "error PD201" in proc.stdout
 
 
+@pytest.mark.parametrize("env", [{}, {"FORCE_COLOR": "1"}, {"FORCE_COLOR": ""}, {"NO_COLOR": "1", "FORCE_COLOR": "1"},
+                                 {"TTY_COMPATIBLE": "1"}, {"TTY_COMPATIBLE": "0", "FORCE_COLOR": "1"}])
+def test_a_piped_report_is_coloured_exactly_where_rich_would_colour_it(env):
+    """The plain report is written without rich (cli._report_console); the environment variables rich reads still
+    decide, as rich decides: the installed rich is asked what it would do with the same environment."""
+    import io
+    import os
+
+    from rich.console import Console
+
+    base = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE")}
+    proc = subprocess.run([sys.executable, "-m", "precision_doctor", "check", SEED001, "--target", "titan-rtx"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60, env={**base, **env})
+    rich_view = Console(file=io.StringIO(), _environ={**base, **env})
+    assert ("\x1b[" in proc.stdout) == (rich_view.is_terminal and not rich_view.no_color), proc.stdout[:300]
+    assert "PD201" in proc.stdout
+
+
+def test_a_report_on_a_terminal_is_coloured():
+    pty = pytest.importorskip("pty")
+    import os
+
+    master, slave = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE")}
+    proc = subprocess.Popen([sys.executable, "-m", "precision_doctor", "check", SEED001, "--target", "titan-rtx"],
+                            cwd=ROOT, stdout=slave, stderr=subprocess.DEVNULL, env=env)
+    os.close(slave)
+    chunks = []
+    while True:  # read as it writes: a report longer than the terminal's buffer would block it otherwise
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the terminal's other end is closed: all read
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    out = b"".join(chunks).decode()
+    assert proc.wait(timeout=60) == 1 and "\x1b[" in out and "PD201" in out
+
+
 def test_rich_colour_on_a_terminal_and_quiet_mode():
     import io
 

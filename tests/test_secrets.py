@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rich.console import Console
 
 from precision_doctor import engine
@@ -210,3 +212,15 @@ def test_fix_shows_control_characters_in_its_diff_as_escapes():
     shown = io.StringIO()
     _show(Console(file=shown, width=200), Step([finding], [change]))
     assert "\x1b" not in shown.getvalue() and "\\x1b]0;pwned\\x07', fp16=True)" in shown.getvalue()
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("[]\\/#@ab Z1:=")), max_size=24) | st.text(max_size=24))
+def test_markup_is_escaped_as_rich_escapes_it(text):
+    """The report's markup is escaped without importing rich (a plain report needs none of it), exactly as rich's
+    own escape does it, so that the styled report rich renders shows the same text."""
+    from rich.markup import escape
+
+    from precision_doctor.redact import escape_markup
+
+    assert escape_markup(text) == escape(text)

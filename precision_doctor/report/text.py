@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import re
-
-from rich.console import Console
+from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..engine import Result
@@ -13,6 +12,9 @@ from ..findings import SEVERITIES, SEVERITY_RANK, Finding
 from ..redact import markup
 from .lines import SourceLines
 from .unknowns import NOT_CHECKED, UnknownEntry, by_file, unknown_entries
+
+if TYPE_CHECKING:  # a plain report is written without rich (cli.report_console)
+    from rich.console import Console
 
 _STYLE = {"error": "bold red", "warning": "bold yellow", "info": "bold cyan"}
 _MARK = {"error": "✗", "warning": "!", "info": "i"}
