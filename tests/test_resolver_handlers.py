@@ -15,6 +15,8 @@ from precision_doctor.probes.scopes import ScopeIndex
 from precision_doctor.probes.script import probe_script
 from precision_doctor.probes.symbols import Context, DictSym, GpuQuery, Known, Multi, Namespace, Seq
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def resolver_for(source: str, args: tuple[str, ...] = ()) -> tuple[Resolver, ast.AST]:
     """A resolver over `source` and the expression of its last line."""
@@ -219,3 +221,39 @@ def test_symbols_are_frozen_and_slotted():
         assert cls.__slots__ and not hasattr(cls.__new__(cls), "__dict__")
         with pytest.raises(AttributeError):
             setattr(cls.__new__(cls), cls.__slots__[0], 1)
+
+
+def _expressions_of_real_code():
+    """Every expression in this repository's code, its fixtures and tests, and an installed pure-Python library."""
+    import rich
+
+    files = [*ROOT.glob("precision_doctor/**/*.py"), *ROOT.glob("fixtures/**/*.py"), *ROOT.glob("tests/**/*.py"),
+             *Path(rich.__file__).parent.glob("*.py")]
+    for path in files:
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        yield from (node for node in ast.walk(tree) if isinstance(node, ast.expr))
+
+
+def test_plain_text_writes_every_expression_as_ast_unparse_does():
+    """The probe renders values and conditions without ast.unparse's visitor where it can; whatever it writes must
+    be what ast.unparse writes, parentheses included (`a and b and (c == d)`, `(-1) ** 2`, `(a + b).c`)."""
+    from precision_doctor.probes.resolve import plain_text
+
+    tricky = ["a and b and c == d", "(-1) ** 2", "-1 ** 2", "(a + b).c", "a - (b - c)", "(a - b) - c", "a ** b ** c",
+              "(a ** b) ** c", "not a == b", "(not a) == b", "x if y else z if w else v", "(x if y else z) + 1",
+              "[*a, *(b or c)]", "{**a, 'k': (v := 1) if 0 else 2}", "f(*a or b, **c)", "x[1:2, 3]", "x[::2]",
+              "x[a:b][c]", "(a, )", "()", "{1, (2, 3)}", "a < b < c", "a not in b is not c", "~a | b & c ^ d",
+              "lambda: 0", "a if b else (lambda: c)", "(yield)", "1 .real", "'a' 'b'", "u'x'", "b'\\x00'",
+              "f'{x!r:>{w}}'", "1e400", "x[...]", "a @ b // c % d << e >> f"]
+    nodes = [ast.parse(t, mode="eval").body for t in tricky]
+    written = same = 0
+    for node in [*nodes, *_expressions_of_real_code()]:
+        text = plain_text(node)
+        if text:
+            written += 1
+            assert text == ast.unparse(node), (text, ast.unparse(node))
+            same += 1
+    assert written > 50_000 and same == written  # it covers the common shapes, not just names

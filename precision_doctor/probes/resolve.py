@@ -601,16 +601,27 @@ class Resolver:
 _REPR_CONSTANTS = (str, int, bool, type(None), bytes)  # written by ast.unparse as repr() writes them
 _PLAIN_DEPTH = 40  # deeper expressions go to ast.unparse (and its too-deep fallback), as before
 
+# ast.unparse's operator precedences (its _Precedence, lowest first): an operand is put in parentheses when the
+# place it is written in needs a higher precedence than its own. A test holds plain_text equal to ast.unparse.
+_TEST, _OR, _AND, _NOT, _CMP, _EXPR, _FACTOR, _POWER, _ATOM = 4, 5, 6, 7, 8, 9, 15, 16, 18
+_BINARY = {ast.Add: ("+", 13), ast.Sub: ("-", 13), ast.Mult: ("*", 14), ast.MatMult: ("@", 14), ast.Div: ("/", 14),
+           ast.Mod: ("%", 14), ast.FloorDiv: ("//", 14), ast.LShift: ("<<", 12), ast.RShift: (">>", 12),
+           ast.BitOr: ("|", 9), ast.BitXor: ("^", 10), ast.BitAnd: ("&", 11), ast.Pow: ("**", _POWER)}
+_UNARY = {ast.Not: ("not ", _NOT), ast.USub: ("-", _FACTOR), ast.UAdd: ("+", _FACTOR), ast.Invert: ("~", _FACTOR)}
+_COMPARISON = {ast.Eq: " == ", ast.NotEq: " != ", ast.Lt: " < ", ast.LtE: " <= ", ast.Gt: " > ", ast.GtE: " >= ",
+               ast.Is: " is ", ast.IsNot: " is not ", ast.In: " in ", ast.NotIn: " not in "}
+
 
 def plain_text(node: ast.AST) -> str:
-    """What ast.unparse writes for a primary expression made of names, plain constants, attributes, subscripts and
-    calls (most rendered nodes: arguments, callees, conditions' operands), without its visitor machinery; "" for
-    anything else. None of these needs parentheses inside another, so each is written as it reads."""
+    """What ast.unparse writes for an expression made of names, plain constants, attributes, subscripts, calls,
+    operators, comparisons, conditional expressions and list, tuple, set and dict displays (almost every rendered
+    node: arguments, callees, conditions), without its visitor machinery; "" for anything else."""
     out: list[str] = []
-    return "".join(out) if _write_plain(node, out, 0) else ""
+    return "".join(out) if _write_plain(node, out, 0, _TEST) else ""
 
 
-def _write_plain(node: ast.AST, out: list[str], depth: int) -> bool:
+def _write_plain(node: ast.AST, out: list[str], depth: int, need: int) -> bool:
+    """Write `node` where its place needs precedence `need`; False: a node this writer leaves to ast.unparse."""
     kind = type(node)
     if kind is ast.Name:
         out.append(node.id)
@@ -633,21 +644,21 @@ def _write_plain(node: ast.AST, out: list[str], depth: int) -> bool:
         owner = node.value
         if type(owner) is ast.Constant and isinstance(owner.value, int):  # `1 .real`: unparse adds a space
             return False
-        if not _write_plain(owner, out, depth):
+        if not _write_plain(owner, out, depth, _ATOM):
             return False
         out.append(".")
         out.append(node.attr)
         return True
     if kind is ast.Subscript:
-        if type(node.slice) is ast.Tuple or not _write_plain(node.value, out, depth):
+        if type(node.slice) is ast.Tuple or not _write_plain(node.value, out, depth, _ATOM):
             return False
         out.append("[")
-        if not _write_plain(node.slice, out, depth):
+        if not _write_plain(node.slice, out, depth, _TEST):
             return False
         out.append("]")
         return True
     if kind is ast.Call:
-        if not _write_plain(node.func, out, depth):
+        if not _write_plain(node.func, out, depth, _ATOM):
             return False
         out.append("(")
         first = True
@@ -655,10 +666,7 @@ def _write_plain(node: ast.AST, out: list[str], depth: int) -> bool:
             if not first:
                 out.append(", ")
             first = False
-            if type(arg) is ast.Starred:
-                out.append("*")
-                arg = arg.value
-            if not _write_plain(arg, out, depth):
+            if not _write_plain(arg, out, depth, _TEST):
                 return False
         for kw in node.keywords:
             if not first:
@@ -669,11 +677,100 @@ def _write_plain(node: ast.AST, out: list[str], depth: int) -> bool:
             else:
                 out.append(kw.arg)
                 out.append("=")
-            if not _write_plain(kw.value, out, depth):
+            if not _write_plain(kw.value, out, depth, _TEST):
                 return False
         out.append(")")
         return True
+    if kind is ast.Starred:
+        out.append("*")
+        return _write_plain(node.value, out, depth, _EXPR)
+    if kind is ast.BinOp:
+        symbol, own = _BINARY[type(node.op)]
+        left, right = (own + 1, own) if own == _POWER else (own, own + 1)  # `**` groups to the right
+        return _operation(out, need > own, lambda: _write_plain(node.left, out, depth, left) and
+                          not out.append(f" {symbol} ") and _write_plain(node.right, out, depth, right))
+    if kind is ast.UnaryOp:
+        symbol, own = _UNARY[type(node.op)]
+        return _operation(out, need > own, lambda: not out.append(symbol) and
+                          _write_plain(node.operand, out, depth, own))
+    if kind is ast.Compare:
+        def comparison() -> bool:
+            if not _write_plain(node.left, out, depth, _EXPR):
+                return False
+            for op, right in zip(node.ops, node.comparators):
+                out.append(_COMPARISON[type(op)])
+                if not _write_plain(right, out, depth, _EXPR):
+                    return False
+            return True
+        return _operation(out, need > _CMP, comparison)
+    if kind is ast.BoolOp:
+        own = _AND if type(node.op) is ast.And else _OR
+        word = " and " if own == _AND else " or "
+
+        def operands() -> bool:  # unparse asks each next operand for one level more (a and b and (c == d))
+            for i, value in enumerate(node.values):
+                if i:
+                    out.append(word)
+                if not _write_plain(value, out, depth, min(own + 1 + i, _ATOM)):
+                    return False
+            return True
+        return _operation(out, need > own, operands)
+    if kind is ast.IfExp:
+        return _operation(out, need > _TEST, lambda: _write_plain(node.body, out, depth, _OR) and
+                          not out.append(" if ") and _write_plain(node.test, out, depth, _OR) and
+                          not out.append(" else ") and _write_plain(node.orelse, out, depth, _TEST))
+    if kind is ast.List or kind is ast.Tuple or (kind is ast.Set and node.elts):
+        opening, closing = "[]" if kind is ast.List else "()" if kind is ast.Tuple else "{}"
+        out.append(opening)
+        for i, element in enumerate(node.elts):
+            if i:
+                out.append(", ")
+            if not _write_plain(element, out, depth, _TEST):
+                return False
+        if kind is ast.Tuple and len(node.elts) == 1:
+            out.append(",")
+        out.append(closing)
+        return True
+    if kind is ast.Dict:
+        out.append("{")
+        for i, (key, value) in enumerate(zip(node.keys, node.values)):
+            if i:
+                out.append(", ")
+            if key is None:
+                out.append("**")
+                if not _write_plain(value, out, depth, _EXPR):
+                    return False
+                continue
+            if not _write_plain(key, out, depth, _TEST):
+                return False
+            out.append(": ")
+            if not _write_plain(value, out, depth, _TEST):
+                return False
+        out.append("}")
+        return True
+    if kind is ast.Slice:
+        if node.lower is not None and not _write_plain(node.lower, out, depth, _TEST):
+            return False
+        out.append(":")
+        if node.upper is not None and not _write_plain(node.upper, out, depth, _TEST):
+            return False
+        if node.step is not None:
+            out.append(":")
+            if not _write_plain(node.step, out, depth, _TEST):
+                return False
+        return True
     return False
+
+
+def _operation(out: list[str], parenthesised: bool, write) -> bool:
+    """An operator's text, in parentheses where its place needs more than its precedence."""
+    if parenthesised:
+        out.append("(")
+    if not write():
+        return False
+    if parenthesised:
+        out.append(")")
+    return True
 
 
 _COMPARE = {
