@@ -64,8 +64,11 @@ def _once_each(entries: list[tuple[Path, bool]]) -> list[tuple[Path, bool]]:
     `./x.py` or by its absolute path); named when it was named anywhere."""
     first: dict[str, int] = {}
     out: list[tuple[Path, bool]] = []
+    here = os.getcwd()
     for path, named in entries:
-        key = os.path.normpath(os.path.abspath(path))
+        key = os.path.normpath(os.path.join(here, path))
+        if ".." in path.parts:  # `link/../x.py` is the x.py beside link's target: the folder is resolved for real
+            key = os.path.join(os.path.realpath(os.path.join(here, path.parent)), path.name)
         if key in first:
             if named:
                 out[first[key]] = (out[first[key]][0], True)
@@ -81,7 +84,7 @@ def _probe(path: Path, named: bool, args: tuple[str, ...], environ: tuple = (Non
     try:
         if not named and os.path.isdir(path) and not os.path.islink(path):  # a subfolder the walk could not list
             raise Unreadable(path, f"the folder cannot be listed ({_listing_problem(path)})")
-        if named and is_config_path(path):  # `check recipe.yaml`: the config as its tool runs it
+        if is_config_path(path):  # `check recipe.yaml`: the config as its tool runs it (a walk finds only .py)
             return probe_config(path, _display(path))
         return probe_script(path, args, display=_display(path), environ=environ)
     except InputError as exc:

@@ -154,3 +154,17 @@ def test_a_llamafactory_v1_config_is_named_as_such_and_refused_with_exit_2(tmp_p
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "LLaMA-Factory v1 config" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("extra", [["--keep-going"], ["SCRIPT"]], ids=["keep-going", "beside-a-script"])
+def test_a_named_config_is_read_as_its_tool_runs_it_among_other_paths(tmp_path, extra):
+    """`check cfg.yml train.py` or `check --keep-going cfg.yml` (pre-commit): the config is still a config, not
+    a Python file that does not parse."""
+    config = CONFIGS / "axolotl/seed001_titan_full_ft.yml"
+    script = tmp_path / "train.py"
+    script.write_text("print('no training here')\n")
+    args = [str(script) if a == "SCRIPT" else a for a in extra]
+    proc = subprocess.run([sys.executable, "-m", "precision_doctor", "check", str(config), *args, "--target",
+                           "titan-rtx", "--format", "concise"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "PD201" in proc.stdout and "syntax error" not in proc.stdout

@@ -129,6 +129,23 @@ def test_a_file_named_and_found_again_in_a_named_folder_is_checked_once(helper_p
         assert sorted(listed) == ["model_utils.py", "train.py"], out.stdout
 
 
+def test_a_path_through_a_folder_link_and_dot_dot_is_not_merged_with_another_file(tmp_path):
+    """`sub/deep/../x.py` where `sub/deep` links to `other/inner` is other/x.py, not sub/x.py: both are checked,
+    and sub/x.py's error is not dropped as a duplicate (a false pass)."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "other" / "inner").mkdir(parents=True)
+    (tmp_path / "sub" / "deep").symlink_to(tmp_path / "other" / "inner")
+    (tmp_path / "sub" / "x.py").write_text(
+        "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+        "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float16)\n"
+        "Trainer(model=model, args=TrainingArguments('o', fp16=True)).train()\n")
+    (tmp_path / "other" / "x.py").write_text("print('no training')\n")
+    for args in (["sub/deep/../x.py", "sub/x.py"], ["sub/x.py", "sub/deep/../x.py"]):
+        out = _doctor("check", *args, "--target", "a100", cwd=tmp_path)
+        assert out.returncode == 1 and "PD201" in out.stdout and "2 files checked" in out.stdout, out.stdout
+
+
 def test_a_finding_in_a_module_of_a_subfolder_names_that_module_where_it_is(tmp_path):
     (tmp_path / "recipes" / "utils").mkdir(parents=True)
     (tmp_path / "recipes" / "utils" / "loading.py").write_text(
