@@ -219,11 +219,14 @@ def _report_console(no_color: bool = False):
         return _PlainReport()
     if "FORCE_COLOR" in environ or "TTY_COMPATIBLE" in environ:
         return _console()
+    return _console() if _stdout_is_terminal() else _PlainReport()
+
+
+def _stdout_is_terminal() -> bool:
     try:
-        terminal = sys.stdout.isatty()
-    except (AttributeError, ValueError):  # no stdout, or a closed one
-        terminal = False
-    return _console() if terminal else _PlainReport()
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):  # no stdout (started with it closed), or a closed one
+        return False
 
 
 def _console(no_color: bool = False):
@@ -309,7 +312,7 @@ def run_check(opts, script_args: tuple[str, ...]) -> int:
                                     jobs=min(opts.jobs or MAX_JOBS, os.cpu_count() or 1), exclude=settings.exclude,
                                     root=root, partitions=settings.partitions, python=_python(opts),
                                     keep_going=opts.keep_going)
-    if not opts.paths and os.environ.get("CI") and not sys.stdout.isatty():  # after the input was found good
+    if not opts.paths and os.environ.get("CI") and not _stdout_is_terminal():  # after the input was found good
         print("precision-doctor: no path given: only the machine was checked, no training script "
               "(pass the scripts or folders to check)", file=sys.stderr)
     if opts.live:

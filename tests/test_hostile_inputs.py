@@ -300,3 +300,11 @@ def test_non_finite_numbers_are_strings_in_every_json_output(tmp_path, capsys):
 def test_strict_json_writer():
     doc = {"a": [math.inf, -math.inf, math.nan, 1.5], "b": {"c": (math.nan,)}}
     assert strict(dumps(doc)) == {"a": ["Infinity", "-Infinity", "NaN", 1.5], "b": {"c": ["NaN"]}}
+
+
+def test_a_machine_only_check_in_ci_with_stdout_closed_is_exit_2(tmp_path):
+    """`CI=1 check --target X >&-`: the "only the machine was checked" notice asks whether stdout is a terminal;
+    a closed stdout is not one (it was an internal error, exit 3)."""
+    proc = shell("CI=1 DOCTOR check --target titan-rtx >&-", tmp_path)
+    assert proc.returncode == 2 and "internal error" not in proc.stderr, proc.stderr
+    assert "stdout is closed" in proc.stderr
