@@ -224,3 +224,20 @@ def test_markup_is_escaped_as_rich_escapes_it(text):
     from precision_doctor.redact import escape_markup
 
     assert escape_markup(text) == escape(text)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("[]\\/#@ab Z1:=")), max_size=24) |
+       st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs")), max_size=24),
+       st.text(alphabet=st.sampled_from(list("[]\\/ab")), max_size=8))
+def test_a_plain_report_shows_the_text_rich_shows(text, other):
+    """A report written without rich (piped, NO_COLOR) shows what rich shows for the same markup: brackets and
+    backslashes in file names and source lines (`trail\\`, `a\\[red]b`) included. (Control characters are made
+    visible before they reach markup: `redact.shown`.)"""
+    from rich.markup import render
+
+    from precision_doctor.redact import escape_markup
+    from precision_doctor.report.text import plain
+
+    markup = f"[bold]{escape_markup(text)}[/bold]  {escape_markup(other)} [dim]({escape_markup(text)})[/dim]"
+    assert plain(markup) == render(markup, emoji=False).plain

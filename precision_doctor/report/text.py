@@ -34,12 +34,25 @@ class _Buffer:
         self.lines.append(text)
 
 
-_TAG = re.compile(r"(?<!\\)\[/?[a-z][a-z ]*\]")
+# A tag as rich's markup reads it, with the backslashes before it: an odd count escapes the tag (it is text), and
+# each pair is one literal backslash.
+_TAG = re.compile(r"(\\*)\[([a-z#/@][^\[]*?)]")
 
 
 def plain(markup: str) -> str:
-    """The text of our markup without rich: tags dropped, escaped brackets restored."""
-    return _TAG.sub("", markup).replace("\\[", "[")
+    """The text rich shows for our markup, without rich: tags dropped, escaped tags and backslashes as rich writes
+    them, and `\\[` before a bracket that is no tag shown as `[` (what rich does with the text between tags)."""
+    out: list[str] = []
+    position = 0
+    for match in _TAG.finditer(markup):
+        out.append(markup[position:match.start()].replace("\\[", "["))
+        backslashes, escaped = divmod(len(match.group(1)), 2)
+        out.append("\\" * backslashes)
+        if escaped:
+            out.append(f"[{match.group(2)}]")
+        position = match.end()
+    out.append(markup[position:].replace("\\[", "["))
+    return "".join(out)
 
 
 def render(result: Result, facts: Facts, console: Console, quiet: bool = False, verbose: bool = False,
