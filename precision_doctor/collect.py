@@ -386,7 +386,9 @@ def _gather(paths: list[str], target: str | None = None, launcher: str | None = 
         else:  # the workers read each folder's stack, as they need it to judge
             scripts, verdicts, trains, stacks = _judge_all(entries, args, jobs, script_env,
                                                            _Finish(launch.unknowns, resolver), judge)
-    if len(entries) > 1 and all(_not_checked(s) for s in scripts):
+    # nothing could be checked: the input was bad (exit 2), however many files it named, unless the run was asked to
+    # go on (pre-commit staging only empty __init__.py files passes)
+    if not keep_going and scripts and all(_not_checked(s) for s in scripts):
         first = scripts[0]
         raise InputError(f"{first.path}: {first.unknowns[0].reason}; nothing could be checked")
     named = [f for f, s, t in zip(files, scripts, trains) if not _not_checked(s) and not t and

@@ -146,6 +146,22 @@ def test_a_path_through_a_folder_link_and_dot_dot_is_not_merged_with_another_fil
         assert out.returncode == 1 and "PD201" in out.stdout and "2 files checked" in out.stdout, out.stdout
 
 
+def test_nothing_checkable_is_exit_2_however_many_files_unless_the_run_goes_on(tmp_path):
+    """Two staged empty `__init__.py` files pass a pre-commit hook (`--keep-going`) as one does; a folder whose only
+    script cannot be parsed is bad input (exit 2, one line) as two such files are."""
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("")
+    hook = _doctor("check", "--keep-going", "a/__init__.py", "b/__init__.py", "--target", "a100", cwd=tmp_path)
+    assert hook.returncode == 0 and hook.stdout.count("not checked") >= 2, hook.stdout + hook.stderr
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "train.py").write_text("def f(:\n")
+    folder = _doctor("check", "broken", "--target", "a100", cwd=tmp_path)
+    assert folder.returncode == 2 and len(folder.stderr.strip().splitlines()) == 1, folder.stderr
+    going_on = _doctor("check", "--keep-going", "broken", "--target", "a100", cwd=tmp_path)
+    assert going_on.returncode == 0 and "not checked" in going_on.stdout, going_on.stdout + going_on.stderr
+
+
 def test_a_finding_in_a_module_of_a_subfolder_names_that_module_where_it_is(tmp_path):
     (tmp_path / "recipes" / "utils").mkdir(parents=True)
     (tmp_path / "recipes" / "utils" / "loading.py").write_text(
