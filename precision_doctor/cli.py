@@ -183,7 +183,8 @@ def _report_options(check: argparse.ArgumentParser) -> None:
     report.add_argument("--format", dest="fmt", choices=FORMATS, default="text",
                         help="text (default); json; sarif (code scanning); concise (path:line:col: ID [severity] "
                              "message); github (workflow-command annotations on a pull request)")
-    report.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
+    report.add_argument("--output", "-o", metavar="FILE",
+                        help="write the report to FILE instead of stdout (`-` is stdout)")
     report.add_argument("--statistics", action="store_true", help="only the number of findings per rule")
     report.add_argument("--verbose", "-v", action="store_true",
                         help="folder runs: list the files with no problems too (they are counted, not listed)")
@@ -470,7 +471,7 @@ def _render_data(fmt: str, result, facts, no_color: bool, opts=None, exit_code: 
 
 def _write(output: str | None, text: str) -> None:
     """stdout, or FILE by safe_io's rules (a regular file replaced whole, a pipe or device written in place)."""
-    if not output:
+    if not output or output == "-":  # `-o -`: stdout, as for every tool that takes -o
         sys.stdout.write(text)
         return
     from .safe_io import write_file
@@ -606,6 +607,9 @@ def main(argv: list[str] | None = None) -> int:
         args, script_args = args[:split], tuple(args[split + 1:])
     parser = build_parser()
     opts = None
+    for stream in (sys.stdout, sys.stderr):  # a terminal or log that cannot show ✗ or → gets \u2717, not a crash
+        if hasattr(stream, "reconfigure") and not stream.closed:
+            stream.reconfigure(errors="backslashreplace")
     try:
         opts = parser.parse_args(args)
         if opts.command == "check":

@@ -308,3 +308,18 @@ def test_a_machine_only_check_in_ci_with_stdout_closed_is_exit_2(tmp_path):
     proc = shell("CI=1 DOCTOR check --target titan-rtx >&-", tmp_path)
     assert proc.returncode == 2 and "internal error" not in proc.stderr, proc.stderr
     assert "stdout is closed" in proc.stderr
+
+
+def test_a_report_to_a_stream_that_cannot_show_its_symbols_keeps_its_verdict(script):
+    """PYTHONIOENCODING=ascii (an old CI log): the report's · and → are written as escapes, the verdict stands (a
+    warning passes, --fail-on warning fails), no crash."""
+    for extra, verdict in (("", 0), ("--fail-on warning", 1)):
+        proc = shell(f"PYTHONIOENCODING=ascii DOCTOR check {script} --target t4 {extra}", script.parent)
+        assert proc.returncode == verdict and proc.stderr == "", proc.stderr
+        assert "PD213" in proc.stdout and "\\xb7" in proc.stdout
+
+
+def test_output_dash_is_stdout(script):
+    proc = shell(f"DOCTOR check {script} --target t4 --format json -o -", script.parent)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["findings"], proc.stderr
+    assert not (script.parent / "-").exists()
