@@ -237,7 +237,9 @@ def _console(no_color: bool = False):
         def on_broken_pipe(self) -> None:  # rich would exit 1 here; _deliver decides the exit code
             raise BrokenPipeError
 
-    return ReportConsole(highlight=False, no_color=no_color or None, soft_wrap=False)
+    # --no-color: no styles at all (rich's no_color drops colours but keeps bold and underline)
+    return ReportConsole(highlight=False, no_color=no_color or None, soft_wrap=False,
+                         **({"color_system": None} if no_color else {}))
 
 
 def _deliver(write, verdict: int) -> int:

@@ -225,3 +225,17 @@ def test_help_is_wrapped_to_the_terminal_width_as_argparse_wraps_it(columns, mon
     monkeypatch.setattr(type(check), "_get_formatter", theirs)
     assert ours == check.format_help()
     assert parser.format_help() == argparse.ArgumentParser.format_help(parser)
+
+
+@pytest.mark.parametrize("command", [["check"], ["memory"]])
+def test_no_color_means_no_styles_even_where_colour_is_forced(command):
+    """--no-color under FORCE_COLOR (a CI runner that forces colour): no escape sequence at all, bold included."""
+    import os
+
+    env = {**os.environ, "FORCE_COLOR": "1"}
+    proc = subprocess.run([sys.executable, "-m", "precision_doctor", command[0], SEED001, *command[1:], "--target",
+                           "titan-rtx", "--no-color"], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
+    assert proc.stdout and "\x1b[" not in proc.stdout, proc.stdout[:200]
+    coloured = subprocess.run([sys.executable, "-m", "precision_doctor", command[0], SEED001, *command[1:],
+                               "--target", "titan-rtx"], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
+    assert "\x1b[" in coloured.stdout  # the twin: forced colour without --no-color is styled
