@@ -526,7 +526,8 @@ def _probe_all(entries: list[tuple[Path, bool]], args: tuple[str, ...], jobs: in
 
     chunk = max(1, len(entries) // (jobs * 4))
     done = run_parallel(_probe_entry, [(f, named, args, environ) for f, named in entries], jobs, chunk=chunk,
-                        meanwhile=meanwhile, weights=[_size(f) for f, _ in entries])
+                        meanwhile=meanwhile, weights=[_size(f) for f, _ in entries],
+                        groups=[f.parent for f, _ in entries])
     return tuple(ScriptFacts(path=_display(f), unknowns=(Unknown("not checked", r.reason),))
                  if isinstance(r, Lost) else r for (f, _), r in zip(entries, done))
 
@@ -541,7 +542,7 @@ def _judge_all(entries: list[tuple[Path, bool]], args: tuple[str, ...], jobs: in
 
     chunk = max(1, len(entries) // (jobs * 4))
     done = run_parallel(_ProbeAndJudge(args, environ, finish, judge), entries, jobs, chunk=chunk,
-                        weights=[_size(f) for f, _ in entries])
+                        weights=[_size(f) for f, _ in entries], groups=[f.parent for f, _ in entries])
     scripts, verdicts, trains, stacks = [], [], [], []
     for (f, _), r in zip(entries, done):
         if isinstance(r, Lost):

@@ -34,14 +34,18 @@ class Lost:
 
 
 def run_parallel(func: Callable[[Any], Any], items: Iterable[Any], jobs: int, chunk: int = 0,
-                 meanwhile: Callable[[], Any] | None = None, weights: list[float] | None = None) -> list[Any]:
+                 meanwhile: Callable[[], Any] | None = None, weights: list[float] | None = None,
+                 groups: list[Any] | None = None) -> list[Any]:
     """`[func(item) for item in items]` in up to `jobs` worker processes, in order; an item whose worker died
     is a `Lost`. An exception raised by `func` ends every worker and is raised here, as a plain call would.
     At most `chunk` items go to a worker at a time (default: about four rounds per worker), fewer as the work
     runs out, so that the workers finish together. `weights` (each item's expected cost, e.g. its file's size)
     make the batches even in cost rather than in count: a batch of large files is not as long as a batch of
     small ones, which left one worker idle at the end while the other still had most of its last. Items go in
-    order, so neighbours (a folder's scripts, which import the same modules) share a worker and its caches.
+    order, so neighbours (a folder's scripts, which import the same modules) share a worker and its caches; with
+    `groups` (each item's folder, say) a batch that reaches its cost runs on to the end of its group, up to twice
+    its cost and count, so that a group is seldom split between two workers that would each read what its items
+    import.
     `meanwhile()` runs here
     once the workers have their first batches (work of this process that needs no result: it would otherwise
     wait idle)."""
@@ -54,7 +58,9 @@ def run_parallel(func: Callable[[Any], Any], items: Iterable[Any], jobs: int, ch
     chunk = chunk or max(1, len(items) // (jobs * 4))
     if weights is not None and len(weights) != len(items):
         raise ValueError(f"{len(weights)} weights for {len(items)} items")
-    return _Pool(func, items, jobs, chunk, weights).run(meanwhile)
+    if groups is not None and len(groups) != len(items):
+        raise ValueError(f"{len(groups)} groups for {len(items)} items")
+    return _Pool(func, items, jobs, chunk, weights, groups).run(meanwhile)
 
 
 class _Worker:
@@ -73,7 +79,8 @@ class _Worker:
 
 
 class _Pool:
-    def __init__(self, func, items: list, jobs: int, chunk: int, weights: list[float] | None = None):
+    def __init__(self, func, items: list, jobs: int, chunk: int, weights: list[float] | None = None,
+                 groups: list[Any] | None = None):
         # fork: no re-import per worker, and the worker's parent is this thread (what PDEATHSIG watches)
         import multiprocessing  # here: a check of one script starts no worker and needs none of it (~10 ms)
 
@@ -86,6 +93,7 @@ class _Pool:
         self.results: list[Any] = [None] * len(items)
         self.chunk = chunk
         self.weights = weights if weights is not None else [1.0] * len(items)
+        self.groups = groups
         self.queue: deque[int] = deque(range(len(items)))  # items not yet sent, in order
         self.queued_weight = float(sum(self.weights))
         # the most one batch carries: `chunk` items of the average cost
@@ -111,6 +119,13 @@ class _Pool:
             index = self.queue.popleft()
             batch.append(index)
             carried += self.weights[index]
+        groups = self.groups
+        if groups is not None and batch:  # on to the end of the last item's group, within twice the share and count
+            while self.queue and groups[self.queue[0]] == groups[batch[-1]] and len(batch) < 2 * self.chunk and \
+                    carried + self.weights[self.queue[0]] <= 2 * share:
+                index = self.queue.popleft()
+                batch.append(index)
+                carried += self.weights[index]
         self.queued_weight -= carried
         return batch
 

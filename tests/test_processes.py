@@ -307,6 +307,29 @@ def test_weighted_batches_are_even_in_cost_not_in_count():
         run_parallel(square, [1, 2], jobs=2, weights=[1.0, 1.0, 1.0])
 
 
+def test_a_batch_runs_on_to_the_end_of_its_folder_within_twice_its_share():
+    """A folder's scripts import the same modules: split between two workers, each would read them. A batch that
+    reaches its cost inside a folder takes the rest of that folder when it fits in twice the batch; a folder too
+    large for that is still split, the last batches still shrink so that the workers end together, and nothing is
+    lost or reordered."""
+    from precision_doctor.pool import _Pool
+
+    groups = ["a"] * 7 + ["b"] * 8 + ["c"] * 60 + ["d"] * 8
+    chunk = 10
+    pool = _Pool(square, list(range(len(groups))), jobs=2, chunk=chunk, weights=[1.0] * len(groups), groups=groups)
+    batches = []
+    while pool.pending:
+        batches.append(pool._next_batch())
+    assert [i for b in batches for i in b] == list(range(len(groups)))
+    assert batches[0] == list(range(15))  # folders a and b whole: 15 items, within twice the 10 of a batch
+    assert len([b for b in batches if groups[b[0]] == "c"]) > 1  # 60 scripts: more than one batch
+    assert all(len(b) <= 2 * chunk for b in batches) and len(batches[-1]) == 1
+    plain = _Pool(square, list(range(len(groups))), jobs=2, chunk=chunk, weights=[1.0] * len(groups))
+    assert plain._next_batch() == list(range(10))  # without groups: the batch ends inside folder b
+    with pytest.raises(ValueError, match="1 groups for 2 items"):
+        run_parallel(square, [1, 2], jobs=2, groups=["a"])
+
+
 BIG_ITEMS = """
 from precision_doctor.pool import run_parallel
 
