@@ -582,6 +582,10 @@ def _probe_entry(item) -> ScriptFacts:
 
 
 def _display(path: Path) -> str:
+    if ".." in path.parts:  # `link/../x.py` is the x.py beside link's target, not the one the text names
+        real = os.path.realpath(path.parent)
+        if real != os.path.realpath(os.path.normpath(path.parent)):
+            path = Path(real) / path.name
     try:
         rel = os.path.relpath(path)
     except ValueError:

@@ -130,8 +130,8 @@ def test_a_file_named_and_found_again_in_a_named_folder_is_checked_once(helper_p
 
 
 def test_a_path_through_a_folder_link_and_dot_dot_is_not_merged_with_another_file(tmp_path):
-    """`sub/deep/../x.py` where `sub/deep` links to `other/inner` is other/x.py, not sub/x.py: both are checked,
-    and sub/x.py's error is not dropped as a duplicate (a false pass)."""
+    """`sub/deep/../x.py` where `sub/deep` links to `other/inner` is other/x.py, not sub/x.py: both are checked
+    and shown where they are, and sub/x.py's error is not dropped as a duplicate (a false pass)."""
     (tmp_path / ".git").mkdir()
     (tmp_path / "sub").mkdir()
     (tmp_path / "other" / "inner").mkdir(parents=True)
@@ -142,8 +142,12 @@ def test_a_path_through_a_folder_link_and_dot_dot_is_not_merged_with_another_fil
         "Trainer(model=model, args=TrainingArguments('o', fp16=True)).train()\n")
     (tmp_path / "other" / "x.py").write_text("print('no training')\n")
     for args in (["sub/deep/../x.py", "sub/x.py"], ["sub/x.py", "sub/deep/../x.py"]):
-        out = _doctor("check", *args, "--target", "a100", cwd=tmp_path)
+        out = _doctor("check", *args, "--target", "a100", "-v", cwd=tmp_path)
         assert out.returncode == 1 and "PD201" in out.stdout and "2 files checked" in out.stdout, out.stdout
+        # each shown where it is: other/x.py is clean (it was shown as a second sub/x.py, with sub/x.py's findings)
+        assert "\nsub/x.py  1 finding" in out.stdout and "\nother/x.py  no problems found" in out.stdout, out.stdout
+    outside = _doctor("check", "../x.py", "--target", "a100", "--format", "concise", cwd=tmp_path / "sub" / "deep")
+    assert outside.stdout == "" and outside.returncode == 0  # ../x.py from inside the link: other/x.py, clean
 
 
 def test_nothing_checkable_is_exit_2_however_many_files_unless_the_run_goes_on(tmp_path):
