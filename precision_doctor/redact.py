@@ -258,14 +258,14 @@ def markup(text: Any) -> str:
     return escape_markup(shown(text, keep_newlines=True))
 
 
-# What rich's markup would read as a tag: `[` then a letter, `#`, `/` or `@`, up to the next `]` (with the backslashes
-# before it). Escaped as `rich.markup.escape` escapes it (a test holds the two equal), so that a report written as
-# plain text needs no rich at all.
-_TAG_LIKE = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")
+# A tag as rich's markup reads it: `[` then a letter, `#`, `/` or `@`, up to the next `]`, with the backslashes before
+# it (an odd count makes the tag text, each pair is one backslash). Markup is escaped here, and read back as text by
+# report.text.plain, as rich does both (tests hold each equal to rich's own), so that a plain report needs no rich.
+MARKUP_TAG = re.compile(r"(\\*)\[([a-z#/@][^[]*?)]")
 
 
 def escape_markup(text: str) -> str:
     """`text` inside rich markup: each tag-like `[...]` preceded by a backslash (the backslashes already there
     doubled), and a final lone backslash doubled, so that nothing in it is read as markup."""
-    out = _TAG_LIKE.sub(lambda m: 2 * m.group(1) + "\\" + m.group(2), text)
+    out = MARKUP_TAG.sub(lambda m: f"{2 * m.group(1)}\\[{m.group(2)}]", text)
     return out + "\\" if out.endswith("\\") and not out.endswith("\\\\") else out

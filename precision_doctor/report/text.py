@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..engine import Result
 from ..facts import Facts
 from ..findings import SEVERITIES, SEVERITY_RANK, Finding
-from ..redact import markup
+from ..redact import MARKUP_TAG, markup
 from .lines import SourceLines
 from .unknowns import NOT_CHECKED, UnknownEntry, by_file, unknown_entries
 
-if TYPE_CHECKING:  # a plain report is written without rich (cli.report_console)
+if TYPE_CHECKING:  # a plain report is written without rich (cli._report_console)
     from rich.console import Console
 
 _STYLE = {"error": "bold red", "warning": "bold yellow", "info": "bold cyan"}
@@ -34,17 +33,13 @@ class _Buffer:
         self.lines.append(text)
 
 
-# A tag as rich's markup reads it, with the backslashes before it: an odd count escapes the tag (it is text), and
-# each pair is one literal backslash.
-_TAG = re.compile(r"(\\*)\[([a-z#/@][^\[]*?)]")
-
 
 def plain(markup: str) -> str:
     """The text rich shows for our markup, without rich: tags dropped, escaped tags and backslashes as rich writes
     them, and `\\[` before a bracket that is no tag shown as `[` (what rich does with the text between tags)."""
     out: list[str] = []
     position = 0
-    for match in _TAG.finditer(markup):
+    for match in MARKUP_TAG.finditer(markup):
         out.append(markup[position:match.start()].replace("\\[", "["))
         backslashes, escaped = divmod(len(match.group(1)), 2)
         out.append("\\" * backslashes)
