@@ -11,6 +11,7 @@ import ast
 import re
 import warnings
 from bisect import bisect_left, bisect_right
+from contextlib import contextmanager
 from operator import itemgetter
 from dataclasses import dataclass, field
 
@@ -113,12 +114,20 @@ def literal(node: ast.AST):
     raise ValueError(f"malformed node or string: {node!r}")  # (a name, an attribute, a **spread, ...)
 
 
-def parse_quietly(text: str | bytes, filename: str = "<unknown>", mode: str = "exec") -> ast.AST:
-    """ast.parse without Python's warnings about the source (an invalid escape such as "\\d"): the doctor reads the
+@contextmanager
+def no_source_warnings():
+    """Python's warnings about source it parses (an invalid escape such as "\\d") silenced: the doctor reads the
     code, it does not run it. Printed, they would reach its stderr once per worker process that reads the file;
-    under `-W error` they would make a file Python runs a syntax error."""
+    under `-W error` they would make a file Python runs a syntax error. (A context, not a wrapper: a script's own
+    parse takes no frame more than ast.parse, which would lower the nesting it accepts.)"""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        yield
+
+
+def parse_quietly(text: str | bytes, filename: str = "<unknown>", mode: str = "exec") -> ast.AST:
+    """ast.parse under no_source_warnings()."""
+    with no_source_warnings():
         return ast.parse(text, filename=filename, mode=mode)
 
 

@@ -15,7 +15,6 @@ import operator
 import os
 import re
 import tokenize
-import warnings
 from bisect import bisect_left, bisect_right
 from contextlib import contextmanager
 from dataclasses import replace
@@ -32,7 +31,7 @@ from .keywords import local_classes, parsed_arguments
 from .checkpoint import probe_checkpoints
 from .config_files import read_deepspeed_config
 from .resolve import Imports, Resolver, plain_text
-from .scopes import TOGETHER, ScopeIndex, dotted, names_in, walk_by_type
+from .scopes import TOGETHER, ScopeIndex, dotted, names_in, no_source_warnings, walk_by_type
 from .symbols import Context, DictSym, Known, Namespace, ObjSym
 
 MAX_LOCAL_MODULES = 20
@@ -85,8 +84,7 @@ def _last_name(node: ast.AST) -> str:
 
 def parse(path: Path, text: str) -> ast.Module:
     try:
-        with warnings.catch_warnings():  # as parse_quietly, but inline: one frame more would lower the nesting accepted
-            warnings.simplefilter("ignore")
+        with no_source_warnings():
             return ast.parse(text, filename=str(path))
     except SyntaxError as exc:
         where = f"{path}:{exc.lineno or 0}:{exc.offset or 0}"
