@@ -66,9 +66,7 @@ def _once_each(entries: list[tuple[Path, bool]]) -> list[tuple[Path, bool]]:
     out: list[tuple[Path, bool]] = []
     here = os.getcwd()
     for path, named in entries:
-        key = os.path.normpath(os.path.join(here, path))
-        if ".." in path.parts:  # `link/../x.py` is the x.py beside link's target: the folder is resolved for real
-            key = os.path.join(os.path.realpath(os.path.join(here, path.parent)), path.name)
+        key = os.path.normpath(os.path.join(here, _through_links(path)))
         if key in first:
             if named:
                 out[first[key]] = (out[first[key]][0], True)
@@ -76,6 +74,15 @@ def _once_each(entries: list[tuple[Path, bool]]) -> list[tuple[Path, bool]]:
         first[key] = len(out)
         out.append((path, named))
     return out
+
+
+def _through_links(path: Path) -> Path:
+    """`link/../x.py` is the x.py beside link's target, not the one its text names: such a path with its folder
+    resolved for real; any other path as it is."""
+    if ".." not in path.parts:
+        return path
+    real = os.path.realpath(path.parent)
+    return Path(real) / path.name if real != os.path.realpath(os.path.normpath(path.parent)) else path
 
 
 def _probe(path: Path, named: bool, args: tuple[str, ...], environ: tuple = (None, "")) -> ScriptFacts:
@@ -582,10 +589,7 @@ def _probe_entry(item) -> ScriptFacts:
 
 
 def _display(path: Path) -> str:
-    if ".." in path.parts:  # `link/../x.py` is the x.py beside link's target, not the one the text names
-        real = os.path.realpath(path.parent)
-        if real != os.path.realpath(os.path.normpath(path.parent)):
-            path = Path(real) / path.name
+    path = _through_links(path)
     try:
         rel = os.path.relpath(path)
     except ValueError:
