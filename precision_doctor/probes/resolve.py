@@ -687,38 +687,26 @@ def _write_plain(node: ast.AST, out: list[str], depth: int, need: int) -> bool:
     if kind is ast.BinOp:
         symbol, own = _BINARY[type(node.op)]
         left, right = (own + 1, own) if own == _POWER else (own, own + 1)  # `**` groups to the right
-        return _operation(out, need > own, lambda: _write_plain(node.left, out, depth, left) and
-                          not out.append(f" {symbol} ") and _write_plain(node.right, out, depth, right))
+        return _operation(out, depth, need > own, ((node.left, left), f" {symbol} ", (node.right, right)))
     if kind is ast.UnaryOp:
         symbol, own = _UNARY[type(node.op)]
-        return _operation(out, need > own, lambda: not out.append(symbol) and
-                          _write_plain(node.operand, out, depth, own))
+        return _operation(out, depth, need > own, (symbol, (node.operand, own)))
     if kind is ast.Compare:
-        def comparison() -> bool:
-            if not _write_plain(node.left, out, depth, _EXPR):
-                return False
-            for op, right in zip(node.ops, node.comparators):
-                out.append(_COMPARISON[type(op)])
-                if not _write_plain(right, out, depth, _EXPR):
-                    return False
-            return True
-        return _operation(out, need > _CMP, comparison)
+        parts: list = [(node.left, _EXPR)]
+        for op, right in zip(node.ops, node.comparators):
+            parts += (_COMPARISON[type(op)], (right, _EXPR))
+        return _operation(out, depth, need > _CMP, parts)
     if kind is ast.BoolOp:
         own = _AND if type(node.op) is ast.And else _OR
-        word = " and " if own == _AND else " or "
-
-        def operands() -> bool:  # unparse asks each next operand for one level more (a and b and (c == d))
-            for i, value in enumerate(node.values):
-                if i:
-                    out.append(word)
-                if not _write_plain(value, out, depth, min(own + 1 + i, _ATOM)):
-                    return False
-            return True
-        return _operation(out, need > own, operands)
+        parts = []
+        for i, value in enumerate(node.values):  # unparse asks each next operand for one level more: a and (b == c)
+            if i:
+                parts.append(" and " if own == _AND else " or ")
+            parts.append((value, min(own + 1 + i, _ATOM)))
+        return _operation(out, depth, need > own, parts)
     if kind is ast.IfExp:
-        return _operation(out, need > _TEST, lambda: _write_plain(node.body, out, depth, _OR) and
-                          not out.append(" if ") and _write_plain(node.test, out, depth, _OR) and
-                          not out.append(" else ") and _write_plain(node.orelse, out, depth, _TEST))
+        return _operation(out, depth, need > _TEST,
+                          ((node.body, _OR), " if ", (node.test, _OR), " else ", (node.orelse, _TEST)))
     if kind is ast.List or kind is ast.Tuple or (kind is ast.Set and node.elts):
         opening, closing = "[]" if kind is ast.List else "()" if kind is ast.Tuple else "{}"
         out.append(opening)
@@ -762,12 +750,16 @@ def _write_plain(node: ast.AST, out: list[str], depth: int, need: int) -> bool:
     return False
 
 
-def _operation(out: list[str], parenthesised: bool, write) -> bool:
-    """An operator's text, in parentheses where its place needs more than its precedence."""
+def _operation(out: list[str], depth: int, parenthesised: bool, parts) -> bool:
+    """An operator's text from its parts (a string, or an operand and the precedence its place needs), in
+    parentheses where the operator's own place needs more than its precedence."""
     if parenthesised:
         out.append("(")
-    if not write():
-        return False
+    for part in parts:
+        if type(part) is str:
+            out.append(part)
+        elif not _write_plain(part[0], out, depth, part[1]):
+            return False
     if parenthesised:
         out.append(")")
     return True
