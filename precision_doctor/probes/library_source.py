@@ -83,7 +83,8 @@ def _next_line_starting(text: str, prefix: str, after: int) -> int:
 def _class_block(text: str, name: str) -> tuple[int, str] | None:
     """The source of the top-level `class name`, its decorators included, and its first line (1-based): sliced
     by indentation, so a 5,000-line module is not parsed whole for one class."""
-    found = _line_starting(text, f"class {name}", whole_word=True)
+    statement = f"class {name}"
+    found = _line_starting(text, statement, whole_word=True)
     if found < 0:
         return None
     start = found
@@ -94,7 +95,7 @@ def _class_block(text: str, name: str) -> tuple[int, str] | None:
             start = prev_end + 1
             continue
         break
-    end_match = _TOP_LEVEL.search(text, found + len(name) + 6)
+    end_match = _TOP_LEVEL.search(text, found + len(statement))
     end = end_match.start() + 1 if end_match else len(text)
     return text.count("\n", 0, start) + 1, text[start:end]
 
