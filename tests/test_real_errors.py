@@ -80,6 +80,22 @@ def test_pd203_cast_after_the_optimizer(run_check):
     assert "PD203" in {f.rule_id for f in result.findings}
 
 
+def test_pd203_twin_a_cast_before_the_first_step_trains(run_check):
+    """AdamW creates its state at the first step, in the parameters' dtype of that moment: a cast between building
+    the optimizer and its first step trains (seen on an H200 with torch 2.11 as on the CPU), and so does a cast
+    after the last step. PD203 stays silent on both."""
+    model = torch.nn.Linear(8, 8)
+    opt = torch.optim.AdamW(model.parameters(), foreach=True)
+    model.to(torch.bfloat16)
+    for _ in range(3):
+        model(torch.randn(2, 8, dtype=torch.bfloat16)).sum().backward()
+        opt.step()
+    assert opt.state[model.weight]["exp_avg"].dtype == torch.bfloat16
+    for example in get_rule("PD203").silent[1:3]:
+        result, _ = run_check(example.code)
+        assert "PD203" not in {f.rule_id for f in result.findings}, example.note
+
+
 def test_pd208_half_model_float_input():
     model = torch.nn.Linear(16, 4).half()
     with pytest.raises(RuntimeError) as err:

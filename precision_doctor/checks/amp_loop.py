@@ -44,12 +44,14 @@ def _autocast_device(c: Call) -> str | None:
 
 @rule(
     "PD203", "optimizer-state-dtype-mismatch", severity="error", phase="later-steps",
-    summary="The model is cast to another dtype after its optimizer was built: its fp32 moment state meets bf16 grads.",
-    what="`model.to(torch.bfloat16)` / `.bfloat16()` / `.half()` after the optimizer that holds its parameters was "
-         "created: directly, inside the training loop, or in a helper (an eval or save routine) that casts the "
-         "model it is given.",
-    why="`Module.to(dtype)` swaps `param.data` in place, so the optimizer keeps the same parameters but its existing "
-        "fp32 moment buffers are not converted; `exp_avg.lerp_(grad)` requires one dtype.",
+    summary="The model is cast to another dtype between optimizer steps: its fp32 moment state meets bf16 grads.",
+    what="`model.to(torch.bfloat16)` / `.bfloat16()` / `.half()` after the optimizer that holds its parameters has "
+         "stepped, with more steps to come: in the training loop after the step, between two training phases, or "
+         "in a helper (an eval or save routine) that casts the model it is given. A cast before the first step, or "
+         "after the last, is not this failure.",
+    why="`Module.to(dtype)` swaps `param.data` in place, so the optimizer keeps the same parameters but the moment "
+        "buffers it created at its first step, in the dtype the parameters had then, are not converted; the next "
+        "step's `exp_avg.lerp_(grad)` requires one dtype.",
     error="RuntimeError: expected dtype float for `end` but got dtype c10::BFloat16",
     fix="Keep params, grads and optimizer state in one dtype: fp32 master weights with autocast for bf16 compute; "
         "cast before creating the optimizer, or re-create the optimizer after the cast; evaluate a copy "
@@ -59,8 +61,10 @@ def _autocast_device(c: Call) -> str | None:
     log=LogSignature(patterns=(r"expected dtype c10::BFloat16 for `?end`? but got dtype float",
                            r"Tensors of the same index must be on the same device and the same dtype")),
     fires=[
-        Example(_LOOP_HEAD + "model = model.to(torch.bfloat16)\nfor x in loader:\n"
-                "    model(x).sum().backward()\n    opt.step()\n"),
+        Example(_LOOP_HEAD + "for x in loader:\n    model(x).sum().backward()\n    opt.step()\n"
+                "model = model.to(torch.bfloat16)  # phase 2 in bf16\nfor x in loader:\n"
+                "    model(x.bfloat16()).sum().backward()\n    opt.step()\n",
+                note="a second phase after a cast: the first phase's fp32 state meets bf16 gradients"),
         Example(_LOOP_HEAD + "def evaluate(m):\n    m.to(torch.bfloat16)\n    return m(torch.randn(2, 16))\n"
                 "for step, x in enumerate(loader):\n    model(x).sum().backward()\n    opt.step()\n"
                 "    if step % 400 == 0:\n        evaluate(model)\n", note="an eval helper casts the model in place"),
@@ -69,6 +73,12 @@ def _autocast_device(c: Call) -> str | None:
         Example("import torch\nmodel = torch.nn.Linear(16, 4).cuda().to(torch.bfloat16)\n"
                 "opt = torch.optim.AdamW(model.parameters(), lr=1e-3)\nfor x in loader:\n"
                 "    model(x).sum().backward()\n    opt.step()\n"),
+        Example(_LOOP_HEAD + "model = model.to(torch.bfloat16)\nfor x in loader:\n"
+                "    model(x).sum().backward()\n    opt.step()\n",
+                note="cast before the first step: the state is created in bf16 (no master copy: PD212's concern)"),
+        Example(_LOOP_HEAD + "for x in loader:\n    model(x).sum().backward()\n    opt.step()\n"
+                "model.to(torch.bfloat16)\ntorch.save(model.state_dict(), 'model.pt')\n",
+                note="cast after the last step, to save: no step meets the state again"),
         Example(_LOOP_HEAD + "def evaluate(m):\n    import copy\n    m = copy.deepcopy(m)\n    return m\n"
                 "for step, x in enumerate(loader):\n    with torch.autocast('cuda', dtype=torch.bfloat16):\n"
                 "        model(x).sum().backward()\n    opt.step()\n    evaluate(model)\n"),
@@ -84,11 +94,11 @@ def optimizer_state_dtype_mismatch(script: ScriptFacts, setup: Setup, live):
     if not setup.optimizers:
         return
     opt = setup.optimizers[0]
-    after = (opt.location.path, opt.location.line)
+    steps = _steps_of(opt, script)
     for c in setup.casts:
         d = dtype_of_cast(c)
-        if d in (dtypes.FLOAT16, dtypes.BFLOAT16) and (c.location.path, c.location.line) > after \
-                and c.location.path == opt.location.path and c.scope == opt.scope:
+        if d in (dtypes.FLOAT16, dtypes.BFLOAT16) and c.location.path == opt.location.path and c.scope == opt.scope \
+                and _between_steps(c, steps):
             yield _pd203(c, opt, d, c.receiver or "the model")
     helpers = {}
     for c in script.of("cast"):
@@ -100,8 +110,30 @@ def optimizer_state_dtype_mismatch(script: ScriptFacts, setup: Setup, live):
             passed = call.kwargs.get(cast.receiver)
             if passed is None or passed.text not in setup.model_names:
                 continue
-            if call.in_loop or (call.location.path, call.location.line) > after:
+            if _between_steps(call, steps):
                 yield _pd203(cast, opt, d, passed.text, via=call)
+
+
+def _steps_of(opt: Call, script: ScriptFacts) -> list[Call]:
+    """Where the optimizer steps: `opt.step()`, `scaler.step(opt)`, or a local function it is passed to. Where none
+    names it (stepped under another name), every `.step()` that is not a scheduler's."""
+    name = opt.target
+    passed = [c for c in script.of("local_call") if name and any(
+        v.text == name for v in list(c.args) + list(c.kwargs.values()))]
+    methods = [m for m in script.of("method") if m.callee.endswith(".step")]
+    named = [m for m in methods if name and (m.receiver == name or (m.args and m.args[0].text == name))]
+    return named + passed if named or passed else [m for m in methods if "sched" not in m.receiver.lower()]
+
+
+def _between_steps(at: Call, steps: list[Call]) -> bool:
+    """Does `at` run after one optimizer step and before another? The state is created, in the parameters' dtype
+    of the time, at the first step: a cast before it, or after the last, never meets state of another dtype. In a
+    loop that steps, a cast after the step runs before the next iteration's step."""
+    same = [s for s in steps if s.location.path == at.location.path and s.scope == at.scope]
+    earlier = [s for s in same if s.location.line < at.location.line]
+    if not earlier:
+        return False
+    return (at.in_loop and any(s.in_loop for s in earlier)) or any(s.location.line > at.location.line for s in same)
 
 
 def _pd203(cast: Call, opt: Call, d: str, what: str, via: Call | None = None) -> Draft:
