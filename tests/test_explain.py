@@ -109,6 +109,17 @@ def test_seed_and_catalogue_logs(name):
         assert any("0/68" in text for _, text in found[0].tells)
 
 
+def test_a_device_mismatch_in_either_of_torchs_wordings_is_pd305():
+    """A CUDA Linear fed a CPU batch raises the kernel check's wording (seen on an H200, torch 2.11), not the
+    TensorIterator one the rule declares; both are PD305 (the strings are in libtorch)."""
+    gpu = ("RuntimeError: Expected all tensors to be on the same device, but got mat1 is on cpu, different from other "
+           "tensors on cuda:0 (when checking argument in method wrapper_CUDA_addmm)\n")
+    iterator = "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!\n"
+    for line in (gpu, iterator):
+        assert top(f"Traceback (most recent call last):\n  File \"train.py\", line 9\n{line}")[:1] == ["PD305"]
+    assert top("RuntimeError: Expected all tensors to have the same dtype\n")[:1] != ["PD305"]
+
+
 def test_unrelated_log_has_no_known_cause():
     log = "epoch 1 loss 2.3\nepoch 2 loss 1.9\nSaving checkpoint to out/checkpoint-500\nDone.\n"
     assert diagnose(log.splitlines(keepends=True)) == []

@@ -271,6 +271,9 @@ def meta_tensor_move(setup: Setup, script: ScriptFacts, machine: MachineFacts, s
           "cpu!",
     fix="Move every batch tensor to `model.device` (or `accelerator.device`), or let `accelerator.prepare(loader)` "
         "do it.",
+    # torch words it by the path that checks: "but found at least two devices" (TensorIterator), "but got mat1 is on
+    # cpu, different from other tensors on cuda:0" (a kernel's device check, what a CUDA Linear raises on torch 2.11)
+    log=LogSignature(patterns=(r"Expected all tensors to be on the same device",)),
     applicability=Applicability.DISPLAY,
     fix_safety="Display only.",
     fires=[Example("import torch\nfrom torch.utils.data import DataLoader\nloader = DataLoader(dataset, batch_size=8)\n"
