@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from precision_doctor.derive.memory import TrainingShape, activation_bytes, estimate  # noqa: E402
+from precision_doctor.derive.memory import TrainingShape, activation_bytes, estimate, linear_parameters  # noqa: E402
 from precision_doctor.facts import CheckpointSource  # noqa: E402
 from precision_doctor.probes.checkpoint import from_config  # noqa: E402
 
@@ -39,6 +39,7 @@ class Case:
     checkpointing: bool = False
     lora: int = 0  # LoRA rank; 0 = full fine-tune
     attention: str = "sdpa"
+    precision: str = "fp32"  # fp32 | half (bf16 weights) | amp (fp32 weights); half and amp run under bf16 autocast
 
 
 def build(arch: str, sequence: int):
@@ -86,6 +87,8 @@ def measure(case: Case) -> dict[str, int]:
     torch.manual_seed(0)
     model = build(case.arch, case.sequence)
     model.config._attn_implementation = case.attention
+    if case.precision == "half":
+        model.to(torch.bfloat16)
     if case.lora:
         import peft
 
@@ -113,11 +116,12 @@ def measure(case: Case) -> dict[str, int]:
                     and getattr(module, "gradient_checkpointing", False):
                 module.register_forward_pre_hook(keep, with_kwargs=True)
     batch = _inputs(case)
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    if case.precision == "half" and case.arch == "vit":
+        batch["pixel_values"] = batch["pixel_values"].bfloat16()
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=case.precision != "fp32")
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast:
         loss = model(**batch).loss
     activations = sum(saved.values()) + sum(v for k, v in layer_inputs.items() if k not in saved)
-    if case.checkpointing:
-        activations += _one_layer(case)
     loss.backward()
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=1e-4)
@@ -127,12 +131,6 @@ def measure(case: Case) -> dict[str, int]:
             "optimizer": _storages(state), "activations": activations,
             "parameters": sum(p.numel() for p in model.parameters()),
             "trainable": sum(p.numel() for p in trainable)}
-
-
-def _one_layer(case: Case) -> int:
-    """One layer's activations (recomputed in backward under checkpointing): the difference one layer makes."""
-    full = measure(replace(case, checkpointing=False))["activations"]
-    return full // 3 if case.arch != "t5" else full // 6  # three layers (T5: three per stack)
 
 
 def _inputs(case: Case) -> dict:
@@ -150,21 +148,29 @@ def estimated(case: Case) -> dict[str, int]:
     facts = from_config(case.arch, CheckpointSource.LOCAL, "built from a config", model.config.to_dict())
     facts = replace(facts, parameters=sum(p.numel() for p in model.parameters()))
     dropout = any(getattr(model.config, k, 0) for k in ("attn_pdrop", "attention_probs_dropout_prob"))
+    half = case.precision != "fp32"
     shape = TrainingShape(batch=case.batch, sequence=case.sequence, checkpointing=case.checkpointing,
-                          lora_rank=case.lora,
+                          lora_rank=case.lora, weight_dtype="bfloat16" if case.precision == "half" else "float32",
+                          compute_dtype="bfloat16" if half else "float32",
                           scores_materialised=case.attention == "eager" or bool(dropout))
     b = estimate(facts, shape)
+    # autocast's half copies of the weights, saved (checkpointed layers run their forward without grad: none)
+    copies = linear_parameters(facts) * 2 if case.precision == "amp" and not case.checkpointing else 0
     return {"weights": b.weights, "gradients": b.gradients, "optimizer": b.optimizer,
-            "activations": activation_bytes(facts, shape)}
+            "activations": activation_bytes(facts, shape) + copies}
 
 
 QUICK = [Case("llama", 2, 64), Case("gpt2", 2, 64), Case("t5", 2, 32), Case("bert", 2, 64), Case("vit", 2, 64),
-         Case("llama", 2, 64, checkpointing=True), Case("llama", 2, 64, lora=8)]
+         Case("llama", 2, 64, checkpointing=True), Case("llama", 2, 64, lora=8), Case("llama", 2, 64, precision="half"),
+         Case("llama", 2, 64, precision="amp")]
 FULL = [Case(a, b, s) for a in ("llama", "gpt2", "t5", "bert") for b, s in ((1, 128), (4, 64), (2, 256))] + \
        [Case("vit", b, s) for b, s in ((1, 224), (4, 96))] + \
        [Case("llama", 2, 128, attention="eager")] + \
        [Case(a, 2, 128, checkpointing=True) for a in ("llama", "gpt2", "bert")] + \
-       [Case(a, 2, 128, lora=8) for a in ("llama", "gpt2", "bert")] + [Case("llama", 4, 64, lora=16)]
+       [Case(a, 2, 128, lora=8) for a in ("llama", "gpt2", "bert")] + [Case("llama", 4, 64, lora=16)] + \
+       [Case(a, 2, 128, precision=p) for p in ("half", "amp") for a in ("llama", "gpt2", "bert", "t5")] + \
+       [Case("vit", 2, 96, precision=p) for p in ("half", "amp")] + \
+       [Case("llama", 2, 128, checkpointing=True, precision="amp"), Case("llama", 2, 128, lora=8, precision="half")]
 
 
 def compare(cases) -> list[tuple[Case, dict, dict]]:
@@ -179,7 +185,9 @@ def table(rows) -> str:
         seq = f"{case.sequence}px" if case.arch == "vit" else str(case.sequence)
         for part in ("weights", "gradients", "optimizer", "activations"):
             err = est[part] / got[part] - 1 if got[part] else 0.0
-            lines.append(f"| {case.arch}{' (eager)' if case.attention == 'eager' else ''} | {case.batch} × {seq} | "
+            precision = {"half": ", bf16", "amp": ", bf16 autocast"}.get(case.precision, "")
+            lines.append(f"| {case.arch}{' (eager)' if case.attention == 'eager' else ''}{precision} | "
+                         f"{case.batch} × {seq} | "
                          f"{'on' if case.checkpointing else 'off'} | {f'r={case.lora}' if case.lora else '-'} | "
                          f"{part} | {got[part] / 1024:,.0f} KiB | {est[part] / 1024:,.0f} KiB | {err:+.1%} |")
     return "\n".join(lines)

@@ -7,7 +7,10 @@ token: elements saved for backward per layer as a multiple of the hidden size, t
 intermediate size (plus heads x sequence where attention scores are materialised), and outside the layers as a
 multiple of the hidden size and the vocabulary. The multiples are what transformers' implementations save,
 counted with torch.autograd.graph.saved_tensors_hooks on models built from configs
-(benchmarks/memory_accuracy.py re-measures them). Everything here is a pure function of its inputs.
+(benchmarks/memory_accuracy.py re-measures them), in each precision regime: fp32, half weights, and fp32 weights
+under half autocast, where norms, the residual stream and the loss stay in fp32. Beyond what is saved, the peak
+holds the logits the forward returns and, at the start of backward, the loss's fp32 gradient: both measured on a
+GPU (benchmarks/memory_cuda.py --phases). Everything here is a pure function of its inputs.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from .._util import record
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2
-CUDA_CONTEXT_BYTES = 500 * MIB  # CUDA 12 context, cuBLAS/cuDNN handles: outside torch's allocator
+# Outside torch's allocator: the CUDA context, loaded kernels, library handles. An H200 with torch 2.11 and CUDA 13
+# held 695 MiB there before its first step and 767 MiB after training steps (benchmarks/memory_cuda.py).
+CUDA_CONTEXT_BYTES = 768 * MIB
 ALLOCATOR_RESERVE = 0.05  # caching-allocator fragmentation on top of what tensors hold
 HEADROOM_WARNING = 0.10
 BYTES = {dtypes.FLOAT32: 4, dtypes.FLOAT16: 2, dtypes.BFLOAT16: 2}
@@ -29,9 +34,10 @@ BYTES = {dtypes.FLOAT32: 4, dtypes.FLOAT16: 2, dtypes.BFLOAT16: 2}
 
 @record
 class ActivationFactor:
-    """Elements saved for backward per token. Per layer: h * hidden + kv * key/value width + i * intermediate
-    (+ scores * heads * sequence where the attention kernel materialises the scores); outside the layers:
-    head_h * hidden + head_v * vocabulary (the logits and their fp32 loss copy)."""
+    """Elements of the compute dtype saved for backward per token (a float32 tensor in a half regime counts two).
+    Per layer: h * hidden + kv * key/value width + i * intermediate (+ scores * heads * sequence where the attention
+    kernel materialises the scores); outside the layers: head_h * hidden + head_v * vocabulary (the loss's
+    log-probabilities)."""
 
     h: float
     kv: float
@@ -39,7 +45,7 @@ class ActivationFactor:
     scores: float  # eager attention: probabilities, dropout mask and output
     head_h: float
     head_v: float
-    checkpoint_h: float = 1.0  # per layer kept under gradient checkpointing: the layer input
+    checkpoint_h: float = 1.0  # per layer kept under gradient checkpointing: the layer input (fp32 under autocast)
     always_scores: bool = False  # a position bias added to the scores: every kernel materialises them
 
 
@@ -65,11 +71,54 @@ LORA_ACTIVATION_FACTORS = {
     "bert": ActivationFactor(h=4, kv=4, i=1, scores=3, head_h=0.5, head_v=1),
 }
 
+# Half regimes, counted the same way under bf16 autocast (as Trainer runs them), with each family's default dropout.
+# Half weights: norms upcast to fp32, softmax and the loss run in fp32. fp32 weights under autocast ("amp"): the
+# residual stream and norms stay fp32 and every linear layer saves its own half copy of its input. Llama's eager
+# attention was counted in fp32 only.
+HALF = "half"
+AMP = "amp"
+HALF_ACTIVATION_FACTORS = {
+    (HALF, "llama"): ActivationFactor(h=10, kv=2, i=4, scores=1, head_h=4.5, head_v=2),
+    (AMP, "llama"): ActivationFactor(h=15, kv=2, i=4, scores=1, head_h=5.5, head_v=2, checkpoint_h=2),
+    (HALF, "gpt2"): ActivationFactor(h=8, kv=5, i=5, scores=6, head_h=3, head_v=2),
+    (AMP, "gpt2"): ActivationFactor(h=12.5, kv=5, i=5, scores=5.5, head_h=3, head_v=3, checkpoint_h=2),
+    (HALF, "bert"): ActivationFactor(h=8, kv=5, i=2, scores=6, head_h=7, head_v=2),
+    (AMP, "bert"): ActivationFactor(h=14.5, kv=5, i=2, scores=5.5, head_h=6.5, head_v=3, checkpoint_h=2),
+    (HALF, "t5"): ActivationFactor(h=17, kv=8, i=3, scores=9, head_h=17.5, head_v=2, always_scores=True),
+    (AMP, "t5"): ActivationFactor(h=43.5, kv=8, i=3.5, scores=6.5, head_h=6.5, head_v=2, checkpoint_h=2,
+                                  always_scores=True),
+}
+HALF_LORA_ACTIVATION_FACTORS = {
+    "llama": ActivationFactor(h=8, kv=2.5, i=3, scores=1, head_h=0.5, head_v=2),
+    "gpt2": ActivationFactor(h=6.5, kv=5, i=4, scores=6, head_h=0, head_v=2),
+    "bert": ActivationFactor(h=7.5, kv=5, i=1, scores=6, head_h=0, head_v=2),
+}
 
-def activation_factor(model_type: str, lora: bool = False) -> ActivationFactor:
+# Bytes per token per vocabulary entry beyond what is saved, measured on an H200 (torch 2.11, transformers 5.17;
+# Llama in bf16, bf16 autocast and LoRA, GPT-2 under fp16 autocast): the logits the forward returns and the loss's
+# working copies, still held when the forward ends (3.6-3.9), and the loss's fp32 gradient at the start of
+# backward (4.0). The fp32 regime was not measured on a GPU; its logits are no smaller.
+LOGITS_KEPT_BYTES = 4
+LOSS_GRADIENT_BYTES = 4
+
+
+def regime(shape: TrainingShape) -> str:
+    """fp32 | half (half weights, or a quantized base computing in half) | amp (fp32 weights, half autocast)."""
+    if BYTES.get(shape.compute_dtype, 4) == 4:
+        return dtypes.FLOAT32
+    return AMP if shape.weight_dtype == dtypes.FLOAT32 and not shape.quantized else HALF
+
+
+def activation_factor(model_type: str, lora: bool = False, precision: str = dtypes.FLOAT32) -> ActivationFactor:
     family = _FAMILY_OF.get(model_type, model_type)
     family = family if family in ACTIVATION_FACTORS else "llama"
-    return LORA_ACTIVATION_FACTORS.get(family, ACTIVATION_FACTORS[family]) if lora else ACTIVATION_FACTORS[family]
+    fp32 = LORA_ACTIVATION_FACTORS.get(family, ACTIVATION_FACTORS[family]) if lora else ACTIVATION_FACTORS[family]
+    if precision == dtypes.FLOAT32:
+        return fp32
+    measured = HALF_LORA_ACTIVATION_FACTORS.get(family) if lora else HALF_ACTIVATION_FACTORS.get((precision, family))
+    if measured is None:  # not counted in half precision (ViT, and T5 with LoRA): the fp32 counts, the loss in fp32
+        return replace(fp32, head_v=2 * fp32.head_v)
+    return replace(measured, checkpoint_h=2) if lora and precision == AMP else measured
 
 
 # bytes of optimizer state per trainable parameter, for fp32 parameters
@@ -114,10 +163,11 @@ class Breakdown:
     gradients: int
     optimizer: int
     master: int
-    activations: int
+    activations: int  # held when the forward ends: saved for backward, autocast's weight copies, the logits
+    backward: int  # added at the start of backward: the loss's gradient, or a checkpointed layer recomputed
     context: int
     reserve: int
-    per_sample: int  # activations of one sample: what each step of batch size adds
+    per_sample: int  # activations and backward's addition for one sample: what each step of batch size adds
     offloaded_layers: int = 0  # device_map spread: layers that do not fit on the GPUs go to the CPU
     weights_total: int = 0  # the whole model's weights, before sharding
 
@@ -135,14 +185,15 @@ class Breakdown:
 
     @property
     def peak(self) -> int:
-        """Steady state: the next forward runs with the optimizer state allocated; gradients grow as activations
-        are freed in backward."""
-        return (self.weights + self.optimizer + self.master + max(self.activations, self.gradients) + self.context
-                + self.reserve)
+        """Steady state: the next step runs with the optimizer state allocated; its backward starts with every
+        activation held and the loss's gradient added, and gradients grow as activations are freed."""
+        return (self.weights + self.optimizer + self.master + max(self.activations + self.backward, self.gradients)
+                + self.context + self.reserve)
 
     def rows(self) -> list[tuple[str, int]]:
         return [("weights", self.weights), ("gradients", self.gradients), ("optimizer state", self.optimizer),
                 ("fp32 master weights and gradients", self.master), ("activations", self.activations),
+                ("loss gradient / recomputed layer", self.backward),
                 ("CUDA context", self.context), ("allocator reserve", self.reserve)]
 
 
@@ -195,29 +246,50 @@ def sequence_tokens(c: CheckpointFacts, sequence: int) -> int:
 
 def activation_bytes(c: CheckpointFacts, shape: TrainingShape, batch: int | None = None) -> int:
     """Bytes saved for backward at the end of the forward, for `batch` samples."""
-    f = activation_factor(c.model_type, lora=bool(shape.lora_rank))
-    h, inter, layers = c.hidden_size or 0, c.intermediate_size or 0, c.layers or 0
-    heads = c.heads or 1
-    head_dim = c.head_dim or (h // heads if heads else 0)
-    kv = (c.kv_heads or heads) * head_dim
+    f = activation_factor(c.model_type, lora=bool(shape.lora_rank), precision=regime(shape))
+    h, layers = c.hidden_size or 0, c.layers or 0
     s = sequence_tokens(c, shape.sequence)
     tokens = (shape.batch if batch is None else batch) * s
-    if c.experts and c.experts_per_token:
-        inter = inter * c.experts_per_token  # each token passes through its chosen experts
-    scores = f.scores * heads * s if shape.scores_materialised or f.always_scores else 0
-    per_layer = f.h * h + f.kv * kv + f.i * inter + scores
-    if shape.lora_rank:
-        per_layer += len(_lora_shapes(c, shape.lora_modules)) * shape.lora_rank  # each adapter's A output
+    per_layer = _per_layer(c, shape, f, s)
     outside = f.head_h * h + f.head_v * (c.vocab_size or 0)
     if c.image_size and c.patch_size:
         outside += 3 * c.patch_size ** 2  # the pixels the patch embedding saves, per patch
     stacks = 2 if c.encoder_decoder else 1
     element = BYTES.get(shape.compute_dtype, 4)
     if shape.checkpointing:
-        kept = layers * stacks * f.checkpoint_h * h + per_layer  # layer inputs, and one layer recomputed
+        kept = layers * stacks * f.checkpoint_h * h  # each layer's input; a layer is recomputed only in backward
     else:
         kept = layers * stacks * per_layer
     return int(tokens * (kept + outside) * element)
+
+
+def _per_layer(c: CheckpointFacts, shape: TrainingShape, f: ActivationFactor, s: int) -> float:
+    """Elements one layer saves per token."""
+    h, heads = c.hidden_size or 0, c.heads or 1
+    head_dim = c.head_dim or (h // heads if heads else 0)
+    kv = (c.kv_heads or heads) * head_dim
+    inter = (c.intermediate_size or 0) * (c.experts_per_token if c.experts and c.experts_per_token else 1)
+    scores = f.scores * heads * s if shape.scores_materialised or f.always_scores else 0
+    lora = len(_lora_shapes(c, shape.lora_modules)) * shape.lora_rank if shape.lora_rank else 0  # adapters' A outputs
+    return f.h * h + f.kv * kv + f.i * inter + scores + lora
+
+
+def backward_bytes(c: CheckpointFacts, shape: TrainingShape, batch: int | None = None) -> int:
+    """What backward adds at its start on top of the forward's activations: the loss's fp32 gradient, or under
+    checkpointing the layer it recomputes, whichever is larger (the loss's tensors are freed before the first
+    recompute)."""
+    f = activation_factor(c.model_type, lora=bool(shape.lora_rank), precision=regime(shape))
+    s = sequence_tokens(c, shape.sequence)
+    tokens = (shape.batch if batch is None else batch) * s
+    loss = LOSS_GRADIENT_BYTES * (c.vocab_size or 0)
+    layer = _per_layer(c, shape, f, s) * BYTES.get(shape.compute_dtype, 4) if shape.checkpointing else 0
+    return int(tokens * max(loss, layer))
+
+
+def logits_bytes(c: CheckpointFacts, shape: TrainingShape, batch: int | None = None) -> int:
+    """The logits (and the loss's working copies) still held when the forward ends, beyond what is saved."""
+    tokens = (shape.batch if batch is None else batch) * sequence_tokens(c, shape.sequence)
+    return int(tokens * LOGITS_KEPT_BYTES * (c.vocab_size or 0))
 
 
 def estimate(c: CheckpointFacts, shape: TrainingShape) -> Breakdown:
@@ -259,15 +331,19 @@ def estimate(c: CheckpointFacts, shape: TrainingShape) -> Breakdown:
             weights, optimizer, gradients = 2 * largest, 0, 0
     elif p.kind == "device-map":
         weights = math.ceil(weights / n)  # the layers are spread; activations pass through one GPU at a time
-    per_sample = activation_bytes(c, shape, batch=1)
-    activations = per_sample * shape.batch
-    if shape.weight_dtype == dtypes.FLOAT32 and BYTES.get(shape.compute_dtype, 4) == 2 and not shape.quantized:
-        # autocast keeps a half copy of every weight it casts for the matmuls until the forward ends
+    saved = activation_bytes(c, shape, batch=1) + logits_bytes(c, shape, batch=1)
+    activations = saved * shape.batch
+    backward = backward_bytes(c, shape)
+    per_sample = saved + backward_bytes(c, shape, batch=1)
+    if regime(shape) == AMP and not shape.checkpointing:
+        # autocast keeps a half copy of every weight it casts for the matmuls until the forward ends (checkpointed
+        # layers run their forward without grad, and keep none)
         activations += _shard(linear_parameters(c) * 2, n if p.kind in ("zero3", "fsdp-full") else 1)
     context = CUDA_CONTEXT_BYTES
-    reserve = int(ALLOCATOR_RESERVE * (weights + gradients + optimizer + master + activations))
+    reserve = int(ALLOCATOR_RESERVE * (weights + gradients + optimizer + master + activations + backward))
     return Breakdown(weights=weights, gradients=gradients, optimizer=optimizer, master=master,
-                     activations=activations, context=context, reserve=reserve, per_sample=per_sample,
+                     activations=activations, backward=backward, context=context, reserve=reserve,
+                     per_sample=per_sample,
                      offloaded_layers=offloaded, weights_total=full_weights + adapters)
 
 
