@@ -94,6 +94,11 @@ def test_pd203_twin_a_cast_before_the_first_step_trains(run_check):
     for example in get_rule("PD203").silent[1:3]:
         result, _ = run_check(example.code)
         assert "PD203" not in {f.rule_id for f in result.findings}, example.note
+    # it trains in the cast's dtype: bf16 with no fp32 master copy (PD212), fp16 with no loss scaling (PD204)
+    before_first_step = get_rule("PD203").silent[1].code
+    assert "PD212" in {f.rule_id for f in run_check(before_first_step)[0].findings}
+    half, _ = run_check(before_first_step.replace("model = model.to(torch.bfloat16)", "model.half()"))
+    assert ("PD204", "error") in {(f.rule_id, f.severity) for f in half.findings}
 
 
 def test_pd208_half_model_float_input():
@@ -208,3 +213,39 @@ def test_pd218_an_unsupported_attention_kernel_is_refused_at_load(run_check, mod
     result, _ = run_check(code, target="a100", versions={"transformers": transformers.__version__})
     hit = [f for f in result.findings if f.rule_id == "PD218"]
     assert hit and hit[0].severity == "error" and cls.split("For")[0] in hit[0].message + hit[0].error
+
+
+_PD203_HEAD = ("import torch\nmodel = torch.nn.Linear(16, 4)\nopt = torch.optim.AdamW(model.parameters(), foreach=True)\n"
+               "loader = [torch.randn(4, 16) for _ in range(2)]\n")
+PD203_SHAPES = {
+    "a loop function called twice, a cast between": (
+        "def train():\n    for x in loader:\n        model(x.to(model.weight.dtype)).sum().backward()\n"
+        "        opt.step()\n        opt.zero_grad()\ntrain()\nmodel.to(torch.bfloat16)\ntrain()\n"),
+    "a cast under a condition in the epoch loop, before the step": (
+        "for epoch in range(3):\n    if epoch == 1:\n        model.to(torch.bfloat16)\n    for x in loader:\n"
+        "        model(x.to(model.weight.dtype)).sum().backward()\n        opt.step()\n"),
+    "the optimizer passed to a helper that steps it, twice": (
+        "def train_one_epoch(m, optimizer):\n    for x in loader:\n        m(x.to(m.weight.dtype)).sum().backward()\n"
+        "        optimizer.step()\ntrain_one_epoch(model, opt)\nmodel.to(torch.bfloat16)\ntrain_one_epoch(model, opt)\n"),
+    "a helper that only builds the scheduler, then a cast before the first step": (
+        "def make_sched(o):\n    return torch.optim.lr_scheduler.LambdaLR(o, lambda s: 1.0)\nsched = make_sched(opt)\n"
+        "model.to(torch.bfloat16)\nfor x in loader:\n    model(x.bfloat16()).sum().backward()\n    opt.step()\n"
+        "    sched.step()\n"),
+    "an unconditional cast in the loop, before the step": (
+        "for x in loader:\n    model.to(torch.bfloat16)\n    model(x.bfloat16()).sum().backward()\n    opt.step()\n"),
+}
+
+
+@pytest.mark.parametrize("shape", PD203_SHAPES, ids=list(PD203_SHAPES))
+def test_pd203_says_what_the_real_run_does(run_check, shape):
+    """Each way of writing a cast next to a training loop is run for real on the CPU (foreach AdamW raises the
+    same error as on a GPU): PD203 fires exactly where the run raises."""
+    code = _PD203_HEAD + PD203_SHAPES[shape]
+    try:
+        exec(compile(code, "train.py", "exec"), {})
+        raised = False
+    except RuntimeError as exc:
+        assert str(exc) == declared("PD203")
+        raised = True
+    result, _ = run_check(code)
+    assert ("PD203" in {f.rule_id for f in result.findings}) == raised

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from .. import dtypes
-from ..derive import Setup, call_evidence, decide, dtype_of_cast, evidence_of
+from ..derive import Setup, call_evidence, decide, dtype_of_cast, evidence_of, optimizer_steps
 from ..registry import Example, LogSignature, rule
 from ..facts import ABSENT, KNOWN, Call, MachineFacts, ScriptFacts, StackFacts, TensorValue
 from ..derive.live import live_evidence
@@ -47,8 +47,8 @@ def _autocast_device(c: Call) -> str | None:
     summary="The model is cast to another dtype between optimizer steps: its fp32 moment state meets bf16 grads.",
     what="`model.to(torch.bfloat16)` / `.bfloat16()` / `.half()` after the optimizer that holds its parameters has "
          "stepped, with more steps to come: in the training loop after the step, between two training phases, or "
-         "in a helper (an eval or save routine) that casts the model it is given. A cast before the first step, or "
-         "after the last, is not this failure.",
+         "in a helper (an eval or save routine) that casts the model it is given. A cast after the last step is not "
+         "this failure, nor one before the first: that is the dtype the model trains in (PD204, PD212 judge it).",
     why="`Module.to(dtype)` swaps `param.data` in place, so the optimizer keeps the same parameters but the moment "
         "buffers it created at its first step, in the dtype the parameters had then, are not converted; the next "
         "step's `exp_avg.lerp_(grad)` requires one dtype.",
@@ -94,7 +94,7 @@ def optimizer_state_dtype_mismatch(script: ScriptFacts, setup: Setup, live):
     if not setup.optimizers:
         return
     opt = setup.optimizers[0]
-    steps = _steps_of(opt, script)
+    steps = optimizer_steps(opt, script)
     for c in setup.casts:
         d = dtype_of_cast(c)
         if d in (dtypes.FLOAT16, dtypes.BFLOAT16) and c.location.path == opt.location.path and c.scope == opt.scope \
@@ -114,23 +114,16 @@ def optimizer_state_dtype_mismatch(script: ScriptFacts, setup: Setup, live):
                 yield _pd203(cast, opt, d, passed.text, via=call)
 
 
-def _steps_of(opt: Call, script: ScriptFacts) -> list[Call]:
-    """Where the optimizer steps: `opt.step()`, `scaler.step(opt)`, or a local function it is passed to. Where none
-    names it (stepped under another name), every `.step()` that is not a scheduler's."""
-    name = opt.target
-    passed = [c for c in script.of("local_call") if name and any(
-        v.text == name for v in list(c.args) + list(c.kwargs.values()))]
-    methods = [m for m in script.of("method") if m.callee.endswith(".step")]
-    named = [m for m in methods if name and (m.receiver == name or (m.args and m.args[0].text == name))]
-    return named + passed if named or passed else [m for m in methods if "sched" not in m.receiver.lower()]
-
-
 def _between_steps(at: Call, steps: list[Call]) -> bool:
     """Does `at` run after one optimizer step and before another? The state is created, in the parameters' dtype
     of the time, at the first step: a cast before it, or after the last, never meets state of another dtype. In a
-    loop that steps, a cast after the step runs before the next iteration's step."""
+    loop that steps, a cast after the step runs before the next iteration's step, and a cast under a condition
+    before the step can first run in a later iteration (`if epoch == 1:`); an unconditional one before the step
+    repeats the first iteration's cast, which changed nothing the state saw."""
     same = [s for s in steps if s.location.path == at.location.path and s.scope == at.scope]
     earlier = [s for s in same if s.location.line < at.location.line]
+    if at.in_loop and at.in_branch and any(s.in_loop for s in same):
+        return True
     if not earlier:
         return False
     return (at.in_loop and any(s.in_loop for s in earlier)) or any(s.location.line > at.location.line for s in same)

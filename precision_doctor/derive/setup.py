@@ -204,9 +204,11 @@ def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
 
     family = _family(load, script)
     weights = _weights(load, script, machine, stack)
-    pre_training = _first_training_line(trainer, optimizers)
-    for c in casts:
-        if pre_training is None or (c.location.path, c.location.line) < pre_training:
+    pre_training = _first_training_line(trainer, optimizers, script)
+    built = min(((o.location.path, o.location.line) for o in optimizers), default=None)
+    for c in casts:  # (one in the training loop before its step is PD203's: the loop has stepped before it)
+        where = (c.location.path, c.location.line)
+        if pre_training is None or where < pre_training and not (c.in_loop and built and where > built):
             d = dtype_of_cast(c)
             weights = Fact(d, weights.evidence + (call_evidence(c, f"model cast to {d}"),), source=None, call=c)
     quantized = _quantization(load, by_key, machine, stack)
@@ -524,6 +526,25 @@ def _undecided(name: str, v: Value, call: Call) -> Fact:
     return Fact(unknown=f"{name}={v.text}: {v.reason}", call=call, source=v)
 
 
-def _first_training_line(trainer: Call | None, optimizers: tuple[Call, ...]) -> tuple[str, int] | None:
-    points = [(c.location.path, c.location.line) for c in ((trainer,) if trainer else ()) + optimizers]
+def _first_training_line(trainer: Call | None, optimizers: tuple[Call, ...], script: ScriptFacts
+                         ) -> tuple[str, int] | None:
+    """Where training starts: the Trainer, or an optimizer's first step (its state takes the parameters' dtype
+    there, so a cast between building the optimizer and that step is the dtype it trains in)."""
+    points = [(trainer.location.path, trainer.location.line)] if trainer else []
+    for opt in optimizers:
+        steps = [(s.location.path, s.location.line) for s in optimizer_steps(opt, script)
+                 if s.scope == opt.scope and s.location.path == opt.location.path
+                 and s.location.line > opt.location.line]
+        points.append(min(steps) if steps else (opt.location.path, opt.location.line))
     return min(points) if points else None
+
+
+def optimizer_steps(opt: Call, script: ScriptFacts) -> list[Call]:
+    """Where the optimizer steps: `opt.step()`, `scaler.step(opt)` (where none names it, stepped under another name:
+    every `.step()` that is not a scheduler's), and calls of the script's own functions that step one."""
+    name = opt.target
+    methods = [m for m in script.of("method") if m.callee.endswith(".step") and "sched" not in m.receiver.lower()]
+    named = [m for m in methods if name and (m.receiver == name or (m.args and m.args[0].text == name))]
+    stepping = {m.scope.rsplit(".", 1)[-1] for m in methods if m.scope != "<module>"}
+    calls = [c for c in script.of("local_call") if c.callee.rsplit(".", 1)[-1] in stepping]
+    return (named or methods) + calls
