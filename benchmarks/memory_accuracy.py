@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from precision_doctor.derive.memory import TrainingShape, activation_bytes, estimate, linear_parameters  # noqa: E402
+from precision_doctor.derive.memory import TrainingShape, activation_bytes, autocast_copies, estimate  # noqa: E402
 from precision_doctor.facts import CheckpointSource  # noqa: E402
 from precision_doctor.probes.checkpoint import from_config  # noqa: E402
 
@@ -154,10 +154,8 @@ def estimated(case: Case) -> dict[str, int]:
                           compute_dtype="bfloat16" if half else "float32",
                           scores_materialised=case.attention == "eager" or bool(dropout))
     b = estimate(facts, shape)
-    # autocast's half copies of the weights, saved (checkpointed layers run their forward without grad: none)
-    copies = linear_parameters(facts) * 2 if case.precision == "amp" and not case.checkpointing else 0
     return {"weights": b.weights, "gradients": b.gradients, "optimizer": b.optimizer,
-            "activations": activation_bytes(facts, shape) + copies}
+            "activations": activation_bytes(facts, shape) + autocast_copies(facts, shape)}
 
 
 QUICK = [Case("llama", 2, 64), Case("gpt2", 2, 64), Case("t5", 2, 32), Case("bert", 2, 64), Case("vit", 2, 64),

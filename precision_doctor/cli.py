@@ -596,7 +596,7 @@ def list_targets() -> int:
         caps = ", ".join(x for x, ok in (("bf16", p.capability >= (8, 0)), ("tf32", p.capability >= (8, 0)),
                                           ("fp8", p.capability >= (8, 9))) if ok) or "fp16 only"
         alias = f"  (also: {', '.join(p.aliases)})" if p.aliases else ""
-        print(f"{p.name:<14} {p.gpu_name:<32} sm_{p.capability[0]}{p.capability[1]}  {p.memory_gib:>3} GiB  "
+        print(f"{p.name:<14} {p.gpu_name:<32} sm_{p.capability[0]}{p.capability[1]}  {p.memory_mib / 1024:>5.1f} GiB  "
               f"{caps}{alias}")
     return EXIT_OK
 

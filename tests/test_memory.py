@@ -227,6 +227,53 @@ def test_prepare_model_for_kbit_training_turns_checkpointing_on(tmp_path):
     assert shape_on["checkpointing"] is True and shape_off["checkpointing"] is False
 
 
+def test_what_backward_adds_can_be_where_it_runs_out(tmp_path):
+    """LoRA on a 152k vocabulary: the forward fits, the loss gradient backward adds at its start does not. It is
+    PD602's (the optimizer state of LoRA is tiny), said as where it happens."""
+    code = ("import torch\nfrom peft import LoraConfig, get_peft_model\n"
+            "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+            "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-0.5B', dtype=torch.bfloat16)\n"
+            "model = get_peft_model(model, LoraConfig(r=16))\n"
+            "Trainer(model=model, args=TrainingArguments('out', bf16=True, per_device_train_batch_size={batch}), "
+            "train_dataset=ds).train()\n")
+    found = {}
+    for batch in (7, 8):
+        (tmp_path / "train.py").write_text(code.format(batch=batch))
+        out = subprocess.run([sys.executable, "-m", "precision_doctor", "check", "train.py", "--target", "l4",
+                              "--format", "json"], capture_output=True, text=True, cwd=tmp_path, timeout=60,
+                             env={"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin"})
+        found[batch] = {f["id"]: f["message"] for f in json.loads(out.stdout)["findings"]}
+    assert "PD602" not in found[7] and "PD603" not in found[7]
+    assert "as the first backward starts" in found[8]["PD602"] and "PD603" not in found[8]
+    verdict = _memory(tmp_path, code.format(batch=8), "--target", "l4", "--format", "json")
+    assert json.loads(verdict.stdout)["scripts"][0]["verdict"] == "will not fit as the first backward starts"
+
+
+def test_a_classifier_has_no_vocabulary_logits():
+    """AutoModelForSequenceClassification over a checkpoint whose config came with a masked-LM head: its logits
+    are num_labels wide, so nothing vocabulary-sized is counted."""
+    facts = checkpoint_facts("google-bert/bert-base-uncased", (), {"HF_HUB_CACHE": "/nonexistent"})
+    lm = TrainingShape(compute_dtype="float16", batch=32, sequence=512)
+    classifier = replace(lm, vocabulary_head=False)
+    vocab_terms = 32 * 512 * facts.vocab_size * (4 + 4 + 2 * 2)  # logits kept, loss gradient, log-probabilities
+    gap = estimate(facts, lm).peak - estimate(facts, classifier).peak
+    assert abs(gap / (vocab_terms * 1.05) - 1) < 0.1
+
+
+def test_the_memory_plan_reads_the_head_from_the_loaded_class(tmp_path):
+    code = ("import torch\nfrom transformers import {cls}, Trainer, TrainingArguments\n"
+            "model = {cls}.from_pretrained('google-bert/bert-base-uncased')\n"
+            "Trainer(model=model, args=TrainingArguments('out', fp16=True, per_device_train_batch_size=32), "
+            "train_dataset=ds).train()\n")
+    peaks = {}
+    for cls in ("AutoModelForSequenceClassification", "AutoModelForMaskedLM"):
+        out = _memory(tmp_path, code.format(cls=cls), "--target", "t4", "--format", "json")
+        entry = json.loads(out.stdout)["scripts"][0]
+        peaks[cls] = (entry["shape"]["vocabulary_head"], entry["per_gpu_bytes"]["peak"])
+    assert peaks["AutoModelForSequenceClassification"][0] is False and peaks["AutoModelForMaskedLM"][0] is True
+    assert peaks["AutoModelForSequenceClassification"][1] < peaks["AutoModelForMaskedLM"][1] * 0.8
+
+
 # --- what the user sees ----------------------------------------------------------------------------------
 
 def test_larger_batch_and_checkpointing_move_the_verdict():

@@ -15,12 +15,12 @@ SCHEMA = Path(__file__).parent / "data" / "sarif-2.1.0-rtm.5.json"
 
 BAD = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
        "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float16)\n"
-       "Trainer(model=model, args=TrainingArguments('out', fp16=True)).train()\n")
+       "Trainer(model=model, args=TrainingArguments('out', fp16=True, per_device_train_batch_size=2)).train()\n")
 DEPRECATED = "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
 CLEAN = "import json\nprint(json.dumps({}))\n"
 RUNTIME = ("import os, torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
            "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=getattr(torch, os.environ['DTYPE']))\n"
-           "Trainer(model=model, args=TrainingArguments('out', fp16=True)).train()\n")
+           "Trainer(model=model, args=TrainingArguments('out', fp16=True, per_device_train_batch_size=2)).train()\n")
 
 
 def doctor(*args, cwd=ROOT):

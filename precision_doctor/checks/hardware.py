@@ -189,17 +189,20 @@ def _emulating_guards(v: Value) -> list[Predicate]:
     fires=[Example(_HEAD + "bf16 = torch.cuda.is_bf16_supported()\n"
                    "model = AutoModelForCausalLM.from_pretrained('gpt2', "
                    "dtype=torch.bfloat16 if bf16 else torch.float32)\n"
-                   "Trainer(model=model, args=TrainingArguments('o', bf16=bf16, fp16=not bf16)).train()\n",
+                   "Trainer(model=model, args=TrainingArguments('o', bf16=bf16, fp16=not bf16, "
+                   "per_device_train_batch_size=4)).train()\n",
                    target="t4", note="bf16 where supported, decided by a guard")],
     silent=[Example(_HEAD + "bf16 = torch.cuda.is_bf16_supported(including_emulation=False)\n"
                     "model = AutoModelForCausalLM.from_pretrained('gpt2', "
                     "dtype=torch.bfloat16 if bf16 else torch.float32)\n"
-                    "Trainer(model=model, args=TrainingArguments('o', bf16=bf16, fp16=not bf16)).train()\n",
+                    "Trainer(model=model, args=TrainingArguments('o', bf16=bf16, fp16=not bf16, "
+                    "per_device_train_batch_size=4)).train()\n",
                     target="t4"),
             Example(_HEAD + "bf16 = torch.cuda.is_bf16_supported()\n"
                     "model = AutoModelForCausalLM.from_pretrained('gpt2', "
                     "dtype=torch.bfloat16 if bf16 else torch.float32)\n"
-                    "Trainer(model=model, args=TrainingArguments('o', bf16=bf16, fp16=not bf16)).train()\n",
+                    "Trainer(model=model, args=TrainingArguments('o', bf16=bf16, fp16=not bf16, "
+                    "per_device_train_batch_size=4)).train()\n",
                     target="a100")],
 )
 def emulated_bf16_guard(script: ScriptFacts, machine: MachineFacts, stack: StackFacts):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..derive import LaunchPlan, Setup, call_evidence, decide, device_map_kind
 from ..derive.checkpoint import describe_source
 from ..derive.memory import GIB, HEADROOM_WARNING, cheapest_fit, largest_batch, offloaded_layers
-from ..derive.memory_plan import MemoryPlan, plan_memory
+from ..derive.memory_plan import MemoryPlan, first_failure, plan_memory
 from ..facts import KNOWN, LaunchFacts, MachineFacts, ScriptFacts, StackFacts
 from ..findings import Applicability, Draft, Evidence, Fix
 from ..registry import Example, LogSignature, rule
@@ -65,19 +65,6 @@ def _hedged(m: MemoryPlan, with_activations: bool) -> dict:
     return {}
 
 
-def _first_failure(m: MemoryPlan) -> str:
-    b = m.breakdown
-    if m.shape.parallelism.kind == "device-map":
-        return ""  # device_map spreads the weights and offloads what does not fit (PD604)
-    if b.at_load > m.budget:
-        return "load"
-    if b.at_forward > m.budget:
-        return "forward"
-    if b.at_step > m.budget or b.peak > m.budget:
-        return "step"
-    return ""
-
-
 _FIRES_7B_T4 = _trainer("meta-llama/Llama-2-7b-hf")
 _SILENT_7B_H100_LORA = ("import torch\nfrom peft import LoraConfig, get_peft_model\n" + _HEAD.split("\n", 1)[1]
                         + "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-2-7b-hf', "
@@ -102,7 +89,7 @@ _SILENT_7B_H100_LORA = ("import torch\nfrom peft import LoraConfig, get_peft_mod
 def oom_at_load(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack: StackFacts, launch: LaunchFacts,
                 plan: LaunchPlan):
     m = _plan(setup, script, machine, stack, launch, plan)
-    if m is None or _first_failure(m) != "load":
+    if m is None or first_failure(m) != "load":
         return
     yield Draft(f"will not fit: out of memory at load. The weights of {m.checkpoint.model_id} take "
                 f"{gib(m.breakdown.weights)} per GPU, {m.gpu.name} has {gib(m.budget)}: {breakdown_text(m)}",
@@ -111,9 +98,10 @@ def oom_at_load(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack:
 
 @rule(
     "PD602", "oom-at-first-forward", severity="error", phase="first-step",
-    summary="Weights and the first batch's activations do not fit: out of memory in the first forward.",
+    summary="Weights and the first batch's activations do not fit: out of memory in the first forward or backward.",
     what="The weights fit, but the activations saved for backward (batch x sequence x hidden x layers, times a "
-         "per-architecture factor; gradient checkpointing keeps only each layer's input) do not.",
+         "per-architecture factor; gradient checkpointing keeps only each layer's input) do not, or do not with "
+         "what backward adds as it starts (the loss's fp32 gradient, or a checkpointed layer recomputed).",
     why="The forward keeps every layer's intermediate tensors until backward frees them.",
     error=_OOM,
     fix="Gradient checkpointing, a smaller per_device_train_batch_size with gradient accumulation, or shorter "
@@ -128,10 +116,13 @@ def oom_at_load(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack:
 def oom_at_first_forward(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack: StackFacts,
                          launch: LaunchFacts, plan: LaunchPlan):
     m = _plan(setup, script, machine, stack, launch, plan)
-    if m is None or _first_failure(m) != "forward":
+    where = first_failure(m) if m is not None else ""
+    if where not in ("forward", "backward"):
         return
     s = m.shape
-    yield Draft(f"will not fit: out of memory at the first forward. {s.batch} x {s.sequence} tokens of activations "
+    when = "at the first forward" if where == "forward" else \
+        f"as the first backward starts (it adds {gib(m.breakdown.backward)})"
+    yield Draft(f"will not fit: out of memory {when}. {s.batch} x {s.sequence} tokens of activations "
                 f"take {gib(m.breakdown.activations)}: {breakdown_text(m)}", evidence=_evidence(m, setup),
                 fix=_advice(m), **_hedged(m, True))
 
@@ -153,7 +144,7 @@ def oom_at_first_forward(setup: Setup, script: ScriptFacts, machine: MachineFact
 def oom_at_optimizer_step(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack: StackFacts,
                           launch: LaunchFacts, plan: LaunchPlan):
     m = _plan(setup, script, machine, stack, launch, plan)
-    if m is None or _first_failure(m) != "step":
+    if m is None or first_failure(m) != "step":
         return
     b = m.breakdown
     yield Draft(f"will not fit: out of memory at the first optimizer step. Gradients {gib(b.gradients)} and "
@@ -219,16 +210,16 @@ def device_map_auto_offloads(setup: Setup, script: ScriptFacts, machine: Machine
     error=_OOM,
     fix="Leave a margin: a smaller per-device batch with gradient accumulation, or gradient checkpointing.",
     log=_LOG,
-    fires=[Example(_trainer("Qwen/Qwen2.5-0.5B", "per_device_train_batch_size=6"), target="l4",
-                   note="bf16 weights, gradients and AdamW: 3.7 GiB; 6 x 1024 tokens of activations, the logits of "
-                        "a 152k vocabulary and the loss gradient: 18.3 GiB")],
+    fires=[Example(_trainer("meta-llama/Llama-3.2-1B", "per_device_train_batch_size=4"), target="l4",
+                   note="bf16 weights, gradients and AdamW: 9.2 GiB; 4 x 1024 tokens of activations, the logits of "
+                        "a 128k vocabulary and the loss gradient: 12.6 GiB")],
     silent=[Example(_trainer("meta-llama/Llama-3.2-1B", "per_device_train_batch_size=1",
                              load="dtype=torch.float32"), target="a100-80gb")],
 )
 def memory_headroom_low(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack: StackFacts,
                         launch: LaunchFacts, plan: LaunchPlan):
     m = _plan(setup, script, machine, stack, launch, plan)
-    if m is None or _first_failure(m) or m.shape.parallelism.kind == "device-map" or \
+    if m is None or first_failure(m) or m.shape.parallelism.kind == "device-map" or \
             m.headroom >= HEADROOM_WARNING:
         return
     yield Draft(f"fits with {m.headroom:.0%} to spare: peak {gib(m.breakdown.peak)} of {gib(m.budget)}: "

@@ -81,11 +81,12 @@ HALF_ACTIVATION_FACTORS = {
     (HALF, "llama"): ActivationFactor(h=10, kv=2, i=4, scores=1, head_h=4.5, head_v=2),
     (AMP, "llama"): ActivationFactor(h=15, kv=2, i=4, scores=1, head_h=5.5, head_v=2, checkpoint_h=2),
     (HALF, "gpt2"): ActivationFactor(h=8, kv=5, i=5, scores=6, head_h=3, head_v=2),
-    (AMP, "gpt2"): ActivationFactor(h=12.5, kv=5, i=5, scores=5.5, head_h=3, head_v=3, checkpoint_h=2),
+    # GPT-2 under autocast: set by the H200 run (its attention dropout kernel keeps more than the CPU counts: 7 %)
+    (AMP, "gpt2"): ActivationFactor(h=12.5, kv=5, i=5, scores=6, head_h=5, head_v=3, checkpoint_h=2),
     (HALF, "bert"): ActivationFactor(h=8, kv=5, i=2, scores=6, head_h=7, head_v=2),
-    (AMP, "bert"): ActivationFactor(h=14.5, kv=5, i=2, scores=5.5, head_h=6.5, head_v=3, checkpoint_h=2),
+    (AMP, "bert"): ActivationFactor(h=11.5, kv=5, i=2, scores=6, head_h=9, head_v=2, checkpoint_h=2),
     (HALF, "t5"): ActivationFactor(h=17, kv=8, i=3, scores=9, head_h=17.5, head_v=2, always_scores=True),
-    (AMP, "t5"): ActivationFactor(h=43.5, kv=8, i=3.5, scores=6.5, head_h=6.5, head_v=2, checkpoint_h=2,
+    (AMP, "t5"): ActivationFactor(h=42, kv=8, i=3.5, scores=6.5, head_h=9, head_v=1, checkpoint_h=2,
                                   always_scores=True),
 }
 HALF_LORA_ACTIVATION_FACTORS = {
@@ -152,6 +153,7 @@ class TrainingShape:
     scores_materialised: bool = False  # eager attention (sdpa/flash keep O(sequence) memory)
     parallelism: Parallelism = Parallelism()
     master_weights: bool = False  # DeepSpeed/apex mixed precision: an fp32 copy beside half weights
+    vocabulary_head: bool = True  # logits over the vocabulary (a language model); False: a task head (num_labels)
     assumed: tuple[str, ...] = ()  # what was not known and is assumed: "sequence length 1024 (...)"
 
 
@@ -178,6 +180,11 @@ class Breakdown:
     @property
     def at_forward(self) -> int:
         return self.weights + self.activations + self.context + self.reserve
+
+    @property
+    def at_backward(self) -> int:
+        """The first backward's start: no gradients or optimizer state yet."""
+        return self.weights + self.activations + self.backward + self.context + self.reserve
 
     @property
     def at_step(self) -> int:
@@ -251,7 +258,7 @@ def activation_bytes(c: CheckpointFacts, shape: TrainingShape, batch: int | None
     s = sequence_tokens(c, shape.sequence)
     tokens = (shape.batch if batch is None else batch) * s
     per_layer = _per_layer(c, shape, f, s)
-    outside = f.head_h * h + f.head_v * (c.vocab_size or 0)
+    outside = f.head_h * h + f.head_v * _vocabulary(c, shape)
     if c.image_size and c.patch_size:
         outside += 3 * c.patch_size ** 2  # the pixels the patch embedding saves, per patch
     stacks = 2 if c.encoder_decoder else 1
@@ -281,7 +288,7 @@ def backward_bytes(c: CheckpointFacts, shape: TrainingShape, batch: int | None =
     f = activation_factor(c.model_type, lora=bool(shape.lora_rank), precision=regime(shape))
     s = sequence_tokens(c, shape.sequence)
     tokens = (shape.batch if batch is None else batch) * s
-    loss = LOSS_GRADIENT_BYTES * (c.vocab_size or 0)
+    loss = LOSS_GRADIENT_BYTES * _vocabulary(c, shape)
     layer = _per_layer(c, shape, f, s) * BYTES.get(shape.compute_dtype, 4) if shape.checkpointing else 0
     return int(tokens * max(loss, layer))
 
@@ -289,7 +296,21 @@ def backward_bytes(c: CheckpointFacts, shape: TrainingShape, batch: int | None =
 def logits_bytes(c: CheckpointFacts, shape: TrainingShape, batch: int | None = None) -> int:
     """The logits (and the loss's working copies) still held when the forward ends, beyond what is saved."""
     tokens = (shape.batch if batch is None else batch) * sequence_tokens(c, shape.sequence)
-    return int(tokens * LOGITS_KEPT_BYTES * (c.vocab_size or 0))
+    return int(tokens * LOGITS_KEPT_BYTES * _vocabulary(c, shape))
+
+
+def autocast_copies(c: CheckpointFacts, shape: TrainingShape) -> int:
+    """fp32 weights under half autocast: the half copy of every weight it casts for a matmul, kept until the forward
+    ends. Checkpointed layers run their forward without grad and keep none; the output head outside them does."""
+    if regime(shape) != AMP:
+        return 0
+    head = _vocabulary(c, shape) * (c.hidden_size or 0)
+    return 2 * (head + (linear_parameters(c) if not shape.checkpointing else 0))
+
+
+def _vocabulary(c: CheckpointFacts, shape: TrainingShape) -> int:
+    """The width of the logits the loss reads: the vocabulary for a language-model head, else none worth counting."""
+    return (c.vocab_size or 0) if shape.vocabulary_head else 0
 
 
 def estimate(c: CheckpointFacts, shape: TrainingShape) -> Breakdown:
@@ -335,10 +356,7 @@ def estimate(c: CheckpointFacts, shape: TrainingShape) -> Breakdown:
     activations = saved * shape.batch
     backward = backward_bytes(c, shape)
     per_sample = saved + backward_bytes(c, shape, batch=1)
-    if regime(shape) == AMP and not shape.checkpointing:
-        # autocast keeps a half copy of every weight it casts for the matmuls until the forward ends (checkpointed
-        # layers run their forward without grad, and keep none)
-        activations += _shard(linear_parameters(c) * 2, n if p.kind in ("zero3", "fsdp-full") else 1)
+    activations += _shard(autocast_copies(c, shape), n if p.kind in ("zero3", "fsdp-full") else 1)
     context = CUDA_CONTEXT_BYTES
     reserve = int(ALLOCATOR_RESERVE * (weights + gradients + optimizer + master + activations + backward))
     return Breakdown(weights=weights, gradients=gradients, optimizer=optimizer, master=master,

@@ -33,6 +33,22 @@ class MemoryPlan:
         return 1 - self.breakdown.peak / self.budget if self.budget else -1.0
 
 
+def first_failure(m: MemoryPlan) -> str:
+    """Where the job first runs out of memory: load | forward | backward | step, or "" when it fits."""
+    b = m.breakdown
+    if m.shape.parallelism.kind == "device-map":
+        return ""  # device_map spreads the weights and offloads what does not fit (PD604)
+    if b.at_load > m.budget:
+        return "load"
+    if b.at_forward > m.budget:
+        return "forward"
+    if b.at_backward > m.budget:
+        return "backward"
+    if b.at_step > m.budget or b.peak > m.budget:
+        return "step"
+    return ""
+
+
 def plan_memory(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack: StackFacts, launch: LaunchFacts,
                 plan: LaunchPlan) -> MemoryPlan | str:
     """The plan, or why there is none."""
@@ -90,7 +106,18 @@ def training_shape(setup: Setup, script: ScriptFacts, c: CheckpointFacts, machin
                          adapter_dtype=setup.adapter_dtype.value or dtypes.FLOAT32,
                          optimizer=_optimizer_kind(setup, stack), batch=batch, sequence=sequence, checkpointing=setup.placement.checkpointing.on,
                          scores_materialised=bool(eager), parallelism=parallelism, master_weights=master,
-                         assumed=tuple(assumed))
+                         vocabulary_head=not _classifier(setup), assumed=tuple(assumed))
+
+
+# A task head with a handful of outputs (a classifier's logits are num_labels wide): no vocabulary-wide logits
+CLASSIFIER_HEADS = ("ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering",
+                    "ForMultipleChoice", "ForImageClassification", "ForAudioClassification")
+
+
+def _classifier(setup: Setup) -> bool:
+    load = setup.model_load
+    classes = [part for part in load.callee.split(".") if part[:1].isupper()] if load is not None else []
+    return bool(classes) and classes[-1].endswith(CLASSIFIER_HEADS)
 
 
 def _int_kwarg(call, name: str, machine: MachineFacts, stack: StackFacts) -> int | None:

@@ -13,29 +13,32 @@ class Profile:
     name: str
     gpu_name: str
     capability: tuple[int, int]
-    memory_gib: int
+    memory_mib: int  # the total NVML (nvidia-smi) reports on R510 and later drivers, ECC as the card ships
     aliases: tuple[str, ...] = ()
 
 
+# Totals as nvidia-smi prints them, from real output in public issue threads and logs (the H200's read here on
+# 2026-11-27). Drivers before R510 print the total less the driver's reserve (T4 15109, A100-40GB 40536);
+# the A10 with ECC off, the A6000 and RTX 6000 Ada with ECC on print other figures (24564, 46068).
 PROFILES: tuple[Profile, ...] = (
-    Profile("p100", "Tesla P100-PCIE-16GB", (6, 0), 16),
-    Profile("v100-16gb", "Tesla V100-SXM2-16GB", (7, 0), 16),
-    Profile("v100-32gb", "Tesla V100-SXM2-32GB", (7, 0), 32, aliases=("v100",)),
-    Profile("t4", "Tesla T4", (7, 5), 16),
-    Profile("titan-rtx", "NVIDIA TITAN RTX", (7, 5), 24),
-    Profile("rtx-2080-ti", "NVIDIA GeForce RTX 2080 Ti", (7, 5), 11),
-    Profile("a100-40gb", "NVIDIA A100-SXM4-40GB", (8, 0), 40),
-    Profile("a100-80gb", "NVIDIA A100-SXM4-80GB", (8, 0), 80, aliases=("a100",)),
-    Profile("rtx-3090", "NVIDIA GeForce RTX 3090", (8, 6), 24),
-    Profile("a10", "NVIDIA A10", (8, 6), 24),
-    Profile("a10g", "NVIDIA A10G", (8, 6), 24),
-    Profile("a6000", "NVIDIA RTX A6000", (8, 6), 48),
-    Profile("rtx-4090", "NVIDIA GeForce RTX 4090", (8, 9), 24),
-    Profile("l4", "NVIDIA L4", (8, 9), 24),
-    Profile("l40s", "NVIDIA L40S", (8, 9), 48),
-    Profile("rtx-6000-ada", "NVIDIA RTX 6000 Ada Generation", (8, 9), 48),
-    Profile("h100", "NVIDIA H100 80GB HBM3", (9, 0), 80),
-    Profile("h200", "NVIDIA H200", (9, 0), 141),
+    Profile("p100", "Tesla P100-PCIE-16GB", (6, 0), 16384),
+    Profile("v100-16gb", "Tesla V100-SXM2-16GB", (7, 0), 16384),
+    Profile("v100-32gb", "Tesla V100-SXM2-32GB", (7, 0), 32768, aliases=("v100",)),
+    Profile("t4", "Tesla T4", (7, 5), 15360),
+    Profile("titan-rtx", "NVIDIA TITAN RTX", (7, 5), 24576),
+    Profile("rtx-2080-ti", "NVIDIA GeForce RTX 2080 Ti", (7, 5), 11264),
+    Profile("a100-40gb", "NVIDIA A100-SXM4-40GB", (8, 0), 40960),
+    Profile("a100-80gb", "NVIDIA A100-SXM4-80GB", (8, 0), 81920, aliases=("a100",)),
+    Profile("rtx-3090", "NVIDIA GeForce RTX 3090", (8, 6), 24576),
+    Profile("a10", "NVIDIA A10", (8, 6), 23028),
+    Profile("a10g", "NVIDIA A10G", (8, 6), 23028),
+    Profile("a6000", "NVIDIA RTX A6000", (8, 6), 49140),
+    Profile("rtx-4090", "NVIDIA GeForce RTX 4090", (8, 9), 24564),
+    Profile("l4", "NVIDIA L4", (8, 9), 23034),
+    Profile("l40s", "NVIDIA L40S", (8, 9), 46068),
+    Profile("rtx-6000-ada", "NVIDIA RTX 6000 Ada Generation", (8, 9), 49140),
+    Profile("h100", "NVIDIA H100 80GB HBM3", (9, 0), 81559),
+    Profile("h200", "NVIDIA H200", (9, 0), 143771),
 )
 
 CPU_TARGET = "cpu"
@@ -68,7 +71,7 @@ def machine_from_target(spec: str) -> MachineFacts:
             raise InputError(f"--target {_short(spec)}: the count after ':' must be a whole number from 1 to "
                              f"{MAX_GPUS_PER_NODE} (GPUs per node), e.g. {_short(name)}:2")
     gpus = tuple(Gpu(index=i, name=profile.gpu_name, capability=profile.capability,
-                     memory_total_mib=profile.memory_gib * 1024) for i in range(count))
+                     memory_total_mib=profile.memory_mib) for i in range(count))
     return MachineFacts(known=True, source=f"target {profile.name}" + (f":{count}" if count_text else ""),
                         origin=MachineOrigin.TARGET, gpus=gpus)
 

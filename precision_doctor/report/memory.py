@@ -8,7 +8,7 @@ from dataclasses import asdict
 from ..derive import derive
 from ..derive.checkpoint import checkpoint_of, describe_source
 from ..derive.memory import GIB, cheapest_fit, largest_batch, offloaded_layers
-from ..derive.memory_plan import MemoryPlan, plan_memory
+from ..derive.memory_plan import MemoryPlan, first_failure, plan_memory
 from ..facts import Facts
 from ..redact import markup, redact_data
 
@@ -31,9 +31,9 @@ def memory_report(facts: Facts) -> list[dict]:
             out.append(entry)
             continue
         b = m.breakdown
-        verdict = ("will not fit at load" if b.at_load > m.budget else "will not fit at the first forward"
-                   if b.at_forward > m.budget else "will not fit at the first optimizer step"
-                   if b.at_step > m.budget or b.peak > m.budget else "fits")
+        verdict = {"load": "will not fit at load", "forward": "will not fit at the first forward",
+                   "backward": "will not fit as the first backward starts",
+                   "step": "will not fit at the first optimizer step"}.get(first_failure(m), "fits")
         if m.shape.parallelism.kind == "device-map":
             n = offloaded_layers(m.checkpoint, m.shape, list(m.spread_budgets))
             verdict = f"device_map offloads {n} layers to the CPU" if n else "fits"
