@@ -17,9 +17,12 @@ class Profile:
     aliases: tuple[str, ...] = ()
 
 
-# Totals as nvidia-smi prints them, from real output in public issue threads and logs (the H200's read here on
-# 2026-11-27). Drivers before R510 print the total less the driver's reserve (T4 15109, A100-40GB 40536);
-# the A10 with ECC off, the A6000 and RTX 6000 Ada with ECC on print other figures (24564, 46068).
+# Totals as nvidia-smi prints them on R510+ drivers, from its output quoted in public threads: A100-40GB
+# bottlerocket-os/bottlerocket-core-kit#834, A100-80GB allenai/PeerRead#40, RTX 3090 noonghunna/club-3090#1127, A10
+# mayooot/detect-gpu#3, A10G NVIDIA/DCGM#232, RTX 4090 RLinf/RLinf#255, L40S gpustack/gpustack#301, V100-32GB
+# Wan-Video/Wan2.1#5; the others from published training logs; the H200 read here (2026-11-27). Drivers before
+# R510 print the total less the driver's reserve (T4 15109, A100-40GB 40536); the A10 with ECC off, the A6000
+# and RTX 6000 Ada with ECC on print other figures (24564, 46068).
 PROFILES: tuple[Profile, ...] = (
     Profile("p100", "Tesla P100-PCIE-16GB", (6, 0), 16384),
     Profile("v100-16gb", "Tesla V100-SXM2-16GB", (7, 0), 16384),
