@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from precision_doctor.derive.memory import (GIB, Parallelism, TrainingShape, estimate, largest_batch,
-                                            offloaded_layers, weights_bytes)
+                                            linear_parameters, offloaded_layers, weights_bytes)
 from precision_doctor.facts import CheckpointSource
 from precision_doctor.probes.checkpoint import checkpoint_facts, count_parameters, from_config, shipped_table
 
@@ -225,6 +225,13 @@ def test_prepare_model_for_kbit_training_turns_checkpointing_on(tmp_path):
                   "--format", "json")
     shape_on, shape_off = (json.loads(r.stdout)["scripts"][0]["shape"] for r in (on, off))
     assert shape_on["checkpointing"] is True and shape_off["checkpointing"] is False
+    # it also casts what bitsandbytes did not quantize (embeddings, output head, norms) to fp32
+    without = _memory(tmp_path, code.format(gc="").replace("model = prepare_model_for_kbit_training(model)\n", ""),
+                      "--target", "a100-80gb", "--format", "json")
+    facts = checkpoint_facts("Qwen/Qwen2.5-7B", (), {"HF_HUB_CACHE": "/nonexistent"})
+    unquantized = facts.parameters - linear_parameters(facts)
+    weights = [json.loads(r.stdout)["scripts"][0]["per_gpu_bytes"]["weights"] for r in (on, without)]
+    assert weights[0] - weights[1] == unquantized * 2  # 4 bytes where bf16 kept 2
 
 
 def test_what_backward_adds_can_be_where_it_runs_out(tmp_path):

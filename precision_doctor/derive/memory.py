@@ -154,6 +154,7 @@ class TrainingShape:
     parallelism: Parallelism = Parallelism()
     master_weights: bool = False  # DeepSpeed/apex mixed precision: an fp32 copy beside half weights
     vocabulary_head: bool = True  # logits over the vocabulary (a language model); False: a task head (num_labels)
+    kbit_upcast: bool = False  # peft's prepare_model_for_kbit_training: what is not quantized is cast to fp32
     assumed: tuple[str, ...] = ()  # what was not known and is assumed: "sequence length 1024 (...)"
 
 
@@ -211,17 +212,22 @@ def linear_parameters(c: CheckpointFacts) -> int:
     return max(0, (c.parameters or 0) - embed)
 
 
-def weights_bytes(c: CheckpointFacts, dtype: str, quantized: str = "") -> int:
+def weights_bytes(c: CheckpointFacts, dtype: str, quantized: str = "", rest_dtype: str = "") -> int:
     """The weights as stored on the GPU. bitsandbytes 4-bit: half a byte per parameter plus a float32 absmax per
-    64-parameter block; 8-bit: a byte plus a float32 scale per output row (~1/hidden); the rest in `dtype`."""
+    64-parameter block; 8-bit: a byte plus a float32 scale per output row (~1/hidden); the rest in `rest_dtype`,
+    else `dtype`."""
     params = c.parameters or 0
     if not quantized:
         return params * BYTES.get(dtype, 4)
     linear = linear_parameters(c)
-    rest = (params - linear) * BYTES.get(dtype, 2)
+    rest = (params - linear) * BYTES.get(rest_dtype or dtype, 2)
     if quantized == "4bit":
         return int(linear * (0.5 + 4 / 64)) + rest
     return int(linear * (1 + 4 / max(c.hidden_size or 1, 1))) + rest
+
+
+def _rest_dtype(shape: TrainingShape) -> str:
+    return dtypes.FLOAT32 if shape.quantized and shape.kbit_upcast else ""
 
 
 def _lora_shapes(c: CheckpointFacts, modules: str) -> list[tuple[int, int]]:
@@ -317,7 +323,7 @@ def estimate(c: CheckpointFacts, shape: TrainingShape) -> Breakdown:
     p = shape.parallelism
     n = max(p.gpus, 1)
     params = c.parameters or 0
-    full_weights = weights_bytes(c, shape.weight_dtype, shape.quantized)
+    full_weights = weights_bytes(c, shape.weight_dtype, shape.quantized, _rest_dtype(shape))
     trainable = lora_parameters(c, shape.lora_rank, shape.lora_modules) if shape.lora_rank else params
     adapters = trainable * BYTES.get(shape.adapter_dtype, 4) if shape.lora_rank else 0
     grad_bytes = BYTES.get(shape.adapter_dtype if shape.lora_rank else shape.weight_dtype, 4)
@@ -434,7 +440,7 @@ def cheapest_fit(c: CheckpointFacts, shape: TrainingShape, budget: int) -> Chang
 def offloaded_layers(c: CheckpointFacts, shape: TrainingShape, budgets: list[int]) -> int:
     """device_map="auto": how many blocks accelerate places on the CPU because the GPUs' budgets (max_memory,
     else what is free) do not hold the weights."""
-    total = weights_bytes(c, shape.weight_dtype, shape.quantized)
+    total = weights_bytes(c, shape.weight_dtype, shape.quantized, _rest_dtype(shape))
     room = sum(max(b - CUDA_CONTEXT_BYTES, 0) for b in budgets)
     if total <= room or not c.layers:
         return 0

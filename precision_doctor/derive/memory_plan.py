@@ -106,7 +106,8 @@ def training_shape(setup: Setup, script: ScriptFacts, c: CheckpointFacts, machin
                          adapter_dtype=setup.adapter_dtype.value or dtypes.FLOAT32,
                          optimizer=_optimizer_kind(setup, stack), batch=batch, sequence=sequence, checkpointing=setup.placement.checkpointing.on,
                          scores_materialised=bool(eager), parallelism=parallelism, master_weights=master,
-                         vocabulary_head=not _classifier(setup), assumed=tuple(assumed))
+                         vocabulary_head=not _classifier(setup),
+                         kbit_upcast=bool(quantized and script.of("prepare_kbit")), assumed=tuple(assumed))
 
 
 # A task head with a handful of outputs (a classifier's logits are num_labels wide): no vocabulary-wide logits
