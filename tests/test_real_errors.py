@@ -249,3 +249,37 @@ def test_pd203_says_what_the_real_run_does(run_check, shape):
         raised = True
     result, _ = run_check(code)
     assert ("PD203" in {f.rule_id for f in result.findings}) == raised
+
+
+def test_a_trainer_without_precision_flags_takes_the_launchs(run_check, tiny_llama, tmp_path, monkeypatch):
+    """TrainingArguments with neither fp16 nor bf16 (fp16=False written out included) hands accelerate
+    ACCELERATE_MIXED_PRECISION, which `accelerate launch --mixed_precision` sets: the Trainer runs in AMP. So fp16
+    weights under `accelerate launch --mixed_precision fp16` meet GradScaler (PD201), and under `python` train in
+    pure fp16 (PD204)."""
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_llama)
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[], fp16=False)
+    ids = torch.randint(0, 128, (8,))
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=[{"input_ids": ids, "labels": ids}])
+    assert args.mixed_precision == "bf16" and trainer.accelerator.mixed_precision == "bf16"
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION")
+    code = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+            "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.2-1B', dtype=torch.float16)\n"
+            "args = TrainingArguments(output_dir='out', fp16=False, per_device_train_batch_size=1)\n"
+            "Trainer(model=model, args=args, train_dataset=ds).train()\n")
+    launched, _ = run_check(code, target="a100", launcher="accelerate launch --mixed_precision fp16 train.py")
+    pd201 = [f for f in launched.findings if f.rule_id == "PD201"]
+    assert pd201 and any("mixed_precision=fp16" in e.note for e in pd201[0].evidence)
+    plain, _ = run_check(code, target="a100", launcher="python train.py")
+    assert {"PD204"} <= {f.rule_id for f in plain.findings} and "PD201" not in {f.rule_id for f in plain.findings}
+
+
+def test_before_4_30_a_trainer_read_only_its_flags(run_check):
+    code = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+            "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.2-1B', dtype=torch.float16)\n"
+            "args = TrainingArguments(output_dir='out', per_device_train_batch_size=1)\n"
+            "Trainer(model=model, args=args, train_dataset=ds).train()\n")
+    launcher = "accelerate launch --mixed_precision fp16 train.py"
+    old, _ = run_check(code, target="a100", launcher=launcher, versions={"transformers": "4.29.2"})
+    new, _ = run_check(code, target="a100", launcher=launcher, versions={"transformers": "4.30.0"})
+    assert "PD201" not in {f.rule_id for f in old.findings} and "PD201" in {f.rule_id for f in new.findings}

@@ -41,11 +41,9 @@ def _in_script_first(evidence: tuple[Evidence, ...], script: ScriptFacts) -> tup
 
 def _effective_precision(setup: Setup, launch: LaunchFacts) -> str:
     """The mixed precision accelerate hands DeepSpeed: Trainer's fp16/bf16, else (Accelerator's, or for a Trainer
-    with neither flag) ACCELERATE_MIXED_PRECISION, which `accelerate launch` sets from its flag or config."""
-    mode = str(setup.amp.value) if setup.amp.known else ""
-    if setup.style == "trainer" and mode == "no" and launch.known and launch.mixed_precision.state == KNOWN:
-        return str(launch.mixed_precision.value)
-    return mode
+    with neither flag) ACCELERATE_MIXED_PRECISION, which `accelerate launch` sets from its flag or config: all of
+    it resolved in setup.amp."""
+    return str(setup.amp.value) if setup.amp.known else ""
 
 
 @rule(
@@ -109,9 +107,8 @@ def _accelerate_mismatch(setup: Setup, launch: LaunchFacts, config: dict, where:
     other = "bf16" if mode == "fp16" else "fp16"
     if not hard_enabled(config, other):
         return
-    said = next((e for e in setup.amp.evidence if e.origin != "code"), None) or next(iter(setup.amp.evidence), None)
-    if setup.style == "trainer" and setup.amp.value == "no":
-        said = Evidence(None, launch.command, f"mixed_precision {mode} from the launch", "launcher")
+    said = next((e for e in setup.amp.evidence if e.origin not in ("code", "default")), None) or \
+        next(iter(setup.amp.evidence), None)
     yield Draft(f"mixed precision {mode} with {other} enabled in the DeepSpeed config: accelerate refuses the pair",
                 evidence=where + ((said,) if said else ()),
                 error=f"ValueError: `--mixed_precision` arg cannot be set to `{mode}` when `{other}` is set in the "

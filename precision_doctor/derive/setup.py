@@ -458,6 +458,10 @@ def _amp(style: str, args_call: Call | None, accelerators: list[Call], script: S
             return Fact(unknown="fp16 and bf16 are both on"), fp16, bf16
         mode = "fp16" if fp16.value else "bf16" if bf16.value else "no"
         ev = fp16.evidence if fp16.value else bf16.evidence if bf16.value else fp16.evidence + bf16.evidence
+        launched = launch_precision(machine, launch, config_without_launcher=False) if mode == "no" and \
+            at_least(stack, "transformers", TRAINER_READS_LAUNCH_PRECISION) else None
+        if launched is not None and launched.value != "no":  # TrainingArguments hands accelerate what the launch set
+            return Fact(launched.value, ev + launched.evidence, call=args_call, inferred=launched.inferred), fp16, bf16
         return Fact(mode, ev, call=args_call, inferred=fp16.inferred and bf16.inferred), fp16, bf16
     if style == "accelerate":
         return accelerate_precision(accelerators[0], machine, stack, launch), Fact(), Fact()
@@ -471,6 +475,14 @@ def _amp(style: str, args_call: Call | None, accelerators: list[Call], script: S
     return Fact("no", (), inferred=True), Fact(), Fact()
 
 
+# TrainingArguments with neither fp16 nor bf16 set (an explicit False included) hands accelerate
+# ACCELERATE_MIXED_PRECISION, which `accelerate launch` sets from its flag or config. Since transformers 4.30.0
+# (PR #23148: training_args.py:1607-1614 writes it back, trainer.py:3956 builds Accelerator() without
+# mixed_precision); 5.x reads it into args.mixed_precision (5.24 training_args.py:1614) and passes it
+# (trainer.py:744). Before 4.30 Trainer made no Accelerator and read only its flags.
+TRAINER_READS_LAUNCH_PRECISION = "4.30"
+
+
 def accelerate_precision(acc: Call, machine: MachineFacts, stack: StackFacts, launch) -> Fact:
     """Accelerator's effective mixed precision, resolved as accelerate does: the argument, else
     ACCELERATE_MIXED_PRECISION, which `accelerate launch` sets from its flag, else from its config file."""
@@ -481,31 +493,41 @@ def accelerate_precision(acc: Call, machine: MachineFacts, stack: StackFacts, la
     if v.state != ABSENT:
         return Fact(unknown=f"mixed_precision={v.text}: {v.reason or 'depends on the GPU'}", call=acc)
     bare = call_evidence(acc, "Accelerator() without mixed_precision")
+    found = launch_precision(machine, launch, config_without_launcher=True)
+    if found is not None:
+        return Fact(found.value, (bare,) + found.evidence, call=acc, inferred=found.inferred)
+    if launch.known:
+        return Fact("no", (bare,), call=acc, inferred=True)
+    return Fact(unknown="Accelerator() takes mixed_precision from the launch (accelerate config or "
+                        "--mixed_precision); pass --launcher to decide", call=acc)
+
+
+def launch_precision(machine: MachineFacts, launch, config_without_launcher: bool) -> Fact | None:
+    """The mixed precision accelerate takes from the launch when the code names none: `accelerate launch
+    --mixed_precision`, else ACCELERATE_MIXED_PRECISION, else the accelerate config under `accelerate launch` (or,
+    with `config_without_launcher`, when the launch is not known: a script written for Accelerator is launched
+    with it). None: the launch sets none."""
     host = machine.host
     env = host.env if host else {}
     config = host.accelerate_config if host else {}
     flag = launch.mixed_precision if launch.known else Value(state=ABSENT)
     if flag.state == KNOWN:
-        return Fact(str(flag.value), (bare, Evidence(None, launch.command, f"mixed_precision={flag.value} "
-                                                     f"({flag.origins[0].detail if flag.origins else 'launch'})",
-                                                     flag.origins[0].kind if flag.origins else "launcher")),
-                    call=acc)
+        return Fact(str(flag.value), (Evidence(None, launch.command, f"mixed_precision={flag.value} "
+                                               f"({flag.origins[0].detail if flag.origins else 'launch'})",
+                                               flag.origins[0].kind if flag.origins else "launcher"),))
     if env.get("ACCELERATE_MIXED_PRECISION"):
         value = env["ACCELERATE_MIXED_PRECISION"]
-        return Fact(value, (bare, Evidence(None, f"ACCELERATE_MIXED_PRECISION={value}",
-                                           f"mixed_precision={value} (environment)", "env")), call=acc)
+        return Fact(value, (Evidence(None, f"ACCELERATE_MIXED_PRECISION={value}",
+                                     f"mixed_precision={value} (environment)", "env"),))
     under_accelerate = launch.known and launch.launcher == "accelerate"
-    if config.get("mixed_precision") is not None and (under_accelerate or not launch.known):
+    if config.get("mixed_precision") is not None and (under_accelerate or (config_without_launcher
+                                                                           and not launch.known)):
         value = str(config["mixed_precision"])
-        path = host.accelerate_config_path
         note = f"mixed_precision: {value} in the accelerate config" + (
             "" if under_accelerate else ", which `accelerate launch` applies")
-        return Fact(value, (bare, Evidence(None, path, note, "accelerate-config")), call=acc,
+        return Fact(value, (Evidence(None, host.accelerate_config_path, note, "accelerate-config"),),
                     inferred=not under_accelerate)
-    if launch.known:
-        return Fact("no", (bare,), call=acc, inferred=True)
-    return Fact(unknown="Accelerator() takes mixed_precision from the launch (accelerate config or "
-                        "--mixed_precision); pass --launcher to decide", call=acc)
+    return None
 
 
 def _flag(call: Call, name: str, default: bool, machine: MachineFacts, stack: StackFacts) -> Fact:
