@@ -99,7 +99,7 @@ def optimizer_state_dtype_mismatch(script: ScriptFacts, setup: Setup, live):
         d = dtype_of_cast(c)
         if d in (dtypes.FLOAT16, dtypes.BFLOAT16) and c.location.path == opt.location.path and c.scope == opt.scope \
                 and _between_steps(c, steps):
-            yield _pd203(c, opt, d, c.receiver or "the model")
+            yield _pd203(c, opt, d, c.receiver or "the model", when=_between_steps(c, steps))
     helpers = {}
     for c in script.of("cast"):
         d = dtype_of_cast(c)
@@ -111,35 +111,43 @@ def optimizer_state_dtype_mismatch(script: ScriptFacts, setup: Setup, live):
             if passed is None or passed.text not in setup.model_names:
                 continue
             if _between_steps(call, steps):
-                yield _pd203(cast, opt, d, passed.text, via=call)
+                yield _pd203(cast, opt, d, passed.text, via=call, when=_between_steps(call, steps))
 
 
-def _between_steps(at: Call, steps: list[Call]) -> bool:
-    """Does `at` run after one optimizer step and before another? The state is created, in the parameters' dtype
+def _between_steps(at: Call, steps: list[Call]) -> str:
+    """Does `at` run after one optimizer step and before another: "always", "if its condition holds after the
+    first iteration" (a cast under a condition in a loop that steps, before the step: `if epoch == 1:` crashes,
+    `if step == 0:` casts before the state exists), or "" (never)? The state is created, in the parameters' dtype
     of the time, at the first step: a cast before it, or after the last, never meets state of another dtype. In a
-    loop that steps, a cast after the step runs before the next iteration's step, and a cast under a condition
-    before the step can first run in a later iteration (`if epoch == 1:`); an unconditional one before the step
-    repeats the first iteration's cast, which changed nothing the state saw."""
+    loop that steps, a cast after the step runs before the next iteration's step; an unconditional one before the
+    step repeats the first iteration's cast, which changed nothing the state saw."""
     same = [s for s in steps if s.location.path == at.location.path and s.scope == at.scope]
     earlier = [s for s in same if s.location.line < at.location.line]
+    if earlier and ((at.in_loop and any(s.in_loop for s in earlier))
+                    or any(s.location.line > at.location.line for s in same)):
+        return "always"
     if at.in_loop and at.in_branch and any(s.in_loop for s in same):
-        return True
-    if not earlier:
-        return False
-    return (at.in_loop and any(s.in_loop for s in earlier)) or any(s.location.line > at.location.line for s in same)
+        return "conditional"
+    return ""
 
 
-def _pd203(cast: Call, opt: Call, d: str, what: str, via: Call | None = None) -> Draft:
+def _pd203(cast: Call, opt: Call, d: str, what: str, via: Call | None = None, when: str = "always") -> Draft:
     evidence = [call_evidence(opt, "optimizer created: its state follows the parameters' dtype at the first step")]
     if via is not None:
         evidence.append(call_evidence(via, f"{what} passed to {via.callee}()" + (" inside the loop" if via.in_loop
                                                                                 else "")))
     evidence.append(call_evidence(cast, f"cast to {d} in place"))
     state = "Adam's fp32 moments" if "adam" in opt.callee.lower() else f"the fp32 state of {opt.callee}"
-    return Draft(f"{what} is cast to {d} after the optimizer was created: {state} meet{'s' * ('Adam' not in state)} "
-                 f"{d} parameters and gradients", evidence=tuple(evidence),
-                 fix=Fix("cast before creating the optimizer (or re-create it after), or cast a copy "
-                         "(`copy.deepcopy(model)`) for evaluation", applicability=Applicability.UNSAFE))
+    fix = Fix("cast before creating the optimizer (or re-create it after), or cast a copy "
+              "(`copy.deepcopy(model)`) for evaluation", applicability=Applicability.UNSAFE)
+    if when == "conditional":
+        test = (via or cast).branches[-1].test if (via or cast).branches else "its condition"
+        return Draft(f"{what} is cast to {d} in the training loop under `{test}`: if that holds after the first "
+                     f"step, {state} created then meet{'s' * ('Adam' not in state)} {d} parameters and gradients (on "
+                     f"the first iteration only, before any step, the state is created in {d} and nothing fails)",
+                     evidence=tuple(evidence), fix=fix, severity="warning", confidence="likely")
+    return Draft(f"{what} is cast to {d} after the optimizer has stepped: {state} meet{'s' * ('Adam' not in state)} "
+                 f"{d} parameters and gradients", evidence=tuple(evidence), fix=fix)
 
 
 @rule(

@@ -318,7 +318,13 @@ def half_precision_amp_on_cpu(setup: Setup, machine: MachineFacts, stack: StackF
     if machine.gpus or not setup.trains:
         return
     old_stack = not at_least(stack, "transformers", "4.41")
-    if setup.amp.value == "fp16":
+    if setup.amp.value == "fp16" and setup.amp_from_launch:  # TrainingArguments never sees it: nothing refuses
+        yield Draft("fp16 mixed precision from the launch on a machine with no CUDA GPU: accelerate creates no "
+                    "GradScaler and no autocast, so training silently runs in fp32", evidence=setup.amp.evidence,
+                    error="no error: the run is fp32 while launched as fp16",
+                    fix=Fix("drop --mixed_precision fp16 from the launch (or mixed_precision: fp16 from the accelerate "
+                            "config); on CPU use bf16=True with use_cpu=True", applicability=Applicability.UNSAFE))
+    elif setup.amp.value == "fp16":
         yield Draft("fp16 mixed precision on a machine with no CUDA GPU: no GradScaler and no autocast are created, "
                     "so training silently runs in fp32", evidence=setup.amp.evidence,
                     severity="" if not old_stack else "",

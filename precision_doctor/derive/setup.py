@@ -134,6 +134,12 @@ class Setup:
     placement: Placement = Placement()  # filled by derive.derive_setup
     sharding: Sharding = Sharding()  # DeepSpeed / FSDP, wherever set up: filled by derive.derive_setup
 
+    @property
+    def amp_from_launch(self) -> bool:
+        """A Trainer's mixed precision that its flags do not ask for: the launch (or the environment) set it."""
+        return self.style == "trainer" and self.amp.value in ("fp16", "bf16", "fp8") and \
+            not (self.fp16.value or self.bf16.value)
+
     def trainable_dtypes(self) -> Fact:
         """The dtypes of the parameters that receive gradients."""
         if not self.weights.known:
@@ -458,8 +464,11 @@ def _amp(style: str, args_call: Call | None, accelerators: list[Call], script: S
             return Fact(unknown="fp16 and bf16 are both on"), fp16, bf16
         mode = "fp16" if fp16.value else "bf16" if bf16.value else "no"
         ev = fp16.evidence if fp16.value else bf16.evidence if bf16.value else fp16.evidence + bf16.evidence
+        # (a deepspeed= config of its own: transformers fills its "auto" precision from the flags before accelerate
+        # sees the launch's, and accelerate only fills "auto")
         launched = launch_precision(machine, launch, config_without_launcher=False) if mode == "no" and \
-            at_least(stack, "transformers", TRAINER_READS_LAUNCH_PRECISION) else None
+            at_least(stack, "transformers", TRAINER_READS_LAUNCH_PRECISION) and \
+            args_call.kwarg("deepspeed").state == ABSENT else None
         if launched is not None and launched.value != "no":  # TrainingArguments hands accelerate what the launch set
             return Fact(launched.value, ev + launched.evidence, call=args_call, inferred=launched.inferred), fp16, bf16
         return Fact(mode, ev, call=args_call, inferred=fp16.inferred and bf16.inferred), fp16, bf16
@@ -515,11 +524,11 @@ def launch_precision(machine: MachineFacts, launch, config_without_launcher: boo
         return Fact(str(flag.value), (Evidence(None, launch.command, f"mixed_precision={flag.value} "
                                                f"({flag.origins[0].detail if flag.origins else 'launch'})",
                                                flag.origins[0].kind if flag.origins else "launcher"),))
-    if env.get("ACCELERATE_MIXED_PRECISION"):
+    under_accelerate = launch.known and launch.launcher == "accelerate"
+    if env.get("ACCELERATE_MIXED_PRECISION") and not under_accelerate:  # accelerate launch writes its own
         value = env["ACCELERATE_MIXED_PRECISION"]
         return Fact(value, (Evidence(None, f"ACCELERATE_MIXED_PRECISION={value}",
                                      f"mixed_precision={value} (environment)", "env"),))
-    under_accelerate = launch.known and launch.launcher == "accelerate"
     if config.get("mixed_precision") is not None and (under_accelerate or (config_without_launcher
                                                                            and not launch.known)):
         value = str(config["mixed_precision"])
