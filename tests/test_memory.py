@@ -256,6 +256,27 @@ def test_what_backward_adds_can_be_where_it_runs_out(tmp_path):
     assert json.loads(verdict.stdout)["scripts"][0]["verdict"] == "will not fit as the first backward starts"
 
 
+def test_a_first_step_that_fits_and_a_second_that_does_not(tmp_path):
+    """The optimizer state the first step creates stays for the second step's forward and backward: that is where
+    the job runs out, and PD603 says so rather than blaming the first step."""
+    code = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+            "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-0.5B', dtype=torch.bfloat16)\n"
+            "Trainer(model=model, args=TrainingArguments('out', bf16=True, per_device_train_batch_size=4), "
+            "train_dataset=ds).train()\n")
+    entry = json.loads(_memory(tmp_path, code, "--target", "t4", "--format", "json").stdout)["scripts"][0]
+    b = entry["per_gpu_bytes"]
+    assert entry["verdict"] == "will not fit in the second step, with the optimizer state held"
+    assert b["weights"] + b["gradients"] + b["optimizer state"] + b["CUDA context"] < entry["budget_bytes"] < b["peak"]
+
+
+def test_qlora_layers_are_placed_before_peft_upcasts():
+    """device_map places the layers as loaded; prepare_model_for_kbit_training's fp32 cast comes after."""
+    facts = checkpoint_facts("meta-llama/Llama-3.1-70B", (), {"HF_HUB_CACHE": "/nonexistent"})
+    shape = TrainingShape(weight_dtype="bfloat16", compute_dtype="bfloat16", quantized="4bit")
+    assert offloaded_layers(facts, replace(shape, kbit_upcast=True), [40 * GIB]) == \
+        offloaded_layers(facts, shape, [40 * GIB]) > 0
+
+
 def test_a_classifier_has_no_vocabulary_logits():
     """AutoModelForSequenceClassification over a checkpoint whose config came with a masked-LM head: its logits
     are num_labels wide, so nothing vocabulary-sized is counted."""
@@ -273,11 +294,12 @@ def test_the_memory_plan_reads_the_head_from_the_loaded_class(tmp_path):
             "Trainer(model=model, args=TrainingArguments('out', fp16=True, per_device_train_batch_size=32), "
             "train_dataset=ds).train()\n")
     peaks = {}
-    for cls in ("AutoModelForSequenceClassification", "AutoModelForMaskedLM"):
+    for cls in ("AutoModelForSequenceClassification", "AutoModelForMaskedLM", "AutoModel"):
         out = _memory(tmp_path, code.format(cls=cls), "--target", "t4", "--format", "json")
         entry = json.loads(out.stdout)["scripts"][0]
         peaks[cls] = (entry["shape"]["vocabulary_head"], entry["per_gpu_bytes"]["peak"])
     assert peaks["AutoModelForSequenceClassification"][0] is False and peaks["AutoModelForMaskedLM"][0] is True
+    assert peaks["AutoModel"][0] is False  # the bare backbone: no head at all
     assert peaks["AutoModelForSequenceClassification"][1] < peaks["AutoModelForMaskedLM"][1] * 0.8
 
 

@@ -144,13 +144,17 @@ def oom_at_first_forward(setup: Setup, script: ScriptFacts, machine: MachineFact
 def oom_at_optimizer_step(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack: StackFacts,
                           launch: LaunchFacts, plan: LaunchPlan):
     m = _plan(setup, script, machine, stack, launch, plan)
-    if m is None or first_failure(m) != "step":
+    if m is None or first_failure(m) not in ("step", "second step"):
         return
     b = m.breakdown
-    yield Draft(f"will not fit: out of memory at the first optimizer step. Gradients {gib(b.gradients)} and "
-                f"optimizer state {gib(b.optimizer + b.master)} ({m.shape.optimizer}) on top of the weights: "
-                f"{breakdown_text(m)}", evidence=_evidence(m, setup), fix=_advice(m),
-                **_hedged(m, b.at_step <= m.budget))
+    if b.at_step > m.budget:
+        when = (f"at the first optimizer step. Gradients {gib(b.gradients)} and optimizer state "
+                f"{gib(b.optimizer + b.master)} ({m.shape.optimizer}) on top of the weights")
+    else:  # the step fits; the next forward and backward run with the state it created
+        when = (f"in the second step: the optimizer state the first step creates ({gib(b.optimizer + b.master)}, "
+                f"{m.shape.optimizer}) stays while the next batch's activations and backward are added")
+    yield Draft(f"will not fit: out of memory {when}: {breakdown_text(m)}", evidence=_evidence(m, setup),
+                fix=_advice(m), **_hedged(m, b.at_step <= m.budget))
 
 
 @rule(

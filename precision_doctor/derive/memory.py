@@ -440,7 +440,7 @@ def cheapest_fit(c: CheckpointFacts, shape: TrainingShape, budget: int) -> Chang
 def offloaded_layers(c: CheckpointFacts, shape: TrainingShape, budgets: list[int]) -> int:
     """device_map="auto": how many blocks accelerate places on the CPU because the GPUs' budgets (max_memory,
     else what is free) do not hold the weights."""
-    total = weights_bytes(c, shape.weight_dtype, shape.quantized, _rest_dtype(shape))
+    total = weights_bytes(c, shape.weight_dtype, shape.quantized)  # placed at load, before peft upcasts
     room = sum(max(b - CUDA_CONTEXT_BYTES, 0) for b in budgets)
     if total <= room or not c.layers:
         return 0

@@ -34,7 +34,8 @@ class MemoryPlan:
 
 
 def first_failure(m: MemoryPlan) -> str:
-    """Where the job first runs out of memory: load | forward | backward | step, or "" when it fits."""
+    """Where the job first runs out of memory: load | forward | backward | step | second step, or "" when it
+    fits."""
     b = m.breakdown
     if m.shape.parallelism.kind == "device-map":
         return ""  # device_map spreads the weights and offloads what does not fit (PD604)
@@ -44,8 +45,10 @@ def first_failure(m: MemoryPlan) -> str:
         return "forward"
     if b.at_backward > m.budget:
         return "backward"
-    if b.at_step > m.budget or b.peak > m.budget:
+    if b.at_step > m.budget:
         return "step"
+    if b.peak > m.budget:
+        return "second step"  # the first step fits; the next runs with the optimizer state it created
     return ""
 
 
@@ -110,7 +113,9 @@ def training_shape(setup: Setup, script: ScriptFacts, c: CheckpointFacts, machin
                          kbit_upcast=bool(quantized and script.of("prepare_kbit")), assumed=tuple(assumed))
 
 
-# A task head with a handful of outputs (a classifier's logits are num_labels wide): no vocabulary-wide logits
+# A task head with a handful of outputs (a classifier's logits are num_labels wide), or none (a bare backbone):
+# no vocabulary-wide logits
+LANGUAGE_MODEL_NAMES = ("LMHeadModel", "LanguageModel")  # GPT2LMHeadModel, Unsloth's FastLanguageModel
 CLASSIFIER_HEADS = ("ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering",
                     "ForMultipleChoice", "ForImageClassification", "ForAudioClassification")
 
@@ -118,7 +123,10 @@ CLASSIFIER_HEADS = ("ForSequenceClassification", "ForTokenClassification", "ForQ
 def _classifier(setup: Setup) -> bool:
     load = setup.model_load
     classes = [part for part in load.callee.split(".") if part[:1].isupper()] if load is not None else []
-    return bool(classes) and classes[-1].endswith(CLASSIFIER_HEADS)
+    if not classes:
+        return False
+    name = classes[-1]  # XxxModel / AutoModel: the bare backbone, no head at all
+    return name.endswith(CLASSIFIER_HEADS) or (name.endswith("Model") and not name.endswith(LANGUAGE_MODEL_NAMES))
 
 
 def _int_kwarg(call, name: str, machine: MachineFacts, stack: StackFacts) -> int | None:

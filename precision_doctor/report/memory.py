@@ -33,7 +33,9 @@ def memory_report(facts: Facts) -> list[dict]:
         b = m.breakdown
         verdict = {"load": "will not fit at load", "forward": "will not fit at the first forward",
                    "backward": "will not fit as the first backward starts",
-                   "step": "will not fit at the first optimizer step"}.get(first_failure(m), "fits")
+                   "step": "will not fit at the first optimizer step",
+                   "second step": "will not fit in the second step, with the optimizer state held"
+                   }.get(first_failure(m), "fits")
         if m.shape.parallelism.kind == "device-map":
             n = offloaded_layers(m.checkpoint, m.shape, list(m.spread_budgets))
             verdict = f"device_map offloads {n} layers to the CPU" if n else "fits"
