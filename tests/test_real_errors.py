@@ -322,3 +322,15 @@ def test_fp16_from_the_launch_on_a_cpu_is_fixed_in_the_launch(run_check):
                           launcher="accelerate launch --mixed_precision fp16 train.py")
     pd105 = next(f for f in result.findings if f.rule_id == "PD105")
     assert "--mixed_precision fp16" in pd105.fix.description and not pd105.fix.edits
+
+
+def test_a_clash_with_the_launchs_precision_names_the_launch(run_check):
+    code = ("import torch\nfrom accelerate import Accelerator\n"
+            "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+            "accelerator = Accelerator(mixed_precision='bf16')\n"
+            "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.2-1B', dtype=torch.float32)\n"
+            "Trainer(model=model, args=TrainingArguments('out', per_device_train_batch_size=1), "
+            "train_dataset=ds).train()\n")
+    result, _ = run_check(code, target="a100", launcher="accelerate launch --mixed_precision fp16 train.py")
+    pd209 = next(f for f in result.findings if f.rule_id == "PD209")
+    assert "the launch gives the Trainer 'fp16'" in pd209.message and "flags" not in pd209.message

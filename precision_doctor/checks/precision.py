@@ -341,7 +341,8 @@ def fp16_and_bf16_both_enabled(script, setup: Setup, machine: MachineFacts, stac
     if acc is not None and setup.trainer is not None and setup.amp.known and setup.style == "trainer":
         v = decide(acc.kwarg("mixed_precision"), machine, stack)
         if v.state == KNOWN and str(v.value) != setup.amp.value:
-            yield Draft(f"Accelerator(mixed_precision={v.value!r}) but the Trainer's flags ask for "
+            asks = "the launch gives the Trainer" if setup.amp_from_launch else "the Trainer's flags ask for"
+            yield Draft(f"Accelerator(mixed_precision={v.value!r}) but {asks} "
                         f"{setup.amp.value!r}: the accelerate state is already initialised",
                         evidence=(evidence_of(v, f"mixed_precision={v.value!r}", acc),) + setup.amp.evidence,
                         error="ValueError: AcceleratorState has already been initialized and cannot be changed, "
@@ -496,7 +497,8 @@ def pure_bf16_weights_no_master_copy(setup: Setup):
         return  # DeepSpeed's optimizer keeps fp32 master partitions of bf16 weights
     yield Draft("every parameter is trained in bfloat16 with no fp32 master copy",
                 evidence=setup.weights.evidence,
-                fix=Fix("optional: load in float32 and keep bf16=True (autocast), if memory allows", applicability=Applicability.UNSAFE))
+                fix=Fix("optional: load in float32 and train with bf16 autocast (bf16=True), if memory allows",
+                        applicability=Applicability.UNSAFE))
 
 
 def _unique(evidence: tuple[Evidence, ...]) -> tuple[Evidence, ...]:
