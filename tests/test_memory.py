@@ -288,6 +288,14 @@ def test_a_classifier_has_no_vocabulary_logits():
     assert abs(gap / (vocab_terms * 1.05) - 1) < 0.1
 
 
+def test_a_loader_imported_under_another_name_is_a_load(tmp_path):
+    code = ("import torch\nfrom transformers import AutoModelForSequenceClassification as M, Trainer, TrainingArguments\n"
+            "model = M.from_pretrained('google-bert/bert-base-uncased', num_labels=2)\n"
+            "Trainer(model=model, args=TrainingArguments('out', fp16=True), train_dataset=ds).train()\n")
+    entry = json.loads(_memory(tmp_path, code, "--target", "t4", "--format", "json").stdout)["scripts"][0]
+    assert entry["checkpoint"]["model_id"] == "google-bert/bert-base-uncased" and not entry["shape"]["vocabulary_head"]
+
+
 def test_the_memory_plan_reads_the_head_from_the_loaded_class(tmp_path):
     code = ("import torch\nfrom transformers import {cls}, Trainer, TrainingArguments\n"
             "model = {cls}.from_pretrained('google-bert/bert-base-uncased')\n"

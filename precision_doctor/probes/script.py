@@ -54,7 +54,10 @@ def classify(callee: str, node: ast.Call, local_trainers: set[str], local_args: 
     func = node.func
     if type(func) is ast.Attribute:
         method = func.attr
-        owner = _last_name(func.value) if callee else ""  # a dotted callee: its owner is a dotted name too
+        # a dotted callee: its owner is the name before the method, as imported (`M` of `from transformers import
+        # AutoModelForCausalLM as M` is the class)
+        head = callee[:callee.rfind(".")] if callee else ""
+        owner = head[head.rfind(".") + 1:]
     else:
         method = owner = ""
     keywords = frozenset([k.arg for k in node.keywords if k.arg]) if node.keywords else _NO_KEYWORDS
@@ -73,11 +76,6 @@ def classify(callee: str, node: ast.Call, local_trainers: set[str], local_args: 
 _NO_KEYWORDS: frozenset[str] = frozenset()
 _POSITION = operator.attrgetter("lineno", "col_offset")
 _FIRST = operator.itemgetter(0)
-
-
-def _last_name(node: ast.AST) -> str:
-    """The last name of a dotted name: `AutoModel` of `transformers.AutoModel`."""
-    return node.id if type(node) is ast.Name else node.attr
 
 
 # --- reading the file -------------------------------------------------------------------------
