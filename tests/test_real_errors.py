@@ -94,7 +94,11 @@ def test_pd203_twin_a_cast_before_the_first_step_trains(run_check):
     for example in get_rule("PD203").silent[1:3]:
         result, _ = run_check(example.code)
         assert "PD203" not in {f.rule_id for f in result.findings}, example.note
-    # it trains in the cast's dtype: bf16 with no fp32 master copy (PD212), fp16 with no loss scaling (PD204)
+    # it trains in the cast's dtype: bf16 with no fp32 master copy (PD212), fp16 with no loss scaling (PD204); so
+    # does a model cast in the loop, unconditionally, before each step
+    in_loop, _ = run_check(_PD203_HEAD + "for x in loader:\n    model.half()\n    model(x.half()).sum().backward()\n"
+                                         "    opt.step()\n")
+    assert ("PD204", "error") in {(f.rule_id, f.severity) for f in in_loop.findings}
     before_first_step = get_rule("PD203").silent[1].code
     assert "PD212" in {f.rule_id for f in run_check(before_first_step)[0].findings}
     half, _ = run_check(before_first_step.replace("model = model.to(torch.bfloat16)", "model.half()"))

@@ -212,9 +212,10 @@ def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
     weights = _weights(load, script, machine, stack)
     pre_training = _first_training_line(trainer, optimizers, script)
     built = min(((o.location.path, o.location.line) for o in optimizers), default=None)
-    for c in casts:  # (one in the training loop before its step is PD203's: the loop has stepped before it)
+    for c in casts:  # (one under a condition in the training loop is PD203's: it may first run after a step)
         where = (c.location.path, c.location.line)
-        if pre_training is None or where < pre_training and not (c.in_loop and built and where > built):
+        conditional_in_loop = c.in_loop and c.in_branch and built and where > built
+        if pre_training is None or where < pre_training and not conditional_in_loop:
             d = dtype_of_cast(c)
             weights = Fact(d, weights.evidence + (call_evidence(c, f"model cast to {d}"),), source=None, call=c)
     quantized = _quantization(load, by_key, machine, stack)
