@@ -283,6 +283,11 @@ def test_a_trainer_without_precision_flags_takes_the_launchs(run_check, tiny_lla
     launched, _ = run_check(code, target="a100", launcher="accelerate launch --mixed_precision fp16 train.py")
     pd201 = [f for f in launched.findings if f.rule_id == "PD201"]
     assert pd201 and any("mixed_precision=fp16" in e.note for e in pd201[0].evidence)
+    # the fix sets bf16=True (the arguments win over the launch) and adds no fp16=False, which changes nothing
+    unset, _ = run_check(_TRAINER_NO_FLAGS.format(extra=""), target="a100",
+                         launcher="accelerate launch --mixed_precision fp16 train.py")
+    fix = next(f for f in unset.findings if f.rule_id == "PD201").fix
+    assert {(e.name, e.new) for e in fix.edits if e.kind == "set_kwarg"} == {("bf16", "True")}
     plain, _ = run_check(code, target="a100", launcher="python train.py")
     assert {"PD204"} <= {f.rule_id for f in plain.findings} and "PD201" not in {f.rule_id for f in plain.findings}
 

@@ -137,7 +137,7 @@ def fp16_params_with_grad_scaler(script, setup: Setup, machine: MachineFacts, li
         fix = Fix("Create the adapters in fp32: drop `autocast_adapter_dtype=False` (peft >= 0.12 upcasts LoRA "
                   "weights to fp32 by default) or upgrade peft", applicability=Applicability.UNSAFE, notes=tuple(notes))
     elif bf16:
-        flags = present(set_kwarg(setup.training_args, "fp16", "False"),
+        flags = present(None if setup.amp_from_launch else set_kwarg(setup.training_args, "fp16", "False"),
                         set_kwarg(setup.training_args, "bf16", "True")) if setup.training_args else ()
         fix = Fix(f"{gpu_phrase(machine)} has native bf16: load the weights in bf16 and train with bf16=True "
                   f"(no loss scaling needed), or keep fp32 weights under fp16 AMP",
