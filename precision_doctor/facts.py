@@ -122,6 +122,7 @@ class Call:
     in_loop: bool = False
     in_branch: bool = False  # under an if/try of its scope: the script decides at run time whether it runs
     branches: tuple[Branch, ...] = ()  # those branches, outermost first
+    loops: tuple[int, ...] = ()  # the lines of the loops it sits in (in its scope), outermost first
     refs: dict[str, str] = field(default_factory=dict)  # argument -> key of the recorded call it evaluates to
 
     @property

@@ -237,6 +237,12 @@ PD203_SHAPES = {
         "    sched.step()\n"),
     "an unconditional cast in the loop, before the step": (
         "for x in loader:\n    model.to(torch.bfloat16)\n    model(x.bfloat16()).sum().backward()\n    opt.step()\n"),
+    "a cast in an evaluation loop after training": (
+        "for x in loader:\n    model(x).sum().backward()\n    opt.step()\nfor x in loader:\n"
+        "    model.to(torch.bfloat16)\n    model(x.bfloat16())\n"),
+    "a cast in the epoch loop after the batch loop that steps": (
+        "for epoch in range(2):\n    for x in loader:\n        model(x.to(model.weight.dtype)).sum().backward()\n"
+        "        opt.step()\n    model.to(torch.bfloat16)\n"),
     "a cast under a condition that holds on the first iteration only": (
         "for step, x in enumerate(loader):\n    if step == 0:\n        model.to(torch.bfloat16)\n"
         "    model(x.to(model.weight.dtype)).sum().backward()\n    opt.step()\n"),

@@ -115,18 +115,20 @@ def optimizer_state_dtype_mismatch(script: ScriptFacts, setup: Setup, live):
 
 
 def _between_steps(at: Call, steps: list[Call]) -> str:
-    """Does `at` run after one optimizer step and before another: "always", "if its condition holds after the
-    first iteration" (a cast under a condition in a loop that steps, before the step: `if epoch == 1:` crashes,
-    `if step == 0:` casts before the state exists), or "" (never)? The state is created, in the parameters' dtype
-    of the time, at the first step: a cast before it, or after the last, never meets state of another dtype. In a
-    loop that steps, a cast after the step runs before the next iteration's step; an unconditional one before the
-    step repeats the first iteration's cast, which changed nothing the state saw."""
+    """Does `at` run after one optimizer step and before another: "always", "conditional" (a cast under a condition
+    in a loop that steps, before the step: `if epoch == 1:` crashes, `if step == 0:` casts before the state
+    exists), or "" (never)? The state is created, in the parameters' dtype of the time, at the first step: a cast
+    before it, or after the last, never meets state of another dtype. In a loop that steps, a cast after the step
+    runs before the next iteration's step; an unconditional one before the step repeats the first iteration's
+    cast, which changed nothing the state saw; a cast in another loop (an evaluation after training) meets a step
+    only if one comes after it."""
     same = [s for s in steps if s.location.path == at.location.path and s.scope == at.scope]
-    earlier = [s for s in same if s.location.line < at.location.line]
-    if earlier and ((at.in_loop and any(s.in_loop for s in earlier))
-                    or any(s.location.line > at.location.line for s in same)):
+    line = at.location.line
+    earlier = [s for s in same if s.location.line < line]
+    in_its_loop = [s for s in same if set(s.loops) & set(at.loops)]
+    if any(s.location.line < line for s in in_its_loop) or (earlier and any(s.location.line > line for s in same)):
         return "always"
-    if at.in_loop and at.in_branch and any(s.in_loop for s in same):
+    if at.in_branch and any(s.location.line > line for s in in_its_loop):
         return "conditional"
     return ""
 

@@ -280,6 +280,7 @@ class ScopeIndex:
         self.classes: dict[str, ast.ClassDef] = {}
         self.state_of: dict[int, _State] = {}  # id(node) -> where it sits
         self.if_tests: dict[int, ast.AST] = {}
+        self.loop_lines: dict[int, int] = {}  # id(for/while) -> its line: which loop a call sits in
         self._marks_all = walruses  # a walrus binds a name from inside an expression: walk every expression
         # the outermost expressions (when not marking all), each with where it starts
         self._expressions: list[tuple[tuple[int, int], ast.AST, _State]] = []
@@ -320,10 +321,6 @@ class ScopeIndex:
     def chain_at(self, node: ast.AST) -> tuple:
         state = self.state(node)
         return () if state is None else state.chain
-
-    def loops_at(self, node: ast.AST) -> int:
-        state = self.state(node)
-        return 0 if state is None else state.loops
 
     def _run(self, stack: list) -> None:
         # The visitors are looked up on the class (functions, not bound methods kept on the index: those would
@@ -372,6 +369,7 @@ class ScopeIndex:
                 header = stmt.test if kind is ast.While else stmt.iter
                 self._outermost(header, state)
                 inside = state.enter(("loop", id(stmt), True))
+                self.loop_lines[id(stmt)] = stmt.lineno
                 if kind is not ast.While:
                     for name in names_in(stmt.target):
                         state.scope.add(Assignment(name, stmt.lineno, None, inside.chain))
@@ -456,6 +454,7 @@ class ScopeIndex:
         self._mark(header, state)
         step = ("loop", id(node), True)
         inside = state.enter(step)
+        self.loop_lines[id(node)] = node.lineno
 
         def bind_targets() -> None:
             if isinstance(node, (ast.For, ast.AsyncFor)):
@@ -568,9 +567,9 @@ class ScopeIndex:
     def _mark(self, node: ast.AST, state: _State) -> None:
         self.state_of[id(node)] = state
 
-    def place(self, node: ast.AST, scope: Scope, loops: int) -> None:
-        """Record a node the probe builds itself (a call with its arguments bound by name)."""
-        self.state_of[id(node)] = _State(scope, (), "", loops)
+    def place(self, node: ast.AST, like: ast.AST) -> None:
+        """Record a node the probe builds itself (a call with its arguments bound by name) where `like` sits."""
+        self.state_of[id(node)] = self.state(like) or _State(self.scope_at(like))
 
 
 _TRY_STAR = getattr(ast, "TryStar", ast.Try)

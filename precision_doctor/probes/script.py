@@ -265,6 +265,7 @@ class _Collector:
     def _add(self, node: ast.Call, kind: CallKind, callee: str, bind=None) -> Call:
         scope = self.index.scope_at(node)
         if bind is not None:  # a call of a local function: arguments by parameter name
+            original = node
             names = sorted(bind.params, key=lambda n: bind.params[n][0])
             positional = [n for n in names if bind.params[n][0] >= 0]
             if bind.class_name:
@@ -273,7 +274,7 @@ class _Collector:
                                                               for i, a in enumerate(node.args)
                                                               if i < len(positional) and not isinstance(a, ast.Starred)]
                             + list(node.keywords), lineno=node.lineno, col_offset=node.col_offset)
-            self.index.place(node, scope, self.index.loops_at(node.func))
+            self.index.place(node, like=original)
         args = tuple(self.r.value(a, scope) if not isinstance(a, ast.Starred) else
                      Value(state="dynamic", text=self.r.text(a), reason="*args cannot be followed")
                      for a in node.args)
@@ -301,7 +302,9 @@ class _Collector:
                     target=self.targets.get(id(node), ""), receiver=receiver, args=args, kwargs=kwargs,
                     text=line_text[:160], in_loop=where is not None and where.loops > 0,
                     in_branch=any(step[0] in ("if", "try", "except") for step in chain),
-                    branches=self._branches(chain) if chain else ())
+                    branches=self._branches(chain) if chain else (),
+                    loops=tuple(self.index.loop_lines[step[1]] for step in chain
+                                if step[0] == "loop" and step[1] in self.index.loop_lines) if chain else ())
         self.by_node[id(node)] = len(self.calls)
         self.calls.append(call)
         for name, value in list(kwargs.items()) + [(str(i), v) for i, v in enumerate(args)]:
