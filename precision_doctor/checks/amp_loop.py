@@ -98,8 +98,8 @@ def optimizer_state_dtype_mismatch(script: ScriptFacts, setup: Setup, live):
     for c in setup.casts:
         d = dtype_of_cast(c)
         if d in (dtypes.FLOAT16, dtypes.BFLOAT16) and c.location.path == opt.location.path and c.scope == opt.scope \
-                and _between_steps(c, steps):
-            yield _pd203(c, opt, d, c.receiver or "the model", when=_between_steps(c, steps))
+                and (when := _between_steps(c, steps)):
+            yield _pd203(c, opt, d, c.receiver or "the model", when=when)
     helpers = {}
     for c in script.of("cast"):
         d = dtype_of_cast(c)
@@ -110,8 +110,8 @@ def optimizer_state_dtype_mismatch(script: ScriptFacts, setup: Setup, live):
             passed = call.kwargs.get(cast.receiver)
             if passed is None or passed.text not in setup.model_names:
                 continue
-            if _between_steps(call, steps):
-                yield _pd203(cast, opt, d, passed.text, via=call, when=_between_steps(call, steps))
+            if when := _between_steps(call, steps):
+                yield _pd203(cast, opt, d, passed.text, via=call, when=when)
 
 
 def _between_steps(at: Call, steps: list[Call]) -> str:

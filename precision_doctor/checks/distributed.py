@@ -39,7 +39,7 @@ def _in_script_first(evidence: tuple[Evidence, ...], script: ScriptFacts) -> tup
     return tuple(sorted(evidence, key=lambda e: e.location is None or e.location.path not in script.files))
 
 
-def _effective_precision(setup: Setup, launch: LaunchFacts) -> str:
+def _effective_precision(setup: Setup) -> str:
     """The mixed precision accelerate hands DeepSpeed: Trainer's fp16/bf16, else (Accelerator's, or for a Trainer
     with neither flag) ACCELERATE_MIXED_PRECISION, which `accelerate launch` sets from its flag or config: all of
     it resolved in setup.amp."""
@@ -101,7 +101,7 @@ def _trainer_mismatch(setup: Setup, config: dict, where: tuple[Evidence, ...]):
 
 
 def _accelerate_mismatch(setup: Setup, launch: LaunchFacts, config: dict, where: tuple[Evidence, ...]):
-    mode = _effective_precision(setup, launch)
+    mode = _effective_precision(setup)
     if mode not in ("fp16", "bf16", "fp8"):
         return
     other = "bf16" if mode == "fp16" else "fp16"
@@ -180,7 +180,7 @@ def zero3_with_device_map(script: ScriptFacts, setup: Setup, machine: MachineFac
 def deepspeed_fp16_loss_scale_collapse(script: ScriptFacts, setup: Setup, machine: MachineFacts,
                                        stack: StackFacts, launch: LaunchFacts):
     config, where, _ = deepspeed_config(setup)
-    if config is None or not precision_enabled(config, "fp16", _effective_precision(setup, launch)):
+    if config is None or not precision_enabled(config, "fp16", _effective_precision(setup)):
         return
     static = isinstance(config.get("fp16"), dict) and config["fp16"].get("loss_scale", 0) not in (0, "auto")
     if overflows_fp16(setup.family) or static:

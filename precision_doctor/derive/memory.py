@@ -226,10 +226,6 @@ def weights_bytes(c: CheckpointFacts, dtype: str, quantized: str = "", rest_dtyp
     return int(linear * (1 + 4 / max(c.hidden_size or 1, 1))) + rest
 
 
-def _rest_dtype(shape: TrainingShape) -> str:
-    return dtypes.FLOAT32 if shape.quantized and shape.kbit_upcast else ""
-
-
 def _lora_shapes(c: CheckpointFacts, modules: str) -> list[tuple[int, int]]:
     """(in, out) of the linear layers LoRA wraps in one block: peft's defaults, or every linear layer."""
     h, inter = c.hidden_size or 0, c.intermediate_size or 0
@@ -323,7 +319,7 @@ def estimate(c: CheckpointFacts, shape: TrainingShape) -> Breakdown:
     p = shape.parallelism
     n = max(p.gpus, 1)
     params = c.parameters or 0
-    full_weights = weights_bytes(c, shape.weight_dtype, shape.quantized, _rest_dtype(shape))
+    full_weights = weights_bytes(c, shape.weight_dtype, shape.quantized, dtypes.FLOAT32 if shape.kbit_upcast else "")
     trainable = lora_parameters(c, shape.lora_rank, shape.lora_modules) if shape.lora_rank else params
     adapters = trainable * BYTES.get(shape.adapter_dtype, 4) if shape.lora_rank else 0
     grad_bytes = BYTES.get(shape.adapter_dtype if shape.lora_rank else shape.weight_dtype, 4)

@@ -105,20 +105,18 @@ def _checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, sta
             evidence.append(evidence_of(gc, "gradient_checkpointing=True", args) if gc.state == KNOWN else
                             Evidence(args.location, args.text, "gradient checkpointing on (TRL default)", "default"))
         reentrant = _use_reentrant(args, machine, stack, evidence) if reentrant is None else reentrant
-    for c in script.of("gc_enable"):
-        on = True
-        evidence.append(call_evidence(c, "gradient_checkpointing_enable()"))
-        chosen = _use_reentrant(c, machine, stack, [])
-        reentrant = chosen if chosen is not None else reentrant
+    switches = [(c, "gradient_checkpointing_enable()") for c in script.of("gc_enable")]
     if setup.quantized.known and setup.quantized.value:
         # peft's prepare_model_for_kbit_training(use_gradient_checkpointing=True) switches it on for a k-bit model
         for c in script.of("prepare_kbit"):
             use = decide(c.args[1] if len(c.args) > 1 else c.kwarg("use_gradient_checkpointing"), machine, stack)
             if use.state == ABSENT or use.is_(True):
-                on = True
-                evidence.append(call_evidence(c, "prepare_model_for_kbit_training() turns gradient checkpointing on"))
-                chosen = _use_reentrant(c, machine, stack, [])
-                reentrant = chosen if chosen is not None else reentrant
+                switches.append((c, "prepare_model_for_kbit_training() turns gradient checkpointing on"))
+    for c, note in switches:
+        on = True
+        evidence.append(call_evidence(c, note))
+        chosen = _use_reentrant(c, machine, stack, [])
+        reentrant = chosen if chosen is not None else reentrant
     if on and reentrant is None:  # the library default
         reentrant = not at_least(stack, "transformers", "5.0")
         version = stack.get("transformers")
