@@ -37,7 +37,8 @@ class CallKind(StrEnum):
     PEFT_LOAD = "peft_load"
     ADD_ADAPTER = "add_adapter"  # model.add_adapter(LoraConfig): peft's inject_adapter_in_model, in place
     CAST_TRAINABLE = "cast_trainable"  # diffusers' cast_training_params(model, dtype): the trainable ones only
-    MODEL_LOAD = "model_load"
+    MODEL_LOAD = "model_load"  # from_pretrained, or from_config: a model built afresh from a config's shape
+    CONFIG_LOAD = "config_load"  # AutoConfig.from_pretrained(id): the shape (and dtype) from_config builds
     CAST = "cast"
     GC_ENABLE = "gc_enable"
     INPUT_GRADS = "input_grads"
@@ -156,6 +157,17 @@ def _model_owner(site: CallSite) -> bool:
         or owner.endswith("LMHeadModel"))
 
 
+def _model_config(site: CallSite) -> bool:
+    """`AutoConfig.from_pretrained(...)`, `LlamaConfig.from_pretrained(...)`: a transformers model config (not a
+    peft, bitsandbytes or generation config, which name no model)."""
+    owner = site.owner
+    return owner == "AutoConfig" or (owner.endswith("Config") and site.callee.startswith("transformers.")
+                                     and owner not in _NOT_MODEL_CONFIGS)
+
+
+_NOT_MODEL_CONFIGS = {"GenerationConfig", "BitsAndBytesConfig", "PeftConfig"}
+
+
 def _optimizer_class(site: CallSite) -> bool:
     return site.last[:1].isupper() and "Scheduler" not in site.last and "LR" not in site.last
 
@@ -190,7 +202,8 @@ RECOGNISERS: tuple[Recogniser, ...] = (
     Recogniser(CallKind.MODEL_LOAD, names=SENTENCE_TRANSFORMERS_MODELS),
     Recogniser(CallKind.MODEL_LOAD, methods={"from_pretrained"}, prefixes=("unsloth.",),
                when=lambda s: s.owner.startswith("Fast")),
-    Recogniser(CallKind.MODEL_LOAD, methods={"from_pretrained"}, when=_model_owner),
+    Recogniser(CallKind.MODEL_LOAD, methods={"from_pretrained", "from_config"}, when=_model_owner),
+    Recogniser(CallKind.CONFIG_LOAD, methods={"from_pretrained"}, when=_model_config),
     # generic method names, last
     Recogniser(CallKind.CAST, methods=CAST_METHODS),
     Recogniser(CallKind.ADD_ADAPTER, methods={"add_adapter"}),

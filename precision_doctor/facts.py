@@ -133,6 +133,28 @@ class Call:
         return self.kwargs.get(name) or absent(f"{name} not passed")
 
 
+def builds_from_config(load: Call) -> bool:
+    """`AutoModelForCausalLM.from_config(config)`: a model built afresh in the config's shape, no weights read."""
+    return load.callee.endswith(".from_config")
+
+
+def config_load_of(load: Call, calls: tuple[Call, ...] | list[Call]) -> Call | None:
+    """The recorded `AutoConfig.from_pretrained(...)` that a from_config load's config argument evaluates to."""
+    key = load.refs.get("0") or load.refs.get("config")
+    return next((c for c in calls if c.key == key and c.kind == CallKind.CONFIG_LOAD), None) if key else None
+
+
+def model_source(load: Call, calls: tuple[Call, ...] | list[Call] = ()) -> Value:
+    """The checkpoint id or path a model load reads: from_pretrained's first argument, or for from_config the one
+    its config was read from (absent when the config is built in the script or cannot be followed)."""
+    if builds_from_config(load):
+        config = config_load_of(load, calls)
+        if config is None:
+            return absent("the config is not read from a checkpoint the script names")
+        load = config
+    return load.args[0] if load.args else load.kwarg("pretrained_model_name_or_path")
+
+
 @record
 class Unknown:
     what: str

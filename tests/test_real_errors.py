@@ -349,3 +349,74 @@ def test_a_clash_with_the_launchs_precision_names_the_launch(run_check):
     result, _ = run_check(code, target="a100", launcher="accelerate launch --mixed_precision fp16 train.py")
     pd209 = next(f for f in result.findings if f.rule_id == "PD209")
     assert "the launch gives the Trainer 'fp16'" in pd209.message and "flags" not in pd209.message
+
+
+@pytest.fixture(scope="module")
+def tiny_bf16_config(tmp_path_factory):
+    """A config.json that says bfloat16, as Llama-3's and Qwen's do (only the config: from_config needs no weights)."""
+    cfg = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                   num_key_value_heads=2, vocab_size=128, dtype="bfloat16")
+    path = tmp_path_factory.mktemp("tiny-bf16-config")
+    cfg.save_pretrained(path)
+    return path
+
+
+_FROM_CONFIG_SCRIPT = ("import torch\nfrom transformers import AutoConfig, AutoModelForCausalLM\n"
+                       "config = AutoConfig.from_pretrained({path!r})\n"
+                       "model = AutoModelForCausalLM.from_config(config{dtype})\n"
+                       "opt = torch.optim.AdamW(model.parameters(), lr=1e-4)\nscaler = torch.amp.GradScaler('cuda')\n"
+                       "for ids in loader:\n    with torch.autocast('cuda', dtype=torch.float16):\n"
+                       "        loss = model(input_ids=ids, labels=ids).loss\n    scaler.scale(loss).backward()\n"
+                       "    scaler.step(opt)\n    scaler.update()\n")
+
+
+def test_from_config_builds_in_the_configs_dtype(tiny_bf16_config, run_check):
+    """`from_config(AutoConfig.from_pretrained(...))` builds the model in the dtype config.json names, not float32:
+    pretraining a Llama-3-shaped model from scratch under fp16 AMP meets PD202's bf16 gradients (the unscale error
+    is CUDA's; the CPU kernel takes bf16, so the dtype is what is reproduced). Passing dtype= overrides it."""
+    config = transformers.AutoConfig.from_pretrained(tiny_bf16_config)
+    built = transformers.AutoModelForCausalLM.from_config(config)
+    assert {p.dtype for p in built.parameters()} == {torch.bfloat16}
+    pinned = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(tiny_bf16_config),
+                                                           dtype=torch.float32)
+    assert {p.dtype for p in pinned.parameters()} == {torch.float32}
+    direct = transformers.LlamaForCausalLM(transformers.AutoConfig.from_pretrained(tiny_bf16_config))
+    assert {p.dtype for p in direct.parameters()} == {torch.float32}  # the constructor ignores the config's dtype
+
+    result, _ = run_check(_FROM_CONFIG_SCRIPT.format(path=str(tiny_bf16_config), dtype=""), target="a100")
+    pd202 = [f for f in result.findings if f.rule_id == "PD202"]
+    assert pd202 and "from_config" in pd202[0].evidence[0].note and "bfloat16" in pd202[0].message
+    assert "PD211" not in {f.rule_id for f in result.findings}  # not transformers 5's from_pretrained change
+
+    as_config = transformers.AutoConfig.from_pretrained(tiny_bf16_config, dtype=torch.float32)
+    assert {p.dtype for p in transformers.AutoModelForCausalLM.from_config(as_config).parameters()} == {torch.float32}
+    at_build = _FROM_CONFIG_SCRIPT.format(path=str(tiny_bf16_config), dtype=", dtype=torch.float32")
+    at_config = _FROM_CONFIG_SCRIPT.format(path=str(tiny_bf16_config), dtype="").replace(
+        "AutoConfig.from_pretrained(" + repr(str(tiny_bf16_config)), "AutoConfig.from_pretrained("
+        + repr(str(tiny_bf16_config)) + ", dtype=torch.float32")
+    for twin_code in (at_build, at_config):
+        twin, _ = run_check(twin_code, target="a100")
+        assert not {f.rule_id for f in twin.findings} & {"PD201", "PD202", "PD204", "PD212"}, twin_code
+
+
+def test_from_config_before_it_took_the_configs_dtype(tiny_bf16_config, run_check):
+    """Before FROM_CONFIG_TAKES_CONFIG_DTYPE, from_config built in torch's default dtype: the same script trains."""
+    from precision_doctor.derive.setup import FROM_CONFIG_TAKES_CONFIG_DTYPE
+
+    major, minor = map(int, FROM_CONFIG_TAKES_CONFIG_DTYPE.split(".")[:2])
+    before = f"{major}.{minor - 1}.0"
+    code = _FROM_CONFIG_SCRIPT.format(path=str(tiny_bf16_config), dtype="")
+    at_boundary = run_check(code, target="a100", versions={"transformers": FROM_CONFIG_TAKES_CONFIG_DTYPE + ".0"})[0]
+    assert "PD202" in {f.rule_id for f in at_boundary.findings}
+    earlier = run_check(code, target="a100", versions={"transformers": before})[0]
+    assert "PD202" not in {f.rule_id for f in earlier.findings}
+
+
+@pytest.mark.parametrize("version,keyword", [("4.50.0", "torch_dtype"), ("4.56.0", "dtype"), ("5.24.0", "dtype")])
+def test_dtype_fix_uses_the_keyword_the_release_takes(tiny_bf16_config, run_check, version, keyword):
+    """A fix that pins the load's dtype writes `dtype=` only where the release takes it (4.56 on): before, a
+    `dtype=` reaches the model's __init__ and raises TypeError, and `torch_dtype=` is the keyword."""
+    code = _FROM_CONFIG_SCRIPT.format(path=str(tiny_bf16_config), dtype="")
+    result, _ = run_check(code, target="t4", versions={"transformers": version})
+    pd202 = next(f for f in result.findings if f.rule_id == "PD202")
+    assert [(e.call, e.name) for e in pd202.fix.edits] == [("from_config", keyword)]

@@ -119,7 +119,10 @@ def test_function_parameters_follow_their_call_site(run_check):
 
 
 @pytest.mark.parametrize("args,fired", [
-    ((), {"PD211"}),  # no --dtype: None, the library default (the checkpoint's dtype on transformers 5)
+    ((), set()),  # no --model_name_or_path: the from_config branch (built from a config that names no checkpoint)
+    (("--model_name_or_path", "meta-llama/Llama-3.2-1B"), {"PD211", "PD212"}),  # no --dtype: None, the library
+    # default (the checkpoint's dtype, bf16, on transformers 5)
+    (("--model_name_or_path", "meta-llama/Llama-3.2-1B", "--fp16"), {"PD211", "PD202"}),
     (("--model_name_or_path", "gpt2", "--fp16", "--dtype", "float16"), {"PD201"}),
     (("--model_name_or_path", "gpt2", "--fp16", "--dtype", "auto"), set()),  # a hub checkpoint's dtype: unknown
     (("config.json",), set()),  # the sys.argv switch takes the JSON branch: values from a file, unknown

@@ -74,7 +74,7 @@ def weights_source_edit(setup: Setup, new_dtype: str) -> Edit | None:
         if edit is not None:
             return edit
     if setup.model_load is not None and w.call is setup.model_load:
-        name = "torch_dtype" if "torch_dtype" in setup.model_load.kwargs else "dtype"
+        name = next((k for k in ("dtype", "torch_dtype") if k in setup.model_load.kwargs), setup.dtype_keyword)
         return set_kwarg(setup.model_load, name, new_dtype)
     return None
 

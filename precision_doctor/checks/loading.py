@@ -6,6 +6,7 @@ from __future__ import annotations
 from .. import dtypes
 from ..derive import Setup, call_evidence, decide, evidence_of
 from ..derive.checkpoint import checkpoint_of, describe_source
+from ..derive.setup import DTYPE_KEYWORD_FROM
 from ..families import ALL_ATTENTION
 from ..registry import Example, LogSignature, rule
 from ..facts import KNOWN, MachineFacts, ScriptFacts, StackFacts, VersionSource
@@ -34,7 +35,7 @@ _HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, T
                     versions={"transformers": "4.46.3"})],
 )
 def torch_dtype_kwarg_renamed(script: ScriptFacts, stack: StackFacts):
-    if not at_least(stack, "transformers", "4.56"):
+    if not at_least(stack, "transformers", DTYPE_KEYWORD_FROM):
         return
     version = stack.get("transformers")
     for load in script.of("model_load"):
@@ -43,7 +44,7 @@ def torch_dtype_kwarg_renamed(script: ScriptFacts, stack: StackFacts):
                         f"use dtype=", evidence=(call_evidence(load, "torch_dtype="),),
                         fix=Fix("rename torch_dtype= to dtype=", applicability=Applicability.SAFE,
                                 edits=(Edit("rename_kwarg", load.location.path, load.location.line,
-                                            call="from_pretrained", old="torch_dtype", new="dtype"),)),
+                                            call=load.callee.rsplit(".", 1)[-1], old="torch_dtype", new="dtype"),)),
                         confidence="likely" if version.source == VersionSource.ASSUMED else "certain")
 
 

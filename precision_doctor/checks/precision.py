@@ -7,7 +7,7 @@ from dataclasses import replace
 from .. import dtypes
 from ..derive import Setup, call_evidence, evidence_of, load_dtype_value
 from ..registry import Example, LogSignature, rule
-from ..facts import ABSENT, KNOWN, MachineFacts, StackFacts, VersionSource
+from ..facts import ABSENT, KNOWN, MachineFacts, StackFacts, VersionSource, builds_from_config
 from .._util import unique
 from ..families import overflows_fp16
 from ..derive.live import live_evidence, live_summary, loss_history, scaler_on
@@ -161,11 +161,18 @@ def fp16_params_with_grad_scaler(script, setup: Setup, machine: MachineFacts, li
                 confidence="likely" if trainable.inferred or setup.weights.inferred else "certain")
 
 
+_FROM_CONFIG = ("import torch\nfrom transformers import AutoConfig, AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                "config = AutoConfig.from_pretrained('meta-llama/Llama-3.2-1B')\n"
+                "model = AutoModelForCausalLM.from_config(config{dtype})\n"
+                "args = TrainingArguments(output_dir='out', fp16=True, per_device_train_batch_size=4)\n"
+                "Trainer(model=model, args=args, train_dataset=ds).train()\n")
+
+
 @rule(
     "PD202", "bf16-params-with-fp16-scaler", severity="error", phase="first-step",
     summary="bfloat16 trainable parameters under fp16 AMP: the CUDA unscale kernel has no bf16 version.",
     what="Trainable parameters are bfloat16 (`dtype=torch.bfloat16`, `dtype=\"auto\"` on a bf16 checkpoint, "
-         "`.bfloat16()`) while fp16 AMP (`fp16=True`, `mixed_precision=\"fp16\"`, a CUDA GradScaler) is on.",
+         "`.bfloat16()`, `from_config` of a bf16 checkpoint's config) while fp16 AMP (`fp16=True`, `mixed_precision=\"fp16\"`, a CUDA GradScaler) is on.",
     why="GradScaler's `_amp_foreach_non_finite_check_and_unscale_` is implemented for float and half on CUDA, not "
         "bfloat16; loss scaling is pointless for bf16 anyway (it has fp32's exponent range).",
     error="RuntimeError: \"_amp_foreach_non_finite_check_and_unscale_cuda\" not implemented for 'BFloat16'",
@@ -184,10 +191,15 @@ def fp16_params_with_grad_scaler(script, setup: Setup, machine: MachineFacts, li
                 "for batch in loader:\n"
                 "    scaler.scale(model(**batch).loss).backward()\n"
                 "    scaler.step(opt)\n    scaler.update()\n"),
+        Example(_FROM_CONFIG.format(dtype=""), target="a100",
+                note="pretraining from scratch: from_config builds in the config's dtype (transformers >= 4.49)"),
     ],
     silent=[
         Example(_trainer_script(", dtype=torch.bfloat16", ", bf16=True")),
         Example(_lora_script(", dtype=torch.bfloat16", ", fp16=True"), note="fp32 adapters: bf16 base has no grads"),
+        Example(_FROM_CONFIG.format(dtype=", dtype=torch.float32"), target="a100"),
+        Example(_FROM_CONFIG.format(dtype=""), target="a100", versions={"transformers": "4.48.3"},
+                note="from_config built in float32 through 4.48"),
     ],
 )
 def bf16_params_with_fp16_scaler(script, setup: Setup, machine: MachineFacts, live):
@@ -451,6 +463,8 @@ def implicit_checkpoint_dtype_v5(setup: Setup, stack: StackFacts):
     load = setup.model_load
     if not setup.trains or load is None or not setup.load_traced or not at_least(stack, "transformers", "5.0"):
         return  # only the model training starts from: an inference, export or teacher load is not trained
+    if builds_from_config(load):
+        return  # from_config took its config's dtype before transformers 5 too: nothing changed
     written = load_dtype_value(load)[1]
     if written.state != ABSENT and not written.is_(None):
         return

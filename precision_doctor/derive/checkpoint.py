@@ -3,21 +3,17 @@ that needs its shape, stored dtype or attention support."""
 
 from __future__ import annotations
 
-from ..facts import KNOWN, Call, CheckpointFacts, CheckpointSource, ScriptFacts
+from ..facts import KNOWN, Call, CheckpointFacts, CheckpointSource, ScriptFacts, model_source
 
 _SOURCE_NOTE = {CheckpointSource.LOCAL: "its config.json", CheckpointSource.HF_CACHE: "the Hugging Face cache",
                 CheckpointSource.TABLE: "the doctor's table of popular checkpoints"}
-
-
-def model_source(load: Call):
-    return load.args[0] if load.args else load.kwarg("pretrained_model_name_or_path")
 
 
 def checkpoint_of(load: Call | None, script: ScriptFacts) -> CheckpointFacts | None:
     """What the load's checkpoint is; None when the model id is not known or nothing is known of it."""
     if load is None:
         return None
-    source = model_source(load)
+    source = model_source(load, script.calls)
     if source.state != KNOWN or not isinstance(source.value, str):
         return None
     found = script.checkpoints.get(source.value)

@@ -12,14 +12,17 @@ from typing import Any
 
 from .. import dtypes
 from ..facts import (ABSENT, CONDITIONAL, KNOWN, Call, CheckpointSource, Facts, MachineFacts, Origin, Predicate,
-                     ScriptFacts, StackFacts, Value)
+                     ScriptFacts, StackFacts, Value, builds_from_config, config_load_of, model_source)
 from ..findings import Evidence
 from ..probes.stack import at_least
 from .checkpoint import checkpoint_of, describe_source
 from .launch import Sharding
 from .._util import record
 
-TORCH_EMULATES_BF16 = "2.3"  # torch.cuda.is_bf16_supported(including_emulation=True) from this release on
+TORCH_EMULATES_BF16 = "2.3"
+# from_pretrained / from_config take `dtype=` from 4.56 (PR #39782; `torch_dtype=` warns from then on); before, only
+# `torch_dtype=`, and a `dtype=` reaches the model's __init__: TypeError
+DTYPE_KEYWORD_FROM = "4.56"  # torch.cuda.is_bf16_supported(including_emulation=True) from this release on
 
 
 # --- hardware predicates ----------------------------------------------------------------------
@@ -115,6 +118,7 @@ class Setup:
     load_traced: bool = False  # the load was followed from the training entry (not the file's only load, guessed)
     model_names: frozenset = frozenset()
     family: str = ""
+    dtype_keyword: str = "dtype"  # what the load takes its dtype as on this transformers: see DTYPE_KEYWORD_FROM
     weights: Fact = Fact(unknown="no model load found")
     quantized: Fact = Fact(unknown="no model load found")
     peft: Fact = Fact(False)
@@ -198,6 +202,8 @@ def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
     load, chain = _follow_model(entry, by_key)
     traced = load is not None
     loads = script.of("model_load")
+    if load is None and len(loads) > 1:  # `from_pretrained` in one branch, `from_config` (from scratch) in another
+        loads = [c for c in loads if not builds_from_config(c)]
     if load is None and len(loads) == 1:
         load = loads[0]
     names = _model_names(load, chain, trainer, optimizers)
@@ -224,7 +230,9 @@ def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
     trl = bool((trainer and trainer.callee.startswith("trl")) or (args_call and args_call.callee.startswith("trl")))
     return Setup(
         path=script.path, trains=trains, style=style, trainer=trainer, training_args=args_call, trl=trl,
-        model_load=load, load_traced=traced, model_names=frozenset(names), family=family, weights=weights, quantized=quantized,
+        model_load=load, load_traced=traced, model_names=frozenset(names), family=family,
+        dtype_keyword="dtype" if at_least(stack, "transformers", DTYPE_KEYWORD_FROM) else "torch_dtype",
+        weights=weights, quantized=quantized,
         peft=peft, adapter_dtype=adapter_dtype, modules_to_save=modules_to_save, amp=amp, fp16=fp16, bf16=bf16,
         accelerator=accelerators[0] if accelerators else None, casts=casts, optimizers=optimizers,
         scalers=tuple(script.of("grad_scaler")), autocasts=tuple(script.of("autocast")), methods=methods,
@@ -300,7 +308,7 @@ def dtype_of_cast(c: Call) -> str | None:
 def _family(load: Call | None, script: ScriptFacts) -> str:
     if load is None:
         return ""
-    source = load.args[0] if load.args else load.kwarg("pretrained_model_name_or_path")
+    source = model_source(load, script.calls)
     if source.state == KNOWN and isinstance(source.value, str):
         cfg = script.local_configs.get(source.value)
         if cfg and cfg.get("model_type"):
@@ -323,6 +331,8 @@ def _weights(load: Call | None, script: ScriptFacts, machine: MachineFacts, stac
         return Fact(unknown="the trained model's from_pretrained call was not found")
     name, raw = load_dtype_value(load)
     v = decide(raw, machine, stack)
+    if (v.state == ABSENT or v.is_(None)) and builds_from_config(load):
+        return _config_dtype(load, script, machine, stack)
     if v.state == ABSENT or v.is_(None):  # dtype=None is the library default
         if at_least(stack, "transformers", "5.0"):
             return _checkpoint_dtype(load, script, stack, Evidence(
@@ -343,8 +353,41 @@ def _weights(load: Call | None, script: ScriptFacts, machine: MachineFacts, stac
     return Fact(d, (evidence_of(v, f"weights loaded in {d}", load),), source=v, call=load)
 
 
+# `from_config` with no dtype builds in the config's dtype, which AutoConfig.from_pretrained fills from config.json:
+# `_from_config` pops `torch_dtype` with `config.torch_dtype` as its default from 4.49.0 (modeling_utils.py:1461),
+# `dtype` with `config.dtype` from 4.56 (5.24 modeling_utils.py:1402). Through 4.48.3 it popped
+# `torch.get_default_dtype()` (modeling_utils.py:1414): float32. The constructor, `LlamaForCausalLM(config)`, never
+# reads the config's dtype.
+FROM_CONFIG_TAKES_CONFIG_DTYPE = "4.49"
+
+
+def _config_dtype(load: Call, script: ScriptFacts, machine: MachineFacts, stack: StackFacts) -> Fact:
+    """The weights of `from_config(config)` with no dtype: the config's dtype, as its config load gives it."""
+    if not at_least(stack, "transformers", FROM_CONFIG_TAKES_CONFIG_DTYPE):
+        return Fact(dtypes.FLOAT32, (Evidence(load.location, load.text, f"no dtype passed: from_config on transformers "
+                                              f"< {FROM_CONFIG_TAKES_CONFIG_DTYPE} builds in float32", "default"),),
+                    call=load, inferred=True)
+    config = config_load_of(load, script.calls)
+    if config is None:
+        return Fact(unknown="from_config builds in its config's dtype, and the config is not read from a checkpoint "
+                            "the script names", call=load)
+    name, raw = load_dtype_value(config)  # AutoConfig.from_pretrained(id, dtype=...) sets the config's dtype
+    v = decide(raw, machine, stack)
+    if v.state == KNOWN and v.value is not None:
+        d = dtypes.from_string(v.value)
+        if d and d != dtypes.AUTO:
+            return Fact(d, (evidence_of(v, f"config dtype {d}: from_config builds in it", config),), source=v,
+                        call=load)
+    elif v.state != ABSENT and not v.is_(None):
+        return _undecided(name, v, config)
+    return _checkpoint_dtype(load, script, stack, Evidence(
+        load.location, load.text, f"no dtype passed: from_config on transformers {stack.get('transformers').version} "
+        f"builds in the config's dtype, read from the checkpoint at line {config.location.line}", "default"),
+        inferred=True)
+
+
 def _checkpoint_dtype(load: Call, script: ScriptFacts, stack: StackFacts, ev: Evidence, inferred: bool) -> Fact:
-    source = load.args[0] if load.args else load.kwarg("pretrained_model_name_or_path")
+    source = model_source(load, script.calls)
     cfg = script.local_configs.get(source.value) if source.state == KNOWN else None
     d = dtypes.from_string((cfg or {}).get("dtype") or (cfg or {}).get("torch_dtype"))
     if d and d != dtypes.AUTO:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .. import dtypes
-from ..facts import KNOWN, Call, CheckpointFacts, CheckpointSource
+from ..facts import KNOWN, Call, CheckpointFacts, CheckpointSource, model_source
 from ..families import ARCHITECTURE_SHAPES, attention_support, tied_by_default
 from ..redact import MODEL_CONFIG_KEYS, keep_read_keys
 from ..sources import Unreadable, is_regular_file, read_prefix, read_text_bounded
@@ -27,12 +27,13 @@ _BYTES = {dtypes.FLOAT32: 4, dtypes.FLOAT16: 2, dtypes.BFLOAT16: 2}
 
 
 def model_ids(calls: list[Call] | tuple[Call, ...]) -> list[str]:
-    """The model ids / paths the script's model loads name, as resolved by the script probe."""
+    """The model ids / paths the script's model loads (and the model configs from_config builds from) name, as
+    resolved by the script probe."""
     out = []
     for call in calls:
-        if call.kind != "model_load":
+        if call.kind not in ("model_load", "config_load"):
             continue
-        source = call.args[0] if call.args else call.kwarg("pretrained_model_name_or_path")
+        source = model_source(call)
         if source.state == KNOWN and isinstance(source.value, str) and source.value:
             out.append(source.value)
     return list(dict.fromkeys(out))

@@ -23,7 +23,8 @@ from pathlib import Path
 from .._util import unique
 from ..call_kinds import CallKind, CallSite, is_trainer_class, is_training_arguments, kind_of
 from ..errors import InputError
-from ..facts import CONDITIONAL, KNOWN, Branch, Call, Location, Origin, ScriptFacts, Suppression, Unknown, Value
+from ..facts import (CONDITIONAL, KNOWN, Branch, Call, Location, Origin, ScriptFacts, Suppression, Unknown, Value,
+                     model_source)
 from ..redact import MODEL_CONFIG_KEYS, keep_read_keys
 from ..sources import Unreadable, is_regular_file, read_source, read_text_bounded, status, worth_reading
 from .frameworks import read_frameworks
@@ -524,9 +525,9 @@ def _local_model_configs(script: Path, calls: list[Call]) -> dict[str, dict]:
     """config.json of local checkpoint directories, for the dtype and family the weights really have."""
     out: dict[str, dict] = {}
     for call in calls:
-        if call.kind not in ("model_load", "peft_load"):
+        if call.kind not in ("model_load", "peft_load", "config_load"):
             continue
-        source = call.args[0] if call.args else call.kwarg("pretrained_model_name_or_path")
+        source = model_source(call)
         if source.state != KNOWN or not isinstance(source.value, str):
             continue
         for base in (script.parent, Path.cwd()):
