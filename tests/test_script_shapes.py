@@ -144,3 +144,28 @@ def test_trl_example_layout(args, fired):
     result, setup, _ = run("trl_parser_style.py", target="a100", args=args)
     assert _precision_ids(result) == fired
     assert setup.trl
+
+
+_HELD = ("import sys\nimport torch\nfrom transformers import ({imports}, Trainer, TrainingArguments)\n"
+         "{held}\nmodel = cls.from_pretrained('gpt2', dtype=torch.float16)\n"
+         "Trainer(model=model, args=TrainingArguments('out', fp16=True)).train()\n")
+
+
+@pytest.mark.parametrize("imports,held,fired", [
+    ("AutoModelForCausalLM", "cls = AutoModelForCausalLM", True),
+    ("AutoModelForCausalLM, AutoModelForSeq2SeqLM",
+     "cls = AutoModelForSeq2SeqLM if 't5' in sys.argv[1] else AutoModelForCausalLM", True),
+    ("AutoModelForCausalLM, AutoModelForSeq2SeqLM",
+     "if 't5' in sys.argv[1]:\n    cls = AutoModelForSeq2SeqLM\nelse:\n    cls = AutoModelForCausalLM", True),
+    # look-alikes: a tokenizer class, a class the script computes, a pick between a model and a tokenizer
+    ("AutoTokenizer", "cls = AutoTokenizer", False),
+    ("AutoModelForCausalLM", "cls = getattr(sys.modules[__name__], sys.argv[1])", False),
+    ("AutoModelForCausalLM, AutoTokenizer", "cls = AutoModelForCausalLM if sys.argv[1] else AutoTokenizer", False),
+])
+def test_loader_class_held_in_a_variable(run_check, imports, held, fired):
+    """`cls.from_pretrained(...)` loads the model when every assignment of `cls` names a model class."""
+    result, facts = run_check(_HELD.format(imports=imports, held=held))
+    loads = facts.scripts[0].of("model_load")
+    assert bool(loads) is fired and ("PD201" in {f.rule_id for f in result.findings}) is fired
+    if fired:
+        assert loads[0].callee.startswith("transformers.AutoModelFor") and loads[0].receiver == "cls"

@@ -32,7 +32,7 @@ from .keywords import local_classes, parsed_arguments
 from .checkpoint import probe_checkpoints
 from .config_files import read_deepspeed_config
 from .resolve import Imports, Resolver, plain_text
-from .scopes import TOGETHER, ScopeIndex, dotted, names_in, no_source_warnings, walk_by_type
+from .scopes import TOGETHER, Scope, ScopeIndex, dotted, names_in, no_source_warnings, walk_by_type
 from .symbols import Context, DictSym, Known, Namespace, ObjSym
 
 MAX_LOCAL_MODULES = 20
@@ -75,6 +75,8 @@ def classify(callee: str, node: ast.Call, local_trainers: set[str], local_args: 
 
 
 _NO_KEYWORDS: frozenset[str] = frozenset()
+_LOADER_METHODS = ("from_pretrained", "from_config")
+_BARE_CALL = ast.Call(func=ast.Attribute(value=ast.Name(id="cls"), attr="from_pretrained"), args=[], keywords=[])
 _POSITION = operator.attrgetter("lineno", "col_offset")
 _FIRST = operator.itemgetter(0)
 
@@ -176,6 +178,12 @@ class _Collector:
         for node in nodes:
             callee = self.r.qualified(node.func)
             kind = classify(callee, node, self.local_trainers, self.local_args, kinds)
+            if kind is None and type(node.func) is ast.Attribute and node.func.attr in _LOADER_METHODS and \
+                    type(node.func.value) is ast.Name:  # `cls = AutoModelForCausalLM ...; cls.from_pretrained()`
+                held = self._class_held(node.func.value)
+                if held:
+                    kind = classify(f"{held}.{node.func.attr}", node, self.local_trainers, self.local_args, kinds)
+                    callee = f"{held}.{node.func.attr}" if kind is not None else callee
             if kind is None:
                 if callee in self.index.functions:
                     self._add(node, CallKind.LOCAL_CALL, callee, bind=self.index.functions[callee][0])
@@ -192,6 +200,28 @@ class _Collector:
         self._loop_bindings()
         self._link_refs()
         self._apply_attribute_overrides()
+
+    def _class_held(self, name: ast.Name) -> str:
+        """The library class a variable holds, qualified, where every assignment of it names one class (or picks
+        between classes: `AutoModelForSeq2SeqLM if t5 else AutoModelForCausalLM`) and all of them load alike; ""
+        otherwise."""
+        scope: Scope | None = self.index.scope_at(name)
+        while scope is not None and name.id not in scope.assigns:
+            scope = scope.parent
+        if scope is None:
+            return ""
+        held: list[str] = []
+        todo = [a.value for a in scope.assigns[name.id]]
+        while todo:
+            value = todo.pop()
+            if type(value) is ast.IfExp:
+                todo += [value.body, value.orelse]
+            elif type(value) in (ast.Name, ast.Attribute) and (q := self.r.qualified(value)) and "." in q:
+                held.append(q)
+            else:
+                return ""
+        kinds = {classify(f"{q}.from_pretrained", _BARE_CALL, (), ()) for q in held}
+        return held[-1] if len(kinds) == 1 and None not in kinds else ""
 
     def _flow(self, node: ast.Call, callee: str) -> bool:
         """`model = load_model(...)`: a local function whose result is assigned."""
