@@ -294,6 +294,7 @@ def test_a_trainer_without_precision_flags_takes_the_launchs(run_check, tiny_lla
                          launcher="accelerate launch --mixed_precision fp16 train.py")
     fix = next(f for f in unset.findings if f.rule_id == "PD201").fix
     assert {(e.name, e.new) for e in fix.edits if e.kind == "set_kwarg"} == {("bf16", "True")}
+    assert any(n.startswith("Do not launch without fp16 mixed precision") for n in fix.notes)  # not "turn it off"
     plain, _ = run_check(code, target="a100", launcher="python train.py")
     assert {"PD204"} <= {f.rule_id for f in plain.findings} and "PD201" not in {f.rule_id for f in plain.findings}
 

@@ -10,8 +10,16 @@ from dataclasses import replace
 from ..facts import CONDITIONAL, KNOWN, Call, MachineFacts, ScriptFacts, StackFacts, Value
 from ..findings import Edit, Fix
 
-PURE_FP16_WARNING = ("Do not turn fp16 AMP off to silence this: fp16 weights trained without loss scaling "
-                     "underflow (PD204): NaN with a for-each AdamW, steps far past the learning rate with a fused one.")
+_PURE_FP16 = ("fp16 weights trained without loss scaling underflow (PD204): NaN with a for-each AdamW, steps far "
+              "past the learning rate with a fused one.")
+PURE_FP16_WARNING = f"Do not turn fp16 AMP off to silence this: {_PURE_FP16}"
+
+
+def pure_fp16_warning(setup) -> str:
+    """PURE_FP16_WARNING in the words of where fp16 AMP was asked for: the script, or the launch."""
+    if setup.amp_from_launch:
+        return f"Do not launch without fp16 mixed precision to silence this: {_PURE_FP16}"
+    return PURE_FP16_WARNING
 
 
 def gpu_phrase(machine: MachineFacts) -> str:

@@ -14,7 +14,7 @@ from ..derive.live import live_evidence, live_summary, loss_history, scaler_on
 from ..findings import Applicability, Confidence, Draft, Edit, Evidence, Fix, Phase
 from ..probes.stack import at_least
 from ._common import (PURE_FP16_WARNING, describe_trainable, fp16_optimizer_symptom, gpu_phrase, keep_shared_source,
-                      native_bf16, present, set_kwarg, weights_source_edit)
+                      native_bf16, present, pure_fp16_warning, set_kwarg, weights_source_edit)
 
 _HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
 NATIVE_BF16 = "torch.cuda.is_bf16_supported(including_emulation=False)"
@@ -124,7 +124,7 @@ def fp16_params_with_grad_scaler(script, setup: Setup, machine: MachineFacts, li
     evidence = setup.weights.evidence + setup.amp.evidence + (
         setup.peft.evidence if setup.peft.value else ()) + trainable.evidence
     edit = weights_source_edit(setup, "torch.float32") if not setup.peft.value else None
-    notes = [PURE_FP16_WARNING]
+    notes = [pure_fp16_warning(setup)]
     bf16 = native_bf16(machine)
     if bf16 is False and machine.gpus:
         notes.append(f"Do not switch to bf16 on {gpu_phrase(machine)}: it has no native bf16 (emulated, slow).")
