@@ -246,6 +246,15 @@ PD203_SHAPES = {
     "a cast under a condition that holds on the first iteration only": (
         "for step, x in enumerate(loader):\n    if step == 0:\n        model.to(torch.bfloat16)\n"
         "    model(x.to(model.weight.dtype)).sum().backward()\n    opt.step()\n"),
+    "accelerate hands the optimizer back renamed; a warmup scheduler steps after a cast after training": (
+        "from accelerate import Accelerator\nacc = Accelerator(cpu=True)\n"
+        "warmup = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)\nnet, optimizer = acc.prepare(model, opt)\n"
+        "for x in loader:\n    acc.backward(net(x).sum())\n    optimizer.step()\nnet.to(torch.bfloat16)\n"
+        "warmup.step()\n"),
+    "accelerate hands the optimizer back renamed; a cast between its steps": (
+        "from accelerate import Accelerator\nacc = Accelerator(cpu=True)\nnet, optimizer = acc.prepare(model, opt)\n"
+        "for x in loader:\n    acc.backward(net(x.to(net.weight.dtype)).sum())\n    optimizer.step()\n"
+        "    net.to(torch.bfloat16)\n"),
 }
 CONDITIONAL = {"a cast under a condition in the epoch loop, before the step",
                "a cast under a condition that holds on the first iteration only"}

@@ -206,7 +206,7 @@ def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
         loads = [c for c in loads if not builds_from_config(c)]
     if load is None and len(loads) == 1:
         load = loads[0]
-    names = _model_names(load, chain, trainer, optimizers)
+    names = _prepared_names(_model_names(load, chain, trainer, optimizers), script)
     traced = traced or (load is not None and load.target in _model_names(None, (), trainer, optimizers))
     # casts of the trained model: in the scopes that build it (a helper's own parameter is another object)
     scopes = {c.scope for c in ((load,) if load else ()) + chain + optimizers + ((trainer,) if trainer else ())}
@@ -614,12 +614,23 @@ def _first_training_line(trainer: Call | None, optimizers: tuple[Call, ...], scr
     return min(points) if points else None
 
 
+def _prepared_names(names: set[str] | frozenset[str], script: ScriptFacts) -> set[str]:
+    """`names` and what accelerate's prepare hands them back as: `net, opt = accelerator.prepare(model, optimizer)`."""
+    names = set(names)
+    for prep in script.of("prepare"):
+        targets = prep.target.split(",")
+        for i, arg in enumerate(prep.args):
+            if arg.text in names and i < len(targets) and targets[i]:
+                names.add(targets[i])
+    return names
+
+
 def optimizer_steps(opt: Call, script: ScriptFacts) -> list[Call]:
     """Where the optimizer steps: `opt.step()`, `scaler.step(opt)` (where none names it, stepped under another name:
     every `.step()` that is not a scheduler's), and calls of the script's own functions that step one."""
-    name = opt.target
+    names = _prepared_names({opt.target}, script) if opt.target else set()
     methods = [m for m in script.of("method") if m.callee.endswith(".step") and "sched" not in m.receiver.lower()]
-    named = [m for m in methods if name and (m.receiver == name or (m.args and m.args[0].text == name))]
+    named = [m for m in methods if m.receiver in names or (m.args and m.args[0].text in names)]
     stepping = {m.scope.rsplit(".", 1)[-1] for m in methods if m.scope != "<module>"}
     calls = [c for c in script.of("local_call") if c.callee.rsplit(".", 1)[-1] in stepping]
     return (named or methods) + calls
