@@ -68,7 +68,18 @@ def build(arch: str, sequence: int):
         cfg = transformers.ViTConfig(hidden_size=128, intermediate_size=512, num_hidden_layers=3,
                                      num_attention_heads=4, image_size=sequence, patch_size=16, num_labels=10)
         return transformers.ViTForImageClassification(cfg)
+    if arch == "whisper":  # `sequence`: the labels; the encoder reads its fixed 2 x 150 mel frames
+        cfg = transformers.WhisperConfig(d_model=128, encoder_layers=3, decoder_layers=3, encoder_attention_heads=4,
+                                         decoder_attention_heads=4, encoder_ffn_dim=512, decoder_ffn_dim=512,
+                                         vocab_size=512, num_mel_bins=80, max_source_positions=WHISPER_FRAMES,
+                                         max_target_positions=448, decoder_start_token_id=0, pad_token_id=0,
+                                         eos_token_id=1, bos_token_id=0, suppress_tokens=None,
+                                         begin_suppress_tokens=None)
+        return transformers.WhisperForConditionalGeneration(cfg)
     raise ValueError(arch)
+
+
+WHISPER_FRAMES = 150
 
 
 def _storages(tensors) -> int:
@@ -116,8 +127,9 @@ def measure(case: Case) -> dict[str, int]:
                     and getattr(module, "gradient_checkpointing", False):
                 module.register_forward_pre_hook(keep, with_kwargs=True)
     batch = _inputs(case)
-    if case.precision == "half" and case.arch == "vit":
-        batch["pixel_values"] = batch["pixel_values"].bfloat16()
+    if case.precision == "half" and case.arch in ("vit", "whisper"):
+        key = "pixel_values" if case.arch == "vit" else "input_features"
+        batch[key] = batch[key].bfloat16()
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=case.precision != "fp32")
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast:
         loss = model(**batch).loss
@@ -140,6 +152,8 @@ def _inputs(case: Case) -> dict:
         return {"pixel_values": torch.randn(case.batch, 3, case.sequence, case.sequence),
                 "labels": torch.randint(0, 10, (case.batch,))}
     ids = torch.randint(2, 512, (case.batch, case.sequence))
+    if case.arch == "whisper":
+        return {"input_features": torch.randn(case.batch, 80, 2 * WHISPER_FRAMES), "labels": ids}
     return {"input_ids": ids, "labels": ids}
 
 
@@ -159,6 +173,7 @@ def estimated(case: Case) -> dict[str, int]:
 
 
 QUICK = [Case("llama", 2, 64), Case("gpt2", 2, 64), Case("t5", 2, 32), Case("bert", 2, 64), Case("vit", 2, 64),
+         Case("whisper", 2, 32, checkpointing=True, precision="amp"),
          Case("llama", 2, 64, checkpointing=True), Case("llama", 2, 64, lora=8), Case("llama", 2, 64, precision="half"),
          Case("llama", 2, 64, precision="amp")]
 FULL = [Case(a, b, s) for a in ("llama", "gpt2", "t5", "bert") for b, s in ((1, 128), (4, 64), (2, 256))] + \
@@ -168,7 +183,10 @@ FULL = [Case(a, b, s) for a in ("llama", "gpt2", "t5", "bert") for b, s in ((1, 
        [Case(a, 2, 128, lora=8) for a in ("llama", "gpt2", "bert")] + [Case("llama", 4, 64, lora=16)] + \
        [Case(a, 2, 128, precision=p) for p in ("half", "amp") for a in ("llama", "gpt2", "bert", "t5")] + \
        [Case("vit", 2, 96, precision=p) for p in ("half", "amp")] + \
-       [Case("llama", 2, 128, checkpointing=True, precision="amp"), Case("llama", 2, 128, lora=8, precision="half")]
+       [Case("llama", 2, 128, checkpointing=True, precision="amp"), Case("llama", 2, 128, lora=8, precision="half")] + \
+       [Case("whisper", b, s) for b, s in ((1, 32), (4, 96))] + \
+       [Case("whisper", 2, 64, precision=p) for p in ("half", "amp")] + \
+       [Case("whisper", 2, 64, checkpointing=True, precision=p) for p in ("fp32", "amp")]
 
 
 def compare(cases) -> list[tuple[Case, dict, dict]]:

@@ -206,6 +206,8 @@ class CheckpointFacts:
     encoder_decoder: bool = False
     image_size: int | None = None  # vision encoders: tokens = (image_size / patch_size)^2 + 1
     patch_size: int | None = None
+    source_positions: int | None = None  # speech encoders: the frames the encoder reads (Whisper: 1500, 30 s)
+    target_positions: int | None = None  # ... and the longest label the decoder takes (Whisper: 448)
     weights_bytes: int | None = None  # safetensors index metadata.total_size
 
     @property

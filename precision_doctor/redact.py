@@ -167,7 +167,8 @@ _MODEL_SHAPE_KEYS = {k: True for k in (
     "hidden_dim", "num_attention_heads", "n_head", "num_heads", "decoder_attention_heads", "n_heads",
     "num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query", "new_decoder_architecture", "head_dim", "d_kv",
     "vocab_size", "tie_word_embeddings", "num_local_experts", "num_experts", "n_routed_experts",
-    "num_experts_per_tok", "moe_topk", "image_size", "patch_size", "is_encoder_decoder")}
+    "num_experts_per_tok", "moe_topk", "image_size", "patch_size", "is_encoder_decoder", "max_source_positions",
+    "max_target_positions")}
 # checkpoint facts (probes/checkpoint.py): the architecture, its shape and stored dtype; multimodal configs nest
 # the language model's under text_config
 MODEL_CONFIG_KEYS = {**_MODEL_SHAPE_KEYS, "architectures": True, "text_config": _MODEL_SHAPE_KEYS}

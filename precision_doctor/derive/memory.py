@@ -47,6 +47,12 @@ class ActivationFactor:
     head_v: float
     checkpoint_h: float = 1.0  # per layer kept under gradient checkpointing: the layer input (fp32 under autocast)
     always_scores: bool = False  # a position bias added to the scores: every kernel materialises them
+    # a speech encoder-decoder (Whisper): its encoder layers save h per source frame, its decoder layers decoder_h
+    # per text token and cross_h per source frame (the cross-attention keys and values), its audio frontend (the
+    # convolutions over the mel frames) source_h per source frame
+    decoder_h: float = 0.0
+    cross_h: float = 0.0
+    source_h: float = 0.0
 
 
 # Counted on transformers 5.x (see the module doc); families not listed use the Llama factor.
@@ -56,12 +62,13 @@ ACTIVATION_FACTORS = {
     "bert": ActivationFactor(h=5, kv=5, i=2, scores=3, head_h=6, head_v=1),
     "t5": ActivationFactor(h=8, kv=8, i=3, scores=4.5, head_h=10, head_v=1, always_scores=True),
     "vit": ActivationFactor(h=4, kv=4, i=2, scores=3, head_h=4, head_v=0),
+    "whisper": ActivationFactor(h=9, kv=0, i=2, scores=1, head_h=2.2, head_v=1, decoder_h=14, cross_h=2, source_h=7),
 }
 _FAMILY_OF = {"mistral": "llama", "mixtral": "llama", "qwen2": "llama", "qwen3": "llama", "gemma": "llama",
               "gemma2": "llama", "gemma3": "llama", "gemma3_text": "llama", "phi3": "llama", "qwen2_vl": "llama",
               "qwen2_5_vl": "llama", "smollm3": "llama", "deepseek_v2": "llama", "deepseek_v3": "llama",
               "opt": "gpt2", "phi": "gpt2", "falcon": "gpt2", "bloom": "gpt2", "roberta": "bert",
-              "deberta-v2": "bert", "mt5": "t5", "umt5": "t5", "whisper": "t5"}
+              "deberta-v2": "bert", "mt5": "t5", "umt5": "t5"}
 
 
 # With LoRA the frozen base saves less: a frozen linear layer keeps no input for its weight's gradient.
@@ -88,6 +95,10 @@ HALF_ACTIVATION_FACTORS = {
     (HALF, "t5"): ActivationFactor(h=17, kv=8, i=3, scores=9, head_h=17.5, head_v=2, always_scores=True),
     (AMP, "t5"): ActivationFactor(h=42, kv=8, i=3.5, scores=6.5, head_h=9, head_v=1, checkpoint_h=2,
                                   always_scores=True),
+    (HALF, "whisper"): ActivationFactor(h=9.1, kv=0, i=2, scores=1, head_h=2.2, head_v=2, decoder_h=14.1, cross_h=2,
+                                        source_h=7),
+    (AMP, "whisper"): ActivationFactor(h=13.1, kv=0, i=2, scores=1, head_h=3.3, head_v=2, checkpoint_h=2,
+                                       decoder_h=19.1, cross_h=4, source_h=7),
 }
 HALF_LORA_ACTIVATION_FACTORS = {
     "llama": ActivationFactor(h=8, kv=2.5, i=3, scores=1, head_h=0.5, head_v=2),
@@ -253,18 +264,44 @@ def sequence_tokens(c: CheckpointFacts, sequence: int) -> int:
     return sequence
 
 
+# Whisper's encoder reads 30 s of audio, always: the model refuses mel features of any other length than twice
+# max_source_positions (transformers 5.24 models/whisper/modeling_whisper.py:611-614), 1500 frames by default
+# (configuration_whisper.py:146), and its labels are at most max_target_positions (448) tokens.
+WHISPER_SOURCE_FRAMES = 1500
+WHISPER_MAX_LABELS = 448
+WHISPER_MEL_BINS = 80
+
+
+def source_frames(c: CheckpointFacts) -> int:
+    """The frames a speech encoder reads per sample (0 for a model without one)."""
+    if _FAMILY_OF.get(c.model_type, c.model_type) != "whisper":
+        return 0
+    return c.source_positions or WHISPER_SOURCE_FRAMES
+
+
 def activation_bytes(c: CheckpointFacts, shape: TrainingShape, batch: int | None = None) -> int:
     """Bytes saved for backward at the end of the forward, for `batch` samples."""
     f = activation_factor(c.model_type, lora=bool(shape.lora_rank), precision=regime(shape))
     h, layers = c.hidden_size or 0, c.layers or 0
     s = sequence_tokens(c, shape.sequence)
-    tokens = (shape.batch if batch is None else batch) * s
+    samples = shape.batch if batch is None else batch
+    tokens = samples * s
     per_layer = _per_layer(c, shape, f, s)
     outside = f.head_h * h + f.head_v * _vocabulary(c, shape)
     if c.image_size and c.patch_size:
         outside += 3 * c.patch_size ** 2  # the pixels the patch embedding saves, per patch
     stacks = 2 if c.encoder_decoder else 1
     element = BYTES.get(shape.compute_dtype, 4)
+    if frames := source_frames(c):  # each stack at its own length: the audio frames, the text tokens
+        source = samples * frames
+        if shape.checkpointing:  # each layer's input, and the encoder's output every decoder layer reads
+            kept = (layers * (source + tokens) + source) * f.checkpoint_h * h
+        else:
+            heads = c.heads or 1
+            cross_scores = f.scores * heads * frames if shape.scores_materialised else 0
+            kept = layers * (source * (_per_layer(c, shape, f, frames) + f.cross_h * h)
+                             + tokens * (per_layer + (f.decoder_h - f.h) * h + cross_scores))
+        return int((kept + source * f.source_h * h + tokens * outside) * element)
     if shape.checkpointing:
         kept = layers * stacks * f.checkpoint_h * h  # each layer's input; a layer is recomputed only in backward
     else:
@@ -290,9 +327,16 @@ def backward_bytes(c: CheckpointFacts, shape: TrainingShape, batch: int | None =
     f = activation_factor(c.model_type, lora=bool(shape.lora_rank), precision=regime(shape))
     s = sequence_tokens(c, shape.sequence)
     tokens = (shape.batch if batch is None else batch) * s
-    loss = LOSS_GRADIENT_BYTES * _vocabulary(c, shape)
-    layer = _per_layer(c, shape, f, s) * BYTES.get(shape.compute_dtype, 4) if shape.checkpointing else 0
-    return int(tokens * max(loss, layer))
+    loss = tokens * LOSS_GRADIENT_BYTES * _vocabulary(c, shape)
+    if not shape.checkpointing:
+        return int(loss)
+    element = BYTES.get(shape.compute_dtype, 4)
+    layer = tokens * _per_layer(c, shape, f, s) * element
+    if frames := source_frames(c):  # the largest layer recomputed: an encoder layer over the audio frames
+        samples = shape.batch if batch is None else batch
+        layer = max(layer + tokens * (f.decoder_h - f.h) * (c.hidden_size or 0) * element,
+                    samples * frames * _per_layer(c, shape, f, frames) * element)
+    return int(max(loss, layer))
 
 
 def logits_bytes(c: CheckpointFacts, shape: TrainingShape, batch: int | None = None) -> int:
@@ -306,7 +350,10 @@ def autocast_copies(c: CheckpointFacts, shape: TrainingShape) -> int:
     ends. Checkpointed layers run their forward without grad and keep none; the output head outside them does."""
     if regime(shape) != AMP:
         return 0
-    head = _vocabulary(c, shape) * (c.hidden_size or 0)
+    h = c.hidden_size or 0
+    head = _vocabulary(c, shape) * h
+    if source_frames(c):  # Whisper's two convolutions over the mel frames (kernel 3; 80 mel bins but large-v3's 128)
+        head += 3 * h * (WHISPER_MEL_BINS + h)
     return 2 * (head + (linear_parameters(c) if not shape.checkpointing else 0))
 
 

@@ -9,7 +9,7 @@ from .. import dtypes
 from ..facts import KNOWN, CheckpointFacts, Gpu, LaunchFacts, MachineFacts, ScriptFacts, StackFacts
 from .checkpoint import checkpoint_of
 from .launch import LaunchPlan, device_map_kind
-from .memory import MIB, Breakdown, Parallelism, TrainingShape, estimate
+from .memory import MIB, WHISPER_MAX_LABELS, Breakdown, Parallelism, TrainingShape, estimate, source_frames
 from .optimizer import optimizer_of
 from .setup import Setup, decide
 from .._util import record
@@ -93,6 +93,10 @@ def training_shape(setup: Setup, script: ScriptFacts, c: CheckpointFacts, machin
     sequence = None
     for name in ("max_length", "max_seq_length"):
         sequence = sequence or _int_kwarg(args, name, machine, stack)
+    if sequence is None and source_frames(c):  # Whisper: the audio is 30 s, the labels at most 448 tokens
+        sequence = c.target_positions or WHISPER_MAX_LABELS
+        assumed.append(f"labels of {sequence} tokens (the decoder's longest; the encoder always reads "
+                       f"{source_frames(c)} audio frames)")
     if sequence is None:
         sequence = TRL_MAX_LENGTH if setup.trl else (512 if c.model_type in ("bert", "roberta", "deberta-v2")
                                                      else 1024)

@@ -164,6 +164,8 @@ _ALIASES = {
     "experts_per_token": ("num_experts_per_tok", "moe_topk"),
     "image_size": ("image_size",),
     "patch_size": ("patch_size",),
+    "source_positions": ("max_source_positions",),
+    "target_positions": ("max_target_positions",),
 }
 
 
@@ -263,7 +265,8 @@ def _from_row(model_id: str, row: dict) -> CheckpointFacts:
     fields = {k: row[k] for k in ("architecture", "model_type", "parameters", "layers", "hidden_size",
                                   "intermediate_size", "heads", "kv_heads", "head_dim", "vocab_size",
                                   "tied_embeddings", "torch_dtype", "experts", "experts_per_token",
-                                  "encoder_decoder", "image_size", "patch_size") if k in row}
+                                  "encoder_decoder", "image_size", "patch_size", "source_positions",
+                                  "target_positions") if k in row}
     facts = CheckpointFacts(model_id, CheckpointSource.TABLE, f"the doctor's table ({row['source']})",
                             attention=attention_support(row.get("model_type", "")), **fields)
     if facts.kv_heads is None and facts.heads:
