@@ -299,7 +299,8 @@ def inputs_not_on_model_device(script: ScriptFacts, setup: Setup):
         names = [v.text.lstrip("*") for v in list(call.args) + list(call.kwargs.values())]
         stale = [n for n in names if (call.scope, n) in loop_vars and not _moved_before(script, call, n)]
         if stale:
-            yield Draft(f"{call.callee} is on the GPU but {', '.join(stale)} come from the data loader on the CPU",
+            yield Draft(f"{call.callee} is on the GPU but {', '.join(stale)} {'comes' if len(stale) == 1 else 'come'} "
+                        f"from the data loader on the CPU",
                         evidence=(call_evidence(call, f"called on {', '.join(stale)}"),),
                         fix=Fix(f"move them first: {stale[0]} = {stale[0]}.to(device)", applicability=Applicability.UNSAFE))
             return

@@ -119,7 +119,8 @@ class Setup:
     model_names: frozenset = frozenset()
     family: str = ""
     dtype_keyword: str = "dtype"  # what the load takes its dtype as on this transformers: see DTYPE_KEYWORD_FROM
-    weights: Fact = Fact(unknown="no model load found")
+    weights: Fact = Fact(unknown="no model load found")  # what training starts from: the load's, then any cast
+    loaded: Fact = Fact(unknown="no model load found")  # the dtype the load itself gives, before any cast
     quantized: Fact = Fact(unknown="no model load found")
     peft: Fact = Fact(False)
     adapter_dtype: Fact = Fact()
@@ -200,13 +201,13 @@ def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
 
     entry = _training_entry(trainer, optimizers, script)
     load, chain = _follow_model(entry, by_key)
-    traced = load is not None
+    traced = followed = load is not None
     loads = script.of("model_load")
     if load is None and len(loads) > 1:  # `from_pretrained` in one branch, `from_config` (from scratch) in another
         loads = [c for c in loads if not builds_from_config(c)]
     if load is None and len(loads) == 1:
         load = loads[0]
-    names = _prepared_names(_model_names(load, chain, trainer, optimizers), script)
+    names = _prepared_names(_model_names(load, chain, trainer, optimizers) | _bound_results(load, script), script)
     traced = traced or (load is not None and load.target in _model_names(None, (), trainer, optimizers))
     # casts of the trained model: in the scopes that build it (a helper's own parameter is another object)
     scopes = {c.scope for c in ((load,) if load else ()) + chain + optimizers + ((trainer,) if trainer else ())}
@@ -215,7 +216,7 @@ def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
     casts = tuple(sorted({c.key: c for c in casts}.values(), key=lambda c: (c.location.path, c.location.line)))
 
     family = _family(load, script)
-    weights = _weights(load, script, machine, stack)
+    weights = loaded = _weights(load, script, machine, stack)
     pre_training = _first_training_line(trainer, optimizers, script)
     built = min(((o.location.path, o.location.line) for o in optimizers), default=None)
     for c in casts:  # (one under a condition in the training loop is PD203's: it may first run after a step)
@@ -225,14 +226,14 @@ def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
             d = dtype_of_cast(c)
             weights = Fact(d, weights.evidence + (call_evidence(c, f"model cast to {d}"),), source=None, call=c)
     quantized = _quantization(load, by_key, machine, stack)
-    peft, adapter_dtype, modules_to_save = _peft(script, chain, trainer, by_key, weights, stack, names)
+    peft, adapter_dtype, modules_to_save = _peft(script, chain, trainer, by_key, weights, stack, names, followed)
     amp, fp16, bf16 = _amp(style, args_call, accelerators, script, machine, stack, launch)
     trl = bool((trainer and trainer.callee.startswith("trl")) or (args_call and args_call.callee.startswith("trl")))
     return Setup(
         path=script.path, trains=trains, style=style, trainer=trainer, training_args=args_call, trl=trl,
         model_load=load, load_traced=traced, model_names=frozenset(names), family=family,
         dtype_keyword="dtype" if at_least(stack, "transformers", DTYPE_KEYWORD_FROM) else "torch_dtype",
-        weights=weights, quantized=quantized,
+        weights=weights, loaded=loaded, quantized=quantized,
         peft=peft, adapter_dtype=adapter_dtype, modules_to_save=modules_to_save, amp=amp, fp16=fp16, bf16=bf16,
         accelerator=accelerators[0] if accelerators else None, casts=casts, optimizers=optimizers,
         scalers=tuple(script.of("grad_scaler")), autocasts=tuple(script.of("autocast")), methods=methods,
@@ -286,6 +287,18 @@ def _model_names(load: Call | None, chain: tuple[Call, ...], trainer: Call | Non
     if load and not names and load.target:
         names.add(load.target)
     return names
+
+
+def _bound_results(load: Call | None, script: ScriptFacts) -> set[str]:
+    """A load in a helper of the script (`def build_model(args): return AutoModel.from_pretrained(...)`): the names
+    its calls bind, directly or through a cast of the result (`model = build_model(args).to(device)`). A call that
+    unpacks several names is left out: which one is the model is not known."""
+    if load is None or load.scope == "<module>":
+        return set()
+    helper = load.scope.rsplit(".", 1)[-1]
+    calls = {c.key: c for c in script.calls if c.kind in ("local_call", "flow") and c.callee.rsplit(".", 1)[-1] == helper}
+    bound = list(calls.values()) + [c for c in script.calls if c.kind == "cast" and c.refs.get("self") in calls]
+    return {c.target for c in bound if c.target and "," not in c.target}
 
 
 def dtype_of_cast(c: Call) -> str | None:
@@ -439,11 +452,13 @@ def _trainable_cast(script: ScriptFacts, attach: Call, names) -> Fact | None:
 
 
 def _peft(script: ScriptFacts, chain: tuple[Call, ...], trainer: Call | None, by_key: dict[str, Call],
-          weights: Fact, stack: StackFacts, names: set[str] | frozenset[str] = frozenset()
+          weights: Fact, stack: StackFacts, names: set[str] | frozenset[str] = frozenset(), followed: bool = False
           ) -> tuple[Fact, Fact, Fact]:
+    """`followed`: the trained model was followed back to its load, so `chain` is all that wraps it."""
     wrappers = [c for c in chain if c.kind in ("get_peft_model", "peft_load")]
-    if not wrappers:
-        wrappers = script.of("get_peft_model") if len(script.of("get_peft_model")) == 1 else []
+    if not wrappers:  # the file's one get_peft_model, unless the trained model is followed and it binds another name
+        lone = script.of("get_peft_model")
+        wrappers = lone if len(lone) == 1 and not (followed and lone[0].target not in names) else []
     if not wrappers:
         wrappers = [c for c in script.of("add_adapter") if c.receiver in names]
     config_call = None

@@ -115,6 +115,7 @@ class _Collector:
         self.calls: list[Call] = []
         self.unknowns: list[Unknown] = []
         self.by_node: dict[int, int] = {}  # id(ast node) -> index in self.calls
+        self.by_written: dict[int, int] = {}  # a local function's call as written (recorded bound by name) -> index
         self._parsed_args: dict[str, Call] = {}
         self._assigned_names: set[str] | None = None
         self._branch_of: dict[tuple, Branch] = {}  # if-step -> its Branch
@@ -337,6 +338,8 @@ class _Collector:
                     loops=tuple(self.index.loop_lines[step[1]] for step in chain
                                 if step[0] == "loop" and step[1] in self.index.loop_lines) if chain else ())
         self.by_node[id(node)] = len(self.calls)
+        if bind is not None:
+            self.by_written[id(original)] = len(self.calls)
         self.calls.append(call)
         for name, value in list(kwargs.items()) + [(str(i), v) for i, v in enumerate(args)]:
             if value.state == CONDITIONAL:
@@ -400,16 +403,18 @@ class _Collector:
 
     def _call_of(self, expr: ast.AST, scope, ctx) -> Call | None:
         if isinstance(expr, ast.Call):
-            if id(expr) in self.by_node:
-                return self.calls[self.by_node[id(expr)]]
+            index = self.by_node.get(id(expr), self.by_written.get(id(expr)))
+            if index is not None:
+                return self.calls[index]
             if isinstance(expr.func, ast.Attribute) and expr.func.attr in ("parameters", "named_parameters"):
                 return self._call_of(expr.func.value, scope, ctx)
             return None
         if isinstance(expr, (ast.Name, ast.Attribute)):
             sym = self.r.sym(expr, scope, ctx)
             if isinstance(sym, ObjSym):
-                if id(sym.call) in self.by_node:
-                    return self.calls[self.by_node[id(sym.call)]]
+                index = self.by_node.get(id(sym.call), self.by_written.get(id(sym.call)))
+                if index is not None:
+                    return self.calls[index]
                 return self._call_of(sym.call, sym.scope, ctx)
             if isinstance(sym, Namespace) and sym.class_name:
                 return self._parsed_args.get(sym.class_name)
