@@ -430,3 +430,34 @@ def test_dtype_fix_uses_the_keyword_the_release_takes(tiny_bf16_config, run_chec
     result, _ = run_check(code, target="t4", versions={"transformers": version})
     pd202 = next(f for f in result.findings if f.rule_id == "PD202")
     assert [(e.call, e.name) for e in pd202.fix.edits] == [("from_config", keyword)]
+
+
+def test_pd404_the_trainer_given_the_base_that_get_peft_model_wrapped_elsewhere(tiny_llama, tmp_path, run_check):
+    """`peft_model = get_peft_model(model, cfg)`, then `Trainer(model=model)`: the adapters are injected into
+    `model`'s modules, but the Trainer is given the quantized base, not a PeftModel, and refuses it. Reproduced
+    with a real 4-bit model on the CPU; the twin gives the Trainer peft_model."""
+    pytest.importorskip("bitsandbytes")
+    peft = pytest.importorskip("peft")
+    quant = transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=quant,
+                                                              device_map={"": "cpu"})
+    model = peft.prepare_model_for_kbit_training(model)
+    peft_model = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[])
+    with pytest.raises(ValueError) as err:
+        transformers.Trainer(model=model, args=args)
+    assert str(err.value).startswith(declared("PD404"))
+    transformers.Trainer(model=peft_model, args=args)  # the twin: accepted
+
+    code = ("import torch\nfrom transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments\n"
+            "from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training\n"
+            "q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.bfloat16)\n"
+            "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.2-1B', quantization_config=q)\n"
+            "model = prepare_model_for_kbit_training(model)\n"
+            "peft_model = get_peft_model(model, LoraConfig(r=16, target_modules=['q_proj', 'v_proj']))\n"
+            "Trainer(model=model, args=TrainingArguments('out', bf16=True)).train()\n")
+    result, _ = run_check(code, target="a100")
+    pd404 = [f for f in result.findings if f.rule_id == "PD404"]
+    assert pd404 and pd404[0].severity == "error" and "peft_model" in pd404[0].message
+    twin, _ = run_check(code.replace("Trainer(model=model", "Trainer(model=peft_model"), target="a100")
+    assert "PD404" not in {f.rule_id for f in twin.findings}

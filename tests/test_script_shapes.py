@@ -169,3 +169,26 @@ def test_loader_class_held_in_a_variable(run_check, imports, held, fired):
     assert bool(loads) is fired and ("PD201" in {f.rule_id for f in result.findings}) is fired
     if fired:
         assert loads[0].callee.startswith("transformers.AutoModelFor") and loads[0].receiver == "cls"
+
+
+_HELPERS = ("import torch\nfrom transformers import AutoModelForSequenceClassification\n"
+            "from torch.utils.data import DataLoader\n"
+            "def build_model(name):\n    return AutoModelForSequenceClassification.from_pretrained(name)\n"
+            "def make_optimizer(model):\n    decay = [p for n, p in model.named_parameters() if 'bias' not in n]\n"
+            "    return torch.optim.AdamW([{{'params': decay, 'weight_decay': 0.01}}])\n"
+            "def train_one_epoch(model, loader, opt):\n    for batch in loader:\n{move}"
+            "        model(**batch).loss.backward()\n        opt.step()\n"
+            "def main():\n    device = torch.device('cuda')\n    model = build_model('distilbert-base-uncased').to(device)\n"
+            "    opt = make_optimizer(model)\n    loader = DataLoader(ds, batch_size=8)\n"
+            "    train_one_epoch(model, loader, opt)\nmain()\n")
+
+
+def test_a_helper_built_model_fed_by_another_helpers_loop(run_check):
+    """The load returned by one helper, moved to the GPU where its result is bound, and trained in another
+    helper's loop over a DataLoader: PD305 when the batch is never moved, silent when it is."""
+    stale, _ = run_check(_HELPERS.format(move=""), target="t4")
+    pd305 = [f for f in stale.findings if f.rule_id == "PD305"]
+    assert pd305 and "batch comes from the data loader" in pd305[0].message
+    moved, _ = run_check(_HELPERS.format(move="        batch = {k: v.to('cuda') for k, v in batch.items()}\n"),
+                         target="t4")
+    assert "PD305" not in {f.rule_id for f in moved.findings}

@@ -168,6 +168,15 @@ _FROM_CONFIG = ("import torch\nfrom transformers import AutoConfig, AutoModelFor
                 "Trainer(model=model, args=args, train_dataset=ds).train()\n")
 
 
+_TRL_QLORA = ("import torch\nfrom peft import LoraConfig\nfrom transformers import AutoModelForCausalLM, BitsAndBytesConfig\n"
+              "from trl import SFTConfig, SFTTrainer\n"
+              "q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.float16)\n"
+              "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-0.5B', quantization_config=q, "
+              "dtype=torch.float16)\n"
+              "args = SFTConfig(output_dir='out', {flags}, per_device_train_batch_size=2, max_length=512)\n"
+              "SFTTrainer(model=model, args=args, train_dataset=ds, peft_config=LoraConfig(r=16)).train()\n")
+
+
 @rule(
     "PD202", "bf16-params-with-fp16-scaler", severity="error", phase="first-step",
     summary="bfloat16 trainable parameters under fp16 AMP: the CUDA unscale kernel has no bf16 version.",
@@ -193,6 +202,8 @@ _FROM_CONFIG = ("import torch\nfrom transformers import AutoConfig, AutoModelFor
                 "    scaler.step(opt)\n    scaler.update()\n"),
         Example(_FROM_CONFIG.format(dtype=""), target="a100",
                 note="pretraining from scratch: from_config builds in the config's dtype (transformers >= 4.49)"),
+        Example(_TRL_QLORA.format(flags="fp16=True"), target="t4", versions={"trl": "0.26.0"},
+                note="TRL >= 0.26 casts a quantized model's adapters to bf16 when the trainer is built"),
     ],
     silent=[
         Example(_trainer_script(", dtype=torch.bfloat16", ", bf16=True")),
@@ -200,22 +211,31 @@ _FROM_CONFIG = ("import torch\nfrom transformers import AutoConfig, AutoModelFor
         Example(_FROM_CONFIG.format(dtype=", dtype=torch.float32"), target="a100"),
         Example(_FROM_CONFIG.format(dtype=""), target="a100", versions={"transformers": "4.48.3"},
                 note="from_config built in float32 through 4.48"),
+        Example(_TRL_QLORA.format(flags="fp16=True"), target="t4", versions={"trl": "0.25.1"},
+                note="TRL 0.25 left the adapters in float32"),
+        Example(_TRL_QLORA.format(flags="bf16=True"), target="a100", versions={"trl": "1.16.0"}),
     ],
 )
-def bf16_params_with_fp16_scaler(script, setup: Setup, machine: MachineFacts, live):
+def bf16_params_with_fp16_scaler(script, setup: Setup, machine: MachineFacts, stack: StackFacts, live):
     if live is not None:
         d = _live_claim(live, dtypes.BFLOAT16, True, "trainable parameters are bfloat16 under fp16 AMP's GradScaler")
         if d:
             yield replace(d, fix=Fix("use bf16 mixed precision for bf16 weights (bf16=True / mixed_precision='bf16')",
                                      applicability=Applicability.UNSAFE))
         return
-    if _trainable_under_scaler(setup, machine, dtypes.BFLOAT16) is None:
+    trainable = _trainable_under_scaler(setup, machine, dtypes.BFLOAT16)
+    if trainable is None:
         return
     edits: list[Edit] = []
     if native_bf16(machine) is not False and setup.style == "trainer" and setup.training_args is not None:
         edits = list(present(set_kwarg(setup.training_args, "fp16", "False"), set_kwarg(setup.training_args, "bf16", "True")))
         fix = Fix("Train the bf16 weights with bf16 mixed precision: fp16=False, bf16=True (no loss scaling)",
                   applicability=Applicability.SAFE if native_bf16(machine) is True else Applicability.UNSAFE, edits=tuple(edits))
+    elif native_bf16(machine) is False and setup.peft.value and setup.adapter_dtype.call is setup.trainer:
+        fix = Fix(f"{gpu_phrase(machine)} has no native bf16: the trainer casts the adapters of a quantized model to "
+                  f"bf16 when it is built, so cast them back to float32 before training (`for p in "
+                  f"trainer.model.parameters(): p.data = p.data.float() if p.requires_grad else p.data`) and keep "
+                  f"fp16 AMP", applicability=Applicability.UNSAFE)
     elif native_bf16(machine) is False:
         edit = weights_source_edit(setup, "torch.float32")
         fix = Fix(f"{gpu_phrase(machine) or 'This machine'} has no native bf16: load the weights in float32 and "
@@ -223,10 +243,14 @@ def bf16_params_with_fp16_scaler(script, setup: Setup, machine: MachineFacts, li
     else:
         fix = Fix("Use bf16 mixed precision for bf16 weights (`mixed_precision=\"bf16\"` or no GradScaler with "
                   "`torch.autocast(..., dtype=torch.bfloat16)`)", applicability=Applicability.UNSAFE)
+    by_trl = setup.peft.value and setup.adapter_dtype.call is setup.trainer
+    assumed = by_trl and stack.get("trl").source == VersionSource.ASSUMED  # the cast is TRL >= 0.26's: not certain
     yield Draft(f"trainable parameters are bfloat16 ({describe_trainable(setup)}) under fp16 AMP's GradScaler, "
-                f"which cannot unscale bf16 gradients on CUDA",
-                evidence=_unique(setup.weights.evidence + setup.amp.evidence), fix=keep_shared_source(fix, setup, script),
-                confidence="likely" if setup.weights.inferred else "certain")
+                f"which cannot unscale bf16 gradients on CUDA" + (" (if the job runs the trl release assumed: earlier "
+                                                                  "ones keep the adapters in float32)" if assumed else ""),
+                evidence=_unique(setup.weights.evidence + trainable.evidence + setup.amp.evidence),
+                fix=keep_shared_source(fix, setup, script), severity="warning" if assumed else None,
+                confidence="likely" if setup.weights.inferred or trainable.inferred else "certain")
 
 
 @rule(
@@ -457,6 +481,10 @@ def _bad_loss(live, history, fix: str) -> Draft:
                 "student.load_state_dict({k: v for k, v in model.state_dict().items() if k.startswith('lm')})\n"
                 "opt.step()\n", note="the loaded model is only read: another module is trained"),
         Example(_lora_script("", ", fp16=True"), note="a frozen base under fp32 adapters"),
+        Example("from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                "model = AutoModelForCausalLM.from_pretrained('gpt2').half()\n"
+                "Trainer(model=model, args=TrainingArguments('out'), train_dataset=ds).train()\n",
+                note="an fp32 checkpoint cast before training: the cast, not the load's default, decides (PD204's)"),
     ],
 )
 def implicit_checkpoint_dtype_v5(setup: Setup, stack: StackFacts):
@@ -470,11 +498,11 @@ def implicit_checkpoint_dtype_v5(setup: Setup, stack: StackFacts):
         return
     if setup.quantized.value or setup.peft.value:
         return  # quantized loads pick their compute dtype from the quantization config; adapters train in fp32
-    if setup.weights.value == dtypes.FLOAT32:
-        return  # an fp32 checkpoint loads as fp32: nothing changed
+    if setup.loaded.value == dtypes.FLOAT32 or setup.weights.call is not setup.loaded.call:
+        return  # an fp32 checkpoint loads as fp32: nothing changed; a cast before training decides the dtype anyway
     version = stack.get("transformers")
     intended = "torch.bfloat16" if setup.amp.value == "bf16" else "torch.float32"
-    loaded = setup.weights.value or "unknown for a hub checkpoint"
+    loaded = setup.loaded.value or "unknown for a hub checkpoint"
     yield Draft(f"from_pretrained() without dtype loads the checkpoint's dtype ({loaded}) on transformers "
                 f"{version.version} ({version.source}), not float32",
                 evidence=(call_evidence(load, "no dtype= / torch_dtype="),) + setup.amp.evidence,

@@ -186,8 +186,12 @@ def kbit_gradient_checkpointing_no_input_grads(script: ScriptFacts, setup: Setup
     fix_safety="Display only.",
     fires=[Example(qlora(lora=False)),
            Example(_ADAPTERS_ON_SOME_PATHS, note="a warning: adapters on the if and elif branches only, training on "
-                                                 "every path")],
+                                                 "every path"),
+           Example(qlora().replace(_LORA, _LORA.replace("model = ", "peft_model = ", 1)),
+                   note="the adapters are bound to peft_model; the Trainer is given the quantized base")],
     silent=[Example(qlora()),
+            Example(qlora().replace(_LORA, _LORA.replace("model = ", "peft_model = ", 1)).replace(
+                "Trainer(model=model", "Trainer(model=peft_model")),
             Example(_ADAPTERS_ON_SOME_PATHS.replace("    if method == 'a':\n", "    if method == 'a':\n"
                                                     "        model = get_peft_model(model, LoraConfig(r=8))\n"
                                                     "        Trainer(model=model, args=TrainingArguments('o')).train()\n"
@@ -211,6 +215,15 @@ def quantized_model_without_adapters(script: ScriptFacts, setup: Setup):
                                                               for c in attached[:3]),
                     fix=Fix("attach adapters on every path that trains (or train only where they are attached)",
                             applicability=Applicability.UNSAFE))
+        return
+    elsewhere = [c for c in script.of("get_peft_model") if c.target and c.target not in setup.model_names]
+    if elsewhere:  # `peft_model = get_peft_model(model, cfg)`, then `Trainer(model=model)`: the unwrapped base
+        wrapped = elsewhere[0].target
+        yield Draft(f"the model is {setup.quantized.value}-quantized and the Trainer trains it without its adapters: "
+                    f"get_peft_model's result is {wrapped}, which is not what the Trainer is given",
+                    evidence=setup.quantized.evidence + (call_evidence(elsewhere[0], f"adapters: {wrapped}"),
+                                                         call_evidence(setup.trainer, "given the quantized base")),
+                    fix=Fix(f"give the Trainer {wrapped} (model={wrapped})", applicability=Applicability.UNSAFE))
         return
     yield Draft(f"the model is {setup.quantized.value}-quantized and no adapters are attached before training",
                 evidence=setup.quantized.evidence + (call_evidence(setup.trainer, "trained as it is"),),

@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import dtypes
 from ..facts import (ABSENT, CONDITIONAL, KNOWN, Call, CheckpointSource, Facts, MachineFacts, Origin, Predicate,
-                     ScriptFacts, StackFacts, Value, builds_from_config, config_load_of, model_source)
+                     ScriptFacts, StackFacts, Value, VersionSource, builds_from_config, config_load_of, model_source)
 from ..findings import Evidence
 from ..probes.stack import at_least
 from .checkpoint import checkpoint_of, describe_source
@@ -227,6 +227,9 @@ def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
             weights = Fact(d, weights.evidence + (call_evidence(c, f"model cast to {d}"),), source=None, call=c)
     quantized = _quantization(load, by_key, machine, stack)
     peft, adapter_dtype, modules_to_save = _peft(script, chain, trainer, by_key, weights, stack, names, followed)
+    if peft.value and quantized.value in ("4bit", "8bit") and not (load and load.callee.startswith("unsloth.")):
+        # (Unsloth patches TRL's trainers to cast them back to fp32 under fp16: unsloth PR #4005)
+        adapter_dtype = _trl_casts_adapters(trainer, stack) or adapter_dtype
     amp, fp16, bf16 = _amp(style, args_call, accelerators, script, machine, stack, launch)
     trl = bool((trainer and trainer.callee.startswith("trl")) or (args_call and args_call.callee.startswith("trl")))
     return Setup(
@@ -502,6 +505,24 @@ def _peft(script: ScriptFacts, chain: tuple[Call, ...], trainer: Call | None, by
             modules = Fact(tuple(v.value), (evidence_of(v, "modules_to_save copies stay in the base dtype",
                                                         config_call),), call=config_call, source=v)
     return peft, adapter, modules
+
+
+# TRL's trainers cast every trainable parameter of a 4- or 8-bit model to bfloat16 when they are built, whatever
+# fp16/bf16 say (1.16 trl/trainer/sft_trainer.py:908-911, PR #4577): SFT, GRPO and reward from 0.26.0, RLOO from
+# 0.27.0, DPO from 0.29.0, KTO from 1.4.0. Before, only norms and embeddings were cast, under bf16=True (4-bit).
+TRL_CASTS_QUANTIZED_ADAPTERS = {"SFTTrainer": "0.26", "GRPOTrainer": "0.26", "RewardTrainer": "0.26",
+                                "RLOOTrainer": "0.27", "DPOTrainer": "0.29", "KTOTrainer": "1.4"}
+
+
+def _trl_casts_adapters(trainer: Call | None, stack: StackFacts) -> Fact | None:
+    """The adapters' dtype after a TRL trainer that casts them is built (a quantized model's), or None."""
+    since = TRL_CASTS_QUANTIZED_ADAPTERS.get(trainer.callee.rsplit(".", 1)[-1], "") if trainer else ""
+    if not since or not trainer.callee.startswith("trl") or not at_least(stack, "trl", since):
+        return None
+    trl = stack.get("trl")
+    return Fact(dtypes.BFLOAT16, (call_evidence(trainer, f"trl {trl.version} ({trl.source}) casts a quantized model's "
+                                                         f"trainable parameters to bfloat16 (from {since})"),),
+                call=trainer, inferred=trl.source == VersionSource.ASSUMED)
 
 
 def _amp(style: str, args_call: Call | None, accelerators: list[Call], script: ScriptFacts,
