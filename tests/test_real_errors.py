@@ -221,6 +221,14 @@ def test_pd218_an_unsupported_attention_kernel_is_refused_at_load(run_check, mod
 
 _PD203_HEAD = ("import torch\nmodel = torch.nn.Linear(16, 4)\nopt = torch.optim.AdamW(model.parameters(), foreach=True)\n"
                "loader = [torch.randn(4, 16) for _ in range(2)]\n")
+_TRAINER_CLASS = ("class Loop:\n    def __init__(self):\n        self.model = torch.nn.Linear(16, 4)\n"
+                  "        self.optimizer = torch.optim.AdamW(self.model.parameters(), foreach=True)\n"
+                  "    def step(self, x):\n        self.model(x.to(self.model.weight.dtype)).sum().backward()\n"
+                  "        self.optimizer.step()\n        self.optimizer.zero_grad()\n"
+                  "    def train_epoch(self):\n        for x in loader:\n            self.step(x)\n"
+                  "    def evaluate(self):\n{evaluate}"
+                  "    def fit(self):\n        for epoch in range(2):\n            self.train_epoch()\n"
+                  "            self.evaluate()\nLoop().fit()\n")
 PD203_SHAPES = {
     "a loop function called twice, a cast between": (
         "def train():\n    for x in loader:\n        model(x.to(model.weight.dtype)).sum().backward()\n"
@@ -255,6 +263,10 @@ PD203_SHAPES = {
         "from accelerate import Accelerator\nacc = Accelerator(cpu=True)\nnet, optimizer = acc.prepare(model, opt)\n"
         "for x in loader:\n    acc.backward(net(x.to(net.weight.dtype)).sum())\n    optimizer.step()\n"
         "    net.to(torch.bfloat16)\n"),
+    "a trainer class whose evaluate() casts the model between epochs": _TRAINER_CLASS.format(
+        evaluate="        self.model.to(torch.bfloat16)\n"),
+    "a trainer class whose evaluate() casts a copy": _TRAINER_CLASS.format(
+        evaluate="        import copy\n        copy.deepcopy(self.model).to(torch.bfloat16)\n"),
 }
 CONDITIONAL = {"a cast under a condition in the epoch loop, before the step",
                "a cast under a condition that holds on the first iteration only"}

@@ -106,12 +106,14 @@ def optimizer_state_dtype_mismatch(script: ScriptFacts, setup: Setup, live):
         if d in (dtypes.FLOAT16, dtypes.BFLOAT16) and c.scope != "<module>" and c.receiver:
             helpers.setdefault(c.scope.rsplit(".", 1)[-1], []).append((c, d))
     for call in script.of("local_call"):
-        for cast, d in helpers.get(call.callee, ()):
-            passed = call.kwargs.get(cast.receiver)
-            if passed is None or passed.text not in setup.model_names:
-                continue
-            if when := _between_steps(call, steps):
-                yield _pd203(cast, opt, d, passed.text, via=call, when=when)
+        for cast, d in helpers.get(call.callee.rsplit(".", 1)[-1], ()):
+            if cast.receiver.startswith("self.") and call.callee.startswith("self."):  # a method casting its object's
+                what = cast.receiver if cast.receiver in setup.model_names else ""
+            else:
+                passed = call.kwargs.get(cast.receiver)
+                what = passed.text if passed is not None and passed.text in setup.model_names else ""
+            if what and (when := _between_steps(call, steps)):
+                yield _pd203(cast, opt, d, what, via=call, when=when)
 
 
 def _between_steps(at: Call, steps: list[Call]) -> str:
@@ -136,8 +138,9 @@ def _between_steps(at: Call, steps: list[Call]) -> str:
 def _pd203(cast: Call, opt: Call, d: str, what: str, via: Call | None = None, when: str = "always") -> Draft:
     evidence = [call_evidence(opt, "optimizer created: its state follows the parameters' dtype at the first step")]
     if via is not None:
-        evidence.append(call_evidence(via, f"{what} passed to {via.callee}()" + (" inside the loop" if via.in_loop
-                                                                                else "")))
+        runs = f"{via.callee}() casts {what}" if via.callee.startswith("self.") and what.startswith("self.") \
+            else f"{what} passed to {via.callee}()"
+        evidence.append(call_evidence(via, runs + (" inside the loop" if via.in_loop else "")))
     evidence.append(call_evidence(cast, f"cast to {d} in place"))
     state = "Adam's fp32 moments" if "adam" in opt.callee.lower() else f"the fp32 state of {opt.callee}"
     fix = Fix("cast before creating the optimizer (or re-create it after), or cast a copy "

@@ -668,5 +668,11 @@ def optimizer_steps(opt: Call, script: ScriptFacts) -> list[Call]:
     methods = [m for m in script.of("method") if m.callee.endswith(".step") and "sched" not in m.receiver.lower()]
     named = [m for m in methods if m.receiver in names or (m.args and m.args[0].text in names)]
     stepping = {m.scope.rsplit(".", 1)[-1] for m in methods if m.scope != "<module>"}
-    calls = [c for c in script.of("local_call") if c.callee.rsplit(".", 1)[-1] in stepping]
-    return (named or methods) + calls
+    local = script.of("local_call")
+    while True:  # and the functions that call them: fit() -> train_epoch() -> step() -> opt.step()
+        callers = {c.scope.rsplit(".", 1)[-1] for c in local
+                   if c.callee.rsplit(".", 1)[-1] in stepping and c.scope != "<module>"} - stepping
+        if not callers:
+            break
+        stepping |= callers
+    return (named or methods) + [c for c in local if c.callee.rsplit(".", 1)[-1] in stepping]

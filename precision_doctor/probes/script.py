@@ -178,6 +178,9 @@ class _Collector:
         kinds = _KINDS.setdefault((frozenset(self.local_trainers), frozenset(self.local_args)), {})
         for node in nodes:
             callee = self.r.qualified(node.func)
+            if callee.startswith("self.") and (own := self._own_method(node)) is not None:
+                self._add(node, CallKind.LOCAL_CALL, callee, bind=own)  # `self.step(batch)`: the class's, not torch's
+                continue
             kind = classify(callee, node, self.local_trainers, self.local_args, kinds)
             if kind is None and type(node.func) is ast.Attribute and node.func.attr in _LOADER_METHODS and \
                     type(node.func.value) is ast.Name:  # `cls = AutoModelForCausalLM ...; cls.from_pretrained()`
@@ -201,6 +204,14 @@ class _Collector:
         self._loop_bindings()
         self._link_refs()
         self._apply_attribute_overrides()
+
+    def _own_method(self, node: ast.Call) -> Scope | None:
+        """`self.evaluate()` in a method of a class that defines `evaluate`: that method's scope."""
+        func = node.func
+        if type(func) is not ast.Attribute or type(func.value) is not ast.Name or func.value.id != "self":
+            return None
+        within = self.index.scope_at(node).class_name
+        return next((s for s in self.index.functions.get(func.attr, ()) if within and s.class_name == within), None)
 
     def _class_held(self, name: ast.Name) -> str:
         """The library class a variable holds, qualified, where every assignment of it names one class (or picks
