@@ -47,7 +47,8 @@ def _autocast_device(c: Call) -> str | None:
     summary="The model is cast to another dtype between optimizer steps: its fp32 moment state meets bf16 grads.",
     what="`model.to(torch.bfloat16)` / `.bfloat16()` / `.half()` after the optimizer that holds its parameters has "
          "stepped, with more steps to come: in the training loop after the step, between two training phases, or "
-         "in a helper (an eval or save routine) that casts the model it is given. A cast after the last step is not "
+         "in a helper (an eval or save routine) that casts the model it is given, or in a method of a trainer class "
+         "that casts `self.model` between the epochs its `fit()` runs. A cast after the last step is not "
          "this failure, nor one before the first: that is the dtype the model trains in (PD204, PD212 judge it).",
     why="`Module.to(dtype)` swaps `param.data` in place, so the optimizer keeps the same parameters but the moment "
         "buffers it created at its first step, in the dtype the parameters had then, are not converted; the next "
