@@ -560,3 +560,23 @@ def test_sft_trainer_tokenizer_is_refused_by_trl_but_taken_once_unsloth_is_impor
     unsloth, _ = run_check(SFT_TOKENIZER.format(first="from unsloth import FastLanguageModel"),
                            versions={"trl": "1.16.0"})
     assert "PD217" not in {f.rule_id for f in unsloth.findings}
+
+
+TOKENIZER = HEAD + "Trainer(model=model, args=TrainingArguments('out'), tokenizer=tok).train()\n"
+
+
+def pd216(result):
+    return [f for f in result.findings if f.rule_id == "PD216"]
+
+
+def test_trainer_tokenizer_is_an_error_only_where_every_release_refuses_it(tmp_path):
+    """Trainer(tokenizer=) is gone from transformers 5: an error on a pinned 5.x or a range a fresh install resolves
+    to 5.x, a warning where nothing is installed nor declared (the job may run a 4.x that still takes it)."""
+    for name in ("pinned", "assumed", "ranged"):
+        (tmp_path / name).mkdir()
+    [pinned] = pd216(_project(tmp_path / "pinned", TOKENIZER, "transformers==5.20.0\n"))
+    assert pinned.severity == "error" and "no longer exists" in pinned.message
+    [assumed] = pd216(_project(tmp_path / "assumed", TOKENIZER))
+    assert assumed.severity == "warning" and "assumed" in assumed.message
+    [ranged] = pd216(_project(tmp_path / "ranged", TOKENIZER, "transformers>=4.46\n"))
+    assert ranged.severity == "error"

@@ -212,12 +212,16 @@ def trainer_tokenizer_kwarg_removed(script: ScriptFacts, stack: StackFacts):
         if fields is None or "processing_class" not in fields.names:
             continue  # before 4.46 `tokenizer` is the parameter (or the version is outside the table)
         removed = "tokenizer" not in fields.names
+        # a version neither installed nor declared may be a 4.x that still takes it: a warning that says so (a declared
+        # range is read as what a fresh install of it gets, the newest release it allows)
+        assumed = removed and version.source == VersionSource.ASSUMED
         name = trainer.callee.rsplit(".", 1)[-1]
         yield Draft(f"{name}(tokenizer=...) " + (f"no longer exists on transformers {version.version}"
                                                    if removed else f"is deprecated on transformers {version.version}")
-                    + f" ({version.source}); use processing_class=",
+                    + f" ({version.source}{'; not installed nor declared: pin it to be sure' if assumed else ''}); "
+                      f"use processing_class=",
                     evidence=(call_evidence(trainer, "tokenizer="),),
-                    severity="" if removed else "warning",
+                    severity="" if removed and not assumed else "warning",
                     error="" if removed else ("FutureWarning: `tokenizer` is deprecated and will be removed in "
                                               "version 5.0.0 for `Trainer.__init__`. Use `processing_class` instead."),
                     fix=Fix("rename tokenizer= to processing_class=", applicability=Applicability.SAFE,
