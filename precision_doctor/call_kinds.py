@@ -210,7 +210,7 @@ RECOGNISERS: tuple[Recogniser, ...] = (
     Recogniser(CallKind.GC_ENABLE, methods={"gradient_checkpointing_enable"}),
     Recogniser(CallKind.INPUT_GRADS, methods={"enable_input_require_grads"}),
     Recogniser(CallKind.METHOD, methods=LOOP_METHODS),
-    Recogniser(CallKind.PREPARE, methods={"prepare"}),
+    Recogniser(CallKind.PREPARE, methods={"prepare", "prepare_model", "prepare_optimizer"}),
     Recogniser(CallKind.CLIP_GRAD, methods={"clip_grad_norm_", "clip_grad_value_"}),
     Recogniser(CallKind.TRAIN, methods={"train"}, when=lambda s: s.bare or "resume_from_checkpoint" in s.keywords),
 )

@@ -267,6 +267,28 @@ PD203_SHAPES = {
         evaluate="        self.model.to(torch.bfloat16)\n"),
     "a trainer class whose evaluate() casts a copy": _TRAINER_CLASS.format(
         evaluate="        import copy\n        copy.deepcopy(self.model).to(torch.bfloat16)\n"),
+    "a trainer class whose evaluate(), inherited, casts the model between epochs": _TRAINER_CLASS.format(
+        evaluate="        pass\n").replace("    def evaluate(self):\n        pass\n", "").replace(
+        "class Loop:\n", "class Base:\n    def evaluate(self):\n        self.model.to(torch.bfloat16)\n"
+                         "class Loop(Base):\n"),
+    "a trainer class whose train_epoch() ends with evaluate(), which casts": _TRAINER_CLASS.format(
+        evaluate="        self.model.to(torch.bfloat16)\n").replace(
+        "            self.step(x)\n", "            self.step(x)\n        self.evaluate()\n").replace(
+        "            self.evaluate()\nLoop", "\nLoop"),
+    "another class's save() casts its own copy of the model": (
+        "import copy, io\nclass Exporter:\n    def __init__(self, m):\n        self.model = copy.deepcopy(m)\n"
+        "    def save(self):\n        self.model.to(torch.bfloat16)\n"
+        "        torch.save(self.model.state_dict(), io.BytesIO())\n"
+        + _TRAINER_CLASS.format(evaluate="        torch.save(self.model.state_dict(), io.BytesIO())\n").replace(
+            "def evaluate(", "def save(").replace("self.evaluate()", "self.save()").replace(
+            "Loop().fit()\n", "loop = Loop()\nloop.fit()\nExporter(loop.model).save()\n")),
+    "a gym-style env.step() in the rollout, the policy cast after training": (
+        "class Env:\n    def step(self, action):\n        return float(action.sum())\n"
+        "def rollout(env, policy):\n    return [env.step(policy(torch.randn(16, dtype=policy.weight.dtype))) "
+        "for _ in range(2)]\nenv = Env()\n"
+        "for it in range(2):\n    r = rollout(env, model)\n    (model(torch.randn(2, 16)).sum() * sum(r)).backward()\n"
+        "    opt.step()\n    opt.zero_grad()\nmodel.to(torch.bfloat16)\nwith torch.no_grad():\n"
+        "    rollout(env, model)\n"),
 }
 CONDITIONAL = {"a cast under a condition in the epoch loop, before the step",
                "a cast under a condition that holds on the first iteration only"}
@@ -421,6 +443,34 @@ def test_from_config_builds_in_the_configs_dtype(tiny_bf16_config, run_check):
         assert not {f.rule_id for f in twin.findings} & {"PD201", "PD202", "PD204", "PD212"}, twin_code
 
 
+def test_from_config_reads_what_the_script_does_to_its_config(tiny_bf16_config, run_check):
+    """A dtype set on the config object is what from_config builds in (`torch_dtype` before transformers 4.56: a
+    `dtype=` given to AutoConfig there is kept aside and never read); a config whose shape the script changes is
+    not the checkpoint's size."""
+    config = transformers.AutoConfig.from_pretrained(tiny_bf16_config)
+    config.dtype = torch.float32
+    assert {p.dtype for p in transformers.AutoModelForCausalLM.from_config(config).parameters()} == {torch.float32}
+    base = _FROM_CONFIG_SCRIPT.format(path=str(tiny_bf16_config), dtype="")
+    attribute = base.replace("config = AutoConfig.from_pretrained({!r})\n".format(str(tiny_bf16_config)),
+                             "config = AutoConfig.from_pretrained({!r})\nconfig.dtype = torch.float32\n"
+                             .format(str(tiny_bf16_config)))
+    assert attribute != base
+    assert "PD202" not in {f.rule_id for f in run_check(attribute, target="a100")[0].findings}
+    keyword = base.replace(repr(str(tiny_bf16_config)) + ")", repr(str(tiny_bf16_config)) + ", dtype=torch.float32)", 1)
+    assert "PD202" not in {f.rule_id for f in run_check(keyword, target="a100")[0].findings}
+    assert "PD202" in {f.rule_id for f in run_check(keyword, target="a100",
+                                                     versions={"transformers": "4.55.0"})[0].findings}
+    reshaped = ("import torch\nfrom transformers import AutoConfig, AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                "config = AutoConfig.from_pretrained('meta-llama/Meta-Llama-3-8B', num_hidden_layers=8, "
+                "hidden_size=512, intermediate_size=2048, dtype=torch.float32)\n"
+                "model = AutoModelForCausalLM.from_config(config)\n"
+                "Trainer(model=model, args=TrainingArguments('out', bf16=True, per_device_train_batch_size=8), "
+                "train_dataset=ds).train()\n")
+    full = reshaped.replace("num_hidden_layers=8, hidden_size=512, intermediate_size=2048, ", "")
+    assert "PD601" in {f.rule_id for f in run_check(full, target="t4")[0].findings}  # 8B in fp32 on a T4
+    assert not {f.rule_id for f in run_check(reshaped, target="t4")[0].findings} & {"PD601", "PD602", "PD603"}
+
+
 def test_from_config_before_it_took_the_configs_dtype(tiny_bf16_config, run_check):
     """Before FROM_CONFIG_TAKES_CONFIG_DTYPE, from_config built in torch's default dtype: the same script trains."""
     from precision_doctor.derive.setup import FROM_CONFIG_TAKES_CONFIG_DTYPE
@@ -473,3 +523,19 @@ def test_pd404_the_trainer_given_the_base_that_get_peft_model_wrapped_elsewhere(
     assert pd404 and pd404[0].severity == "error" and "peft_model" in pd404[0].message
     twin, _ = run_check(code.replace("Trainer(model=model", "Trainer(model=peft_model"), target="a100")
     assert "PD404" not in {f.rule_id for f in twin.findings}
+
+
+def test_get_peft_model_injects_into_the_model_it_is_given(tiny_llama, run_check):
+    """Unquantized, `peft_model = get_peft_model(model, cfg)` then `Trainer(model=model)` trains fp32 adapters:
+    peft injects them into `model` in place and freezes its fp16 base, so fp16 AMP's GradScaler is fine."""
+    peft = pytest.importorskip("peft")
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float16)
+    peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    assert {p.dtype for p in model.parameters() if p.requires_grad} == {torch.float32}
+    code = ("import torch\nfrom peft import LoraConfig, get_peft_model\n"
+            "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+            "model = AutoModelForCausalLM.from_pretrained('facebook/opt-125m', dtype=torch.float16)\n"
+            "peft_model = get_peft_model(model, LoraConfig(r=16, task_type='CAUSAL_LM'))\n"
+            "Trainer(model=model, args=TrainingArguments('out', fp16=True), train_dataset=ds).train()\n")
+    result, _ = run_check(code, target="t4")
+    assert not {f.rule_id for f in result.findings} & {"PD201", "PD204", "PD404"}

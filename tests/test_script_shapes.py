@@ -192,3 +192,17 @@ def test_a_helper_built_model_fed_by_another_helpers_loop(run_check):
     moved, _ = run_check(_HELPERS.format(move="        batch = {k: v.to('cuda') for k, v in batch.items()}\n"),
                          target="t4")
     assert "PD305" not in {f.rule_id for f in moved.findings}
+
+
+def test_a_loading_helper_called_for_a_student_and_a_teacher(run_check):
+    """The helper's two results: which one trains is the optimizer's, not every name the helper's calls bind, so the
+    teacher's fp16 cast is not the trained model's."""
+    code = ("import torch\nfrom transformers import AutoModelForCausalLM\n"
+            "def load_model(name):\n    return AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32)\n"
+            "student = load_model('gpt2').to('cuda')\nteacher = load_model('gpt2-large').to('cuda')\n"
+            "teacher.half()\nopt = torch.optim.AdamW(student.parameters())\nscaler = torch.amp.GradScaler('cuda')\n"
+            "for batch in loader:\n    with torch.autocast('cuda', dtype=torch.float16):\n"
+            "        loss = student(**batch).loss\n    scaler.scale(loss).backward()\n    scaler.step(opt)\n"
+            "    scaler.update()\n")
+    result, _ = run_check(code, target="a100")
+    assert not {f.rule_id for f in result.findings} & {"PD201", "PD204"}

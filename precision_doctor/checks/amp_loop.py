@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from .. import dtypes
 from ..derive import Setup, call_evidence, decide, dtype_of_cast, evidence_of, optimizer_steps
 from ..registry import Example, LogSignature, rule
@@ -96,40 +98,45 @@ def optimizer_state_dtype_mismatch(script: ScriptFacts, setup: Setup, live):
         return
     opt = setup.optimizers[0]
     steps = optimizer_steps(opt, script)
+    local = script.of("local_call")
+    counts = Counter(c.callee for c in local)
+    repeated = {c.callee for c in local if c.in_loop or counts[c.callee] > 1}  # functions entered again and again
     for c in setup.casts:
         d = dtype_of_cast(c)
         if d in (dtypes.FLOAT16, dtypes.BFLOAT16) and c.location.path == opt.location.path and c.scope == opt.scope \
-                and (when := _between_steps(c, steps)):
+                and (when := _between_steps(c, steps, repeated)):
             yield _pd203(c, opt, d, c.receiver or "the model", when=when)
     helpers = {}
     for c in script.of("cast"):
         d = dtype_of_cast(c)
         if d in (dtypes.FLOAT16, dtypes.BFLOAT16) and c.scope != "<module>" and c.receiver:
-            helpers.setdefault(c.scope.rsplit(".", 1)[-1], []).append((c, d))
+            helpers.setdefault(c.scope, []).append((c, d))
     for call in script.of("local_call"):
-        for cast, d in helpers.get(call.callee.rsplit(".", 1)[-1], ()):
-            if cast.receiver.startswith("self.") and call.callee.startswith("self."):  # a method casting its object's
+        for cast, d in helpers.get(call.callee, ()):
+            if cast.receiver.startswith("self.") and "." in call.callee:  # a method casting its own object's model
                 what = cast.receiver if cast.receiver in setup.model_names else ""
             else:
                 passed = call.kwargs.get(cast.receiver)
                 what = passed.text if passed is not None and passed.text in setup.model_names else ""
-            if what and (when := _between_steps(call, steps)):
+            if what and (when := _between_steps(call, steps, repeated)):
                 yield _pd203(cast, opt, d, what, via=call, when=when)
 
 
-def _between_steps(at: Call, steps: list[Call]) -> str:
+def _between_steps(at: Call, steps: list[Call], repeated: set[str] = frozenset()) -> str:
     """Does `at` run after one optimizer step and before another: "always", "conditional" (a cast under a condition
     in a loop that steps, before the step: `if epoch == 1:` crashes, `if step == 0:` casts before the state
     exists), or "" (never)? The state is created, in the parameters' dtype of the time, at the first step: a cast
     before it, or after the last, never meets state of another dtype. In a loop that steps, a cast after the step
     runs before the next iteration's step; an unconditional one before the step repeats the first iteration's
     cast, which changed nothing the state saw; a cast in another loop (an evaluation after training) meets a step
-    only if one comes after it."""
+    only if one comes after it. In a function that is entered again (`repeated`: called in a loop, or twice), a
+    cast after its steps meets the next call's."""
     same = [s for s in steps if s.location.path == at.location.path and s.scope == at.scope]
     line = at.location.line
     earlier = [s for s in same if s.location.line < line]
     in_its_loop = [s for s in same if set(s.loops) & set(at.loops)]
-    if any(s.location.line < line for s in in_its_loop) or (earlier and any(s.location.line > line for s in same)):
+    if any(s.location.line < line for s in in_its_loop) or (earlier and any(s.location.line > line for s in same)) \
+            or (earlier and at.scope in repeated):
         return "always"
     if at.in_branch and any(s.location.line > line for s in in_its_loop):
         return "conditional"

@@ -214,6 +214,12 @@ _TRL_QLORA = ("import torch\nfrom peft import LoraConfig\nfrom transformers impo
         Example(_TRL_QLORA.format(flags="fp16=True"), target="t4", versions={"trl": "0.25.1"},
                 note="TRL 0.25 left the adapters in float32"),
         Example(_TRL_QLORA.format(flags="bf16=True"), target="a100", versions={"trl": "1.16.0"}),
+        Example(_TRL_QLORA.format(flags="fp16=True").replace(
+            "SFTTrainer(model=model, args=args, train_dataset=ds, peft_config=LoraConfig(r=16)).train()\n",
+            "trainer = SFTTrainer(model=model, args=args, train_dataset=ds, peft_config=LoraConfig(r=16))\n"
+            "for p in trainer.model.parameters():\n    if p.requires_grad:\n        p.data = p.data.float()\n"
+            "trainer.train()\n"), target="t4", versions={"trl": "1.16.0"},
+            note="the adapters cast back to fp32 after the trainer is built"),
     ],
 )
 def bf16_params_with_fp16_scaler(script, setup: Setup, machine: MachineFacts, stack: StackFacts, live):

@@ -199,7 +199,21 @@ def kbit_gradient_checkpointing_no_input_grads(script: ScriptFacts, setup: Setup
                     note="training only on the branch that attaches adapters")],
 )
 def quantized_model_without_adapters(script: ScriptFacts, setup: Setup):
-    if setup.style != "trainer" or setup.quantized.value not in ("4bit", "8bit") or setup.peft.value:
+    if setup.style != "trainer" or setup.quantized.value not in ("4bit", "8bit"):
+        return
+    wrapper = setup.peft.call if setup.peft.value else None
+    if wrapper is not None and wrapper.kind == "get_peft_model" and setup.followed and wrapper not in setup.chain \
+            and wrapper.target and wrapper.target not in setup.model_names:
+        # `peft_model = get_peft_model(model, cfg)`, then `Trainer(model=model)`: the adapters are in `model`'s
+        # modules, but the Trainer is given the quantized base, not a PeftModel, and refuses it
+        yield Draft(f"the model is {setup.quantized.value}-quantized and the Trainer is given it without its PeftModel "
+                    f"wrapper: get_peft_model's result is {wrapper.target}, not what the Trainer trains",
+                    evidence=setup.quantized.evidence + (call_evidence(wrapper, f"adapters: {wrapper.target}"),
+                                                         call_evidence(setup.trainer, "given the quantized base")),
+                    fix=Fix(f"give the Trainer {wrapper.target} (model={wrapper.target})",
+                            applicability=Applicability.UNSAFE))
+        return
+    if setup.peft.value:
         return
     attached = [c for c in script.of("get_peft_model") if c.branches and
                 (c.target in setup.model_names or not c.target)]
@@ -215,15 +229,6 @@ def quantized_model_without_adapters(script: ScriptFacts, setup: Setup):
                                                               for c in attached[:3]),
                     fix=Fix("attach adapters on every path that trains (or train only where they are attached)",
                             applicability=Applicability.UNSAFE))
-        return
-    elsewhere = [c for c in script.of("get_peft_model") if c.target and c.target not in setup.model_names]
-    if elsewhere:  # `peft_model = get_peft_model(model, cfg)`, then `Trainer(model=model)`: the unwrapped base
-        wrapped = elsewhere[0].target
-        yield Draft(f"the model is {setup.quantized.value}-quantized and the Trainer trains it without its adapters: "
-                    f"get_peft_model's result is {wrapped}, which is not what the Trainer is given",
-                    evidence=setup.quantized.evidence + (call_evidence(elsewhere[0], f"adapters: {wrapped}"),
-                                                         call_evidence(setup.trainer, "given the quantized base")),
-                    fix=Fix(f"give the Trainer {wrapped} (model={wrapped})", applicability=Applicability.UNSAFE))
         return
     yield Draft(f"the model is {setup.quantized.value}-quantized and no adapters are attached before training",
                 evidence=setup.quantized.evidence + (call_evidence(setup.trainer, "trained as it is"),),

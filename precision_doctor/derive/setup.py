@@ -116,6 +116,7 @@ class Setup:
     trl: bool = False
     model_load: Call | None = None
     load_traced: bool = False  # the load was followed from the training entry (not the file's only load, guessed)
+    followed: bool = False  # ... through the recorded calls themselves: `chain` is all that wraps it
     model_names: frozenset = frozenset()
     family: str = ""
     dtype_keyword: str = "dtype"  # what the load takes its dtype as on this transformers: see DTYPE_KEYWORD_FROM
@@ -226,15 +227,15 @@ def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
             d = dtype_of_cast(c)
             weights = Fact(d, weights.evidence + (call_evidence(c, f"model cast to {d}"),), source=None, call=c)
     quantized = _quantization(load, by_key, machine, stack)
-    peft, adapter_dtype, modules_to_save = _peft(script, chain, trainer, by_key, weights, stack, names, followed)
+    peft, adapter_dtype, modules_to_save = _peft(script, chain, trainer, by_key, weights, stack, names)
     if peft.value and quantized.value in ("4bit", "8bit") and not (load and load.callee.startswith("unsloth.")):
         # (Unsloth patches TRL's trainers to cast them back to fp32 under fp16: unsloth PR #4005)
-        adapter_dtype = _trl_casts_adapters(trainer, stack) or adapter_dtype
+        adapter_dtype = _trl_casts_adapters(trainer, script, stack) or adapter_dtype
     amp, fp16, bf16 = _amp(style, args_call, accelerators, script, machine, stack, launch)
     trl = bool((trainer and trainer.callee.startswith("trl")) or (args_call and args_call.callee.startswith("trl")))
     return Setup(
         path=script.path, trains=trains, style=style, trainer=trainer, training_args=args_call, trl=trl,
-        model_load=load, load_traced=traced, model_names=frozenset(names), family=family,
+        model_load=load, load_traced=traced, followed=followed, model_names=frozenset(names), family=family,
         dtype_keyword="dtype" if at_least(stack, "transformers", DTYPE_KEYWORD_FROM) else "torch_dtype",
         weights=weights, loaded=loaded, quantized=quantized,
         peft=peft, adapter_dtype=adapter_dtype, modules_to_save=modules_to_save, amp=amp, fp16=fp16, bf16=bf16,
@@ -293,13 +294,15 @@ def _model_names(load: Call | None, chain: tuple[Call, ...], trainer: Call | Non
 
 
 def _bound_results(load: Call | None, script: ScriptFacts) -> set[str]:
-    """A load in a helper of the script (`def build_model(args): return AutoModel.from_pretrained(...)`): the names
-    its calls bind, directly or through a cast of the result (`model = build_model(args).to(device)`). A call that
-    unpacks several names is left out: which one is the model is not known."""
+    """A load in a helper of the script (`def build_model(args): return AutoModel.from_pretrained(...)`) called once:
+    the name its call binds, directly or through a cast of the result (`model = build_model(args).to(device)`). A
+    call that unpacks several names is left out: which one is the model is not known."""
     if load is None or load.scope == "<module>":
         return set()
     helper = load.scope.rsplit(".", 1)[-1]
     calls = {c.key: c for c in script.calls if c.kind in ("local_call", "flow") and c.callee.rsplit(".", 1)[-1] == helper}
+    if len(calls) != 1:  # called for a student and a teacher: which result is trained is not known
+        return set()
     bound = list(calls.values()) + [c for c in script.calls if c.kind == "cast" and c.refs.get("self") in calls]
     return {c.target for c in bound if c.target and "," not in c.target}
 
@@ -334,9 +337,10 @@ def _family(load: Call | None, script: ScriptFacts) -> str:
     return ""
 
 
-def load_dtype_value(load: Call) -> tuple[str, Value]:
-    """The dtype argument as written (`dtype=` and `torch_dtype=` are one setting)."""
-    for name in ("dtype", "torch_dtype"):
+def load_dtype_value(load: Call, dtype_keyword: bool = True) -> tuple[str, Value]:
+    """The dtype argument as written (`dtype=` and `torch_dtype=` are one setting; `dtype_keyword=False`: a release
+    before DTYPE_KEYWORD_FROM, where only `torch_dtype` is)."""
+    for name in ("dtype", "torch_dtype") if dtype_keyword else ("torch_dtype",):
         if name in load.kwargs:
             return name, load.kwargs[name]
     return "", Value(state=ABSENT)
@@ -387,7 +391,9 @@ def _config_dtype(load: Call, script: ScriptFacts, machine: MachineFacts, stack:
     if config is None:
         return Fact(unknown="from_config builds in its config's dtype, and the config is not read from a checkpoint "
                             "the script names", call=load)
-    name, raw = load_dtype_value(config)  # AutoConfig.from_pretrained(id, dtype=...) sets the config's dtype
+    # AutoConfig.from_pretrained(id, torch_dtype=...) (or config.torch_dtype = ...) sets the config's dtype; `dtype`
+    # only from 4.56, where the config has that attribute (before, it is kept aside and from_config never reads it)
+    name, raw = load_dtype_value(config, at_least(stack, "transformers", DTYPE_KEYWORD_FROM))
     v = decide(raw, machine, stack)
     if v.state == KNOWN and v.value is not None:
         d = dtypes.from_string(v.value)
@@ -455,13 +461,11 @@ def _trainable_cast(script: ScriptFacts, attach: Call, names) -> Fact | None:
 
 
 def _peft(script: ScriptFacts, chain: tuple[Call, ...], trainer: Call | None, by_key: dict[str, Call],
-          weights: Fact, stack: StackFacts, names: set[str] | frozenset[str] = frozenset(), followed: bool = False
+          weights: Fact, stack: StackFacts, names: set[str] | frozenset[str] = frozenset()
           ) -> tuple[Fact, Fact, Fact]:
-    """`followed`: the trained model was followed back to its load, so `chain` is all that wraps it."""
     wrappers = [c for c in chain if c.kind in ("get_peft_model", "peft_load")]
-    if not wrappers:  # the file's one get_peft_model, unless the trained model is followed and it binds another name
-        lone = script.of("get_peft_model")
-        wrappers = lone if len(lone) == 1 and not (followed and lone[0].target not in names) else []
+    if not wrappers:  # the file's one get_peft_model: it injects the adapters into the model it is given, in place
+        wrappers = script.of("get_peft_model") if len(script.of("get_peft_model")) == 1 else []
     if not wrappers:
         wrappers = [c for c in script.of("add_adapter") if c.receiver in names]
     config_call = None
@@ -509,15 +513,24 @@ def _peft(script: ScriptFacts, chain: tuple[Call, ...], trainer: Call | None, by
 
 # TRL's trainers cast every trainable parameter of a 4- or 8-bit model to bfloat16 when they are built, whatever
 # fp16/bf16 say (1.16 trl/trainer/sft_trainer.py:908-911, PR #4577): SFT, GRPO and reward from 0.26.0, RLOO from
-# 0.27.0, DPO from 0.29.0, KTO from 1.4.0. Before, only norms and embeddings were cast, under bf16=True (4-bit).
+# 0.27.0, DPO from 0.29.0, KTO from 1.4.0, Distillation in every release read from 1.10.0 (1.16
+# distillation_trainer.py:376). Before, only norms and embeddings were cast, under bf16=True (4-bit).
 TRL_CASTS_QUANTIZED_ADAPTERS = {"SFTTrainer": "0.26", "GRPOTrainer": "0.26", "RewardTrainer": "0.26",
-                                "RLOOTrainer": "0.27", "DPOTrainer": "0.29", "KTOTrainer": "1.4"}
+                                "RLOOTrainer": "0.27", "DPOTrainer": "0.29", "KTOTrainer": "1.4",
+                                "DistillationTrainer": "1.10"}  # (Distillation: read from 1.10 on)
 
 
-def _trl_casts_adapters(trainer: Call | None, stack: StackFacts) -> Fact | None:
-    """The adapters' dtype after a TRL trainer that casts them is built (a quantized model's), or None."""
+def _trl_casts_adapters(trainer: Call | None, script: ScriptFacts, stack: StackFacts) -> Fact | None:
+    """The adapters' dtype after a TRL trainer that casts them is built (a quantized model's), or None: also when
+    the script casts them back after building it (`for p in trainer.model.parameters(): p.data = p.data.float()`,
+    or peft's cast_mixed_precision_params)."""
     since = TRL_CASTS_QUANTIZED_ADAPTERS.get(trainer.callee.rsplit(".", 1)[-1], "") if trainer else ""
     if not since or not trainer.callee.startswith("trl") or not at_least(stack, "trl", since):
+        return None
+    built = (trainer.location.path, trainer.location.line)
+    if any((c.location.path, c.location.line) > built and
+           (c.kind == "cast_mixed" or (c.receiver.endswith(".data") and dtype_of_cast(c) == dtypes.FLOAT32))
+           for c in script.of("cast", "cast_mixed")):
         return None
     trl = stack.get("trl")
     return Fact(dtypes.BFLOAT16, (call_evidence(trainer, f"trl {trl.version} ({trl.source}) casts a quantized model's "
@@ -663,9 +676,11 @@ def _prepared_names(names: set[str] | frozenset[str], script: ScriptFacts) -> se
 
 def optimizer_steps(opt: Call, script: ScriptFacts) -> list[Call]:
     """Where the optimizer steps: `opt.step()`, `scaler.step(opt)` (where none names it, stepped under another name:
-    every `.step()` that is not a scheduler's), and calls of the script's own functions that step one."""
+    every `.step()` that is not a scheduler's, nor one given something other than an optimizer, as `env.step(action)`
+    is), and calls of the script's own functions that step one, through their callers."""
     names = _prepared_names({opt.target}, script) if opt.target else set()
-    methods = [m for m in script.of("method") if m.callee.endswith(".step") and "sched" not in m.receiver.lower()]
+    methods = [m for m in script.of("method") if m.callee.endswith(".step") and "sched" not in m.receiver.lower()
+               and (not m.args or "scaler" in m.receiver.lower() or m.args[0].text in names)]
     named = [m for m in methods if m.receiver in names or (m.args and m.args[0].text in names)]
     stepping = {m.scope.rsplit(".", 1)[-1] for m in methods if m.scope != "<module>"}
     local = script.of("local_call")

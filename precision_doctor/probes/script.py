@@ -179,7 +179,8 @@ class _Collector:
         for node in nodes:
             callee = self.r.qualified(node.func)
             if callee.startswith("self.") and (own := self._own_method(node)) is not None:
-                self._add(node, CallKind.LOCAL_CALL, callee, bind=own)  # `self.step(batch)`: the class's, not torch's
+                # `self.step(batch)`: the class's own method, not torch's; named as defined ("Loop.step")
+                self._add(node, CallKind.LOCAL_CALL, own.name, bind=own)
                 continue
             kind = classify(callee, node, self.local_trainers, self.local_args, kinds)
             if kind is None and type(node.func) is ast.Attribute and node.func.attr in _LOADER_METHODS and \
@@ -206,12 +207,23 @@ class _Collector:
         self._apply_attribute_overrides()
 
     def _own_method(self, node: ast.Call) -> Scope | None:
-        """`self.evaluate()` in a method of a class that defines `evaluate`: that method's scope."""
+        """`self.evaluate()` in a method of a class that defines `evaluate`, or inherits it from a class of the
+        file: that method's scope."""
         func = node.func
         if type(func) is not ast.Attribute or type(func.value) is not ast.Name or func.value.id != "self":
             return None
-        within = self.index.scope_at(node).class_name
-        return next((s for s in self.index.functions.get(func.attr, ()) if within and s.class_name == within), None)
+        defined = {s.class_name: s for s in self.index.functions.get(func.attr, ()) if s.class_name}
+        todo, seen = [self.index.scope_at(node).class_name], set()
+        while todo:  # the class, then its bases in the order Python looks them up (as far as the file defines them)
+            name = todo.pop(0)
+            if not name or name in seen:
+                continue
+            if name in defined:
+                return defined[name]
+            seen.add(name)
+            cls = self.index.classes.get(name)
+            todo += [b.id for b in cls.bases if type(b) is ast.Name] if cls is not None else []
+        return None
 
     def _class_held(self, name: ast.Name) -> str:
         """The library class a variable holds, qualified, where every assignment of it names one class (or picks
@@ -219,6 +231,8 @@ class _Collector:
         otherwise."""
         scope: Scope | None = self.index.scope_at(name)
         while scope is not None and name.id not in scope.assigns:
+            if name.id in scope.params:  # a parameter: what it holds is the caller's
+                return ""
             scope = scope.parent
         if scope is None:
             return ""
@@ -458,7 +472,8 @@ class _Collector:
             self.calls[index] = replace(call, refs={**call.refs, "args": self._parsed_args[sym.class_name].key})
 
     def _apply_attribute_overrides(self) -> None:
-        """`training_args.bf16 = True` after construction changes what the Trainer sees."""
+        """`training_args.bf16 = True` after construction changes what the Trainer sees (and `config.torch_dtype =`
+        what from_config builds)."""
         attributes: dict[str, list] = {}  # "training_args" -> [(scope, "training_args.bf16", events)]
         for scope in self.index.scopes:
             for name, events in scope.assigns.items():
@@ -466,7 +481,8 @@ class _Collector:
                 if dot:
                     attributes.setdefault(owner, []).append((scope, name, events))
         for i, call in enumerate(self.calls):
-            if call.kind not in (CallKind.TRAINING_ARGS, CallKind.BNB_CONFIG) or not call.target or "," in call.target:
+            if call.kind not in (CallKind.TRAINING_ARGS, CallKind.BNB_CONFIG, CallKind.CONFIG_LOAD) or not call.target \
+                    or "," in call.target:
                 continue
             prefix = call.target + "."
             for scope, name, events in attributes.get(call.target, ()):
