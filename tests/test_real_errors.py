@@ -282,6 +282,11 @@ PD203_SHAPES = {
         + _TRAINER_CLASS.format(evaluate="        torch.save(self.model.state_dict(), io.BytesIO())\n").replace(
             "def evaluate(", "def save(").replace("self.evaluate()", "self.save()").replace(
             "Loop().fit()\n", "loop = Loop()\nloop.fit()\nExporter(loop.model).save()\n")),
+    "accelerate's prepare_model/prepare_optimizer rename them; a cast in the epoch loop": (
+        "from accelerate import Accelerator\nacc = Accelerator(cpu=True)\nnet = acc.prepare_model(model)\n"
+        "optimizer = acc.prepare_optimizer(opt)\nfor epoch in range(2):\n    for x in loader:\n"
+        "        acc.backward(net(x.to(net.weight.dtype)).sum())\n        optimizer.step()\n"
+        "    net.to(torch.bfloat16)\n"),
     "a gym-style env.step() in the rollout, the policy cast after training": (
         "class Env:\n    def step(self, action):\n        return float(action.sum())\n"
         "def rollout(env, policy):\n    return [env.step(policy(torch.randn(16, dtype=policy.weight.dtype))) "

@@ -206,3 +206,14 @@ def test_a_loading_helper_called_for_a_student_and_a_teacher(run_check):
             "    scaler.update()\n")
     result, _ = run_check(code, target="a100")
     assert not {f.rule_id for f in result.findings} & {"PD201", "PD204"}
+
+
+def test_a_parameter_holds_what_its_caller_passes(run_check):
+    """`loader` at module level is a model class, but the helper's parameter of the same name is given a tokenizer
+    class: the helper's call is no model load."""
+    code = ("import torch\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n"
+            "def load(loader, name):\n    return loader.from_pretrained(name)\n"
+            "loader = AutoModelForCausalLM\ntok = load(AutoTokenizer, 'gpt2')\n"
+            "model = loader.from_pretrained('gpt2', dtype=torch.float32)\n")
+    _, facts = run_check(code)
+    assert [c.location.line for c in facts.scripts[0].of("model_load")] == [7]
