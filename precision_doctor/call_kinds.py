@@ -39,6 +39,7 @@ class CallKind(StrEnum):
     CAST_TRAINABLE = "cast_trainable"  # diffusers' cast_training_params(model, dtype): the trainable ones only
     MODEL_LOAD = "model_load"  # from_pretrained, or from_config: a model built afresh from a config's shape
     CONFIG_LOAD = "config_load"  # AutoConfig.from_pretrained(id): the shape (and dtype) from_config builds
+    PEFT_WRAP_POLICY = "peft_wrap_policy"  # peft's fsdp_auto_wrap_policy(model): LoRA leaves as their own FSDP units
     CAST = "cast"
     GC_ENABLE = "gc_enable"
     INPUT_GRADS = "input_grads"
@@ -198,6 +199,7 @@ RECOGNISERS: tuple[Recogniser, ...] = (
     Recogniser(CallKind.CAST_MIXED, last={"cast_mixed_precision_params"}),
     Recogniser(CallKind.OPTIMIZER, prefixes=OPTIMIZER_PREFIXES, when=_optimizer_class),
     Recogniser(CallKind.CAST_TRAINABLE, last={"cast_training_params"}),
+    Recogniser(CallKind.PEFT_WRAP_POLICY, last={"fsdp_auto_wrap_policy"}),
     Recogniser(CallKind.PEFT_LOAD, methods={"from_pretrained"}, when=lambda s: s.owner.startswith("PeftModel")),
     Recogniser(CallKind.MODEL_LOAD, names=SENTENCE_TRANSFORMERS_MODELS),
     Recogniser(CallKind.MODEL_LOAD, methods={"from_pretrained"}, prefixes=("unsloth.",),

@@ -544,3 +544,52 @@ def test_get_peft_model_injects_into_the_model_it_is_given(tiny_llama, run_check
             "Trainer(model=model, args=TrainingArguments('out', fp16=True), train_dataset=ds).train()\n")
     result, _ = run_check(code, target="t4")
     assert not {f.rule_id for f in result.findings} & {"PD201", "PD204", "PD404"}
+
+
+def test_pd303_mirrors_trainers_find_unused_parameters_default():
+    """Trainer turns find_unused_parameters off only for a checkpointing PreTrainedModel; a PeftModel is none, so it
+    stays on (the else branch), which reentrant checkpointing under DDP cannot take."""
+    import inspect
+
+    peft = pytest.importorskip("peft")
+    assert not issubclass(peft.PeftModel, transformers.PreTrainedModel)
+    source = inspect.getsource(transformers.Trainer)
+    default = source[source.index("if self.args.ddp_find_unused_parameters is not None:"):]
+    default = default[:default.index("ddp_kwargs")]
+    assert "elif isinstance(self.model, PreTrainedModel):" in default and "else:\n            find_unused = True" in default
+
+
+_DDP_PEFT = ("import sys, torch\nfrom peft import LoraConfig, get_peft_model\n"
+             "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+             "model = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32)\n"
+             "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={{'use_reentrant': True}})\n"
+             "model.enable_input_require_grads()\n"
+             "model = get_peft_model(model, LoraConfig(r=4, target_modules=['q_proj', 'v_proj']))\n"
+             "ids = torch.randint(0, 128, (8, 16))\n"
+             "Trainer(model=model, args=TrainingArguments(sys.argv[2], use_cpu=True, max_steps=2, report_to=[], "
+             "per_device_train_batch_size=2, save_strategy='no'{args}), "
+             "train_dataset=[{{'input_ids': i, 'labels': i}} for i in ids]).train()\n")
+
+
+@pytest.mark.parametrize("args,dies", [("", True), (", ddp_find_unused_parameters=False", False)])
+def test_pd303_a_peft_model_under_trainer_ddp_with_reentrant_checkpointing(tiny_llama, tmp_path, run_check, args,
+                                                                            dies):
+    """Reentrant checkpointing switched on on the model (as peft's k-bit preparation does on transformers 4), then
+    a PeftModel under Trainer DDP: with ddp_find_unused_parameters unset the Trainer turns it on for a model that is
+    no PreTrainedModel, and two real gloo ranks on the CPU die marking parameters ready twice; with it off they
+    train. The doctor says the same of the same script."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text(_DDP_PEFT.format(args=args))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(script),
+                          str(tiny_llama), str(tmp_path / "out")], capture_output=True, text=True, timeout=240,
+                         env=env, cwd=tmp_path)
+    assert (run.returncode != 0) is dies, run.stderr[-2000:]
+    if dies:
+        assert declared("PD303").split(". ")[0] in run.stderr
+    result, _ = run_check(_DDP_PEFT.format(args=args), launcher="torchrun --nproc_per_node 2 train.py",
+                          target="a100:2", versions={"transformers": transformers.__version__})
+    assert ("PD303" in {f.rule_id for f in result.findings}) is dies

@@ -201,11 +201,22 @@ def _fsdp_on(setup: Setup) -> Evidence | None:
 _MIXING_POLICIES = ("transformer_auto_wrap_policy", "size_based_auto_wrap_policy", "ModuleWrapPolicy")
 
 
+_ACC_FSDP_LORA = ("import torch\nfrom accelerate import Accelerator\nfrom peft import LoraConfig, get_peft_model\n"
+                  "{imports}from transformers import AutoModelForCausalLM\naccelerator = Accelerator()\n"
+                  "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.bfloat16)\n"
+                  "model = get_peft_model(model, LoraConfig(r=8, target_modules=['c_attn']))\n{policy}"
+                  "model = accelerator.prepare(model)\n"
+                  "opt = accelerator.prepare(torch.optim.AdamW(model.parameters()))\n"
+                  "for batch in loader:\n    accelerator.backward(model(**batch).loss)\n    opt.step()\n")
+
+
 @rule(
     "PD504", "fsdp-mixed-dtype-flatten", severity="error", phase="wrap",
     summary="An FSDP unit would flatten parameters of several dtypes (half base + fp32 LoRA, or 4-bit storage).",
     what="FSDP over a PEFT model whose base is fp16/bf16 and whose adapters are fp32 (peft >= 0.12) wrapped by a "
-         "plain auto-wrap policy, or QLoRA under FSDP with the default `bnb_4bit_quant_storage` (uint8).",
+         "plain auto-wrap policy (a hand-written `FSDP(...)`, or `accelerate launch` with an FSDP1 config, which "
+         "unlike Trainer installs no peft policy), or QLoRA under FSDP with the default `bnb_4bit_quant_storage` "
+         "(uint8).",
     why="FSDP(1) flattens each unit's parameters into one FlatParameter, which must have one dtype and cannot be an "
         "integer type.",
     error="ValueError: Must flatten tensors with uniform dtype but got torch.bfloat16 and torch.float32",
@@ -229,8 +240,14 @@ _MIXING_POLICIES = ("transformer_auto_wrap_policy", "size_based_auto_wrap_policy
                    "q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.bfloat16)\n"
                    "model = AutoModelForCausalLM.from_pretrained('m', quantization_config=q, dtype=torch.bfloat16)\n"
                    "args = TrainingArguments('o', bf16=True, fsdp='full_shard auto_wrap')\n"
-                   "SFTTrainer(model=model, args=args, peft_config=LoraConfig(r=8)).train()\n")],
-    silent=[Example("import torch, functools\nfrom torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
+                   "SFTTrainer(model=model, args=args, peft_config=LoraConfig(r=8)).train()\n"),
+           Example(_ACC_FSDP_LORA.format(imports="", policy=""),
+                   launcher="accelerate launch --use_fsdp --fsdp_version 1 --num_processes 2 train.py",
+                   note="accelerate installs no peft wrap policy (Trainer does)")],
+    silent=[Example(_ACC_FSDP_LORA.format(imports="from peft.utils.other import fsdp_auto_wrap_policy\n",
+                                          policy="accelerator.state.fsdp_plugin.auto_wrap_policy = "
+                                                 "fsdp_auto_wrap_policy(model)\n"),
+                    launcher="accelerate launch --use_fsdp --fsdp_version 1 --num_processes 2 train.py"),Example("import torch, functools\nfrom torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
                     "from torch.distributed.fsdp.wrap import lambda_auto_wrap_policy\n"
                     "from peft import LoraConfig, get_peft_model\nfrom transformers import AutoModelForCausalLM\n"
                     "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.bfloat16)\n"
@@ -283,10 +300,23 @@ def fsdp_mixed_dtype_flatten(script: ScriptFacts, setup: Setup, machine: Machine
                                                  f"torch.{setup.weights.value or 'bfloat16'}")) if cfg else ()))
         return
     raw = script.of("fsdp")
-    if not raw or not setup.peft.value or not dtypes.is_half(setup.weights.value):
-        return  # Trainer installs peft's fsdp_auto_wrap_policy for PeftModels itself
-    if setup.adapter_dtype.value == setup.weights.value:
+    if not setup.peft.value or not dtypes.is_half(setup.weights.value) or \
+            setup.adapter_dtype.value == setup.weights.value:
         return
+    if not raw and setup.style == "accelerate" and setup.sharding.source == "launch" and \
+            setup.sharding.fsdp_version in (None, 1) and not script.of("peft_wrap_policy"):
+        # accelerate's FSDP1 plugin wraps with the config's policy (or none): unlike Trainer it installs no peft
+        # policy for a PeftModel, so the half base and fp32 adapters of a block share a unit
+        yield Draft(f"FSDP (from the accelerate config) wraps {setup.weights.value} base weights and "
+                    f"{setup.adapter_dtype.value} LoRA adapters into the same units: accelerate installs no peft policy",
+                    evidence=(on,) + setup.weights.evidence + setup.adapter_dtype.evidence,
+                    error=f"ValueError: Must flatten tensors with uniform dtype but got torch.{setup.weights.value} "
+                          f"and torch.{setup.adapter_dtype.value}",
+                    fix=Fix("before accelerator.prepare: accelerator.state.fsdp_plugin.auto_wrap_policy = "
+                            "fsdp_auto_wrap_policy(model) (from peft.utils.other)", applicability=Applicability.UNSAFE))
+        return
+    if not raw:
+        return  # Trainer installs peft's fsdp_auto_wrap_policy for PeftModels itself
     policy = raw[0].kwarg("auto_wrap_policy")
     if "fsdp_auto_wrap_policy" in policy.text:
         return

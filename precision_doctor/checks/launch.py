@@ -7,7 +7,7 @@ import time
 
 from .. import dtypes
 from ..derive import LaunchPlan, Setup, call_evidence
-from ..derive.launch import command_with_option
+from ..derive.launch import command_with_option, written_per_rank
 from ..registry import Example, LogSignature, rule
 from ..facts import ABSENT, KNOWN, BusyPort, Call, GpuProcess, LaunchFacts, MachineFacts, ScriptFacts, StackFacts
 from ..findings import Applicability, Draft, Evidence, Fix
@@ -32,7 +32,9 @@ _TRAINER = ("import torch\nfrom transformers import AutoModelForCausalLM, Traine
 # --- what the launch rules share ----------------------------------------------------------------
 
 def fixed_placements(script: ScriptFacts) -> list[tuple[Call, str]]:
-    """Places the script pins work to one GPU for every rank: "cuda", "cuda:0", .cuda(), device_map={"": 0}."""
+    """Places the script pins work to one GPU for every rank: "cuda", "cuda:0", .cuda(), device_map={"": 0}. A
+    value written from a rank (`{"": int(os.environ.get("LOCAL_RANK", 0))}`, `{"": local_rank}`) reads 0 only with
+    the launcher's variable unset: under the launch, each rank's own GPU."""
     out = []
     for c in script.of("cast"):
         method = c.callee.rsplit(".", 1)[-1]
@@ -40,13 +42,15 @@ def fixed_placements(script: ScriptFacts) -> list[tuple[Call, str]]:
             out.append((c, ".cuda()"))
         elif method == "to":
             for v in list(c.args) + [c.kwargs[k] for k in ("device",) if k in c.kwargs]:
-                if v.state == KNOWN and v.value in ("cuda", "cuda:0"):
+                if v.state == KNOWN and v.value in ("cuda", "cuda:0") and not written_per_rank(v):
                     out.append((c, f".to({v.value!r})"))
     for load in script.of("model_load"):
         v = load.kwarg("device_map")
-        if v.state == KNOWN and (v.value in ("cuda", "cuda:0", 0) or v.value in ({"": 0}, {"": "cuda:0"})):
+        if v.state == KNOWN and (v.value in ("cuda", "cuda:0", 0) or v.value in ({"": 0}, {"": "cuda:0"})) \
+                and not written_per_rank(v):
             out.append((load, f"device_map={v.text}"))
     return out
+
 
 
 def _ranks_pick_their_gpu(script: ScriptFacts) -> bool:
@@ -298,6 +302,11 @@ def more_processes_than_gpus(machine: MachineFacts, launch: LaunchFacts, plan: L
            Example(_TRAINER.format(dm=", device_map={'': 0}"), launcher="torchrun --nproc_per_node 4 train.py")],
     silent=[Example(_ACC_GOOD, launcher="accelerate launch --num_processes 2 train.py"),
             Example(_ACC_CUDA0, launcher="python train.py"),
+            Example("import os\n" + _TRAINER.format(dm=", device_map={'': int(os.environ.get('LOCAL_RANK', 0))}"),
+                    launcher="torchrun --nproc_per_node 4 train.py",
+                    note="0 only with LOCAL_RANK unset: under torchrun each rank's own GPU"),
+            Example("import os\nlocal_rank = int(os.getenv('LOCAL_RANK', '0'))\n"
+                    + _TRAINER.format(dm=", device_map={'': local_rank}"), launcher="torchrun --nproc_per_node 4 train.py"),
             Example("import os, torch\ntorch.cuda.set_device(int(os.environ['LOCAL_RANK']))\n"
                     "model = torch.nn.Linear(8, 8).cuda()\n", launcher="torchrun --nproc_per_node 2 train.py")],
 )

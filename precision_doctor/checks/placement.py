@@ -7,7 +7,7 @@ from ..derive import LaunchPlan, Setup, call_evidence, decide, device_map_kind, 
 from ..derive.sharding import zero3_shards_the_load
 from ..derive.live import live_evidence
 from ..registry import Example, LogSignature, rule
-from ..facts import KNOWN, Call, LaunchFacts, MachineFacts, MachineOrigin, ScriptFacts, StackFacts
+from ..facts import ABSENT, KNOWN, Call, LaunchFacts, MachineFacts, MachineOrigin, ScriptFacts, StackFacts
 from ..findings import Applicability, Draft, Evidence, Fix
 from ._common import gpu_phrase, present, set_kwarg
 
@@ -64,8 +64,9 @@ def _per_rank(code: str) -> str:
            Example(_QLORA.format(device_map="", args="").replace("quantization_config=q, ", ""),
                    target="a100:2", launcher="python train.py", versions={"transformers": "4.29.2"},
                    note="bf16 weights: Trainer's own bf16 autocast is lost in the replicas")],
-    silent=[Example(_per_rank(_QLORA.format(device_map=", device_map={'': 0}", args="")), target="rtx-6000-ada:2",
-                    launcher="torchrun --nproc_per_node 2 train.py", versions={"transformers": "4.57.1"}),
+    silent=[Example(_per_rank(_QLORA.format(device_map=", device_map={'': 0}", args=", ddp_find_unused_parameters=False")),
+                    target="rtx-6000-ada:2", launcher="torchrun --nproc_per_node 2 train.py",
+                    versions={"transformers": "4.57.1"}),
             Example(_QLORA.format(device_map=", device_map={'': 0}", args=""), target="rtx-6000-ada:2",
                     launcher="python train.py", versions={"transformers": "5.23.0"}),
             Example(_QLORA.format(device_map=", device_map={'': 0}", args=""), target="rtx-6000-ada:1",
@@ -178,7 +179,8 @@ def device_map_auto_under_ddp(script: ScriptFacts, setup: Setup, machine: Machin
     summary="Reentrant gradient checkpointing under DDP with unused parameters or adapters.",
     what="A multi-process DDP launch, gradient checkpointing with `use_reentrant=True` (the transformers 4 default), "
          "and `ddp_find_unused_parameters=True` / `DistributedDataParallel(find_unused_parameters=True)` (common with "
-         "LoRA, whose frozen base leaves parameters unused).",
+         "LoRA, whose frozen base leaves parameters unused) — which a Trainer sets itself for a PeftModel when "
+         "`ddp_find_unused_parameters` is unset.",
     why="Reentrant checkpointing runs a second backward inside the first; DDP's reducer then sees the same "
         "parameters marked ready twice.",
     error="RuntimeError: Expected to mark a variable ready only once. This error is caused by one of the following "
@@ -190,13 +192,19 @@ def device_map_auto_under_ddp(script: ScriptFacts, setup: Setup, machine: Machin
     fix_safety="Safe: non-reentrant checkpointing computes the same gradients.",
     fires=[Example(_per_rank(_QLORA.format(device_map=", device_map={'': 0}",
                                            args=", gradient_checkpointing=True, ddp_find_unused_parameters=True")),
-                   launcher="torchrun --nproc_per_node 2 train.py", versions={"transformers": "4.57.1"})],
+                   launcher="torchrun --nproc_per_node 2 train.py", versions={"transformers": "4.57.1"}),
+           Example(_per_rank(_QLORA.format(device_map=", device_map={'': 0}", args=", gradient_checkpointing=True")),
+                   launcher="torchrun --nproc_per_node 2 train.py", versions={"transformers": "4.57.1"},
+                   note="the Trainer turns find_unused_parameters on for a PeftModel, which is no PreTrainedModel")],
     silent=[Example(_per_rank(_QLORA.format(device_map=", device_map={'': 0}",
                                             args=", gradient_checkpointing=True, gradient_checkpointing_kwargs="
                                                  "{'use_reentrant': False}")),
                     launcher="torchrun --nproc_per_node 2 train.py", versions={"transformers": "4.57.1"}),
             Example(_per_rank(_QLORA.format(device_map=", device_map={'': 0}", args=", gradient_checkpointing=True")),
-                    launcher="torchrun --nproc_per_node 2 train.py")],
+                    launcher="torchrun --nproc_per_node 2 train.py"),
+            Example(_per_rank(_QLORA.format(device_map=", device_map={'': 0}", args=", gradient_checkpointing=True, "
+                                                                                   "ddp_find_unused_parameters=False")),
+                    launcher="torchrun --nproc_per_node 2 train.py", versions={"transformers": "4.57.1"})],
 )
 def ddp_reentrant_checkpointing(script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts,
                                 plan: LaunchPlan):
@@ -207,13 +215,20 @@ def ddp_reentrant_checkpointing(script: ScriptFacts, setup: Setup, machine: Mach
     on, reentrant, ev = gc.on, gc.reentrant, gc.evidence
     if not on or not reentrant:
         return
-    unused = setup.training_args is not None and \
-        decide(setup.training_args.kwarg("ddp_find_unused_parameters"), machine, stack).is_(True)
+    flag = decide(setup.training_args.kwarg("ddp_find_unused_parameters"), machine, stack) \
+        if setup.training_args is not None else None
+    unused = flag is not None and flag.is_(True)
     unused = unused or any(decide(d.kwarg("find_unused_parameters"), machine, stack).is_(True)
                            for d in script.of("ddp"))
-    if not unused:
+    # Trainer turns find_unused_parameters off for a checkpointing PreTrainedModel, but a PeftModel is not one: with
+    # ddp_find_unused_parameters unset it is on (transformers 5.24 trainer.py:749-756)
+    wrapped = setup.style == "trainer" and flag is not None and (flag.state == ABSENT or flag.is_(None)) and \
+        setup.peft.value and setup.peft.call is not None and setup.peft.call.kind in ("get_peft_model", "peft_load",
+                                                                                        "trainer")
+    if not unused and not wrapped:
         return  # Trainer turns find_unused_parameters off when checkpointing; reentrant then works
-    why = "find_unused_parameters=True"
+    why = "find_unused_parameters=True" + (" (the Trainer's default for a PeftModel, which is no PreTrainedModel)"
+                                           if wrapped and not unused else "")
     edits = present(set_kwarg(setup.training_args, "gradient_checkpointing_kwargs", '{"use_reentrant": False}')) \
         if setup.training_args is not None else ()
     yield Draft(f"reentrant gradient checkpointing under {n}-process DDP with {why}: DDP marks parameters ready twice",

@@ -205,12 +205,21 @@ def device_map_kind(v: Value) -> str:
             targets = {str(x) for x in v.value.values()}
             if targets & {"cpu", "disk"}:
                 return "offload"
-            return "single" if len(targets) <= 1 else "spread"
-        if isinstance(v.value, (int, str)):
-            return "single"
-    if any(h in v.text for h in PER_RANK_HINTS):
+            if len(targets) > 1:
+                return "spread"
+        elif not isinstance(v.value, (int, str)):
+            return "unknown"
+        return "per-rank" if written_per_rank(v) else "single"  # {"": local_rank} reads 0 with LOCAL_RANK unset
+    if written_per_rank(v):
         return "per-rank"
     return "unknown"
+
+
+def written_per_rank(v: Value) -> bool:
+    """A device written from the process's rank, which the launcher sets per process (`{"": local_rank}`,
+    `f"cuda:{os.environ.get('LOCAL_RANK', 0)}"`): it reads 0 only where the variable is unset."""
+    return any(h in v.text for h in PER_RANK_HINTS) or any(
+        o.kind in ("env", "env-default") and any(h in o.detail for h in PER_RANK_HINTS) for o in v.origins)
 
 
 def command_with_option(launch: LaunchFacts, option: str) -> str:

@@ -91,20 +91,30 @@ def _trainer_wrap(setup: Setup, visible_gpus: int, exempt_4bit: bool) -> str:
     return "DataParallel"
 
 
+# TRL's configs default gradient_checkpointing_kwargs to use_reentrant=False from 0.27.0 (sft_config.py:287; from
+# 0.28 in the trainers, 1.16 sft_trainer.py:1079-1081), where transformers (before 5.0) would choose True.
+TRL_NON_REENTRANT = "0.27"
+
+
 def _checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack: StackFacts) -> Checkpointing:
     """Gradient checkpointing as the script switches it on, and whether it is reentrant."""
     evidence: list[Evidence] = []
-    on = False
+    on = by_args = False
     reentrant = None
     args = setup.training_args
     if args is not None:
         gc = decide(args.kwarg("gradient_checkpointing"), machine, stack)
         trl_default = setup.trl and gc.state == ABSENT
         if gc.is_(True) or trl_default:
-            on = True
+            on = by_args = True
             evidence.append(evidence_of(gc, "gradient_checkpointing=True", args) if gc.state == KNOWN else
                             Evidence(args.location, args.text, "gradient checkpointing on (TRL default)", "default"))
-        reentrant = _use_reentrant(args, machine, stack, evidence) if reentrant is None else reentrant
+        reentrant = _use_reentrant(args, machine, stack, evidence)
+        if by_args and reentrant is None and setup.trl and at_least(stack, "trl", TRL_NON_REENTRANT):
+            reentrant = False  # TRL's own default, before transformers 5 took it
+            trl = stack.get("trl")
+            evidence.append(Evidence(args.location, args.text, f"trl {trl.version} ({trl.source}) sets "
+                                     f"use_reentrant=False (from {TRL_NON_REENTRANT})", "default"))
     switches = [(c, "gradient_checkpointing_enable()") for c in script.of("gc_enable")]
     if setup.quantized.known and setup.quantized.value:
         # peft's prepare_model_for_kbit_training(use_gradient_checkpointing=True) switches it on for a k-bit model
@@ -116,7 +126,8 @@ def _checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, sta
         on = True
         evidence.append(call_evidence(c, note))
         chosen = _use_reentrant(c, machine, stack, [])
-        reentrant = chosen if chosen is not None else reentrant
+        if not by_args:  # the Trainer enables it again from its arguments before training: theirs is the last word
+            reentrant = chosen if chosen is not None else reentrant
     if on and reentrant is None:  # the library default
         reentrant = not at_least(stack, "transformers", "5.0")
         version = stack.get("transformers")
