@@ -16,7 +16,7 @@ from ._util import record, unique
 from .catalog import rules
 from .config import Policy
 from .derive import Derived, derive_setup, plan_launch
-from .derive.launch import plan_script
+from .derive.launch import plan_of_script
 from .derive.setup import Fact
 from .diagnose import match_exception
 from .facts import Facts, Location, ScriptFacts, Suppression
@@ -97,7 +97,7 @@ class Judge:
     def __call__(self, script: ScriptFacts) -> ScriptVerdict:
         facts = self.facts
         setup = derive_setup(script, facts)
-        own = plan_script(self.plan, setup.accelerator, facts.launch, facts.machine)
+        own = plan_of_script(self.plan, setup.accelerator, script.imports, facts.launch, facts.machine)
         derived = Derived(self.plan, {script.path: setup}, {script.path: own} if own is not self.plan else {})
         available = _available(facts, derived, script, None)
         results: list[tuple[int, str, object]] = []

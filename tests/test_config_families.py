@@ -168,3 +168,17 @@ def test_a_named_config_is_read_as_its_tool_runs_it_among_other_paths(tmp_path, 
                            "titan-rtx", "--format", "concise"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "PD201" in proc.stdout and "syntax error" not in proc.stdout
+
+
+def test_llamafactory_cli_starts_a_process_per_gpu():
+    """`llamafactory-cli train recipe.yaml` on a node with several GPUs starts torchrun itself, one process per GPU
+    (LLaMA-Factory 0.9.5 launcher.py:59-66): no DataParallel warning, and the recipe is planned as that many ranks."""
+    from precision_doctor.derive import derive
+
+    rel = "llamafactory/seed004_h100_pure_bf16_fixed.yaml"
+    facts = gather([str(CONFIGS / rel)], target="a100:8", stack_overrides=CURRENT, **machine_probes())
+    assert "PD114" not in {f.rule_id for f in engine.run(facts).findings}
+    plan = derive(facts).plan_for(facts.scripts[0].path)
+    assert plan.processes == 8 and "llamafactory-cli" in plan.processes_evidence.note
+    one = gather([str(CONFIGS / rel)], target="a100:1", stack_overrides=CURRENT, **machine_probes())
+    assert derive(one).plan_for(one.scripts[0].path).processes in (None, 1)

@@ -395,9 +395,10 @@ def implicit_mixed_precision(setup: Setup, machine: MachineFacts):
             Example(_TRAINER.format(dm=", device_map='auto'"), target="a100:2", launcher="python train.py"),
             Example(_TRAINER.format(dm=""), target="a100:1", launcher="python train.py")],
 )
-def implicit_dataparallel(setup: Setup, machine: MachineFacts, launch: LaunchFacts, stack: StackFacts):
-    if setup.style != "trainer" or len(machine.gpus) < 2:
-        return
+def implicit_dataparallel(setup: Setup, machine: MachineFacts, launch: LaunchFacts, stack: StackFacts,
+                          plan: LaunchPlan):
+    if setup.style != "trainer" or len(machine.gpus) < 2 or plan.spawner:
+        return  # (a tool that starts a process per GPU itself: llamafactory-cli, Lightning)
     if launch.known and launch.launcher != "python":
         return
     if setup.placement.trainer_wrap != "DataParallel" or setup.placement.dataparallel_crash_reasons:

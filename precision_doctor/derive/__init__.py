@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import field, replace
 
 from ..facts import Facts, ScriptFacts
-from .launch import LaunchPlan, device_map_kind, plan_launch, plan_script
+from .launch import LaunchPlan, device_map_kind, plan_launch, plan_of_script
 from .placement import Checkpointing, Placement, derive_placement, trainer_exempts_4bit
 from .sharding import derive_sharding
 from .setup import (Fact, Setup, accelerate_precision, call_evidence, decide, dtype_of_cast, evaluate, evidence_of,
@@ -46,6 +46,8 @@ class Derived:
 def derive(facts: Facts) -> Derived:
     plan = plan_launch(facts.launch, facts.machine)
     setups = {s.path: derive_setup(s, facts) for s in facts.scripts}
+    scripts = {s.path: s for s in facts.scripts}
     plans = {path: own for path, setup in setups.items()
-             if (own := plan_script(plan, setup.accelerator, facts.launch, facts.machine)) is not plan}
+             if (own := plan_of_script(plan, setup.accelerator, scripts[path].imports, facts.launch,
+                                       facts.machine)) is not plan}
     return Derived(plan, setups, plans)

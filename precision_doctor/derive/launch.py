@@ -162,6 +162,28 @@ def plan_script(plan: LaunchPlan, trainer: Call | None, launch: LaunchFacts, mac
     return replace(plan, processes=n, processes_evidence=evidence, spawner="lightning", spawner_call=trainer)
 
 
+def plan_of_script(plan: LaunchPlan, accelerator: Call | None, imports: tuple[str, ...], launch: LaunchFacts,
+                   machine: MachineFacts) -> LaunchPlan:
+    """The run's plan as one script sees it: a Lightning Trainer or llamafactory-cli may start the processes."""
+    return plan_recipe(plan_script(plan, accelerator, launch, machine), imports, launch, machine)
+
+
+def plan_recipe(plan: LaunchPlan, imports: tuple[str, ...], launch: LaunchFacts, machine: MachineFacts
+                ) -> LaunchPlan:
+    """A LLaMA-Factory recipe checked with no launch given runs as `llamafactory-cli train`, which starts torchrun
+    itself with one process per visible GPU where there are several (NPROC_PER_NODE if set) on a free port
+    (LLaMA-Factory 0.9.5 launcher.py:59-66)."""
+    if "llama-factory" not in imports or launch.known or not machine.known or len(machine.gpus) < 2:
+        return plan
+    env = machine.host.env if machine.host is not None else {}
+    asked = env.get("NPROC_PER_NODE", "")
+    n = int(asked) if asked.isdigit() else len(machine.gpus)
+    how = f"NPROC_PER_NODE={asked}" if asked.isdigit() else f"one per visible GPU ({machine.describe()})"
+    return replace(plan, processes=n, spawner="llamafactory-cli", port_explicit=False, port_source="a free port",
+                   processes_evidence=Evidence(None, "llamafactory-cli train", f"{n} processes: llamafactory-cli "
+                                                                               f"starts torchrun, {how}", "profile"))
+
+
 def _num_processes(launch: LaunchFacts, machine: MachineFacts) -> tuple[int | None, Evidence | None]:
     if not launch.known:
         return None, None

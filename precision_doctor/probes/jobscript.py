@@ -22,6 +22,7 @@ from ..errors import InputError
 from ..facts import DYNAMIC, KNOWN, JobFacts, JobSetting, LaunchFacts, Origin, Unknown, Value
 from ..redact import redact_text
 from ..sources import Unreadable, read_text_bounded, status
+from .host import DEFAULT_PORT
 from .launch import launcher_of, parse_launcher, with_accelerate_files
 from .scopes import parse_quietly
 
@@ -256,11 +257,41 @@ def read_job(path: str, display: str | None = None) -> tuple[JobFacts, LaunchFac
             if _recorded(name):
                 env[name] = JobSetting(redact_text(value)[:200], number)
         job = JobFacts(path=display, directives=directives, env=env, launch=redact_text(shlex.join(launch_words)),
-                       launch_line=number, srun=srun, srun_options=srun_options)
+                       launch_line=number, srun=srun, srun_options=srun_options,
+                       background=_background_launches(lines[lines.index((number, line)):], expander))
         return _with_script(job, launch_words, cwd, unknowns)
     unknowns.append(Unknown("launch line", "the job script runs no launcher the doctor knows (python, torchrun, "
                                            "accelerate launch, deepspeed), directly or through srun"))
     return (JobFacts(path=display, directives=directives, env=env, unknowns=tuple(unknowns)), LaunchFacts(known=False))
+
+
+def _background_launches(lines: list[tuple[int, str]], expander: _Expander) -> tuple[tuple[int, str], ...]:
+    """The launches from the first on that run in the background (`... &`, as a sweep starts several at once), each
+    with the rendezvous port it listens on: `--master_port`/`--main_process_port`/`--rdzv_endpoint` as written,
+    else MASTER_PORT as the script exports it, else the launchers' 29500; "" where it picks a free one
+    (`torchrun --standalone`) or the port cannot be read."""
+    out = []
+    for number, line in lines:
+        single = _ASSIGNMENT.match(line.strip())
+        if single and "$" not in single.group("value") and single.group("name") == "MASTER_PORT":
+            expander.vars["MASTER_PORT"] = single.group("value").strip("\"'")
+        found = _launch_in(line, expander)
+        words = _words(line) or []
+        if found is None or not words or words[-1] != "&":
+            continue
+        launch = found[0]
+        port = next((launch[i + 1] for i, w in enumerate(launch[:-1])
+                     if w in ("--master_port", "--master-port", "--main_process_port")), None)
+        port = port or next((w.split("=", 1)[1] for w in launch
+                             if w.startswith(("--master_port=", "--master-port=", "--main_process_port="))), None)
+        endpoint = next((launch[i + 1] for i, w in enumerate(launch[:-1]) if w in ("--rdzv_endpoint", "--rdzv-endpoint")),
+                        "")
+        if port is None and endpoint:
+            port = endpoint.rpartition(":")[2]
+        if port is None:
+            port = "" if "--standalone" in launch else (expander.vars.get("MASTER_PORT") or str(DEFAULT_PORT))
+        out.append((number, port if port.isdigit() else ""))
+    return tuple(out)
 
 
 def _launch_in(line: str, expander: _Expander):
