@@ -458,9 +458,9 @@ class JobFacts:
     partition_gpu: str = ""  # the GPU profile of its partition, and where that came from
     partition_source: str = ""
     unknowns: tuple[Unknown, ...] = ()
-    # launches started in the background (`torchrun ... &`), the first one's included: (line, rendezvous port as
-    # written or by the launcher's default, "" when it picks a free one)
-    background: tuple[tuple[int, str], ...] = ()
+    # launches that run at the same time as another (`torchrun ... &` twice): (line, the rendezvous port as written or
+    # by the launcher's fixed default, "" for a free one or none, the group of launches that overlap)
+    background: tuple[tuple[int, str, int], ...] = ()
 
     def number(self, name: str) -> int | None:
         s = self.directives.get(name)

@@ -182,3 +182,8 @@ def test_llamafactory_cli_starts_a_process_per_gpu():
     assert plan.processes == 8 and "llamafactory-cli" in plan.processes_evidence.note
     one = gather([str(CONFIGS / rel)], target="a100:1", stack_overrides=CURRENT, **machine_probes())
     assert derive(one).plan_for(one.scripts[0].path).processes in (None, 1)
+    # `axolotl train` starts `accelerate launch`, which takes every GPU with no config of its own
+    axolotl = gather([str(CONFIGS / "axolotl/seed001_titan_full_ft.yml")], target="a100:8", stack_overrides=CURRENT,
+                     **machine_probes())
+    assert "PD114" not in {f.rule_id for f in engine.run(axolotl).findings}
+    assert derive(axolotl).plan_for(axolotl.scripts[0].path).processes == 8

@@ -202,7 +202,8 @@ def srun_tasks_times_launcher_processes(job: JobFacts, launch: LaunchFacts):
     summary="The job script fixes the rendezvous port, and another job on a shared node can hold it.",
     what="`export MASTER_PORT=29500` or `--master_port 29500` written as a number in a job that does not ask for "
          "whole nodes (`--exclusive`); an error when the job itself starts two launches at once (`torchrun ... &`, "
-         "a sweep) on one port, the launchers' default 29500 included.",
+         "a sweep) on one port: written, or deepspeed's and a multi-process accelerate launch's default 29500 "
+         "(single-node torchrun with none given picks a free one).",
     why="Jobs that share a node share its ports: the second job with the same fixed port cannot listen and dies at "
         "the rendezvous; which job fails depends on where the scheduler puts it.",
     error="RuntimeError: The server socket has failed to listen on any local network address. port: 29500, "
@@ -216,10 +217,10 @@ def srun_tasks_times_launcher_processes(job: JobFacts, launch: LaunchFacts):
                                    body="export MASTER_PORT=29500\n"
                                         "srun torchrun --nnodes 2 --nproc_per_node 4 train.py\n")),
            Example(_LOOP, job=_job("--nodes=1", "--gres=gpu:8", "--exclusive",
-                                   body="CUDA_VISIBLE_DEVICES=0,1,2,3 torchrun --nproc_per_node 4 train.py --lr 1e-5 &\n"
-                                        "CUDA_VISIBLE_DEVICES=4,5,6,7 torchrun --nproc_per_node 4 train.py --lr 3e-5 &\n"
-                                        "wait\n"),
-                   note="an error: a sweep's two runs start at once on torchrun's default port 29500")],
+                                   body="CUDA_VISIBLE_DEVICES=0,1,2,3 torchrun --nproc_per_node 4 --master_port 29500 "
+                                        "train.py --lr 1e-5 &\nCUDA_VISIBLE_DEVICES=4,5,6,7 torchrun --nproc_per_node 4 "
+                                        "--master_port 29500 train.py --lr 3e-5 &\nwait\n"),
+                   note="an error: a sweep's two runs start at once on one port")],
     silent=[Example(_LOOP, job=_job("-N 2", "--ntasks-per-node=1", "--gres=gpu:4",
                                     body="export MASTER_PORT=$((10000 + SLURM_JOB_ID % 50000))\n"
                                          "srun torchrun --nnodes 2 --nproc_per_node 4 train.py\n")),
@@ -229,16 +230,25 @@ def srun_tasks_times_launcher_processes(job: JobFacts, launch: LaunchFacts):
             Example(_LOOP, job=_job("--nodes=1", "--gres=gpu:8", "--exclusive",
                                     body="CUDA_VISIBLE_DEVICES=0,1,2,3 torchrun --nproc_per_node 4 --master_port 29500 "
                                          "train.py --lr 1e-5 &\nCUDA_VISIBLE_DEVICES=4,5,6,7 torchrun --nproc_per_node 4 "
-                                         "--master_port 29501 train.py --lr 3e-5 &\nwait\n"))],
+                                         "--master_port 29501 train.py --lr 3e-5 &\nwait\n")),
+            Example(_LOOP, job=_job("--nodes=1", "--gres=gpu:8", "--exclusive",
+                                    body="CUDA_VISIBLE_DEVICES=0,1,2,3 torchrun --nproc_per_node 4 train.py --lr 1e-5 &\n"
+                                         "CUDA_VISIBLE_DEVICES=4,5,6,7 torchrun --nproc_per_node 4 train.py --lr 3e-5 &\n"
+                                         "wait\n"),
+                    note="torchrun on one node with no port given picks a free one"),
+            Example(_LOOP, job=_job("--nodes=1", "--gres=gpu:8", "--exclusive",
+                                    body="torchrun --nproc_per_node 8 --master_port 29500 train.py --stage 1 &\nwait\n"
+                                         "torchrun --nproc_per_node 8 --master_port 29500 train.py --stage 2 &\nwait\n"),
+                    note="each launch is waited for before the next")],
 )
 def job_fixed_master_port(job: JobFacts, launch: LaunchFacts):
     if job is None or not launch.known:
         return
-    by_port: dict[str, list[int]] = {}
-    for line, port in job.background:
+    by_port: dict[tuple[str, int], list[int]] = {}
+    for line, port, group in job.background:
         if port:
-            by_port.setdefault(port, []).append(line)
-    clash = next(((port, lines) for port, lines in by_port.items() if len(lines) > 1), None)
+            by_port.setdefault((port, group), []).append(line)
+    clash = next(((port, lines) for (port, _), lines in by_port.items() if len(lines) > 1), None)
     if clash:  # a sweep starting its runs at once: they share the node, whatever the job asks of the scheduler
         port, lines = clash
         yield Draft(f"the job starts {len(lines)} launches at once (lines {', '.join(map(str, lines))}) on rendezvous "
@@ -246,7 +256,7 @@ def job_fixed_master_port(job: JobFacts, launch: LaunchFacts):
                     evidence=tuple(_at(job, line, f"line {line}", f"started in the background on port {port}")
                                    for line in lines),
                     fix=Fix("give each launch its own port (`--master_port $((MASTER_PORT + 1))` for the second), or "
-                            "`torchrun --standalone`, which picks a free one"))
+                            "leave torchrun's unset on one node, where it picks a free one"))
         return
     if "exclusive" in job.directives:
         return

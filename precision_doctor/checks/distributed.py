@@ -244,7 +244,10 @@ _ACC_FSDP_LORA = ("import torch\nfrom accelerate import Accelerator\nfrom peft i
            Example(_ACC_FSDP_LORA.format(imports="", policy=""),
                    launcher="accelerate launch --use_fsdp --fsdp_version 1 --num_processes 2 train.py",
                    note="accelerate installs no peft wrap policy (Trainer does)")],
-    silent=[Example(_ACC_FSDP_LORA.format(imports="from peft.utils.other import fsdp_auto_wrap_policy\n",
+    silent=[Example(_ACC_FSDP_LORA.format(imports="", policy="model = model.to(torch.bfloat16)\n"),
+                    launcher="accelerate launch --use_fsdp --fsdp_version 1 --fsdp_use_orig_params true "
+                             "--num_processes 2 train.py", note="the adapters cast to the base's dtype"),
+            Example(_ACC_FSDP_LORA.format(imports="from peft.utils.other import fsdp_auto_wrap_policy\n",
                                           policy="accelerator.state.fsdp_plugin.auto_wrap_policy = "
                                                  "fsdp_auto_wrap_policy(model)\n"),
                     launcher="accelerate launch --use_fsdp --fsdp_version 1 --num_processes 2 train.py"),Example("import torch, functools\nfrom torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
@@ -303,7 +306,10 @@ def fsdp_mixed_dtype_flatten(script: ScriptFacts, setup: Setup, machine: Machine
     if not setup.peft.value or not dtypes.is_half(setup.weights.value) or \
             setup.adapter_dtype.value == setup.weights.value:
         return
-    if not raw and setup.style == "accelerate" and setup.sharding.source == "launch" and \
+    attach = setup.peft.call
+    recast = attach is not None and any((c.location.path, c.location.line) > (attach.location.path, attach.location.line)
+                                        for c in setup.casts)  # `model.to(torch.bfloat16)` after the adapters
+    if not raw and setup.style == "accelerate" and setup.sharding.source == "launch" and not recast and \
             setup.sharding.fsdp_version in (None, 1) and not script.of("peft_wrap_policy"):
         # accelerate's FSDP1 plugin wraps with the config's policy (or none): unlike Trainer it installs no peft
         # policy for a PeftModel, so the half base and fp32 adapters of a block share a unit

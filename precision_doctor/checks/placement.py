@@ -204,13 +204,17 @@ def device_map_auto_under_ddp(script: ScriptFacts, setup: Setup, machine: Machin
                     launcher="torchrun --nproc_per_node 2 train.py"),
             Example(_per_rank(_QLORA.format(device_map=", device_map={'': 0}", args=", gradient_checkpointing=True, "
                                                                                    "ddp_find_unused_parameters=False")),
-                    launcher="torchrun --nproc_per_node 2 train.py", versions={"transformers": "4.57.1"})],
+                    launcher="torchrun --nproc_per_node 2 train.py", versions={"transformers": "4.57.1"}),
+            Example(_per_rank(_QLORA.format(device_map=", device_map={'': 0}", args=", gradient_checkpointing=True, "
+                                            "deepspeed={'zero_optimization': {'stage': 2}}")),
+                    launcher="torchrun --nproc_per_node 2 train.py", versions={"transformers": "4.57.1"},
+                    note="DeepSpeed runs no DDP reducer")],
 )
 def ddp_reentrant_checkpointing(script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts,
                                 plan: LaunchPlan):
     n, n_ev = plan.multi_process, plan.processes_evidence
-    if n <= 1 or setup.style not in ("trainer", "loop", "accelerate"):
-        return
+    if n <= 1 or setup.style not in ("trainer", "loop", "accelerate") or setup.sharding.kind in ("deepspeed", "fsdp"):
+        return  # (DeepSpeed and FSDP run no DDP reducer: accelerate 1.15 accelerator.py:659-669, 1884-1898)
     gc = setup.placement.checkpointing
     on, reentrant, ev = gc.on, gc.reentrant, gc.evidence
     if not on or not reentrant:

@@ -170,18 +170,22 @@ def plan_of_script(plan: LaunchPlan, accelerator: Call | None, imports: tuple[st
 
 def plan_recipe(plan: LaunchPlan, imports: tuple[str, ...], launch: LaunchFacts, machine: MachineFacts
                 ) -> LaunchPlan:
-    """A LLaMA-Factory recipe checked with no launch given runs as `llamafactory-cli train`, which starts torchrun
-    itself with one process per visible GPU where there are several (NPROC_PER_NODE if set) on a free port
-    (LLaMA-Factory 0.9.5 launcher.py:59-66)."""
-    if "llama-factory" not in imports or launch.known or not machine.known or len(machine.gpus) < 2:
+    """A recipe checked with no launch given runs as its tool's CLI, which starts one process per visible GPU where
+    there are several: `llamafactory-cli train` starts torchrun (NPROC_PER_NODE if set) on a free port (LLaMA-Factory
+    0.9.5 launcher.py:59-66); `axolotl train` starts `accelerate launch` (axolotl 0.19 cli/main.py:102), which with no
+    config of its own takes every GPU."""
+    tool = "llamafactory-cli" if "llama-factory" in imports else "axolotl" if "axolotl" in imports else ""
+    if not tool or launch.known or not machine.known or len(machine.gpus) < 2:
         return plan
     env = machine.host.env if machine.host is not None else {}
-    asked = env.get("NPROC_PER_NODE", "")
+    asked = env.get("NPROC_PER_NODE", "") if tool == "llamafactory-cli" else ""
     n = int(asked) if asked.isdigit() else len(machine.gpus)
     how = f"NPROC_PER_NODE={asked}" if asked.isdigit() else f"one per visible GPU ({machine.describe()})"
-    return replace(plan, processes=n, spawner="llamafactory-cli", port_explicit=False, port_source="a free port",
-                   processes_evidence=Evidence(None, "llamafactory-cli train", f"{n} processes: llamafactory-cli "
-                                                                               f"starts torchrun, {how}", "profile"))
+    starts = "torchrun" if tool == "llamafactory-cli" else "accelerate launch"
+    return replace(plan, processes=n, spawner=tool, port_explicit=False,
+                   port_source="a free port" if tool == "llamafactory-cli" else plan.port_source,
+                   processes_evidence=Evidence(None, f"{tool} train", f"{n} processes: {tool} starts {starts}, {how}",
+                                               "profile"))
 
 
 def _num_processes(launch: LaunchFacts, machine: MachineFacts) -> tuple[int | None, Evidence | None]:
@@ -232,16 +236,19 @@ def device_map_kind(v: Value) -> str:
         elif not isinstance(v.value, (int, str)):
             return "unknown"
         return "per-rank" if written_per_rank(v) else "single"  # {"": local_rank} reads 0 with LOCAL_RANK unset
-    if written_per_rank(v):
+    if any(h in v.text for h in PER_RANK_HINTS):
         return "per-rank"
     return "unknown"
 
 
 def written_per_rank(v: Value) -> bool:
-    """A device written from the process's rank, which the launcher sets per process (`{"": local_rank}`,
-    `f"cuda:{os.environ.get('LOCAL_RANK', 0)}"`): it reads 0 only where the variable is unset."""
-    return any(h in v.text for h in PER_RANK_HINTS) or any(
-        o.kind in ("env", "env-default") and any(h in o.detail for h in PER_RANK_HINTS) for o in v.origins)
+    """A device read from the environment variable the launcher sets per process (`{"": local_rank}` with
+    `local_rank = int(os.environ.get("LOCAL_RANK", 0))`): it reads 0 only where the variable is unset. A constant
+    or an argparse default named `rank` is what it says (torchrun passes no --local_rank)."""
+    return any(o.kind in ("env", "env-default") and any(h in o.detail for h in _RANK_VARIABLES) for o in v.origins)
+
+
+_RANK_VARIABLES = ("LOCAL_RANK", "RANK", "LOCAL_PROCESS_INDEX", "SLURM_LOCALID", "SLURM_PROCID")
 
 
 def command_with_option(launch: LaunchFacts, option: str) -> str:

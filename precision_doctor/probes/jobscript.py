@@ -258,40 +258,62 @@ def read_job(path: str, display: str | None = None) -> tuple[JobFacts, LaunchFac
                 env[name] = JobSetting(redact_text(value)[:200], number)
         job = JobFacts(path=display, directives=directives, env=env, launch=redact_text(shlex.join(launch_words)),
                        launch_line=number, srun=srun, srun_options=srun_options,
-                       background=_background_launches(lines[lines.index((number, line)):], expander))
+                       background=_background_launches(lines[lines.index((number, line)):], expander,
+                                                       (JobFacts(path="", directives=directives).number("nodes") or 1) > 1))
         return _with_script(job, launch_words, cwd, unknowns)
     unknowns.append(Unknown("launch line", "the job script runs no launcher the doctor knows (python, torchrun, "
                                            "accelerate launch, deepspeed), directly or through srun"))
     return (JobFacts(path=display, directives=directives, env=env, unknowns=tuple(unknowns)), LaunchFacts(known=False))
 
 
-def _background_launches(lines: list[tuple[int, str]], expander: _Expander) -> tuple[tuple[int, str], ...]:
-    """The launches from the first on that run in the background (`... &`, as a sweep starts several at once), each
-    with the rendezvous port it listens on: `--master_port`/`--main_process_port`/`--rdzv_endpoint` as written,
-    else MASTER_PORT as the script exports it, else the launchers' 29500; "" where it picks a free one
-    (`torchrun --standalone`) or the port cannot be read."""
-    out = []
+def _background_launches(lines: list[tuple[int, str]], expander: _Expander, multi_node: bool
+                         ) -> tuple[tuple[int, str, int], ...]:
+    """The launches from the first on that run at the same time as another (a sweep: `torchrun ... &` twice, then
+    `wait`), each as (line, the rendezvous port it listens on, its group: launches of one group overlap). A `wait`,
+    or a launch in the foreground, ends a group. The port is the one written (`--master_port`, `--main_process_port`,
+    `--rdzv_endpoint`), else the launcher's fixed default (deepspeed's and a multi-process accelerate launch's 29500);
+    "" where it picks a free one (single-node torchrun, port 0) or listens on none (one process, `srun` steps a
+    multi-node job may place on different nodes)."""
+    out, group = [], 0
     for number, line in lines:
-        single = _ASSIGNMENT.match(line.strip())
-        if single and "$" not in single.group("value") and single.group("name") == "MASTER_PORT":
-            expander.vars["MASTER_PORT"] = single.group("value").strip("\"'")
-        found = _launch_in(line, expander)
         words = _words(line) or []
-        if found is None or not words or words[-1] != "&":
+        if words[:1] == ["wait"]:
+            group += 1
             continue
-        launch = found[0]
-        port = next((launch[i + 1] for i, w in enumerate(launch[:-1])
-                     if w in ("--master_port", "--master-port", "--main_process_port")), None)
-        port = port or next((w.split("=", 1)[1] for w in launch
-                             if w.startswith(("--master_port=", "--master-port=", "--main_process_port="))), None)
-        endpoint = next((launch[i + 1] for i, w in enumerate(launch[:-1]) if w in ("--rdzv_endpoint", "--rdzv-endpoint")),
-                        "")
-        if port is None and endpoint:
-            port = endpoint.rpartition(":")[2]
-        if port is None:
-            port = "" if "--standalone" in launch else (expander.vars.get("MASTER_PORT") or str(DEFAULT_PORT))
-        out.append((number, port if port.isdigit() else ""))
-    return tuple(out)
+        found = _launch_in(line, expander)
+        if found is None:
+            continue
+        background = bool(words) and (words[-1] == "&" or words[-1].endswith("&") and not words[-1].endswith("&&"))
+        launch, _, srun, _ = found
+        port = "" if srun and multi_node else _rendezvous_port(launch)
+        out.append((number, port, group))
+        if not background:
+            group += 1
+    counts = {}
+    for _, _, g in out:
+        counts[g] = counts.get(g, 0) + 1
+    return tuple(entry for entry in out if counts[entry[2]] > 1)
+
+
+def _rendezvous_port(launch: list[str]) -> str:
+    """The port a launch listens on as written, else its launcher's fixed default; "" for a free one or none."""
+    words = [w for w in launch if w != "&"]
+    values = {}
+    for i, w in enumerate(words):
+        name, eq, value = w.partition("=")
+        if name in ("--master_port", "--master-port", "--main_process_port", "--rdzv_endpoint", "--rdzv-endpoint",
+                    "--num_processes", "--nproc_per_node", "--nproc-per-node"):
+            values[name] = value if eq else (words[i + 1] if i + 1 < len(words) else "")
+    written = values.get("--master_port") or values.get("--master-port") or values.get("--main_process_port") or \
+        (values.get("--rdzv_endpoint") or values.get("--rdzv-endpoint") or "").rpartition(":")[2]
+    if written:
+        return written if written.isdigit() and written != "0" else ""
+    launcher = words[0].rsplit("/", 1)[-1] if words else ""
+    if launcher == "deepspeed":
+        return str(DEFAULT_PORT)
+    if launcher == "accelerate" and values.get("--num_processes", "1") not in ("", "1"):
+        return str(DEFAULT_PORT)
+    return ""  # torchrun on one node picks a free port (as PD110 reads it); python listens on none
 
 
 def _launch_in(line: str, expander: _Expander):

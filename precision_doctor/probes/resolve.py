@@ -155,7 +155,9 @@ class Resolver:
             if missing:
                 return Value(state=DYNAMIC, text=text, location=where,
                              reason=f"key {missing!r} of the dict is not a constant")
-            return Value(state=KNOWN, value=plain, text=text, origins=(Origin("code", text, where),),
+            read = tuple(o for item in sym.items.values() if isinstance(item, Known)  # an entry read from the env
+                         for o in item.origins if o.kind in ("env", "env-default"))
+            return Value(state=KNOWN, value=plain, text=text, origins=read + (Origin("code", text, where),),
                          location=sym.location or where)
         return Value(state=DYNAMIC, text=text, location=where,
                      reason=reason_of(sym, f"{text} is an object, not a value"))
