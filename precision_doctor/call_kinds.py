@@ -209,7 +209,7 @@ RECOGNISERS: tuple[Recogniser, ...] = (
     # generic method names, last
     Recogniser(CallKind.CAST, methods=CAST_METHODS),
     Recogniser(CallKind.ADD_ADAPTER, methods={"add_adapter"}),
-    Recogniser(CallKind.GC_ENABLE, methods={"gradient_checkpointing_enable"}),
+    Recogniser(CallKind.GC_ENABLE, methods={"gradient_checkpointing_enable", "activation_checkpointing_enable"}),
     Recogniser(CallKind.INPUT_GRADS, methods={"enable_input_require_grads"}),
     Recogniser(CallKind.METHOD, methods=LOOP_METHODS),
     Recogniser(CallKind.PREPARE, methods={"prepare", "prepare_model", "prepare_optimizer"}),

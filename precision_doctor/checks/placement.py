@@ -195,7 +195,12 @@ def device_map_auto_under_ddp(script: ScriptFacts, setup: Setup, machine: Machin
                    launcher="torchrun --nproc_per_node 2 train.py", versions={"transformers": "4.57.1"}),
            Example(_per_rank(_QLORA.format(device_map=", device_map={'': 0}", args=", gradient_checkpointing=True")),
                    launcher="torchrun --nproc_per_node 2 train.py", versions={"transformers": "4.57.1"},
-                   note="the Trainer turns find_unused_parameters on for a PeftModel, which is no PreTrainedModel")],
+                   note="the Trainer turns find_unused_parameters on for a PeftModel, which is no PreTrainedModel"),
+           Example(_per_rank(_QLORA.format(device_map=", device_map={'': 0}",
+                                           args=", activation_checkpointing=True, "
+                                                "activation_checkpointing_kwargs={'use_reentrant': True}")),
+                   launcher="torchrun --nproc_per_node 2 train.py",
+                   note="transformers 5.24's names for gradient_checkpointing(_kwargs)")],
     silent=[Example(_per_rank(_QLORA.format(device_map=", device_map={'': 0}",
                                             args=", gradient_checkpointing=True, gradient_checkpointing_kwargs="
                                                  "{'use_reentrant': False}")),
@@ -233,7 +238,9 @@ def ddp_reentrant_checkpointing(script: ScriptFacts, setup: Setup, machine: Mach
         return  # Trainer turns find_unused_parameters off when checkpointing; reentrant then works
     why = "find_unused_parameters=True" + (" (the Trainer's default for a PeftModel, which is no PreTrainedModel)"
                                            if wrapped and not unused else "")
-    edits = present(set_kwarg(setup.training_args, "gradient_checkpointing_kwargs", '{"use_reentrant": False}')) \
+    spelled = "activation_checkpointing_kwargs" if setup.training_args is not None and \
+        "activation_checkpointing_kwargs" in setup.training_args.kwargs else "gradient_checkpointing_kwargs"
+    edits = present(set_kwarg(setup.training_args, spelled, '{"use_reentrant": False}')) \
         if setup.training_args is not None else ()
     yield Draft(f"reentrant gradient checkpointing under {n}-process DDP with {why}: DDP marks parameters ready twice",
                 evidence=(n_ev,) + ev, fix=Fix("gradient_checkpointing_kwargs={'use_reentrant': False}", applicability=Applicability.SAFE,

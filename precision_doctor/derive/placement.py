@@ -5,7 +5,7 @@ Derived once per script; rules read the result from `setup.placement`."""
 from __future__ import annotations
 
 from .. import dtypes
-from ..facts import ABSENT, KNOWN, Call, MachineFacts, ScriptFacts, StackFacts
+from ..facts import ABSENT, KNOWN, Call, MachineFacts, ScriptFacts, StackFacts, Value
 from ..findings import Evidence
 from ..probes.stack import TRAINER_SKIPS_DP_FOR_4BIT, at_least
 from .launch import device_map_kind
@@ -103,7 +103,7 @@ def _checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, sta
     reentrant = None
     args = setup.training_args
     if args is not None:
-        gc = decide(args.kwarg("gradient_checkpointing"), machine, stack)
+        gc = decide(_either(args, "activation_checkpointing", "gradient_checkpointing"), machine, stack)
         trl_default = setup.trl and gc.state == ABSENT
         if gc.is_(True) or trl_default:
             on = by_args = True
@@ -136,8 +136,14 @@ def _checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, sta
     return Checkpointing(on, bool(reentrant), tuple(evidence))
 
 
+def _either(call: Call, *names: str) -> Value:
+    """The first of the names the call is given: transformers 5.24 renamed gradient_checkpointing(_kwargs) to
+    activation_checkpointing(_kwargs) and keeps the old names as aliases (training_args.py:302-315)."""
+    return next((call.kwargs[n] for n in names if n in call.kwargs), call.kwarg(names[-1]))
+
+
 def _use_reentrant(call: Call, machine: MachineFacts, stack: StackFacts, evidence: list[Evidence]) -> bool | None:
-    kw = decide(call.kwarg("gradient_checkpointing_kwargs"), machine, stack)
+    kw = decide(_either(call, "activation_checkpointing_kwargs", "gradient_checkpointing_kwargs"), machine, stack)
     if kw.state == KNOWN and isinstance(kw.value, dict) and "use_reentrant" in kw.value:
         evidence.append(evidence_of(kw, f"use_reentrant={bool(kw.value['use_reentrant'])}", call))
         return bool(kw.value["use_reentrant"])
