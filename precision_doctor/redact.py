@@ -181,7 +181,8 @@ ACCELERATE_CONFIG_KEYS = {"mixed_precision": True, "num_processes": True, "main_
                           "fsdp_config": {k: True for k in (
                               "fsdp_sharding_strategy", "fsdp_offload_params", "fsdp_version",
                               "fsdp_reshard_after_forward", "fsdp_auto_wrap_policy", "sharding_strategy",
-                              "offload_params", "version", "reshard_after_forward")}}
+                              "offload_params", "version", "reshard_after_forward", "fsdp_use_orig_params",
+                              "use_orig_params")}}
 
 
 def keep_read_keys(data: Any, shape: dict) -> dict:

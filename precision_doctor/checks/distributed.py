@@ -226,6 +226,7 @@ _ACC_FSDP_LORA = ("import torch\nfrom accelerate import Accelerator\nfrom peft i
     applicability=Applicability.DISPLAY,
     fix_safety="Display only.",
     log=LogSignature(patterns=(r"Must flatten tensors with uniform dtype", r"requires uniform dtype",
+                               r"Must flatten tensors with uniform `requires_grad`",
                            r"Cannot flatten integer dtype tensors", r"Integer parameters are unsupported")),
     fires=[Example("import torch\nfrom torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
                    "from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy\n"
@@ -243,7 +244,11 @@ _ACC_FSDP_LORA = ("import torch\nfrom accelerate import Accelerator\nfrom peft i
                    "SFTTrainer(model=model, args=args, peft_config=LoraConfig(r=8)).train()\n"),
            Example(_ACC_FSDP_LORA.format(imports="", policy=""),
                    launcher="accelerate launch --use_fsdp --fsdp_version 1 --num_processes 2 train.py",
-                   note="accelerate installs no peft wrap policy (Trainer does)")],
+                   note="accelerate installs no peft wrap policy (Trainer does), and use_orig_params is off by default: "
+                        "frozen and trainable parameters in one unit"),
+           Example(_ACC_FSDP_LORA.format(imports="", policy=""),
+                   launcher="accelerate launch --use_fsdp --fsdp_version 1 --fsdp_use_orig_params true "
+                            "--num_processes 2 train.py", note="use_orig_params on: bf16 base and fp32 adapters")],
     silent=[Example(_ACC_FSDP_LORA.format(imports="", policy="model = model.to(torch.bfloat16)\n"),
                     launcher="accelerate launch --use_fsdp --fsdp_version 1 --fsdp_use_orig_params true "
                              "--num_processes 2 train.py", note="the adapters cast to the base's dtype"),
@@ -303,14 +308,26 @@ def fsdp_mixed_dtype_flatten(script: ScriptFacts, setup: Setup, machine: Machine
                                                  f"torch.{setup.weights.value or 'bfloat16'}")) if cfg else ()))
         return
     raw = script.of("fsdp")
+    launched = not raw and setup.peft.value and setup.style == "accelerate" and setup.sharding.source == "launch" \
+        and setup.sharding.fsdp_version in (None, 1) and not script.of("peft_wrap_policy")
+    if launched and not setup.sharding.use_orig_params:
+        # FSDP1 without use_orig_params flattens a unit's parameters into one that must also share requires_grad:
+        # a frozen base and trainable adapters in one block fail whatever their dtypes
+        yield Draft("FSDP (from the accelerate config, use_orig_params off) wraps frozen base weights and trainable "
+                    "LoRA adapters into the same units: accelerate installs no peft policy",
+                    evidence=(on,) + setup.peft.evidence,
+                    error="ValueError: Must flatten tensors with uniform `requires_grad` when `use_orig_params=False`",
+                    fix=Fix("before accelerator.prepare: accelerator.state.fsdp_plugin.auto_wrap_policy = "
+                            "fsdp_auto_wrap_policy(model) (from peft.utils.other), or fsdp_use_orig_params: true with "
+                            "the adapters in the base's dtype", applicability=Applicability.UNSAFE))
+        return
     if not setup.peft.value or not dtypes.is_half(setup.weights.value) or \
             setup.adapter_dtype.value == setup.weights.value:
         return
     attach = setup.peft.call
     recast = attach is not None and any((c.location.path, c.location.line) > (attach.location.path, attach.location.line)
                                         for c in setup.casts)  # `model.to(torch.bfloat16)` after the adapters
-    if not raw and setup.style == "accelerate" and setup.sharding.source == "launch" and not recast and \
-            setup.sharding.fsdp_version in (None, 1) and not script.of("peft_wrap_policy"):
+    if launched and not recast:
         # accelerate's FSDP1 plugin wraps with the config's policy (or none): unlike Trainer it installs no peft
         # policy for a PeftModel, so the half base and fp32 adapters of a block share a unit
         yield Draft(f"FSDP (from the accelerate config) wraps {setup.weights.value} base weights and "

@@ -48,6 +48,7 @@ class Sharding:
     offload_params: bool = False
     fsdp: str = ""  # full_shard | shard_grad_op | hybrid_shard | no_shard
     fsdp_version: int | None = None
+    use_orig_params: bool = False  # FSDP1's use_orig_params (accelerate's default False): units may mix requires_grad
     zero3_init: bool = True  # accelerate's zero3_init_flag (its default under ZeRO-3 is on)
     evidence: tuple[Evidence, ...] = ()  # where it is set up: the setting that turns it on first
     call: Call | None = None  # the call that registers it with transformers (TrainingArguments, Accelerator())

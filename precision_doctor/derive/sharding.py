@@ -148,11 +148,13 @@ def _launch_sharding(setup: Setup, launch: LaunchFacts, machine: MachineFacts) -
             name = "FULL_SHARD" if strategy.value else "SHARD_GRAD_OP"
         version = settings.get("fsdp_version")
         offload = settings.get("fsdp_offload_params")
+        orig = settings.get("fsdp_use_orig_params")  # accelerate's FSDP1 default: False (utils/dataclasses.py:1938)
         kind = _FSDP_STRATEGIES.get(name, "full_shard")
         evidence = (_evidence(on, "FSDP", launch.command),) + (
             (_evidence(strategy, kind, launch.command),) if strategy is not None else ())
         return Sharding("fsdp", "launch", fsdp=kind,
                         offload_params=offload is not None and str(offload.value).lower() == "true",
+                        use_orig_params=orig is not None and str(orig.value).lower() == "true",
                         fsdp_version=_fsdp_version(version), evidence=evidence, call=call)
     return None
 

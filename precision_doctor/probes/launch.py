@@ -29,7 +29,7 @@ _BOOL_FLAGS = {"--multi_gpu", "--cpu", "--standalone", "--use_deepspeed", "--use
 ACCELERATE_SWITCHES = ("use_deepspeed", "use_fsdp", "multi_gpu", "cpu")
 ACCELERATE_OPTIONS = ("zero_stage", "offload_optimizer_device", "offload_param_device", "zero3_init_flag",
                       "deepspeed_config_file", "fsdp_sharding_strategy", "fsdp_offload_params", "fsdp_version",
-                      "fsdp_reshard_after_forward")
+                      "fsdp_reshard_after_forward", "fsdp_use_orig_params")
 
 
 def parse_launcher(command: str) -> LaunchFacts:
