@@ -220,7 +220,11 @@ def srun_tasks_times_launcher_processes(job: JobFacts, launch: LaunchFacts):
                                    body="CUDA_VISIBLE_DEVICES=0,1,2,3 torchrun --nproc_per_node 4 --master_port 29500 "
                                         "train.py --lr 1e-5 &\nCUDA_VISIBLE_DEVICES=4,5,6,7 torchrun --nproc_per_node 4 "
                                         "--master_port 29500 train.py --lr 3e-5 &\nwait\n"),
-                   note="an error: a sweep's two runs start at once on one port")],
+                   note="an error: a sweep's two runs start at once on one port"),
+           Example(_LOOP, job=_job("--nodes=1", "--gres=gpu:8", "--exclusive",
+                                   body="for lr in 1e-5 3e-5; do\n  torchrun --nproc_per_node 4 --master_port 29500 "
+                                        "train.py --lr $lr &\ndone\nwait\n"),
+                   note="a loop that starts its launches in the background")],
     silent=[Example(_LOOP, job=_job("-N 2", "--ntasks-per-node=1", "--gres=gpu:4",
                                     body="export MASTER_PORT=$((10000 + SLURM_JOB_ID % 50000))\n"
                                          "srun torchrun --nnodes 2 --nproc_per_node 4 train.py\n")),
@@ -239,7 +243,11 @@ def srun_tasks_times_launcher_processes(job: JobFacts, launch: LaunchFacts):
             Example(_LOOP, job=_job("--nodes=1", "--gres=gpu:8", "--exclusive",
                                     body="torchrun --nproc_per_node 8 --master_port 29500 train.py --stage 1 &\nwait\n"
                                          "torchrun --nproc_per_node 8 --master_port 29500 train.py --stage 2 &\nwait\n"),
-                    note="each launch is waited for before the next")],
+                    note="each launch is waited for before the next"),
+            Example(_LOOP, job=_job("--nodes=1", "--gres=gpu:8", "--exclusive",
+                                    body="i=0\nfor lr in 1e-5 3e-5; do\n  torchrun --nproc_per_node 4 --master_port "
+                                         "$((29500 + i)) train.py --lr $lr &\n  i=$((i + 1))\ndone\nwait\n"),
+                    note="a port of its own per iteration")],
 )
 def job_fixed_master_port(job: JobFacts, launch: LaunchFacts):
     if job is None or not launch.known:
@@ -251,10 +259,12 @@ def job_fixed_master_port(job: JobFacts, launch: LaunchFacts):
     clash = next(((port, lines) for (port, _), lines in by_port.items() if len(lines) > 1), None)
     if clash:  # a sweep starting its runs at once: they share the node, whatever the job asks of the scheduler
         port, lines = clash
-        yield Draft(f"the job starts {len(lines)} launches at once (lines {', '.join(map(str, lines))}) on rendezvous "
-                    f"port {port}: all but the first fail to listen", path=job.path, severity="error",
+        what = f"launches at once (lines {', '.join(map(str, sorted(set(lines))))})" if len(set(lines)) > 1 else \
+            f"the launch at line {lines[0]} once per loop iteration, all at once,"
+        yield Draft(f"the job starts {what} on rendezvous port {port}: all but the first fail to listen",
+                    path=job.path, severity="error",
                     evidence=tuple(_at(job, line, f"line {line}", f"started in the background on port {port}")
-                                   for line in lines),
+                                   for line in sorted(set(lines))),
                     fix=Fix("give each launch its own port (`--master_port $((MASTER_PORT + 1))` for the second), or "
                             "leave torchrun's unset on one node, where it picks a free one"))
         return

@@ -258,7 +258,7 @@ def read_job(path: str, display: str | None = None) -> tuple[JobFacts, LaunchFac
                 env[name] = JobSetting(redact_text(value)[:200], number)
         job = JobFacts(path=display, directives=directives, env=env, launch=redact_text(shlex.join(launch_words)),
                        launch_line=number, srun=srun, srun_options=srun_options,
-                       background=_background_launches(lines[lines.index((number, line)):], expander,
+                       background=_background_launches(lines[body_start:], expander,
                                                        (JobFacts(path="", directives=directives).number("nodes") or 1) > 1))
         return _with_script(job, launch_words, cwd, unknowns)
     unknowns.append(Unknown("launch line", "the job script runs no launcher the doctor knows (python, torchrun, "
@@ -274,11 +274,19 @@ def _background_launches(lines: list[tuple[int, str]], expander: _Expander, mult
     `--rdzv_endpoint`), else the launcher's fixed default (deepspeed's and a multi-process accelerate launch's 29500);
     "" where it picks a free one (single-node torchrun, port 0) or listens on none (one process, `srun` steps a
     multi-node job may place on different nodes)."""
-    out, group = [], 0
+    out, group, loops = [], 0, []  # loops: how often each enclosing `for` runs its body (2: "more than once")
     for number, line in lines:
         words = _words(line) or []
         if words[:1] == ["wait"]:
             group += 1
+            continue
+        if words[:1] == ["for"]:  # `for lr in 1e-5 3e-5; do`: a sweep starts its body once per item
+            after = words[words.index("in") + 1:] if "in" in words else []
+            items = [w.rstrip(";") for w in after[:after.index("do") if "do" in after else len(after)]]
+            loops.append(1 if len([w for w in items if w]) == 1 else 2)  # `for ((...))`, `$(seq ...)`: unknown
+            continue
+        if words[:1] == ["done"] and loops:
+            loops.pop()
             continue
         found = _launch_in(line, expander)
         if found is None:
@@ -286,7 +294,9 @@ def _background_launches(lines: list[tuple[int, str]], expander: _Expander, mult
         background = bool(words) and (words[-1] == "&" or words[-1].endswith("&") and not words[-1].endswith("&&"))
         launch, _, srun, _ = found
         port = "" if srun and multi_node else _rendezvous_port(launch)
-        out.append((number, port, group))
+        if loops and re.search(r"(--master[_-]port|--main_process_port|--rdzv[_-]endpoint)[= ]\S*\$", line):
+            port = ""  # written from a variable: it may change from one iteration to the next
+        out.extend([(number, port, group)] * (max(loops) if loops and background else 1))
         if not background:
             group += 1
     counts = {}
