@@ -197,6 +197,13 @@ def srun_tasks_times_launcher_processes(job: JobFacts, launch: LaunchFacts):
                 fix=Fix(f"#SBATCH --ntasks-per-node=1 (one {launch.launcher} per node, {each} processes each)"))
 
 
+def _sweep(first: str, second: str) -> str:
+    """A job that starts two runs of a sweep at once on one node, each launch with its own port options."""
+    return _job("--nodes=1", "--gres=gpu:8", "--exclusive",
+                body=f"CUDA_VISIBLE_DEVICES=0,1,2,3 torchrun --nproc_per_node 4{first} train.py --lr 1e-5 &\n"
+                     f"CUDA_VISIBLE_DEVICES=4,5,6,7 torchrun --nproc_per_node 4{second} train.py --lr 3e-5 &\nwait\n")
+
+
 @rule(
     "PD119", "job-fixed-master-port", severity="warning", escalates_to="error", phase="launch",
     summary="The job script fixes the rendezvous port, and another job on a shared node can hold it.",
@@ -216,10 +223,7 @@ def srun_tasks_times_launcher_processes(job: JobFacts, launch: LaunchFacts):
     fires=[Example(_LOOP, job=_job("-N 2", "--ntasks-per-node=1", "--gres=gpu:4",
                                    body="export MASTER_PORT=29500\n"
                                         "srun torchrun --nnodes 2 --nproc_per_node 4 train.py\n")),
-           Example(_LOOP, job=_job("--nodes=1", "--gres=gpu:8", "--exclusive",
-                                   body="CUDA_VISIBLE_DEVICES=0,1,2,3 torchrun --nproc_per_node 4 --master_port 29500 "
-                                        "train.py --lr 1e-5 &\nCUDA_VISIBLE_DEVICES=4,5,6,7 torchrun --nproc_per_node 4 "
-                                        "--master_port 29500 train.py --lr 3e-5 &\nwait\n"),
+           Example(_LOOP, job=_sweep(" --master_port 29500", " --master_port 29500"),
                    note="an error: a sweep's two runs start at once on one port"),
            Example(_LOOP, job=_job("--nodes=1", "--gres=gpu:8", "--exclusive",
                                    body="for lr in 1e-5 3e-5; do\n  torchrun --nproc_per_node 4 --master_port 29500 "
@@ -231,15 +235,8 @@ def srun_tasks_times_launcher_processes(job: JobFacts, launch: LaunchFacts):
             Example(_LOOP, job=_job("-N 2", "--ntasks-per-node=1", "--gres=gpu:4", "--exclusive",
                                     body="export MASTER_PORT=29500\n"
                                          "srun torchrun --nnodes 2 --nproc_per_node 4 train.py\n")),
-            Example(_LOOP, job=_job("--nodes=1", "--gres=gpu:8", "--exclusive",
-                                    body="CUDA_VISIBLE_DEVICES=0,1,2,3 torchrun --nproc_per_node 4 --master_port 29500 "
-                                         "train.py --lr 1e-5 &\nCUDA_VISIBLE_DEVICES=4,5,6,7 torchrun --nproc_per_node 4 "
-                                         "--master_port 29501 train.py --lr 3e-5 &\nwait\n")),
-            Example(_LOOP, job=_job("--nodes=1", "--gres=gpu:8", "--exclusive",
-                                    body="CUDA_VISIBLE_DEVICES=0,1,2,3 torchrun --nproc_per_node 4 train.py --lr 1e-5 &\n"
-                                         "CUDA_VISIBLE_DEVICES=4,5,6,7 torchrun --nproc_per_node 4 train.py --lr 3e-5 &\n"
-                                         "wait\n"),
-                    note="torchrun on one node with no port given picks a free one"),
+            Example(_LOOP, job=_sweep(" --master_port 29500", " --master_port 29501")),
+            Example(_LOOP, job=_sweep("", ""), note="torchrun on one node with no port given picks a free one"),
             Example(_LOOP, job=_job("--nodes=1", "--gres=gpu:8", "--exclusive",
                                     body="torchrun --nproc_per_node 8 --master_port 29500 train.py --stage 1 &\nwait\n"
                                          "torchrun --nproc_per_node 8 --master_port 29500 train.py --stage 2 &\nwait\n"),
