@@ -146,8 +146,8 @@ def _between_steps(at: Call, steps: list[Call], repeated: set[str] = frozenset()
 def _pd203(cast: Call, opt: Call, d: str, what: str, via: Call | None = None, when: str = "always") -> Draft:
     evidence = [call_evidence(opt, "optimizer created: its state follows the parameters' dtype at the first step")]
     if via is not None:
-        runs = f"{via.callee}() casts {what}" if via.callee.startswith("self.") and what.startswith("self.") \
-            else f"{what} passed to {via.callee}()"
+        runs = f"{via.callee}() casts {what}" if "." in via.callee and what.startswith("self.") \
+            else f"{what} passed to {via.callee}()"  # (a method is recorded by its class: "Loop.evaluate")
         evidence.append(call_evidence(via, runs + (" inside the loop" if via.in_loop else "")))
     evidence.append(call_evidence(cast, f"cast to {d} in place"))
     state = "Adam's fp32 moments" if "adam" in opt.callee.lower() else f"the fp32 state of {opt.callee}"

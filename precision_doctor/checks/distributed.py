@@ -201,6 +201,9 @@ def _fsdp_on(setup: Setup) -> Evidence | None:
 _MIXING_POLICIES = ("transformer_auto_wrap_policy", "size_based_auto_wrap_policy", "ModuleWrapPolicy")
 
 
+# the fix for a hand-written accelerate loop under an FSDP1 config: peft's policy, which Trainer installs itself
+_PEFT_POLICY_BEFORE_PREPARE = ("before accelerator.prepare: accelerator.state.fsdp_plugin.auto_wrap_policy = "
+                               "fsdp_auto_wrap_policy(model) (from peft.utils.other)")
 _ACC_FSDP_LORA = ("import torch\nfrom accelerate import Accelerator\nfrom peft import LoraConfig, get_peft_model\n"
                   "{imports}from transformers import AutoModelForCausalLM\naccelerator = Accelerator()\n"
                   "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.bfloat16)\n"
@@ -317,8 +320,7 @@ def fsdp_mixed_dtype_flatten(script: ScriptFacts, setup: Setup, machine: Machine
                     "LoRA adapters into the same units: accelerate installs no peft policy",
                     evidence=(on,) + setup.peft.evidence,
                     error="ValueError: Must flatten tensors with uniform `requires_grad` when `use_orig_params=False`",
-                    fix=Fix("before accelerator.prepare: accelerator.state.fsdp_plugin.auto_wrap_policy = "
-                            "fsdp_auto_wrap_policy(model) (from peft.utils.other), or fsdp_use_orig_params: true with "
+                    fix=Fix(f"{_PEFT_POLICY_BEFORE_PREPARE}, or fsdp_use_orig_params: true with "
                             "the adapters in the base's dtype", applicability=Applicability.UNSAFE))
         return
     if not setup.peft.value or not dtypes.is_half(setup.weights.value) or \
@@ -335,8 +337,7 @@ def fsdp_mixed_dtype_flatten(script: ScriptFacts, setup: Setup, machine: Machine
                     evidence=(on,) + setup.weights.evidence + setup.adapter_dtype.evidence,
                     error=f"ValueError: Must flatten tensors with uniform dtype but got torch.{setup.weights.value} "
                           f"and torch.{setup.adapter_dtype.value}",
-                    fix=Fix("before accelerator.prepare: accelerator.state.fsdp_plugin.auto_wrap_policy = "
-                            "fsdp_auto_wrap_policy(model) (from peft.utils.other)", applicability=Applicability.UNSAFE))
+                    fix=Fix(_PEFT_POLICY_BEFORE_PREPARE, applicability=Applicability.UNSAFE))
         return
     if not raw:
         return  # Trainer installs peft's fsdp_auto_wrap_policy for PeftModels itself

@@ -19,10 +19,10 @@ from .checkpoint import checkpoint_of, describe_source
 from .launch import Sharding
 from .._util import record
 
-TORCH_EMULATES_BF16 = "2.3"
+TORCH_EMULATES_BF16 = "2.3"  # torch.cuda.is_bf16_supported(including_emulation=True) from this release on
 # from_pretrained / from_config take `dtype=` from 4.56 (PR #39782; `torch_dtype=` warns from then on); before, only
 # `torch_dtype=`, and a `dtype=` reaches the model's __init__: TypeError
-DTYPE_KEYWORD_FROM = "4.56"  # torch.cuda.is_bf16_supported(including_emulation=True) from this release on
+DTYPE_KEYWORD_FROM = "4.56"
 
 
 # --- hardware predicates ----------------------------------------------------------------------

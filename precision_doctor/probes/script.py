@@ -426,20 +426,23 @@ class _Collector:
             if refs:
                 self.calls[index] = replace(self.calls[index], refs=refs)
 
+    def _recorded(self, node: ast.Call) -> Call | None:
+        """The call recorded for this node, or for a local function's call as written (recorded bound by name)."""
+        index = self.by_node.get(id(node), self.by_written.get(id(node)))
+        return self.calls[index] if index is not None else None
+
     def _call_of(self, expr: ast.AST, scope, ctx) -> Call | None:
         if isinstance(expr, ast.Call):
-            index = self.by_node.get(id(expr), self.by_written.get(id(expr)))
-            if index is not None:
-                return self.calls[index]
+            if (found := self._recorded(expr)) is not None:
+                return found
             if isinstance(expr.func, ast.Attribute) and expr.func.attr in ("parameters", "named_parameters"):
                 return self._call_of(expr.func.value, scope, ctx)
             return None
         if isinstance(expr, (ast.Name, ast.Attribute)):
             sym = self.r.sym(expr, scope, ctx)
             if isinstance(sym, ObjSym):
-                index = self.by_node.get(id(sym.call), self.by_written.get(id(sym.call)))
-                if index is not None:
-                    return self.calls[index]
+                if (found := self._recorded(sym.call)) is not None:
+                    return found
                 return self._call_of(sym.call, sym.scope, ctx)
             if isinstance(sym, Namespace) and sym.class_name:
                 return self._parsed_args.get(sym.class_name)
