@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from rich.console import Console
-from rich.markup import escape
+from .redact import markup as escape  # data from scripts: redacted, controls visible, markup literal
 from rich.syntax import Syntax
 
 from . import engine
@@ -182,7 +182,11 @@ class Session:
         if self.write:
             for c in step.changes:
                 self.backup.keep(c.path, c.before_bytes, c.after_bytes)  # before the file changes, never after
-                write_change(c)
+                try:
+                    write_change(c)
+                except BaseException:
+                    self.backup.forget(c.path)  # nothing was written: no undo for it
+                    raise
         self.texts.update({c.path: c.after for c in step.changes})
         self.applied.extend(step.findings)
         self.decided.update(_key(g) for g in step.findings)

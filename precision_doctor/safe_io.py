@@ -282,3 +282,149 @@ def _describe(what: str, path: str, exc: OSError, folder: bool = False) -> str:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return f"{what}: cannot write ({reason}); free some space and run it again"
     return f"{what}: cannot write ({reason})"
+
+
+# --- the doctor's own state ----------------------------------------------------------------------------
+
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_STATE_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+MAX_STATE_BYTES = 16 * 1024 * 1024  # an undo manifest, or the copy of one script (sources cap those at 2 MiB)
+
+
+class OwnFolder:
+    """A folder of the doctor's own state, held open: every folder in its chain below the state home was opened
+    without following a link and is owned by this user, and every name in it is created, read, replaced and
+    removed relative to it, never through a link. A planted link or someone else's folder is refused with one line
+    (exit 2); a FIFO or a device is never read, and nothing is read past MAX_STATE_BYTES."""
+
+    def __init__(self, fd: int, path: str):
+        self.fd = fd
+        self.path = path
+
+    @classmethod
+    def open(cls, home: str, parts: tuple[str, ...], create: bool) -> OwnFolder | None:
+        """`home`/parts[0]/parts[1]/..., made (0700) where missing when `create`; None when one is missing and not
+        `create`. `home` itself (the user's XDG state folder) is made as any folder is."""
+        if create:
+            make_folder(home, what=f"state folder {home}", mode=0o700)
+        try:
+            fd = os.open(home, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise InputError(_describe(f"state folder {home}", home, exc, folder=True)) from None
+        folder = cls(fd, home)
+        try:
+            for name in parts:
+                inner = folder.folder(name, create)
+                folder.close()
+                if inner is None:
+                    return None
+                folder = inner
+        except BaseException:
+            folder.close()
+            raise
+        return folder
+
+    def folder(self, name: str, create: bool) -> OwnFolder | None:
+        path = os.path.join(self.path, name)
+        if create:
+            try:
+                os.mkdir(name, 0o700, dir_fd=self.fd)
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise InputError(_describe(f"state folder {path}", path, exc, folder=True)) from None
+        try:
+            fd = os.open(name, _FOLDER_FLAGS, dir_fd=self.fd)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise InputError(f"{path}: the doctor's state folder is a link or not a folder; remove it (the "
+                                 f"doctor never writes through a link)") from None
+            raise InputError(_describe(f"state folder {path}", path, exc, folder=True)) from None
+        owner = os.fstat(fd).st_uid
+        if owner != os.geteuid():
+            os.close(fd)
+            raise InputError(f"{path}: the doctor's state folder belongs to another user (uid {owner}); remove it "
+                             f"or set XDG_STATE_HOME to a folder of yours")
+        return OwnFolder(fd, path)
+
+    def names(self) -> list[str]:
+        try:
+            return sorted(entry.name for entry in os.scandir(self.fd))
+        except OSError:
+            return []
+
+    def read(self, name: str, limit: int = MAX_STATE_BYTES) -> bytes:
+        path = os.path.join(self.path, name)
+        try:
+            fd = os.open(name, _STATE_READ_FLAGS, dir_fd=self.fd)
+        except OSError as exc:
+            reason = "a link" if exc.errno == errno.ELOOP else (exc.strerror or type(exc).__name__).lower()
+            raise InputError(f"{path}: cannot be read ({reason})") from None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise InputError(f"{path}: not a regular file; the doctor's state was tampered with")
+            if info.st_size > limit:
+                raise InputError(f"{path}: larger than the doctor ever writes there; the state was tampered with")
+            chunks, size = [], 0
+            while size <= limit:
+                chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+            if size > limit:
+                raise InputError(f"{path}: larger than the doctor ever writes there; the state was tampered with")
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+
+    def write(self, name: str, data: bytes) -> None:
+        """`name` replaced whole (0600): a temp file created exclusively beside it, then renamed over it; a link
+        at `name` is replaced, never followed."""
+        import secrets
+
+        temp = f".{name}.{TEMP_TAG}-{os.getpid()}-{secrets.token_hex(6)}.tmp"
+        path = os.path.join(self.path, name)
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                         dir_fd=self.fd)
+            try:
+                try:
+                    _write_all(fd, data)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(temp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+            except BaseException:
+                try:
+                    os.unlink(temp, dir_fd=self.fd)
+                except OSError:
+                    pass
+                raise
+        except OSError as exc:
+            raise InputError(_describe(f"undo state {path}", path, exc)) from None
+
+    def remove(self, name: str, folder: bool = False) -> None:
+        try:
+            if folder:
+                os.rmdir(name, dir_fd=self.fd)
+            else:
+                os.unlink(name, dir_fd=self.fd)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> OwnFolder:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

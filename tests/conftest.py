@@ -52,6 +52,12 @@ def run_check(tmp_path, monkeypatch):
     return _run
 
 
+@pytest.fixture(autouse=True)
+def own_state_home(tmp_path_factory, monkeypatch):
+    """Each test's `fix` undo folders in a state home of its own (XDG_STATE_HOME), never the user's."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+
+
 def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true",
                      help="rewrite golden files (README rule table, golden reports) from the current code")

@@ -246,7 +246,8 @@ def test_undo_refuses_a_file_changed_since_the_fix_unless_forced(tmp_path):
     assert (project / FIXED).read_bytes() == original
 
 
-def test_a_planted_manifest_restores_nothing_outside_its_project(tmp_path):
+def test_a_planted_manifest_restores_nothing(tmp_path):
+    """Undo data lives in the user's state folder: a manifest planted in the checked tree is never read."""
     outside = tmp_path / "outside.txt"
     outside.write_text("mine\n")
     run = tmp_path / "proj" / ".precision-doctor" / "backup" / "20990101T000000.000000Z-1"
@@ -255,8 +256,9 @@ def test_a_planted_manifest_restores_nothing_outside_its_project(tmp_path):
     from precision_doctor.safe_io import digest
 
     (run / "manifest.json").write_text(
-        '{"version": 1, "files": [{"path": "%s", "backup": "files/x", "original_sha256": "%s", '
-        '"written_sha256": ["%s"]}]}' % (outside, digest(b"evil\n"), digest(b"mine\n")))
-    proc = doctor("fix", "--undo", cwd=tmp_path / "proj")
-    assert proc.returncode == 2 and b"outside the project" in proc.stderr
+        '{"version": 2, "roots": ["%s"], "files": [{"path": "%s", "backup": "files/x", "original_sha256": "%s", '
+        '"written_sha256": ["%s"]}]}' % (tmp_path, outside, digest(b"evil\n"), digest(b"mine\n")))
+    for named in ((), (str(run),)):
+        proc = doctor("fix", "--undo", *named, cwd=tmp_path / "proj")
+        assert proc.returncode == 2 and b"nothing to undo" in proc.stderr, proc.stderr
     assert outside.read_text() == "mine\n"
