@@ -6,7 +6,6 @@ accelerate config), a named `--target` profile, or a `--facts` snapshot taken on
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import time
@@ -26,7 +25,7 @@ from .probes.script import one_run, probe_script
 from .probes.signatures import with_installed_signatures
 from .probes.stack import StackResolver, training_environment
 from .probes.target import find_profile, machine_from_target
-from .sources import Unreadable, os_reason, read_text_bounded, status
+from .sources import Unreadable, os_reason, parse_json, read_text_bounded, status
 from .walk import python_files
 
 SNAPSHOT_KIND = "precision-doctor-snapshot"
@@ -211,27 +210,28 @@ def gather_allocation(environ: Mapping[str, str], launcher: str | None,
     """Inside a SLURM allocation: one `precision-doctor snapshot` per node through srun (the scheduler's own
     launcher, `--overlap` so it runs beside a job step), one JSON line back from each, merged. A node that sends
     nothing back is recorded as unknown, with srun's reason."""
-    import shlex
     import subprocess
-    import sys
 
     job_id = environ.get("SLURM_JOB_ID", "")
     if not job_id:
         raise InputError("snapshot --all-nodes runs inside a SLURM allocation (SLURM_JOB_ID is not set): "
                          "`salloc -N 2` first, or `srun -N 2 --ntasks-per-node=1 precision-doctor snapshot` per node")
+    from .programs import doctor_python, find_program
+
     run = run or subprocess.run
     count = environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES") or "1"
-    child = [sys.executable, "-m", "precision_doctor", "snapshot", "--node-json"]
-    if launcher:
-        child += ["--launcher", launcher]
-    command = ["srun", f"--nodes={count}", "--ntasks-per-node=1", f"--ntasks={count}", "--overlap", "--label",
+    child = doctor_python("precision_doctor", "snapshot", "--node-json", *(["--launcher", launcher] if launcher else []))
+    srun, why = find_program("srun", environ)
+    if srun is None:
+        raise InputError(f"snapshot --all-nodes: {why}; run it where SLURM's srun is installed")
+    command = [srun, f"--nodes={count}", "--ntasks-per-node=1", f"--ntasks={count}", "--overlap", "--label",
                "--kill-on-bad-exit=0", *child]
     try:
         done = run(command, capture_output=True, text=True, timeout=300)
-    except FileNotFoundError:
-        raise InputError("snapshot --all-nodes: srun is not on PATH") from None
+    except OSError as exc:
+        raise InputError(f"snapshot --all-nodes: {srun} cannot be run ({exc.strerror or exc})") from None
     except subprocess.TimeoutExpired:
-        raise InputError(f"snapshot --all-nodes: `{shlex.join(command)}` did not finish in 300 s") from None
+        raise InputError("snapshot --all-nodes: srun (one snapshot per node) did not finish in 300 s") from None
     chunks: dict[int, list[str]] = {}
     for line in done.stdout.splitlines():  # srun --label cuts a long line into labelled chunks: join them per task
         label, _, payload = line.partition(": ")
@@ -241,7 +241,7 @@ def gather_allocation(environ: Mapping[str, str], launcher: str | None,
     stack: StackFacts | None = None
     for label, parts in chunks.items():
         try:
-            data = json.loads("".join(parts))
+            data = parse_json("".join(parts))
             by_task[label] = _from_jsonable(MachineFacts, data["machine"])
             stack = stack or _from_jsonable(StackFacts, data.get("stack", {"packages": {}}))
         except (ValueError, KeyError, TypeError):
@@ -260,10 +260,13 @@ def gather_allocation(environ: Mapping[str, str], launcher: str | None,
 def _allocation_hosts(environ: Mapping[str, str], run: Callable[..., Any]) -> list[str]:
     """The allocation's node names in the scheduler's order (`scontrol show hostnames`), [] when it will not say."""
     nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST") or ""
-    if not nodelist:
+    from .programs import find_program
+
+    scontrol, _ = find_program("scontrol", environ)
+    if not nodelist or scontrol is None:
         return []
     try:
-        done = run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30)
+        done = run([scontrol, "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30)
     except Exception:  # noqa: BLE001 - the names are a convenience: the nodes name themselves
         return []
     return [h.strip() for h in done.stdout.splitlines() if h.strip()] if done.returncode == 0 else []
@@ -355,6 +358,9 @@ def _gather(paths: list[str], target: str | None = None, launcher: str | None = 
             system: System = System(), jobs: int = 1, exclude: tuple[str, ...] = (), root: str = ".",
             partitions: Mapping[str, Mapping] | None = None, python: str | None = None,
             keep_going: bool = False, judge_with: Callable | None = None) -> tuple[Facts, tuple | None]:
+    from .programs import distrust
+
+    distrust(paths)  # before anything may start a program: none from these trees
     paths, job, job_launch = job_of(paths, partitions or {}, system)
     entries = _expand(paths, exclude, root) if paths or job is None else []
     if keep_going or len(entries) > 1:

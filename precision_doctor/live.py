@@ -7,7 +7,6 @@ SIGINT/SIGTERM/SIGHUP (then the doctor exits 128 + the signal), and when the doc
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import signal
@@ -21,7 +20,10 @@ from typing import Callable
 
 from .errors import InputError
 from .facts import LiveFacts
-from .supervisor import FORWARD_WAIT, GRACE, KILL_WAIT
+from .programs import doctor_python
+from .redact import environment_secrets, without_values
+from .sources import parse_json
+from .supervisor import FORWARD_WAIT, GRACE, KILL_WAIT, become_subreaper, descendants, end_orphans
 
 TAIL_LINES = 25
 LOG_HEAD = LOG_TAIL = 1 << 20  # bytes of the script's output kept from its start and from its end
@@ -39,13 +41,18 @@ def run_live(script: str, script_args: tuple[str, ...], steps: int = 0, timeout:
     report_r, report_w = os.pipe()
     output_r, output_w = os.pipe()
     watch_r, watch_w = os.pipe()  # the doctor keeps watch_w (not inherited): its end of file means we are gone
-    cmd = [sys.executable, "-m", "precision_doctor.supervisor", str(watch_r), str(report_w), "--",
-           sys.executable, "-m", "precision_doctor.live_child", str(report_w), "steps" if steps else "stop",
-           str(steps), str(path), *script_args]
+    cmd = doctor_python("precision_doctor.supervisor", str(watch_r), str(report_w), "--",
+                        *doctor_python("precision_doctor.live_child", str(report_w), "steps" if steps else "stop",
+                                       str(steps), str(path), *script_args))
     child_env = dict(os.environ if env is None else env)
     child_env.setdefault("PYTHONUNBUFFERED", "1")
-    log = _CappedLog()
+    secrets = environment_secrets(child_env)  # printed or raised by the script, they are redacted everywhere
+    log = _CappedLog(secrets)
     reports = _Reports(steps)
+    # the doctor is a subreaper while the script runs: whatever escapes the supervisor (setsid(), then the supervisor
+    # killed) is re-parented here, and ended below
+    subreaper = become_subreaper()
+    spared = descendants() if subreaper else frozenset()
     with _Caught() as caught:
         started = time.monotonic()
         try:
@@ -69,6 +76,9 @@ def run_live(script: str, script_args: tuple[str, ...], steps: int = 0, timeout:
             for fd in (report_r, output_r, watch_w):
                 os.close(fd)
             log.close()
+            if subreaper:
+                end_orphans(spared)
+                become_subreaper(False)
     if caught.signum:
         log.discard()
         _interrupted(caught.signum)
@@ -86,14 +96,14 @@ def run_live(script: str, script_args: tuple[str, ...], steps: int = 0, timeout:
         tail: tuple[str, ...] = ()
     else:
         tail = _tail(log.path)
-    return LiveFacts.from_json({
+    return LiveFacts.from_json(without_values({
         "ended": ended, "stopped_at": facts.get("stopped_at", ""), "model": facts.get("model"),
         "trainer": facts.get("trainer"), "accelerator": facts.get("accelerator"), "optimizer": facts.get("optimizer"),
         "grad_scaler": facts.get("grad_scaler"), "error": outcome.get("error"),
         "exit_code": outcome.get("exit_code", code if ended == "crashed" else None),
         "optimizer_steps": outcome.get("optimizer_steps", 0), "losses": outcome.get("losses", reports.losses),
         "loss_scales": outcome.get("loss_scales", ()), "log_path": log.path, "log_tail": tail,
-        "wall_s": round(wall, 2), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1)})
+        "wall_s": round(wall, 2), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1)}, secrets))
 
 
 def _supervise(proc: subprocess.Popen, timeout: float, started: float, caught: _Caught, status, streams: dict,
@@ -174,7 +184,7 @@ class _Reports:
         *lines, self.buffer = (self.buffer + chunk).split(b"\n")
         for line in lines:
             try:
-                message = json.loads(line)
+                message = parse_json(line)
             except ValueError:
                 continue
             if not isinstance(message, dict):
@@ -199,7 +209,8 @@ class _CappedLog:
     """The script's output: the first LOG_HEAD bytes as they come, and the last LOG_TAIL bytes at the end, with
     a line saying how much was left out between them (a script printing without end fills no disk)."""
 
-    def __init__(self):
+    def __init__(self, secrets: tuple[str, ...] = ()):
+        self.secrets = secrets
         self.file = tempfile.NamedTemporaryFile(prefix="precision-doctor-live-", suffix=".log", delete=False)
         self.path = self.file.name
         self.head = 0
@@ -229,6 +240,13 @@ class _CappedLog:
             self.file.write(f"\n[precision-doctor: {self.left_out} bytes of output left out]\n".encode())
         self.file.write(self.tail)
         self.file.close()
+        if self.secrets:  # the kept log says what the report says: the environment's secrets redacted
+            with open(self.path, "r+b") as log:
+                text = log.read()
+                redacted = without_values(text.decode("utf-8", "surrogateescape"), self.secrets)
+                log.seek(0)
+                log.write(redacted.encode("utf-8", "surrogateescape"))
+                log.truncate()
 
     def discard(self) -> None:
         self.close()

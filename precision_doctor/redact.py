@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 from functools import lru_cache
-from typing import Any
+from typing import Any, Mapping
 
 REDACTED = "<redacted>"
 
@@ -130,6 +130,34 @@ def _named_value(m: re.Match) -> str | None:
     if not _secret_value(value) or value.startswith("-") and not sep.strip() or _DOTTED_OR_CALL.fullmatch(value):
         return None  # `--token --lr`, `token=args.hub_token`, `token=os.environ[...]`: not the secret itself
     return f"{name}{m.group('q0')}{sep}{REDACTED}"
+
+
+MIN_ENVIRONMENT_SECRET = 4  # characters: a shorter value would be redacted out of ordinary words
+
+
+def environment_secrets(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The values of the variables whose names mark a credential (MY_DB_PASSWORD, WANDB_API_KEY, HF_TOKEN) in an
+    environment the doctor hands to a script, longest first: wherever the script prints or raises one, it is
+    redacted."""
+    values = {v for k, v in environ.items()
+              if secret_name(k) and _secret_value(v) and len(v.strip()) >= MIN_ENVIRONMENT_SECRET}
+    return tuple(sorted(values, key=len, reverse=True))
+
+
+def without_values(obj: Any, values: tuple[str, ...]) -> Any:
+    """A JSON-like structure (or a string) with each of `values` replaced by <redacted> in every string."""
+    if not values:
+        return obj
+    if isinstance(obj, str):
+        for value in values:
+            if value in obj:
+                obj = obj.replace(value, REDACTED)
+        return obj
+    if isinstance(obj, dict):
+        return {k: without_values(v, values) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [without_values(v, values) for v in obj]
+    return obj
 
 
 def redact_data(obj: Any, under_secret: bool = False) -> Any:

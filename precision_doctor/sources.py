@@ -15,7 +15,7 @@ import stat
 import tokenize
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 from .errors import InputError
 
@@ -184,6 +184,17 @@ def _decode(path, data: bytes, encoding: str) -> str:
     except LookupError as exc:  # a codec that is not a text encoding (rot13, ...)
         raise Unreadable(path, f"bad encoding declaration ({exc})",
                          "Python refuses this file too: fix or remove the `# coding:` line") from None
+
+
+def parse_json(text: str | bytes) -> Any:
+    """json.loads for a document from outside: nesting too deep for the parser (`[[[[...` 100,000 deep) is a
+    ValueError, as any other text that is not JSON."""
+    import json
+
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
 
 
 def is_regular_file(path: Path) -> bool:

@@ -58,23 +58,54 @@ def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
         os._exit(1)
 
 
-def become_subreaper() -> bool:
-    return _prctl(PR_SET_CHILD_SUBREAPER, 1)
+def become_subreaper(on: bool = True) -> bool:
+    return _prctl(PR_SET_CHILD_SUBREAPER, int(on))
+
+
+def descendants() -> frozenset[tuple[int, float]]:
+    """This process's descendants now, as (pid, start time): the ones end_orphans spares."""
+    return frozenset(_identity(p) for p in Tree(None).living())
+
+
+def end_orphans(spared: frozenset[tuple[int, float]] = frozenset()) -> None:
+    """End every descendant this process has but those `spared` (its own, from before): what a live run left when
+    its supervisor was killed (a process that called setsid() and killed the supervisor is re-parented here, this
+    process being a subreaper)."""
+    Tree(None, spared).end()
+
+
+def _identity(process) -> tuple[int, float]:
+    try:
+        return process.pid, process.create_time()
+    except Exception:  # noqa: BLE001 - gone meanwhile (psutil's NoSuchProcess and kin)
+        return process.pid, 0.0
 
 
 class Tree:
-    """This process's descendants: reaps them as they end, remembers the exit status of the command."""
+    """This process's descendants: reaps them as they end, remembers the exit status of the command. Without a
+    command (the doctor itself, after its supervisor is gone), only the descendants found are reaped, by pid:
+    the doctor's other children are its subprocess module's to wait for."""
 
-    def __init__(self, command_pid: int):
+    def __init__(self, command_pid: int | None, spared: frozenset[tuple[int, float]] = frozenset()):
         import psutil
 
         self.command_pid = command_pid
+        self.spared = spared
         self.command_status: int | None = None
         self._me = psutil.Process()
         self._gone = (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied)
         self._zombie = psutil.STATUS_ZOMBIE
 
     def reap(self) -> None:
+        if self.command_pid is None:
+            for child in self._children(recursive=False):
+                if _identity(child) in self.spared:
+                    continue
+                try:
+                    os.waitpid(child.pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
+            return
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -85,14 +116,19 @@ class Tree:
             if pid == self.command_pid:
                 self.command_status = status
 
-    def living(self) -> list:
-        self.reap()
+    def _children(self, recursive: bool) -> list:
         try:
-            found = self._me.children(recursive=True)
+            return self._me.children(recursive=recursive)
         except self._gone:
             return []
+
+    def living(self) -> list:
+        self.reap()
+        found = self._children(recursive=True)
         alive = []
         for p in found:
+            if self.spared and _identity(p) in self.spared:
+                continue
             try:
                 if p.status() != self._zombie:
                     alive.append(p)
@@ -120,7 +156,8 @@ class Tree:
 
     def _signal(self, sig: int, every: bool) -> None:
         try:
-            os.killpg(self.command_pid, sig)  # the command leads its group, like a terminal's foreground job
+            if self.command_pid is not None:
+                os.killpg(self.command_pid, sig)  # the command leads its group, like a terminal's foreground job
         except OSError:
             pass
         if every:

@@ -11,7 +11,7 @@ LAYERS = (
     ("facts", ("_util", "errors", "facts", "findings", "dtypes", "families", "redact", "call_kinds", "version",
                 "typed", "strict_json", "signatures")),
     ("probes", ("probes", "collect", "config", "walk", "sources", "pool", "live", "live_child", "supervisor",
-                "safe_io")),
+                "safe_io", "programs")),
     ("derivation", ("derive",)),
     ("rules", ("registry", "checks", "catalog", "diagnose")),
     ("engine", ("engine",)),

@@ -225,6 +225,60 @@ def test_a_live_run_that_never_reached_training_is_not_reported_clean(tmp_path, 
     assert "use --live" not in out and "before reaching training" in out
 
 
+def test_a_process_that_left_the_session_and_killed_the_supervisor_is_ended(tmp_path, census):
+    """The script's child calls setsid() (no process group, no parent-death signal reaches it) and kills the
+    supervisor: the doctor, not only the supervisor, owns the tree, and ends it."""
+    pidfile = tmp_path / "escaped"
+    path = tmp_path / "train.py"
+    path.write_text(textwrap.dedent(f"""
+        import os, time
+        supervisor = os.getppid()
+        if os.fork() == 0:
+            os.setsid()
+            open({str(pidfile)!r} + ".tmp", "w").write(str(os.getpid()))
+            os.rename({str(pidfile)!r} + ".tmp", {str(pidfile)!r})
+            os.kill(supervisor, 9)
+            time.sleep(300)
+            os._exit(0)
+        time.sleep(300)
+    """))
+    proc = doctor([str(path), "--live", "--timeout", "60", "-q"], tmp_path)
+    census.root(proc.pid)
+    census.files.append(pidfile)
+    try:
+        out, _ = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the doctor was still running 20 s after its supervisor was killed")
+    assert "died without reporting" in out
+    (escaped,) = wait_for(pidfile, census, within=1)
+    assert not survivors([escaped], within=0.5), "the process that killed the supervisor outlived the doctor"
+
+
+SECRETS = {"MY_DB_PASSWORD": "hunter2-correct-horse", "WANDB_API_KEY": "0f1e2d3c4b5a69788796a5b4c3d2e1f0aabbccdd"}
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "sarif", "concise", "github"])
+def test_secrets_of_the_scripts_environment_never_reach_the_report(tmp_path, fmt):
+    """The script prints one secret of its environment and raises with another: every format, and the log the
+    doctor keeps, show neither value."""
+    path = tmp_path / "train.py"
+    path.write_text("import os\nprint('connecting with', os.environ['MY_DB_PASSWORD'])\n"
+                    "raise RuntimeError('wandb refused key ' + os.environ['WANDB_API_KEY'])\n")
+    env = {**os.environ, "TMPDIR": str(tmp_path), **SECRETS}
+    proc = subprocess.run(DOCTOR + [str(path), "--live", "--target", "cpu", "--format", fmt, "--include-facts"
+                                    if fmt == "json" else "--quiet"], capture_output=True, text=True, timeout=60,
+                          env=env)
+    said = proc.stdout + proc.stderr
+    assert "raise" in said or "RuntimeError" in said or fmt in ("concise", "github"), said
+    logs = list(tmp_path.glob("precision-doctor-live-*.log"))
+    assert logs, "a failed run keeps its log"
+    for text in (said, *(log.read_text() for log in logs)):
+        for value in SECRETS.values():
+            assert value not in text
+    if fmt in ("text", "json"):
+        assert "<redacted>" in said
+
+
 # --- worker processes ----------------------------------------------------------------------------------------
 
 def square(x):
