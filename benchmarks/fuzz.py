@@ -21,9 +21,11 @@ def main() -> int:
     parser.add_argument("n", nargs="?", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--show", type=int, default=10, help="failures to print in full")
+    parser.add_argument("--repository-share", type=float, default=0.4,
+                        help="the share of job scripts, recipes, model facts and requirements files (default 0.4)")
     opts = parser.parse_args()
     start = time.perf_counter()
-    todo = cases(opts.n, opts.seed)
+    todo = cases(opts.n, opts.seed, repository_share=opts.repository_share)
     built = time.perf_counter() - start
     outcomes = run_cases(todo, TIME_LIMIT_S)
     wall = time.perf_counter() - start
@@ -34,6 +36,9 @@ def main() -> int:
     times = sorted(o.seconds for o in outcomes)
     print(f"cases      {len(outcomes)} ({', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))}), seed {opts.seed}")
     print(f"exit codes {dict(sorted(codes.items(), key=str))}")
+    for kind in sorted(kinds):
+        by_kind = collections.Counter("hang" if o.code is None else o.code for o in outcomes if o.case.kind == kind)
+        print(f"  {kind:<13}{dict(sorted(by_kind.items(), key=str))}")
     print(f"time       {wall:.1f} s wall ({built:.1f} s generating); per case median {times[len(times) // 2] * 1000:.0f}"
           f" ms, p99 {times[int(len(times) * 0.99)] * 1000:.0f} ms")
     print(f"slowest    {slowest.seconds * 1000:.0f} ms ({slowest.case.kind}, {len(slowest.case.source)} chars, "

@@ -633,7 +633,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     except InputError as exc:
-        print(f"precision-doctor: error: {exc}", file=sys.stderr)
+        from .redact import printable
+
+        print(f"precision-doctor: error: {printable(str(exc))}", file=sys.stderr)  # it may quote a file's bytes
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("precision-doctor: interrupted", file=sys.stderr)

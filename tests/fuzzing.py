@@ -1,7 +1,10 @@
 """The fuzz harness: hostile inputs through the whole command line, in-process.
 
 Cases are generated programs (hypothesmith), mutations of the fixtures and of the rules' examples (lines deleted,
-duplicated, swapped, truncated; tokens swapped; two files spliced) and mutated snapshots for --facts. Each runs as
+duplicated, swapped, truncated; tokens swapped; two files spliced), mutated snapshots for --facts, and the other
+inputs a repository hands the doctor: SLURM job scripts (with expansion and arithmetic bombs), Axolotl /
+LLaMA-Factory / accelerate / TRL recipes, a checkpoint's config.json and safetensors header, and requirements files
+(self-including ones too) read through a training environment that has none of the ML stack. Each runs as
 `precision_doctor.cli.main(["check", FILE, "--format", "json", ...])` with stdout captured, and must end with
 exit 0, 1 or 2 within a time limit, printing strict JSON whenever it exits 0 or 1. Used by tests/test_fuzz.py (a
 few hundred cases) and benchmarks/fuzz.py (thousands, with figures).
@@ -39,10 +42,12 @@ class CaseTimeout(BaseException):
 
 @dataclass(frozen=True)
 class Case:
-    kind: str  # generated | mutated | snapshot
-    source: str  # the script
+    kind: str  # generated | mutated | snapshot | jobscript | recipe | model | requirements
+    source: str  # the file checked
     args: tuple[str, ...] = ()  # besides check FILE --format json
     snapshot: str | None = None  # --facts content
+    name: str = "fuzzed.py"  # the checked file's name
+    files: tuple[tuple[str, bytes], ...] = ()  # files beside it (relative path, content)
 
 
 @dataclass(frozen=True)
@@ -91,7 +96,7 @@ def snapshot_text() -> str:
 
 # --- mutations -------------------------------------------------------------------------------------
 
-def mutate_lines(rng: random.Random, text: str, others: tuple[str, ...] = ()) -> str:
+def mutate_lines(rng: random.Random, text: str, others: tuple[str, ...] = (), tokens: list[str] = TOKENS) -> str:
     """Up to six edits: a line deleted, duplicated, swapped with another, truncated; a token swapped for a
     hostile one; the file spliced with another (its head, the other's tail)."""
     lines = text.splitlines()
@@ -109,7 +114,7 @@ def mutate_lines(rng: random.Random, text: str, others: tuple[str, ...] = ()) ->
             lines[i], lines[j] = lines[j], lines[i]
         elif op == "token" and lines[i].strip():
             words = lines[i].split(" ")
-            words[rng.randrange(len(words))] = rng.choice(TOKENS)
+            words[rng.randrange(len(words))] = rng.choice(tokens)
             lines[i] = " ".join(words)
         elif op == "truncate":
             lines[i] = lines[i][: rng.randint(0, len(lines[i]))]
@@ -183,11 +188,20 @@ def _no_constants(name: str):
 
 def run_case(case: Case, folder: Path, time_limit: float = TIME_LIMIT_S) -> Outcome:
     """The case through `cli.main` in this process: the exit code, the time, and what was wrong, if anything."""
+    import shutil
+
     from precision_doctor import cli
 
-    script = folder / "fuzzed.py"
+    folder = folder / "case"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    for name, data in case.files:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
+    script = folder / case.name
     script.write_bytes(case.source.encode("utf-8", "surrogatepass"))
-    argv = ["check", str(script), "--format", "json", "--fail-on", "warning", *case.args]
+    args = [a.replace("{case}", str(folder)) for a in case.args]
+    argv = ["check", str(script), "--format", "json", "--fail-on", "warning", *args]
     if case.snapshot is not None:
         facts = folder / "node.json"
         facts.write_text(case.snapshot, encoding="utf-8")
@@ -250,11 +264,133 @@ def generated_programs(count: int, seed: int = 0) -> list[str]:
     return found[:count]
 
 
-def cases(count: int, seed: int = 0, generated_share: float = 0.25, snapshot_share: float = 0.15) -> list[Case]:
+def cases(count: int, seed: int = 0, generated_share: float = 0.25, snapshot_share: float = 0.15,
+          repository_share: float = 0.0) -> list[Case]:
+    """`count` cases: generated programs, mutated snapshots, and (`repository_share`, split evenly) job scripts,
+    recipes, model facts and requirements files; the rest mutated scripts."""
     rng = random.Random(seed)
     n_generated = int(count * generated_share)
     n_snapshot = int(count * snapshot_share)
+    n_each = int(count * repository_share / len(REPOSITORY_KINDS))
     out = [generated_case(src, rng) for src in generated_programs(n_generated, seed)]
     out += [snapshot_case(rng) for _ in range(n_snapshot)]
+    for make in REPOSITORY_KINDS:
+        out += [make(rng) for _ in range(n_each)]
     out += [mutated_case(rng) for _ in range(count - len(out))]
     return out
+
+
+# --- the other files a repository hands the doctor -------------------------------------------------------------
+
+SHELL_TOKENS = ["$((1/0))", "$((2**63))", "$((-9223372036854775807-1))", "$(shuf -i 20000-30000 -n 1)", "`hostname`",
+                "${UNSET:-${ALSO:-x}}", "$V$V$V$V", "$SLURM_PROCID", "$((", "))", "((((", "\\", "'", '"', "&", ";",
+                "&&", "|", "\x1b[31mred", "\u202e", "9" * 400, "-1", "0", "70000", "--master_port", "--nproc_per_node",
+                "--nnodes", "$((X*X))", "${#V}", "$1", "$@", "srun", "torchrun", "accelerate launch", "python -m",
+                "for i in 1 2 3; do", "done", "wait", "cd ..", "export", "#SBATCH --nodes=999999999999"]
+JOB_TEMPLATES = [
+    "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gres=gpu:a100:4\n"
+    "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\n"
+    "export MASTER_PORT=$((10000 + SLURM_JOB_ID % 50000))\nN=$((SLURM_NNODES * 4))\n"
+    "srun torchrun --nnodes $SLURM_NNODES --nproc_per_node 4 --rdzv_backend c10d "
+    "--rdzv_endpoint \"$MASTER_ADDR:$MASTER_PORT\" train.py --bf16 True\n",
+    "#!/bin/bash\n#SBATCH -N 1\n#SBATCH --gpus-per-node=2\n#SBATCH -p gpu\nexport ACCELERATE_MIXED_PRECISION=bf16\n"
+    "cd $SLURM_SUBMIT_DIR\naccelerate launch --num_processes 2 --main_process_port $((29500 + 1)) train.py\n",
+    "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --gres=gpu:4\nfor lr in 1e-5 3e-5; do\n"
+    "  torchrun --nproc_per_node 2 --master_port 29500 train.py --lr $lr &\ndone\nwait\n",
+    "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --ntasks-per-node=2\n#SBATCH --gres=gpu:v100:2\n"
+    "export MASTER_PORT=$(shuf -i 20000-30000 -n 1)\nsrun python train.py --fp16\n",
+    "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --gres=gpu:h100:8\nV1=abcdefgh\n" +
+    "".join(f'V{i}="$V{i - 1}$V{i - 1}$V{i - 1}$V{i - 1}"\n' for i in range(2, 30)) +
+    "X=2\n" + "X=$((X*X))\n" * 20 + "P=$((1" + "*3" * 400 + "))\n"
+    "deepspeed --num_gpus 8 --master_port $P train.py --deepspeed ds.json\n",
+]
+YAML_TOKENS = ["bf16: auto", "fp16: true", "bf16: [1, 2]", "load_in_4bit: {a: 1}", ": : :", "&a [*a, *a]",
+               "!!python/object/apply:os.system ['true']", "[" * 200 + "]" * 200, "10" * 200, "~", "- -", "'", "\t",
+               "base_model: ./ckpt", "stage: sft", "finetuning_type: lora", "quantization_bit: 99", "deepspeed: ds.json",
+               "adapter: qlora", "fp8: true", "num_processes: -1", "main_process_port: 70000", "mixed_precision: fp8",
+               "distributed_type: DEEPSPEED", "gradient_checkpointing: {use_reentrant: [true]}", "\x1b]0;t\x07"]
+MODEL_HOSTILE = [10 ** 300, -1, 0, 1e308, float("inf"), "nan", "bfloat16", ["float16"], {"a": 1}, True, None, 2 ** 64,
+                 "x" * 5000, [[[[[]]]]], 3.5, "float16"]
+BASE_MODEL_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048,
+                     "intermediate_size": 5632, "num_hidden_layers": 22, "num_attention_heads": 32,
+                     "num_key_value_heads": 4, "vocab_size": 32000, "torch_dtype": "bfloat16",
+                     "tie_word_embeddings": False, "text_config": {"hidden_size": 2048, "model_type": "llama"}}
+MODEL_SCRIPT = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                "model = AutoModelForCausalLM.from_pretrained('./ckpt', device_map='auto')\n"
+                "args = TrainingArguments(output_dir='o', fp16=True, per_device_train_batch_size=8,\n"
+                "                         gradient_checkpointing=True)\n"
+                "Trainer(model=model, args=args).train()\n")
+REQUIREMENT_LINES = ["torch==2.1.0", "transformers>=4.31", "transformers==4.56.0.dev0", "torch>=2.3.0a0",
+                     "peft", "trl @ git+https://example.invalid/trl", "accelerate~=1.0", "bitsandbytes<0.40; python_version<'3'",
+                     "-r requirements.txt", "-r more.txt", "--requirement=requirements.txt", "-c constraints.txt",
+                     "transformers==" + "9" * 5000, "torch===weird", "[[[", "\x00", "-e .", "--index-url x", "#", "",
+                     "transformers[torch]>=4.40,<5"]
+ENVIRONMENT = (("env/lib/python3.11/site-packages/.keep", b""), ("env/bin/python", b""),
+               ("env/pyvenv.cfg", b"home = /usr/bin\ninclude-system-site-packages = false\n"))
+
+
+def jobscript_case(rng: random.Random) -> Case:
+    text = rng.choice(JOB_TEMPLATES)
+    if rng.random() < 0.7:
+        text = mutate_lines(rng, text, tokens=SHELL_TOKENS)
+    return Case("jobscript", text, _machine_args(rng) if rng.random() < 0.3 else (), name="job.sbatch",
+                files=(("train.py", rng.choice(corpus()).encode("utf-8", "surrogatepass")),))
+
+
+def recipe_case(rng: random.Random) -> Case:
+    path = rng.choice(_recipe_paths())
+    text = mutate_lines(rng, path.read_text(encoding="utf-8"), tokens=YAML_TOKENS)
+    return Case("recipe", text, _machine_args(rng), name=path.name)
+
+
+def model_case(rng: random.Random) -> Case:
+    config = copy.deepcopy(BASE_MODEL_CONFIG)
+    for _ in range(rng.randint(1, 4)):
+        parent, key = _random_slot_in(rng, config)
+        parent[key] = copy.deepcopy(rng.choice(MODEL_HOSTILE))
+    text = json.dumps(config) if rng.random() < 0.9 else "{\"a\": " + "[" * 100000 + "]" * 100000 + "}"
+    files = [("ckpt/config.json", text.encode())]
+    if rng.random() < 0.5:
+        entry = {"dtype": rng.choice(["F16", "BF16", ["F16"], 7, None, {"x": 1}]),
+                 "shape": rng.choice([[2, 2], [2 ** 62, 2 ** 62], [-1], "x", [1.5], [[1]]]), "data_offsets": [0, 8]}
+        header = json.dumps({"__metadata__": {"format": "pt"}, "w": entry}).encode()
+        size = len(header) if rng.random() < 0.8 else rng.choice([0, 2 ** 63, len(header) + 100])
+        files.append(("ckpt/model.safetensors", size.to_bytes(8, "little") + header + b"\0" * 8))
+    if rng.random() < 0.3:
+        total = rng.choice([10 ** 300, -5, "x", 2 ** 60, 1e300, 123456789])
+        files.append(("ckpt/model.safetensors.index.json", json.dumps({"metadata": {"total_size": total}}).encode()))
+    return Case("model", MODEL_SCRIPT, ("--target", rng.choice(["a100", "t4", "h100:2"])), files=tuple(files))
+
+
+def requirements_case(rng: random.Random) -> Case:
+    lines = [rng.choice(REQUIREMENT_LINES) for _ in range(rng.randint(1, 12))]
+    files = [("requirements.txt", "\n".join(lines).encode("utf-8", "surrogatepass")), *ENVIRONMENT]
+    if rng.random() < 0.5:
+        files.append(("more.txt", "\n".join(rng.choice(REQUIREMENT_LINES) for _ in range(5)).encode()))
+    if rng.random() < 0.3:
+        files.append(("pyproject.toml", rng.choice([
+            b"[project]\ndependencies = ['transformers>=4.31', 'torch==2.0']\n", b"[project\n",
+            b"[project]\ndependencies = 7\n", b"[tool.poetry.dependencies]\ntransformers = {version = 3}\n"])))
+    return Case("requirements", rng.choice(corpus()), ("--python", "{case}/env/bin/python"), files=tuple(files))
+
+
+REPOSITORY_KINDS = (jobscript_case, recipe_case, model_case, requirements_case)
+
+
+@lru_cache(maxsize=1)
+def _recipe_paths() -> tuple[Path, ...]:
+    configs = ROOT / "fixtures" / "configs"
+    return tuple(sorted(p for p in configs.rglob("*") if p.suffix in (".yml", ".yaml") and p.is_file()))
+
+
+def _random_slot_in(rng: random.Random, data):
+    parent, key, node = None, None, data
+    for _ in range(rng.randint(1, 3)):
+        if isinstance(node, dict) and node:
+            parent, key = node, rng.choice(sorted(node))
+        elif isinstance(node, list) and node:
+            parent, key = node, rng.randrange(len(node))
+        else:
+            break
+        node = parent[key]
+    return (parent, key) if parent is not None else (data, rng.choice(sorted(data)))

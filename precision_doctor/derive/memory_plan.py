@@ -6,7 +6,7 @@ from __future__ import annotations
 
 
 from .. import dtypes
-from ..facts import KNOWN, CheckpointFacts, Gpu, LaunchFacts, MachineFacts, ScriptFacts, StackFacts
+from ..facts import KNOWN, CheckpointFacts, Gpu, LaunchFacts, MachineFacts, ScriptFacts, StackFacts, model_source
 from .checkpoint import checkpoint_of
 from .launch import LaunchPlan, device_map_kind
 from .memory import MIB, WHISPER_MAX_LABELS, Breakdown, Parallelism, TrainingShape, estimate, source_frames
@@ -52,6 +52,13 @@ def first_failure(m: MemoryPlan) -> str:
     return ""
 
 
+def _why_unknown(load, script: ScriptFacts) -> str:
+    """` (why)` when the checkpoint the load names was looked up and not found or not judged, else ""."""
+    source = model_source(load, script.calls)
+    found = script.checkpoints.get(source.value) if isinstance(source.value, str) else None
+    return f" ({found.detail})" if found is not None and not found.known and found.detail else ""
+
+
 def plan_memory(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack: StackFacts, launch: LaunchFacts,
                 plan: LaunchPlan) -> MemoryPlan | str:
     """The plan, or why there is none."""
@@ -59,7 +66,7 @@ def plan_memory(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack:
         return "no model load found"
     checkpoint = checkpoint_of(setup.model_load, script)
     if checkpoint is None or not checkpoint.parameters:
-        return "the checkpoint's size is not known"
+        return "the checkpoint's size is not known" + _why_unknown(setup.model_load, script)
     if not machine.known or not machine.gpus:
         return "no GPU on the target machine"
     gpu = min(machine.gpus, key=lambda g: g.memory_total_mib - g.memory_used_mib)

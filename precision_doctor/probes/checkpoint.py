@@ -19,7 +19,7 @@ from .. import dtypes
 from ..facts import KNOWN, Call, CheckpointFacts, CheckpointSource, model_source
 from ..families import ARCHITECTURE_SHAPES, attention_support, tied_by_default
 from ..redact import MODEL_CONFIG_KEYS, keep_read_keys
-from ..sources import Unreadable, is_regular_file, read_prefix, read_text_bounded
+from ..sources import Unreadable, is_regular_file, parse_json, read_prefix, read_text_bounded
 from .._util import record
 
 MAX_SNAPSHOTS = 8  # revisions of one model in the cache: the newest config is read
@@ -93,16 +93,22 @@ def _read_json(path: Path) -> dict | None:
     if not is_regular_file(path):
         return None
     try:
-        data = json.loads(read_text_bounded(path))
-    except (Unreadable, ValueError, RecursionError):
+        data = parse_json(read_text_bounded(path))
+    except (Unreadable, ValueError):
         return None
     return data if isinstance(data, dict) else None
 
 
+MAX_WEIGHTS_BYTES = 1 << 52  # 4 PiB: no checkpoint is larger; a bigger total_size is not a real one
+
+
 def _index_total(folder: Path) -> int | None:
     index = _read_json(folder / "model.safetensors.index.json")
-    total = ((index or {}).get("metadata") or {}).get("total_size")
-    return int(total) if isinstance(total, (int, float)) and total > 0 else None
+    metadata = (index or {}).get("metadata")
+    total = metadata.get("total_size") if isinstance(metadata, dict) else None
+    if isinstance(total, bool) or not isinstance(total, (int, float)) or not 0 < total <= MAX_WEIGHTS_BYTES:
+        return None
+    return int(total)
 
 
 # --- the weights' own header -----------------------------------------------------------------------------------
@@ -131,8 +137,8 @@ def stored_weights(folder: Path) -> StoredWeights | None:
         size = int.from_bytes(head, "little") if len(head) == 8 else 0
         if not 0 < size <= MAX_SAFETENSORS_HEADER:
             return None
-        header = json.loads(read_prefix(files[0], 8 + size)[8:])
-    except (OSError, Unreadable, ValueError, RecursionError):
+        header = parse_json(read_prefix(files[0], 8 + size)[8:])
+    except (OSError, Unreadable, ValueError):
         return None
     if not isinstance(header, dict):
         return None
@@ -141,10 +147,13 @@ def stored_weights(folder: Path) -> StoredWeights | None:
         if name == "__metadata__" or not isinstance(entry, dict):
             continue
         kind, shape = entry.get("dtype"), entry.get("shape")
-        if not first and kind in _SAFETENSORS_DTYPES:
+        if not first and isinstance(kind, str) and kind in _SAFETENSORS_DTYPES:
             first = _SAFETENSORS_DTYPES[kind]
-        if isinstance(shape, list) and all(isinstance(n, int) and n >= 0 for n in shape):
+        if isinstance(shape, list) and len(shape) <= 8 and \
+                all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_WEIGHTS_BYTES for n in shape):
             total += math.prod(shape)
+    if total > MAX_WEIGHTS_BYTES:
+        total = 0  # shapes no real checkpoint has: the count is not taken from them
     if not first:
         return None
     return StoredWeights(first, total if len(files) == 1 and total else None)
@@ -169,10 +178,25 @@ _ALIASES = {
 }
 
 
-def _pick(cfg: dict, names: tuple[str, ...]) -> int | None:
+# the largest value of each field a real model has, with room to spare: past it a config is not judged (its values
+# would overflow the memory estimate's arithmetic, and no GPU holds such a model anyway)
+_LARGEST = {"hidden_size": 1 << 20, "layers": 1 << 16, "intermediate_size": 1 << 24, "heads": 1 << 16,
+            "kv_heads": 1 << 16, "head_dim": 1 << 16, "vocab_size": 1 << 28, "experts": 1 << 16,
+            "experts_per_token": 1 << 16, "image_size": 1 << 20, "patch_size": 1 << 16, "source_positions": 1 << 24,
+            "target_positions": 1 << 24}
+
+
+class _Impossible(ValueError):
+    """A config.json value no real model has."""
+
+
+def _pick(cfg: dict, field: str, names: tuple[str, ...]) -> int | None:
     for name in names:
         v = cfg.get(name)
         if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            if v > _LARGEST[field]:
+                shown = str(v) if v < 10 ** 30 else f"a {len(str(v))}-digit number"
+                raise _Impossible(f"{name} = {shown} is no real model's (at most {_LARGEST[field]:,})")
             return v
     return None
 
@@ -184,7 +208,10 @@ def from_config(model_id: str, source: CheckpointSource, detail: str, raw: dict,
     cfg = keep_read_keys(raw, MODEL_CONFIG_KEYS)
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
     merged = {**cfg, **{k: v for k, v in text.items() if v is not None}}
-    dims = {field: _pick(merged, names) for field, names in _ALIASES.items()}
+    try:
+        dims = {field: _pick(merged, field, names) for field, names in _ALIASES.items()}
+    except _Impossible as exc:
+        return CheckpointFacts(model_id, CheckpointSource.UNKNOWN, f"{detail}: {exc}")
     model_type = str(text.get("model_type") or cfg.get("model_type") or "")
     if dims["kv_heads"] is None and dims["heads"]:
         multi_query = merged.get("multi_query") is True and not merged.get("new_decoder_architecture")

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..facts import KNOWN, Location, Origin, Value
 from ..redact import DEEPSPEED_KEYS, keep_read_keys, redact_data, secret_name
-from ..sources import is_regular_file, read_text_bounded
+from ..sources import is_regular_file, parse_json, read_text_bounded
 from .._util import record
 
 _MISSING = object()
@@ -101,7 +101,7 @@ def display(path: Path) -> str:
 
 def read_deepspeed_config(path: Path) -> dict:
     """A DeepSpeed JSON: the settings the rules read. Raises Unreadable (the file) or ValueError (not JSON)."""
-    return keep_read_keys(json.loads(read_text_bounded(path)), DEEPSPEED_KEYS)
+    return keep_read_keys(parse_json(read_text_bounded(path)), DEEPSPEED_KEYS)
 
 
 def read_config(path: Path, shown: str) -> ConfigDoc:
@@ -132,8 +132,9 @@ def parse_config(text: str, shown: str, json_only: bool = False, line_offset: in
 def _compose(text: str, shown: str, line_offset: int) -> ConfigDoc:
     import yaml  # only here: a run that reads no config never imports it
 
-    loader = yaml.SafeLoader(text)
+    loader = None
     try:
+        loader = yaml.SafeLoader(text)  # its reader refuses control characters here already
         root = loader.get_single_node()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -143,7 +144,8 @@ def _compose(text: str, shown: str, line_offset: int) -> ConfigDoc:
     except RecursionError:
         raise ConfigError("nested too deeply") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     if root is None:
         return ConfigDoc(shown, {}, {}, line_offset)
     if not isinstance(root, yaml.MappingNode):

@@ -9,8 +9,6 @@ scheduler's own `scontrol` when it is reachable.
 
 from __future__ import annotations
 
-import ast
-import operator
 import os
 import re
 import shlex
@@ -19,12 +17,12 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from ..errors import InputError
-from ..facts import DYNAMIC, KNOWN, JobFacts, JobSetting, LaunchFacts, Origin, Unknown, Value
+from ..facts import KNOWN, JobFacts, JobSetting, LaunchFacts, Origin, Unknown, Value
 from ..redact import redact_text
 from ..sources import Unreadable, read_text_bounded, status
 from .host import DEFAULT_PORT
 from .launch import launcher_of, parse_launcher, with_accelerate_files
-from .scopes import parse_quietly
+from .shell_arithmetic import MAX_EXPRESSION, evaluate
 
 JOB_SUFFIXES = (".sbatch", ".slurm", ".sh", ".bash", ".job")
 # the launch variables a job script's exports are read for; the rest of its environment is not recorded
@@ -38,11 +36,9 @@ _FLAG_OPTIONS = {"exclusive", "overlap", "label", "unbuffered", "kill-on-bad-exi
                  "no-kill", "requeue", "hold", "wait", "overcommit", "spread-job"}
 _SHORT_FLAGS = {"l", "u", "K", "v", "Q", "O", "H", "W"}
 _VAR = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_]\w*)(?::?-(?P<default>[^}]*))?\}|(?P<plain>[A-Za-z_]\w*))")
-_ARITH = re.compile(r"\$\(\((?P<expr>[^()]*)\)\)")
+_NAME = re.compile(r"\$?\b([A-Za-z_]\w*)\b")
 _ASSIGNMENT = re.compile(r"^(export\s+)?(?P<name>[A-Za-z_]\w*)=(?P<value>.*)$")
 _LAUNCHER_FILE_OPTIONS = {"--config_file", "--config-file", "--deepspeed_config_file", "--hostfile", "--fsdp_config"}
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
-        ast.Div: operator.floordiv, ast.Mod: operator.mod}
 
 
 def is_job_script(path: str) -> bool:
@@ -116,59 +112,79 @@ def _options(words: list[str]) -> tuple[dict[str, str], list[str]]:
     return out, words[i:]
 
 
+MAX_VALUE = 64 * 1024  # characters one expansion may give; past it the value is unknown
+MAX_EXPANSION_WORK = 16 * 1024 * 1024  # characters expanded in one job script, all lines together
+
+
 class _Expander:
-    """Values the script sets, for `$VAR` expansion; None: set at run time (unknown here)."""
+    """Values the script sets, for `$VAR` expansion; None: set at run time (unknown here). Expansion is bounded:
+    a value past MAX_VALUE, or any once the script has expanded MAX_EXPANSION_WORK characters, is unknown (each line
+    `V2="$V1$V1$V1$V1"` multiplies the text)."""
 
     def __init__(self, known: dict[str, str | None]):
         self.vars = dict(known)
+        self.work = 0
 
     def expand(self, text: str) -> tuple[str, bool]:
         """The text with every variable the script sets replaced; False when something stays unknown."""
-        complete = True
-        if "$(" in text.replace("$((", "") or "`" in text:
-            complete = False
+        complete = "$(" not in text.replace("$((", "") and "`" not in text
+        text, arithmetic_known = self._arithmetic(text)
+        out, known = self._variables(text)
+        if out is None:
+            return text, False
+        return out, complete and arithmetic_known and known
 
-        def var(m: re.Match) -> str:
-            nonlocal complete
+    def _variables(self, text: str) -> tuple[str | None, bool]:
+        """(the text with `$VAR`, `${VAR}`, `${VAR:-default}` replaced, and whether all of them were known), or
+        (None, False) past the bounds."""
+        pieces, size, pos, known = [], 0, 0, True
+        for m in _VAR.finditer(text):
             name = m.group("braced") or m.group("plain")
             value = self.vars.get(name)
             if value is None and m.group("default") is not None and name not in self.vars:
-                return m.group("default")
+                value = m.group("default")
             if value is None:
-                complete = False
-                return m.group(0)
-            return value
+                known = False
+                value = m.group(0)
+            pieces += (text[pos:m.start()], value)
+            size += m.start() - pos + len(value)
+            pos = m.end()
+            if size > MAX_VALUE or self.work + size > MAX_EXPANSION_WORK:
+                return None, False
+        pieces.append(text[pos:])
+        self.work += size + len(text) - pos
+        return "".join(pieces), known
 
-        def arith(m: re.Match) -> str:
-            nonlocal complete
-            expr = re.sub(r"\$?\b([A-Za-z_]\w*)\b", lambda v: self.vars.get(v.group(1)) or v.group(0),
-                          _VAR.sub(var, m.group("expr")))
-            number = _arithmetic(expr)
-            if number is None:
-                complete = False
-                return m.group(0)
-            return str(number)
+    def _arithmetic(self, text: str) -> tuple[str, bool]:
+        """Each `$(( ... ))` (parentheses inside it included) replaced by its value where every name in it is known."""
+        out, pos, known = [], 0, True
+        while (start := text.find("$((", pos)) >= 0:
+            end = _closing(text, start + 3)
+            if end < 0:
+                return text, False
+            expr, ok = self._variables(text[start + 3:end])
+            if expr is not None:
+                expr = _NAME.sub(lambda v: self.vars.get(v.group(1)) or v.group(0), expr)
+            number = evaluate(expr) if expr is not None and ok else None
+            out += (text[pos:start], text[start:end + 2] if number is None else str(number))
+            known = known and number is not None
+            pos = end + 2
+        out.append(text[pos:])
+        return "".join(out), known
 
-        return _VAR.sub(var, _ARITH.sub(arith, text)), complete
 
-
-def _arithmetic(expr: str) -> int | None:
-    try:
-        tree = parse_quietly(expr.strip(), mode="eval").body
-    except SyntaxError:
-        return None
-
-    def ev(node):
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return node.value
-        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            return _OPS[type(node.op)](ev(node.left), ev(node.right))
-        raise ValueError
-
-    try:
-        return ev(tree)
-    except (ValueError, ZeroDivisionError):
-        return None
+def _closing(text: str, start: int) -> int:
+    """Where the `))` that closes an arithmetic expansion begun before `start` is; -1 when it is not closed."""
+    depth = 0
+    for i in range(start, min(len(text), start + MAX_EXPRESSION + 2)):
+        c = text[i]
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            if depth == 0:
+                return i if text.startswith("))", i) else -1
+            depth -= 1
+    return -1
 
 
 def _slurm_variables(directives: dict[str, JobSetting], folder: str) -> dict[str, str | None]:
@@ -236,6 +252,8 @@ def read_job(path: str, display: str | None = None) -> tuple[JobFacts, LaunchFac
             continue
         if words[0] == "export":
             words = words[1:]
+            if not words:  # a bare `export` lists the environment
+                continue
         assignments = [w for w in words if re.match(r"^[A-Za-z_]\w*=", w)]
         if assignments and len(assignments) == len(words):  # `NAME=value` lines: the script's own variables
             for w in assignments:
@@ -359,7 +377,7 @@ def _launch_in(line: str, expander: _Expander):
 
 
 def _with_script(job: JobFacts, words: list[str], cwd: str, unknowns: list[Unknown]) -> tuple[JobFacts, LaunchFacts]:
-    launch = parse_launcher(shlex.join(words))
+    launch = parse_launcher(shlex.join(words), source=f"{job.path}:{job.launch_line}")
     # the script it runs: the first .py, else a config the launcher runs (`axolotl train x.yml`); never the value
     # of a launcher's own file option (`--config_file accel.yaml`)
     options = {i + 1 for i, w in enumerate(words) if w in _LAUNCHER_FILE_OPTIONS}
@@ -376,11 +394,6 @@ def _with_script(job: JobFacts, words: list[str], cwd: str, unknowns: list[Unkno
             unknowns.append(Unknown("training script", f"{script} is not in {_display(cwd)} (the folder the job "
                                                        f"runs it from)"))
     launch = with_accelerate_files(launch, None, cwd)  # the files accelerate reads, from the job's folder
-    for name in ("num_processes", "main_process_port", "mixed_precision"):  # `$VAR` the script does not set
-        v = getattr(launch, name)
-        if v.state == KNOWN and isinstance(v.value, str) and ("$" in v.value or "`" in v.value):
-            launch = replace(launch, **{name: Value(state=DYNAMIC, text=v.text, origins=v.origins,
-                                                    reason=f"{v.text}: set when the job runs")})
     launch = _with_job_environment(job, launch)
     return replace(job, script=resolved, unknowns=tuple(unknowns)), launch
 
@@ -423,28 +436,39 @@ def partition_gpu(job: JobFacts, partitions: Mapping[str, Mapping], scheduler: C
     if partition and partition in partitions:
         entry = partitions[partition]
         return str(entry["gpu"]), count or entry.get("count"), f"partition {partition} (project config)"
-    gres = _scheduler_gres(partition, scheduler or _scontrol)
+    scheduler = scheduler or _Scontrol()
+    gres = _scheduler_gres(partition, scheduler)
     if gres:
         kind, n = gres
         return kind, count or n, f"partition {partition or '(default)'} (scontrol)"
     where = f"partition {partition!r}" if partition else "the default partition"
-    return "", count, (f"the GPU type of {where} is unknown: add [tool.precision-doctor.partitions.{partition or 'NAME'}]"
-                       f" gpu = \"a100-80gb\" to pyproject.toml, or pass --target")
+    why_not = getattr(scheduler, "why_not", "")
+    return "", count, (f"the GPU type of {where} is unknown{f' ({why_not})' if why_not else ''}: add "
+                       f"[tool.precision-doctor.partitions.{partition or 'NAME'}] gpu = \"a100-80gb\" to "
+                       f"pyproject.toml, or pass --target")
 
 
-def _scontrol(args: list[str]) -> str:
-    import shutil  # (here, as subprocess: only a job script on a SLURM login node asks scontrol)
+class _Scontrol:
+    """The scheduler's own `scontrol`, found by programs.find_program (never one in the checked tree or the working
+    directory); `why_not` says why it could not be asked."""
 
-    exe = shutil.which("scontrol")
-    if not exe:
-        return ""
-    import subprocess
+    def __init__(self):
+        self.why_not = ""
 
-    try:
-        done = subprocess.run([exe, *args], capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    return done.stdout if done.returncode == 0 else ""
+    def __call__(self, args: list[str]) -> str:
+        from ..programs import find_program
+
+        exe, self.why_not = find_program("scontrol")
+        if exe is None:
+            return ""
+        import subprocess  # (here: only a job script on a SLURM login node asks scontrol)
+
+        try:
+            done = subprocess.run([exe, *args], capture_output=True, text=True, timeout=5)
+        except (OSError, subprocess.SubprocessError) as exc:
+            self.why_not = f"scontrol could not be run ({type(exc).__name__})"
+            return ""
+        return done.stdout if done.returncode == 0 else ""
 
 
 def _scheduler_gres(partition: str, scheduler: Callable[[list[str]], str]) -> tuple[str, int] | None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .._util import MAX_GPUS_PER_NODE, MAX_PORT, whole_number
 from ..errors import InputError
-from ..facts import KNOWN, HostFacts, LaunchFacts, Location, Origin, Unknown, Value
+from ..facts import DYNAMIC, KNOWN, HostFacts, LaunchFacts, Location, Origin, Unknown, Value
 from ..sources import Unreadable, is_regular_file
 from .config_files import display, read_deepspeed_config
 from .host import read_accelerate_config
@@ -32,13 +32,19 @@ ACCELERATE_OPTIONS = ("zero_stage", "offload_optimizer_device", "offload_param_d
                       "fsdp_reshard_after_forward", "fsdp_use_orig_params")
 
 
-def parse_launcher(command: str) -> LaunchFacts:
+LAUNCHER_OPTION = "--launcher"
+
+
+def parse_launcher(command: str, source: str = LAUNCHER_OPTION) -> LaunchFacts:
+    """The launch command as facts. `source` is where it is written: the user's --launcher (a number out of range
+    there is a typo: one line, exit 2) or a job script's line (`job.sbatch:12`: the job's own values, judged, never
+    refused). Either way a value set when the job runs (`$MASTER_PORT`, `$(shuf ...)`) is unknown."""
     try:
         words = shlex.split(command)
     except ValueError as exc:
-        raise InputError(f"--launcher: cannot split {command!r} ({exc}); quote it as one shell command") from None
+        raise InputError(f"{source}: cannot split {command!r} ({exc}); quote it as one shell command") from None
     if not words:
-        raise InputError("--launcher: empty; give the launch command, e.g. \"torchrun --nproc_per_node 4\"")
+        raise InputError(f"{source}: empty; give the launch command, e.g. \"torchrun --nproc_per_node 4\"")
     launcher, rest = launcher_of(words)
     if launcher is None:
         raise InputError(f"--launcher: '{words[0]}' is not a launcher the doctor knows; "
@@ -64,8 +70,7 @@ def parse_launcher(command: str) -> LaunchFacts:
             continue
         if name in flags:
             raw = inline if eq else (rest[i + 1] if i + 1 < len(rest) else "")
-            values[flags[name]] = Value(state=KNOWN, value=_number(flags[name], name, raw), text=f"{name} {raw}",
-                                        origins=(Origin("launcher", f"{name} {raw}"),))
+            values[flags[name]] = _flag_value(flags[name], name, raw, source)
             i += 1 if eq else 2
             continue
         if word.endswith(".py"):
@@ -183,19 +188,27 @@ def launcher_of(words: list[str]) -> tuple[str | None, list[str]]:
 _BOUNDS = {"main_process_port": (1, MAX_PORT), "num_processes": (1, MAX_GPUS_PER_NODE), "num_machines": (1, 1 << 20)}
 
 
-def _number(fact: str, flag: str, raw: str):
-    """A flag's value: a number within its range, or the text as written (`--nproc_per_node gpu`). A number out
-    of range, or a port that is not a number, is a one-line error: the user typed it."""
+def _flag_value(fact: str, flag: str, raw: str, source: str) -> Value:
+    """A flag's value: a number within its range, or the text as written (`--nproc_per_node gpu`). A value the job
+    computes when it runs is dynamic. A number out of range, or a port that is not a number, is a one-line error
+    when the user typed it (--launcher), and unknown when a job script holds it: the doctor judges such a job, it does
+    not refuse it."""
+    text, origins = f"{flag} {raw}", (Origin("launcher", f"{flag} {raw}"),)
+    if "$" in raw or "`" in raw:
+        return Value(state=DYNAMIC, text=text, origins=origins, reason=f"{text}: set when the job runs")
     if fact not in _BOUNDS:
-        return raw
+        return Value(state=KNOWN, value=raw, text=text, origins=origins)
     low, high = _BOUNDS[fact]
     number = whole_number(raw, low, high)
     if number is not None:
-        return number
-    if fact == "main_process_port" or any(c.isdigit() for c in raw):
-        shown = raw if len(raw) <= 20 else f"{raw[:17]}..."
-        raise InputError(f"--launcher: {flag} {shown!r}: expected a whole number from {low} to {high}")
-    return raw
+        return Value(state=KNOWN, value=number, text=text, origins=origins)
+    if fact != "main_process_port" and not any(c.isdigit() for c in raw):
+        return Value(state=KNOWN, value=raw, text=text, origins=origins)
+    shown = raw if len(raw) <= 20 else f"{raw[:17]}..."
+    problem = f"{flag} {shown!r}: expected a whole number from {low} to {high}"
+    if source == LAUNCHER_OPTION:
+        raise InputError(f"{source}: {problem}")
+    return Value(state=DYNAMIC, text=text, origins=origins, reason=f"{problem} (the launcher would refuse it)")
 
 
 def no_launcher() -> LaunchFacts:

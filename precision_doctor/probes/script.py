@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import gc
 import io
-import json
 import operator
 import os
 import re
@@ -26,7 +25,7 @@ from ..errors import InputError
 from ..facts import (CONDITIONAL, KNOWN, Branch, Call, Location, Origin, ScriptFacts, Suppression, Unknown, Value,
                      model_source)
 from ..redact import MODEL_CONFIG_KEYS, keep_read_keys
-from ..sources import Unreadable, is_regular_file, read_source, read_text_bounded, status, worth_reading
+from ..sources import Unreadable, is_regular_file, parse_json, read_source, read_text_bounded, status, worth_reading
 from .frameworks import read_frameworks
 from .keywords import local_classes, parsed_arguments
 from .checkpoint import probe_checkpoints
@@ -599,7 +598,7 @@ def _local_model_configs(script: Path, calls: list[Call]) -> dict[str, dict]:
             cfg = (base / source.value / "config.json")
             if is_regular_file(cfg):
                 try:
-                    data = json.loads(read_text_bounded(cfg))
+                    data = parse_json(read_text_bounded(cfg))
                 except (Unreadable, ValueError):
                     continue
                 out[source.value] = keep_read_keys(data, MODEL_CONFIG_KEYS)

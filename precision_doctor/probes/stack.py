@@ -17,7 +17,7 @@ from typing import Mapping
 
 from .._util import record
 from ..facts import LibraryBehaviour, PackageVersion, StackFacts, VersionSource
-from ..sources import Unreadable, is_regular_file, read_text_bounded
+from ..sources import Unreadable, is_regular_file, read_prefix, read_text_bounded
 from .versions import TRACKED, canonical_name, declared_for
 
 # The releases the rules were checked against; assumed when a package is neither installed nor declared.
@@ -143,23 +143,32 @@ def _metadata_folders(site_dirs: tuple[str, ...], keys: set[str]) -> list[Path]:
     return out
 
 
+MAX_METADATA_HEAD = 1024 * 1024  # bytes of METADATA read: its headers come first, the long description after
+
+
 def _name_and_version(info: Path) -> tuple[str | None, str | None]:
-    """The Name and Version headers of a distribution's metadata. Installers write plain `Key: value` lines, read
-    here directly; anything else is left to importlib.metadata's email parser."""
+    """The Name and Version headers of a distribution's metadata, from a bounded read of a regular file only (a
+    FIFO or a link to /dev/zero in an environment neither hangs nor fills memory). Installers write plain
+    `Key: value` lines, read here directly; anything else goes to the email parser importlib.metadata uses."""
     for candidate in (info / "METADATA", info / "PKG-INFO", info):
         try:
-            text = candidate.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError, ValueError):
+            data = read_prefix(candidate, MAX_METADATA_HEAD)
+        except (OSError, Unreadable):
+            continue
+        end = data.find(b"\n\n")
+        try:
+            text = (data[:end + 1] if end >= 0 else data).decode("utf-8")
+        except UnicodeDecodeError:
             continue
         if text:
             plain = _plain_headers(text)
             if plain is not None:
                 return plain.get("name"), plain.get("version")
-            break
-    from importlib.metadata import PathDistribution
+            from email.parser import HeaderParser
 
-    dist = PathDistribution(info)
-    return dist.metadata["Name"], dist.version
+            headers = HeaderParser().parsestr(text)
+            return headers["Name"], headers["Version"]
+    return None, None
 
 
 _HEADER_NAME = re.compile(r"[\x21-\x39\x3b-\x7e]+\Z")  # what the email parser takes for a header's name

@@ -163,16 +163,22 @@ def _parse(text: str, file: str) -> Declared | None:
     return Declared(canonical_name(req.name), str(req.specifier), file)
 
 
-def _requirements_file(text: str, path: Path, depth: int = 0) -> list[str]:
+def _requirements_file(text: str, path: Path, depth: int = 0, seen: set[str] | None = None) -> list[str]:
+    """The requirement lines of a requirements file with its `-r` includes (three deep), each file read once however
+    often it is included (a file that includes itself 300 times is read once)."""
+    seen = {os.path.realpath(path)} if seen is None else seen
     out: list[str] = []
     for raw in text.splitlines():
         line = re.split(r"\s+#", raw, maxsplit=1)[0].strip()
         include = re.match(r"^(?:-r|--requirement)\s*=?\s*(\S+)", line)
         if include and depth < 3:
             nested = path.parent / include.group(1)
-            if is_regular_file(nested):
+            real = os.path.realpath(nested)
+            if real not in seen and is_regular_file(nested):
+                seen.add(real)
                 try:
-                    out.extend(_requirements_file(read_text_bounded(nested, errors="replace"), nested, depth + 1))
+                    out.extend(_requirements_file(read_text_bounded(nested, errors="replace"), nested, depth + 1,
+                                                  seen))
                 except Unreadable:
                     pass
             continue
@@ -190,20 +196,25 @@ def _pyproject(text: str, path: Path) -> list[str]:
     except (tomllib.TOMLDecodeError, ValueError):
         return []
     out: list[str] = []
-    project = data.get("project") if isinstance(data.get("project"), dict) else {}
-    out.extend(s for s in project.get("dependencies") or [] if isinstance(s, str))
-    optional = project.get("optional-dependencies") or {}
-    if isinstance(optional, dict):
-        for group in optional.values():
-            out.extend(s for s in group or [] if isinstance(s, str))
-    poetry = (data.get("tool") or {}).get("poetry") or {}
-    if isinstance(poetry, dict):
-        tables = [poetry.get("dependencies") or {}]
-        tables += [g.get("dependencies") or {} for g in (poetry.get("group") or {}).values() if isinstance(g, dict)]
-        for table in tables:
-            if isinstance(table, dict):
-                out.extend(_poetry(name, value) for name, value in table.items() if name != "python")
+    project = _table(data.get("project"))
+    out.extend(s for s in _array(project.get("dependencies")) if isinstance(s, str))
+    for group in _table(project.get("optional-dependencies")).values():
+        out.extend(s for s in _array(group) if isinstance(s, str))
+    poetry = _table(_table(data.get("tool")).get("poetry"))
+    tables = [_table(poetry.get("dependencies"))]
+    tables += [_table(_table(g).get("dependencies")) for g in _table(poetry.get("group")).values()]
+    for table in tables:
+        out.extend(_poetry(name, value) for name, value in table.items() if name != "python")
     return out
+
+
+def _table(value) -> dict:
+    """A TOML table where one is expected; anything else (a project's typo, a hostile file) is an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
+def _array(value) -> list:
+    return value if isinstance(value, list) else []
 
 
 def _poetry(name: str, value) -> str:

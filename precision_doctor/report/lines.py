@@ -9,7 +9,7 @@ from .._util import python_lines
 from ..engine import Result
 from ..facts import Location
 from ..findings import Finding
-from ..redact import redact_text
+from ..redact import printable, redact_text
 
 class SourceLines:
     """Source lines for excerpts and fingerprints; files that are not here (a --facts snapshot) just have none."""
@@ -40,7 +40,7 @@ def render_concise(result: Result) -> str:
     for f in result.findings:
         loc = primary_location(f)
         out.append(f"{loc.path}:{loc.line}:{loc.column}: {f.rule_id} [{f.severity}] {f.message}")
-    return "".join(line + "\n" for line in (redact_text(line) for line in out))
+    return "".join(line + "\n" for line in (printable(redact_text(line)) for line in out))
 
 
 def _escape_data(text: str) -> str:
@@ -59,7 +59,7 @@ def render_github(result: Result) -> str:
         loc = primary_location(f)
         message = f.message + (f"\nThe job would fail with: {f.error}" if f.error else "") + (
             f"\nFix: {f.fix.description}" if f.fix else "")
-        props = (f"file={_escape_property(loc.path)},line={loc.line},col={loc.column},"
+        props = (f"file={_escape_property(printable(loc.path))},line={loc.line},col={loc.column},"
                  f"title={_escape_property(f'{f.rule_id} {f.name}')}")
-        out.append(f"::{_GITHUB_LEVEL[f.severity]} {props}::{_escape_data(redact_text(message))}")
+        out.append(f"::{_GITHUB_LEVEL[f.severity]} {props}::{_escape_data(printable(redact_text(message), True))}")
     return "".join(line + "\n" for line in out)

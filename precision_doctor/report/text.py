@@ -8,7 +8,7 @@ from .. import __version__
 from ..engine import Result
 from ..facts import Facts
 from ..findings import SEVERITIES, SEVERITY_RANK, Finding
-from ..redact import MARKUP_TAG, markup
+from ..redact import MARKUP_TAG, markup, printable
 from .lines import SourceLines
 from .unknowns import NOT_CHECKED, UnknownEntry, by_file, unknown_entries
 
@@ -30,7 +30,8 @@ class _Buffer:
         self.lines: list[str] = []
 
     def __call__(self, text: str = "", soft_wrap: bool = True, **_) -> None:
-        self.lines.append(text)
+        # every line, whatever it interpolates: a value from a checked file never reaches the terminal raw
+        self.lines.append(printable(text, keep_newlines=True))
 
 
 
@@ -368,6 +369,6 @@ def _skipped(result: Result, out) -> None:
     if result.skipped:
         reasons = sorted({s.reason for s in result.skipped})
         ids = ", ".join(s.rule_id for s in result.skipped)
-        out(f"\n[dim]skipped {ids}: {'; '.join(reasons)}[/dim]", soft_wrap=True)
+        out(f"\n[dim]skipped {ids}: {'; '.join(markup(r) for r in reasons)}[/dim]", soft_wrap=True)
     for c in result.crashed:
         out(f"\n[red]check {c.rule_id} crashed[/red]: {markup(c.reason)} (please report it)", soft_wrap=True)
