@@ -186,7 +186,7 @@ def real_tree(doctor: list[str], folder: Path, runs: int, beside: list[str] = ()
     round times ast.parse, the one-process check and the 2-worker check one after the other, and the figures are
     medians over the rounds (a ratio is taken within its round, so a busy minute slows both of its sides)."""
     sys.path.insert(0, str(ROOT))
-    from precision_doctor.walk import python_files
+    from precision_doctor.system.walk import python_files
 
     files = python_files(folder).files
     lines = sum(f.read_bytes().count(b"\n") for f in files)

@@ -148,7 +148,7 @@ def doctor(*args: str, cwd: Path) -> tuple[int, dict, str]:
 
 def declared_error(rule_id: str) -> str:
     sys.path.insert(0, str(ROOT))
-    from precision_doctor.catalog import get_rule
+    from precision_doctor.rules.catalog import get_rule
 
     return get_rule(rule_id).error
 

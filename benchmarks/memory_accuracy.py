@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from precision_doctor.derive.memory import TrainingShape, activation_bytes, autocast_copies, estimate  # noqa: E402
-from precision_doctor.facts import CheckpointSource  # noqa: E402
+from precision_doctor.model.facts import CheckpointSource  # noqa: E402
 from precision_doctor.probes.checkpoint import from_config  # noqa: E402
 
 TOLERANCE = 0.15

@@ -16,10 +16,10 @@ import sys
 from dataclasses import dataclass, field
 from typing import IO, Iterable, Iterator
 
-from . import sources
-from .catalog import rules
-from .errors import InputError
-from .registry import Rule
+from .system import sources
+from .rules.catalog import rules
+from .model.errors import InputError
+from .rules.registry import Rule
 
 MAX_EVIDENCE = 4  # log lines kept per signature
 _TQDM = re.compile(r"\b(\d+)/(\d+) \[")

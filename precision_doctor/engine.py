@@ -12,16 +12,16 @@ from __future__ import annotations
 import gc
 from dataclasses import replace
 
-from ._util import record, unique
-from .catalog import rules
-from .config import Policy
+from .model.util import record, unique
+from .rules.catalog import rules
+from .settings import Policy
 from .derive import Derived, derive_setup, plan_launch
 from .derive.launch import plan_of_script
 from .derive.setup import Fact
 from .diagnose import match_exception
-from .facts import Facts, Location, ScriptFacts, Suppression
-from .findings import SEVERITY_RANK, Confidence, Draft, Evidence, Finding, Fix, Phase, stricter
-from .registry import REGISTRY, Rule
+from .model.facts import Facts, Location, ScriptFacts, Suppression
+from .model.findings import SEVERITY_RANK, Confidence, Draft, Evidence, Finding, Fix, Phase, stricter
+from .rules.registry import REGISTRY, Rule
 
 
 @record

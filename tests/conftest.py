@@ -7,7 +7,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from precision_doctor import engine  # noqa: E402
-from precision_doctor.collect import gather  # noqa: E402
+from precision_doctor.probes.collect import gather  # noqa: E402
 from precision_doctor.probes.stack import CURRENT  # noqa: E402
 
 from .fake_nvml import NO_NVML, fake_system  # noqa: E402
@@ -36,7 +36,7 @@ def check_code(tmp_path, code, target=None, launcher=None, script_args=(), versi
     if live is not None:
         from dataclasses import replace
 
-        from precision_doctor.facts import LiveFacts
+        from precision_doctor.model.facts import LiveFacts
 
         facts = replace(facts, live=LiveFacts.from_json(live))
     return engine.run(facts), facts

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from precision_doctor.collect import System
+from precision_doctor.probes.collect import System
 
 MACHINES = Path(__file__).resolve().parents[1] / "fixtures" / "machines"
 
@@ -147,8 +147,8 @@ def fake_system(name: str) -> tuple[System, dict]:
     busy = [c["port"] for c in spec.get("os", {}).get("listening", [])]
 
     def check_ports(ports, _psutil=None):
-        from precision_doctor.facts import BusyPort
-        from precision_doctor.redact import describe_command
+        from precision_doctor.model.facts import BusyPort
+        from precision_doctor.model.redact import describe_command
 
         ports = sorted(set(ports))
         holders = {c["port"]: c.get("pid") for c in spec.get("os", {}).get("listening", [])}

@@ -67,7 +67,7 @@ class Outcome:
 @lru_cache(maxsize=1)
 def corpus() -> tuple[str, ...]:
     """Every fixture script and every rule example's code."""
-    from precision_doctor.catalog import rules
+    from precision_doctor.rules.catalog import rules
 
     texts = [p.read_text(encoding="utf-8") for p in sorted((ROOT / "fixtures").rglob("*.py"))]
     for r in rules():
@@ -80,8 +80,8 @@ def snapshot_text() -> str:
     """A full snapshot (two GPUs with a process, host ports, env, accelerate config, stack) to mutate."""
     from dataclasses import replace
 
-    from precision_doctor.collect import snapshot_json
-    from precision_doctor.facts import BusyPort, GpuProcess, HostFacts, PackageVersion, StackFacts
+    from precision_doctor.probes.collect import snapshot_json
+    from precision_doctor.model.facts import BusyPort, GpuProcess, HostFacts, PackageVersion, StackFacts
     from precision_doctor.probes.target import machine_from_target
 
     machine = machine_from_target("a100:2")

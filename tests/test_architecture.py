@@ -98,4 +98,4 @@ def test_a_package_importing_its_own_modules_counts():
     """The reader sees function-local and relative imports (a cycle hidden inside a function is still one)."""
     graph = _graph()
     assert "precision_doctor.derive.setup" in graph["precision_doctor.derive"]
-    assert "precision_doctor.catalog" in graph["precision_doctor.cli"]  # imported inside functions only
+    assert "precision_doctor.rules.catalog" in graph["precision_doctor.cli"]  # imported inside functions only

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from precision_doctor import engine
-from precision_doctor.collect import gather
+from precision_doctor.probes.collect import gather
 
 from .conftest import machine_probes
 
@@ -161,9 +161,9 @@ def test_scripts_judged_in_the_workers_give_the_result_of_one_process(tmp_path, 
     """With workers, each worker judges the scripts it probed and sends back their facts without calls: the same
     findings, in the same order, with the same skipped, crashed and silenced rules and unknowns, as one process
     that judges every script itself; a rule that crashes in a worker is reported once, as it is there."""
-    from precision_doctor.collect import gather_judged
-    from precision_doctor.findings import Draft
-    from precision_doctor.registry import REGISTRY, Example, rule
+    from precision_doctor.probes.collect import gather_judged
+    from precision_doctor.model.findings import Draft
+    from precision_doctor.rules.registry import REGISTRY, Example, rule
 
     @rule("PD997", "crashes-on-some", severity="warning", phase="config", summary="s", what="w", why="y",
           error="e", fix="f", fires=[Example("x = 1\n")], silent=[Example("y = 2\n")])
@@ -198,8 +198,8 @@ def test_a_script_whose_worker_died_is_reported_and_judged_by_the_doctor(tmp_pat
     """A worker that dies on a script costs only that script: it is reported not checked (with its project's stack
     and the launch's unknowns, as any other), and the doctor judges it itself; the other scripts keep their
     verdicts."""
-    from precision_doctor import collect
-    from precision_doctor.collect import gather_judged
+    from precision_doctor.probes import collect
+    from precision_doctor.probes.collect import gather_judged
 
     probe = collect._probe
 

@@ -183,7 +183,7 @@ def test_rich_colour_on_a_terminal_and_quiet_mode():
     from rich.console import Console
 
     from precision_doctor import engine
-    from precision_doctor.collect import gather
+    from precision_doctor.probes.collect import gather
     from precision_doctor.report.text import render
 
     facts = gather([str(ROOT / SEED001)], target="titan-rtx")

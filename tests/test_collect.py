@@ -2,7 +2,8 @@
 
 import os
 
-from precision_doctor import collect, engine
+from precision_doctor.probes import collect
+from precision_doctor import engine
 
 from .conftest import machine_probes
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from precision_doctor import engine
-from precision_doctor.collect import gather
-from precision_doctor.errors import InputError
+from precision_doctor.probes.collect import gather
+from precision_doctor.model.errors import InputError
 from precision_doctor.probes.stack import CURRENT
 
 from .conftest import machine_probes

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from precision_doctor import engine
-from precision_doctor.collect import gather
-from precision_doctor.facts import DYNAMIC, KNOWN
+from precision_doctor.probes.collect import gather
+from precision_doctor.model.facts import DYNAMIC, KNOWN
 from precision_doctor.probes.script import probe_script
 from precision_doctor.probes.stack import CURRENT
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from precision_doctor.derive import evaluate
-from precision_doctor.facts import MachineFacts, Predicate, StackFacts
+from precision_doctor.model.facts import MachineFacts, Predicate, StackFacts
 from precision_doctor.probes.stack import TRAINER_SKIPS_DP_FOR_4BIT, installed_behaviours, probe_stack
 from precision_doctor.probes.target import machine_from_target
 

@@ -3,10 +3,10 @@
 import json
 
 from precision_doctor import engine
-from precision_doctor.registry import REGISTRY, Example, rule
-from precision_doctor.facts import Facts
-from precision_doctor.findings import Draft, Evidence
-from precision_doctor.facts import Location
+from precision_doctor.rules.registry import REGISTRY, Example, rule
+from precision_doctor.model.facts import Facts
+from precision_doctor.model.findings import Draft, Evidence
+from precision_doctor.model.facts import Location
 
 
 def test_facts_round_trip_through_json(run_check):
@@ -81,8 +81,8 @@ def test_a_rule_may_escalate_only_as_far_as_it_declares(run_check):
 
 def test_typed_values_survive_the_json_round_trip(run_check):
     """Tensors, call kinds and value states come back as their types, not as strings."""
-    from precision_doctor.call_kinds import CallKind
-    from precision_doctor.facts import State, TensorValue
+    from precision_doctor.model.call_kinds import CallKind
+    from precision_doctor.model.facts import State, TensorValue
 
     code = ("import torch\nmodel = torch.nn.Linear(16, 4).cuda().half()\nx = torch.randn(8, 16, device='cuda')\n"
             "loss = model(x).sum()\n")
@@ -97,7 +97,7 @@ def test_typed_values_survive_the_json_round_trip(run_check):
 
 def test_a_tensor_moved_to_a_device_keeps_its_dtype(run_check):
     """`x.to(device)` on a tensor the script built is still a float32 tensor (this crashed the probe once)."""
-    from precision_doctor.facts import TensorValue
+    from precision_doctor.model.facts import TensorValue
 
     code = ("import torch\nmodel = torch.nn.Linear(16, 4).cuda().half()\n"
             "x = torch.randn(8, 16).to('cuda')\nloss = model(x).sum()\n")
@@ -113,7 +113,7 @@ def test_fact_records_behave_as_frozen_dataclasses():
     import dataclasses
     import pickle
 
-    from precision_doctor.facts import Call, Origin, Value
+    from precision_doctor.model.facts import Call, Origin, Value
 
     here = Location("train.py", 3, 5)
     value = Value(state="known", value=1e-4, text="1e-4", origins=(Origin("code", "lr = 1e-4", here),), location=here)
@@ -147,7 +147,7 @@ def test_a_record_has_its_dataclass_signature_before_its_first_instance_and_buil
     import gc
     import inspect
 
-    from precision_doctor._util import record
+    from precision_doctor.model.util import record
 
     class Shape:  # annotations as the doctor's modules write them (postponed: strings)
         name: "str"

@@ -7,8 +7,8 @@ import pytest
 
 pytest.importorskip("libcst")
 
-from precision_doctor.catalog import rules  # noqa: E402
-from precision_doctor.fixer import apply_edits  # noqa: E402
+from precision_doctor.rules.catalog import rules  # noqa: E402
+from precision_doctor.fix.edits import apply_edits  # noqa: E402
 
 CASES = [(r.id, i, ex) for r in rules() for i, ex in enumerate(r.fires) if ex.fixed is not None]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from precision_doctor.diagnose import _declared_signature, diagnose
-from precision_doctor.catalog import rules
+from precision_doctor.rules.catalog import rules
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,8 +13,8 @@ import pytest
 
 pytest.importorskip("libcst")
 
-from precision_doctor.catalog import rules  # noqa: E402
-from precision_doctor.fixer import EditFailed, apply_edits  # noqa: E402
+from precision_doctor.rules.catalog import rules  # noqa: E402
+from precision_doctor.fix.edits import EditFailed, apply_edits  # noqa: E402
 
 from .conftest import check_code  # noqa: E402
 
@@ -137,8 +137,8 @@ def test_yes_applies_safe_fixes_rechecks_and_keeps_the_mode(project):
 def test_interactive_answers(project, monkeypatch):
     from rich.console import Console
 
-    from precision_doctor.collect import gather
-    from precision_doctor.fix_command import run_engine_check, run_fix
+    from precision_doctor.probes.collect import gather
+    from precision_doctor.fix.session import run_engine_check, run_fix
 
     from .conftest import machine_probes
 
@@ -159,8 +159,8 @@ def test_interactive_answers(project, monkeypatch):
 
 
 def test_refuses_a_file_changed_since_the_check(project):
-    from precision_doctor.errors import InputError
-    from precision_doctor.fixer import FileChange, write_change
+    from precision_doctor.model.errors import InputError
+    from precision_doctor.fix.edits import FileChange, write_change
 
     path = project / "train.py"
     seen = path.read_text()
@@ -171,7 +171,7 @@ def test_refuses_a_file_changed_since_the_check(project):
 
 
 def test_an_edit_that_would_not_parse_is_refused():
-    from precision_doctor.findings import Edit
+    from precision_doctor.model.findings import Edit
 
     with pytest.raises(EditFailed, match="would not parse"):
         apply_edits("x = f(a=1)\n", [Edit("set_kwarg", "t.py", 1, call="f", name="a", new="1 +")])

@@ -18,9 +18,9 @@ pytest.importorskip("libcst")
 
 from rich.console import Console  # noqa: E402
 
-from precision_doctor.collect import gather  # noqa: E402
-from precision_doctor.findings import Applicability, Edit, Finding, Fix  # noqa: E402
-from precision_doctor.fix_command import run_engine_check, run_fix  # noqa: E402
+from precision_doctor.probes.collect import gather  # noqa: E402
+from precision_doctor.model.findings import Applicability, Edit, Finding, Fix  # noqa: E402
+from precision_doctor.fix.session import run_engine_check, run_fix  # noqa: E402
 
 from .conftest import machine_probes  # noqa: E402
 
@@ -191,8 +191,8 @@ def test_undo_after_the_doctor_is_killed_mid_session(tmp_path):
     killed_on_second_question = (
         "import os, signal\n"
         "from rich.console import Console\n"
-        "from precision_doctor.collect import gather\n"
-        "from precision_doctor.fix_command import run_engine_check, run_fix\n"
+        "from precision_doctor.probes.collect import gather\n"
+        "from precision_doctor.fix.session import run_engine_check, run_fix\n"
         "from tests.fake_nvml import NO_NVML\n"
         "asked = []\n"
         "def ask(q):\n"
@@ -253,7 +253,7 @@ def test_a_planted_manifest_restores_nothing(tmp_path):
     run = tmp_path / "proj" / ".precision-doctor" / "backup" / "20990101T000000.000000Z-1"
     (run / "files").mkdir(parents=True)
     (run / "files" / "x").write_text("evil\n")
-    from precision_doctor.safe_io import digest
+    from precision_doctor.system.safe_io import digest
 
     (run / "manifest.json").write_text(
         '{"version": 2, "roots": ["%s"], "files": [{"path": "%s", "backup": "files/x", "original_sha256": "%s", '

@@ -16,9 +16,9 @@ pytest.importorskip("libcst")
 
 from rich.console import Console  # noqa: E402
 
-from precision_doctor.catalog import rules  # noqa: E402
-from precision_doctor.collect import gather  # noqa: E402
-from precision_doctor.fix_command import run_engine_check, run_fix  # noqa: E402
+from precision_doctor.rules.catalog import rules  # noqa: E402
+from precision_doctor.probes.collect import gather  # noqa: E402
+from precision_doctor.fix.session import run_engine_check, run_fix  # noqa: E402
 from precision_doctor.probes.stack import CURRENT  # noqa: E402
 
 from .conftest import machine_probes  # noqa: E402
@@ -268,7 +268,7 @@ def test_diff_and_yes_propose_the_same_change(tmp_path, monkeypatch, capsys):
         run_fix(check, yes=False, diff_only=True, unsafe=False, select=None, console=Console(file=io.StringIO()))
         patch = capsys.readouterr().out
         run_fix(check, yes=True, diff_only=False, unsafe=False, select=None, console=Console(file=io.StringIO()))
-        from precision_doctor.fixer import FileChange
+        from precision_doctor.fix.edits import FileChange
 
         assert patch == FileChange("train.py", code, script.read_text(encoding="utf-8")).diff(), name
 

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from precision_doctor import cli
-from precision_doctor.collect import snapshot_json
-from precision_doctor.facts import BusyPort, HostFacts, PackageVersion, StackFacts
+from precision_doctor.probes.collect import snapshot_json
+from precision_doctor.model.facts import BusyPort, HostFacts, PackageVersion, StackFacts
 from precision_doctor.probes.stack import at_least, parse_version
 from precision_doctor.probes.target import machine_from_target
-from precision_doctor.strict_json import dumps
+from precision_doctor.model.strict_json import dumps
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCTOR = [sys.executable, "-m", "precision_doctor"]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from precision_doctor.diagnose import diagnose
-from precision_doctor.sources import Unreadable, read_source
+from precision_doctor.system.sources import Unreadable, read_source
 
 ROOT = Path(__file__).resolve().parents[1]
 MEMORY_CAP = 1536 * 2**20  # a run that tries to read /dev/zero whole dies here instead of eating the machine

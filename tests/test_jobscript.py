@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from precision_doctor import engine
-from precision_doctor.collect import System, gather, read_snapshot
+from precision_doctor.probes.collect import System, gather, read_snapshot
 from precision_doctor.probes.jobscript import is_job_script, read_job
 from precision_doctor.probes.stack import CURRENT
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from precision_doctor import engine
-from precision_doctor.collect import gather
+from precision_doctor.probes.collect import gather
 from precision_doctor.derive import derive
 from precision_doctor.derive.memory_plan import MemoryPlan, plan_memory
 from precision_doctor.probes.stack import CURRENT

@@ -15,8 +15,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from precision_doctor import engine  # noqa: E402
-from precision_doctor.collect import gather  # noqa: E402
-from precision_doctor.live import run_live  # noqa: E402
+from precision_doctor.probes.collect import gather  # noqa: E402
+from precision_doctor.probes.live.runner import run_live  # noqa: E402
 from precision_doctor.probes.stack import CURRENT  # noqa: E402
 
 from .conftest import check_code, machine_probes  # noqa: E402

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from precision_doctor import engine
-from precision_doctor.collect import System, gather, snapshot_json
+from precision_doctor.probes.collect import System, gather, snapshot_json
 from precision_doctor.probes.gpu import probe_gpus
 from precision_doctor.probes.host import describe_processes
 from precision_doctor.probes.launch import launch_from_env, parse_launcher

@@ -13,7 +13,7 @@ import pytest
 
 from precision_doctor.derive.memory import (GIB, Parallelism, TrainingShape, activation_bytes, estimate,
                                             largest_batch, linear_parameters, offloaded_layers, weights_bytes)
-from precision_doctor.facts import CheckpointSource
+from precision_doctor.model.facts import CheckpointSource
 from precision_doctor.probes.checkpoint import checkpoint_facts, count_parameters, from_config, shipped_table
 
 ROOT = Path(__file__).resolve().parent.parent

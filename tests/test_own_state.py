@@ -15,8 +15,8 @@ pytest.importorskip("libcst")
 
 from rich.console import Console  # noqa: E402
 
-from precision_doctor.collect import gather  # noqa: E402
-from precision_doctor.fix_command import run_engine_check, run_fix  # noqa: E402
+from precision_doctor.probes.collect import gather  # noqa: E402
+from precision_doctor.fix.session import run_engine_check, run_fix  # noqa: E402
 
 from .conftest import machine_probes  # noqa: E402
 from .test_fix_bytes import FIXED, doctor, expected_after, make_project  # noqa: E402
@@ -83,7 +83,7 @@ def test_a_fix_run_that_wrote_nothing_keeps_no_undo_and_plain_undo_still_works(t
         assert b"applied 1 fix" in other.stdout, other.stderr
         return "y"
 
-    from precision_doctor.errors import InputError
+    from precision_doctor.model.errors import InputError
 
     with pytest.raises(InputError, match="changed since it was checked"):
         run_fix(check, yes=False, diff_only=False, unsafe=False, select=None, console=Console(file=io.StringIO()),

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from precision_doctor import engine
-from precision_doctor.collect import gather
+from precision_doctor.probes.collect import gather
 from precision_doctor.probes.stack import CURRENT
 
 from .conftest import machine_probes

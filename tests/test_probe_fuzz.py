@@ -12,8 +12,8 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from precision_doctor.errors import InputError  # noqa: E402
-from precision_doctor.facts import KNOWN  # noqa: E402
+from precision_doctor.model.errors import InputError  # noqa: E402
+from precision_doctor.model.facts import KNOWN  # noqa: E402
 from precision_doctor.probes.script import probe_script  # noqa: E402
 
 from tests.fuzzing import corpus, mutate_lines  # noqa: E402

@@ -15,8 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from precision_doctor.live import run_live
-from precision_doctor.pool import Lost, run_parallel
+from precision_doctor.probes.live.runner import run_live
+from precision_doctor.system.pool import Lost, run_parallel
 
 DOCTOR = [sys.executable, "-m", "precision_doctor", "check"]
 
@@ -340,7 +340,7 @@ def test_a_worker_that_dies_costs_only_its_item(tmp_path):
 def test_weighted_batches_are_even_in_cost_not_in_count():
     """A folder's large scripts go a few at a time and its small ones many at a time, in order, so that one worker
     is not left with a batch of large files while the other has run dry."""
-    from precision_doctor.pool import _Pool
+    from precision_doctor.system.pool import _Pool
 
     weights = [50.0] * 4 + [1.0] * 200  # four large files, then two hundred small ones
     chunk = len(weights) // 8  # as the doctor sets it: about four rounds per worker
@@ -366,7 +366,7 @@ def test_a_batch_runs_on_to_the_end_of_its_folder_within_twice_its_share():
     reaches its cost inside a folder takes the rest of that folder when it fits in twice the batch; a folder too
     large for that is still split, the last batches still shrink so that the workers end together, and nothing is
     lost or reordered."""
-    from precision_doctor.pool import _Pool
+    from precision_doctor.system.pool import _Pool
 
     groups = ["a"] * 7 + ["b"] * 8 + ["c"] * 60 + ["d"] * 8
     chunk = 10
@@ -385,7 +385,7 @@ def test_a_batch_runs_on_to_the_end_of_its_folder_within_twice_its_share():
 
 
 BIG_ITEMS = """
-from precision_doctor.pool import run_parallel
+from precision_doctor.system.pool import run_parallel
 
 def echo(item):
     return item * 3  # results larger than a pipe holds, while large batches wait to be sent
@@ -403,7 +403,7 @@ def test_large_items_and_results_never_block_the_pool():
 
 POOL_PARENT = """
 import os, sys, time
-from precision_doctor.pool import run_parallel
+from precision_doctor.system.pool import run_parallel
 
 def sleepy(x):
     open(os.path.join(sys.argv[1], str(os.getpid())), "w").close()

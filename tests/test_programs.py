@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from precision_doctor.collect import gather_allocation
-from precision_doctor.programs import distrust, find_program
+from precision_doctor.probes.collect import gather_allocation
+from precision_doctor.system.programs import distrust, find_program
 
 JOB = "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --gres=gpu:2\n#SBATCH --partition=big\nsrun python train.py\n"
 

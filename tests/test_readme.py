@@ -4,8 +4,8 @@ Regenerate with `python -m pytest tests/test_readme.py --update-golden`."""
 import re
 from pathlib import Path
 
-from precision_doctor.catalog import rules
-from precision_doctor.ruledoc import rules_markdown
+from precision_doctor.rules.catalog import rules
+from precision_doctor.report.ruledoc import rules_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 
-from precision_doctor.catalog import get_rule
+from precision_doctor.rules.catalog import get_rule
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -199,7 +199,7 @@ def test_declared_errors_are_in_the_installed_library_source(rule_id, module):
      "sdpa"),
 ])
 def test_pd218_an_unsupported_attention_kernel_is_refused_at_load(run_check, model_type, cls, config, impl):
-    from precision_doctor.families import attention_support
+    from precision_doctor.knowledge.families import attention_support
 
     klass = getattr(transformers, cls)
     cfg = klass.config_class(**config)

@@ -95,7 +95,7 @@ def test_github_escaping():
 
 
 def test_rules_json_lists_every_rule_with_its_doc():
-    from precision_doctor.catalog import rules
+    from precision_doctor.rules.catalog import rules
 
     doc = json.loads(doctor("rules", "--format", "json").stdout)
     assert [r["id"] for r in doc] == [r.id for r in rules()]

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from precision_doctor.call_kinds import FROM_CONTEXT, RECOGNISERS, CallKind, CallSite, kind_of
-from precision_doctor.facts import ScriptFacts, _from_jsonable, _to_jsonable
+from precision_doctor.model.call_kinds import FROM_CONTEXT, RECOGNISERS, CallKind, CallSite, kind_of
+from precision_doctor.model.facts import ScriptFacts, _from_jsonable, _to_jsonable
 from precision_doctor.probes.script import probe_script
 
 HEADER = """import torch

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from precision_doctor.facts import CONDITIONAL, DYNAMIC
+from precision_doctor.model.facts import CONDITIONAL, DYNAMIC
 from precision_doctor.probes import handlers, symbols
 from precision_doctor.probes.handlers import REGISTRY, Registry, discover
 from precision_doctor.probes.resolve import Imports, Resolver

@@ -73,7 +73,7 @@ def test_literals_are_read_as_literal_eval_reads_them_without_making_garbage():
 def test_a_folder_run_leaves_no_cycles_for_the_collector(tmp_path):
     import gc
 
-    from precision_doctor.collect import gather
+    from precision_doctor.probes.collect import gather
 
     for i in range(40):
         (tmp_path / f"train_{i}.py").write_text(
@@ -96,7 +96,7 @@ class _SelfReferencing:
 def test_a_program_that_checks_again_and_again_does_not_pile_up_its_own_garbage(tmp_path):
     import gc
 
-    from precision_doctor.collect import gather
+    from precision_doctor.probes.collect import gather
 
     (tmp_path / "train.py").write_text("import torch\nmodel = torch.nn.Linear(2, 2).half()\n")
     gc.collect()

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from precision_doctor.catalog import rules
+from precision_doctor.rules.catalog import rules
 
 SNAPSHOTS = Path(__file__).resolve().parents[1] / "fixtures" / "allocations"
 CASES = [(r.id, "fires", i, ex) for r in rules() for i, ex in enumerate(r.fires)] + \

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from precision_doctor import safe_io
-from precision_doctor.errors import InputError
+from precision_doctor.system import safe_io
+from precision_doctor.model.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = ROOT / "fixtures/seed001_titan_fp16/buggy"

@@ -16,9 +16,9 @@ from rich.console import Console
 
 from precision_doctor import engine
 from precision_doctor.cli import _render_data
-from precision_doctor.collect import System, gather, snapshot_json
+from precision_doctor.probes.collect import System, gather, snapshot_json
 from precision_doctor.probes.stack import CURRENT
-from precision_doctor.redact import describe_command, printable, redact_text, secret_name
+from precision_doctor.model.redact import describe_command, printable, redact_text, secret_name
 from precision_doctor.report.text import render as render_text
 
 from .fake_nvml import FakeNVML, load_machine
@@ -202,8 +202,8 @@ def test_redaction_keeps_what_is_not_a_secret():
 def test_fix_shows_control_characters_in_its_diff_as_escapes():
     from types import SimpleNamespace
 
-    from precision_doctor.fix_command import Step, _show
-    from precision_doctor.fixer import FileChange
+    from precision_doctor.fix.session import Step, _show
+    from precision_doctor.fix.edits import FileChange
 
     finding = SimpleNamespace(severity="error", rule_id="PD101", name="bf16-on-unsupported-gpu", message="m",
                               fix=SimpleNamespace(safe=True, description="d", notes=()))
@@ -221,7 +221,7 @@ def test_markup_is_escaped_as_rich_escapes_it(text):
     own escape does it, so that the styled report rich renders shows the same text."""
     from rich.markup import escape
 
-    from precision_doctor.redact import escape_markup
+    from precision_doctor.model.redact import escape_markup
 
     assert escape_markup(text) == escape(text)
 
@@ -236,7 +236,7 @@ def test_a_plain_report_shows_the_text_rich_shows(text, other):
     visible before they reach markup: `redact.shown`.)"""
     from rich.markup import render
 
-    from precision_doctor.redact import escape_markup
+    from precision_doctor.model.redact import escape_markup
     from precision_doctor.report.text import plain
 
     markup = f"[bold]{escape_markup(text)}[/bold]  {escape_markup(other)} [dim]({escape_markup(text)})[/dim]"

@@ -5,7 +5,7 @@ which version applies (installed, declared, assumed) and how sure the verdict is
 from pathlib import Path
 
 from precision_doctor import engine
-from precision_doctor.collect import gather
+from precision_doctor.probes.collect import gather
 
 from .conftest import bare_env
 from .fake_nvml import NO_NVML
@@ -413,7 +413,7 @@ class Next:
 
 
 def test_the_table_says_what_it_was_built_from():
-    from precision_doctor.signatures import table
+    from precision_doctor.knowledge.signatures import table
 
     data = table()
     assert data["generated_by"] == "tools/gen_signatures.py"
@@ -449,7 +449,7 @@ def test_argument_dataclass_defaults_come_from_the_table():
 
 
 def test_facts_with_classes_and_parsed_arguments_round_trip(run_check, tmp_path):
-    from precision_doctor.facts import Facts
+    from precision_doctor.model.facts import Facts
 
     (tmp_path / "recipe.yaml").write_text(RECIPE)
     result, facts = run_check(SUBCLASS + TRL_SCRIPT, script_args=("--config", "recipe.yaml", "--lerning_rate", "1"))

@@ -10,11 +10,11 @@ from dataclasses import replace
 import pytest
 
 from precision_doctor import engine
-from precision_doctor.collect import gather
-from precision_doctor.facts import PackageVersion, StackFacts, VersionSource
-from precision_doctor.probes.signatures import installed_signatures
+from precision_doctor.probes.collect import gather
+from precision_doctor.model.facts import PackageVersion, StackFacts, VersionSource
+from precision_doctor.probes.installed_signatures import installed_signatures
 from precision_doctor.probes.stack import installed_versions, training_environment
-from precision_doctor.signatures import accepted, table
+from precision_doctor.knowledge.signatures import accepted, table
 
 from .fake_nvml import NO_NVML
 

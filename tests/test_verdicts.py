@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from precision_doctor.collect import gather
+from precision_doctor.probes.collect import gather
 
 _T4_BF16 = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
             "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from precision_doctor import engine
-from precision_doctor.collect import gather
+from precision_doctor.probes.collect import gather
 from precision_doctor.probes.stack import (CURRENT, TRAINER_SKIPS_DP_FOR_4BIT, StackResolver, installed_versions,
                                            training_environment)
 from precision_doctor.probes.versions import Declared, declared_for

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from precision_doctor.walk import SKIP_DIRS, python_files
+from precision_doctor.system.walk import SKIP_DIRS, python_files
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")

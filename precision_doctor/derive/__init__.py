@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from dataclasses import field, replace
 
-from ..facts import Facts, ScriptFacts
+from ..model.facts import Facts, ScriptFacts
 from .launch import LaunchPlan, device_map_kind, plan_launch, plan_of_script
 from .placement import Checkpointing, Placement, derive_placement, trainer_exempts_4bit
 from .sharding import derive_sharding
 from .setup import (Fact, Setup, accelerate_precision, call_evidence, decide, dtype_of_cast, evaluate, evidence_of,
                     load_dtype_value, optimizer_steps)
 from .setup import derive_setup as _derive_core
-from .._util import record
+from ..model.util import record
 
 __all__ = ["Checkpointing", "Derived", "Fact", "LaunchPlan", "Placement", "Setup", "accelerate_precision",
            "call_evidence", "decide", "derive", "derive_setup", "device_map_kind", "dtype_of_cast", "evaluate",

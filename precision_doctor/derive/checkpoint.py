@@ -3,7 +3,7 @@ that needs its shape, stored dtype or attention support."""
 
 from __future__ import annotations
 
-from ..facts import (KNOWN, Call, CheckpointFacts, CheckpointSource, ScriptFacts, builds_from_config, config_load_of,
+from ..model.facts import (KNOWN, Call, CheckpointFacts, CheckpointSource, ScriptFacts, builds_from_config, config_load_of,
                      model_source)
 
 _SOURCE_NOTE = {CheckpointSource.LOCAL: "its config.json", CheckpointSource.HF_CACHE: "the Hugging Face cache",

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import field, replace
 from typing import Any
 
-from .._util import MAX_PORT, whole_number, record
-from ..facts import ABSENT, KNOWN, Call, LaunchFacts, Location, MachineFacts, Origin, Value
-from ..findings import Evidence
+from ..model.util import MAX_PORT, whole_number, record
+from ..model.facts import ABSENT, KNOWN, Call, LaunchFacts, Location, MachineFacts, Origin, Value
+from ..model.findings import Evidence
 from ..probes.config_files import shown_value
 from ..probes.frameworks import lightning_launch
 from ..probes.host import DEFAULT_PORT

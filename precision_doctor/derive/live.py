@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import math
 
-from ..facts import LiveFacts
-from ..findings import Evidence
-from .._util import record
+from ..model.facts import LiveFacts
+from ..model.findings import Evidence
+from ..model.util import record
 
 FLOATS = ("float16", "bfloat16", "float32", "float64")
 

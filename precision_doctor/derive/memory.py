@@ -18,9 +18,9 @@ from __future__ import annotations
 import math
 from dataclasses import field, replace
 
-from .. import dtypes
-from ..facts import CheckpointFacts
-from .._util import record
+from ..knowledge import dtypes
+from ..model.facts import CheckpointFacts
+from ..model.util import record
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2

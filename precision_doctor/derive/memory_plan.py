@@ -5,14 +5,14 @@ assumed, and the plan says what."""
 from __future__ import annotations
 
 
-from .. import dtypes
-from ..facts import KNOWN, CheckpointFacts, Gpu, LaunchFacts, MachineFacts, ScriptFacts, StackFacts, model_source
+from ..knowledge import dtypes
+from ..model.facts import KNOWN, CheckpointFacts, Gpu, LaunchFacts, MachineFacts, ScriptFacts, StackFacts, model_source
 from .checkpoint import checkpoint_of
 from .launch import LaunchPlan, device_map_kind
 from .memory import MIB, WHISPER_MAX_LABELS, Breakdown, Parallelism, TrainingShape, estimate, source_frames
 from .optimizer import optimizer_of
 from .setup import Setup, decide
-from .._util import record
+from ..model.util import record
 
 DEFAULT_BATCH = 8  # TrainingArguments.per_device_train_batch_size
 TRL_MAX_LENGTH = 1024  # SFTConfig.max_length

@@ -12,9 +12,9 @@ to float16 weights without loss scaling). Measured on torch 2.13 and bitsandbyte
 from __future__ import annotations
 
 
-from ..facts import KNOWN, StackFacts
+from ..model.facts import KNOWN, StackFacts
 from .setup import Setup
-from .._util import record
+from ..model.util import record
 
 # how the update treats float16 parameters
 HALF_MATH = "half"      # computes in the parameter's dtype

@@ -4,9 +4,9 @@ Derived once per script; rules read the result from `setup.placement`."""
 
 from __future__ import annotations
 
-from .. import dtypes
-from ..facts import ABSENT, KNOWN, Call, MachineFacts, ScriptFacts, StackFacts, Value
-from ..findings import Evidence
+from ..knowledge import dtypes
+from ..model.facts import ABSENT, KNOWN, Call, MachineFacts, ScriptFacts, StackFacts, Value
+from ..model.findings import Evidence
 from ..probes.stack import TRAINER_SKIPS_DP_FOR_4BIT, at_least
 from .launch import device_map_kind
 from .setup import Checkpointing, Placement, Setup, call_evidence, decide, evidence_of

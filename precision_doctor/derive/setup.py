@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from .. import dtypes
-from ..facts import (ABSENT, CONDITIONAL, KNOWN, Call, CheckpointSource, Facts, MachineFacts, Origin, Predicate,
+from ..knowledge import dtypes
+from ..model.facts import (ABSENT, CONDITIONAL, KNOWN, Call, CheckpointSource, Facts, MachineFacts, Origin, Predicate,
                      ScriptFacts, StackFacts, Value, VersionSource, builds_from_config, config_load_of, model_source)
-from ..findings import Evidence
+from ..model.findings import Evidence
 from ..probes.stack import at_least
 from .checkpoint import checkpoint_of, describe_source
 from .launch import Sharding
-from .._util import record
+from ..model.util import record
 
 TORCH_EMULATES_BF16 = "2.3"  # torch.cuda.is_bf16_supported(including_emulation=True) from this release on
 # from_pretrained / from_config take `dtype=` from 4.56 (PR #39782; `torch_dtype=` warns from then on); before, only

@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ..call_kinds import LIGHTNING_CLASSES
-from ..facts import KNOWN, LaunchFacts, MachineFacts, ScriptFacts, StackFacts, Value
-from ..findings import Evidence
+from ..model.call_kinds import LIGHTNING_CLASSES
+from ..model.facts import KNOWN, LaunchFacts, MachineFacts, ScriptFacts, StackFacts, Value
+from ..model.findings import Evidence
 from ..probes.frameworks import lightning_launch, lightning_precision_sections
 from .launch import Sharding, accelerate_settings
 from .setup import Setup, call_evidence, decide, evidence_of

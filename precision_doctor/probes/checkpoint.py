@@ -15,12 +15,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
-from .. import dtypes
-from ..facts import KNOWN, Call, CheckpointFacts, CheckpointSource, model_source
-from ..families import ARCHITECTURE_SHAPES, attention_support, tied_by_default
-from ..redact import MODEL_CONFIG_KEYS, keep_read_keys
-from ..sources import Unreadable, is_regular_file, parse_json, read_prefix, read_text_bounded
-from .._util import record
+from ..knowledge import dtypes
+from ..model.facts import KNOWN, Call, CheckpointFacts, CheckpointSource, model_source
+from ..knowledge.families import ARCHITECTURE_SHAPES, attention_support, tied_by_default
+from ..model.redact import MODEL_CONFIG_KEYS, keep_read_keys
+from ..system.sources import Unreadable, is_regular_file, parse_json, read_prefix, read_text_bounded
+from ..model.util import record
 
 MAX_SNAPSHOTS = 8  # revisions of one model in the cache: the newest config is read
 _BYTES = {dtypes.FLOAT32: 4, dtypes.FLOAT16: 2, dtypes.BFLOAT16: 2}
@@ -278,7 +278,7 @@ def count_parameters(c: CheckpointFacts) -> int | None:
 @lru_cache(maxsize=1)
 def shipped_table() -> dict[str, dict[str, Any]]:
     """model id -> row, from data/checkpoints.json (ids are matched as written, then lower-cased)."""
-    path = Path(__file__).resolve().parent.parent / "data" / "checkpoints.json"
+    path = Path(__file__).resolve().parent.parent / "knowledge" / "data" / "checkpoints.json"
     data = json.loads(path.read_text(encoding="utf-8"))
     rows: dict[str, dict] = {}
     for row in data["checkpoints"]:

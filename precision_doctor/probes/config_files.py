@@ -17,10 +17,10 @@ from dataclasses import field
 from pathlib import Path
 from typing import Any
 
-from ..facts import KNOWN, Location, Origin, Value
-from ..redact import DEEPSPEED_KEYS, keep_read_keys, redact_data, secret_name
-from ..sources import is_regular_file, parse_json, read_text_bounded
-from .._util import record
+from ..model.facts import KNOWN, Location, Origin, Value
+from ..model.redact import DEEPSPEED_KEYS, keep_read_keys, redact_data, secret_name
+from ..system.sources import is_regular_file, parse_json, read_text_bounded
+from ..model.util import record
 
 _MISSING = object()
 MAX_NODES = 20_000

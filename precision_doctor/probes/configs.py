@@ -21,10 +21,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..call_kinds import CallKind
-from ..errors import InputError
-from ..facts import CONDITIONAL, KNOWN, Call, Location, Origin, Predicate, ScriptFacts, Unknown, Value
-from ..sources import Unreadable
+from ..model.call_kinds import CallKind
+from ..model.errors import InputError
+from ..model.facts import CONDITIONAL, KNOWN, Call, Location, Origin, Predicate, ScriptFacts, Unknown, Value
+from ..system.sources import Unreadable
 from .config_files import ConfigDoc, ConfigError, read_config
 
 AXOLOTL = "Axolotl"

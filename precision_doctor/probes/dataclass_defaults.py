@@ -16,8 +16,8 @@ import ast
 from functools import lru_cache
 from typing import Any
 
-from ..facts import Origin
-from ..signatures import class_id, table
+from ..model.facts import Origin
+from ..knowledge.signatures import class_id, table
 from .library_source import kind_of
 from .scopes import dotted
 from .symbols import Context, Dyn, Known

@@ -13,10 +13,10 @@ from __future__ import annotations
 import ast
 from dataclasses import replace
 
-from ..call_kinds import LIGHTNING_CLASSES, SENTENCE_TRANSFORMERS_MODELS, CallKind
-from ..facts import CONDITIONAL, DYNAMIC, KNOWN, Call, Origin, Predicate, Unknown, Value
+from ..model.call_kinds import LIGHTNING_CLASSES, SENTENCE_TRANSFORMERS_MODELS, CallKind
+from ..model.facts import CONDITIONAL, DYNAMIC, KNOWN, Call, Origin, Predicate, Unknown, Value
 from .scopes import literal, parse_quietly
-from .._util import record
+from ..model.util import record
 
 MIXED = {"16-mixed": "fp16", "16": "fp16", 16: "fp16", "bf16-mixed": "bf16", "bf16": "bf16",
          "transformer-engine": "fp8", "transformer-engine-float16": "fp8", "32-true": "no", "32": "no", 32: "no",

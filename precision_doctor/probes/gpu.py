@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..facts import Gpu, GpuProcess, MachineFacts
+from ..model.facts import Gpu, GpuProcess, MachineFacts
 
 COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
 

@@ -10,10 +10,10 @@ from dataclasses import field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .._util import MAX_PORT, whole_number, record
-from ..facts import BusyPort, GpuProcess, HostFacts
-from ..redact import ACCELERATE_CONFIG_KEYS, describe_command, keep_read_keys, redact_text
-from ..sources import Unreadable, is_regular_file, read_text_bounded
+from ..model.util import MAX_PORT, whole_number, record
+from ..model.facts import BusyPort, GpuProcess, HostFacts
+from ..model.redact import ACCELERATE_CONFIG_KEYS, describe_command, keep_read_keys, redact_text
+from ..system.sources import Unreadable, is_regular_file, read_text_bounded
 
 DEFAULT_PORT = 29500
 PORTS_TO_CHECK = tuple(range(29500, 29511))

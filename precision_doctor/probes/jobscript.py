@@ -16,10 +16,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Mapping
 
-from ..errors import InputError
-from ..facts import KNOWN, JobFacts, JobSetting, LaunchFacts, Origin, Unknown, Value
-from ..redact import redact_text
-from ..sources import Unreadable, read_text_bounded, status
+from ..model.errors import InputError
+from ..model.facts import KNOWN, JobFacts, JobSetting, LaunchFacts, Origin, Unknown, Value
+from ..model.redact import redact_text
+from ..system.sources import Unreadable, read_text_bounded, status
 from .host import DEFAULT_PORT
 from .launch import launcher_of, parse_launcher, with_accelerate_files
 from .shell_arithmetic import MAX_EXPRESSION, evaluate
@@ -456,7 +456,7 @@ class _Scontrol:
         self.why_not = ""
 
     def __call__(self, args: list[str]) -> str:
-        from ..programs import find_program
+        from ..system.programs import find_program
 
         exe, self.why_not = find_program("scontrol")
         if exe is None:

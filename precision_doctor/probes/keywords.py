@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from dataclasses import replace
 
-from ..facts import ClassFacts, Origin, ParsedArguments, Value
+from ..model.facts import ClassFacts, Origin, ParsedArguments, Value
 from .handlers._recipes import CONFIG_FLAG, recipe_from_call, recipe_from_command_line
 from .library_source import dataclass_fields, signature
 from .scopes import dotted

@@ -6,10 +6,10 @@ import shlex
 from dataclasses import replace
 from pathlib import Path
 
-from .._util import MAX_GPUS_PER_NODE, MAX_PORT, whole_number
-from ..errors import InputError
-from ..facts import DYNAMIC, KNOWN, HostFacts, LaunchFacts, Location, Origin, Unknown, Value
-from ..sources import Unreadable, is_regular_file
+from ..model.util import MAX_GPUS_PER_NODE, MAX_PORT, whole_number
+from ..model.errors import InputError
+from ..model.facts import DYNAMIC, KNOWN, HostFacts, LaunchFacts, Location, Origin, Unknown, Value
+from ..system.sources import Unreadable, is_regular_file
 from .config_files import display, read_deepspeed_config
 from .host import read_accelerate_config
 

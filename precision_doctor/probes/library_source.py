@@ -15,7 +15,7 @@ from dataclasses import field
 from typing import Any
 
 from .scopes import literal, parse_quietly, walk
-from .._util import record
+from ..model.util import record
 
 # HfArgumentParser treats a field as a flag (`--bf16`, `--bf16 False`, `--no_bf16`) when its type is bool or
 # Optional[bool] (`hf_argparser.py`: `field.type is bool or field.type == bool | None`).

@@ -12,8 +12,8 @@ from __future__ import annotations
 import ast
 from math import inf as _INF
 
-from .._util import python_lines
-from ..facts import CONDITIONAL, DYNAMIC, KNOWN, Location, Origin, Predicate, Value, TensorValue
+from ..model.util import python_lines
+from ..model.facts import CONDITIONAL, DYNAMIC, KNOWN, Location, Origin, Predicate, Value, TensorValue
 from .handlers import REGISTRY
 from .scopes import TOGETHER, Assignment, Scope, ScopeIndex, dotted
 from .symbols import (UNRESOLVED, Cond, Context, DictSym, Dyn, Known, Multi, Namespace, ObjSym, Seq, Sym,

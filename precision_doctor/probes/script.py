@@ -19,13 +19,13 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from .._util import unique
-from ..call_kinds import CallKind, CallSite, is_trainer_class, is_training_arguments, kind_of
-from ..errors import InputError
-from ..facts import (CONDITIONAL, KNOWN, Branch, Call, Location, Origin, ScriptFacts, Suppression, Unknown, Value,
+from ..model.util import unique
+from ..model.call_kinds import CallKind, CallSite, is_trainer_class, is_training_arguments, kind_of
+from ..model.errors import InputError
+from ..model.facts import (CONDITIONAL, KNOWN, Branch, Call, Location, Origin, ScriptFacts, Suppression, Unknown, Value,
                      model_source)
-from ..redact import MODEL_CONFIG_KEYS, keep_read_keys
-from ..sources import Unreadable, is_regular_file, parse_json, read_source, read_text_bounded, status, worth_reading
+from ..model.redact import MODEL_CONFIG_KEYS, keep_read_keys
+from ..system.sources import Unreadable, is_regular_file, parse_json, read_source, read_text_bounded, status, worth_reading
 from .frameworks import read_frameworks
 from .keywords import local_classes, parsed_arguments
 from .checkpoint import probe_checkpoints

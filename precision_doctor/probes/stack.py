@@ -15,9 +15,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Mapping
 
-from .._util import record
-from ..facts import LibraryBehaviour, PackageVersion, StackFacts, VersionSource
-from ..sources import Unreadable, is_regular_file, read_prefix, read_text_bounded
+from ..model.util import record
+from ..model.facts import LibraryBehaviour, PackageVersion, StackFacts, VersionSource
+from ..system.sources import Unreadable, is_regular_file, read_prefix, read_text_bounded
 from .versions import TRACKED, canonical_name, declared_for
 
 # The releases the rules were checked against; assumed when a package is neither installed nor declared.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from typing import Union
 
-from ..facts import Location, Origin, Predicate
+from ..model.facts import Location, Origin, Predicate
 
 
 _set = object.__setattr__

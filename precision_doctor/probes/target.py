@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 
-from .._util import MAX_GPUS_PER_NODE, whole_number, record
-from ..errors import InputError, did_you_mean
-from ..facts import Gpu, MachineFacts, MachineOrigin
+from ..model.util import MAX_GPUS_PER_NODE, whole_number, record
+from ..model.errors import InputError, did_you_mean
+from ..model.facts import Gpu, MachineFacts, MachineOrigin
 
 
 @record

@@ -16,9 +16,9 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
-from .._util import record
-from ..sources import Unreadable, is_regular_file, read_text_bounded
-from ..walk import repository_root
+from ..model.util import record
+from ..system.sources import Unreadable, is_regular_file, read_text_bounded
+from ..system.walk import repository_root
 from .scopes import literal, parse_quietly
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from ..redact import markup
+from ..model.redact import markup
 
 
 def render_diagnoses(found, findings, name: str, console: Console, related) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from ..engine import Result
-from ..facts import Facts, _to_jsonable
-from ..findings import SEVERITIES, Finding
-from ..redact import redact_data
-from ..strict_json import dumps
+from ..model.facts import Facts, _to_jsonable
+from ..model.findings import SEVERITIES, Finding
+from ..model.redact import redact_data
+from ..model.strict_json import dumps
 from .unknowns import unknown_entries
 
 SCHEMA_VERSION = 1

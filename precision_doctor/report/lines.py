@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .._util import python_lines
+from ..model.util import python_lines
 from ..engine import Result
-from ..facts import Location
-from ..findings import Finding
-from ..redact import printable, redact_text
+from ..model.facts import Location
+from ..model.findings import Finding
+from ..model.redact import printable, redact_text
 
 class SourceLines:
     """Source lines for excerpts and fingerprints; files that are not here (a --facts snapshot) just have none."""

@@ -9,8 +9,8 @@ from ..derive import derive
 from ..derive.checkpoint import checkpoint_of, describe_source
 from ..derive.memory import GIB, cheapest_fit, largest_batch, offloaded_layers
 from ..derive.memory_plan import MemoryPlan, first_failure, plan_memory
-from ..facts import Facts
-from ..redact import markup, redact_data
+from ..model.facts import Facts
+from ..model.redact import markup, redact_data
 
 SCHEMA_VERSION = 1
 
@@ -92,7 +92,7 @@ def render_text(facts: Facts, console) -> None:
 
 
 def _source(c: dict) -> str:
-    from ..facts import CheckpointSource, _from_jsonable, CheckpointFacts
+    from ..model.facts import CheckpointSource, _from_jsonable, CheckpointFacts
 
     facts = _from_jsonable(CheckpointFacts, {**c, "source": CheckpointSource(c["source"])})
     return describe_source(facts).split(" (", 1)[1].rstrip(")")

@@ -8,14 +8,14 @@ import re
 from pathlib import Path
 
 from .. import __version__
-from ..catalog import rules
+from ..rules.catalog import rules
 from ..engine import Result
-from ..registry import Rule
-from ..facts import Facts
-from ..findings import Finding
-from ..redact import redact_data
-from ..strict_json import dumps
-from ..ruledoc import help_uri
+from ..rules.registry import Rule
+from ..model.facts import Facts
+from ..model.findings import Finding
+from ..model.redact import redact_data
+from ..model.strict_json import dumps
+from .ruledoc import help_uri
 from .lines import SourceLines
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -24,7 +24,7 @@ SRCROOT = "%SRCROOT%"  # the folder the doctor ran in: every relative path is re
 
 
 def _rule_descriptor(r: Rule) -> dict:
-    from ..ruledoc import rule_doc
+    from .ruledoc import rule_doc
 
     return {
         "id": r.id,

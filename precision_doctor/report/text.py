@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..engine import Result
-from ..facts import Facts
-from ..findings import SEVERITIES, SEVERITY_RANK, Finding
-from ..redact import MARKUP_TAG, markup, printable
+from ..model.facts import Facts
+from ..model.findings import SEVERITIES, SEVERITY_RANK, Finding
+from ..model.redact import MARKUP_TAG, markup, printable
 from .lines import SourceLines
 from .unknowns import NOT_CHECKED, UnknownEntry, by_file, unknown_entries
 

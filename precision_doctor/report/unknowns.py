@@ -10,8 +10,8 @@ from __future__ import annotations
 
 
 from ..engine import Result
-from ..facts import Facts, Location
-from .._util import record
+from ..model.facts import Facts, Location
+from ..model.util import record
 
 NOT_CHECKED = "not checked"  # the unknown a folder run records for a file it could not read: shown on its line
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from ...sources import Unreadable
+from ...system.sources import Unreadable
 from ..config_files import ConfigError, display, find_config, read_config
 from ..symbols import DictSym, Dyn, Known
 from .config_loaders import doc_symbol

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import ast
 
-from ...facts import Origin
+from ...model.facts import Origin
 from ..scopes import Scope, dotted, walk
 from ..symbols import Dyn, Known, Namespace, Seq
 from ._command_line import BOOL_STRINGS

@@ -13,8 +13,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from ...facts import Location
-from ...sources import Unreadable, read_text_bounded
+from ...model.facts import Location
+from ...system.sources import Unreadable, read_text_bounded
 from ..config_files import ConfigDoc, ConfigError, display, find_config, parse_config
 from ..symbols import DictSym, Dyn, Known, ObjSym
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import ast
 
-from ...facts import Origin
-from ...redact import redact_text, secret_name
+from ...model.facts import Origin
+from ...model.redact import redact_text, secret_name
 from ..symbols import Dyn, Known
 
 CALLS = {"os.environ.get", "os.getenv"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from ...facts import Predicate
+from ...model.facts import Predicate
 from ..symbols import GpuQuery, predicate_sym
 from ..scopes import literal
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from ...facts import Origin
+from ...model.facts import Origin
 from ..dataclass_defaults import dataclass_fields
 from ..symbols import Dyn, Known, Namespace, ObjSym, Seq
 from ._command_line import BOOL_STRINGS, coerce

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import ast
 
-from ... import dtypes
-from ...facts import Origin, TensorValue
+from ...knowledge import dtypes
+from ...model.facts import Origin, TensorValue
 from ..symbols import Cond, Dyn, Known
 
 TENSOR_CREATORS = {"torch.randn", "torch.rand", "torch.zeros", "torch.ones", "torch.empty", "torch.full",

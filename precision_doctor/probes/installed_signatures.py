@@ -1,0 +1,129 @@
+"""The keywords the installed libraries accept, read from their source in the training environment (never imported):
+for each class a script configures (and the bases it inherits from), what its installed release declares. A class
+whose package is not installed, or whose file is not where the table says, is left to the table
+(precision_doctor/signatures.py) at the version the stack names.
+
+Only the classes the scripts use are read, each once per run, and only for an installed version the table was not
+generated from (a patch release it did not read, a dev build, a newer release): a slice of its module is parsed,
+not the module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import lru_cache
+from pathlib import Path
+
+from ..model.facts import ScriptFacts, Signature
+from ..knowledge.signatures import LOADER, class_id, local_id, table
+from ..system.sources import Unreadable, is_regular_file, read_text_bounded
+from .library_source import Declaration, read_class, read_loader, resolve_base
+
+_MAX_SOURCE = 8 * 1024 * 1024
+_KINDS = ("training_args", "trainer", "bnb_config", "peft_config", "model_load")
+
+
+def wanted_ids(script: ScriptFacts) -> set[str]:
+    """The table ids a script's keywords are judged against."""
+    out: set[str] = set()
+    for call in script.of(*_KINDS):
+        cid = class_id(call.callee)
+        if cid:
+            out.add(cid)
+    names = [b for cls in script.classes.values() for b in cls.bases]
+    names += [c for p in script.parsed for c in p.classes]
+    for name in names:
+        if local_id(name, script.classes) is None:
+            cid = class_id(name)
+            if cid:
+                out.add(cid)
+    return out
+
+
+def with_installed_signatures(scripts: tuple[ScriptFacts, ...], site_dirs: tuple[str, ...],
+                              installed: dict[str, str]) -> tuple[ScriptFacts, ...]:
+    """Each script's stack with the signatures its installed libraries declare for the classes it uses."""
+    if not site_dirs or not installed:
+        return scripts
+    out = []
+    for script in scripts:
+        wanted = wanted_ids(script)
+        found = installed_signatures(site_dirs, tuple(sorted(installed.items())), frozenset(wanted)) \
+            if wanted and script.stack is not None else {}
+        out.append(replace(script, stack=replace(script.stack, signatures=found)) if found else script)
+    return tuple(out)
+
+
+def installed_signatures(site_dirs: tuple[str, ...], installed: tuple[tuple[str, str], ...],
+                         wanted: frozenset[str], releases_read: bool = False) -> dict[str, Signature]:
+    """What the installed packages declare for these classes and their bases. A package installed at exactly a
+    release the table was generated from is left to the table (it is that release's source, read ahead of time),
+    unless `releases_read`."""
+    versions = {name: version for name, version in installed
+                if releases_read or table()["releases"].get(name, {}).get(_minor(version)) != version}
+    classes = table()["classes"]
+    out: dict[str, Signature] = {}
+    todo = sorted(wanted)
+    while todo:
+        cid = todo.pop()
+        if cid in out or cid not in classes:
+            continue
+        package = classes[cid]["package"]
+        if package not in versions:
+            continue
+        found = _read(site_dirs, cid, versions[package])
+        if found is None:
+            continue
+        out[cid] = found
+        todo += [b for b in found.bases if b not in out]
+    return out
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+@lru_cache(maxsize=256)
+def _read(site_dirs: tuple[str, ...], cid: str, version: str) -> Signature | None:
+    entry = table()["classes"][cid]
+    package = entry["package"]
+    name = cid.rsplit(".", 1)[-1]
+    known = table()["classes"]
+    if cid in (LOADER, "transformers.PreTrainedConfig"):
+        loader, config = _loader(site_dirs)
+        decl = loader if cid == LOADER else config
+        where = "modeling_utils.py from_pretrained" if cid == LOADER else "configuration_utils.py"
+        if decl is None or not decl.fields:
+            return None
+        return _signature(decl, cid, known, f"{package} {version} (installed) {where}")
+    for path in entry["files"]:
+        text = _text(site_dirs, path)
+        if text is None:
+            continue
+        trainer = cid in ("transformers.Trainer", "transformers.Seq2SeqTrainer")
+        decl = read_class(text, name, "__init__" if trainer else "")
+        if decl is not None:
+            return _signature(decl, cid, known, f"{package} {version} (installed) {path}:{decl.line}")
+    return None
+
+
+@lru_cache(maxsize=16)
+def _loader(site_dirs: tuple[str, ...]):
+    return read_loader(lambda path: _text(site_dirs, path))
+
+
+def _signature(decl: Declaration, cid: str, known, evidence: str) -> Signature:
+    bases = tuple(b for b in (resolve_base(base, cid, known) for base in decl.bases) if b)
+    return Signature(names=tuple(decl.fields) + tuple(decl.aliases), bases=bases, open=decl.open,
+                     init=decl.init, evidence=evidence)
+
+
+def _text(site_dirs: tuple[str, ...], relative: str) -> str | None:
+    for folder in site_dirs:
+        path = Path(folder) / relative
+        if is_regular_file(path):
+            try:
+                return read_text_bounded(path, _MAX_SOURCE, errors="replace")
+            except Unreadable:
+                return None
+    return None

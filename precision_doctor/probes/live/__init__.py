@@ -1,0 +1,1 @@
+"""`check --live`: the supervised child that runs the script up to training."""

@@ -1,0 +1,102 @@
+"""A rule's full documentation, in the sections of ruff's rule pages."""
+
+from __future__ import annotations
+
+import os
+
+from ..rules.registry import Rule
+
+# Where the rule pages (docs/rules/PDxxx.md, generated from the registry) are read: a repository-relative path by
+# default, since the project has no public site; set PRECISION_DOCTOR_DOCS_URL to the folder's web address
+# (e.g. https://github.com/OWNER/REPO/blob/REF/docs/rules/) to make SARIF's helpUri absolute.
+DOCS_DIR = "docs/rules/"
+DOCS_URL_VARIABLE = "PRECISION_DOCTOR_DOCS_URL"
+
+
+def help_uri(rule_id: str) -> str:
+    base = os.environ.get(DOCS_URL_VARIABLE, "").strip() or DOCS_DIR
+    return f"{base.rstrip('/')}/{rule_id}.md"
+
+
+def severity_label(r: Rule) -> str:
+    return r.severity if r.escalates_to == r.severity else f"{r.severity} (up to {r.escalates_to})"
+
+
+def rule_doc(r: Rule) -> str:
+    fires = r.fires[0]
+    silent = r.silent[0]
+    parts = [
+        f"{r.id} {r.name}  ({severity_label(r)}; hit {r.phase.replace('-', ' ')})",
+        "",
+        r.summary,
+        "",
+        "What it does",
+        f"  {r.what}",
+        "",
+        "Why is this bad?",
+        f"  {r.why}",
+        "",
+        "The error",
+        f"  {r.error}",
+        "",
+        "Example" + (f" (on --target {fires.target})" if fires.target else "") + (" job script" if fires.job else ""),
+        _indent(fires.job or fires.code),
+        "Use instead" + (f" (on --target {silent.target})" if silent.target else "") +
+        (" job script" if silent.job else ""),
+        _indent(silent.job or silent.code),
+        "Fix",
+        f"  {r.fix}",
+        "",
+        "Fix safety",
+        f"  {r.applicability}: {r.fix_safety or 'the fix is described, not applied automatically.'}",
+    ]
+    return "\n".join(parts)
+
+
+def _indent(code: str) -> str:
+    return "\n".join("    " + line for line in code.rstrip().splitlines()) + "\n"
+
+
+def rules_markdown(rules: list[Rule]) -> str:
+    """The README's rule table, generated from the registry (a test keeps the README in step)."""
+    rows = ["| id | name | severity | what it catches |", "|---|---|---|---|"]
+    for r in rules:
+        rows.append(f"| {r.id} | `{r.name}` | {severity_label(r)} | {r.summary.replace('|', '/')} |")
+    return "\n".join(rows)
+
+
+def rule_page(r: Rule) -> str:
+    """A rule's page under docs/rules/, in ruff's sections (generated; a test keeps the files current)."""
+    fires, silent = r.fires[0], r.silent[0]
+    parts = [
+        f"# {r.id} `{r.name}`",
+        "",
+        f"*{severity_label(r)}; the job hits it {r.phase.replace('-', ' ')}.* "
+        "Generated from the rule's declaration: do not edit by hand.",
+        "",
+        r.summary,
+        "",
+        "## What it does", "", r.what, "",
+        "## Why is this bad?", "", r.why, "",
+        "## The error", "", "```text", r.error, "```", "",
+        "## Example" + (f" (on `--target {fires.target}`)" if fires.target else ""), "",
+        "```python", fires.code.rstrip(), "```", "",
+        "## Use instead" + (f" (on `--target {silent.target}`)" if silent.target else ""), "",
+        "```python", silent.code.rstrip(), "```", "",
+        "## Fix", "", r.fix, "",
+        "## Fix safety", "", f"{r.applicability}: {r.fix_safety or 'the fix is described, not applied automatically.'}",
+    ]
+    if r.related:
+        parts += ["", "## Related", "", ", ".join(f"[{i}]({i}.md)" for i in r.related)]
+    return "\n".join(parts) + "\n"
+
+
+def rule_pages(rules: list[Rule]) -> dict[str, str]:
+    """Every file of docs/rules/: one page per rule and an index."""
+    pages = {f"{r.id}.md": rule_page(r) for r in rules}
+    index = ["# Rules", "", "Generated from the registry (`pytest tests/test_rule_docs.py --update-golden`).", "",
+             "| id | name | severity | what it catches |", "|---|---|---|---|"]
+    index += [f"| [{r.id}]({r.id}.md) | `{r.name}` | {severity_label(r)} | {r.summary.replace('|', '/')} |"
+              for r in rules]
+    pages["README.md"] = "\n".join(index) + "\n"
+    return pages
