@@ -1,5 +1,15 @@
-"""The package's import graph, read with `ast` (module-level and function-local imports alike): no cycle, and no
-arrow from a lower layer to a higher one. The layers are the README's Architecture diagram."""
+"""The package's folders are its layers, and the import graph keeps to them. The graph is read with `ast`: module
+level and function-local imports alike, and `importlib.import_module` / `__import__` of a named module count as
+imports too. The rules, as the README states them:
+
+- one layer per folder, lowest first; a module imports its own layer and those below, never one above, and the graph
+  has no cycle;
+- a rule never imports another rule (only the registry, the shared helpers of its series and the layers below);
+- derive and the rules never import probes: they read facts, and the knowledge layer holds what probes and rules
+  both need;
+- the report never derives: what it shows of the derived setup comes from the engine's result;
+- a module is loaded by name (importlib) only by the two plugin loaders, each over its own folder.
+"""
 
 import ast
 from pathlib import Path
@@ -8,26 +18,37 @@ PACKAGE = Path(__file__).resolve().parents[1] / "precision_doctor"
 
 # Lowest first. A module may import its own layer and those below, never above.
 LAYERS = (
-    ("facts", ("_util", "errors", "facts", "findings", "dtypes", "families", "redact", "call_kinds", "version",
-                "typed", "strict_json", "signatures")),
-    ("probes", ("probes", "collect", "config", "walk", "sources", "pool", "live", "live_child", "supervisor",
-                "safe_io", "programs")),
-    ("derivation", ("derive",)),
-    ("rules", ("registry", "checks", "catalog", "diagnose")),
-    ("engine", ("engine",)),
-    ("report", ("report", "ruledoc", "fixer", "fix_command", "undo")),
+    ("model", ("model",)),
+    ("knowledge", ("knowledge",)),
+    ("system", ("system",)),
+    ("settings", ("settings",)),
+    ("probes", ("probes",)),
+    ("derive", ("derive",)),
+    ("rules", ("rules",)),
+    ("engine", ("engine", "diagnose")),
+    ("report", ("report",)),
+    ("fix", ("fix",)),
     ("cli", ("cli", "__main__")),
 )
+MAX_LOOSE_MODULES = 10
+# the derive entry points that compute a setup, a launch plan or a memory plan: the report takes their results
+DERIVING = {"derive", "derive_setup", "plan_launch", "plan_of_script", "plan_memory"}
+PLUGIN_LOADERS = {"precision_doctor.rules.catalog": "precision_doctor.rules",
+                  "precision_doctor.probes.handlers": "precision_doctor.probes.handlers"}
+
+
+def _top(module: str) -> str:
+    return module.split(".")[1] if module.count(".") else "__init__"
 
 
 def _layer(module: str) -> int:
-    top = module.split(".")[1] if module.count(".") else "__init__"
+    top = _top(module)
     if top == "__init__":
         return 0  # the package's own __init__ holds only the version
     for rank, (_, members) in enumerate(LAYERS):
         if top in members:
             return rank
-    raise AssertionError(f"{module} is in no layer: add it to LAYERS and to the README's Architecture section")
+    raise AssertionError(f"{module} is in no layer: put it in a layer's folder (and the README's Architecture)")
 
 
 def _modules() -> dict[str, Path]:
@@ -40,9 +61,22 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+def _dynamic_target(node: ast.Call) -> tuple[bool, str | None]:
+    """(is importlib.import_module / __import__, the module it names when written as a constant)."""
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    if name not in ("import_module", "__import__"):
+        return False, None
+    first = node.args[0] if node.args else None
+    return True, first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else None
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> tuple[set[str], list[tuple[str, set[str]]], bool]:
+    """(the package modules it imports, [(module, names imported from it)], whether it loads modules by name)."""
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-    found = set()
+    found: set[str] = set()
+    named: list[tuple[str, set[str]]] = []
+    dynamic = False
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
@@ -53,15 +87,36 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
             else:
                 base = node.module or ""
             targets = [base] + [f"{base}.{a.name}" for a in node.names]
+            named.append((base, {a.name for a in node.names}))
+        elif isinstance(node, ast.Call):
+            is_dynamic, target = _dynamic_target(node)
+            if not is_dynamic:
+                continue
+            dynamic = True
+            if target is None:
+                continue
+            if target.startswith("."):
+                target = package + target if target != "." else package
+            targets = [target]
         else:
             continue
         found |= {t for t in targets if t in modules and t != name}
-    return found
+    return found, named, dynamic
 
 
 def _graph() -> dict[str, set[str]]:
     modules = _modules()
-    return {name: _imports(name, path, modules) for name, path in modules.items()}
+    return {name: _imports(name, path, modules)[0] for name, path in modules.items()}
+
+
+def _is_rule(module: str) -> bool:
+    parts = module.split(".")
+    return len(parts) == 4 and parts[1] == "rules" and parts[2].startswith("pd") and parts[3].startswith("pd")
+
+
+def test_the_top_level_holds_few_loose_modules():
+    loose = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(loose) <= MAX_LOOSE_MODULES, loose
 
 
 def test_no_import_reaches_up_a_layer():
@@ -94,8 +149,25 @@ def test_the_import_graph_has_no_cycle():
             assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
-def test_a_package_importing_its_own_modules_counts():
-    """The reader sees function-local and relative imports (a cycle hidden inside a function is still one)."""
+def test_a_rule_never_imports_another_rule():
+    crossing = [(a, b) for a, targets in _graph().items() if _is_rule(a) for b in targets if _is_rule(b)]
+    assert not crossing, ", ".join(f"{a} -> {b}" for a, b in crossing)
+
+
+def test_modules_are_loaded_by_name_only_by_the_plugin_loaders():
+    modules = _modules()
+    loading = sorted(name for name, path in modules.items() if _imports(name, path, modules)[2])
+    assert loading == sorted(PLUGIN_LOADERS), loading
+
+
+def test_the_reader_sees_every_kind_of_import(tmp_path):
+    """Function-local, relative and by-name imports are edges: a check that cannot see them passes anything."""
     graph = _graph()
     assert "precision_doctor.derive.setup" in graph["precision_doctor.derive"]
     assert "precision_doctor.rules.catalog" in graph["precision_doctor.cli"]  # imported inside functions only
+    probe = tmp_path / "probe.py"
+    probe.write_text("import importlib\n\ndef later():\n    from ..probes import script\n"
+                     "    importlib.import_module('precision_doctor.cli')\n    __import__('precision_doctor.engine')\n")
+    modules = _modules()
+    found, _, dynamic = _imports("precision_doctor.derive.probe", probe, modules)
+    assert {"precision_doctor.probes.script", "precision_doctor.cli", "precision_doctor.engine"} <= found and dynamic

@@ -1,9 +1,4 @@
-"""The check modules. Importing this package imports every module in it, which registers their rules: adding a
-rule is adding (or editing) a module here, never a list."""
-
-import importlib
-import pkgutil
-
-for _module in pkgutil.iter_modules(__path__):
-    if not _module.name.startswith("_"):
-        importlib.import_module(f"{__name__}.{_module.name}")
+"""The rules: one folder per series (pd1_machine, pd2_precision, ...), one rule per file named after it
+(pd201_fp16_params_with_grad_scaler.py), the helpers several rules of a series share beside them (`_*.py`), and the
+machinery every rule uses: `registry` (@rule and what a rule declares) and `_common`. Rules import the layers below,
+the registry and shared helpers, never another rule; `catalog` loads them."""

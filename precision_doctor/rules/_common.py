@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ..derive import Fact, Setup
-from ..derive.optimizer import FP32_MATH, FUSED_MATH, optimizer_of
 import os
 from dataclasses import replace
 
+from ..derive import Fact, Setup
+from ..derive.optimizer import FP32_MATH, FUSED_MATH, optimizer_of
 from ..model.facts import CONDITIONAL, KNOWN, Call, MachineFacts, ScriptFacts, StackFacts, Value
 from ..model.findings import Edit, Fix
 

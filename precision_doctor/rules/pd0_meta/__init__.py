@@ -1,0 +1,1 @@
+"""PD0xx: rules about the doctor's own configuration (suppressions)."""

@@ -1,0 +1,309 @@
+"""PD217 keyword-not-accepted: A keyword or config key the library version in use does not accept: the job dies
+before training."""
+
+from __future__ import annotations
+
+from ...derive import evidence_of
+from ...derive.checkpoint import checkpoint_of
+from ...knowledge.signatures import (
+    LOADER,
+    SPECIALISED,
+    Accepted,
+    Versions,
+    accepted,
+    beyond_table,
+    class_id,
+    decided_by,
+    describe_spans,
+    former_name,
+    local_id,
+    releases_in_range,
+    rename_of,
+    spans_of,
+    suggestion,
+    table,
+    trl_config_keys,
+)
+from ...model.facts import Call, ParsedArguments, ScriptFacts, StackFacts, Value, VersionSource
+from ...model.findings import Applicability, Draft, Edit, Evidence, Fix
+from ..registry import Example, LogSignature, rule
+
+_PHASE = {"training_args": "config", "bnb_config": "config", "peft_config": "config", "trainer": "wrap",
+          "model_load": "load"}
+
+
+# A rename whose value keeps its meaning only within a range: offered for review, not applied on its own.
+_REVIEW_RENAMES = {"warmup_ratio": "warmup_steps takes a ratio only below 1 (an integer or 1.0 counts steps)"}
+
+
+# A log's "unexpected keyword argument" is this rule's, unless the keyword is one a specialised rule reports.
+_UNEXPECTED_KEYWORD = r"got an unexpected keyword argument '(?!(?:%s)')\w+'" % "|".join(
+    sorted({name for _, name in SPECIALISED}))
+
+
+_ARGS = "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+
+
+def _judge_call(call: Call, script: ScriptFacts, stack: StackFacts):
+    cid = local_id(call.callee, script.classes) or class_id(call.callee)
+    if cid is None:
+        return
+    got = accepted(cid, stack, script.classes)
+    if got is None:
+        return
+    loader = cid == LOADER
+    known_to_loader = set(table()["classes"][LOADER]["names"]) if loader else set()
+    shown = call.callee.rsplit(".", 1)[-1] if not loader else "from_pretrained"
+    unsloth_trainer = call.kind == "trainer" and cid.startswith("trl") and _imports_unsloth(script)
+    for name, value in call.kwargs.items():
+        if name == "**" or name in got.names or (cid, name) in SPECIALISED or \
+                (_owner(cid, script, stack), name) in SPECIALISED:
+            continue
+        if unsloth_trainer and name == "tokenizer":
+            continue  # `import unsloth` rebuilds TRL's trainers with a `tokenizer=` that feeds processing_class
+        if loader and name not in known_to_loader:
+            continue  # any other keyword may be an attribute of the model's config: not judged
+        severity, doubt = _verdict(cid, name, got, script, stack)
+        how = _versions(_packages(got), stack, doubt)
+        ignored = got.open == "ignores"
+        new, history, same = _successor(cid, name, got, script, stack)
+        cls = shown if not loader else _model_class(call, script)
+        message = (f"{shown}() {'ignores' if ignored else 'does not accept'} `{name}` on {how}" + history
+                   + (": the setting has no effect" if ignored else ""))
+        error = (f"Unused kwargs: ['{name}']. These kwargs are not used in <class "
+                 f"'transformers.utils.quantization_config.BitsAndBytesConfig'>." if ignored else
+                 f"TypeError: {cls}.__init__() got an unexpected keyword argument '{name}'")
+        yield Draft(message, evidence=(evidence_of(value, f"{name}=", call),), error=error, phase=_PHASE[call.kind],
+                    severity="warning" if ignored else severity,
+                    confidence="likely" if severity == "warning" else "certain",
+                    fix=_call_fix(call, name, value, new, same, shown, loader))
+
+
+def _imports_unsloth(script: ScriptFacts) -> bool:
+    """Unsloth patches every TRL trainer when imported (`unsloth/models/rl.py` PatchFastRL, run by
+    `unsloth/models/llama.py` at import): the rebuilt `__init__` takes `tokenizer=` again."""
+    return any(m == "unsloth" or m.startswith("unsloth.") for m in script.imports)
+
+
+# An `if` that asks which release is installed, or what it accepts, before passing a keyword.
+_VERSION_TESTS = ("version", "signature", "fields", "hasattr", "parameters")
+
+
+def _guarded(call: Call) -> bool:
+    """The script decides at run time whether this call runs on this release: it sits under a version (or
+    signature) check, or in a try/except that may catch the TypeError and fall back."""
+    in_try = call.in_branch and not call.branches  # the probe records the `if`s a call sits in, not its `try`s
+    return in_try or any(not b.test or any(word in b.test.lower() for word in _VERSION_TESTS)
+                         for b in call.branches)
+
+
+def _owner(cid: str, script: ScriptFacts, stack: StackFacts) -> str:
+    return decided_by(cid, stack, script.classes)
+
+
+def _model_class(call: Call, script: ScriptFacts) -> str:
+    ckpt = checkpoint_of(call, script)
+    if ckpt is not None and ckpt.architecture:
+        return ckpt.architecture
+    owner = call.callee.rsplit(".", 2)[-2] if call.callee.count(".") >= 1 else ""
+    return owner if owner and not owner.startswith("Auto") else "the model class"
+
+
+def _call_fix(call: Call, name: str, value: Value, new: str, same: bool, shown: str, loader: bool) -> Fix:
+    spelled_in_call = not _from_dict(value)  # `**cfg`: the keyword is a key of the dict, not of the call
+    library = "transformers" if loader else ""
+    if new:
+        review = _REVIEW_RENAMES.get(name) or ("" if same else "a guess from the spelling")
+        edits = (Edit("rename_kwarg", call.location.path, call.location.line, call=shown, old=name, new=new,
+                      library=library),) if spelled_in_call else ()
+        return Fix(f"{name}= → {new}=" + (f" ({review})" if review else ""),
+                   applicability=Applicability.UNSAFE if review else Applicability.SAFE, edits=edits)
+    return Fix(f"remove {name}= (or pin the release that has it)", applicability=Applicability.UNSAFE,
+               edits=(Edit("remove_kwarg", call.location.path, call.location.line, call=shown, name=name,
+                           library=library),) if spelled_in_call else ())
+
+
+def _from_dict(value: Value) -> bool:
+    """A keyword that arrives through `**cfg`: its text is the dict entry, not the call's keyword."""
+    return value.text.endswith("]") and "[" in value.text
+
+
+def _judge_parsed(parsed: ParsedArguments, script: ScriptFacts, stack: StackFacts):
+    if not parsed.strict or not parsed.keys:
+        return
+    trl = parsed.parser == "trl.TrlParser"
+    recipe = parsed.source == "recipe"
+    behaviour = trl_config_keys(stack) if trl and recipe and parsed.method == "parse_args_and_config" else ""
+    if behaviour in ("ignores", "unknown"):
+        return  # TRL 0.13-0.18 drops unknown config keys; an unknown TRL version says nothing
+    fields: set[str] = set()
+    parts: list[tuple[str, Accepted]] = []
+    for cls in parsed.classes:
+        cid = local_id(cls, script.classes) or class_id(cls)
+        got = accepted(cid, stack, script.classes) if cid else None
+        if got is None:
+            return  # a dataclass whose fields are unknown: any key may be its
+        fields |= got.names
+        parts.append((cid, got))
+    options = set(parsed.options) | ({"env"} if trl and recipe else set())
+    if not recipe:
+        options |= {"help"}
+    unused = [k for k in parsed.keys if k not in fields and k not in options and
+              (recipe or not _command_line_accepts(k, fields | options))]
+    if not unused:
+        return
+    names = ", ".join(c.rsplit(".", 1)[-1] for c in parsed.classes)
+    error = _parser_error(parsed, behaviour, unused)
+    for key in unused:
+        value = parsed.keys[key]
+        doubts = [d for _, d in (_verdict(cid, key, got, script, stack) for cid, got in parts) if d]
+        severity = "warning" if doubts else "error"
+        how = _versions([p for _, got in parts for p in _packages(got)], stack, doubts[0] if doubts else "")
+        found = [_successor(cid, key, got, script, stack) for cid, got in parts]
+        new = next((f[0] for f in found if f[0]), "")
+        hint = next((f[1] for f in found if f[1]), "")
+        if not hint:
+            close = suggestion(key, fields)
+            hint = f" (did you mean `{close}`?)" if close else ""
+            new = new or close or ""
+        shown = f"`{key}`" if recipe else f"--{key}"
+        where = f"in {parsed.via}" if recipe else "on the command line"
+        yield Draft(f"{shown} {where} is not a field of {names} on {how}{hint}",
+                    evidence=(_parsed_evidence(value, key, parsed),
+                              Evidence(parsed.location, "", f"{parsed.method}()")),
+                    error=error, phase="config", severity=severity,
+                    confidence="likely" if severity == "warning" else "certain",
+                    fix=Fix((f"rename {shown} to `{new}`" if new else f"remove {shown}")
+                            + (f" in {value.location}" if value.location else ""), applicability=Applicability.DISPLAY))
+
+
+def _command_line_accepts(word: str, options: set[str]) -> bool:
+    """What argparse makes of `--word`: an option as HfArgumentParser adds it (`--name`, `--name-with-dashes`,
+    `--no_name` for a flag), or a prefix of exactly one option (argparse's abbreviations)."""
+    name = word.replace("-", "_")
+    if name in options or (name.startswith("no_") and name[3:] in options):
+        return True
+    spellings = {o for opt in options for o in (opt, opt.replace("_", "-"))}
+    return sum(1 for s in spellings if s.startswith(word)) >= 1
+
+
+def _parsed_evidence(value: Value, key: str, parsed: ParsedArguments) -> Evidence:
+    if value.location is not None:
+        return evidence_of(value, f"{key}: no dataclass of the parser has it")
+    return Evidence(None, value.text or f"--{key}", f"--{key} on the command line", "script-arg")
+
+
+def _parser_error(parsed: ParsedArguments, behaviour: str, unused: list[str]) -> str:
+    if parsed.source == "command line":
+        words = [w for k in unused for w in (parsed.keys[k].value or (f"--{k}",))]
+        return f"ValueError: Some specified arguments are not used by the HfArgumentParser: {words}"
+    if behaviour == "raises":
+        words = [w for k in unused for w in (f"--{k}", str(parsed.keys[k].value))]
+        return (f"ValueError: Unknown arguments from config file: {words}. Please remove them, add them to the "
+                f"dataclass, or set `fail_with_unknown_args=False`.")
+    if behaviour == "raises_legacy":
+        return f"ValueError: Some specified config arguments are not used by the TrlParser: " \
+               f"{ {k: parsed.keys[k].value for k in unused} }"
+    return f"ValueError: Some keys are not used by the HfArgumentParser: {sorted(unused)}"
+
+
+def _verdict(cid: str, name: str, got: Accepted, script: ScriptFacts, stack: StackFacts) -> tuple[str, str]:
+    """(severity, doubt): an error when every version the script can run with refuses the keyword; a warning, and
+    why, when a version is only assumed or a declared range also holds releases that accept it."""
+    packages = _packages(got)
+    if any(stack.get(p).source == VersionSource.ASSUMED for p in packages):
+        return "warning", "not installed nor declared: pin it to be sure"
+    read_installed = {sig.evidence.split(" ", 1)[0] for sig in stack.signatures.values()}
+    newer = [p for p in packages if p not in read_installed and beyond_table(p, stack.get(p).version)]
+    if newer:
+        return "warning", f"newer than the {newer[0]} releases the doctor's table was built from"
+    for package in packages:
+        for i in releases_in_range(package, stack.get(package)):
+            other = accepted(cid, Versions(stack).with_release(package, i), script.classes)
+            if other is not None and name in other.names:
+                return "warning", "other releases the range allows accept it"
+    return "error", ""
+
+
+def _packages(got: Accepted) -> list[str]:
+    # sentence-transformers is not a tracked package: its own fields are those of any release read
+    return sorted(p for p in got.packages if p != "sentence-transformers")
+
+
+def _versions(packages, stack: StackFacts, doubt: str = "") -> str:
+    shown = ", ".join(stack.get(p).describe() for p in sorted(set(packages))) or "the script's own classes"
+    return shown + (f" ({doubt})" if doubt else "")
+
+
+def _successor(cid: str, name: str, got: Accepted, script: ScriptFacts, stack: StackFacts) -> tuple[str, str, bool]:
+    """(the keyword to use instead or "", what became of it, whether it is the same setting under another name):
+    renamed, spelled the old way on an older release, accepted only by other releases, or a typo."""
+    new = rename_of(cid, name, script.classes)
+    if new and new in got.names:
+        return new, f": renamed to `{new}`", True
+    spans = spans_of(cid, name, script.classes)
+    if spans is not None:
+        package, releases = spans
+        old = former_name(cid, name, script.classes)
+        if old and old in got.names:
+            return old, f" (only {describe_spans(package, releases)} accept it; this release calls it `{old}`)", True
+        return "", f" (only {describe_spans(package, releases)} accept it)", False
+    close = suggestion(name, got.names)
+    return (close, f" (did you mean `{close}`?)", False) if close else ("", "", False)
+
+
+@rule(
+    "PD217", "keyword-not-accepted", severity="error", phase="config",
+    summary="A keyword or config key the library version in use does not accept: the job dies before training.",
+    what="A keyword of `TrainingArguments` (and its subclasses, the script's own included), TRL's configs and "
+         "trainers, `ModelConfig`, `BitsAndBytesConfig`, peft's `LoraConfig`, `Trainer(...)` or `from_pretrained` "
+         "that the installed (or declared) release does not have; a key of a YAML/JSON recipe that "
+         "`HfArgumentParser` / `TrlParser --config` reads and no dataclass of the parser has; an option after `--` "
+         "that none has. Renamed keywords name their successor (`evaluation_strategy` -> `eval_strategy`, "
+         "`warmup_ratio` -> `warmup_steps`), typos the field they miss (`learning_rat` -> `learning_rate`).",
+    why="A dataclass's `__init__` refuses a keyword it has no field for; HfArgumentParser refuses unused recipe keys "
+        "and command-line options; from_pretrained hands an unknown keyword to the model's `__init__`. The fields "
+        "are each release's own: read from the installed package's source, else from a table generated from the "
+        "released wheels (transformers 4.36-5.23, TRL 0.9-1.16, peft 0.7-0.21, sentence-transformers 3.0-6.2). "
+        "BitsAndBytesConfig takes any keyword and ignores it: a warning, the setting has no effect. An assumed "
+        "version, or a declared range with releases that accept the keyword, gives a warning. `Trainer(tokenizer=)` "
+        "is PD216's, `from_pretrained(load_in_4bit=)` PD406's.",
+    error="TypeError: TrainingArguments.__init__() got an unexpected keyword argument 'warmup_ratio'",
+    fix="Use the keyword the version has (its new name), fix the typo, or pin the release the script was written "
+        "for.",
+    applicability=Applicability.SAFE,
+    fix_safety="Safe for a rename to the same setting; a typo's correction and a removal are for review.",
+    log=LogSignature(patterns=(_UNEXPECTED_KEYWORD,
+                               r"Some keys are not used by the HfArgumentParser",
+                               r"Some specified arguments are not used by the HfArgumentParser",
+                               r"Unknown arguments from config file",
+                               r"Some specified config arguments are not used by the TrlParser")),
+    related=("PD216", "PD406"),
+    fires=[Example(_ARGS + "args = TrainingArguments('out', warmup_ratio=0.1, bf16=True)\n"
+                   "Trainer(model=model, args=args).train()\n",
+                   fixed=_ARGS + "args = TrainingArguments('out', warmup_steps=0.1, bf16=True)\n"
+                   "Trainer(model=model, args=args).train()\n"),
+           Example(_ARGS + "args = TrainingArguments('out', evaluation_strategy='steps')\n"
+                   "Trainer(model=model, args=args).train()\n",
+                   fixed=_ARGS + "args = TrainingArguments('out', eval_strategy='steps')\n"
+                   "Trainer(model=model, args=args).train()\n",
+                   versions={"transformers": "4.57.1"}),
+           Example(_ARGS + "args = TrainingArguments('out', learning_rat=2e-5)\n"
+                   "Trainer(model=model, args=args).train()\n",
+                   note="a typo: the fix names the field it misses, for review")],
+    silent=[Example(_ARGS + "args = TrainingArguments('out', warmup_steps=0.1, bf16=True)\n"
+                    "Trainer(model=model, args=args).train()\n"),
+            Example(_ARGS + "args = TrainingArguments('out', warmup_ratio=0.1, bf16=True)\n"
+                    "Trainer(model=model, args=args).train()\n", versions={"transformers": "4.57.1"},
+                    note="4.x still has warmup_ratio"),
+            Example("from dataclasses import dataclass, field\n" + _ARGS +
+                    "@dataclass\nclass MyArgs(TrainingArguments):\n    lora_r: int = field(default=8)\n"
+                    "args = MyArgs('out', lora_r=16, eval_strategy='steps')\nTrainer(model=model, args=args).train()\n",
+                    note="a subclass's own field and an inherited one")],
+)
+def keyword_not_accepted(script: ScriptFacts, stack: StackFacts):
+    for call in script.of(*_PHASE):
+        if not call.text.startswith("(parsed") and not _guarded(call):  # parsed arguments: judged below
+            yield from _judge_call(call, script, stack)
+    for parsed in script.parsed:
+        yield from _judge_parsed(parsed, script, stack)

@@ -1,0 +1,1 @@
+"""PD4xx: quantized models: casts, compute dtypes, k-bit preparation, adapters, bitsandbytes keywords."""

@@ -1,0 +1,72 @@
+"""What the memory rules share: memory preflight: will the job fit on its GPUs, and where does it run out (PD601-PD605)."""
+
+from __future__ import annotations
+
+from ...derive import LaunchPlan, Setup, call_evidence
+from ...derive.checkpoint import describe_source
+from ...derive.memory import GIB, cheapest_fit, largest_batch
+from ...derive.memory_plan import MemoryPlan, plan_memory
+from ...model.facts import LaunchFacts, MachineFacts, ScriptFacts, StackFacts
+from ...model.findings import Applicability, Evidence, Fix
+from ..registry import LogSignature
+
+HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+
+
+OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate"
+
+
+LOG = LogSignature(from_logs=False, error_is_signature=False)
+
+
+def trainer(model: str, args: str = "", load: str = "dtype=torch.bfloat16") -> str:
+    return (HEAD + f"model = AutoModelForCausalLM.from_pretrained('{model}', {load})\n"
+            f"args = TrainingArguments('out', bf16=True{', ' + args if args else ''})\n"
+            "Trainer(model=model, args=args, train_dataset=ds).train()\n")
+
+
+def gib(n: int) -> str:
+    return f"{n / GIB:.1f} GiB"
+
+
+def breakdown_text(m: MemoryPlan) -> str:
+    b = m.breakdown
+    parts = ", ".join(f"{name} {gib(v)}" for name, v in b.rows() if v)
+    return f"{parts} (per GPU, of {gib(m.budget)} on {m.gpu.name})"
+
+
+def _evidence(m: MemoryPlan, setup: Setup) -> tuple[Evidence, ...]:
+    c = m.checkpoint
+    ev = [call_evidence(setup.model_load, f"{c.parameters / 1e9:.2f}B parameters: {describe_source(c)}")]
+    ev.extend(Evidence(None, a, "assumed", "assumed") for a in m.shape.assumed)
+    return tuple(ev)
+
+
+def _plan(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack: StackFacts, launch: LaunchFacts,
+          plan: LaunchPlan) -> MemoryPlan | None:
+    if not setup.trains:
+        return None
+    m = plan_memory(setup, script, machine, stack, launch, plan)
+    return m if isinstance(m, MemoryPlan) else None
+
+
+def advice(m: MemoryPlan) -> Fix:
+    fits = largest_batch(m.checkpoint, m.shape, m.budget)
+    change = cheapest_fit(m.checkpoint, m.shape, m.budget)
+    notes = []
+    if fits:
+        notes.append(f"the largest per_device_train_batch_size that fits is {fits}")
+    text = change.description if change else "a larger GPU, or more GPUs with ZeRO-3 / FSDP"
+    if change:
+        notes.append(f"with it the peak is {gib(change.breakdown.peak)} of {gib(m.budget)}")
+    return Fix(text, applicability=Applicability.DISPLAY, notes=tuple(notes))
+
+
+def hedged(m: MemoryPlan, with_activations: bool) -> dict:
+    """An assumed batch or sequence length decides a verdict that counts activations: a warning, likely."""
+    if with_activations and m.shape.assumed:
+        return {"severity": "warning", "confidence": "likely"}
+    return {}
+
+
+FIRES_7B_T4 = trainer("meta-llama/Llama-2-7b-hf")
