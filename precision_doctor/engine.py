@@ -10,18 +10,19 @@ fix's applicability never looser than declared.
 from __future__ import annotations
 
 import gc
-from dataclasses import replace
+from dataclasses import field, replace
 
-from .model.util import record, unique
-from .rules.catalog import rules
-from .settings import Policy
 from .derive import Derived, derive_setup, plan_launch
 from .derive.launch import plan_of_script
-from .derive.setup import Fact
+from .derive.memory_plan import plan_memory_for
+from .derive.setup import Fact, Setup
 from .diagnose import match_exception
 from .model.facts import Facts, Location, ScriptFacts, Suppression
 from .model.findings import SEVERITY_RANK, Confidence, Draft, Evidence, Finding, Fix, Phase, stricter
+from .model.util import record, unique
+from .rules.catalog import rules
 from .rules.registry import REGISTRY, Rule
+from .settings import Policy
 
 
 @record
@@ -60,6 +61,7 @@ class Result:
     crashed: tuple[Skipped, ...]
     withdrawn: tuple[Withdrawn, ...] = ()
     silenced: tuple[Silenced, ...] = ()
+    setups: dict[str, Setup] = field(default_factory=dict)  # each script judged in this process: its derived setup
 
 
 @record
@@ -76,10 +78,11 @@ class SuppressionUse:
 class ScriptVerdict:
     """What the rules that judge one script found there: each result with the position of its rule in the run,
     so that scripts judged anywhere (here, or in the worker process that probed them) merge into the order of one
-    loop over the rules."""
+    loop over the rules. A script judged in this process keeps its setup (a worker sends back only the results)."""
 
     results: tuple[tuple[int, str, object], ...]  # (rule position, "finding" | "crashed" | "withdrawn" |
     #                                                "silenced", the result)
+    setup: Setup | None = None
 
 
 class Judge:
@@ -88,8 +91,9 @@ class Judge:
     scripts, so a worker process runs it on the script it just probed and sends back only the results, not the
     script's facts."""
 
-    def __init__(self, facts: Facts, policy: Policy | None = None):
+    def __init__(self, facts: Facts, policy: Policy | None = None, keep_setups: bool = False):
         self.facts = facts
+        self.keep_setups = keep_setups
         self.chosen = [r for r in rules() if (policy or Policy()).enabled(r.id)]
         self.plan = plan_launch(facts.launch, facts.machine)
         self.runnable = [(i, r) for i, r in enumerate(self.chosen) if not r.after_findings and not _missing(r, facts)]
@@ -106,7 +110,7 @@ class Judge:
             if not (r.per_script or ("plan" in r.params and script.path in derived.plans)):
                 continue
             results.extend(_judged(i, r, facts, derived, script, available))
-        return ScriptVerdict(tuple(results))
+        return ScriptVerdict(tuple(results), setup if self.keep_setups else None)
 
 
 def _judged(position: int, r: Rule, facts: Facts, derived: Derived, script, available: dict
@@ -138,13 +142,16 @@ def run(facts: Facts, policy: Policy | None = None, verdicts: tuple[ScriptVerdic
 
 def _run(facts: Facts, policy: Policy | None, verdicts: tuple[ScriptVerdict | None, ...] | None) -> Result:
     policy = policy or Policy()
-    judge = Judge(facts, policy)
+    judge = Judge(facts, policy, keep_setups=True)
     chosen = judge.chosen
     derived = Derived(judge.plan, {})  # the run's: no script's setup
     results: list[tuple[int, int, str, object]] = []  # (rule position, script position or -1, kind, result)
+    setups: dict[str, Setup] = {}
     for n, script in enumerate(facts.scripts):
         verdict = verdicts[n] if verdicts is not None and verdicts[n] is not None else judge(script)
         results.extend((i, n, kind, item) for i, kind, item in verdict.results)
+        if verdict.setup is not None:
+            setups[script.path] = verdict.setup
     run_level = [(i, r) for i, r in judge.runnable if not r.per_script]
     available = _available(facts, derived, None, None)
     for i, r in run_level:
@@ -165,7 +172,7 @@ def _run(facts: Facts, policy: Policy | None, verdicts: tuple[ScriptVerdict | No
     findings.sort(key=Finding.sort_key)
     crashed = unique(crashed, key=lambda c: (c.rule_id, c.reason))
     return Result(tuple(findings), tuple(skipped), tuple(crashed), tuple(withdrawn),
-                  tuple(unique(silenced, key=lambda s: s)))
+                  tuple(unique(silenced, key=lambda s: s)), setups)
 
 
 def _missing(r: Rule, facts: Facts) -> str:
@@ -198,23 +205,52 @@ def _available(facts: Facts, derived: Derived, script, use: SuppressionUse | Non
     """What a rule may name as a parameter, for one script (None: the run)."""
     live_known = facts.live is not None and facts.live.known
     stack = script.stack if script is not None and script.stack is not None else facts.stack  # its project's
-    return {"facts": facts, "machine": facts.machine, "stack": stack, "launch": facts.launch,
-            "plan": derived.plan_for(script.path) if script else derived.plan, "script": script,
-            "setup": derived.setups.get(script.path) if script else None,
-            "live": (facts.live if live_known else None) if live == "facts" else live, "suppressions": use,
-            "job": facts.job}
+    return _Available({"facts": facts, "machine": facts.machine, "stack": stack, "launch": facts.launch,
+                       "plan": derived.plan_for(script.path) if script else derived.plan, "script": script,
+                       "setup": derived.setups.get(script.path) if script else None,
+                       "live": (facts.live if live_known else None) if live == "facts" else live,
+                       "suppressions": use, "job": facts.job})
+
+
+class _Available(dict):
+    """The values rules may name. `memory` is the script's memory plan, derived on the first call of the rule that
+    asks for it and kept for the next (a function, so that a rule which returns before it needs the plan has not
+    read it: the unknowns the plan read kept only the rules that read it silent)."""
+
+    def __missing__(self, key: str):
+        if key != "memory":
+            raise KeyError(key)
+        self["memory"] = self._memory
+        return self._memory
+
+    def _memory(self):
+        if _MEMORY in self:
+            return self[_MEMORY]
+        script, setup = self["script"], self["setup"]
+        reads = _ReadRecorder(setup) if setup is not None else None  # what kept the memory rules silent
+        self[_MEMORY] = plan_memory_for(reads, script, self["facts"], self["plan"]) if reads is not None else None
+        self[_MEMORY_READS] = reads.unknown if reads is not None else []
+        return self[_MEMORY]
+
+
+_MEMORY, _MEMORY_READS = "memory plan", "memory plan reads"  # kept beside the values, under names no rule can take
 
 
 def _run_rule(r: Rule, facts: Facts, derived: Derived, script, withdrawn: list[Withdrawn],
               silenced: list[Silenced], available: dict) -> list[Finding]:
     path = script.path if script else ""
     injected = {p: available[p] for p in r.params}
+    read_memory: list[bool] = []
+    if "memory" in injected:
+        plan = injected["memory"]
+        injected["memory"] = lambda: read_memory.append(True) or plan()
     reads = None
     if injected.get("setup") is not None:
         injected["setup"] = reads = _ReadRecorder(injected["setup"])
     drafts = list(r.func(**injected))
-    if reads is not None and not drafts:
-        silenced.extend(_silenced_by(r.id, path, reads.unknown))
+    if not drafts:
+        unknown = (reads.unknown if reads is not None else []) + (available[_MEMORY_READS] if read_memory else [])
+        silenced.extend(_silenced_by(r.id, path, unknown))
     live_known = facts.live is not None and facts.live.known
     if live_known and "live" in r.params and "live" not in r.needs and not drafts:
         # the live model confirms nothing of what reading the script alone claimed: say what it withdrew

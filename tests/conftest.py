@@ -8,7 +8,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from precision_doctor import engine  # noqa: E402
 from precision_doctor.probes.collect import gather  # noqa: E402
-from precision_doctor.probes.stack import CURRENT  # noqa: E402
+from precision_doctor.knowledge.versions import CURRENT  # noqa: E402
 
 from .fake_nvml import NO_NVML, fake_system  # noqa: E402
 

@@ -154,6 +154,20 @@ def test_a_rule_never_imports_another_rule():
     assert not crossing, ", ".join(f"{a} -> {b}" for a, b in crossing)
 
 
+def test_derive_and_the_rules_never_import_probes():
+    reaching = [(a, b) for a, targets in _graph().items() if _top(a) in ("derive", "rules")
+                for b in targets if _top(b) == "probes"]
+    assert not reaching, "derive/rules -> probes: " + ", ".join(f"{a} -> {b}" for a, b in sorted(reaching))
+
+
+def test_the_report_never_derives():
+    modules = _modules()
+    deriving = [(name, base, sorted(names & DERIVING)) for name, path in modules.items() if _top(name) == "report"
+                for base, names in _imports(name, path, modules)[1]
+                if _top(base) == "derive" and names & DERIVING]
+    assert not deriving, "the report derives: " + ", ".join(f"{a} imports {n} from {b}" for a, b, n in deriving)
+
+
 def test_modules_are_loaded_by_name_only_by_the_plugin_loaders():
     modules = _modules()
     loading = sorted(name for name, path in modules.items() if _imports(name, path, modules)[2])

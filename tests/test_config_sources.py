@@ -9,7 +9,7 @@ from precision_doctor import engine
 from precision_doctor.probes.collect import gather
 from precision_doctor.model.facts import DYNAMIC, KNOWN
 from precision_doctor.probes.script import probe_script
-from precision_doctor.probes.stack import CURRENT
+from precision_doctor.knowledge.versions import CURRENT
 
 from .conftest import machine_probes
 

@@ -8,7 +8,8 @@ import pytest
 
 from precision_doctor.derive import evaluate
 from precision_doctor.model.facts import MachineFacts, Predicate, StackFacts
-from precision_doctor.probes.stack import TRAINER_SKIPS_DP_FOR_4BIT, installed_behaviours, probe_stack
+from precision_doctor.probes.stack import installed_behaviours, probe_stack
+from precision_doctor.knowledge.versions import TRAINER_SKIPS_DP_FOR_4BIT
 from precision_doctor.probes.target import machine_from_target
 
 from .conftest import check_code

@@ -19,7 +19,7 @@ from rich.console import Console  # noqa: E402
 from precision_doctor.rules.catalog import rules  # noqa: E402
 from precision_doctor.probes.collect import gather  # noqa: E402
 from precision_doctor.fix.session import run_engine_check, run_fix  # noqa: E402
-from precision_doctor.probes.stack import CURRENT  # noqa: E402
+from precision_doctor.knowledge.versions import CURRENT  # noqa: E402
 
 from .conftest import machine_probes  # noqa: E402
 from .test_seed_fixtures import CASES as SEED_CASES  # noqa: E402

@@ -11,7 +11,7 @@ from precision_doctor import engine
 from precision_doctor.probes.collect import gather
 from precision_doctor.derive import derive
 from precision_doctor.derive.memory_plan import MemoryPlan, plan_memory
-from precision_doctor.probes.stack import CURRENT
+from precision_doctor.knowledge.versions import CURRENT
 
 from .conftest import check_code, machine_probes
 

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from precision_doctor import engine
 from precision_doctor.probes.collect import gather
-from precision_doctor.probes.stack import CURRENT
+from precision_doctor.knowledge.versions import CURRENT
 from precision_doctor.report.json_report import finding_json
 from precision_doctor.report.text import render
 

@@ -17,7 +17,7 @@ import pytest
 from precision_doctor import cli
 from precision_doctor.probes.collect import snapshot_json
 from precision_doctor.model.facts import BusyPort, HostFacts, PackageVersion, StackFacts
-from precision_doctor.probes.stack import at_least, parse_version
+from precision_doctor.knowledge.versions import at_least, parse_version
 from precision_doctor.probes.target import machine_from_target
 from precision_doctor.model.strict_json import dumps
 

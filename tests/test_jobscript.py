@@ -13,7 +13,7 @@ import pytest
 from precision_doctor import engine
 from precision_doctor.probes.collect import System, gather, read_snapshot
 from precision_doctor.probes.jobscript import is_job_script, read_job
-from precision_doctor.probes.stack import CURRENT
+from precision_doctor.knowledge.versions import CURRENT
 
 from .fake_nvml import NO_NVML, NO_SCHEDULER
 

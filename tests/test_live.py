@@ -17,7 +17,7 @@ transformers = pytest.importorskip("transformers")
 from precision_doctor import engine  # noqa: E402
 from precision_doctor.probes.collect import gather  # noqa: E402
 from precision_doctor.probes.live.runner import run_live  # noqa: E402
-from precision_doctor.probes.stack import CURRENT  # noqa: E402
+from precision_doctor.knowledge.versions import CURRENT  # noqa: E402
 
 from .conftest import check_code, machine_probes  # noqa: E402
 

@@ -17,7 +17,7 @@ from precision_doctor.probes.collect import System, gather, snapshot_json
 from precision_doctor.probes.gpu import probe_gpus
 from precision_doctor.probes.host import describe_processes
 from precision_doctor.probes.launch import launch_from_env, parse_launcher
-from precision_doctor.probes.stack import CURRENT
+from precision_doctor.knowledge.versions import CURRENT
 
 from .fake_nvml import FakeNVML, fake_system, load_machine
 

@@ -7,7 +7,7 @@ import pytest
 
 from precision_doctor import engine
 from precision_doctor.probes.collect import gather
-from precision_doctor.probes.stack import CURRENT
+from precision_doctor.knowledge.versions import CURRENT
 
 from .conftest import machine_probes
 

@@ -56,7 +56,7 @@ def test_literals_are_read_as_literal_eval_reads_them_without_making_garbage():
     import ast
     import gc
 
-    from precision_doctor.probes.scopes import literal
+    from precision_doctor.model.python_source import literal
 
     nodes = [ast.parse(text, mode="eval").body for text in LITERALS]
     assert [_outcome(literal, n) for n in nodes] == [_outcome(ast.literal_eval, n) for n in nodes]

@@ -17,7 +17,7 @@ from rich.console import Console
 from precision_doctor import engine
 from precision_doctor.cli import _render_data
 from precision_doctor.probes.collect import System, gather, snapshot_json
-from precision_doctor.probes.stack import CURRENT
+from precision_doctor.knowledge.versions import CURRENT
 from precision_doctor.model.redact import describe_command, printable, redact_text, secret_name
 from precision_doctor.report.text import render as render_text
 

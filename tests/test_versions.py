@@ -11,8 +11,8 @@ import pytest
 
 from precision_doctor import engine
 from precision_doctor.probes.collect import gather
-from precision_doctor.probes.stack import (CURRENT, TRAINER_SKIPS_DP_FOR_4BIT, StackResolver, installed_versions,
-                                           training_environment)
+from precision_doctor.probes.stack import StackResolver, installed_versions, training_environment
+from precision_doctor.knowledge.versions import CURRENT, TRAINER_SKIPS_DP_FOR_4BIT
 from precision_doctor.probes.versions import Declared, declared_for
 
 from .conftest import bare_env

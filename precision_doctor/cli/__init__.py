@@ -529,19 +529,21 @@ def add_memory_parser(sub) -> None:
 
 
 def run_memory(opts, script_args: tuple[str, ...]) -> int:
+    from ..derive import derive_memory
     from ..probes.collect import gather
     from ..report.memory import render_json, render_text
 
     facts = gather(opts.paths, target=opts.target, launcher=opts.launcher, script_args=script_args,
                    facts_file=opts.facts, jobs=1)
+    memory = derive_memory(facts)
     if opts.fmt == "text" and not opts.output:
-        render_text(facts, _console(no_color=opts.no_color))
+        render_text(facts, memory, _console(no_color=opts.no_color))
     else:
-        _write(opts.output, render_json(facts) if opts.fmt == "json" else _plain_memory_text(facts))
+        _write(opts.output, render_json(facts, memory) if opts.fmt == "json" else _plain_memory_text(facts, memory))
     return EXIT_OK
 
 
-def _plain_memory_text(facts) -> str:
+def _plain_memory_text(facts, memory) -> str:
     import io
 
     from rich.console import Console
@@ -549,7 +551,7 @@ def _plain_memory_text(facts) -> str:
     from ..report.memory import render_text
 
     buffer = io.StringIO()
-    render_text(facts, Console(file=buffer, no_color=True, highlight=False, width=120))
+    render_text(facts, memory, Console(file=buffer, no_color=True, highlight=False, width=120))
     return buffer.getvalue()
 
 

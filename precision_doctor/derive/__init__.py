@@ -2,7 +2,8 @@
 
 `setup` answers which model is trained, in which dtype, with which trainable parameters, under which precision;
 `placement` where the model ends up and how Trainer wraps it; `launch` the processes and the rendezvous port;
-`live` what the live run's losses and scaler say. Everything here is a pure function of `Facts`.
+`live` what the live run's losses and scaler say; `memory_plan` what each GPU holds. Everything here is a pure
+function of `Facts`. Imports model/ and knowledge/, never probes/ or the rules.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from dataclasses import field, replace
 
 from ..model.facts import Facts, ScriptFacts
+from .memory_plan import MemoryPlan, plan_memory_for
 from .launch import LaunchPlan, device_map_kind, plan_launch, plan_of_script
 from .placement import Checkpointing, Placement, derive_placement, trainer_exempts_4bit
 from .sharding import derive_sharding
@@ -19,7 +21,7 @@ from .setup import derive_setup as _derive_core
 from ..model.util import record
 
 __all__ = ["Checkpointing", "Derived", "Fact", "LaunchPlan", "Placement", "Setup", "accelerate_precision",
-           "call_evidence", "decide", "derive", "derive_setup", "device_map_kind", "dtype_of_cast", "evaluate",
+           "call_evidence", "decide", "derive", "derive_memory", "derive_setup", "device_map_kind", "dtype_of_cast", "evaluate",
            "evidence_of", "load_dtype_value", "optimizer_steps", "plan_launch", "trainer_exempts_4bit"]
 
 
@@ -41,6 +43,13 @@ class Derived:
 
     def plan_for(self, path: str) -> LaunchPlan:
         return self.plans.get(path, self.plan)
+
+
+def derive_memory(facts: Facts) -> dict[str, tuple[Setup, MemoryPlan | str]]:
+    """Each script's setup and memory plan (or why there is none), for `precision-doctor memory`."""
+    derived = derive(facts)
+    return {s.path: (derived.setups[s.path], plan_memory_for(derived.setups[s.path], s, facts,
+                                                             derived.plan_for(s.path))) for s in facts.scripts}
 
 
 def derive(facts: Facts) -> Derived:

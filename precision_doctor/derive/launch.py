@@ -9,10 +9,10 @@ from typing import Any
 from ..model.util import MAX_PORT, whole_number, record
 from ..model.facts import ABSENT, KNOWN, Call, LaunchFacts, Location, MachineFacts, Origin, Value
 from ..model.findings import Evidence
-from ..probes.config_files import shown_value
-from ..probes.frameworks import lightning_launch
-from ..probes.host import DEFAULT_PORT
-from ..probes.launch import ACCELERATE_OPTIONS, ACCELERATE_SWITCHES, launcher_of
+from ..model.util import shown_value
+from ..knowledge.lightning import lightning_launch
+from ..knowledge.launchers import DEFAULT_PORT
+from ..knowledge.launchers import ACCELERATE_OPTIONS, ACCELERATE_SWITCHES, launcher_of
 
 SPREADING = ("auto", "balanced", "balanced_low_0", "sequential")
 PER_RANK_HINTS = ("local_rank", "LOCAL_RANK", "process_index", "current_device", "get_kbit_device_map", "rank")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 
 from ..knowledge import dtypes
-from ..model.facts import KNOWN, CheckpointFacts, Gpu, LaunchFacts, MachineFacts, ScriptFacts, StackFacts, model_source
+from ..model.facts import KNOWN, CheckpointFacts, Facts, Gpu, LaunchFacts, MachineFacts, ScriptFacts, StackFacts, model_source
 from .checkpoint import checkpoint_of
 from .launch import LaunchPlan, device_map_kind
 from .memory import MIB, WHISPER_MAX_LABELS, Breakdown, Parallelism, TrainingShape, estimate, source_frames
@@ -57,6 +57,11 @@ def _why_unknown(load, script: ScriptFacts) -> str:
     source = model_source(load, script.calls)
     found = script.checkpoints.get(source.value) if isinstance(source.value, str) else None
     return f" ({found.detail})" if found is not None and not found.known and found.detail else ""
+
+
+def plan_memory_for(setup: Setup, script: ScriptFacts, facts: Facts, plan: LaunchPlan) -> MemoryPlan | str:
+    """One script's plan, with its own project's stack: what the memory rules and `precision-doctor memory` read."""
+    return plan_memory(setup, script, facts.machine, script.stack or facts.stack, facts.launch, plan)
 
 
 def plan_memory(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack: StackFacts, launch: LaunchFacts,

@@ -36,7 +36,7 @@ class Optimizer:
 def trainer_default_optim(stack: StackFacts) -> str:
     """TrainingArguments' default `optim`: the fused AdamW from torch 2.8 on (transformers picks it when the
     installed torch has it)."""
-    from ..probes.stack import at_least
+    from ..knowledge.versions import at_least
 
     return "adamw_torch_fused" if at_least(stack, "torch", "2.8") else "adamw_torch"
 

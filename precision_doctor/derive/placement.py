@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..knowledge import dtypes
 from ..model.facts import ABSENT, KNOWN, Call, MachineFacts, ScriptFacts, StackFacts, Value
 from ..model.findings import Evidence
-from ..probes.stack import TRAINER_SKIPS_DP_FOR_4BIT, at_least
+from ..knowledge.versions import TRAINER_SKIPS_DP_FOR_4BIT, at_least
 from .launch import device_map_kind
 from .setup import Checkpointing, Placement, Setup, call_evidence, decide, evidence_of
 

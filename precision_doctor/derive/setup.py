@@ -14,7 +14,7 @@ from ..knowledge import dtypes
 from ..model.facts import (ABSENT, CONDITIONAL, KNOWN, Call, CheckpointSource, Facts, MachineFacts, Origin, Predicate,
                      ScriptFacts, StackFacts, Value, VersionSource, builds_from_config, config_load_of, model_source)
 from ..model.findings import Evidence
-from ..probes.stack import at_least
+from ..knowledge.versions import at_least
 from .checkpoint import checkpoint_of, describe_source
 from .launch import Sharding
 from ..model.util import record

@@ -19,7 +19,7 @@ from typing import Any
 from ..model.call_kinds import LIGHTNING_CLASSES
 from ..model.facts import KNOWN, LaunchFacts, MachineFacts, ScriptFacts, StackFacts, Value
 from ..model.findings import Evidence
-from ..probes.frameworks import lightning_launch, lightning_precision_sections
+from ..knowledge.lightning import lightning_launch, lightning_precision_sections
 from .launch import Sharding, accelerate_settings
 from .setup import Setup, call_evidence, decide, evidence_of
 
@@ -236,7 +236,7 @@ ACCELERATE_ALWAYS_REGISTERS_ZERO3 = "1.0.0"
 def zero3_shards_the_load(setup: Setup, stack: StackFacts) -> bool:
     """ZeRO-3 is registered with transformers before the model loads, so `from_pretrained` runs under zero.Init and
     refuses a device map, low-memory loading or quantization (PD502)."""
-    from ..probes.stack import at_least
+    from ..knowledge.versions import at_least
 
     sharding, load = setup.sharding, setup.model_load
     if sharding.kind != "deepspeed" or sharding.config is None or sharding.call is None or load is None:

@@ -13,7 +13,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProv
 
 from ..system import safe_io
 from ..model.util import python_lines, record
-from ..probes.scopes import parse_quietly
+from ..model.python_source import parse_quietly
 from ..model.errors import InputError
 from ..model.findings import Edit
 

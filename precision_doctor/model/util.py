@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import enum
+import json
 import re
-from typing import Callable, Hashable, Iterable, TypeVar
+from typing import Any, Callable, Hashable, Iterable, TypeVar
+
 
 T = TypeVar("T")
 
@@ -229,3 +231,15 @@ def _repr_of(names: tuple[str, ...]) -> Callable:
     def __repr__(self):
         return f"{self.__class__.__qualname__}({', '.join(f'{n}={getattr(self, n)!r}' for n in names)})"
     return __repr__
+
+
+SHOWN_VALUE = 60  # characters of a value an evidence line shows
+
+
+def shown_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    text = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+    return text if len(text) <= SHOWN_VALUE else text[:SHOWN_VALUE - 3] + "..."

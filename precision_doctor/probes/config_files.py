@@ -19,13 +19,12 @@ from typing import Any
 
 from ..model.facts import KNOWN, Location, Origin, Value
 from ..model.redact import DEEPSPEED_KEYS, keep_read_keys, redact_data, secret_name
+from ..model.util import record, shown_value
 from ..system.sources import is_regular_file, parse_json, read_text_bounded
-from ..model.util import record
 
 _MISSING = object()
 MAX_NODES = 20_000
 MAX_DEPTH = 64
-SHOWN_VALUE = 60  # characters of a value an evidence line shows
 
 
 class ConfigError(ValueError):
@@ -63,13 +62,6 @@ class ConfigDoc:
         return config_value(self.location(*keys), keys[-1], written, written if meaning is None else meaning, via)
 
 
-def shown_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    text = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
-    return text if len(text) <= SHOWN_VALUE else text[:SHOWN_VALUE - 3] + "..."
 
 
 def config_value(where: Location, key: str, written: Any, value: Any, via: str = "") -> Value:

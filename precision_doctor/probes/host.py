@@ -10,12 +10,11 @@ from dataclasses import field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ..model.util import MAX_PORT, whole_number, record
 from ..model.facts import BusyPort, GpuProcess, HostFacts
 from ..model.redact import ACCELERATE_CONFIG_KEYS, describe_command, keep_read_keys, redact_text
+from ..model.util import MAX_PORT, record, whole_number
 from ..system.sources import Unreadable, is_regular_file, read_text_bounded
 
-DEFAULT_PORT = 29500
 PORTS_TO_CHECK = tuple(range(29500, 29511))
 # The launch variables the rules read or a reader of the report needs to place it; nothing else of the
 # environment is recorded (ACCELERATE_*, NCCL_*, MASTER_ADDR and the like can hold hosts and credentials).

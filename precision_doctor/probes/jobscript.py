@@ -20,8 +20,9 @@ from ..model.errors import InputError
 from ..model.facts import KNOWN, JobFacts, JobSetting, LaunchFacts, Origin, Unknown, Value
 from ..model.redact import redact_text
 from ..system.sources import Unreadable, read_text_bounded, status
-from .host import DEFAULT_PORT
-from .launch import launcher_of, parse_launcher, with_accelerate_files
+from ..knowledge.launchers import DEFAULT_PORT
+from .launch import parse_launcher, with_accelerate_files
+from ..knowledge.launchers import launcher_of
 from .shell_arithmetic import MAX_EXPRESSION, evaluate
 
 JOB_SUFFIXES = (".sbatch", ".slurm", ".sh", ".bash", ".job")

@@ -6,31 +6,13 @@ import shlex
 from dataclasses import replace
 from pathlib import Path
 
-from ..model.util import MAX_GPUS_PER_NODE, MAX_PORT, whole_number
+from ..knowledge.launchers import BOOL_FLAGS, FLAGS, ACCELERATE_OPTIONS, ACCELERATE_SWITCHES, launcher_of
 from ..model.errors import InputError
 from ..model.facts import DYNAMIC, KNOWN, HostFacts, LaunchFacts, Location, Origin, Unknown, Value
+from ..model.util import MAX_GPUS_PER_NODE, MAX_PORT, whole_number
 from ..system.sources import Unreadable, is_regular_file
 from .config_files import display, read_deepspeed_config
 from .host import read_accelerate_config
-
-# flag spellings each launcher accepts, mapped to the fact they set
-_FLAGS = {
-    "accelerate": {"--num_processes": "num_processes", "--mixed_precision": "mixed_precision",
-                   "--main_process_port": "main_process_port", "--config_file": "config_file",
-                   "--num_machines": "num_machines", "--gpu_ids": "gpu_ids"},
-    "torchrun": {"--nproc_per_node": "num_processes", "--nproc-per-node": "num_processes",
-                 "--master_port": "main_process_port", "--master-port": "main_process_port",
-                 "--nnodes": "num_machines"},
-    "deepspeed": {"--num_gpus": "num_processes", "--num-gpus": "num_processes", "--master_port": "main_process_port",
-                  "--num_nodes": "num_machines"},
-}
-_BOOL_FLAGS = {"--multi_gpu", "--cpu", "--standalone", "--use_deepspeed", "--use_fsdp", "--debug", "-m"}
-# accelerate launch's DeepSpeed / FSDP options, which override its config file (derive/sharding.py reads them)
-ACCELERATE_SWITCHES = ("use_deepspeed", "use_fsdp", "multi_gpu", "cpu")
-ACCELERATE_OPTIONS = ("zero_stage", "offload_optimizer_device", "offload_param_device", "zero3_init_flag",
-                      "deepspeed_config_file", "fsdp_sharding_strategy", "fsdp_offload_params", "fsdp_version",
-                      "fsdp_reshard_after_forward", "fsdp_use_orig_params")
-
 
 LAUNCHER_OPTION = "--launcher"
 
@@ -51,7 +33,7 @@ def parse_launcher(command: str, source: str = LAUNCHER_OPTION) -> LaunchFacts:
                          f"use python, accelerate launch, torchrun or deepspeed")
     values: dict[str, Value] = {}
     options: dict[str, Value] = {}
-    flags = _FLAGS.get(launcher, {})
+    flags = FLAGS.get(launcher, {})
     script_args: tuple[str, ...] = ()
     i = 0
     while i < len(rest):
@@ -76,7 +58,7 @@ def parse_launcher(command: str, source: str = LAUNCHER_OPTION) -> LaunchFacts:
         if word.endswith(".py"):
             script_args = tuple(rest[i + 1:])
             break
-        if word.startswith("-") and word not in _BOOL_FLAGS and not eq and i + 1 < len(rest) \
+        if word.startswith("-") and word not in BOOL_FLAGS and not eq and i + 1 < len(rest) \
                 and not rest[i + 1].startswith("-") and not rest[i + 1].endswith(".py"):
             i += 2  # an option we do not model, with its value
             continue
@@ -167,21 +149,6 @@ def launch_from_env(env: dict[str, str]) -> LaunchFacts:
                        if mp else Value(state="absent"))
 
 
-def launcher_of(words: list[str]) -> tuple[str | None, list[str]]:
-    head = words[0].rsplit("/", 1)[-1]
-    if head == "accelerate" and len(words) > 1 and words[1] == "launch":
-        return "accelerate", words[2:]
-    if head in ("torchrun",):
-        return "torchrun", words[1:]
-    if head == "deepspeed":
-        return "deepspeed", words[1:]
-    if head.startswith("python"):
-        if len(words) > 2 and words[1] == "-m" and words[2] in ("torch.distributed.run", "torch.distributed.launch"):
-            return "torchrun", words[3:]
-        if len(words) > 2 and words[1] == "-m" and words[2] == "accelerate.commands.launch":
-            return "accelerate", words[3:]
-        return "python", words[1:]
-    return None, words
 
 
 # the range each numeric flag may take; a value outside it is a typo the job would fail on

@@ -14,7 +14,8 @@ import re
 from dataclasses import field
 from typing import Any
 
-from .scopes import literal, parse_quietly, walk
+from .scopes import walk
+from ..model.python_source import literal, parse_quietly
 from ..model.util import record
 
 # HfArgumentParser treats a field as a flag (`--bf16`, `--bf16 False`, `--no_bf16`) when its type is bool or

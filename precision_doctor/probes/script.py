@@ -31,7 +31,8 @@ from .keywords import local_classes, parsed_arguments
 from .checkpoint import probe_checkpoints
 from .config_files import read_deepspeed_config
 from .resolve import Imports, Resolver, plain_text
-from .scopes import TOGETHER, Scope, ScopeIndex, dotted, names_in, no_source_warnings, walk_by_type
+from .scopes import TOGETHER, Scope, ScopeIndex, dotted, names_in, walk_by_type
+from ..model.python_source import no_source_warnings
 from .symbols import Context, DictSym, Known, Namespace, ObjSym
 
 MAX_LOCAL_MODULES = 20

@@ -19,7 +19,7 @@ from pathlib import Path
 from ..model.util import record
 from ..system.sources import Unreadable, is_regular_file, read_text_bounded
 from ..system.walk import repository_root
-from .scopes import literal, parse_quietly
+from ..model.python_source import literal, parse_quietly
 
 
 def _minors(major: int, first: int, last: int, newest: str = "") -> tuple[str, ...]:

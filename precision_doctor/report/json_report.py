@@ -56,11 +56,9 @@ def render(result: Result, facts: Facts, include_facts: bool = False) -> str:
         "files": {"checked": len(facts.scripts),
                   "with_findings": len({f.path for f in result.findings if f.path})},
     }
-    if include_facts:
-        from ..derive import derive
-
+    if include_facts:  # the engine judged every script here, keeping each one's setup
         doc["facts"] = facts.to_json()
-        doc["setups"] = {path: _to_jsonable(setup) for path, setup in derive(facts).setups.items()}
+        doc["setups"] = {s.path: _to_jsonable(result.setups[s.path]) for s in facts.scripts}
     return dumps(redact_data(doc), indent=2, default=_plain)
 
 

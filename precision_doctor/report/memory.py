@@ -4,24 +4,23 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from typing import Mapping
 
-from ..derive import derive
+from ..derive import Setup
 from ..derive.checkpoint import checkpoint_of, describe_source
 from ..derive.memory import GIB, cheapest_fit, largest_batch, offloaded_layers
-from ..derive.memory_plan import MemoryPlan, first_failure, plan_memory
+from ..derive.memory_plan import MemoryPlan, first_failure
 from ..model.facts import Facts
 from ..model.redact import markup, redact_data
 
 SCHEMA_VERSION = 1
 
 
-def memory_report(facts: Facts) -> list[dict]:
-    """One entry per script: the plan's figures in bytes, or why there is none."""
-    derived = derive(facts)
+def memory_report(facts: Facts, memory: Mapping[str, tuple[Setup, MemoryPlan | str]]) -> list[dict]:
+    """One entry per script: the plan's figures in bytes, or why there is none (`memory`: derive_memory's)."""
     out = []
     for script in facts.scripts:
-        setup = derived.setups[script.path]
-        m = plan_memory(setup, script, facts.machine, facts.stack, facts.launch, derived.plan_for(script.path))
+        setup, m = memory[script.path]
         entry: dict = {"path": script.path}
         checkpoint = checkpoint_of(setup.model_load, script)
         if checkpoint is not None:
@@ -53,14 +52,14 @@ def memory_report(facts: Facts) -> list[dict]:
     return out
 
 
-def render_json(facts: Facts) -> str:
-    return json.dumps(redact_data({"version": SCHEMA_VERSION, "scripts": memory_report(facts)}), indent=2)
+def render_json(facts: Facts, memory: Mapping[str, tuple[Setup, MemoryPlan | str]]) -> str:
+    return json.dumps(redact_data({"version": SCHEMA_VERSION, "scripts": memory_report(facts, memory)}), indent=2)
 
 
-def render_text(facts: Facts, console) -> None:
+def render_text(facts: Facts, memory: Mapping[str, tuple[Setup, MemoryPlan | str]], console) -> None:
     from rich.table import Table
 
-    for entry in memory_report(facts):
+    for entry in memory_report(facts, memory):
         console.print(f"[bold]{markup(entry['path'])}[/bold]")
         c = entry.get("checkpoint")
         if c:

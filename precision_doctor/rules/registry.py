@@ -17,7 +17,8 @@ from ..model.findings import Applicability, Draft, Phase, Severity
 from ..model.util import record
 
 # What a check may ask for, by parameter name.
-INJECTABLE = ("facts", "script", "setup", "machine", "stack", "launch", "live", "plan", "suppressions", "job")
+INJECTABLE = ("facts", "script", "setup", "machine", "stack", "launch", "live", "plan", "suppressions", "job",
+              "memory")
 # Facts a rule may declare it needs; without them it is skipped with the reason. "host": ports, processes and
 # environment, known without a GPU driver.
 NEEDABLE = ("machine", "live", "host")

@@ -1,1 +1,2 @@
-"""The doctor's system I/O: reading files from the checked tree, writing safely, walking folders, worker pools, supervised processes, programs it starts. Imports model/ only."""
+"""System I/O: reading files from the checked tree, writing safely, walking folders, worker pools, supervised
+processes and the programs the doctor starts. Imports model/ only."""

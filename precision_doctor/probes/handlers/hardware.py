@@ -7,7 +7,7 @@ import ast
 
 from ...model.facts import Predicate
 from ..symbols import GpuQuery, predicate_sym
-from ..scopes import literal
+from ...model.python_source import literal
 
 BF16_HELPERS = {"is_torch_bf16_gpu_available", "is_bf16_available", "is_torch_bf16_available_on_device"}
 CAPABILITY = "torch.cuda.get_device_capability"

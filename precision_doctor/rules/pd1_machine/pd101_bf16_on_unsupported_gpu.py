@@ -7,7 +7,7 @@ from ...derive import Setup, decide, evidence_of
 from ...knowledge import dtypes
 from ...model.facts import KNOWN, MachineFacts, ScriptFacts, StackFacts
 from ...model.findings import Applicability, Draft, Edit, Evidence, Fix
-from ...probes.stack import at_least
+from ...knowledge.versions import at_least
 from .._common import (
     gpu_phrase,
     keep_shared_source,

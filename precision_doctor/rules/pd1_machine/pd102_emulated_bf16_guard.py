@@ -6,7 +6,7 @@ from __future__ import annotations
 from ...derive import decide, evidence_of
 from ...model.facts import KNOWN, MachineFacts, Predicate, ScriptFacts, StackFacts, Value
 from ...model.findings import Applicability, Draft, Edit, Fix
-from ...probes.stack import at_least
+from ...knowledge.versions import at_least
 from .._common import (
     gpu_phrase,
 )

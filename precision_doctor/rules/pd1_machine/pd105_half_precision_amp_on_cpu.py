@@ -6,7 +6,7 @@ from __future__ import annotations
 from ...derive import Setup, call_evidence
 from ...model.facts import KNOWN, MachineFacts, StackFacts
 from ...model.findings import Applicability, Draft, Fix
-from ...probes.stack import at_least
+from ...knowledge.versions import at_least
 from .._common import (
     present,
     set_kwarg,

@@ -6,7 +6,7 @@ from ...derive import LaunchPlan
 from ...derive.launch import command_with_option
 from ...model.facts import BusyPort, LaunchFacts, MachineFacts, StackFacts
 from ...model.findings import Applicability, Draft, Evidence, Fix
-from ...probes.stack import at_least
+from ...knowledge.versions import at_least
 from ..registry import Example, LogSignature, rule
 from ._launch import ACC_GOOD
 

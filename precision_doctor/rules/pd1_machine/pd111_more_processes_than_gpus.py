@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...derive import LaunchPlan
 from ...model.facts import LaunchFacts, MachineFacts
 from ...model.findings import Applicability, Draft, Fix
-from ...probes.frameworks import lightning_launch
+from ...knowledge.lightning import lightning_launch
 from .._common import gpu_phrase, present, set_kwarg
 from ..registry import Example, LogSignature, rule
 from ._launch import ACC_GOOD

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...derive.checkpoint import checkpoint_of
 from ...knowledge.families import ALL_ATTENTION
 from ...model.facts import ScriptFacts, StackFacts
-from ...probes.stack import at_least
+from ...knowledge.versions import at_least
 
 HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
 

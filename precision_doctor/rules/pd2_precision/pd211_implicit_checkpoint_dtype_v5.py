@@ -7,7 +7,7 @@ from ...derive import Setup, call_evidence, load_dtype_value
 from ...knowledge import dtypes
 from ...model.facts import ABSENT, StackFacts, VersionSource, builds_from_config
 from ...model.findings import Applicability, Draft, Edit, Fix
-from ...probes.stack import at_least
+from ...knowledge.versions import at_least
 from ..registry import Example, rule
 from ._precision import lora_script, trainer_script
 

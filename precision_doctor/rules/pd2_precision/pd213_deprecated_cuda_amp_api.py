@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...derive import call_evidence
 from ...model.facts import ScriptFacts, StackFacts
 from ...model.findings import Applicability, Draft, Edit, Fix
-from ...probes.stack import at_least
+from ...knowledge.versions import at_least
 from ..registry import Example, rule
 from ._amp_loop import LOOP_HEAD
 

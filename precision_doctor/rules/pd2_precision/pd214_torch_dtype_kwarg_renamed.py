@@ -7,7 +7,7 @@ from ...derive import call_evidence
 from ...derive.setup import DTYPE_KEYWORD_FROM
 from ...model.facts import ScriptFacts, StackFacts, VersionSource
 from ...model.findings import Applicability, Draft, Edit, Fix
-from ...probes.stack import at_least
+from ...knowledge.versions import at_least
 from ..registry import Example, rule
 from ._loading import HEAD
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ...derive import Setup, call_evidence, dtype_of_cast
 from ...model.facts import ScriptFacts, StackFacts
 from ...model.findings import Applicability, Draft, Fix
-from ...probes.stack import at_least
+from ...knowledge.versions import at_least
 from ..registry import Example, LogSignature, rule
 from ._quantization import qlora
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ...derive import Setup
 from ...model.facts import StackFacts
 from ...model.findings import Applicability, Draft, Fix
-from ...probes.stack import at_least
+from ...knowledge.versions import at_least
 from ..registry import Example, rule
 from ._quantization import qlora
 

@@ -7,7 +7,7 @@ from ...derive import evidence_of
 from ...knowledge.signatures import LOADER, accepted
 from ...model.facts import ScriptFacts, StackFacts, VersionSource
 from ...model.findings import Applicability, Draft, Edit, Fix
-from ...probes.stack import at_least
+from ...knowledge.versions import at_least
 from ..registry import Example, LogSignature, rule
 from ._quantization import HEAD
 

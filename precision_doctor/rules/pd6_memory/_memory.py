@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from ...derive import LaunchPlan, Setup, call_evidence
+from ...derive import Setup, call_evidence
 from ...derive.checkpoint import describe_source
 from ...derive.memory import GIB, cheapest_fit, largest_batch
-from ...derive.memory_plan import MemoryPlan, plan_memory
-from ...model.facts import LaunchFacts, MachineFacts, ScriptFacts, StackFacts
+from ...derive.memory_plan import MemoryPlan
 from ...model.findings import Applicability, Evidence, Fix
 from ..registry import LogSignature
 
@@ -42,12 +41,9 @@ def _evidence(m: MemoryPlan, setup: Setup) -> tuple[Evidence, ...]:
     return tuple(ev)
 
 
-def _plan(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack: StackFacts, launch: LaunchFacts,
-          plan: LaunchPlan) -> MemoryPlan | None:
-    if not setup.trains:
-        return None
-    m = plan_memory(setup, script, machine, stack, launch, plan)
-    return m if isinstance(m, MemoryPlan) else None
+def trained_plan(setup: Setup, memory: MemoryPlan | str) -> MemoryPlan | None:
+    """The script's memory plan (derived once, injected), for a script that trains."""
+    return memory if setup.trains and isinstance(memory, MemoryPlan) else None
 
 
 def advice(m: MemoryPlan) -> Fix:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from ...derive import LaunchPlan, Setup
-from ...derive.memory_plan import first_failure
-from ...model.facts import LaunchFacts, MachineFacts, ScriptFacts, StackFacts
+from typing import Callable
+
+from ...derive import Setup
+from ...derive.memory_plan import MemoryPlan, first_failure
 from ...model.findings import Draft
 from ..registry import Example, rule
-from ._memory import LOG, OOM, _evidence, _plan, advice, breakdown_text, gib, trainer
+from ._memory import LOG, OOM, _evidence, advice, breakdown_text, gib, trained_plan, trainer
 
 
 @rule(
@@ -23,9 +24,8 @@ from ._memory import LOG, OOM, _evidence, _plan, advice, breakdown_text, gib, tr
     silent=[Example(trainer("meta-llama/Meta-Llama-3-8B", "per_device_train_batch_size=1, "
                              "gradient_checkpointing=True, optim='adamw_bnb_8bit'"), target="h100")],
 )
-def oom_at_load(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack: StackFacts, launch: LaunchFacts,
-                plan: LaunchPlan):
-    m = _plan(setup, script, machine, stack, launch, plan)
+def oom_at_load(setup: Setup, memory: Callable[[], MemoryPlan | str]):
+    m = trained_plan(setup, memory())
     if m is None or first_failure(m) != "load":
         return
     yield Draft(f"will not fit: out of memory at load. The weights of {m.checkpoint.model_id} take "

@@ -3,12 +3,13 @@ forward or backward."""
 
 from __future__ import annotations
 
-from ...derive import LaunchPlan, Setup
-from ...derive.memory_plan import first_failure
-from ...model.facts import LaunchFacts, MachineFacts, ScriptFacts, StackFacts
+from typing import Callable
+
+from ...derive import Setup
+from ...derive.memory_plan import MemoryPlan, first_failure
 from ...model.findings import Draft
 from ..registry import Example, rule
-from ._memory import LOG, OOM, _evidence, _plan, advice, breakdown_text, gib, hedged, trainer
+from ._memory import LOG, OOM, _evidence, advice, breakdown_text, gib, hedged, trained_plan, trainer
 
 
 @rule(
@@ -28,9 +29,8 @@ from ._memory import LOG, OOM, _evidence, _plan, advice, breakdown_text, gib, he
     silent=[Example(trainer("meta-llama/Meta-Llama-3-8B", "per_device_train_batch_size=1, optim='adamw_bnb_8bit', "
                              "gradient_checkpointing=True"), target="h100")],
 )
-def oom_at_first_forward(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack: StackFacts,
-                         launch: LaunchFacts, plan: LaunchPlan):
-    m = _plan(setup, script, machine, stack, launch, plan)
+def oom_at_first_forward(setup: Setup, memory: Callable[[], MemoryPlan | str]):
+    m = trained_plan(setup, memory())
     where = first_failure(m) if m is not None else ""
     if where not in ("forward", "backward"):
         return

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from ...derive import LaunchPlan, Setup
-from ...derive.memory_plan import first_failure
-from ...model.facts import LaunchFacts, MachineFacts, ScriptFacts, StackFacts
+from typing import Callable
+
+from ...derive import Setup
+from ...derive.memory_plan import MemoryPlan, first_failure
 from ...model.findings import Draft
 from ..registry import Example, rule
-from ._memory import HEAD, LOG, OOM, _evidence, _plan, advice, breakdown_text, gib, hedged, trainer
+from ._memory import HEAD, LOG, OOM, _evidence, advice, breakdown_text, gib, hedged, trained_plan, trainer
 
 _SILENT_7B_H100_LORA = ("import torch\nfrom peft import LoraConfig, get_peft_model\n" + HEAD.split("\n", 1)[1]
                         + "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-2-7b-hf', "
@@ -30,9 +31,8 @@ _SILENT_7B_H100_LORA = ("import torch\nfrom peft import LoraConfig, get_peft_mod
                    target="a100-80gb", note="7B full fine-tune in fp32 weights with AdamW: 16 bytes per parameter")],
     silent=[Example(_SILENT_7B_H100_LORA, target="a100-80gb")],
 )
-def oom_at_optimizer_step(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack: StackFacts,
-                          launch: LaunchFacts, plan: LaunchPlan):
-    m = _plan(setup, script, machine, stack, launch, plan)
+def oom_at_optimizer_step(setup: Setup, memory: Callable[[], MemoryPlan | str]):
+    m = trained_plan(setup, memory())
     if m is None or first_failure(m) not in ("step", "second step"):
         return
     b = m.breakdown

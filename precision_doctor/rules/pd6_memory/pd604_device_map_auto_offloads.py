@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from ...derive import LaunchPlan, Setup, call_evidence, decide, device_map_kind
+from typing import Callable
+
+from ...derive import Setup, call_evidence, decide, device_map_kind
 from ...derive.memory import offloaded_layers
-from ...derive.memory_plan import MemoryPlan, plan_memory
-from ...model.facts import KNOWN, LaunchFacts, MachineFacts, ScriptFacts, StackFacts
+from ...derive.memory_plan import MemoryPlan
+from ...model.facts import KNOWN, MachineFacts, ScriptFacts, StackFacts
 from ...model.findings import Applicability, Draft, Fix
 from ..registry import Example, rule
 from ._memory import HEAD, LOG, _evidence, gib
@@ -29,11 +31,11 @@ from ._memory import HEAD, LOG, _evidence, gib
                     "device_map='auto')\n", target="a100-80gb")],
 )
 def device_map_auto_offloads(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack: StackFacts,
-                             launch: LaunchFacts, plan: LaunchPlan):
+                             memory: Callable[[], MemoryPlan | str]):
     load = setup.model_load
     if load is None or device_map_kind(decide(load.kwarg("device_map"), machine, stack)) != "spread":
         return
-    m = plan_memory(setup, script, machine, stack, launch, plan)
+    m = memory()
     if not isinstance(m, MemoryPlan) or m.shape.parallelism.kind != "device-map":
         return
     n = offloaded_layers(m.checkpoint, m.shape, list(m.spread_budgets))

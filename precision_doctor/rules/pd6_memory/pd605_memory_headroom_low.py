@@ -3,13 +3,14 @@ fragmentation OOMs."""
 
 from __future__ import annotations
 
-from ...derive import LaunchPlan, Setup
+from typing import Callable
+
+from ...derive import Setup
 from ...derive.memory import HEADROOM_WARNING
-from ...derive.memory_plan import first_failure
-from ...model.facts import LaunchFacts, MachineFacts, ScriptFacts, StackFacts
+from ...derive.memory_plan import MemoryPlan, first_failure
 from ...model.findings import Draft
 from ..registry import Example, rule
-from ._memory import LOG, OOM, _evidence, _plan, advice, breakdown_text, gib, trainer
+from ._memory import LOG, OOM, _evidence, advice, breakdown_text, gib, trained_plan, trainer
 
 
 @rule(
@@ -28,9 +29,8 @@ from ._memory import LOG, OOM, _evidence, _plan, advice, breakdown_text, gib, tr
     silent=[Example(trainer("meta-llama/Llama-3.2-1B", "per_device_train_batch_size=1",
                              load="dtype=torch.float32"), target="a100-80gb")],
 )
-def memory_headroom_low(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack: StackFacts,
-                        launch: LaunchFacts, plan: LaunchPlan):
-    m = _plan(setup, script, machine, stack, launch, plan)
+def memory_headroom_low(setup: Setup, memory: Callable[[], MemoryPlan | str]):
+    m = trained_plan(setup, memory())
     if m is None or first_failure(m) or m.shape.parallelism.kind == "device-map" or \
             m.headroom >= HEADROOM_WARNING:
         return
