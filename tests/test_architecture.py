@@ -178,7 +178,7 @@ def test_the_reader_sees_every_kind_of_import(tmp_path):
     """Function-local, relative and by-name imports are edges: a check that cannot see them passes anything."""
     graph = _graph()
     assert "precision_doctor.derive.setup" in graph["precision_doctor.derive"]
-    assert "precision_doctor.rules.catalog" in graph["precision_doctor.cli"]  # imported inside functions only
+    assert "precision_doctor.rules.catalog" in graph["precision_doctor.cli.rules"]  # imported inside functions only
     probe = tmp_path / "probe.py"
     probe.write_text("import importlib\n\ndef later():\n    from ..probes import script\n"
                      "    importlib.import_module('precision_doctor.cli')\n    __import__('precision_doctor.engine')\n")

@@ -139,7 +139,7 @@ def test_plain_output_when_piped(env):
 @pytest.mark.parametrize("env", [{}, {"FORCE_COLOR": "1"}, {"FORCE_COLOR": ""}, {"NO_COLOR": "1", "FORCE_COLOR": "1"},
                                  {"TTY_COMPATIBLE": "1"}, {"TTY_COMPATIBLE": "0", "FORCE_COLOR": "1"}])
 def test_a_piped_report_is_coloured_exactly_where_rich_would_colour_it(env):
-    """The plain report is written without rich (cli._report_console); the environment variables rich reads still
+    """The plain report is written without rich (cli.report_console); the environment variables rich reads still
     decide, as rich decides: the installed rich is asked what it would do with the same environment."""
     import io
     import os

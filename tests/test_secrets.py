@@ -6,7 +6,6 @@ import json
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from precision_doctor import engine
-from precision_doctor.cli import _render_data
+from precision_doctor.cli.check import render_data
 from precision_doctor.probes.collect import System, gather, snapshot_json
 from precision_doctor.knowledge.versions import CURRENT
 from precision_doctor.model.redact import describe_command, printable, redact_text, secret_name
@@ -136,7 +135,7 @@ def test_no_secret_in_any_output(tmp_path, port_holder, monkeypatch):
     assert f"by pid {holder_pid} ({describe_command([sys.executable])})" in pd110.message
     assert facts.scripts[0].local_configs["model"]["model_type"] == "llama"
 
-    outputs = {fmt: _render_data(fmt, result, facts, no_color=True) for fmt in ("text", "json", "sarif")}
+    outputs = {fmt: render_data(fmt, result, facts, no_color=True) for fmt in ("text", "json", "sarif")}
     terminal = io.StringIO()
     render_text(result, facts, Console(file=terminal, force_terminal=True, width=200))
     outputs["text on a terminal"] = terminal.getvalue()
