@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .model.errors import InputError, did_you_mean, rule_id_key
-from .system.sources import Unreadable, read_text_bounded, worth_reading
+from .system.sources import Unreadable, parse_toml, read_text_bounded, worth_reading
 from .model.util import record
 
 SECTION = "precision-doctor"
@@ -82,14 +82,15 @@ def find_pyproject(start: Path) -> Path | None:
 
 def read_table(path: Path) -> dict[str, Any]:
     try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
-    try:
-        data = tomllib.loads(_read(path))
-    except tomllib.TOMLDecodeError as exc:
+        data = parse_toml(_read(path))
+    except ValueError as exc:
         raise InputError(f"{path}: not valid TOML ({exc})") from None
-    return data.get("tool", {}).get(SECTION, {})
+    tool = data.get("tool", {})
+    table = tool.get(SECTION, {}) if isinstance(tool, dict) else {}
+    if not isinstance(table, dict):
+        raise InputError(f"{path}: [tool.{SECTION}] is {type(table).__name__}, not a table; write it as "
+                         f"[tool.{SECTION}] with keys under it")
+    return table
 
 
 def _read(path: Path, errors: str = "strict") -> str:

@@ -191,3 +191,62 @@ def test_an_environments_metadata_that_is_a_fifo_or_dev_zero_is_skipped(tmp_path
     if how == "VIRTUAL_ENV":
         monkeypatch.setenv("VIRTUAL_ENV", str(tmp_path / "env"))
     check(tmp_path / "train.py", *args, capsys=capsys)
+
+
+@pytest.mark.parametrize("line", ["-r a\x00b", "transformers" + " " * 1_000_000 + "x", "-r " + "d/" * 3000 + "r.txt"])
+def test_a_requirements_line_no_file_could_hold_is_skipped_quickly(tmp_path, capsys, line):
+    (tmp_path / "requirements.txt").write_text("transformers==4.46.0\n" + line + "\n")
+    (tmp_path / "train.py").write_text(TRAIN)
+    code, report, _ = check(tmp_path / "train.py", "--include-facts", "--python", bare_environment(tmp_path),
+                            capsys=capsys)
+    assert report["facts"]["scripts"][0]["stack"]["packages"]["transformers"]["version"] == "4.46.0"
+
+
+def test_a_virtual_env_no_folder_could_be_is_no_crash(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("VIRTUAL_ENV", str(tmp_path / ("v" * 5000)))
+    (tmp_path / "train.py").write_text(TRAIN)
+    check(tmp_path / "train.py", capsys=capsys)
+
+
+def test_a_pyproject_nested_past_any_parser_is_unknown_or_one_line(tmp_path, capsys):
+    deep = "[" * 100_000 + "]" * 100_000
+    (tmp_path / "train.py").write_text(TRAIN)
+    (tmp_path / "pyproject.toml").write_text(f"[project]\nname = 'x'\ndependencies = {deep}\n")
+    code, report, _ = check(tmp_path / "train.py", "--include-facts", capsys=capsys)  # versions from it: unknown
+    (tmp_path / "pyproject.toml").write_text(f"[tool.precision-doctor]\nignore = {deep}\n")
+    assert cli.main(["check", str(tmp_path / "train.py")]) == 2  # settings that cannot be read: never skipped
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not valid TOML" in err, err
+
+
+def test_a_job_line_of_megabytes_is_skipped_with_its_reason(tmp_path, capsys):
+    path = job(tmp_path, "export NOISE=" + "a" * 4_000_000 + "\nsrun torchrun --nnodes 2 --nproc_per_node 4 "
+                         "train.py\n")
+    code, report, _ = check(path, capsys=capsys)
+    assert "PD117" not in {f["id"] for f in report["findings"]}  # the launch line after it is still read
+
+
+def test_a_variable_in_arithmetic_is_its_whole_expression_as_in_bash(tmp_path, capsys):
+    """bash evaluates a variable's text as an expression of its own: PER=12-4; $((PER/2)) is 4, not 12-4/2 = 10."""
+    path = job(tmp_path, "PER=12-4\nNPROC=$((PER/2))\nsrun torchrun --nnodes 2 --nproc_per_node $NPROC train.py\n")
+    code, report, _ = check(path, "--include-facts", capsys=capsys)
+    ids = {f["id"] for f in report["findings"]}
+    assert not ids & {"PD111", "PD116"}, ids  # 4 processes on 4 GPUs a node
+
+
+@pytest.mark.parametrize("expression", ["2#102", "010#1", "16#", "1#1", "65#1", "\u0661+1"])
+def test_shell_arithmetic_bash_refuses_is_unknown(expression):
+    assert evaluate(expression) is None
+
+
+def test_json_strings_hold_no_raw_control_characters(tmp_path):
+    (tmp_path / "train.py").write_text(TRAIN)
+    path = tmp_path / "job.sbatch"
+    path.write_bytes(b"#!/bin/bash\r\n#SBATCH --nodes=1\r\n#SBATCH --job-name=a\x01b\x7fc\r\n#SBATCH --gres=gpu:2\r\n"
+                     b"srun python train.py\r\n")
+    done = subprocess.run([sys.executable, "-m", "precision_doctor", "check", str(path), "--format", "json",
+                           "--include-facts"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PATH": "/nonexistent"})
+    assert done.returncode in (0, 1), done.stderr
+    json.loads(done.stdout)
+    assert not any(c in done.stdout for c in "\r\x01\x7f"), "a raw control character in the JSON report"

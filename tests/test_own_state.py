@@ -2,6 +2,7 @@
 or into someone else's folder, never read from a FIFO or past a bound, and a fix run that wrote nothing keeps none."""
 
 import io
+import json
 import os
 import re
 import subprocess
@@ -122,3 +123,74 @@ def test_undo_folder_is_printed_and_undoes_from_anywhere(tmp_path):
                             cwd=tmp_path / "elsewhere", capture_output=True, timeout=60)
     assert undone.returncode == 0, undone.stderr
     assert (project / FIXED).read_bytes() == original
+
+
+def test_a_state_folder_inside_the_checked_repository_is_refused(tmp_path):
+    project = tmp_path / "proj"
+    original = make_project(project, "crlf")
+    (project / ".git").mkdir()
+    env = {**os.environ, "XDG_STATE_HOME": str(project / ".state")}  # undo data the repository could have written
+    proc = doctor("fix", "train.py", "--target", "titan-rtx", "--yes", cwd=project, env=env)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and err.count("\n") == 1 and "inside the repository" in err, err
+    assert not (project / ".state").exists() and (project / FIXED).read_bytes() == original
+
+
+def _tamper(entry_change) -> Path:
+    (run,) = _undo_runs()
+    manifest = Path(os.environ["XDG_STATE_HOME"]) / "precision-doctor" / "undo" / run / "manifest.json"
+    data = json.loads(manifest.read_text())
+    entry_change(data["files"][0])
+    manifest.write_text(json.dumps(data))
+    return manifest.parent
+
+
+@pytest.mark.parametrize("change", ["outside the roots", "backup outside files", "NUL in the path", "a long name"])
+def test_a_tampered_manifest_restores_nothing_and_says_so_in_one_line(tmp_path, change):
+    project, victim = tmp_path / "proj", tmp_path / "victim.txt"
+    make_project(project, "crlf")
+    victim.write_text("kept\n")
+    doctor("fix", "train.py", "--target", "titan-rtx", "--yes", cwd=project)
+    edits = {"outside the roots": lambda e: e.update(path=str(victim)),
+             "backup outside files": lambda e: e.update(backup="files/../../x"),
+             "NUL in the path": lambda e: e.update(path=str(project / "a\x00b")),
+             "a long name": lambda e: e.update(path=str(project / ("n" * 5000)))}
+    run = _tamper(edits[change])
+    fixed_now = (project / FIXED).read_bytes()
+    proc = doctor("fix", "--undo", run, cwd=tmp_path)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and err.count("\n") == 1 and "never writes; nothing restored" in err, err
+    assert victim.read_text() == "kept\n" and (project / FIXED).read_bytes() == fixed_now
+
+
+def test_undo_of_an_impossible_name_is_one_line(tmp_path, monkeypatch):
+    proc = subprocess.run([sys.executable, "-m", "precision_doctor", "fix", "--undo", "x" * 5000], cwd=tmp_path,
+                          capture_output=True, timeout=60)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and err.count("\n") == 1 and "no such file or folder" in err and len(err) < 400, err
+    from precision_doctor.fix.undo import undo
+    from precision_doctor.model.errors import InputError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError, match="no such file or folder"):  # a NUL cannot come through argv, only a manifest
+        undo(["a\x00b"], force=False, say=print)
+
+
+def test_a_write_that_fails_midway_keeps_the_backup_it_recorded(tmp_path, monkeypatch):
+    """A write refused before it began keeps no undo; one that failed on its way (a full disk) may have changed the
+    file, so its backup stays and `fix --undo` can restore it."""
+    project = tmp_path / "proj"
+    original = make_project(project, "crlf")
+    monkeypatch.chdir(project)
+    check = run_engine_check(lambda: gather(["train.py"], target="titan-rtx", **machine_probes()), None)
+    from precision_doctor.model.errors import InputError
+    from precision_doctor.system import safe_io
+
+    def full_disk(fd, data, at=None):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(safe_io, "_write_all", full_disk)
+    with pytest.raises(InputError, match="No space left"):
+        run_fix(check, yes=True, diff_only=False, unsafe=False, select=None, console=Console(file=io.StringIO()))
+    assert (project / FIXED).read_bytes() == original  # the temporary file never replaced it
+    assert len(_undo_runs()) == 1

@@ -254,6 +254,34 @@ def test_a_process_that_left_the_session_and_killed_the_supervisor_is_ended(tmp_
     assert not survivors([escaped], within=0.5), "the process that killed the supervisor outlived the doctor"
 
 
+def test_a_process_that_forks_on_and_exits_after_killing_the_supervisor_is_ended(tmp_path, census):
+    """It changes its pid faster than one round of signals can reach it: its whole process group is killed."""
+    pidfile = tmp_path / "hopping"
+    path = tmp_path / "train.py"
+    path.write_text(textwrap.dedent(f"""
+        import os, time
+        supervisor = os.getppid()
+        if os.fork() == 0:
+            os.setsid()
+            os.kill(supervisor, 9)
+            while True:
+                if os.fork():
+                    os._exit(0)
+                open({str(pidfile)!r}, "w").write(str(os.getpid()))
+                time.sleep(0.001)
+        time.sleep(300)
+    """))
+    proc = doctor([str(path), "--live", "--timeout", "60", "-q"], tmp_path)
+    census.root(proc.pid)
+    census.files.append(pidfile)
+    proc.communicate(timeout=30)
+    time.sleep(0.5)
+    before = pidfile.read_text()
+    time.sleep(0.5)
+    assert pidfile.read_text() == before, "the hopping process is still forking after the doctor ended"
+    assert not survivors([int(before)], within=0.5)
+
+
 SECRETS = {"MY_DB_PASSWORD": "hunter2-correct-horse", "WANDB_API_KEY": "0f1e2d3c4b5a69788796a5b4c3d2e1f0aabbccdd"}
 
 
@@ -277,6 +305,28 @@ def test_secrets_of_the_scripts_environment_never_reach_the_report(tmp_path, fmt
             assert value not in text
     if fmt in ("text", "json"):
         assert "<redacted>" in said
+
+
+def test_a_secret_the_log_cut_in_two_or_the_script_escaped_is_still_redacted(tmp_path, monkeypatch):
+    """The log keeps its head and tail: a secret printed across the cut leaves a piece on each side. And a script
+    shows a value the way Python writes it: a KeyError doubles its backslashes."""
+    from precision_doctor.probes.live import runner
+
+    monkeypatch.setattr(runner, "LOG_HEAD", 4096)
+    monkeypatch.setattr(runner, "LOG_TAIL", 4096)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    secret, slashed = "SuperSecretValue0123456789abcdefXYZ", "Pa55\\wordSecret"
+    monkeypatch.setenv("SERVICE_TOKEN", secret)
+    monkeypatch.setenv("DB_PASSWORD", slashed)
+    path = tmp_path / "train.py"
+    path.write_text("import os, sys\nsys.stdout.write('x' * (4096 - 20) + os.environ['SERVICE_TOKEN'])\n"
+                    "sys.stdout.write('y' * 30000 + '\\n')\nsys.stdout.flush()\n"
+                    "{}[os.environ['DB_PASSWORD']]\n")
+    live = run_live(str(path), (), timeout=60)
+    assert live.ended == "raised"
+    text = Path(live.log_path).read_text() + json.dumps(live.to_json() if hasattr(live, "to_json") else str(live))
+    for piece in (secret[:20], secret[-20:], "Pa55", "wordSecret"):
+        assert piece not in text, piece
 
 
 # --- worker processes ----------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ PATH entry, the checked tree or the working directory. Its own Python children n
 user stands in. Each planted program or module writes a sentinel file that must stay absent."""
 
 import json
+import shutil
 import os
 import subprocess
 import sys
@@ -126,3 +127,45 @@ def test_live_mode_children_never_import_from_the_working_directory(tmp_path):
                           timeout=120)
     assert "ran to its end" in proc.stdout, proc.stdout + proc.stderr
     assert not sentinel.exists(), sentinel.read_text()
+
+
+def test_a_job_linked_into_the_repository_or_in_a_submodule_still_distrusts_the_repository(tmp_path):
+    """The job named is a link to a file outside the repository, or sits in a submodule: the repository it is
+    named in (the superproject) is the checked tree all the same."""
+    repo, elsewhere = tmp_path / "repo", tmp_path / "elsewhere"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "jobs").mkdir()
+    (repo / "jobs" / ".git").write_text("gitdir: ../.git/modules/jobs\n")  # a submodule
+    elsewhere.mkdir()
+    for folder in (elsewhere, repo / "jobs"):
+        (folder / "train.py").write_text("print('train')\n")
+        (folder / "job.sbatch").write_text(JOB)
+    (repo / "linked.sbatch").symlink_to(elsewhere / "job.sbatch")
+    sentinel, work = tmp_path / "ran", tmp_path / "work"  # the working directory is outside the repository
+    work.mkdir()
+    plant_program(repo / "bin", "scontrol", sentinel)
+    for job in (repo / "linked.sbatch", repo / "jobs" / "job.sbatch"):
+        proc = doctor("check", str(job), "--format", "json", cwd=work,
+                      path_entries=[str(repo / "bin"), "/nonexistent"])
+        assert proc.returncode in (0, 1), proc.stderr
+        assert not sentinel.exists(), f"scontrol planted in the repository ran for {job.name}"
+
+
+@pytest.mark.skipif(not (shutil.which("cc") and sys.platform.startswith("linux")), reason="builds a shared library")
+def test_an_nvml_library_planted_where_ld_library_path_points_empty_is_never_loaded(tmp_path):
+    """`LD_LIBRARY_PATH=:/usr/local/lib` (the usual `$LD_LIBRARY_PATH:...` with the variable unset) puts the working
+    directory first for the dynamic linker: a libnvidia-ml.so.1 planted there must not be loaded."""
+    sentinel = tmp_path / "loaded"
+    source = tmp_path / "planted.c"
+    source.write_text('#include <stdio.h>\n__attribute__((constructor)) static void planted(void) {\n'
+                      f'  FILE *f = fopen("{sentinel}", "w"); if (f) fclose(f);\n}}\n')
+    built = subprocess.run(["cc", "-shared", "-fPIC", "-o", str(tmp_path / "libnvidia-ml.so.1"), str(source)],
+                           capture_output=True, text=True)
+    if built.returncode:
+        pytest.skip(f"cc could not build it: {built.stderr[:200]}")
+    (tmp_path / "train.py").write_text("print('train')\n")
+    env = {**os.environ, "LD_LIBRARY_PATH": ":/nonexistent"}
+    proc = subprocess.run([sys.executable, "-m", "precision_doctor", "check", "train.py", "--format", "json"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert not sentinel.exists(), "the planted NVML library was loaded"

@@ -41,10 +41,10 @@ def run_explain(opts, script_args: tuple[str, ...]) -> int:
             item["script"] = [{"path": loc.path, "line": loc.line, "message": f.message}
                               for f in findings if f.rule_id in related(d.rule.id) for loc in f.locations[:1]]
             doc["diagnoses"].append(item)
-        from ..model.redact import redact_data
+        from ..model.redact import shown_data
         from ..model.strict_json import dumps
 
-        return deliver(lambda: sys.stdout.write(dumps(redact_data(doc), indent=2) + "\n"), EXIT_OK)
+        return deliver(lambda: sys.stdout.write(dumps(shown_data(doc), indent=2) + "\n"), EXIT_OK)
     from ..report.explain_text import render_diagnoses
 
     return deliver(lambda: render_diagnoses(found, findings, name, console(), related), EXIT_OK)

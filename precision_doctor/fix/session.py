@@ -177,6 +177,7 @@ class Session:
 
     def take(self, step: Step) -> None:
         """Make the step's change: written (undo backup first) unless this is --diff, which only keeps it in mind."""
+        from ..system.safe_io import NotWritten
         from .edits import write_change
 
         if self.write:
@@ -184,8 +185,8 @@ class Session:
                 self.backup.keep(c.path, c.before_bytes, c.after_bytes)  # before the file changes, never after
                 try:
                     write_change(c)
-                except BaseException:
-                    self.backup.forget(c.path)  # nothing was written: no undo for it
+                except NotWritten:
+                    self.backup.forget(c.path)  # refused before writing: no undo for it (any other failure keeps it)
                     raise
         self.texts.update({c.path: c.after for c in step.changes})
         self.applied.extend(step.findings)

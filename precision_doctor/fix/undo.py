@@ -41,6 +41,20 @@ def undo_folder_path() -> str:
     return os.path.join(state_home(), APP, UNDO)
 
 
+def _checked_state_home() -> str:
+    """The state home, refused when it lies in a repository being checked or stood in (XDG_STATE_HOME=$PWD/.state):
+    undo data found there could have been written by whoever wrote the repository."""
+    from ..system.programs import inside, untrusted_repositories
+
+    home = state_home()
+    real = os.path.realpath(os.path.join(home, APP))
+    repository = next((r for r in untrusted_repositories() if inside(real, [r])), None)
+    if repository is not None:
+        raise InputError(f"the doctor's state folder {os.path.join(home, APP)} is inside the repository {repository}: "
+                         f"it keeps its state outside what it checks; set XDG_STATE_HOME to a folder outside it")
+    return home
+
+
 def project_root(path: Path) -> Path:
     """The nearest folder at or above `path` (a file's folder, or a folder) with a pyproject.toml or .git."""
     start = path if path.is_dir() else path.parent
@@ -106,7 +120,7 @@ class Backup:
                 return
             run.remove(MANIFEST)
             run.remove(FILES, folder=True)
-        with OwnFolder.open(state_home(), (APP, UNDO), create=False) as runs:
+        with OwnFolder.open(_checked_state_home(), (APP, UNDO), create=False) or _NullFolder(None) as runs:
             if runs is not None:
                 runs.remove(self.stamp, folder=True)
         self.manifest = {}
@@ -119,7 +133,7 @@ class Backup:
         return "precision-doctor fix --undo " + " ".join(shlex.quote(f) for f in self.folders())
 
     def _folder(self, create: bool) -> OwnFolder:
-        return _NullFolder.around(OwnFolder.open(state_home(), (APP, UNDO, self.stamp), create))
+        return _NullFolder.around(OwnFolder.open(_checked_state_home(), (APP, UNDO, self.stamp), create))
 
 
 class _NullFolder:
@@ -149,9 +163,12 @@ def undo(targets: list[str], force: bool, say) -> int:
     """Restore the runs named (an undo folder `fix` printed, or a file or folder of a project: the latest run that
     changed files there and is not yet undone; none: the current directory's project). Every file is checked before
     any is restored: one that changed since the fix refuses the whole undo unless `force`."""
+    from ..system.programs import distrust
+
+    distrust(targets or ["."])
     runs = list(dict.fromkeys(_run_for(t) for t in (targets or ["."])))
     manifests = {stamp: _load(stamp) for stamp in runs}
-    restores = [_restore_plan(stamp, entry, force) for stamp, manifest in manifests.items()
+    restores = [_restore_plan(stamp, entry, manifest["roots"], force) for stamp, manifest in manifests.items()
                 for entry in manifest["files"]]
     for path, current, original in restores:
         if current == original:
@@ -168,7 +185,7 @@ def undo(targets: list[str], force: bool, say) -> int:
 
 
 def _open_run(stamp: str) -> OwnFolder:
-    run = OwnFolder.open(state_home(), (APP, UNDO, stamp), create=False)
+    run = OwnFolder.open(_checked_state_home(), (APP, UNDO, stamp), create=False)
     if run is None:
         raise InputError(f"fix --undo: {os.path.join(undo_folder_path(), stamp)}: no such undo folder")
     return run
@@ -176,14 +193,19 @@ def _open_run(stamp: str) -> OwnFolder:
 
 def _run_for(target: str) -> str:
     """The run (its folder's name) a target of `fix --undo` names."""
-    path = Path(target).absolute()
-    folders = Path(undo_folder_path())
-    if path.parent == folders or Path(os.path.realpath(path)).parent == Path(os.path.realpath(folders)):
-        return path.name
-    if not path.exists():
-        raise InputError(f"fix --undo {target}: no such file or folder; pass the folder `fix` printed")
+    shown = target if len(target) <= 200 else f"{target[:197]}..."
+    try:
+        path = Path(target).absolute()
+        folders = Path(undo_folder_path())
+        if path.parent == folders or Path(os.path.realpath(path)).parent == Path(os.path.realpath(folders)):
+            return path.name
+        exists = path.exists()
+    except (OSError, ValueError):  # a name too long, a NUL byte
+        exists = False
+    if not exists:
+        raise InputError(f"fix --undo {shown}: no such file or folder; pass the folder `fix` printed")
     root = str(project_root(Path(os.path.realpath(path))))
-    with OwnFolder.open(state_home(), (APP, UNDO), create=False) or _NullFolder(None) as runs:
+    with OwnFolder.open(_checked_state_home(), (APP, UNDO), create=False) or _NullFolder(None) as runs:
         stamps = runs.names() if runs is not None else []
     for stamp in sorted(stamps, reverse=True):
         if stamp.startswith("."):
@@ -198,17 +220,26 @@ def _run_for(target: str) -> str:
                      f"`fix` printed")
 
 
-def _restore_plan(stamp: str, entry: dict, force: bool) -> tuple[Path, bytes | None, bytes]:
+def _restore_plan(stamp: str, entry: dict, roots: list, force: bool) -> tuple[Path, bytes | None, bytes]:
     """(the file, its current bytes or None when it is gone, the original bytes), or InputError."""
-    path = Path(entry["path"])
+    from ..system.programs import inside
+
     folder = os.path.join(undo_folder_path(), stamp)
-    if not path.is_absolute() or os.path.realpath(path) != str(path) or not entry["backup"].startswith(f"{FILES}/") \
-            or "/" in entry["backup"][len(FILES) + 1:]:
-        raise InputError(f"{folder}/{MANIFEST}: names {path} in a way `fix` never writes; nothing restored")
-    if path.exists() and not path.is_file():
+    tampered = InputError(f"{folder}/{MANIFEST}: names {entry['path'][:200]!r} in a way `fix` never writes; nothing "
+                          f"restored")
+    try:
+        path = Path(entry["path"])
+        sound = path.is_absolute() and os.path.realpath(path) == str(path) and \
+            inside(str(path), [str(r) for r in roots if isinstance(r, str)])
+        exists = path.exists()
+    except (OSError, ValueError):  # a NUL byte, a name too long
+        raise tampered from None
+    if not sound or not entry["backup"].startswith(f"{FILES}/") or not entry["backup"][len(FILES) + 1:].isdigit():
+        raise tampered
+    if exists and not path.is_file():
         raise InputError(f"{path}: is no longer a regular file; nothing restored")
     try:
-        current = path.read_bytes() if path.exists() else None
+        current = path.read_bytes() if exists else None
     except OSError as exc:
         raise InputError(f"{path}: cannot be read ({exc.strerror}); nothing restored") from None
     known = {entry["original_sha256"], *entry["written_sha256"]}

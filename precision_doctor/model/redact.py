@@ -139,9 +139,13 @@ def environment_secrets(environ: Mapping[str, str]) -> tuple[str, ...]:
     """The values of the variables whose names mark a credential (MY_DB_PASSWORD, WANDB_API_KEY, HF_TOKEN) in an
     environment the doctor hands to a script, longest first: wherever the script prints or raises one, it is
     redacted."""
+    import json
+
     values = {v for k, v in environ.items()
               if secret_name(k) and _secret_value(v) and len(v.strip()) >= MIN_ENVIRONMENT_SECRET}
-    return tuple(sorted(values, key=len, reverse=True))
+    # as a script may show them: the value, its repr (a KeyError doubles a backslash) and its JSON string
+    shown = {form for v in values for form in (v, repr(v)[1:-1], json.dumps(v)[1:-1], json.dumps(v, ensure_ascii=False)[1:-1])}
+    return tuple(sorted(shown, key=len, reverse=True))
 
 
 def without_values(obj: Any, values: tuple[str, ...]) -> Any:
@@ -157,6 +161,22 @@ def without_values(obj: Any, values: tuple[str, ...]) -> Any:
         return {k: without_values(v, values) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [without_values(v, values) for v in obj]
+    return obj
+
+
+def shown_data(obj: Any) -> Any:
+    """A JSON-like structure on its way into a report: redacted (redact_data), and every string's control characters
+    but newlines and tabs shown as escapes, so that a report printed raw (`jq -r`) cannot drive a terminal."""
+    return _printable_strings(redact_data(obj))
+
+
+def _printable_strings(obj: Any) -> Any:
+    if isinstance(obj, str):
+        return printable(obj, keep_newlines=True)
+    if isinstance(obj, dict):
+        return {k: _printable_strings(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_printable_strings(v) for v in obj]
     return obj
 
 

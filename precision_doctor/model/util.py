@@ -5,7 +5,13 @@ from __future__ import annotations
 import enum
 import json
 import re
-from typing import Any, Callable, Hashable, Iterable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, TypeVar
+
+if TYPE_CHECKING:
+    from typing_extensions import dataclass_transform
+else:  # typing has it from Python 3.11; at run time it only marks the decorator for type checkers
+    def dataclass_transform(**_: Any) -> Callable[[T], T]:
+        return lambda decorated: decorated
 
 
 T = TypeVar("T")
@@ -59,6 +65,7 @@ def whole_number(text: str, low: int, high: int) -> int | None:
     return number if low <= number <= high else None
 
 
+@dataclass_transform(frozen_default=True)
 def record(cls: type[T]) -> type[T]:
     """`@dataclass(frozen=True)` with the same fields, defaults, immutability, equality, hash, repr and dataclass
     parameters, made faster. To define: only `__init__` is compiled for the class; `__eq__`, `__hash__`, `__repr__`

@@ -16,32 +16,40 @@ COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclu
 NVML_LIBRARY = "libnvidia-ml.so.1"
 
 
-def _load_pynvml():
-    """pynvml, or None when this machine has no NVML library (skips a 15 ms import on GPU-less hosts)."""
+def _load_pynvml() -> tuple[Any, str]:
+    """(pynvml, "") or (None, why) when this machine has no NVML library the doctor will load (skips a 15 ms import
+    on GPU-less hosts). The library is loaded by the absolute path programs.find_library trusts, never from an
+    LD_LIBRARY_PATH entry in the working directory or the checked tree; pynvml's own load by name then takes it."""
     import sys
 
     if sys.platform.startswith("linux"):
         import ctypes
 
+        from ..system.programs import find_library
+
+        path, why = find_library(NVML_LIBRARY)
+        if path is None:
+            return None, why
         try:
-            ctypes.CDLL(NVML_LIBRARY)
+            ctypes.CDLL(path)
         except OSError:
-            return None
+            return None, f"{NVML_LIBRARY} could not be loaded"
     import pynvml  # nvidia-ml-py
 
-    return pynvml
+    return pynvml, ""
 
 
 def probe_gpus(nvml: Any = None, visible: str | None = None,
                processes: Callable[[list[int]], dict[int, GpuProcess]] | None = None) -> MachineFacts:
     """This machine's GPUs as the job will see them (`visible` is CUDA_VISIBLE_DEVICES)."""
+    why = ""
     try:
-        nvml = nvml or _load_pynvml()
+        if nvml is None:
+            nvml, why = _load_pynvml()
     except ImportError:
         return MachineFacts(known=False, source="this machine", reason="nvidia-ml-py is not installed")
     if nvml is None:
-        return MachineFacts(known=False, source="this machine",
-                            reason=f"no NVIDIA driver ({NVML_LIBRARY} not found)")
+        return MachineFacts(known=False, source="this machine", reason=f"no NVIDIA driver ({why})")
     try:
         nvml.nvmlInit()
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ... : say which

@@ -37,7 +37,7 @@ _FLAG_OPTIONS = {"exclusive", "overlap", "label", "unbuffered", "kill-on-bad-exi
                  "no-kill", "requeue", "hold", "wait", "overcommit", "spread-job"}
 _SHORT_FLAGS = {"l", "u", "K", "v", "Q", "O", "H", "W"}
 _VAR = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_]\w*)(?::?-(?P<default>[^}]*))?\}|(?P<plain>[A-Za-z_]\w*))")
-_NAME = re.compile(r"\$?\b([A-Za-z_]\w*)\b")
+_NAME = re.compile(r"(?<![#\w])\$?\b([A-Za-z_]\w*)\b")  # a name in arithmetic; `ff` in `16#ff` is digits
 _ASSIGNMENT = re.compile(r"^(export\s+)?(?P<name>[A-Za-z_]\w*)=(?P<value>.*)$")
 _LAUNCHER_FILE_OPTIONS = {"--config_file", "--config-file", "--deepspeed_config_file", "--hostfile", "--fsdp_config"}
 
@@ -76,9 +76,31 @@ def logical_lines(text: str) -> list[tuple[int, str]]:
 
 def _words(text: str) -> list[str] | None:
     try:
-        return shlex.split(text, comments=True)
+        return shlex.split(_without_comment(text))
     except ValueError:
         return None
+
+
+def _without_comment(text: str) -> str:
+    """The line up to a `#` that starts a word outside quotes, as the shell reads it (`${#X}` and `a#b` are no
+    comments; shlex's own comment handling cuts them)."""
+    quote, escaped, word_start = "", False, True
+    for i, c in enumerate(text):
+        starts = word_start
+        word_start = False
+        if escaped:
+            escaped = False
+        elif c == "\\" and quote != "'":
+            escaped = True
+        elif quote:
+            quote = "" if c == quote else quote
+        elif c in "'\"":
+            quote = c
+        elif c.isspace():
+            word_start = True
+        elif c == "#" and starts:
+            return text[:i]
+    return text
 
 
 def _options(words: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -114,6 +136,7 @@ def _options(words: list[str]) -> tuple[dict[str, str], list[str]]:
 
 
 MAX_VALUE = 64 * 1024  # characters one expansion may give; past it the value is unknown
+MAX_LINE = 64 * 1024  # characters of one (joined) line of a job script that are read
 MAX_EXPANSION_WORK = 16 * 1024 * 1024  # characters expanded in one job script, all lines together
 
 
@@ -164,8 +187,9 @@ class _Expander:
             if end < 0:
                 return text, False
             expr, ok = self._variables(text[start + 3:end])
-            if expr is not None:
-                expr = _NAME.sub(lambda v: self.vars.get(v.group(1)) or v.group(0), expr)
+            if expr is not None:  # a bare name's value is an expression of its own: `PER=12-4; $((PER/2))` is 4
+                expr = _NAME.sub(lambda v: f"({self.vars[v.group(1)]})" if self.vars.get(v.group(1)) else v.group(0),
+                                 expr)
             number = evaluate(expr) if expr is not None and ok else None
             out += (text[pos:start], text[start:end + 2] if number is None else str(number))
             known = known and number is not None
@@ -220,6 +244,9 @@ def read_job(path: str, display: str | None = None) -> tuple[JobFacts, LaunchFac
     folder = os.path.dirname(os.path.abspath(path))
     directives: dict[str, JobSetting] = {}
     lines = logical_lines(text)
+    # a line no job needs (shlex and the regular expressions are not linear on a megabyte word): not read
+    too_long = [number for number, line in lines if len(line) > MAX_LINE]
+    lines = [(number, "" if len(line) > MAX_LINE else line) for number, line in lines]
     body_start = len(lines)
     for index, (number, line) in enumerate(lines):
         stripped = line.strip()
@@ -231,7 +258,7 @@ def read_job(path: str, display: str | None = None) -> tuple[JobFacts, LaunchFac
             break  # sbatch stops reading directives at the first command
     expander = _Expander(_slurm_variables(directives, folder))
     env: dict[str, JobSetting] = {}
-    unknowns: list[Unknown] = []
+    unknowns: list[Unknown] = [Unknown(f"line {n}", f"longer than {MAX_LINE // 1024} KiB: not read") for n in too_long]
     cwd = folder
     for number, line in lines[body_start:]:
         single = _ASSIGNMENT.match(line.strip())

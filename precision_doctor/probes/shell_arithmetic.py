@@ -14,8 +14,9 @@ import re
 MAX_EXPRESSION = 4096  # characters: a job script's arithmetic is a line, not a program
 MAX_DEPTH = 256  # parentheses
 _BITS = 64
-_TOKEN = re.compile(r"\s*(?:(?P<number>0[xX][0-9a-fA-F]+|\d+#[0-9a-zA-Z@_]+|\d+)|(?P<op>\*\*|<<|>>|<=|>=|==|!=|&&|"
-                    r"\|\||[-+*/%<>&|^!~()]))")
+_TOKEN = re.compile(r"\s*(?:(?P<number>0[xX][0-9a-fA-F]+|[0-9]+#[0-9a-zA-Z@_]+|[0-9]+)|(?P<op>\*\*|<<|>>|<=|>=|==|"
+                    r"!=|&&|\|\||[-+*/%<>&|^!~()]))", re.ASCII)
+_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 # binary operators: precedence (higher binds tighter) and whether they group to the right
 _BINARY = {"**": (13, True), "*": (12, False), "/": (12, False), "%": (12, False), "+": (11, False),
            "-": (11, False), "<<": (10, False), ">>": (10, False), "<": (9, False), ">": (9, False),
@@ -61,25 +62,30 @@ def _tokens(expression: str) -> list[tuple[str, object]]:
 
 
 def _number(text: str) -> int:
+    """An integer constant as bash reads it: 0x hex, 0 octal, BASE#DIGITS (bases 2 to 36 here, digits of either
+    case; a base written with a leading zero, a digit past the base, an underscore: bash refuses them), else decimal."""
     if text[:2] in ("0x", "0X"):
         return wrap(int(text[2:], 16))
     if "#" in text:
         base_text, digits = text.split("#", 1)
-        base = int(base_text)
-        if not 2 <= base <= 36 or len(digits) > 64:
+        if base_text.startswith("0") or not 2 <= int(base_text) <= 36 or len(digits) > 64:
             raise _Refused  # bases up to 64 exist, with their own digit order: not modelled
-        try:
-            return wrap(int(digits, base))
-        except ValueError:
-            raise _Refused from None
+        return wrap(_digits(digits.lower(), int(base_text)))
     if len(text) > 1 and text.startswith("0"):
-        try:
-            return wrap(int(text, 8))
-        except ValueError:
-            raise _Refused from None  # `08`: bash says "value too great for base"
+        return wrap(_digits(text[1:], 8))  # `08`: bash says "value too great for base"
     if len(text) > 30:
         raise _Refused  # bash wraps long literals digit by digit; not worth modelling
     return wrap(int(text))
+
+
+def _digits(text: str, base: int) -> int:
+    value = 0
+    for c in text:
+        digit = _DIGITS.find(c)
+        if digit < 0 or digit >= base:
+            raise _Refused
+        value = value * base + digit
+    return value
 
 
 def _postfix(tokens: list[tuple[str, object]]) -> list[tuple[str, object]]:

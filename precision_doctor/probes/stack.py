@@ -68,8 +68,11 @@ def _prefix_of(python: Path) -> Path:
 def _site_dirs(prefix: Path) -> tuple[str, ...]:
     """The site-packages of an environment (lib/pythonX.Y/site-packages, Lib/site-packages), plus the base
     interpreter's when pyvenv.cfg includes the system site-packages."""
-    found = [p for p in sorted(prefix.glob("lib/python3*/site-packages")) + [prefix / "Lib" / "site-packages"]
-             if p.is_dir()]
+    try:
+        found = [p for p in sorted(prefix.glob("lib/python3*/site-packages")) + [prefix / "Lib" / "site-packages"]
+                 if p.is_dir()]
+    except (OSError, ValueError):  # a name too long, a NUL byte: no environment there
+        return ()
     cfg = prefix / "pyvenv.cfg"
     if is_regular_file(cfg):
         try:
@@ -80,7 +83,10 @@ def _site_dirs(prefix: Path) -> tuple[str, ...]:
         settings = {k.strip(): v.strip() for k, v in settings.items()}
         if settings.get("include-system-site-packages", "").lower() == "true" and settings.get("home"):
             base = _prefix_of(Path(settings["home"]) / "python")
-            found += [p for p in sorted(base.glob("lib/python3*/site-packages")) if p.is_dir()]
+            try:
+                found += [p for p in sorted(base.glob("lib/python3*/site-packages")) if p.is_dir()]
+            except (OSError, ValueError):
+                pass
     return tuple(str(p) for p in found)
 
 

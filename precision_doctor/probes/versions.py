@@ -12,12 +12,11 @@ from __future__ import annotations
 import ast
 import os
 import re
-import sys
 from functools import lru_cache
 from pathlib import Path
 
 from ..model.util import record
-from ..system.sources import Unreadable, is_regular_file, read_text_bounded
+from ..system.sources import Unreadable, is_regular_file, parse_toml, read_text_bounded
 from ..system.walk import repository_root
 from ..model.python_source import literal, parse_quietly
 
@@ -163,17 +162,33 @@ def _parse(text: str, file: str) -> Declared | None:
     return Declared(canonical_name(req.name), str(req.specifier), file)
 
 
+MAX_REQUIREMENT_LINE = 8 * 1024
+
+
+def _without_comment(line: str) -> str:
+    """The line up to a `#` that starts a comment (at the start, or after whitespace), as pip reads it; linear."""
+    at = line.find("#")
+    while at > 0 and not line[at - 1].isspace():
+        at = line.find("#", at + 1)
+    return line if at < 0 else line[:at]
+
+
 def _requirements_file(text: str, path: Path, depth: int = 0, seen: set[str] | None = None) -> list[str]:
     """The requirement lines of a requirements file with its `-r` includes (three deep), each file read once however
     often it is included (a file that includes itself 300 times is read once)."""
     seen = {os.path.realpath(path)} if seen is None else seen
     out: list[str] = []
     for raw in text.splitlines():
-        line = re.split(r"\s+#", raw, maxsplit=1)[0].strip()
+        if len(raw) > MAX_REQUIREMENT_LINE:
+            continue  # no requirement is that long; the parsers are not linear on one that is
+        line = _without_comment(raw).strip()
         include = re.match(r"^(?:-r|--requirement)\s*=?\s*(\S+)", line)
         if include and depth < 3:
             nested = path.parent / include.group(1)
-            real = os.path.realpath(nested)
+            try:
+                real = os.path.realpath(nested)
+            except (OSError, ValueError):  # a NUL byte, a name too long: no file pip could read either
+                continue
             if real not in seen and is_regular_file(nested):
                 seen.add(real)
                 try:
@@ -187,13 +202,9 @@ def _requirements_file(text: str, path: Path, depth: int = 0, seen: set[str] | N
 
 
 def _pyproject(text: str, path: Path) -> list[str]:
-    if sys.version_info >= (3, 11):  # imported here: most checks read no pyproject.toml
-        import tomllib
-    else:  # pragma: no cover - the declared dependency on 3.10
-        import tomli as tomllib
     try:
-        data = tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, ValueError):
+        data = parse_toml(text)
+    except ValueError:
         return []
     out: list[str] = []
     project = _table(data.get("project"))

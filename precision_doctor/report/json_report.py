@@ -7,7 +7,7 @@ from dataclasses import asdict
 from ..engine import Result
 from ..model.facts import Facts, _to_jsonable
 from ..model.findings import SEVERITIES, Finding
-from ..model.redact import redact_data
+from ..model.redact import shown_data
 from ..model.strict_json import dumps
 from .unknowns import unknown_entries
 
@@ -59,7 +59,7 @@ def render(result: Result, facts: Facts, include_facts: bool = False) -> str:
     if include_facts:  # the engine judged every script here, keeping each one's setup
         doc["facts"] = facts.to_json()
         doc["setups"] = {s.path: _to_jsonable(result.setups[s.path]) for s in facts.scripts}
-    return dumps(redact_data(doc), indent=2, default=_plain)
+    return dumps(shown_data(doc), indent=2, default=_plain)
 
 
 def _plain(value):

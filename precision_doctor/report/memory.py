@@ -11,7 +11,7 @@ from ..derive.checkpoint import checkpoint_of, describe_source
 from ..derive.memory import GIB, cheapest_fit, largest_batch, offloaded_layers
 from ..derive.memory_plan import MemoryPlan, first_failure
 from ..model.facts import Facts
-from ..model.redact import markup, redact_data
+from ..model.redact import markup, shown_data
 
 SCHEMA_VERSION = 1
 
@@ -53,7 +53,7 @@ def memory_report(facts: Facts, memory: Mapping[str, tuple[Setup, MemoryPlan | s
 
 
 def render_json(facts: Facts, memory: Mapping[str, tuple[Setup, MemoryPlan | str]]) -> str:
-    return json.dumps(redact_data({"version": SCHEMA_VERSION, "scripts": memory_report(facts, memory)}), indent=2)
+    return json.dumps(shown_data({"version": SCHEMA_VERSION, "scripts": memory_report(facts, memory)}), indent=2)
 
 
 def render_text(facts: Facts, memory: Mapping[str, tuple[Setup, MemoryPlan | str]], console) -> None:

@@ -13,7 +13,7 @@ from ..engine import Result
 from ..rules.registry import Rule
 from ..model.facts import Facts
 from ..model.findings import Finding
-from ..model.redact import redact_data
+from ..model.redact import shown_data
 from ..model.strict_json import dumps
 from .ruledoc import help_uri
 from .lines import SourceLines
@@ -104,11 +104,11 @@ def render(result: Result, facts: Facts, exit_code: int = 0) -> str:
         "tool": {"driver": {"name": "precision-doctor", "version": __version__, "semanticVersion": __version__,
                             "rules": [_rule_descriptor(r) for r in all_rules]}},
         "originalUriBaseIds": {SRCROOT: {"uri": Path(os.getcwd()).as_uri() + "/"}},
-        "results": redact_data([_result(f, index, lines, seen) for f in result.findings]),
-        "invocations": redact_data([{"executionSuccessful": not result.crashed, "exitCode": exit_code,
+        "results": shown_data([_result(f, index, lines, seen) for f in result.findings]),
+        "invocations": shown_data([{"executionSuccessful": not result.crashed, "exitCode": exit_code,
                          "toolExecutionNotifications": [
                              {"level": "error", "message": {"text": f"check {c.rule_id} crashed: {c.reason}"}}
                              for c in result.crashed]}]),
-        "properties": {"machine": redact_data(facts.machine.describe())},
+        "properties": {"machine": shown_data(facts.machine.describe())},
     }
     return dumps({"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}, indent=2)

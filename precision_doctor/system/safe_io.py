@@ -35,6 +35,10 @@ _STANDARD_STREAMS = {"/dev/stdout": 1, "/dev/stderr": 2}
 _NAME_ROOM = 160  # of NAME_MAX (255): the rest is the tag, the pid and mkstemp's random part
 
 
+class NotWritten(InputError):
+    """The target changed (or went) since it was checked: refused before a byte of it was written."""
+
+
 def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -68,7 +72,7 @@ def write_file(target: str | os.PathLike, data: bytes, *, what: str = "", unchan
             _write_in_place(real, data, unchanged_since, what)
             return
         if st is None and unchanged_since is not None:
-            raise InputError(f"{what}: was removed since it was checked; nothing written")
+            raise NotWritten(f"{what}: was removed since it was checked; nothing written")
         _replace(real, data, st, unchanged_since, what, new_mode)
     except OSError as exc:
         raise InputError(_describe(what, path, exc)) from None
@@ -198,9 +202,9 @@ def _check_unchanged(path: str, expected: str | None, what: str) -> None:
         with open(path, "rb") as handle:
             current = handle.read()
     except FileNotFoundError:
-        raise InputError(f"{what}: was removed since it was checked; nothing written") from None
+        raise NotWritten(f"{what}: was removed since it was checked; nothing written") from None
     if digest(current) != expected:
-        raise InputError(f"{what}: changed since it was checked; nothing written (run `precision-doctor fix` again)")
+        raise NotWritten(f"{what}: changed since it was checked; nothing written (run `precision-doctor fix` again)")
 
 
 def _keep_owner(fd: int, st: os.stat_result) -> None:

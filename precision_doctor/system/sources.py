@@ -12,6 +12,7 @@ import errno
 import io
 import os
 import stat
+import sys
 import tokenize
 from contextlib import contextmanager
 from pathlib import Path
@@ -193,6 +194,19 @@ def parse_json(text: str | bytes) -> Any:
 
     try:
         return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def parse_toml(text: str) -> dict[str, Any]:
+    """tomllib.loads for a document from outside: arrays nested too deep for the parser are a ValueError, as any other
+    text that is not TOML (tomllib's own error is a ValueError too)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - the declared dependency on 3.10
+        import tomli as tomllib
+    try:
+        return tomllib.loads(text)
     except RecursionError:
         raise ValueError("nested too deeply") from None
 

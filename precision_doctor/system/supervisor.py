@@ -32,6 +32,8 @@ FORWARD_WAIT = 0.5  # after passing on the doctor's SIGINT/SIGHUP, before SIGTER
 GRACE = 1.0  # after SIGTERM, before SIGKILL
 KILL_WAIT = 0.4  # SIGKILL is not refused; this only bounds a process stuck in the kernel
 POLL = 0.02
+ORPHAN_WAIT = 3.0  # SIGKILL rounds for what escaped the supervisor, at most
+QUIET_ROUNDS = 5  # listings in a row that find nothing before the rounds end
 
 _LIBC = None
 if sys.platform.startswith("linux"):
@@ -70,8 +72,29 @@ def descendants() -> frozenset[tuple[int, float]]:
 def end_orphans(spared: frozenset[tuple[int, float]] = frozenset()) -> None:
     """End every descendant this process has but those `spared` (its own, from before): what a live run left when
     its supervisor was killed (a process that called setsid() and killed the supervisor is re-parented here, this
-    process being a subreaper)."""
-    Tree(None, spared).end()
+    process being a subreaper). A process that keeps forking and exiting changes its pid faster than one round ends
+    it: SIGKILL rounds go on, to each process and its group, until none is left or ORPHAN_WAIT has passed."""
+    tree = Tree(None, spared)
+    tree.end()
+    deadline = time.monotonic() + ORPHAN_WAIT
+    quiet = 0
+    while time.monotonic() < deadline and quiet < QUIET_ROUNDS:
+        # a listing can fall between a fork and an exit and show none: it takes several in a row, and the groups
+        # seen must be empty too
+        if tree.living() or any(_group_alive(g) for g in tree.groups - {os.getpgrp(), 0, 1}):
+            quiet = 0
+            tree._signal(signal.SIGKILL, every=True)
+        else:
+            quiet += 1
+        time.sleep(POLL)
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except OSError:  # none left, or someone else's: not ours to wait for
+        return False
+    return True
 
 
 def _identity(process) -> tuple[int, float]:
@@ -91,6 +114,7 @@ class Tree:
 
         self.command_pid = command_pid
         self.spared = spared
+        self.groups: set[int] = set()  # process groups the descendants were seen in
         self.command_status: int | None = None
         self._me = psutil.Process()
         self._gone = (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied)
@@ -123,8 +147,14 @@ class Tree:
             return []
 
     def living(self) -> list:
-        self.reap()
         found = self._children(recursive=True)
+        for p in found:  # before reaping: a process that forks on and exits is, for a moment, a zombie child here
+            if not (self.spared and _identity(p) in self.spared):
+                try:
+                    self.groups.add(os.getpgid(p.pid))
+                except OSError:
+                    pass
+        self.reap()
         alive = []
         for p in found:
             if self.spared and _identity(p) in self.spared:
@@ -161,7 +191,14 @@ class Tree:
         except OSError:
             pass
         if every:
-            for p in self.living():
+            living = self.living()
+            if sig == signal.SIGKILL:  # each group any descendant was seen in, whole and at once: a process that
+                for group in self.groups - {os.getpgrp(), 0, 1}:  # forks on and exits keeps its group
+                    try:
+                        os.killpg(group, sig)
+                    except OSError:
+                        pass
+            for p in living:
                 try:
                     p.send_signal(sig)
                 except self._gone:

@@ -21,7 +21,7 @@ from typing import Callable
 from ...model.errors import InputError
 from ...model.facts import LiveFacts
 from ...system.programs import doctor_python
-from ...model.redact import environment_secrets, without_values
+from ...model.redact import MIN_ENVIRONMENT_SECRET, REDACTED, environment_secrets, without_values
 from ...system.sources import parse_json
 from ...system.supervisor import FORWARD_WAIT, GRACE, KILL_WAIT, become_subreaper, descendants, end_orphans
 
@@ -69,6 +69,7 @@ def run_live(script: str, script_args: tuple[str, ...], steps: int = 0, timeout:
         try:
             timed_out, wait_status, usage = _supervise(proc, timeout, started, caught, status,
                                                        {report_r: reports.feed, output_r: log.write}, reports)
+            wall = time.monotonic() - started  # the script's time: ending what escaped it comes after
         except BaseException:  # a failure of ours (stderr gone under the status line, ...): end the tree first
             _stop(proc)
             raise
@@ -82,7 +83,6 @@ def run_live(script: str, script_args: tuple[str, ...], steps: int = 0, timeout:
     if caught.signum:
         log.discard()
         _interrupted(caught.signum)
-    wall = time.monotonic() - started
     code = os.waitstatus_to_exitcode(wait_status)
     facts, outcome = reports.facts, reports.outcome
     if timed_out:
@@ -242,10 +242,14 @@ class _CappedLog:
         self.file.close()
         if self.secrets:  # the kept log says what the report says: the environment's secrets redacted
             with open(self.path, "r+b") as log:
-                text = log.read()
-                redacted = without_values(text.decode("utf-8", "surrogateescape"), self.secrets)
+                data = log.read()
+                cut = self.head if self.left_out else len(data)  # where output was left out, a secret may be cut
+                head = without_values(data[:cut].decode("utf-8", "surrogateescape"), self.secrets)
+                rest = without_values(data[cut:].decode("utf-8", "surrogateescape"), self.secrets)
+                if self.left_out:
+                    head, rest = _cut_secrets(head, rest, self.secrets)
                 log.seek(0)
-                log.write(redacted.encode("utf-8", "surrogateescape"))
+                log.write((head + rest).encode("utf-8", "surrogateescape"))
                 log.truncate()
 
     def discard(self) -> None:
@@ -255,6 +259,23 @@ class _CappedLog:
         except OSError:
             pass
         self.path = ""
+
+
+def _cut_secrets(head: str, rest: str, secrets: tuple[str, ...]) -> tuple[str, str]:
+    """The head ending in the start of a secret, and the tail (after the "left out" line) starting with its end:
+    each part of the secret the cut left is redacted too."""
+    marker_end = rest.find("]\n") + 2 if rest.startswith("\n[precision-doctor:") else 0
+    marker, tail = rest[:marker_end], rest[marker_end:]
+    for value in secrets:
+        for n in range(len(value) - 1, MIN_ENVIRONMENT_SECRET - 1, -1):
+            if head.endswith(value[:n]):
+                head = head[:-n] + REDACTED
+                break
+        for n in range(len(value) - 1, MIN_ENVIRONMENT_SECRET - 1, -1):
+            if tail.startswith(value[-n:]):
+                tail = REDACTED + tail[n:]
+                break
+    return head, marker + tail
 
 
 class _Caught:
