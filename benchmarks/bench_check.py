@@ -75,14 +75,21 @@ def alternating(cmd: list[str], checkout: str, runs: int) -> tuple[float, float,
     median of the per-turn ratios there / here: how many times faster this code is, in the same minutes."""
     measure(cmd), measure(cmd, checkout)
     turns = [(measure(cmd)[2], measure(cmd, checkout)[2]) for _ in range(runs)]
-    return (statistics.median(t[0] for t in turns), statistics.median(t[1] for t in turns),
-            statistics.median(t[1] / t[0] for t in turns))
+    return (
+        statistics.median(t[0] for t in turns),
+        statistics.median(t[1] for t in turns),
+        statistics.median(t[1] / t[0] for t in turns),
+    )
 
 
 TEMPLATES = [
-    "seed001_titan_fp16/buggy/train.py", "seed002_fp16_device_map/simple_finetune.py",
-    "seed004_h100_amp_guide/train.py", "shapes/hf_argparser.py", "shapes/argparse_and_kwargs.py",
-    "shapes/hardware_branches.py", "seed000_accelerate_implicit_bf16/train.py",
+    "seed001_titan_fp16/buggy/train.py",
+    "seed002_fp16_device_map/simple_finetune.py",
+    "seed004_h100_amp_guide/train.py",
+    "shapes/hf_argparser.py",
+    "shapes/argparse_and_kwargs.py",
+    "shapes/hardware_branches.py",
+    "seed000_accelerate_implicit_bf16/train.py",
 ]
 
 
@@ -104,9 +111,14 @@ def main() -> None:
     parser.add_argument("--real", metavar="DIR", help="also time a folder run over this tree of real scripts")
     parser.add_argument("--real-runs", type=int, default=3, metavar="N", help="runs per figure of --real (median)")
     parser.add_argument("--only-real", action="store_true", help="with --real: skip the other figures")
-    parser.add_argument("--beside", metavar="CHECKOUT", action="append", default=[],
-                        help="also time another checkout of the doctor (e.g. a `git worktree` of an earlier commit) "
-                        "turn about with this one: the speed-up per core (repeatable)")
+    parser.add_argument(
+        "--beside",
+        metavar="CHECKOUT",
+        action="append",
+        default=[],
+        help="also time another checkout of the doctor (e.g. a `git worktree` of an earlier commit) "
+        "turn about with this one: the speed-up per core (repeatable)",
+    )
     opts = parser.parse_args()
     exe = shutil.which("precision-doctor")
     doctor = [exe] if exe else [sys.executable, "-m", "precision_doctor"]
@@ -115,20 +127,35 @@ def main() -> None:
         if opts.only_real:
             return
     base_wall, base_rss = median_of([sys.executable, "-c", "pass"], opts.runs)
-    wall, rss = median_of(doctor + ["check", str(SEED001), "--target", "titan-rtx", "--fail-on", "never"],
-                          opts.runs)
+    wall, rss = median_of(doctor + ["check", str(SEED001), "--target", "titan-rtx", "--fail-on", "never"], opts.runs)
     print(f"python -c pass                      median wall {base_wall * 1000:6.1f} ms   peak RSS {base_rss:5.1f} MiB")
-    print(f"check seed-001 fixture (cold)       median wall {wall * 1000:6.1f} ms   peak RSS {rss:5.1f} MiB"
-          f"   (targets: <= 150 ms, <= 60 MiB)")
-    single = [sys.executable, "-m", "precision_doctor", "check", str(SEED001), "--target", "titan-rtx",
-              "--fail-on", "never"]
+    print(
+        f"check seed-001 fixture (cold)       median wall {wall * 1000:6.1f} ms   peak RSS {rss:5.1f} MiB"
+        f"   (targets: <= 150 ms, <= 60 MiB)"
+    )
+    single = [
+        sys.executable,
+        "-m",
+        "precision_doctor",
+        "check",
+        str(SEED001),
+        "--target",
+        "titan-rtx",
+        "--fail-on",
+        "never",
+    ]
     for checkout in opts.beside:
         here, there, faster = alternating(single, checkout, opts.runs)
-        print(f"  beside {checkout}: {there * 1000:6.1f} ms CPU, this code {here * 1000:6.1f} ms "
-              f"(x{faster:.2f} as fast, turn about)")
+        print(
+            f"  beside {checkout}: {there * 1000:6.1f} ms CPU, this code {here * 1000:6.1f} ms "
+            f"(x{faster:.2f} as fast, turn about)"
+        )
     probed, _ = median_of(doctor + ["check", str(SEED001), "--fail-on", "never"], opts.runs)
-    print(f"  + probing this machine (no --target) median wall {probed * 1000:6.1f} ms   "
-          f"probes add {(probed - wall) * 1000:+5.1f} ms   (target: <= 50 ms)")
+    print(
+        f"  + probing this machine (no --target) median wall {probed * 1000:6.1f} ms   "
+        f"probes add {(probed - wall) * 1000:+5.1f} ms   (target: <= 50 ms)"
+    )
+
     def tree_seconds(n: int, jobs: int, repeat: int = 3) -> float:
         """Median of `repeat` runs over one generated tree (a shared 2-core machine is noisy)."""
         with tempfile.TemporaryDirectory() as tmp:
@@ -136,18 +163,26 @@ def main() -> None:
             times = []
             for _ in range(repeat):
                 start = time.perf_counter()
-                subprocess.run(doctor + ["check", tmp, "--quiet", "--fail-on", "never", "--jobs", str(jobs)],
-                               stdout=subprocess.DEVNULL, check=True, env=ENV)
+                subprocess.run(
+                    doctor + ["check", tmp, "--quiet", "--fail-on", "never", "--jobs", str(jobs)],
+                    stdout=subprocess.DEVNULL,
+                    check=True,
+                    env=ENV,
+                )
                 times.append(time.perf_counter() - start)
             return statistics.median(times)
 
     one = tree_seconds(opts.tree, 1)
-    print(f"tree of {opts.tree} scripts, one process   {one:6.2f} s   {opts.tree / one:7.0f} scripts/s"
-          f"   (target: >= 300 scripts/s)")
+    print(
+        f"tree of {opts.tree} scripts, one process   {one:6.2f} s   {opts.tree / one:7.0f} scripts/s"
+        f"   (target: >= 300 scripts/s)"
+    )
     cores = os.cpu_count() or 1
     par = tree_seconds(opts.tree, cores)
-    print(f"tree of {opts.tree} scripts, {cores} workers     {par:6.2f} s   {opts.tree / par:7.0f} scripts/s"
-          f"   speed-up x{one / par:.2f}   (target: >= x1.6 on 2 cores)")
+    print(
+        f"tree of {opts.tree} scripts, {cores} workers     {par:6.2f} s   {opts.tree / par:7.0f} scripts/s"
+        f"   speed-up x{one / par:.2f}   (target: >= x1.6 on 2 cores)"
+    )
     if opts.growth:
         for n in (100, 1000, 5000):
             t = tree_seconds(n, cores, repeat=1)
@@ -170,10 +205,13 @@ print(time.process_time() - start)
 def two_cores(files: list[Path]) -> float:
     """Wall time of ast.parse over all the files in one process, over that of two processes taking half each at
     once: what a second core gives on this machine at this minute (on a shared machine, less than x2)."""
+
     def timed(groups: list[list[Path]]) -> float:
         start = time.perf_counter()
-        procs = [subprocess.Popen([sys.executable, "-c", PARSE_ALL, *map(str, g)], stdout=subprocess.DEVNULL,
-                                  env=ENV) for g in groups]
+        procs = [
+            subprocess.Popen([sys.executable, "-c", PARSE_ALL, *map(str, g)], stdout=subprocess.DEVNULL, env=ENV)
+            for g in groups
+        ]
         for proc in procs:
             proc.wait()
         return time.perf_counter() - start
@@ -194,8 +232,9 @@ def real_tree(doctor: list[str], folder: Path, runs: int, beside: list[str] = ()
     measure(base + ["--jobs", "1"])  # warm the OS file cache and the bytecode
     rounds = []
     for _ in range(runs):
-        parsed = subprocess.run([sys.executable, "-c", PARSE_ALL, *map(str, files)], capture_output=True,
-                                text=True, check=True, env=ENV)
+        parsed = subprocess.run(
+            [sys.executable, "-c", PARSE_ALL, *map(str, files)], capture_output=True, text=True, check=True, env=ENV
+        )
         parse_s = float(parsed.stdout)
         one, rss, one_cpu = measure(base + ["--jobs", "1"])
         two, _, two_cpu = measure(base + ["--jobs", "2"])
@@ -212,22 +251,44 @@ def real_tree(doctor: list[str], folder: Path, runs: int, beside: list[str] = ()
     report = subprocess.run(base + ["--jobs", "2", "--format", "json"], capture_output=True, env=ENV).stdout
     print(f"real tree {folder}: {len(files)} files, {lines} lines; medians of {runs} rounds")
     print(f"  ast.parse alone               {parse_s:6.2f} s   {lines / parse_s:9.0f} lines/s (CPU time)")
-    print(f"  check, one process            {one:6.2f} s   {lines / one:9.0f} lines/s per core   "
-          f"x{ratio(1, 0):.1f} the time of ast.parse   peak RSS {rss:5.1f} MiB   (target: <= 100 MiB)")
-    print(f"    in CPU time                 {one_cpu:6.2f} s   {lines / one_cpu:9.0f} lines/s per core   "
-          f"x{ratio(3, 0):.1f} the time of ast.parse   (wall time counts other programs on a shared "
-          f"machine; CPU time does not)")
-    print(f"  check, 2 workers              {two:6.2f} s   speed-up x{ratio(1, 4):.2f}   "
-          f"(target: >= x1.8 on 2 cores)   CPU {two_cpu:.2f} s (x{ratio(5, 3):.2f} of one process)")
-    print(f"    what 2 cores give here      x{ceiling:.2f}   (two independent processes parsing half the files each, "
-          f"against one parsing all: the ceiling of any 2-worker speed-up on this machine now)")
+    print(
+        f"  check, one process            {one:6.2f} s   {lines / one:9.0f} lines/s per core   "
+        f"x{ratio(1, 0):.1f} the time of ast.parse   peak RSS {rss:5.1f} MiB   (target: <= 100 MiB)"
+    )
+    print(
+        f"    in CPU time                 {one_cpu:6.2f} s   {lines / one_cpu:9.0f} lines/s per core   "
+        f"x{ratio(3, 0):.1f} the time of ast.parse   (wall time counts other programs on a shared "
+        f"machine; CPU time does not)"
+    )
+    print(
+        f"  check, 2 workers              {two:6.2f} s   speed-up x{ratio(1, 4):.2f}   "
+        f"(target: >= x1.8 on 2 cores)   CPU {two_cpu:.2f} s (x{ratio(5, 3):.2f} of one process)"
+    )
+    print(
+        f"    what 2 cores give here      x{ceiling:.2f}   (two independent processes parsing half the files each, "
+        f"against one parsing all: the ceiling of any 2-worker speed-up on this machine now)"
+    )
     print(f"  --format json                 {len(report) / 1e6:6.2f} MB   (target: < 1 MB for 300 files)")
-    cmd = [sys.executable, "-m", "precision_doctor", "check", str(folder), "--quiet", "--fail-on", "never",
-           "--target", "a100", "--jobs", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "precision_doctor",
+        "check",
+        str(folder),
+        "--quiet",
+        "--fail-on",
+        "never",
+        "--target",
+        "a100",
+        "--jobs",
+        "1",
+    ]
     for checkout in beside:
         here, there, faster = alternating(cmd, checkout, runs)
-        print(f"  beside {checkout}: {there:6.2f} s CPU, this code {here:6.2f} s: x{faster:.2f} the lines/s per core "
-              f"(turn about; target: x4 the code the issue measured, bbfd222)")
+        print(
+            f"  beside {checkout}: {there:6.2f} s CPU, this code {here:6.2f} s: x{faster:.2f} the lines/s per core "
+            f"(turn about; target: x4 the code the issue measured, bbfd222)"
+        )
 
 
 if __name__ == "__main__":

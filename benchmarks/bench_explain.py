@@ -41,17 +41,28 @@ def write_log(path: Path, size_mb: int) -> None:
         while written < target:
             step += 1
             if step % 500 == 0:  # a tqdm bar: many \r updates on one line
-                line = "".join(f"\r {p:3d}%|{'█' * (p // 10):<10}| {p * 10}/1000 [00:{p % 60:02d}<01:00,  5.37it/s]"
-                               for p in range(0, 101, 2)) + "\n"
+                line = (
+                    "".join(
+                        f"\r {p:3d}%|{'█' * (p // 10):<10}| {p * 10}/1000 [00:{p % 60:02d}<01:00,  5.37it/s]"
+                        for p in range(0, 101, 2)
+                    )
+                    + "\n"
+                )
             elif step % 20_000 == 0:  # a dumped tensor or config: one very long line
                 line = "tensor([" + ", ".join(f"{rng.random():.4f}" for _ in range(20_000)) + "])\n"
             else:
-                line = rng.choice(_CHATTER).format(loss=rng.random() * 3, gn=rng.random(), ep=step / 1e5,
-                                                   d=step % 8, s=step % 60, step=step) + "\n"
+                line = (
+                    rng.choice(_CHATTER).format(
+                        loss=rng.random() * 3, gn=rng.random(), ep=step / 1e5, d=step % 8, s=step % 60, step=step
+                    )
+                    + "\n"
+                )
             fh.write(line)
             written += len(line)
-        fh.write("Traceback (most recent call last):\n  File \"train.py\", line 12, in <module>\n"
-                 "ValueError: Attempting to unscale FP16 gradients.\n")
+        fh.write(
+            'Traceback (most recent call last):\n  File "train.py", line 12, in <module>\n'
+            "ValueError: Attempting to unscale FP16 gradients.\n"
+        )
 
 
 def main() -> int:
@@ -65,14 +76,21 @@ def main() -> int:
     size = log.stat().st_size
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "precision_doctor", "explain", str(log), "--format", "json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "precision_doctor", "explain", str(log), "--format", "json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=ROOT,
+    )
     _, _, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     out = proc.stdout.read().decode()
     found = "PD201" in out
-    print(f"explain: {size / 1e6:.0f} MB in {wall:.1f} s = {size / 1e6 / wall:.1f} MB/s, "
-          f"peak RSS {usage.ru_maxrss / 1024:.0f} MiB, failure found: {found}")
+    print(
+        f"explain: {size / 1e6:.0f} MB in {wall:.1f} s = {size / 1e6 / wall:.1f} MB/s, "
+        f"peak RSS {usage.ru_maxrss / 1024:.0f} MiB, failure found: {found}"
+    )
     if not opts.keep:
         log.unlink()
         folder.rmdir()

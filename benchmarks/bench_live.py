@@ -50,15 +50,35 @@ def main() -> None:
     try:
         import transformers
 
-        cfg = transformers.LlamaConfig(hidden_size=opts.hidden, intermediate_size=opts.hidden * 3, num_hidden_layers=8,
-                                       num_attention_heads=8, num_key_value_heads=8, vocab_size=1000)
+        cfg = transformers.LlamaConfig(
+            hidden_size=opts.hidden,
+            intermediate_size=opts.hidden * 3,
+            num_hidden_layers=8,
+            num_attention_heads=8,
+            num_key_value_heads=8,
+            vocab_size=1000,
+        )
         transformers.LlamaForCausalLM(cfg).save_pretrained(tmp / "model")
         script = tmp / "train.py"
         script.write_text(SCRIPT.format(path=str(tmp / "model"), out=str(tmp / "out")))
         size = sum(f.stat().st_size for f in (tmp / "model").iterdir()) / 2**20
         alone = [timed([sys.executable, str(script)], {**env, "STOP_BEFORE_TRAIN": "1"}) for _ in range(opts.runs)]
-        doctor = [sys.executable, "-m", "precision_doctor", "check", str(script), "--live", "--target", "cpu",
-                  "--format", "json", "--include-facts", "--fail-on", "never", "--quiet"]
+        doctor = [
+            sys.executable,
+            "-m",
+            "precision_doctor",
+            "check",
+            str(script),
+            "--live",
+            "--target",
+            "cpu",
+            "--format",
+            "json",
+            "--include-facts",
+            "--fail-on",
+            "never",
+            "--quiet",
+        ]
         live = [timed(doctor, env) for _ in range(opts.runs)]
         child_rss = statistics.median(json.loads(out)["facts"]["live"]["peak_rss_mib"] for _, _, out in live)
         a_wall = statistics.median(w for w, _, _ in alone)
@@ -66,9 +86,13 @@ def main() -> None:
         a_rss = statistics.median(r for _, r, _ in alone)
         print(f"model weights on disk            {size:7.1f} MiB")
         print(f"script alone to trainer.train()   median wall {a_wall:6.2f} s   peak RSS {a_rss:7.1f} MiB")
-        print(f"check --live (whole doctor)       median wall {l_wall:6.2f} s   live child peak RSS {child_rss:7.1f} MiB")
-        print(f"overhead                          wall {100 * (l_wall / a_wall - 1):+5.1f} %   "
-              f"RSS {100 * (child_rss / a_rss - 1):+5.1f} %   (targets: <= 10 %, within 10 %)")
+        print(
+            f"check --live (whole doctor)       median wall {l_wall:6.2f} s   live child peak RSS {child_rss:7.1f} MiB"
+        )
+        print(
+            f"overhead                          wall {100 * (l_wall / a_wall - 1):+5.1f} %   "
+            f"RSS {100 * (child_rss / a_rss - 1):+5.1f} %   (targets: <= 10 %, within 10 %)"
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -24,9 +24,13 @@ sys.path.insert(0, str(ROOT))
 from precision_doctor.probes import script as script_probe  # noqa: E402
 
 TEMPLATES = [
-    "seed001_titan_fp16/buggy/train.py", "seed002_fp16_device_map/simple_finetune.py",
-    "seed004_h100_amp_guide/train.py", "shapes/hf_argparser.py", "shapes/argparse_and_kwargs.py",
-    "shapes/hardware_branches.py", "seed000_accelerate_implicit_bf16/train.py",
+    "seed001_titan_fp16/buggy/train.py",
+    "seed002_fp16_device_map/simple_finetune.py",
+    "seed004_h100_amp_guide/train.py",
+    "shapes/hf_argparser.py",
+    "shapes/argparse_and_kwargs.py",
+    "shapes/hardware_branches.py",
+    "seed000_accelerate_implicit_bf16/train.py",
 ]
 
 

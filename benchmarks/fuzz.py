@@ -21,8 +21,12 @@ def main() -> int:
     parser.add_argument("n", nargs="?", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--show", type=int, default=10, help="failures to print in full")
-    parser.add_argument("--repository-share", type=float, default=0.4,
-                        help="the share of job scripts, recipes, model facts and requirements files (default 0.4)")
+    parser.add_argument(
+        "--repository-share",
+        type=float,
+        default=0.4,
+        help="the share of job scripts, recipes, model facts and requirements files (default 0.4)",
+    )
     opts = parser.parse_args()
     start = time.perf_counter()
     todo = cases(opts.n, opts.seed, repository_share=opts.repository_share)
@@ -39,15 +43,19 @@ def main() -> int:
     for kind in sorted(kinds):
         by_kind = collections.Counter("hang" if o.code is None else o.code for o in outcomes if o.case.kind == kind)
         print(f"  {kind:<13}{dict(sorted(by_kind.items(), key=str))}")
-    print(f"time       {wall:.1f} s wall ({built:.1f} s generating); per case median {times[len(times) // 2] * 1000:.0f}"
-          f" ms, p99 {times[int(len(times) * 0.99)] * 1000:.0f} ms")
-    print(f"slowest    {slowest.seconds * 1000:.0f} ms ({slowest.case.kind}, {len(slowest.case.source)} chars, "
-          f"args {' '.join(slowest.case.args) or '-'})")
+    print(
+        f"time       {wall:.1f} s wall ({built:.1f} s generating); per case median {times[len(times) // 2] * 1000:.0f}"
+        f" ms, p99 {times[int(len(times) * 0.99)] * 1000:.0f} ms"
+    )
+    print(
+        f"slowest    {slowest.seconds * 1000:.0f} ms ({slowest.case.kind}, {len(slowest.case.source)} chars, "
+        f"args {' '.join(slowest.case.args) or '-'})"
+    )
     print(f"failures   {len(failures)}")
     by_problem = collections.Counter(o.problem.split(":")[0][:80] for o in failures)
     for problem, n in by_problem.most_common():
         print(f"  {n:5d}  {problem}")
-    for o in failures[:opts.show]:
+    for o in failures[: opts.show]:
         print(f"\n--- {o.case.kind} {' '.join(o.case.args)}: {o.problem}\n{o.case.source[:600]}")
         if o.case.snapshot:
             print(f"--- snapshot\n{o.case.snapshot[:600]}")

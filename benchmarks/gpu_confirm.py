@@ -37,6 +37,7 @@ def _python_path() -> str:
     """This checkout first, then whatever the caller had (wheels carried to a GPU machine)."""
     return os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
 
+
 TRAINER = """
 import torch
 from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
@@ -130,15 +131,22 @@ CASES = [
     ("PD305", LOOP.format(move=""), LOOP.format(move="    x, y = x.cuda(), y.cuda()\n")),
 ]
 
-HOLDER = ("import sys, time, torch\n"
-          "x = torch.empty(2 << 30, dtype=torch.uint8, device='cuda')\n"
-          "print('holding', flush=True)\n"
-          "sys.stdin.read()\n")
+HOLDER = (
+    "import sys, time, torch\n"
+    "x = torch.empty(2 << 30, dtype=torch.uint8, device='cuda')\n"
+    "print('holding', flush=True)\n"
+    "sys.stdin.read()\n"
+)
 
 
 def doctor(*args: str, cwd: Path) -> tuple[int, dict, str]:
-    done = subprocess.run([sys.executable, "-m", "precision_doctor", *args], capture_output=True, text=True,
-                          cwd=cwd, env={**os.environ, "PYTHONPATH": _python_path(), "HF_HUB_OFFLINE": "1"})
+    done = subprocess.run(
+        [sys.executable, "-m", "precision_doctor", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": _python_path(), "HF_HUB_OFFLINE": "1"},
+    )
     try:
         report = json.loads(done.stdout) if done.stdout.strip().startswith("{") else {}
     except ValueError:
@@ -168,9 +176,19 @@ def confirm(rule_id: str, body: str, fires: bool, folder: Path, tiny: Path) -> l
         wrong.append(f"the static check did not report {rule_id} at error level ({err.strip()[-300:]})")
     if not fires and static_errors:
         wrong.append(f"the static check reported {rule_id} on its twin: {static_errors[0]['message']}")
-    _, live, err = doctor("check", script.name, "--live", "--steps", "2", "--timeout", "240", "--format", "json",
-                          "--include-facts",
-                          cwd=folder)
+    _, live, err = doctor(
+        "check",
+        script.name,
+        "--live",
+        "--steps",
+        "2",
+        "--timeout",
+        "240",
+        "--format",
+        "json",
+        "--include-facts",
+        cwd=folder,
+    )
     if os.environ.get("PD_KEEP"):
         Path(os.environ["PD_KEEP"], script.stem + ".json").write_text(json.dumps(live, indent=1))
     raised = [f for f in the_rule(live, rule_id) if "live run raised" in f["message"]]
@@ -203,16 +221,17 @@ def check_nvml(folder: Path, snapshot_out: str | None, twin: Path) -> list[str]:
     print(f"NVML: {names}", flush=True)
     if torch.cuda.get_device_name() not in names:
         wrong.append(f"snapshot GPUs {names} do not include {torch.cuda.get_device_name()}")
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         holder.stdout.readline()
         time.sleep(1)
         _, report, err = doctor("check", twin.name, "--format", "json", cwd=folder)
         held = the_rule(report, "PD115")
         if not held:
-            wrong.append(f"a process holding 2 GiB of GPU memory (pid {holder.pid}) was not reported (PD115): "
-                         f"{[f['id'] for f in report.get('findings', ())]} {err.strip()[-300:]}")
+            wrong.append(
+                f"a process holding 2 GiB of GPU memory (pid {holder.pid}) was not reported (PD115): "
+                f"{[f['id'] for f in report.get('findings', ())]} {err.strip()[-300:]}"
+            )
         else:
             print(f"PD115: {held[0]['message']}", flush=True)
             if str(holder.pid) not in json.dumps(held[0]):
@@ -234,14 +253,22 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("no CUDA GPU here: this benchmark needs one", file=sys.stderr)
         return 2
-    print(f"GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; transformers "
-          f"{transformers.__version__}", flush=True)
+    print(
+        f"GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; transformers {transformers.__version__}",
+        flush=True,
+    )
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         tiny = folder / "tiny"
-        cfg = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                       num_attention_heads=2, num_key_value_heads=2, vocab_size=128)
+        cfg = transformers.LlamaConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            vocab_size=128,
+        )
         transformers.LlamaForCausalLM(cfg).save_pretrained(tiny)
         for rule_id, firing, twin in CASES:
             if args.only and rule_id not in args.only.split(","):
@@ -249,8 +276,10 @@ def main() -> int:
             for fires, body in ((True, firing), (False, twin)):
                 wrong = confirm(rule_id, body, fires, folder, tiny)
                 failures += bool(wrong)
-                print(f"{rule_id} {'fires' if fires else 'twin '}: {'held' if not wrong else '; '.join(wrong)}",
-                      flush=True)
+                print(
+                    f"{rule_id} {'fires' if fires else 'twin '}: {'held' if not wrong else '; '.join(wrong)}",
+                    flush=True,
+                )
         if not args.only:
             wrong = check_nvml(folder, args.snapshot, folder / "PD201_twin.py")
             failures += bool(wrong)

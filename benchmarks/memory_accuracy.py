@@ -47,34 +47,79 @@ def build(arch: str, sequence: int):
 
     transformers.logging.set_verbosity_error()
     if arch == "llama":
-        cfg = transformers.LlamaConfig(hidden_size=128, intermediate_size=344, num_hidden_layers=3,
-                                       num_attention_heads=8, num_key_value_heads=2, vocab_size=512,
-                                       max_position_embeddings=1024, bos_token_id=0, eos_token_id=1, pad_token_id=0)
+        cfg = transformers.LlamaConfig(
+            hidden_size=128,
+            intermediate_size=344,
+            num_hidden_layers=3,
+            num_attention_heads=8,
+            num_key_value_heads=2,
+            vocab_size=512,
+            max_position_embeddings=1024,
+            bos_token_id=0,
+            eos_token_id=1,
+            pad_token_id=0,
+        )
         return transformers.LlamaForCausalLM(cfg)
     if arch == "gpt2":
-        cfg = transformers.GPT2Config(n_embd=128, n_layer=3, n_head=4, vocab_size=512, n_positions=1024,
-                                      bos_token_id=0, eos_token_id=1)
+        cfg = transformers.GPT2Config(
+            n_embd=128, n_layer=3, n_head=4, vocab_size=512, n_positions=1024, bos_token_id=0, eos_token_id=1
+        )
         return transformers.GPT2LMHeadModel(cfg)
     if arch == "t5":
-        cfg = transformers.T5Config(d_model=128, d_ff=256, num_layers=3, num_heads=4, d_kv=32, vocab_size=512,
-                                    decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+        cfg = transformers.T5Config(
+            d_model=128,
+            d_ff=256,
+            num_layers=3,
+            num_heads=4,
+            d_kv=32,
+            vocab_size=512,
+            decoder_start_token_id=0,
+            pad_token_id=0,
+            eos_token_id=1,
+        )
         return transformers.T5ForConditionalGeneration(cfg)
     if arch == "bert":
-        cfg = transformers.BertConfig(hidden_size=128, intermediate_size=512, num_hidden_layers=3,
-                                      num_attention_heads=4, vocab_size=512, max_position_embeddings=1024,
-                                      pad_token_id=0)
+        cfg = transformers.BertConfig(
+            hidden_size=128,
+            intermediate_size=512,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            vocab_size=512,
+            max_position_embeddings=1024,
+            pad_token_id=0,
+        )
         return transformers.BertForMaskedLM(cfg)
     if arch == "vit":
-        cfg = transformers.ViTConfig(hidden_size=128, intermediate_size=512, num_hidden_layers=3,
-                                     num_attention_heads=4, image_size=sequence, patch_size=16, num_labels=10)
+        cfg = transformers.ViTConfig(
+            hidden_size=128,
+            intermediate_size=512,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            image_size=sequence,
+            patch_size=16,
+            num_labels=10,
+        )
         return transformers.ViTForImageClassification(cfg)
     if arch == "whisper":  # `sequence`: the labels; the encoder reads its fixed 2 x 150 mel frames
-        cfg = transformers.WhisperConfig(d_model=128, encoder_layers=3, decoder_layers=3, encoder_attention_heads=4,
-                                         decoder_attention_heads=4, encoder_ffn_dim=512, decoder_ffn_dim=512,
-                                         vocab_size=512, num_mel_bins=80, max_source_positions=WHISPER_FRAMES,
-                                         max_target_positions=448, decoder_start_token_id=0, pad_token_id=0,
-                                         eos_token_id=1, bos_token_id=0, suppress_tokens=None,
-                                         begin_suppress_tokens=None)
+        cfg = transformers.WhisperConfig(
+            d_model=128,
+            encoder_layers=3,
+            decoder_layers=3,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=512,
+            decoder_ffn_dim=512,
+            vocab_size=512,
+            num_mel_bins=80,
+            max_source_positions=WHISPER_FRAMES,
+            max_target_positions=448,
+            decoder_start_token_id=0,
+            pad_token_id=0,
+            eos_token_id=1,
+            bos_token_id=0,
+            suppress_tokens=None,
+            begin_suppress_tokens=None,
+        )
         return transformers.WhisperForConditionalGeneration(cfg)
     raise ValueError(arch)
 
@@ -118,13 +163,18 @@ def measure(case: Case) -> dict[str, int]:
 
     layer_inputs: dict[int, int] = {}
     if case.checkpointing:  # the checkpoints keep each layer's input alive until backward
+
         def keep(_module, args, kwargs):
             x = args[0] if args else kwargs.get("hidden_states")
             if x is not None:
                 layer_inputs[x.untyped_storage().data_ptr()] = x.untyped_storage().nbytes()
+
         for module in model.modules():
-            if type(module).__name__.endswith(("DecoderLayer", "Block", "Layer")) and hasattr(module, "forward") \
-                    and getattr(module, "gradient_checkpointing", False):
+            if (
+                type(module).__name__.endswith(("DecoderLayer", "Block", "Layer"))
+                and hasattr(module, "forward")
+                and getattr(module, "gradient_checkpointing", False)
+            ):
                 module.register_forward_pre_hook(keep, with_kwargs=True)
     batch = _inputs(case)
     if case.precision == "half" and case.arch in ("vit", "whisper"):
@@ -139,18 +189,24 @@ def measure(case: Case) -> dict[str, int]:
     optimizer = torch.optim.AdamW(trainable, lr=1e-4)
     optimizer.step()
     state = [t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t) and t.dim() > 0]
-    return {"weights": _storages(model.parameters()), "gradients": _storages(p.grad for p in trainable),
-            "optimizer": _storages(state), "activations": activations,
-            "parameters": sum(p.numel() for p in model.parameters()),
-            "trainable": sum(p.numel() for p in trainable)}
+    return {
+        "weights": _storages(model.parameters()),
+        "gradients": _storages(p.grad for p in trainable),
+        "optimizer": _storages(state),
+        "activations": activations,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "trainable": sum(p.numel() for p in trainable),
+    }
 
 
 def _inputs(case: Case) -> dict:
     import torch
 
     if case.arch == "vit":
-        return {"pixel_values": torch.randn(case.batch, 3, case.sequence, case.sequence),
-                "labels": torch.randint(0, 10, (case.batch,))}
+        return {
+            "pixel_values": torch.randn(case.batch, 3, case.sequence, case.sequence),
+            "labels": torch.randint(0, 10, (case.batch,)),
+        }
     ids = torch.randint(2, 512, (case.batch, case.sequence))
     if case.arch == "whisper":
         return {"input_features": torch.randn(case.batch, 80, 2 * WHISPER_FRAMES), "labels": ids}
@@ -163,30 +219,50 @@ def estimated(case: Case) -> dict[str, int]:
     facts = replace(facts, parameters=sum(p.numel() for p in model.parameters()))
     dropout = any(getattr(model.config, k, 0) for k in ("attn_pdrop", "attention_probs_dropout_prob"))
     half = case.precision != "fp32"
-    shape = TrainingShape(batch=case.batch, sequence=case.sequence, checkpointing=case.checkpointing,
-                          lora_rank=case.lora, weight_dtype="bfloat16" if case.precision == "half" else "float32",
-                          compute_dtype="bfloat16" if half else "float32",
-                          scores_materialised=case.attention == "eager" or bool(dropout))
+    shape = TrainingShape(
+        batch=case.batch,
+        sequence=case.sequence,
+        checkpointing=case.checkpointing,
+        lora_rank=case.lora,
+        weight_dtype="bfloat16" if case.precision == "half" else "float32",
+        compute_dtype="bfloat16" if half else "float32",
+        scores_materialised=case.attention == "eager" or bool(dropout),
+    )
     b = estimate(facts, shape)
-    return {"weights": b.weights, "gradients": b.gradients, "optimizer": b.optimizer,
-            "activations": activation_bytes(facts, shape) + autocast_copies(facts, shape)}
+    return {
+        "weights": b.weights,
+        "gradients": b.gradients,
+        "optimizer": b.optimizer,
+        "activations": activation_bytes(facts, shape) + autocast_copies(facts, shape),
+    }
 
 
-QUICK = [Case("llama", 2, 64), Case("gpt2", 2, 64), Case("t5", 2, 32), Case("bert", 2, 64), Case("vit", 2, 64),
-         Case("whisper", 2, 32, checkpointing=True, precision="amp"),
-         Case("llama", 2, 64, checkpointing=True), Case("llama", 2, 64, lora=8), Case("llama", 2, 64, precision="half"),
-         Case("llama", 2, 64, precision="amp")]
-FULL = [Case(a, b, s) for a in ("llama", "gpt2", "t5", "bert") for b, s in ((1, 128), (4, 64), (2, 256))] + \
-       [Case("vit", b, s) for b, s in ((1, 224), (4, 96))] + \
-       [Case("llama", 2, 128, attention="eager")] + \
-       [Case(a, 2, 128, checkpointing=True) for a in ("llama", "gpt2", "bert")] + \
-       [Case(a, 2, 128, lora=8) for a in ("llama", "gpt2", "bert")] + [Case("llama", 4, 64, lora=16)] + \
-       [Case(a, 2, 128, precision=p) for p in ("half", "amp") for a in ("llama", "gpt2", "bert", "t5")] + \
-       [Case("vit", 2, 96, precision=p) for p in ("half", "amp")] + \
-       [Case("llama", 2, 128, checkpointing=True, precision="amp"), Case("llama", 2, 128, lora=8, precision="half")] + \
-       [Case("whisper", b, s) for b, s in ((1, 32), (4, 96))] + \
-       [Case("whisper", 2, 64, precision=p) for p in ("half", "amp")] + \
-       [Case("whisper", 2, 64, checkpointing=True, precision=p) for p in ("fp32", "amp")]
+QUICK = [
+    Case("llama", 2, 64),
+    Case("gpt2", 2, 64),
+    Case("t5", 2, 32),
+    Case("bert", 2, 64),
+    Case("vit", 2, 64),
+    Case("whisper", 2, 32, checkpointing=True, precision="amp"),
+    Case("llama", 2, 64, checkpointing=True),
+    Case("llama", 2, 64, lora=8),
+    Case("llama", 2, 64, precision="half"),
+    Case("llama", 2, 64, precision="amp"),
+]
+FULL = (
+    [Case(a, b, s) for a in ("llama", "gpt2", "t5", "bert") for b, s in ((1, 128), (4, 64), (2, 256))]
+    + [Case("vit", b, s) for b, s in ((1, 224), (4, 96))]
+    + [Case("llama", 2, 128, attention="eager")]
+    + [Case(a, 2, 128, checkpointing=True) for a in ("llama", "gpt2", "bert")]
+    + [Case(a, 2, 128, lora=8) for a in ("llama", "gpt2", "bert")]
+    + [Case("llama", 4, 64, lora=16)]
+    + [Case(a, 2, 128, precision=p) for p in ("half", "amp") for a in ("llama", "gpt2", "bert", "t5")]
+    + [Case("vit", 2, 96, precision=p) for p in ("half", "amp")]
+    + [Case("llama", 2, 128, checkpointing=True, precision="amp"), Case("llama", 2, 128, lora=8, precision="half")]
+    + [Case("whisper", b, s) for b, s in ((1, 32), (4, 96))]
+    + [Case("whisper", 2, 64, precision=p) for p in ("half", "amp")]
+    + [Case("whisper", 2, 64, checkpointing=True, precision=p) for p in ("fp32", "amp")]
+)
 
 
 def compare(cases) -> list[tuple[Case, dict, dict]]:
@@ -195,17 +271,21 @@ def compare(cases) -> list[tuple[Case, dict, dict]]:
 
 
 def table(rows) -> str:
-    lines = ["| model | batch × seq | checkpointing | LoRA | component | measured | estimated | error |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| model | batch × seq | checkpointing | LoRA | component | measured | estimated | error |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for case, got, est in rows:
         seq = f"{case.sequence}px" if case.arch == "vit" else str(case.sequence)
         for part in ("weights", "gradients", "optimizer", "activations"):
             err = est[part] / got[part] - 1 if got[part] else 0.0
             precision = {"half": ", bf16", "amp": ", bf16 autocast"}.get(case.precision, "")
-            lines.append(f"| {case.arch}{' (eager)' if case.attention == 'eager' else ''}{precision} | "
-                         f"{case.batch} × {seq} | "
-                         f"{'on' if case.checkpointing else 'off'} | {f'r={case.lora}' if case.lora else '-'} | "
-                         f"{part} | {got[part] / 1024:,.0f} KiB | {est[part] / 1024:,.0f} KiB | {err:+.1%} |")
+            lines.append(
+                f"| {case.arch}{' (eager)' if case.attention == 'eager' else ''}{precision} | "
+                f"{case.batch} × {seq} | "
+                f"{'on' if case.checkpointing else 'off'} | {f'r={case.lora}' if case.lora else '-'} | "
+                f"{part} | {got[part] / 1024:,.0f} KiB | {est[part] / 1024:,.0f} KiB | {err:+.1%} |"
+            )
     return "\n".join(lines)
 
 

@@ -33,6 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def _python_path() -> str:
     """This checkout first, then whatever the caller had (wheels carried to a GPU machine)."""
     return os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
+
+
 MIB = 1 << 20
 OVERFLOW = 1.15  # the batch run to show a predicted overflow is real: estimated peak >= 115 % of the GPU
 
@@ -58,7 +60,7 @@ CASES = [
 ]
 QUICK = CASES[:2]
 
-SCRIPT = '''\
+SCRIPT = """\
 import torch
 from torch.utils.data import Dataset
 from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
@@ -90,11 +92,11 @@ args = TrainingArguments(
 )
 trainer = Trainer(model=model, args=args, train_dataset=RandomTokens())
 trainer.train()
-'''
+"""
 
 # Runs a script as __main__ with the allocator capped, and prints what torch held. The GPU is otherwise idle, so
 # the memory in use before the script starts is this process's CUDA context.
-CHILD = r'''
+CHILD = r"""
 import json, os, runpy, sys
 import torch
 out = {"result": "fits", "steps": 0}
@@ -123,12 +125,12 @@ out["peak_reserved"] = torch.cuda.max_memory_reserved()
 free, total = torch.cuda.mem_get_info()
 out["outside_allocator"] = (total - free) - torch.cuda.memory_reserved()
 print("RESULT " + json.dumps(out), flush=True)
-'''
+"""
 
 
 # Measures, without a cap, where the memory of one case goes at several batch sizes: the end of the first forward,
 # the first backward's peak, after the first optimizer step, and the peak over two steps. One process per case.
-PHASES = r'''
+PHASES = r"""
 import gc, json, sys
 import torch, transformers
 case, model_dir = json.loads(sys.argv[1]), sys.argv[2]
@@ -170,29 +172,58 @@ for batch in case["batches"]:
     for p in model.parameters():
         p.grad = None
     gc.collect(); torch.cuda.empty_cache()
-'''
+"""
 
-BATCHES = {"llama 0.5B, fp32 weights, bf16 AMP": (4, 8, 16), "llama 0.5B, bf16 weights": (4, 8, 16),
-           "llama 0.5B, fp32 + bf16 AMP, checkpointing": (16, 32, 64), "llama 0.5B, bf16, LoRA r=16": (4, 8, 16),
-           "gpt2 0.35B, fp32 weights, fp16 AMP": (2, 4, 8)}
+BATCHES = {
+    "llama 0.5B, fp32 weights, bf16 AMP": (4, 8, 16),
+    "llama 0.5B, bf16 weights": (4, 8, 16),
+    "llama 0.5B, fp32 + bf16 AMP, checkpointing": (16, 32, 64),
+    "llama 0.5B, bf16, LoRA r=16": (4, 8, 16),
+    "gpt2 0.35B, fp32 weights, fp16 AMP": (2, 4, 8),
+}
 
 
 def phases(case: Case, model: Path, vocab: int, folder: Path) -> list[dict]:
-    spec = {"name": case.name, "dtype": case.dtype, "lora": case.lora, "vocab": vocab, "sequence": case.sequence,
-            "checkpointing": case.checkpointing, "precision": case.precision, "batches": BATCHES[case.name]}
-    done = subprocess.run([sys.executable, "-c", PHASES, json.dumps(spec), str(model)], capture_output=True,
-                          text=True, cwd=folder)
-    rows = [json.loads(line[len("PHASES "):]) for line in done.stdout.splitlines() if line.startswith("PHASES ")]
+    spec = {
+        "name": case.name,
+        "dtype": case.dtype,
+        "lora": case.lora,
+        "vocab": vocab,
+        "sequence": case.sequence,
+        "checkpointing": case.checkpointing,
+        "precision": case.precision,
+        "batches": BATCHES[case.name],
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", PHASES, json.dumps(spec), str(model)], capture_output=True, text=True, cwd=folder
+    )
+    rows = [json.loads(line[len("PHASES ") :]) for line in done.stdout.splitlines() if line.startswith("PHASES ")]
     if len(rows) != len(spec["batches"]):
         print(f"{case.name}: phases ended early (exit {done.returncode}): {done.stderr.strip()[-1500:]}", flush=True)
     for row in rows:
         est = doctor(write_script(case, model, vocab, row["batch"], folder), case.target)["per_gpu_bytes"]
         row["estimated"] = est
-        print(f"{case.name}, batch {row['batch']}: " + ", ".join(
-            f"{k} {row[k] / MIB:,.0f}" for k in ("weights", "forward_end", "backward_peak", "before_step",
-                                                 "after_step", "peak", "peak_reserved", "outside_allocator")
-            if k in row) + " MiB; estimated " + ", ".join(f"{k} {v / MIB:,.0f}" for k, v in est.items()) + " MiB",
-              flush=True)
+        print(
+            f"{case.name}, batch {row['batch']}: "
+            + ", ".join(
+                f"{k} {row[k] / MIB:,.0f}"
+                for k in (
+                    "weights",
+                    "forward_end",
+                    "backward_peak",
+                    "before_step",
+                    "after_step",
+                    "peak",
+                    "peak_reserved",
+                    "outside_allocator",
+                )
+                if k in row
+            )
+            + " MiB; estimated "
+            + ", ".join(f"{k} {v / MIB:,.0f}" for k, v in est.items())
+            + " MiB",
+            flush=True,
+        )
     return rows
 
 
@@ -202,9 +233,17 @@ def save_model(arch: str, folder: Path) -> int:
     import transformers
 
     if arch == "llama":
-        cfg = transformers.LlamaConfig(hidden_size=2048, intermediate_size=5504, num_hidden_layers=8,
-                                       num_attention_heads=16, num_key_value_heads=4, vocab_size=32000,
-                                       max_position_embeddings=4096, bos_token_id=1, eos_token_id=2)
+        cfg = transformers.LlamaConfig(
+            hidden_size=2048,
+            intermediate_size=5504,
+            num_hidden_layers=8,
+            num_attention_heads=16,
+            num_key_value_heads=4,
+            vocab_size=32000,
+            max_position_embeddings=4096,
+            bos_token_id=1,
+            eos_token_id=2,
+        )
         model = transformers.LlamaForCausalLM(cfg)
     else:
         cfg = transformers.GPT2Config(n_embd=1024, n_layer=24, n_head=16, vocab_size=50257, n_positions=1024)
@@ -216,32 +255,46 @@ def save_model(arch: str, folder: Path) -> int:
 def write_script(case: Case, model: Path, vocab: int, batch: int, folder: Path) -> Path:
     lora = case.lora
     text = SCRIPT.format(
-        model=model, vocab=vocab, sequence=case.sequence, dtype=case.dtype, batch=batch, out=folder / "out",
+        model=model,
+        vocab=vocab,
+        sequence=case.sequence,
+        dtype=case.dtype,
+        batch=batch,
+        out=folder / "out",
         precision=f"{case.precision}=True," if case.precision else "",
         checkpointing=case.checkpointing,
         peft_import="from peft import LoraConfig, get_peft_model\n" if lora else "",
-        peft_wrap=f"model = get_peft_model(model, LoraConfig(r={lora}, task_type=\"CAUSAL_LM\"))\n" if lora else "")
+        peft_wrap=f'model = get_peft_model(model, LoraConfig(r={lora}, task_type="CAUSAL_LM"))\n' if lora else "",
+    )
     path = folder / f"train_{case.arch}_b{batch}.py"
     path.write_text(text)
     return path
 
 
 def doctor(script: Path, target: str) -> dict:
-    done = subprocess.run([sys.executable, "-m", "precision_doctor", "memory", str(script), "--target", target,
-                           "--format", "json"], capture_output=True, text=True, cwd=script.parent,
-                          env={**os.environ, "PYTHONPATH": _python_path()})
+    done = subprocess.run(
+        [sys.executable, "-m", "precision_doctor", "memory", str(script), "--target", target, "--format", "json"],
+        capture_output=True,
+        text=True,
+        cwd=script.parent,
+        env={**os.environ, "PYTHONPATH": _python_path()},
+    )
     if not done.stdout.strip():
         raise SystemExit(f"precision-doctor memory failed on {script}: {done.stderr.strip()[-500:]}")
     return json.loads(done.stdout)["scripts"][0]
 
 
 def run(script: Path, budget: int) -> dict:
-    done = subprocess.run([sys.executable, "-c", CHILD, str(script)], capture_output=True, text=True,
-                          cwd=script.parent, env={**os.environ, "PD_BUDGET": str(budget),
-                                                  "TOKENIZERS_PARALLELISM": "false"})
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(script)],
+        capture_output=True,
+        text=True,
+        cwd=script.parent,
+        env={**os.environ, "PD_BUDGET": str(budget), "TOKENIZERS_PARALLELISM": "false"},
+    )
     for line in done.stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
+            return json.loads(line[len("RESULT ") :])
     raise SystemExit(f"{script} ended without a result (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
 
 
@@ -259,8 +312,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", help="also write every row as JSON to this file")
-    parser.add_argument("--phases", action="store_true",
-                        help="measure each case uncapped at three batch sizes, phase by phase, instead")
+    parser.add_argument(
+        "--phases", action="store_true", help="measure each case uncapped at three batch sizes, phase by phase, instead"
+    )
     args = parser.parse_args()
     import torch
 
@@ -285,25 +339,37 @@ def main() -> int:
                 print(f"{case.name}: the doctor says not even batch 1 fits {case.target}; skipped", flush=True)
                 continue
             for expected, (batch, verdict) in (
-                    ("fits", (fits, doctor(write_script(case, model, vocab, fits, folder), case.target))),
-                    ("out of memory", overflow_batch(case, model, vocab, fits, folder))):
+                ("fits", (fits, doctor(write_script(case, model, vocab, fits, folder), case.target))),
+                ("out of memory", overflow_batch(case, model, vocab, fits, folder)),
+            ):
                 got = run(write_script(case, model, vocab, batch, folder), verdict["budget_bytes"])
                 est = verdict["per_gpu_bytes"]
-                row = {"case": case.name, "target": case.target, "batch": batch, "doctor": expected,
-                       "real": got["result"], "steps": got["steps"], "estimated": est, "measured": got}
+                row = {
+                    "case": case.name,
+                    "target": case.target,
+                    "batch": batch,
+                    "doctor": expected,
+                    "real": got["result"],
+                    "steps": got["steps"],
+                    "estimated": est,
+                    "measured": got,
+                }
                 rows.append(row)
                 wrong += got["result"] != expected
                 allocated = est["peak"] - est["CUDA context"] - est["allocator reserve"]
                 weights = f"{got.get('weights', 0) / MIB:,.0f}/{est['weights'] / MIB:,.0f}"
-                print(f"{case.name} on {case.target} ({verdict['budget_bytes'] / (1 << 30):.0f} GiB), batch {batch}: "
-                      f"doctor says {expected}, real run {got['result']} after {got['steps']} steps; "
-                      f"weights {weights} MiB (measured/estimated); "
-                      f"peak allocated {got['peak_allocated'] / MIB:,.0f} MiB vs estimated {allocated / MIB:,.0f} "
-                      f"({got['peak_allocated'] / allocated - 1:+.1%}); "
-                      f"reserved + outside {(got['peak_reserved'] + got['outside_allocator']) / MIB:,.0f} MiB vs "
-                      f"estimated peak {est['peak'] / MIB:,.0f}; outside the allocator "
-                      f"{got['outside_allocator'] / MIB:,.0f} MiB (estimated context "
-                      f"{est['CUDA context'] / MIB:,.0f})", flush=True)
+                print(
+                    f"{case.name} on {case.target} ({verdict['budget_bytes'] / (1 << 30):.0f} GiB), batch {batch}: "
+                    f"doctor says {expected}, real run {got['result']} after {got['steps']} steps; "
+                    f"weights {weights} MiB (measured/estimated); "
+                    f"peak allocated {got['peak_allocated'] / MIB:,.0f} MiB vs estimated {allocated / MIB:,.0f} "
+                    f"({got['peak_allocated'] / allocated - 1:+.1%}); "
+                    f"reserved + outside {(got['peak_reserved'] + got['outside_allocator']) / MIB:,.0f} MiB vs "
+                    f"estimated peak {est['peak'] / MIB:,.0f}; outside the allocator "
+                    f"{got['outside_allocator'] / MIB:,.0f} MiB (estimated context "
+                    f"{est['CUDA context'] / MIB:,.0f})",
+                    flush=True,
+                )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     print(f"\n{len(rows) - wrong} of {len(rows)} verdicts held on the real GPU")

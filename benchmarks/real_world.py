@@ -35,6 +35,7 @@ SKIP_DIRS = {"__pycache__", "venv", "env", "site-packages", "node_modules", "bui
 
 # ---------------------------------------------------------------- running the doctor
 
+
 def doctor_env() -> dict[str, str]:
     """This checkout first on the path, so the children run the doctor next to this script."""
     env = dict(os.environ)
@@ -46,8 +47,18 @@ def doctor_env() -> dict[str, str]:
 
 def run_check(paths: list[str], cwd: Path, target: str | None, jobs: int | None) -> dict:
     """One `check` run: its parsed report, exit code, wall seconds, and the error line when it gave no report."""
-    cmd = [sys.executable, "-m", "precision_doctor", "check", *paths, "--format", "json", "--fail-on", "never",
-           "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "precision_doctor",
+        "check",
+        *paths,
+        "--format",
+        "json",
+        "--fail-on",
+        "never",
+        "--quiet",
+    ]
     if target:
         cmd += ["--target", target]
     if jobs:
@@ -70,6 +81,7 @@ def run_check(paths: list[str], cwd: Path, target: str | None, jobs: int | None)
 
 
 # ---------------------------------------------------------------- reading a report defensively
+
 
 def _list(doc: dict | None, key: str) -> list:
     value = doc.get(key) if isinstance(doc, dict) else None
@@ -137,11 +149,15 @@ def reason_class(reason: str) -> str:
 
 # ---------------------------------------------------------------- the figures
 
+
 def walk_py(folder: Path) -> list[str]:
     found = []
     for here, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith(".")
-                         and not (Path(here) / d / "pyvenv.cfg").exists())
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if d not in SKIP_DIRS and not d.startswith(".") and not (Path(here) / d / "pyvenv.cfg").exists()
+        )
         found += [_norm(os.path.relpath(Path(here) / f, folder)) for f in sorted(files) if f.endswith(".py")]
     return found
 
@@ -188,8 +204,17 @@ def compare(folder_findings: dict[str, list[dict]], single: dict[str, dict]) -> 
                 kind = f"folder run reports it under {elsewhere[key]}"
             else:
                 kind = "per-file only" if b is None else "folder only" if a is None else "message differs"
-            diffs.append({"file": path, "kind": kind, "id": key[0], "severity": key[1], "at": where(key),
-                          "per_file": (a or {}).get("message"), "folder": (b or {}).get("message")})
+            diffs.append(
+                {
+                    "file": path,
+                    "kind": kind,
+                    "id": key[0],
+                    "severity": key[1],
+                    "at": where(key),
+                    "per_file": (a or {}).get("message"),
+                    "folder": (b or {}).get("message"),
+                }
+            )
     return diffs
 
 
@@ -211,7 +236,7 @@ def gather(folder: Path, target: str | None, jobs: int | None, limit: int | None
     singles_to_run = files[:limit] if limit else files
     with ThreadPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1)) as pool:
         runs = list(pool.map(lambda f: run_check([f], folder, target, None), singles_to_run))
-    single = dict(zip(singles_to_run, runs))
+    single = dict(zip(singles_to_run, runs, strict=False))
     single_findings = [f for r in runs for f in _list(r["report"], "findings")]
     single_failed = {p: r["problem"] or f"exit {r['rc']}" for p, r in single.items() if r["report"] is None}
     single_not_checked = {}
@@ -221,41 +246,76 @@ def gather(folder: Path, target: str | None, jobs: int | None, limit: int | None
 
     reasons = Counter(reason_class(str(u.get("reason", ""))) for us in unknowns.values() for u in us)
     whats = Counter(str(u.get("what", "?")) for us in unknowns.values() for u in us)
-    errors = sorted((f for f in findings if f.get("severity") == "error"),
-                    key=lambda f: (finding_file(f), str(finding_key(f)[2]), finding_key(f)[3] or 0, str(f.get("id"))))
+    errors = sorted(
+        (f for f in findings if f.get("severity") == "error"),
+        key=lambda f: (finding_file(f), str(finding_key(f)[2]), finding_key(f)[3] or 0, str(f.get("id"))),
+    )
     folder_error_keys = {finding_key(f) for f in errors}
-    single_errors = sorted({finding_key(f): f for f in single_findings
-                            if f.get("severity") == "error" and finding_key(f) not in folder_error_keys}.values(),
-                           key=lambda f: (finding_file(f), str(finding_key(f)[2]), finding_key(f)[3] or 0))
+    single_errors = sorted(
+        {
+            finding_key(f): f
+            for f in single_findings
+            if f.get("severity") == "error" and finding_key(f) not in folder_error_keys
+        }.values(),
+        key=lambda f: (finding_file(f), str(finding_key(f)[2]), finding_key(f)[3] or 0),
+    )
     return {
-        "dir": str(folder), "target": target, "folder_rc": folder_run["rc"], "folder_problem": folder_run["problem"],
-        "files": len(files), "lines": lines, "scripts_with_findings": len(by_file),
+        "dir": str(folder),
+        "target": target,
+        "folder_rc": folder_run["rc"],
+        "folder_problem": folder_run["problem"],
+        "files": len(files),
+        "lines": lines,
+        "scripts_with_findings": len(by_file),
         "wall_s": round(folder_run["wall"], 3),
         "lines_per_s": round(lines / folder_run["wall"]) if folder_run["wall"] else 0,
-        "per_file_runs": len(runs), "per_file_wall_s": round(sum(r["wall"] for r in runs), 3),
-        "findings": len(findings), "per_rule": dict(sorted(per_rule.items())),
-        "per_severity": {s: per_severity.get(s, 0)
-                         for s in list(SEVERITY_ORDER) + sorted(set(per_severity) - set(SEVERITY_ORDER))},
+        "per_file_runs": len(runs),
+        "per_file_wall_s": round(sum(r["wall"] for r in runs), 3),
+        "findings": len(findings),
+        "per_rule": dict(sorted(per_rule.items())),
+        "per_severity": {
+            s: per_severity.get(s, 0) for s in list(SEVERITY_ORDER) + sorted(set(per_severity) - set(SEVERITY_ORDER))
+        },
         "per_rule_single": dict(sorted(Counter(str(f.get("id", "?")) for f in single_findings).items())),
-        "errors": [{"id": f.get("id"), "name": f.get("name"), "file": finding_file(f), "at": where(finding_key(f)),
-                    "confidence": f.get("confidence"), "message": f.get("message")} for f in errors],
-        "errors_single_only": [{"id": f.get("id"), "name": f.get("name"), "file": finding_file(f),
-                                "at": where(finding_key(f)), "confidence": f.get("confidence"),
-                                "message": f.get("message")} for f in single_errors],
+        "errors": [
+            {
+                "id": f.get("id"),
+                "name": f.get("name"),
+                "file": finding_file(f),
+                "at": where(finding_key(f)),
+                "confidence": f.get("confidence"),
+                "message": f.get("message"),
+            }
+            for f in errors
+        ],
+        "errors_single_only": [
+            {
+                "id": f.get("id"),
+                "name": f.get("name"),
+                "file": finding_file(f),
+                "at": where(finding_key(f)),
+                "confidence": f.get("confidence"),
+                "message": f.get("message"),
+            }
+            for f in single_errors
+        ],
         "differences": compare(by_file, {p: single[p] for p in singles_to_run}),
         "unknowns_per_file": {p: len(us) for p, us in sorted(unknowns.items())},
         "unknowns_total": sum(len(us) for us in unknowns.values()),
-        "unknown_reasons": reasons.most_common(15), "unknown_whats": whats.most_common(15),
+        "unknown_reasons": reasons.most_common(15),
+        "unknown_whats": whats.most_common(15),
         "not_checked": dict(sorted(not_checked.items())),
         "not_checked_single": dict(sorted(single_not_checked.items())),
         "single_failed": dict(sorted(single_failed.items())),
         "stderr_folder": folder_run["stderr"][:20],
         "stderr_single": {p: r["stderr"][-1] for p, r in single.items() if r["stderr"] and r["report"] is not None},
-        "stack_folder": stack_line(report), "stacks_single": stacks.most_common(),
+        "stack_folder": stack_line(report),
+        "stacks_single": stacks.most_common(),
     }
 
 
 # ---------------------------------------------------------------- printing
+
 
 def render(fig: dict) -> str:
     out: list[str] = []
@@ -278,8 +338,10 @@ def render(fig: dict) -> str:
     for sev, n in fig["per_severity"].items():
         say(f"  {sev:8} {n:5}")
     say("")
-    say(f"== error-level findings ({len(fig['errors'])} in the folder run, "
-        f"{len(fig['errors_single_only'])} more in per-file runs)")
+    say(
+        f"== error-level findings ({len(fig['errors'])} in the folder run, "
+        f"{len(fig['errors_single_only'])} more in per-file runs)"
+    )
     for label, errors in (("", fig["errors"]), ("per-file runs only: ", fig["errors_single_only"])):
         current = None
         for e in errors:
@@ -289,9 +351,11 @@ def render(fig: dict) -> str:
             say(f"    {e['id']} {e['at']}  {e['message']}")
     say("")
     moved = [d for d in fig["differences"] if d["kind"].startswith("folder run reports it under")]
-    say(f"== per-file vs folder-run differences ({len(fig['differences'])} over {fig['per_file_runs']} per-file runs: "
+    say(
+        f"== per-file vs folder-run differences ({len(fig['differences'])} over {fig['per_file_runs']} per-file runs: "
         f"{len(fig['differences']) - len(moved)} in verdict, {len(moved)} the same finding reported under another "
-        f"file — a per-file run reports what the scripts it checks import, or a helper's importers)")
+        f"file — a per-file run reports what the scripts it checks import, or a helper's importers)"
+    )
     for d in fig["differences"]:
         say(f"  {d['file']}  {d['id']} {d['severity']} at {d['at']}  {d['kind']}")
         if d["kind"] == "message differs":
@@ -312,24 +376,30 @@ def render(fig: dict) -> str:
     for what, n in fig["unknown_whats"]:
         say(f"  {n:4}  {what}")
     say("")
-    say(f"== not checked ({len(fig['not_checked'])} in the folder run, "
-        f"{len(fig['not_checked_single'])} in per-file runs)")
+    say(
+        f"== not checked ({len(fig['not_checked'])} in the folder run, "
+        f"{len(fig['not_checked_single'])} in per-file runs)"
+    )
     for path, why in fig["not_checked"].items():
         say(f"  {path}  {why}")
     for path, why in fig["not_checked_single"].items():
         if path not in fig["not_checked"]:
             say(f"  {path}  (per-file run only) {why}")
     say("")
-    say(f"== stderr ({len(fig['stderr_single'])} per-file runs wrote to stderr under --quiet; "
-        f"folder run {len(fig['stderr_folder'])} lines)")
+    say(
+        f"== stderr ({len(fig['stderr_single'])} per-file runs wrote to stderr under --quiet; "
+        f"folder run {len(fig['stderr_folder'])} lines)"
+    )
     for line in fig["stderr_folder"]:
         say(f"  folder run: {line}")
     for path, line in fig["stderr_single"].items():
         say(f"  {path}: {line}")
     say("")
     say("== time")
-    say(f"  folder run {fig['wall_s']:.2f} s   {fig['lines_per_s']} lines/s   "
-        f"({fig['per_file_runs']} per-file runs took {fig['per_file_wall_s']:.1f} s of process time)")
+    say(
+        f"  folder run {fig['wall_s']:.2f} s   {fig['lines_per_s']} lines/s   "
+        f"({fig['per_file_runs']} per-file runs took {fig['per_file_wall_s']:.1f} s of process time)"
+    )
     return "\n".join(out)
 
 

@@ -13,13 +13,14 @@ import os
 import re
 import stat
 import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import IO, Iterable, Iterator
+from typing import IO
 
-from .system import sources
-from .rules.catalog import rules
 from .model.errors import InputError
+from .rules.catalog import rules
 from .rules.registry import Rule
+from .system import sources
 
 MAX_EVIDENCE = 4  # log lines kept per signature
 _TQDM = re.compile(r"\b(\d+)/(\d+) \[")
@@ -69,9 +70,16 @@ class Diagnosis:
 
     def to_json(self) -> dict:
         lines = sorted(set(self.evidence + self.tells))
-        return {"id": self.rule.id, "name": self.rule.name, "confidence": round(self.confidence, 2),
-                "evidence": [text for _, text in lines], "lines": [n for n, _ in lines], "cause": self.rule.why,
-                "error": self.rule.error, "fix": self.rule.fix}
+        return {
+            "id": self.rule.id,
+            "name": self.rule.name,
+            "confidence": round(self.confidence, 2),
+            "evidence": [text for _, text in lines],
+            "lines": [n for n, _ in lines],
+            "cause": self.rule.why,
+            "error": self.rule.error,
+            "fix": self.rule.fix,
+        }
 
 
 def diagnose(source: Iterable[str] | IO) -> list[Diagnosis]:
@@ -90,9 +98,8 @@ def diagnose(source: Iterable[str] | IO) -> list[Diagnosis]:
             seen += chunk.count(b"\n", last, start)
             last = start
             end = chunk.find(b"\n", start)
-            line = chunk[start:end if end != -1 else len(chunk)][:MAX_LINE].decode("utf-8", "replace")
-            _scan_line(seen + 1, line, [sigs[i] for i in sorted(wanted) if i >= 0], TQDM_PROBE in wanted, hits,
-                       totals)
+            line = chunk[start : end if end != -1 else len(chunk)][:MAX_LINE].decode("utf-8", "replace")
+            _scan_line(seen + 1, line, [sigs[i] for i in sorted(wanted) if i >= 0], TQDM_PROBE in wanted, hits, totals)
         number += chunk.count(b"\n")
     _halving_progress_bar(totals, hits)
     for d in hits.values():
@@ -101,8 +108,14 @@ def diagnose(source: Iterable[str] | IO) -> list[Diagnosis]:
     return ranked
 
 
-def _scan_line(number: int, line: str, sigs: list[Signature], tqdm: bool, hits: dict[str, Diagnosis],
-               totals: list[tuple[int, int, str]]) -> None:
+def _scan_line(
+    number: int,
+    line: str,
+    sigs: list[Signature],
+    tqdm: bool,
+    hits: dict[str, Diagnosis],
+    totals: list[tuple[int, int, str]],
+) -> None:
     m = _TQDM.search(line) if tqdm else None
     if m and int(m.group(2)) > 0 and (not totals or totals[-1][1] != int(m.group(2))):
         if len(totals) < 64:
@@ -153,7 +166,7 @@ def _anchor(pattern: str) -> str:
     try:
         from re import _parser as parser  # type: ignore[attr-defined]
     except ImportError:  # Python 3.10
-        import sre_parse as parser  # type: ignore[no-redef]
+        import sre_parse as parser
     runs, run = [], ""
     for op, arg in parser.parse(pattern):
         if op is parser.LITERAL:
@@ -213,18 +226,18 @@ def _chunks_of_stream(stream: IO) -> Iterator[bytes]:
             data = held_cr + data
         held_cr = b"\r" if data.endswith(b"\r") else b""
         if b"\r" in data:
-            data = data[:len(data) - len(held_cr)].replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            data = data[: len(data) - len(held_cr)].replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         if skipping:
             cut = data.find(b"\n")
             if cut == -1:
                 continue
-            data, skipping = data[cut + 1:], False
+            data, skipping = data[cut + 1 :], False
         if carry:
             data = carry + data
         cut = data.rfind(b"\n")
-        carry = data[cut + 1:]
+        carry = data[cut + 1 :]
         if cut != -1:
-            yield data[:cut + 1]
+            yield data[: cut + 1]
         if len(carry) > MAX_LINE:
             yield carry[:MAX_LINE] + b"\n"
             carry, skipping = b"", True
@@ -253,8 +266,9 @@ def open_log(path: str) -> tuple[IO, str]:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0))
     except OSError as exc:
-        raise InputError(f"{path}: cannot be read ({sources.os_reason(exc)}); give the path of a training log") \
-            from None
+        raise InputError(
+            f"{path}: cannot be read ({sources.os_reason(exc)}); give the path of a training log"
+        ) from None
     opened = os.fstat(fd).st_mode
     if not (stat.S_ISREG(opened) or stat.S_ISFIFO(opened)):  # swapped since the check
         os.close(fd)
@@ -274,7 +288,7 @@ def _halving_progress_bar(totals: list[tuple[int, int, str]], hits: dict[str, Di
     """The same run shows N steps, then N/2: a second stage ran under DataParallel (a tell of the rules that
     declare it)."""
     for i, (n1, t1, text1) in enumerate(totals):
-        for n2, t2, text2 in totals[i + 1:]:
+        for n2, t2, text2 in totals[i + 1 :]:
             if t1 == 2 * t2 or t1 == 2 * t2 - 1:
                 for r in rules():
                     if r.log.halving_progress:

@@ -18,7 +18,7 @@ from .derive.memory_plan import plan_memory_for
 from .derive.setup import Fact, Setup
 from .diagnose import match_exception
 from .model.facts import Facts, Location, ScriptFacts, Suppression
-from .model.findings import SEVERITY_RANK, Confidence, Draft, Evidence, Finding, Fix, Phase, stricter
+from .model.findings import SEVERITY_RANK, Confidence, Draft, Evidence, Finding, Fix, Phase, Severity, stricter
 from .model.util import record, unique
 from .rules.catalog import rules
 from .rules.registry import REGISTRY, Rule
@@ -113,20 +113,21 @@ class Judge:
         return ScriptVerdict(tuple(results), setup if self.keep_setups else None)
 
 
-def _judged(position: int, r: Rule, facts: Facts, derived: Derived, script, available: dict
-            ) -> list[tuple[int, str, object]]:
+def _judged(
+    position: int, r: Rule, facts: Facts, derived: Derived, script, available: dict
+) -> list[tuple[int, str, object]]:
     withdrawn: list[Withdrawn] = []
     silenced: list[Silenced] = []
     try:
-        found: list = [(position, "finding", f)
-                       for f in _run_rule(r, facts, derived, script, withdrawn, silenced, available)]
+        found: list = [
+            (position, "finding", f) for f in _run_rule(r, facts, derived, script, withdrawn, silenced, available)
+        ]
     except Exception as exc:  # a crashed check is a result, not a crash of the tool
         found = [(position, "crashed", Skipped(r.id, f"{type(exc).__name__}: {exc}"))]
     return found + [(position, "withdrawn", w) for w in withdrawn] + [(position, "silenced", s) for s in silenced]
 
 
-def run(facts: Facts, policy: Policy | None = None, verdicts: tuple[ScriptVerdict | None, ...] | None = None
-        ) -> Result:
+def run(facts: Facts, policy: Policy | None = None, verdicts: tuple[ScriptVerdict | None, ...] | None = None) -> Result:
     """Every enabled rule over the facts. `verdicts`, one per script (or None), are scripts already judged
     (`Judge`) where they were probed: those scripts' facts may come without their calls. The cyclic collector
     pauses meanwhile: the rules make no reference cycles, and each of its collections would rescan the facts
@@ -171,8 +172,14 @@ def _run(facts: Facts, policy: Policy | None, verdicts: tuple[ScriptVerdict | No
             findings.extend(_stamp(r, d, "") for d in r.func(**_inject(r, facts, derived, None, use)))
     findings.sort(key=Finding.sort_key)
     crashed = unique(crashed, key=lambda c: (c.rule_id, c.reason))
-    return Result(tuple(findings), tuple(skipped), tuple(crashed), tuple(withdrawn),
-                  tuple(unique(silenced, key=lambda s: s)), setups)
+    return Result(
+        tuple(findings),
+        tuple(skipped),
+        tuple(crashed),
+        tuple(withdrawn),
+        tuple(unique(silenced, key=lambda s: s)),
+        setups,
+    )
 
 
 def _missing(r: Rule, facts: Facts) -> str:
@@ -205,11 +212,20 @@ def _available(facts: Facts, derived: Derived, script, use: SuppressionUse | Non
     """What a rule may name as a parameter, for one script (None: the run)."""
     live_known = facts.live is not None and facts.live.known
     stack = script.stack if script is not None and script.stack is not None else facts.stack  # its project's
-    return _Available({"facts": facts, "machine": facts.machine, "stack": stack, "launch": facts.launch,
-                       "plan": derived.plan_for(script.path) if script else derived.plan, "script": script,
-                       "setup": derived.setups.get(script.path) if script else None,
-                       "live": (facts.live if live_known else None) if live == "facts" else live,
-                       "suppressions": use, "job": facts.job})
+    return _Available(
+        {
+            "facts": facts,
+            "machine": facts.machine,
+            "stack": stack,
+            "launch": facts.launch,
+            "plan": derived.plan_for(script.path) if script else derived.plan,
+            "script": script,
+            "setup": derived.setups.get(script.path) if script else None,
+            "live": (facts.live if live_known else None) if live == "facts" else live,
+            "suppressions": use,
+            "job": facts.job,
+        }
+    )
 
 
 class _Available(dict):
@@ -236,8 +252,15 @@ class _Available(dict):
 _MEMORY, _MEMORY_READS = "memory plan", "memory plan reads"  # kept beside the values, under names no rule can take
 
 
-def _run_rule(r: Rule, facts: Facts, derived: Derived, script, withdrawn: list[Withdrawn],
-              silenced: list[Silenced], available: dict) -> list[Finding]:
+def _run_rule(
+    r: Rule,
+    facts: Facts,
+    derived: Derived,
+    script,
+    withdrawn: list[Withdrawn],
+    silenced: list[Silenced],
+    available: dict,
+) -> list[Finding]:
     path = script.path if script else ""
     injected = {p: available[p] for p in r.params}
     read_memory: list[bool] = []
@@ -272,8 +295,10 @@ class _ReadRecorder:
     def __getattr__(self, name):
         value = getattr(self._setup, name)
         if callable(value):
+
             def recorded(*args, **kwargs):
                 return self._note(name, value(*args, **kwargs))
+
             return recorded
         return self._note(name, value)
 
@@ -290,8 +315,9 @@ def _silenced_by(rule_id: str, path: str, unknown: list) -> list[Silenced]:
             where = (fact.source.location,)
         else:
             call = fact.call
-            where = tuple(v.location or call.location for n, v in call.kwargs.items()
-                          if n in fact.unknown and not v.known) or (call.location,)
+            where = tuple(
+                v.location or call.location for n, v in call.kwargs.items() if n in fact.unknown and not v.known
+            ) or (call.location,)
         out.append(Silenced(rule_id, path, name, fact.unknown, where))
     return out
 
@@ -315,32 +341,47 @@ def _live_exception(facts: Facts, policy: Policy) -> list[Finding]:
     r = match_exception(live.error.traceback, live.error.message)
     if r is None or not policy.enabled(r.id):
         return []
-    where = tuple(Evidence(Location(f.file, f.line) if f.file else None, f.code,
-                           f"{f.function}() raised here" if i == 0 else f"in {f.function}()", "live")
-                  for i, f in enumerate(reversed(live.error.frames[-4:])))
+    where = tuple(
+        Evidence(
+            Location(f.file, f.line) if f.file else None,
+            f.code,
+            f"{f.function}() raised here" if i == 0 else f"in {f.function}()",
+            "live",
+        )
+        for i, f in enumerate(reversed(live.error.frames[-4:]))
+    )
     step = live.optimizer_steps
     kind, message = live.error.type, live.error.message
-    draft = Draft(f"the live run raised it {'before the first optimizer step' if not step else f'after {step} steps'}"
-                  f": {kind}: {message[:200]}",
-                  evidence=where or (Evidence(None, f"live run at {live.stopped_at or 'the end'}", "exception",
-                                              "live"),),
-                  error=f"{kind}: {message[:400]}", phase=Phase.FIRST_STEP if not step else Phase.LATER_STEPS,
-                  fix=Fix(r.fix))
+    draft = Draft(
+        f"the live run raised it {'before the first optimizer step' if not step else f'after {step} steps'}"
+        f": {kind}: {message[:200]}",
+        evidence=where or (Evidence(None, f"live run at {live.stopped_at or 'the end'}", "exception", "live"),),
+        error=f"{kind}: {message[:400]}",
+        phase=Phase.FIRST_STEP if not step else Phase.LATER_STEPS,
+        fix=Fix(r.fix),
+    )
     return [_stamp(r, draft, facts.scripts[0].path if facts.scripts else "")]
 
 
 def _suppress(findings: list[Finding], facts: Facts, chosen: list[Rule]) -> tuple[list[Finding], SuppressionUse]:
     """Drop findings a `# precision-doctor: ignore[...]` comment on one of their lines names, and record which
     comments silenced something."""
-    marks = unique((s for script in facts.scripts for s in script.suppressions),
-                   key=lambda s: (s.location.path, s.location.line))
+    marks = unique(
+        (s for script in facts.scripts for s in script.suppressions), key=lambda s: (s.location.path, s.location.line)
+    )
     by_line = {(s.location.path, s.location.line): s for s in marks}
     used: set[tuple[str, str, int]] = set()
     kept = []
     for f in findings:
-        hit = next((by_line[(loc.path, loc.line)] for loc in f.locations if (loc.path, loc.line) in by_line
-                    and (not by_line[(loc.path, loc.line)].ids or f.rule_id in by_line[(loc.path, loc.line)].ids)),
-                   None)
+        hit = next(
+            (
+                by_line[(loc.path, loc.line)]
+                for loc in f.locations
+                if (loc.path, loc.line) in by_line
+                and (not by_line[(loc.path, loc.line)].ids or f.rule_id in by_line[(loc.path, loc.line)].ids)
+            ),
+            None,
+        )
         if hit is None:
             kept.append(f)
         else:
@@ -351,13 +392,23 @@ def _suppress(findings: list[Finding], facts: Facts, chosen: list[Rule]) -> tupl
 def _stamp(r: Rule, d: Draft, path: str) -> Finding:
     severity = r.severity
     if d.severity and SEVERITY_RANK[d.severity] >= SEVERITY_RANK[r.escalates_to]:
-        severity = d.severity  # lower than declared, or up to the escalation the rule declares, never beyond
+        severity = Severity(d.severity)  # lower than declared, or up to the escalation the rule declares, never beyond
     fix = d.fix
     if fix is not None:
         fix = replace(fix, applicability=stricter(fix.applicability, r.applicability))
     confidence = Confidence(d.confidence)
     if any(e.origin == "env-default" for e in d.evidence):  # rests on a variable the environment may set otherwise
         confidence = Confidence.LIKELY
-    return Finding(rule_id=r.id, name=r.name, severity=severity, message=d.message, path=d.path or path,
-                   evidence=d.evidence, error=d.error or r.error, why=r.why, fix=fix,
-                   phase=d.phase or r.phase, confidence=confidence)
+    return Finding(
+        rule_id=r.id,
+        name=r.name,
+        severity=severity,
+        message=d.message,
+        path=d.path or path,
+        evidence=d.evidence,
+        error=d.error or r.error,
+        why=r.why,
+        fix=fix,
+        phase=Phase(d.phase) if d.phase else r.phase,
+        confidence=confidence,
+    )

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .model.errors import InputError, did_you_mean, rule_id_key
-from .system.sources import Unreadable, parse_toml, read_text_bounded, worth_reading
 from .model.util import record
+from .system.sources import Unreadable, parse_toml, read_text_bounded, worth_reading
 
 SECTION = "precision-doctor"
 FAIL_ON = ("error", "warning", "info", "never")
@@ -52,8 +52,10 @@ class Policy:
 
     def ignored_in(self, rule_id: str, path: str) -> bool:
         rel = _relative(path, self.root)
-        return any(rule_id in ids and (fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(Path(rel).name, pattern))
-                   for pattern, ids in self.per_file_ignores)
+        return any(
+            rule_id in ids and (fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(Path(rel).name, pattern))
+            for pattern, ids in self.per_file_ignores
+        )
 
 
 @record
@@ -88,8 +90,10 @@ def read_table(path: Path) -> dict[str, Any]:
     tool = data.get("tool", {})
     table = tool.get(SECTION, {}) if isinstance(tool, dict) else {}
     if not isinstance(table, dict):
-        raise InputError(f"{path}: [tool.{SECTION}] is {type(table).__name__}, not a table; write it as "
-                         f"[tool.{SECTION}] with keys under it")
+        raise InputError(
+            f"{path}: [tool.{SECTION}] is {type(table).__name__}, not a table; write it as "
+            f"[tool.{SECTION}] with keys under it"
+        )
     return table
 
 
@@ -121,8 +125,10 @@ def _canonical_keys(table: dict[str, Any], source: str) -> dict[str, Any]:
     for key, value in table.items():
         name = str(key).strip().lower().replace("_", "-")
         if name not in KEYS:
-            raise InputError(f"{source}: [tool.{SECTION}] has unknown key {key!r}"
-                             f"{did_you_mean(name, KEYS) or ';'} known keys: {', '.join(KEYS)}")
+            raise InputError(
+                f"{source}: [tool.{SECTION}] has unknown key {key!r}"
+                f"{did_you_mean(name, KEYS) or ';'} known keys: {', '.join(KEYS)}"
+            )
         if name in out:
             raise InputError(f"{source}: [tool.{SECTION}] sets {name} twice (as {key!r} too); keep one")
         out[name] = value
@@ -136,33 +142,53 @@ def load_settings(table: dict[str, Any], source: str, known_rules: set[str], roo
 
     table = _canonical_keys(table, source)
     where = f"{source}: [tool.{SECTION}]"
-    read = convert({k.replace("-", "_"): v for k, v in table.items()}, Table, where,
-                   key_name=lambda key: key.replace("_", "-"), null=False)
+    read = convert(
+        {k.replace("-", "_"): v for k, v in table.items()},
+        Table,
+        where,
+        key_name=lambda key: key.replace("_", "-"),
+        null=False,
+    )
 
     def ids(values: list[str] | None, key: str) -> frozenset[str] | None:
         return None if values is None else resolve_ids(values, known_rules, f"{source}: {key}")
 
-    pfi = tuple((glob, resolve_ids(v, known_rules, f"{source}: per-file-ignores {glob!r}"))
-                for glob, v in read.per_file_ignores.items())
-    return Settings(target=read.target, facts=read.facts, launcher=read.launcher, fail_on=read.fail_on,
-                    exclude=tuple(read.exclude), source=source, partitions=_partitions(read.partitions, source),
-                    policy=Policy(select=ids(read.select, "select"), ignore=ids(read.ignore, "ignore") or frozenset(),
-                                  per_file_ignores=pfi, root=root))
+    pfi = tuple(
+        (glob, resolve_ids(v, known_rules, f"{source}: per-file-ignores {glob!r}"))
+        for glob, v in read.per_file_ignores.items()
+    )
+    return Settings(
+        target=read.target,
+        facts=read.facts,
+        launcher=read.launcher,
+        fail_on=read.fail_on,
+        exclude=tuple(read.exclude),
+        source=source,
+        partitions=_partitions(read.partitions, source),
+        policy=Policy(
+            select=ids(read.select, "select"),
+            ignore=ids(read.ignore, "ignore") or frozenset(),
+            per_file_ignores=pfi,
+            root=root,
+        ),
+    )
 
 
 def _partitions(value: Any, source: str) -> dict[str, dict[str, Any]]:
     """`[tool.precision-doctor.partitions]`: `gpu = { gpu = "a100-80gb", count = 8 }` per SLURM partition."""
     where = f"{source}: [tool.{SECTION}.partitions]"
     if not isinstance(value, dict):
-        raise InputError(f"{where} must map a partition name to {{ gpu = \"a100-80gb\", count = 8 }}")
+        raise InputError(f'{where} must map a partition name to {{ gpu = "a100-80gb", count = 8 }}')
     for name, entry in value.items():
         if not isinstance(entry, dict) or not isinstance(entry.get("gpu"), str):
-            raise InputError(f"{where} {name}: needs gpu = \"PROFILE\" (see `precision-doctor targets`)")
+            raise InputError(f'{where} {name}: needs gpu = "PROFILE" (see `precision-doctor targets`)')
         if set(entry) - {"gpu", "count"}:
-            raise InputError(f"{where} {name}: unknown key {sorted(set(entry) - {'gpu', 'count'})[0]!r}; "
-                             f"known keys: gpu, count")
-        if "count" in entry and (not isinstance(entry["count"], int) or isinstance(entry["count"], bool)
-                                 or entry["count"] < 1):
+            raise InputError(
+                f"{where} {name}: unknown key {sorted(set(entry) - {'gpu', 'count'})[0]!r}; known keys: gpu, count"
+            )
+        if "count" in entry and (
+            not isinstance(entry["count"], int) or isinstance(entry["count"], bool) or entry["count"] < 1
+        ):
             raise InputError(f"{where} {name}: count must be a positive integer (GPUs per node)")
     return {str(k): dict(v) for k, v in value.items()}
 
@@ -177,6 +203,8 @@ def excluded(path: Path, patterns: tuple[str, ...], root: str) -> bool:
 
 def _relative(path: str, root: str) -> str:
     try:
-        return Path(os.path.realpath(path)).relative_to(os.path.realpath(root)).as_posix()  # never raises on a link loop
+        return (
+            Path(os.path.realpath(path)).relative_to(os.path.realpath(root)).as_posix()
+        )  # never raises on a link loop
     except ValueError:
         return Path(path).as_posix()

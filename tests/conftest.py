@@ -7,8 +7,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from precision_doctor import engine  # noqa: E402
-from precision_doctor.probes.collect import gather  # noqa: E402
 from precision_doctor.knowledge.versions import CURRENT  # noqa: E402
+from precision_doctor.probes.collect import gather  # noqa: E402
 
 from .fake_nvml import NO_NVML, fake_system  # noqa: E402
 
@@ -21,8 +21,20 @@ def machine_probes(machine=None, environ=None):
     return {"environ": {**env, **(environ or {})}, "system": system}
 
 
-def check_code(tmp_path, code, target=None, launcher=None, script_args=(), versions=None, name="train.py",
-               facts_file=None, environ=None, machine=None, live=None, job=None):
+def check_code(
+    tmp_path,
+    code,
+    target=None,
+    launcher=None,
+    script_args=(),
+    versions=None,
+    name="train.py",
+    facts_file=None,
+    environ=None,
+    machine=None,
+    live=None,
+    job=None,
+):
     """Run the whole static pipeline on `code` against a fixed stack (current releases unless overridden); with
     `job`, the code is the training script a job script beside it (job.sbatch) launches, and the job is checked."""
     path = tmp_path / name
@@ -30,9 +42,15 @@ def check_code(tmp_path, code, target=None, launcher=None, script_args=(), versi
     if job is not None:
         path = tmp_path / "job.sbatch"
         path.write_text(job, encoding="utf-8")
-    facts = gather([str(path)], target=target, launcher=launcher, script_args=tuple(script_args),
-                   stack_overrides={**CURRENT, **(versions or {})}, facts_file=facts_file,
-                   **machine_probes(machine, environ))
+    facts = gather(
+        [str(path)],
+        target=target,
+        launcher=launcher,
+        script_args=tuple(script_args),
+        stack_overrides={**CURRENT, **(versions or {})},
+        facts_file=facts_file,
+        **machine_probes(machine, environ),
+    )
     if live is not None:
         from dataclasses import replace
 
@@ -59,8 +77,11 @@ def own_state_home(tmp_path_factory, monkeypatch):
 
 
 def pytest_addoption(parser):
-    parser.addoption("--update-golden", action="store_true",
-                     help="rewrite golden files (README rule table, golden reports) from the current code")
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        help="rewrite golden files (README rule table, golden reports) from the current code",
+    )
 
 
 @pytest.fixture
@@ -72,8 +93,14 @@ def update_golden(request):
 def tiny_llama(tmp_path_factory):
     """A one-layer Llama saved locally: real transformers loads without a hub download."""
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                   num_attention_heads=2, num_key_value_heads=2, vocab_size=128)
+    cfg = transformers.LlamaConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        vocab_size=128,
+    )
     path = tmp_path_factory.mktemp("tiny-llama")
     transformers.LlamaForCausalLM(cfg).save_pretrained(path)
     return path

@@ -103,8 +103,10 @@ class FakePsutil:
         return _FakeProcess(row)
 
     def net_connections(self, kind="inet"):
-        return [SimpleNamespace(laddr=SimpleNamespace(ip="0.0.0.0", port=c["port"]), status="LISTEN", pid=c.get("pid"))
-                for c in self.listening]
+        return [
+            SimpleNamespace(laddr=SimpleNamespace(ip="0.0.0.0", port=c["port"]), status="LISTEN", pid=c.get("pid"))
+            for c in self.listening
+        ]
 
 
 class _FakeProcess:
@@ -160,13 +162,15 @@ def fake_system(name: str) -> tuple[System, dict]:
                 found.append(BusyPort(p, pid, describe_command(row.get("cmdline", [])), row.get("user", "")))
         return tuple(ports), tuple(found)
 
-    return System(nvml=FakeNVML(spec["nvml"]), psutil=psutil, check_ports=check_ports, scheduler=NO_SCHEDULER), \
-        spec.get("env", {})
+    return System(
+        nvml=FakeNVML(spec["nvml"]), psutil=psutil, check_ports=check_ports, scheduler=NO_SCHEDULER
+    ), spec.get("env", {})
 
 
 def NO_SCHEDULER(args):  # noqa: N802 - a constant: no scontrol answers
     return ""
 
 
-NO_NVML = System(nvml=FakeNVML({"init_error": "library"}), check_ports=lambda ports, _p=None: ((), ()),
-                 scheduler=NO_SCHEDULER)
+NO_NVML = System(
+    nvml=FakeNVML({"init_error": "library"}), check_ports=lambda ports, _p=None: ((), ()), scheduler=NO_SCHEDULER
+)

@@ -33,8 +33,10 @@ LAYERS = (
 MAX_LOOSE_MODULES = 10
 # the derive entry points that compute a setup, a launch plan or a memory plan: the report takes their results
 DERIVING = {"derive", "derive_setup", "plan_launch", "plan_of_script", "plan_memory"}
-PLUGIN_LOADERS = {"precision_doctor.rules.catalog": "precision_doctor.rules",
-                  "precision_doctor.probes.handlers": "precision_doctor.probes.handlers"}
+PLUGIN_LOADERS = {
+    "precision_doctor.rules.catalog": "precision_doctor.rules",
+    "precision_doctor.probes.handlers": "precision_doctor.probes.handlers",
+}
 
 
 def _top(module: str) -> str:
@@ -134,7 +136,7 @@ def test_the_import_graph_has_no_cycle():
         stack.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state:
                 cycle = visit(nxt)
                 if cycle:
@@ -155,16 +157,25 @@ def test_a_rule_never_imports_another_rule():
 
 
 def test_derive_and_the_rules_never_import_probes():
-    reaching = [(a, b) for a, targets in _graph().items() if _top(a) in ("derive", "rules")
-                for b in targets if _top(b) == "probes"]
+    reaching = [
+        (a, b)
+        for a, targets in _graph().items()
+        if _top(a) in ("derive", "rules")
+        for b in targets
+        if _top(b) == "probes"
+    ]
     assert not reaching, "derive/rules -> probes: " + ", ".join(f"{a} -> {b}" for a, b in sorted(reaching))
 
 
 def test_the_report_never_derives():
     modules = _modules()
-    deriving = [(name, base, sorted(names & DERIVING)) for name, path in modules.items() if _top(name) == "report"
-                for base, names in _imports(name, path, modules)[1]
-                if _top(base) == "derive" and names & DERIVING]
+    deriving = [
+        (name, base, sorted(names & DERIVING))
+        for name, path in modules.items()
+        if _top(name) == "report"
+        for base, names in _imports(name, path, modules)[1]
+        if _top(base) == "derive" and names & DERIVING
+    ]
     assert not deriving, "the report derives: " + ", ".join(f"{a} imports {n} from {b}" for a, b, n in deriving)
 
 
@@ -180,8 +191,10 @@ def test_the_reader_sees_every_kind_of_import(tmp_path):
     assert "precision_doctor.derive.setup" in graph["precision_doctor.derive"]
     assert "precision_doctor.rules.catalog" in graph["precision_doctor.cli.rules"]  # imported inside functions only
     probe = tmp_path / "probe.py"
-    probe.write_text("import importlib\n\ndef later():\n    from ..probes import script\n"
-                     "    importlib.import_module('precision_doctor.cli')\n    __import__('precision_doctor.engine')\n")
+    probe.write_text(
+        "import importlib\n\ndef later():\n    from ..probes import script\n"
+        "    importlib.import_module('precision_doctor.cli')\n    __import__('precision_doctor.engine')\n"
+    )
     modules = _modules()
     found, _, dynamic = _imports("precision_doctor.derive.probe", probe, modules)
     assert {"precision_doctor.probes.script", "precision_doctor.cli", "precision_doctor.engine"} <= found and dynamic

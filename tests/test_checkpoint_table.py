@@ -10,29 +10,49 @@ from precision_doctor.probes.checkpoint import checkpoint_facts, shipped_table
 
 
 def _llama_like(row: dict) -> dict:
-    return dict(hidden_size=row["hidden_size"], intermediate_size=row["intermediate_size"],
-                num_hidden_layers=row["layers"], num_attention_heads=row["heads"], num_key_value_heads=row["kv_heads"],
-                vocab_size=row["vocab_size"], tie_word_embeddings=row["tied_embeddings"],
-                **({"head_dim": row["head_dim"]} if "head_dim" in row else {}))
+    return dict(
+        hidden_size=row["hidden_size"],
+        intermediate_size=row["intermediate_size"],
+        num_hidden_layers=row["layers"],
+        num_attention_heads=row["heads"],
+        num_key_value_heads=row["kv_heads"],
+        vocab_size=row["vocab_size"],
+        tie_word_embeddings=row["tied_embeddings"],
+        **({"head_dim": row["head_dim"]} if "head_dim" in row else {}),
+    )
 
 
 def _falcon(row: dict) -> dict:
     grouped = row["kv_heads"] > 1  # Falcon-40B's grouped KV heads; Falcon-7B's one multi-query head
-    return dict(hidden_size=row["hidden_size"], num_hidden_layers=row["layers"], num_attention_heads=row["heads"],
-                vocab_size=row["vocab_size"], new_decoder_architecture=grouped,
-                **({"num_kv_heads": row["kv_heads"]} if grouped else {"multi_query": True}))
+    return dict(
+        hidden_size=row["hidden_size"],
+        num_hidden_layers=row["layers"],
+        num_attention_heads=row["heads"],
+        vocab_size=row["vocab_size"],
+        new_decoder_architecture=grouped,
+        **({"num_kv_heads": row["kv_heads"]} if grouped else {"multi_query": True}),
+    )
 
 
 # model_type -> the config keyword arguments a row's fields give; every other setting is the class default
 CONFIG_FROM_ROW = {
-    "llama": _llama_like, "mistral": _llama_like, "qwen2": _llama_like, "qwen3": _llama_like,
+    "llama": _llama_like,
+    "mistral": _llama_like,
+    "qwen2": _llama_like,
+    "qwen3": _llama_like,
     "falcon": _falcon,
     "gpt2": lambda r: dict(n_embd=r["hidden_size"], n_layer=r["layers"], n_head=r["heads"], vocab_size=r["vocab_size"]),
-    "opt": lambda r: dict(hidden_size=r["hidden_size"], ffn_dim=r["intermediate_size"], num_hidden_layers=r["layers"],
-                          num_attention_heads=r["heads"], vocab_size=r["vocab_size"],
-                          word_embed_proj_dim=r["hidden_size"]),
-    "bloom": lambda r: dict(hidden_size=r["hidden_size"], n_layer=r["layers"], n_head=r["heads"],
-                            vocab_size=r["vocab_size"]),
+    "opt": lambda r: dict(
+        hidden_size=r["hidden_size"],
+        ffn_dim=r["intermediate_size"],
+        num_hidden_layers=r["layers"],
+        num_attention_heads=r["heads"],
+        vocab_size=r["vocab_size"],
+        word_embed_proj_dim=r["hidden_size"],
+    ),
+    "bloom": lambda r: dict(
+        hidden_size=r["hidden_size"], n_layer=r["layers"], n_head=r["heads"], vocab_size=r["vocab_size"]
+    ),
 }
 
 
@@ -59,6 +79,8 @@ def test_table_rows_match_transformers_own_count():
         tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
         facts = checkpoint_facts(row["id"], (), {"HF_HUB_CACHE": "/nonexistent"})
         if (counted, tied) != (facts.parameters, facts.tied_embeddings):
-            wrong.append(f"{row['id']}: table {facts.parameters} tied={facts.tied_embeddings}, "
-                         f"transformers {counted} tied={tied}")
+            wrong.append(
+                f"{row['id']}: table {facts.parameters} tied={facts.tied_embeddings}, "
+                f"transformers {counted} tied={tied}"
+            )
     assert not wrong, "\n".join(wrong)

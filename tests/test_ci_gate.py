@@ -2,11 +2,11 @@
 respect .gitignore, the parallel walk, the pre-commit hook."""
 
 import json
-from dataclasses import replace
 import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,14 +22,25 @@ SEED001 = ROOT / "fixtures/seed001_titan_fp16/buggy"
 
 
 def doctor(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "precision_doctor", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "precision_doctor", *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_sarif_is_valid_2_1_0_with_rule_metadata():
     jsonschema = pytest.importorskip("jsonschema")
-    proc = doctor("check", "fixtures/seed001_titan_fp16", "fixtures/seed004_h100_amp_guide", "--target", "titan-rtx",
-                  "--format", "sarif", "--", "--mixed_precision", "bf16")
+    proc = doctor(
+        "check",
+        "fixtures/seed001_titan_fp16",
+        "fixtures/seed004_h100_amp_guide",
+        "--target",
+        "titan-rtx",
+        "--format",
+        "sarif",
+        "--",
+        "--mixed_precision",
+        "bf16",
+    )
     doc = json.loads(proc.stdout)
     jsonschema.Draft4Validator(json.loads(SCHEMA.read_text())).validate(doc)
     run = doc["runs"][0]
@@ -42,7 +53,9 @@ def test_sarif_is_valid_2_1_0_with_rule_metadata():
     pd201 = next(r for r in results if r["ruleId"] == "PD201")
     assert run["tool"]["driver"]["rules"][pd201["ruleIndex"]]["id"] == "PD201"
     region = pd201["locations"][0]["physicalLocation"]
-    assert region["artifactLocation"]["uri"].endswith("model_utility_configs.py") and region["region"]["startLine"] == 12
+    assert (
+        region["artifactLocation"]["uri"].endswith("model_utility_configs.py") and region["region"]["startLine"] == 12
+    )
     assert {r["ruleId"] for r in results} >= {"PD201", "PD204", "PD206", "PD207", "PD213"}
 
 
@@ -62,9 +75,11 @@ def write_project(tmp_path, table: str, files: dict):
     return tmp_path
 
 
-BAD = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
-       "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float16)\n"
-       "Trainer(model=model, args=TrainingArguments('out', fp16=True)).train()\n")
+BAD = (
+    "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+    "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float16)\n"
+    "Trainer(model=model, args=TrainingArguments('out', fp16=True)).train()\n"
+)
 DEPRECATED = "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
 
 
@@ -73,9 +88,12 @@ def ids_of(proc):
 
 
 def test_pyproject_settings_apply_and_flags_override(tmp_path):
-    project = write_project(tmp_path, 'target = "titan-rtx"\nignore = ["PD213"]\nfail-on = "warning"\n'
-                                      'per-file-ignores = { "legacy/*.py" = ["PD2"] }\nexclude = ["vendored"]\n',
-                            {"train.py": BAD, "amp.py": DEPRECATED, "legacy/old.py": BAD, "vendored/x.py": BAD})
+    project = write_project(
+        tmp_path,
+        'target = "titan-rtx"\nignore = ["PD213"]\nfail-on = "warning"\n'
+        'per-file-ignores = { "legacy/*.py" = ["PD2"] }\nexclude = ["vendored"]\n',
+        {"train.py": BAD, "amp.py": DEPRECATED, "legacy/old.py": BAD, "vendored/x.py": BAD},
+    )
     proc = doctor("check", ".", "--format", "json", "--include-facts", cwd=project)
     doc = json.loads(proc.stdout)
     assert doc["facts"]["machine"]["source"] == "target titan-rtx"
@@ -84,21 +102,36 @@ def test_pyproject_settings_apply_and_flags_override(tmp_path):
     assert not any(Path(s["path"]).parts[0] == "vendored" for s in doc["facts"]["scripts"])
     assert proc.returncode == 1
     # flags win: another target, a narrower selection, another gate
-    proc = doctor("check", ".", "--format", "json", "--include-facts", "--target", "a100", "--select", "PD213", "--fail-on", "never",
-                  cwd=project)
+    proc = doctor(
+        "check",
+        ".",
+        "--format",
+        "json",
+        "--include-facts",
+        "--target",
+        "a100",
+        "--select",
+        "PD213",
+        "--fail-on",
+        "never",
+        cwd=project,
+    )
     assert json.loads(proc.stdout)["facts"]["machine"]["source"] == "target a100-80gb"  # the family default
     assert ids_of(proc) == [] and proc.returncode == 0  # PD213 selected but still ignored by the config
     proc = doctor("check", "amp.py", "--format", "json", "--select", "PD2", cwd=project)
     assert ids_of(proc) == []
 
 
-@pytest.mark.parametrize("table,fragment", [
-    ('targt = "t4"\n', "unknown key 'targt'"),
-    ('select = ["PD2O1"]\n', "unknown rule id 'PD2O1'"),
-    ('per-file-ignores = { "a.py" = ["XX1"] }\n', "unknown rule id 'XX1'"),
-    ('fail-on = "fatal"\n', "fail-on"),
-    ('select = "PD201"\n', 'select: expected an array of strings, got "PD201"'),
-])
+@pytest.mark.parametrize(
+    "table,fragment",
+    [
+        ('targt = "t4"\n', "unknown key 'targt'"),
+        ('select = ["PD2O1"]\n', "unknown rule id 'PD2O1'"),
+        ('per-file-ignores = { "a.py" = ["XX1"] }\n', "unknown rule id 'XX1'"),
+        ('fail-on = "fatal"\n', "fail-on"),
+        ('select = "PD201"\n', 'select: expected an array of strings, got "PD201"'),
+    ],
+)
 def test_bad_configuration_is_one_line_exit_2(tmp_path, table, fragment):
     project = write_project(tmp_path, table, {"train.py": BAD})
     proc = doctor("check", "train.py", cwd=project)
@@ -162,28 +195,42 @@ def test_scripts_judged_in_the_workers_give_the_result_of_one_process(tmp_path, 
     """With workers, each worker judges the scripts it probed and sends back their facts without calls: the same
     findings, in the same order, with the same skipped, crashed and silenced rules and unknowns, as one process
     that judges every script itself; a rule that crashes in a worker is reported once, as it is there."""
-    from precision_doctor.probes.collect import gather_judged
     from precision_doctor.model.findings import Draft
+    from precision_doctor.probes.collect import gather_judged
     from precision_doctor.rules.registry import REGISTRY, Example, rule
 
-    @rule("PD997", "crashes-on-some", severity="warning", phase="config", summary="s", what="w", why="y",
-          error="e", fix="f", fires=[Example("x = 1\n")], silent=[Example("y = 2\n")])
+    @rule(
+        "PD997",
+        "crashes-on-some",
+        severity="warning",
+        phase="config",
+        summary="s",
+        what="w",
+        why="y",
+        error="e",
+        fix="f",
+        fires=[Example("x = 1\n")],
+        silent=[Example("y = 2\n")],
+    )
     def crashes_on_some(script):
         if script.path.endswith("3.py"):
             raise RuntimeError("boom")
         if script.path.endswith("7.py"):
             yield Draft("seven", evidence=())
 
-    unknown_dtype = ("import sys, torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
-                     "m = AutoModelForCausalLM.from_pretrained('gpt2', torch_dtype=getattr(torch, sys.argv[1]))\n"
-                     "Trainer(model=m, args=TrainingArguments('o', fp16=True)).train()\n")  # silences rules
+    unknown_dtype = (
+        "import sys, torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+        "m = AutoModelForCausalLM.from_pretrained('gpt2', torch_dtype=getattr(torch, sys.argv[1]))\n"
+        "Trainer(model=m, args=TrainingArguments('o', fp16=True)).train()\n"
+    )  # silences rules
     sources = [BAD, DEPRECATED, (SEED001.parent / "fixed/train.py").read_text(), unknown_dtype]
     for i in range(40):
         (tmp_path / f"s{i:02d}.py").write_text(sources[i % 4])
     try:
         one = gather([str(tmp_path)], jobs=1, **machine, **machine_probes())
-        judged, verdicts = gather_judged([str(tmp_path)], lambda run: engine.Judge(run), jobs=2, **machine,
-                                         **machine_probes())
+        judged, verdicts = gather_judged(
+            [str(tmp_path)], lambda run: engine.Judge(run), jobs=2, **machine, **machine_probes()
+        )
         assert verdicts is not None and len(verdicts) == 40 and all(v is not None for v in verdicts)
         assert [s.path for s in judged.scripts] == [s.path for s in one.scripts]
         assert not any(s.calls for s in judged.scripts) and any(s.calls for s in one.scripts)
@@ -214,14 +261,16 @@ def test_a_script_whose_worker_died_is_reported_and_judged_by_the_doctor(tmp_pat
     monkeypatch.setattr(collect, "_probe", dies_on_seven)
     for i in range(36):
         (tmp_path / f"s{i:02d}.py").write_text(BAD)
-    facts, verdicts = gather_judged([str(tmp_path)], lambda run: engine.Judge(run), jobs=2, target="t4",
-                                    **machine_probes())
+    facts, verdicts = gather_judged(
+        [str(tmp_path)], lambda run: engine.Judge(run), jobs=2, target="t4", **machine_probes()
+    )
     lost = [i for i, s in enumerate(facts.scripts) if any(u.what == "not checked" for u in s.unknowns)]
     assert lost == [7] and verdicts[7] is None and all(v is not None for i, v in enumerate(verdicts) if i != 7)
     assert "exit code 7" in facts.scripts[7].unknowns[0].reason and facts.scripts[7].stack is not None
     result = engine.run(facts, verdicts=verdicts)
-    assert {f.path for f in result.findings if f.rule_id == "PD201"} == \
-        {s.path for i, s in enumerate(facts.scripts) if i != 7}
+    assert {f.path for f in result.findings if f.rule_id == "PD201"} == {
+        s.path for i, s in enumerate(facts.scripts) if i != 7
+    }
 
 
 def test_pre_commit_hook_definition():
@@ -271,12 +320,17 @@ def test_github_workflow_commands_run_as_written(tmp_path, snapshot):
         assert proc.returncode == 0, proc.stderr
     shim = tmp_path / "bin" / "precision-doctor"
     shim.parent.mkdir()
-    shim.write_text(f"#!/bin/sh\nexec {sys.executable} -m precision_doctor \"$@\"\n")
+    shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m precision_doctor "$@"\n')
     shim.chmod(0o755)
     github_env = tmp_path / "github_env"
     github_env.write_text("")
-    env = {**os.environ, **{k: str(v) for k, v in workflow["env"].items()}, "GITHUB_ENV": str(github_env),
-           "PATH": f"{shim.parent}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        **{k: str(v) for k, v in workflow["env"].items()},
+        "GITHUB_ENV": str(github_env),
+        "PATH": f"{shim.parent}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(ROOT),
+    }
     codes = {}
     for step in steps:
         if "run" not in step or "pip install" in step["run"]:
@@ -284,8 +338,9 @@ def test_github_workflow_commands_run_as_written(tmp_path, snapshot):
         for line in github_env.read_text().splitlines():
             key, _, value = line.partition("=")
             env[key] = value
-        proc = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=tmp_path, env=env, capture_output=True,
-                              text=True, timeout=120)
+        proc = subprocess.run(
+            ["bash", "-e", "-c", step["run"]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
         codes[step["name"]] = proc
     machine = next(line for line in github_env.read_text().splitlines() if line.startswith("MACHINE="))
     assert machine == ("MACHINE=--facts ci/node.json" if snapshot else "MACHINE=--target a100")
@@ -320,15 +375,36 @@ def test_python_warnings_about_the_checked_code_never_reach_stderr_or_the_verdic
     """An invalid escape (`"\\d"`) in a project's setup.py or in a helper module: Python warns when it parses them.
     Those warnings are about code the doctor reads, not its own: stderr stays empty however the files are shared
     among workers (each worker used to print them once), and under `-W error` the files are still checked."""
-    (tmp_path / "setup.py").write_text('from setuptools import setup\nPATTERN = "\\d+"\n'
-                                       'setup(name="p", install_requires=["transformers>=4.40"])\n')
+    (tmp_path / "setup.py").write_text(
+        'from setuptools import setup\nPATTERN = "\\d+"\nsetup(name="p", install_requires=["transformers>=4.40"])\n'
+    )
     (tmp_path / "helper.py").write_text('import re\nWORD = re.compile("\\w+\\s")\n')
     for i in range(40):
         (tmp_path / f"s{i:02d}.py").write_text("import helper\n" + BAD + "# padding\n" * (2000 if i < 8 else 0))
     env = {**os.environ, "PYTHONWARNINGS": warnings_filter}
-    runs = [subprocess.run([sys.executable, "-m", "precision_doctor", "check", ".", "--target", "t4", "-v",
-                            "--show-unknowns", "--jobs", jobs], cwd=tmp_path, capture_output=True, text=True,
-                           env=env, timeout=120) for jobs in ("1", "2")]
+    runs = [
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "precision_doctor",
+                "check",
+                ".",
+                "--target",
+                "t4",
+                "-v",
+                "--show-unknowns",
+                "--jobs",
+                jobs,
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        for jobs in ("1", "2")
+    ]
     for proc in runs:
         assert proc.stderr == "" and proc.returncode == 1, proc.stderr
         assert "not checked" not in proc.stdout and "syntax error" not in proc.stdout

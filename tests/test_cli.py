@@ -12,8 +12,14 @@ SEED001 = "fixtures/seed001_titan_fp16/buggy/train.py"
 
 
 def doctor(*args, cwd=ROOT, stdin=None):
-    return subprocess.run([sys.executable, "-m", "precision_doctor", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=60, input=stdin)
+    return subprocess.run(
+        [sys.executable, "-m", "precision_doctor", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        input=stdin,
+    )
 
 
 def assert_one_line_error(proc, *fragments):
@@ -81,24 +87,44 @@ def test_fail_on_levels():
 
 
 def test_warning_level_gate():
-    proc = doctor("check", "fixtures/seed004_h100_amp_guide/train.py", "--target", "h100", "--fail-on", "warning",
-                  "--", "--mixed_precision", "bf16")
+    proc = doctor(
+        "check",
+        "fixtures/seed004_h100_amp_guide/train.py",
+        "--target",
+        "h100",
+        "--fail-on",
+        "warning",
+        "--",
+        "--mixed_precision",
+        "bf16",
+    )
     assert proc.returncode == 1
-    assert doctor("check", "fixtures/seed004_h100_amp_guide/train.py", "--target", "h100",
-                  "--", "--mixed_precision", "bf16").returncode == 0  # warnings only, default gate is error
+    assert (
+        doctor(
+            "check", "fixtures/seed004_h100_amp_guide/train.py", "--target", "h100", "--", "--mixed_precision", "bf16"
+        ).returncode
+        == 0
+    )  # warnings only, default gate is error
 
 
 def test_script_args_after_double_dash_reach_the_scripts_parser():
     quiet = doctor("check", "fixtures/shapes/hf_argparser.py", "--format", "json")
-    loud = doctor("check", "fixtures/shapes/hf_argparser.py", "--format", "json", "--",
-                  "--fp16", "--torch_dtype", "float16")
+    loud = doctor(
+        "check", "fixtures/shapes/hf_argparser.py", "--format", "json", "--", "--fp16", "--torch_dtype", "float16"
+    )
     assert json.loads(quiet.stdout)["findings"] == []
     assert [f["id"] for f in json.loads(loud.stdout)["findings"]] == ["PD201"]
 
 
 def test_launcher_script_args_are_used_too():
-    proc = doctor("check", "fixtures/shapes/hf_argparser.py", "--format", "json", "--launcher",
-                  "torchrun --nproc_per_node 1 fixtures/shapes/hf_argparser.py --fp16 --torch_dtype float16")
+    proc = doctor(
+        "check",
+        "fixtures/shapes/hf_argparser.py",
+        "--format",
+        "json",
+        "--launcher",
+        "torchrun --nproc_per_node 1 fixtures/shapes/hf_argparser.py --fp16 --torch_dtype float16",
+    )
     assert [f["id"] for f in json.loads(proc.stdout)["findings"]] == ["PD201"]
 
 
@@ -115,8 +141,13 @@ def test_rules_lists_every_rule_and_rule_prints_the_doc():
         assert rid in proc.stdout
     doc = doctor("rule", "PD201")
     assert doc.returncode == 0
-    for section in ("What it does", "Why is this bad?", "Attempting to unscale FP16 gradients", "Use instead",
-                    "Fix safety"):
+    for section in (
+        "What it does",
+        "Why is this bad?",
+        "Attempting to unscale FP16 gradients",
+        "Use instead",
+        "Fix safety",
+    ):
         assert section in doc.stdout
     assert doctor("rule", "pure-fp16-no-loss-scaling").returncode == 0
     assert_one_line_error(doctor("rule", "PD999"), "no rule")
@@ -130,14 +161,29 @@ def test_targets_lists_profiles():
 
 @pytest.mark.parametrize("env", [{"NO_COLOR": "1"}, {}])
 def test_plain_output_when_piped(env):
-    proc = subprocess.run([sys.executable, "-m", "precision_doctor", "check", SEED001, "--target", "titan-rtx"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60, env={**__import__("os").environ, **env})
+    proc = subprocess.run(
+        [sys.executable, "-m", "precision_doctor", "check", SEED001, "--target", "titan-rtx"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**__import__("os").environ, **env},
+    )
     assert "\x1b[" not in proc.stdout
     assert "error PD201" in proc.stdout
 
 
-@pytest.mark.parametrize("env", [{}, {"FORCE_COLOR": "1"}, {"FORCE_COLOR": ""}, {"NO_COLOR": "1", "FORCE_COLOR": "1"},
-                                 {"TTY_COMPATIBLE": "1"}, {"TTY_COMPATIBLE": "0", "FORCE_COLOR": "1"}])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        {"FORCE_COLOR": "1"},
+        {"FORCE_COLOR": ""},
+        {"NO_COLOR": "1", "FORCE_COLOR": "1"},
+        {"TTY_COMPATIBLE": "1"},
+        {"TTY_COMPATIBLE": "0", "FORCE_COLOR": "1"},
+    ],
+)
 def test_a_piped_report_is_coloured_exactly_where_rich_would_colour_it(env):
     """The plain report is written without rich (cli.report_console); the environment variables rich reads still
     decide, as rich decides: the installed rich is asked what it would do with the same environment."""
@@ -147,8 +193,14 @@ def test_a_piped_report_is_coloured_exactly_where_rich_would_colour_it(env):
     from rich.console import Console
 
     base = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE")}
-    proc = subprocess.run([sys.executable, "-m", "precision_doctor", "check", SEED001, "--target", "titan-rtx"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60, env={**base, **env})
+    proc = subprocess.run(
+        [sys.executable, "-m", "precision_doctor", "check", SEED001, "--target", "titan-rtx"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**base, **env},
+    )
     rich_view = Console(file=io.StringIO(), _environ={**base, **env})
     assert ("\x1b[" in proc.stdout) == (rich_view.is_terminal and not rich_view.no_color), proc.stdout[:300]
     assert "PD201" in proc.stdout
@@ -160,8 +212,13 @@ def test_a_report_on_a_terminal_is_coloured():
 
     master, slave = pty.openpty()
     env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE")}
-    proc = subprocess.Popen([sys.executable, "-m", "precision_doctor", "check", SEED001, "--target", "titan-rtx"],
-                            cwd=ROOT, stdout=slave, stderr=subprocess.DEVNULL, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "precision_doctor", "check", SEED001, "--target", "titan-rtx"],
+        cwd=ROOT,
+        stdout=slave,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
     os.close(slave)
     chunks = []
     while True:  # read as it writes: a report longer than the terminal's buffer would block it otherwise
@@ -233,9 +290,31 @@ def test_no_color_means_no_styles_even_where_colour_is_forced(command):
     import os
 
     env = {**os.environ, "FORCE_COLOR": "1"}
-    proc = subprocess.run([sys.executable, "-m", "precision_doctor", command[0], SEED001, *command[1:], "--target",
-                           "titan-rtx", "--no-color"], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "precision_doctor",
+            command[0],
+            SEED001,
+            *command[1:],
+            "--target",
+            "titan-rtx",
+            "--no-color",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert proc.stdout and "\x1b[" not in proc.stdout, proc.stdout[:200]
-    coloured = subprocess.run([sys.executable, "-m", "precision_doctor", command[0], SEED001, *command[1:],
-                               "--target", "titan-rtx"], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
+    coloured = subprocess.run(
+        [sys.executable, "-m", "precision_doctor", command[0], SEED001, *command[1:], "--target", "titan-rtx"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert "\x1b[" in coloured.stdout  # the twin: forced colour without --no-color is styled

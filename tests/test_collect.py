@@ -2,8 +2,8 @@
 
 import os
 
-from precision_doctor.probes import collect
 from precision_doctor import engine
+from precision_doctor.probes import collect
 
 from .conftest import machine_probes
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from precision_doctor import engine
-from precision_doctor.probes.collect import gather
-from precision_doctor.model.errors import InputError
 from precision_doctor.knowledge.versions import CURRENT
+from precision_doctor.model.errors import InputError
+from precision_doctor.probes.collect import gather
 
 from .conftest import machine_probes
 
@@ -78,8 +78,12 @@ def test_a_config_the_doctor_does_not_know_is_one_line_and_exit_2(tmp_path):
     path.write_text("learning_rate: 1e-4\n")
     with pytest.raises(InputError, match="not a config the doctor recognises"):
         gather([str(path)], target="a100", stack_overrides=CURRENT, **machine_probes())
-    proc = subprocess.run([sys.executable, "-m", "precision_doctor", "check", str(path), "--target", "a100"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "precision_doctor", "check", str(path), "--target", "a100"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
 
 
@@ -87,8 +91,12 @@ def test_fix_never_edits_a_config_with_python_edits(tmp_path):
     path = tmp_path / "c.yml"
     original = (CONFIGS / "axolotl" / "seed004_v100_bf16.yml").read_text()
     path.write_text(original)
-    proc = subprocess.run([sys.executable, "-m", "precision_doctor", "fix", str(path), "--target", "v100", "--yes",
-                           "--unsafe"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "precision_doctor", "fix", str(path), "--target", "v100", "--yes", "--unsafe"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr
     assert path.read_text() == original
 
@@ -104,11 +112,17 @@ print(__import__("json").dumps(sorted(m for m in heavy if m in sys.modules)))
 """
 
 
-@pytest.mark.parametrize("path,allowed", [("fixtures/seed001_titan_fp16/buggy/train.py", []),
-                                          ("fixtures/configs/axolotl/seed001_titan_full_ft.yml", ["yaml"])])
+@pytest.mark.parametrize(
+    "path,allowed",
+    [
+        ("fixtures/seed001_titan_fp16/buggy/train.py", []),
+        ("fixtures/configs/axolotl/seed001_titan_full_ft.yml", ["yaml"]),
+    ],
+)
 def test_static_mode_imports_no_framework_and_yaml_only_for_yaml(path, allowed):
-    proc = subprocess.run([sys.executable, "-c", STATIC_PROBE, path], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", STATIC_PROBE, path], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == allowed, proc.stderr
 
 
@@ -140,18 +154,26 @@ def test_axolotl_qlora_under_fsdp_gets_the_storage_dtype_axolotl_sets(tmp_path):
     assert "bnb_4bit_quant_storage=bfloat16 beside float16 weights" in pd504.message
     assert "uniform dtype" in pd504.error and "uint8" not in pd504.message
     # the user's own bnb_config_kwargs win over Axolotl's choice
-    path.write_text(QLORA_FSDP.replace("bf16: auto", "bf16: false\nfp16: true")
-                    + "bnb_config_kwargs:\n  bnb_4bit_quant_storage: float16\n")
+    path.write_text(
+        QLORA_FSDP.replace("bf16: auto", "bf16: false\nfp16: true")
+        + "bnb_config_kwargs:\n  bnb_4bit_quant_storage: float16\n"
+    )
     fp16 = engine.run(gather([str(path)], target="t4", stack_overrides=CURRENT, **machine_probes()))
     assert "PD504" not in {f.rule_id for f in fp16.findings}
 
 
 def test_a_llamafactory_v1_config_is_named_as_such_and_refused_with_exit_2(tmp_path):
     path = tmp_path / "train_lora_sft.yaml"
-    path.write_text("model: Qwen/Qwen3-4B\nmodel_class: llm\npeft_config:\n  name: lora\n  r: 16\n"
-                    "dist_config:\n  name: fsdp2\noutput_dir: ./out\nmicro_batch_size: 1\n")
-    proc = subprocess.run([sys.executable, "-m", "precision_doctor", "check", str(path), "--target", "a100"],
-                          capture_output=True, text=True, timeout=60)
+    path.write_text(
+        "model: Qwen/Qwen3-4B\nmodel_class: llm\npeft_config:\n  name: lora\n  r: 16\n"
+        "dist_config:\n  name: fsdp2\noutput_dir: ./out\nmicro_batch_size: 1\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "precision_doctor", "check", str(path), "--target", "a100"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "LLaMA-Factory v1 config" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
@@ -164,8 +186,23 @@ def test_a_named_config_is_read_as_its_tool_runs_it_among_other_paths(tmp_path, 
     script = tmp_path / "train.py"
     script.write_text("print('no training here')\n")
     args = [str(script) if a == "SCRIPT" else a for a in extra]
-    proc = subprocess.run([sys.executable, "-m", "precision_doctor", "check", str(config), *args, "--target",
-                           "titan-rtx", "--format", "concise"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "precision_doctor",
+            "check",
+            str(config),
+            *args,
+            "--target",
+            "titan-rtx",
+            "--format",
+            "concise",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "PD201" in proc.stdout and "syntax error" not in proc.stdout
 
@@ -183,7 +220,11 @@ def test_llamafactory_cli_starts_a_process_per_gpu():
     one = gather([str(CONFIGS / rel)], target="a100:1", stack_overrides=CURRENT, **machine_probes())
     assert derive(one).plan_for(one.scripts[0].path).processes in (None, 1)
     # `axolotl train` starts `accelerate launch`, which takes every GPU with no config of its own
-    axolotl = gather([str(CONFIGS / "axolotl/seed001_titan_full_ft.yml")], target="a100:8", stack_overrides=CURRENT,
-                     **machine_probes())
+    axolotl = gather(
+        [str(CONFIGS / "axolotl/seed001_titan_full_ft.yml")],
+        target="a100:8",
+        stack_overrides=CURRENT,
+        **machine_probes(),
+    )
     assert "PD114" not in {f.rule_id for f in engine.run(axolotl).findings}
     assert derive(axolotl).plan_for(axolotl.scripts[0].path).processes == 8

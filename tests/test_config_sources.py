@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 
 from precision_doctor import engine
-from precision_doctor.probes.collect import gather
-from precision_doctor.model.facts import DYNAMIC, KNOWN
-from precision_doctor.probes.script import probe_script
 from precision_doctor.knowledge.versions import CURRENT
+from precision_doctor.model.facts import DYNAMIC
+from precision_doctor.probes.collect import gather
+from precision_doctor.probes.script import probe_script
 
 from .conftest import machine_probes
 
@@ -18,8 +18,14 @@ SCRIPTS = ROOT / "fixtures" / "configs" / "scripts"
 
 
 def run(path, target, args=(), environ=None, **kw):
-    facts = gather([str(path)], target=target, script_args=tuple(args), stack_overrides=CURRENT,
-                   **machine_probes(environ=environ), **kw)
+    facts = gather(
+        [str(path)],
+        target=target,
+        script_args=tuple(args),
+        stack_overrides=CURRENT,
+        **machine_probes(environ=environ),
+        **kw,
+    )
     return engine.run(facts)
 
 
@@ -35,6 +41,7 @@ def training_args(tmp_path: Path, source: str, args=(), environ=(None, "")):
 
 
 # --- TRL recipes: --config FILE, then the command line -------------------------------------------
+
 
 def test_trl_recipe_fp16_weights_under_fp16_amp_points_at_the_yaml_lines(monkeypatch):
     monkeypatch.chdir(SCRIPTS / "trl_recipe")
@@ -60,23 +67,30 @@ def test_command_line_overrides_the_recipe(monkeypatch):
 
 def test_parse_yaml_file_reads_the_file_a_literal_names(tmp_path):
     (tmp_path / "args.yaml").write_text("output_dir: out\nbf16: true\n")
-    call = training_args(tmp_path, "from transformers import HfArgumentParser, TrainingArguments, Trainer\n"
-                                   "parser = HfArgumentParser(TrainingArguments)\n"
-                                   "(args,) = parser.parse_yaml_file('args.yaml')\n"
-                                   "Trainer(model=None, args=args)\n")
+    call = training_args(
+        tmp_path,
+        "from transformers import HfArgumentParser, TrainingArguments, Trainer\n"
+        "parser = HfArgumentParser(TrainingArguments)\n"
+        "(args,) = parser.parse_yaml_file('args.yaml')\n"
+        "Trainer(model=None, args=args)\n",
+    )
     bf16 = call.kwarg("bf16")
     assert bf16.is_(True) and bf16.location.line == 2 and bf16.location.path.endswith("args.yaml")
 
 
 def test_parse_dict_of_a_literal_dict(tmp_path):
-    call = training_args(tmp_path, "from transformers import HfArgumentParser, TrainingArguments, Trainer\n"
-                                   "parser = HfArgumentParser(TrainingArguments)\n"
-                                   "(args,) = parser.parse_dict({'output_dir': 'o', 'fp16': True})\n"
-                                   "Trainer(model=None, args=args)\n")
+    call = training_args(
+        tmp_path,
+        "from transformers import HfArgumentParser, TrainingArguments, Trainer\n"
+        "parser = HfArgumentParser(TrainingArguments)\n"
+        "(args,) = parser.parse_dict({'output_dir': 'o', 'fp16': True})\n"
+        "Trainer(model=None, args=args)\n",
+    )
     assert call.kwarg("fp16").is_(True)
 
 
 # --- loaders in the script -----------------------------------------------------------------------
+
 
 def test_yaml_loaded_by_the_script_with_inline_deepspeed_json(monkeypatch):
     monkeypatch.chdir(ROOT)
@@ -86,42 +100,56 @@ def test_yaml_loaded_by_the_script_with_inline_deepspeed_json(monkeypatch):
     assert not {"PD501", "PD212"} & fired(fixed)
 
 
-@pytest.mark.parametrize("load", ["yaml.safe_load(open('c.yaml'))", "json.load(open('c.json'))",
-                                  "OmegaConf.load('c.yaml')"])
+@pytest.mark.parametrize(
+    "load", ["yaml.safe_load(open('c.yaml'))", "json.load(open('c.json'))", "OmegaConf.load('c.yaml')"]
+)
 def test_loaded_values_are_followed_into_get_and_subscripts(tmp_path, load):
     (tmp_path / "c.yaml").write_text("train:\n  precision:\n    fp16: true\n")
     (tmp_path / "c.json").write_text('{"train": {"precision": {"fp16": true}}}')
-    call = training_args(tmp_path, "import json, yaml\nfrom omegaconf import OmegaConf\n"
-                                   "from transformers import TrainingArguments\n"
-                                   f"cfg = {load}\n"
-                                   "TrainingArguments('o', fp16=cfg['train'].get('precision')['fp16'],\n"
-                                   "                  bf16=cfg.get('bf16', False))\n")
+    call = training_args(
+        tmp_path,
+        "import json, yaml\nfrom omegaconf import OmegaConf\n"
+        "from transformers import TrainingArguments\n"
+        f"cfg = {load}\n"
+        "TrainingArguments('o', fp16=cfg['train'].get('precision')['fp16'],\n"
+        "                  bf16=cfg.get('bf16', False))\n",
+    )
     assert call.kwarg("fp16").is_(True) and call.kwarg("bf16").is_(False)
     assert call.kwarg("fp16").origins[0].kind == "config-file"
 
 
 def test_a_config_path_from_the_command_line(tmp_path):
     (tmp_path / "run.yaml").write_text("bf16: true\n")
-    call = training_args(tmp_path, "import sys, yaml\nfrom transformers import TrainingArguments\n"
-                                   "cfg = yaml.safe_load(open(sys.argv[1]))\n"
-                                   "TrainingArguments('o', bf16=cfg['bf16'])\n", args=[str(tmp_path / "run.yaml")])
+    call = training_args(
+        tmp_path,
+        "import sys, yaml\nfrom transformers import TrainingArguments\n"
+        "cfg = yaml.safe_load(open(sys.argv[1]))\n"
+        "TrainingArguments('o', bf16=cfg['bf16'])\n",
+        args=[str(tmp_path / "run.yaml")],
+    )
     assert call.kwarg("bf16").is_(True)
 
 
 def test_a_missing_or_broken_config_stays_unknown(tmp_path):
     (tmp_path / "bad.yaml").write_text("bf16: [unclosed\n")
     for name in ("bad.yaml", "absent.yaml"):
-        call = training_args(tmp_path, "import yaml\nfrom transformers import TrainingArguments\n"
-                                       f"cfg = yaml.safe_load(open('{name}'))\n"
-                                       "TrainingArguments('o', bf16=cfg['bf16'])\n")
+        call = training_args(
+            tmp_path,
+            "import yaml\nfrom transformers import TrainingArguments\n"
+            f"cfg = yaml.safe_load(open('{name}'))\n"
+            "TrainingArguments('o', bf16=cfg['bf16'])\n",
+        )
         assert call.kwarg("bf16").state == DYNAMIC
 
 
 def test_yaml_tags_never_construct_objects(tmp_path):
     (tmp_path / "c.yaml").write_text("bf16: !!python/object/apply:os.system ['echo pwned']\nfp16: true\n")
-    call = training_args(tmp_path, "import yaml\nfrom transformers import TrainingArguments\n"
-                                   "cfg = yaml.load(open('c.yaml'), Loader=yaml.Loader)\n"
-                                   "TrainingArguments('o', fp16=cfg['fp16'])\n")
+    call = training_args(
+        tmp_path,
+        "import yaml\nfrom transformers import TrainingArguments\n"
+        "cfg = yaml.load(open('c.yaml'), Loader=yaml.Loader)\n"
+        "TrainingArguments('o', fp16=cfg['fp16'])\n",
+    )
     assert call.kwarg("fp16").is_(True)
 
 
@@ -129,9 +157,12 @@ def test_alias_bombs_are_refused_not_expanded(tmp_path):
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
     (tmp_path / "c.yaml").write_text("\n".join(lines) + "\nbf16: true\n")
-    call = training_args(tmp_path, "import yaml\nfrom transformers import TrainingArguments\n"
-                                   "cfg = yaml.safe_load(open('c.yaml'))\n"
-                                   "TrainingArguments('o', bf16=cfg['bf16'])\n")
+    call = training_args(
+        tmp_path,
+        "import yaml\nfrom transformers import TrainingArguments\n"
+        "cfg = yaml.safe_load(open('c.yaml'))\n"
+        "TrainingArguments('o', bf16=cfg['bf16'])\n",
+    )
     assert call.kwarg("bf16").state == DYNAMIC
 
 
@@ -155,8 +186,10 @@ def test_this_machines_environment_decides_the_value():
 
 
 def test_no_default_stays_unknown_and_secrets_are_never_read(tmp_path):
-    source = ("import os\nfrom transformers import TrainingArguments\n"
-              "TrainingArguments('o', bf16=os.environ['USE_BF16'], run_name=os.environ.get('HF_TOKEN', 'x'))\n")
+    source = (
+        "import os\nfrom transformers import TrainingArguments\n"
+        "TrainingArguments('o', bf16=os.environ['USE_BF16'], run_name=os.environ.get('HF_TOKEN', 'x'))\n"
+    )
     call = training_args(tmp_path, source, environ=({"HF_TOKEN": "hf_abcdefghijklmnopqrstuvwxyz"}, "this machine"))
     assert call.kwarg("bf16").state == DYNAMIC
     assert call.kwarg("run_name").state == DYNAMIC and "secret" in call.kwarg("run_name").reason
@@ -164,15 +197,25 @@ def test_no_default_stays_unknown_and_secrets_are_never_read(tmp_path):
 
 # --- Lightning ---------------------------------------------------------------------------------------
 
+
 def test_lightning_bf16_mixed_on_a_v100_and_its_fp16_twin():
     assert "PD101" in fired(run(SCRIPTS / "lightning" / "train.py", "v100"))
     twin = run(SCRIPTS / "lightning" / "train_fixed.py", "v100")
     assert not [f for f in twin.findings if f.severity == "error"], [f.message for f in twin.findings]
 
 
-@pytest.mark.parametrize("precision,mode", [("'16-mixed'", "fp16"), ("16", "fp16"), ("'bf16'", "bf16"),
-                                            ("'bf16-mixed'", "bf16"), ("'transformer-engine'", "fp8"),
-                                            ("'32-true'", "no"), (None, "no")])
+@pytest.mark.parametrize(
+    "precision,mode",
+    [
+        ("'16-mixed'", "fp16"),
+        ("16", "fp16"),
+        ("'bf16'", "bf16"),
+        ("'bf16-mixed'", "bf16"),
+        ("'transformer-engine'", "fp8"),
+        ("'32-true'", "no"),
+        (None, "no"),
+    ],
+)
 def test_lightning_precision_strings_map_to_accelerate_modes(tmp_path, precision, mode):
     arg = f"precision={precision}" if precision else ""
     path = tmp_path / "train.py"

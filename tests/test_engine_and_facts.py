@@ -3,10 +3,9 @@
 import json
 
 from precision_doctor import engine
-from precision_doctor.rules.registry import REGISTRY, Example, rule
-from precision_doctor.model.facts import Facts
+from precision_doctor.model.facts import Facts, Location
 from precision_doctor.model.findings import Draft, Evidence
-from precision_doctor.model.facts import Location
+from precision_doctor.rules.registry import REGISTRY, Example, rule
 
 
 def test_facts_round_trip_through_json(run_check):
@@ -14,7 +13,8 @@ def test_facts_round_trip_through_json(run_check):
         "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
         "d = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16\n"
         "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=d)\n"
-        "Trainer(model=m, args=TrainingArguments('o', fp16=True)).train()\n")
+        "Trainer(model=m, args=TrainingArguments('o', fp16=True)).train()\n"
+    )
     result, facts = run_check(code, target="t4")
     again = Facts.from_json(json.loads(json.dumps(facts.to_json())))
     assert again == facts
@@ -22,9 +22,11 @@ def test_facts_round_trip_through_json(run_check):
 
 
 def test_ranking_puts_errors_first_then_the_earliest_phase(run_check):
-    code = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
-            "m = AutoModelForCausalLM.from_pretrained('gpt2', torch_dtype=torch.bfloat16)\n"
-            "Trainer(model=m, args=TrainingArguments('o', fp16=True, bf16=True)).train()\n")
+    code = (
+        "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+        "m = AutoModelForCausalLM.from_pretrained('gpt2', torch_dtype=torch.bfloat16)\n"
+        "Trainer(model=m, args=TrainingArguments('o', fp16=True, bf16=True)).train()\n"
+    )
     result, _ = run_check(code)
     ids = [f.rule_id for f in result.findings]
     severities = [f.severity for f in result.findings]
@@ -33,8 +35,19 @@ def test_ranking_puts_errors_first_then_the_earliest_phase(run_check):
 
 
 def test_crashing_check_is_reported_not_raised(run_check, monkeypatch):
-    @rule("PD999", "always-crashes", severity="error", phase="config", summary="s", what="w", why="y", error="e",
-          fix="f", fires=[Example("x = 1\n")], silent=[Example("y = 2\n")])
+    @rule(
+        "PD999",
+        "always-crashes",
+        severity="error",
+        phase="config",
+        summary="s",
+        what="w",
+        why="y",
+        error="e",
+        fix="f",
+        fires=[Example("x = 1\n")],
+        silent=[Example("y = 2\n")],
+    )
     def crashes(setup):
         raise RuntimeError("boom")
         yield  # pragma: no cover
@@ -48,8 +61,19 @@ def test_crashing_check_is_reported_not_raised(run_check, monkeypatch):
 
 
 def test_a_check_may_lower_but_not_raise_severity(run_check):
-    @rule("PD998", "lowers", severity="warning", phase="config", summary="s", what="w", why="y", error="e",
-          fix="f", fires=[Example("x = 1\n")], silent=[Example("y = 2\n")])
+    @rule(
+        "PD998",
+        "lowers",
+        severity="warning",
+        phase="config",
+        summary="s",
+        what="w",
+        why="y",
+        error="e",
+        fix="f",
+        fires=[Example("x = 1\n")],
+        silent=[Example("y = 2\n")],
+    )
     def lowers(script):
         loc = Location(script.path, 1)
         yield Draft("raise me", evidence=(Evidence(loc, "x", "n"),), severity="error")
@@ -64,8 +88,20 @@ def test_a_check_may_lower_but_not_raise_severity(run_check):
 
 
 def test_a_rule_may_escalate_only_as_far_as_it_declares(run_check):
-    @rule("PD997", "escalates", severity="info", escalates_to="warning", phase="config", summary="s", what="w",
-          why="y", error="e", fix="f", fires=[Example("x = 1\n")], silent=[Example("y = 2\n")])
+    @rule(
+        "PD997",
+        "escalates",
+        severity="info",
+        escalates_to="warning",
+        phase="config",
+        summary="s",
+        what="w",
+        why="y",
+        error="e",
+        fix="f",
+        fires=[Example("x = 1\n")],
+        silent=[Example("y = 2\n")],
+    )
     def escalates(script):
         loc = Location(script.path, 1)
         yield Draft("to warning", evidence=(Evidence(loc, "x", "n"),), severity="warning")
@@ -84,8 +120,10 @@ def test_typed_values_survive_the_json_round_trip(run_check):
     from precision_doctor.model.call_kinds import CallKind
     from precision_doctor.model.facts import State, TensorValue
 
-    code = ("import torch\nmodel = torch.nn.Linear(16, 4).cuda().half()\nx = torch.randn(8, 16, device='cuda')\n"
-            "loss = model(x).sum()\n")
+    code = (
+        "import torch\nmodel = torch.nn.Linear(16, 4).cuda().half()\nx = torch.randn(8, 16, device='cuda')\n"
+        "loss = model(x).sum()\n"
+    )
     _, facts = run_check(code)
     again = Facts.from_json(json.loads(json.dumps(facts.to_json())))
     assert again == facts
@@ -99,8 +137,10 @@ def test_a_tensor_moved_to_a_device_keeps_its_dtype(run_check):
     """`x.to(device)` on a tensor the script built is still a float32 tensor (this crashed the probe once)."""
     from precision_doctor.model.facts import TensorValue
 
-    code = ("import torch\nmodel = torch.nn.Linear(16, 4).cuda().half()\n"
-            "x = torch.randn(8, 16).to('cuda')\nloss = model(x).sum()\n")
+    code = (
+        "import torch\nmodel = torch.nn.Linear(16, 4).cuda().half()\n"
+        "x = torch.randn(8, 16).to('cuda')\nloss = model(x).sum()\n"
+    )
     result, facts = run_check(code)
     assert not result.crashed
     values = [v.value for c in facts.scripts[0].calls for v in c.args if isinstance(v.value, TensorValue)]
@@ -128,7 +168,11 @@ def test_fact_records_behave_as_frozen_dataclasses():
     assert repr(here) == "Location(" + repr(twin).split("(", 1)[1] == "Location(path='train.py', line=3, column=5)"
     assert hash(here) == hash(twin) and here == Location("train.py", 3, 5) and here != Location("train.py", 3, 6)
     assert here.__eq__(twin) is NotImplemented  # another class is never equal, as with dataclasses
-    assert dataclasses.is_dataclass(value) and [f.name for f in dataclasses.fields(Location)] == ["path", "line", "column"]
+    assert dataclasses.is_dataclass(value) and [f.name for f in dataclasses.fields(Location)] == [
+        "path",
+        "line",
+        "column",
+    ]
     assert dataclasses.replace(value, text="x").text == "x" and pickle.loads(pickle.dumps(value)) == value
     try:
         here.line = 4
@@ -154,13 +198,24 @@ def test_a_record_has_its_dataclass_signature_before_its_first_instance_and_buil
         dims: "tuple" = ()
         tags: "dict" = dataclasses.field(default_factory=dict)
 
-    twin = dataclasses.dataclass(frozen=True)(type("Shape", (), {"__annotations__": dict(Shape.__annotations__),
-                                                                   "dims": (), "tags": dataclasses.field(
-                                                                       default_factory=dict)}))
+    twin = dataclasses.dataclass(frozen=True)(
+        type(
+            "Shape",
+            (),
+            {
+                "__annotations__": dict(Shape.__annotations__),
+                "dims": (),
+                "tags": dataclasses.field(default_factory=dict),
+            },
+        )
+    )
     made = record(Shape)
     assert "__record_first__" in vars(made.__init__)  # not compiled yet
-    assert str(inspect.signature(made)) == str(inspect.signature(twin)) == \
-        "(name: 'str', dims: 'tuple' = (), tags: 'dict' = <factory>) -> None"
+    assert (
+        str(inspect.signature(made))
+        == str(inspect.signature(twin))
+        == "(name: 'str', dims: 'tuple' = (), tags: 'dict' = <factory>) -> None"
+    )
     assert made.__doc__ == twin.__doc__
     gc.collect()
     first, second = made("a"), made("b", (1, 2), tags={"x": 1})

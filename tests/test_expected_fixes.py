@@ -7,8 +7,8 @@ import pytest
 
 pytest.importorskip("libcst")
 
-from precision_doctor.rules.catalog import rules  # noqa: E402
 from precision_doctor.fix.edits import apply_edits  # noqa: E402
+from precision_doctor.rules.catalog import rules  # noqa: E402
 
 CASES = [(r.id, i, ex) for r in rules() for i, ex in enumerate(r.fires) if ex.fixed is not None]
 
@@ -19,8 +19,14 @@ def test_expected_fixes_are_declared():
 
 @pytest.mark.parametrize("rule_id,index,example", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
 def test_firing_example_becomes_its_declared_fix(run_check, rule_id, index, example):
-    kw = dict(target=example.target, launcher=example.launcher, script_args=example.script_args,
-              versions=example.versions, machine=example.machine, environ=example.env)
+    kw = dict(
+        target=example.target,
+        launcher=example.launcher,
+        script_args=example.script_args,
+        versions=example.versions,
+        machine=example.machine,
+        environ=example.env,
+    )
     result, _ = run_check(example.code, **kw)
     finding = next(f for f in result.findings if f.rule_id == rule_id and f.fix and f.fix.edits)
     after = apply_edits(example.code, [e for e in finding.fix.edits if Path(e.path).name == "train.py"])

@@ -13,12 +13,13 @@ import pytest
 
 pytest.importorskip("libcst")
 
-from precision_doctor.rules.catalog import rules  # noqa: E402
 from precision_doctor.fix.edits import EditFailed, apply_edits  # noqa: E402
+from precision_doctor.rules.catalog import rules  # noqa: E402
 
 from .conftest import check_code  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+
 
 def _fixable_examples():
     """The firing examples whose finding carries a code edit (the others' fixes are commands or manual)."""
@@ -31,9 +32,16 @@ def _fixable_examples():
                 cwd = os.getcwd()
                 os.chdir(d)
                 try:
-                    result, _ = check_code(Path(d), ex.code, target=ex.target, launcher=ex.launcher,
-                                           script_args=ex.script_args, versions=ex.versions, machine=ex.machine,
-                                           environ=ex.env)
+                    result, _ = check_code(
+                        Path(d),
+                        ex.code,
+                        target=ex.target,
+                        launcher=ex.launcher,
+                        script_args=ex.script_args,
+                        versions=ex.versions,
+                        machine=ex.machine,
+                        environ=ex.env,
+                    )
                 finally:
                     os.chdir(cwd)
             if any(f.rule_id == r.id and f.fix and f.fix.edits for f in result.findings):
@@ -49,8 +57,16 @@ def test_most_rules_carry_a_code_fix():
 
 
 def _run(tmp_path, ex, code):
-    return check_code(tmp_path, code, target=ex.target, launcher=ex.launcher, script_args=ex.script_args,
-                      versions=ex.versions, machine=ex.machine, environ=ex.env)
+    return check_code(
+        tmp_path,
+        code,
+        target=ex.target,
+        launcher=ex.launcher,
+        script_args=ex.script_args,
+        versions=ex.versions,
+        machine=ex.machine,
+        environ=ex.env,
+    )
 
 
 def _changed_lines(before: str, after: str) -> set[int]:
@@ -87,8 +103,14 @@ def test_code_fix_applies_cleanly(tmp_path, monkeypatch, rule_id, index, example
 
 
 def doctor(*args, cwd, stdin=""):
-    return subprocess.run([sys.executable, "-m", "precision_doctor", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, input=stdin)
+    return subprocess.run(
+        [sys.executable, "-m", "precision_doctor", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        input=stdin,
+    )
 
 
 @pytest.fixture
@@ -137,8 +159,8 @@ def test_yes_applies_safe_fixes_rechecks_and_keeps_the_mode(project):
 def test_interactive_answers(project, monkeypatch):
     from rich.console import Console
 
-    from precision_doctor.probes.collect import gather
     from precision_doctor.fix.session import run_engine_check, run_fix
+    from precision_doctor.probes.collect import gather
 
     from .conftest import machine_probes
 
@@ -150,8 +172,15 @@ def test_interactive_answers(project, monkeypatch):
         asked.append(question)
         return "n" if len(asked) == 1 else "y"
 
-    code = run_fix(check, yes=False, diff_only=False, unsafe=False, select=None,
-                   console=Console(file=open(os.devnull, "w")), ask=ask)
+    code = run_fix(
+        check,
+        yes=False,
+        diff_only=False,
+        unsafe=False,
+        select=None,
+        console=Console(file=open(os.devnull, "w")),
+        ask=ask,
+    )
     text = (project / "model_utility_configs.py").read_text()
     assert len(asked) == 2 and "[y]es / [n]o / [a]ll / [q]uit" in asked[0]
     assert "torch.float16" in text and "torch_dtype" not in text  # first (PD201) declined, second (PD214) taken
@@ -159,8 +188,8 @@ def test_interactive_answers(project, monkeypatch):
 
 
 def test_refuses_a_file_changed_since_the_check(project):
-    from precision_doctor.model.errors import InputError
     from precision_doctor.fix.edits import FileChange, write_change
+    from precision_doctor.model.errors import InputError
 
     path = project / "train.py"
     seen = path.read_text()
@@ -182,12 +211,18 @@ def test_fix_is_not_changed_by_python_warnings_about_the_file(tmp_path):
     `-W error` the import already on that line is still recognised (no second `import BitsAndBytesConfig`)."""
     (tmp_path / "train.py").write_text(
         'from transformers import AutoModelForCausalLM, BitsAndBytesConfig; PAT = "\\d+"\n'
-        'model = AutoModelForCausalLM.from_pretrained("gpt2", load_in_4bit=True)\n')
+        'model = AutoModelForCausalLM.from_pretrained("gpt2", load_in_4bit=True)\n'
+    )
     diffs = []
     for warnings_filter in ("default", "error::DeprecationWarning,error::SyntaxWarning"):
-        out = subprocess.run([sys.executable, "-m", "precision_doctor", "fix", "train.py", "--diff"], cwd=tmp_path,
-                             capture_output=True, text=True, timeout=120,
-                             env={**os.environ, "PYTHONWARNINGS": warnings_filter})
+        out = subprocess.run(
+            [sys.executable, "-m", "precision_doctor", "fix", "train.py", "--diff"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONWARNINGS": warnings_filter},
+        )
         assert out.returncode == 1 and out.stderr == "", out.stderr
         diffs.append(out.stdout)
     assert diffs[0] == diffs[1] and "quantization_config=BitsAndBytesConfig(load_in_4bit=True)" in diffs[0]

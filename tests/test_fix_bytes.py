@@ -18,9 +18,9 @@ pytest.importorskip("libcst")
 
 from rich.console import Console  # noqa: E402
 
-from precision_doctor.probes.collect import gather  # noqa: E402
-from precision_doctor.model.findings import Applicability, Edit, Finding, Fix  # noqa: E402
 from precision_doctor.fix.session import run_engine_check, run_fix  # noqa: E402
+from precision_doctor.model.findings import Applicability, Edit, Finding, Fix  # noqa: E402
+from precision_doctor.probes.collect import gather  # noqa: E402
 
 from .conftest import machine_probes  # noqa: E402
 
@@ -40,14 +40,22 @@ VARIANTS = {
     "no-final-newline": lambda b: b.rstrip(b"\n"),
     "form-feed": lambda b: _lines_after(b, 9, b"\x0c"),  # inside the patch's context, before the edited line
     "u2028": lambda b: _lines_after(b, 9, "    # loaded once\u2028per run".encode()),
-    "all-at-once": lambda b: b"\xef\xbb\xbf" + _lines_after(_lines_after(b, 9, "    # a\u2028b".encode()), 9, b"\x0c")
-    .rstrip(b"\n").replace(b"\n", b"\r\n"),
+    "all-at-once": lambda b: (
+        b"\xef\xbb\xbf"
+        + _lines_after(_lines_after(b, 9, "    # a\u2028b".encode()), 9, b"\x0c").rstrip(b"\n").replace(b"\n", b"\r\n")
+    ),
 }
 
 
 def doctor(*args, cwd, env=None):
-    return subprocess.run([sys.executable, "-m", "precision_doctor", *map(str, args)], cwd=cwd, capture_output=True,
-                          stdin=subprocess.DEVNULL, timeout=120, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "precision_doctor", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+        env=env,
+    )
 
 
 def make_project(folder: Path, variant: str) -> bytes:
@@ -74,7 +82,7 @@ def test_fix_yes_changes_only_what_it_meant_to(tmp_path, variant):
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_evidence_lines_are_pythons_lines(tmp_path, variant):
     data = make_project(tmp_path / "proj", variant)
-    line = data[:data.index(b"torch_dtype")].count(b"\n") + 1
+    line = data[: data.index(b"torch_dtype")].count(b"\n") + 1
     proc = doctor("check", "train.py", "--target", "titan-rtx", "--no-color", cwd=tmp_path / "proj")
     assert re.search(rf"{FIXED}:{line}\s+torch_dtype=torch\.float16", proc.stdout.decode()), proc.stdout.decode()
 
@@ -83,8 +91,9 @@ def _apply(tool: list[str], patch: str, folder: Path) -> subprocess.CompletedPro
     if shutil.which(tool[0]) is None:
         pytest.skip(f"{tool[0]} is not installed")
     env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(folder.parent)}  # not inside any repository
-    return subprocess.run([*tool, "-i" if tool[0] == "patch" else "--", patch], cwd=folder, capture_output=True,
-                          env=env, timeout=60)
+    return subprocess.run(
+        [*tool, "-i" if tool[0] == "patch" else "--", patch], cwd=folder, capture_output=True, env=env, timeout=60
+    )
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +146,9 @@ def test_diff_stream_holds_only_the_patch(tmp_path, monkeypatch, capsys):
     script = tmp_path / "train.py"
     script.write_text("x = f(a=1)\n")
     edit = Edit("set_kwarg", str(script), 1, call="g", name="b", new="2")  # no call to g(): it cannot apply
-    stale = Finding("PD999", "stale-edit", "error", "m", str(script), fix=Fix("set b", Applicability.SAFE, edits=(edit,)))
+    stale = Finding(
+        "PD999", "stale-edit", "error", "m", str(script), fix=Fix("set b", Applicability.SAFE, edits=(edit,))
+    )
     monkeypatch.chdir(tmp_path)
     run_fix(lambda: [stale], yes=False, diff_only=True, unsafe=False, select=None, console=Console(file=sys.stdout))
     out, err = capsys.readouterr()
@@ -145,6 +156,7 @@ def test_diff_stream_holds_only_the_patch(tmp_path, monkeypatch, capsys):
 
 
 # --- undo -----------------------------------------------------------------------------------------------
+
 
 def _interactive(project: Path, monkeypatch, last_answer) -> tuple[int, str]:
     """Answer y to the first question, then end the session with `last_answer` (an answer or an exception)."""
@@ -161,14 +173,14 @@ def _interactive(project: Path, monkeypatch, last_answer) -> tuple[int, str]:
         raise last_answer
 
     screen = io.StringIO()
-    code = run_fix(check, yes=False, diff_only=False, unsafe=False, select=None, console=Console(file=screen),
-                   ask=ask)
+    code = run_fix(check, yes=False, diff_only=False, unsafe=False, select=None, console=Console(file=screen), ask=ask)
     assert len(asked) == 2
     return code, screen.getvalue()
 
 
-@pytest.mark.parametrize("ending,code", [(KeyboardInterrupt, 130), (EOFError, 0), ("q", 0)],
-                         ids=["ctrl-c", "ctrl-d", "quit"])
+@pytest.mark.parametrize(
+    "ending,code", [(KeyboardInterrupt, 130), (EOFError, 0), ("q", 0)], ids=["ctrl-c", "ctrl-d", "quit"]
+)
 def test_undo_after_an_interrupted_session_from_another_directory(tmp_path, monkeypatch, ending, code):
     project = tmp_path / "proj"
     original = make_project(project, "all-at-once")
@@ -179,8 +191,12 @@ def test_undo_after_an_interrupted_session_from_another_directory(tmp_path, monk
     undo = re.search(r"^undo: (precision-doctor fix --undo .+)$", screen, re.M)
     assert undo, screen
     (tmp_path / "elsewhere").mkdir()
-    proc = subprocess.run([sys.executable, "-m", "precision_doctor", *undo.group(1).split()[1:]],
-                          cwd=tmp_path / "elsewhere", capture_output=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "precision_doctor", *undo.group(1).split()[1:]],
+        cwd=tmp_path / "elsewhere",
+        capture_output=True,
+        timeout=60,
+    )
     assert proc.returncode == 0 and b"restored" in proc.stdout, proc.stderr
     assert (project / FIXED).read_bytes() == original
 
@@ -200,10 +216,12 @@ def test_undo_after_the_doctor_is_killed_mid_session(tmp_path):
         "    if len(asked) == 2: os.kill(os.getpid(), signal.SIGKILL)\n"
         "    return 'y'\n"
         "check = run_engine_check(lambda: gather(['train.py'], target='titan-rtx', environ={}, system=NO_NVML), None)\n"
-        "run_fix(check, yes=False, diff_only=False, unsafe=False, select=None, console=Console(), ask=ask)\n")
+        "run_fix(check, yes=False, diff_only=False, unsafe=False, select=None, console=Console(), ask=ask)\n"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", killed_on_second_question], cwd=project, capture_output=True,
-                          env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", killed_on_second_question], cwd=project, capture_output=True, env=env, timeout=120
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert (project / FIXED).read_bytes() != original
     (tmp_path / "elsewhere").mkdir()
@@ -256,8 +274,9 @@ def test_a_planted_manifest_restores_nothing(tmp_path):
     from precision_doctor.system.safe_io import digest
 
     (run / "manifest.json").write_text(
-        '{"version": 2, "roots": ["%s"], "files": [{"path": "%s", "backup": "files/x", "original_sha256": "%s", '
-        '"written_sha256": ["%s"]}]}' % (tmp_path, outside, digest(b"evil\n"), digest(b"mine\n")))
+        '{{"version": 2, "roots": ["{}"], "files": [{{"path": "{}", "backup": "files/x", "original_sha256": "{}", '
+        '"written_sha256": ["{}"]}}]}}'.format(tmp_path, outside, digest(b"evil\n"), digest(b"mine\n"))
+    )
     for named in ((), (str(run),)):
         proc = doctor("fix", "--undo", *named, cwd=tmp_path / "proj")
         assert proc.returncode == 2 and b"nothing to undo" in proc.stderr, proc.stderr

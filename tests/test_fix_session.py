@@ -25,11 +25,25 @@ class Terminal:
 
     def __init__(self, cwd: Path, *args: str):
         master, slave = pty.openpty()
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-               "COLUMNS": "240", "LINES": "50", "TERM": "xterm", "HF_HUB_OFFLINE": "1"}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            "COLUMNS": "240",
+            "LINES": "50",
+            "TERM": "xterm",
+            "HF_HUB_OFFLINE": "1",
+        }
         env.pop("NO_COLOR", None)
-        self.proc = subprocess.Popen([sys.executable, "-m", "precision_doctor", *args], cwd=cwd, stdin=slave,
-                                     stdout=slave, stderr=slave, env=env, close_fds=True, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "precision_doctor", *args],
+            cwd=cwd,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            close_fds=True,
+            start_new_session=True,
+        )
         os.close(slave)
         self.master = master
         self.screen = ""
@@ -141,9 +155,14 @@ def test_ctrl_d_ends_the_session_with_a_summary(seed004):
     assert "session ended (Ctrl-D)" in screen and "applied 1 fix:" in screen
     undo = re.search(r"^undo: precision-doctor (fix --undo \S+)", screen, re.M)
     assert undo
-    proc = subprocess.run([sys.executable, "-m", "precision_doctor", *undo.group(1).split()], cwd=seed004,
-                          capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [sys.executable, "-m", "precision_doctor", *undo.group(1).split()],
+        cwd=seed004,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 0, proc.stderr
     assert (seed004 / "train.py").read_text() == original
 

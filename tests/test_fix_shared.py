@@ -56,8 +56,11 @@ def test_a_default_only_the_trained_load_reads_is_edited_where_it_is_written(tmp
 
 
 def test_the_keyword_at_the_call_brings_its_import(tmp_path):
-    code = HEAD.replace("import torch\n", "from torch.optim import AdamW\n").replace(
-        "dtype = getattr(torch, cli.dtype)\n", "").replace("dtype=dtype", "dtype=cli.dtype")
+    code = (
+        HEAD.replace("import torch\n", "from torch.optim import AdamW\n")
+        .replace("dtype = getattr(torch, cli.dtype)\n", "")
+        .replace("dtype=dtype", "dtype=cli.dtype")
+    )
     code += 'teacher = AutoModelForCausalLM.from_pretrained("gpt2-large", dtype=cli.dtype)\n'
     code += LOOP.replace("torch.optim.AdamW", "AdamW")
     text, _ = _fix(tmp_path, code)
@@ -68,8 +71,11 @@ def test_the_keyword_at_the_call_brings_its_import(tmp_path):
 
 def test_an_added_import_goes_to_the_top_block_even_when_the_files_only_torch_import_comes_later(tmp_path):
     """`import torch` lands before the code that needs it, not next to a mid-file `from torch... import`."""
-    code = HEAD.replace("import torch\n", "").replace("dtype = getattr(torch, cli.dtype)\n", "").replace(
-        "dtype=dtype", "dtype=cli.dtype")
+    code = (
+        HEAD.replace("import torch\n", "")
+        .replace("dtype = getattr(torch, cli.dtype)\n", "")
+        .replace("dtype=dtype", "dtype=cli.dtype")
+    )
     code += 'teacher = AutoModelForCausalLM.from_pretrained("gpt2-large", dtype=cli.dtype)\n'
     code += "from torch.optim import AdamW\n" + LOOP.replace("torch.optim.AdamW", "AdamW")
     text, _ = _fix(tmp_path, code)

@@ -4,10 +4,10 @@ it does not define, and a check with the same machine and launch shows no findin
 more often than before. Undefined names are found here with the standard library's symtable, independently of the
 fixer's own libcst scope analysis."""
 
+import builtins
 import io
 import shutil
 import symtable
-import builtins
 from pathlib import Path
 
 import pytest
@@ -16,10 +16,10 @@ pytest.importorskip("libcst")
 
 from rich.console import Console  # noqa: E402
 
-from precision_doctor.rules.catalog import rules  # noqa: E402
-from precision_doctor.probes.collect import gather  # noqa: E402
 from precision_doctor.fix.session import run_engine_check, run_fix  # noqa: E402
 from precision_doctor.knowledge.versions import CURRENT  # noqa: E402
+from precision_doctor.probes.collect import gather  # noqa: E402
+from precision_doctor.rules.catalog import rules  # noqa: E402
 
 from .conftest import machine_probes  # noqa: E402
 from .test_seed_fixtures import CASES as SEED_CASES  # noqa: E402
@@ -37,8 +37,11 @@ def undefined(code: str) -> set[str]:
     found = set()
 
     def visit(table, enclosing):
-        bound = {s.get_name() for s in table.get_symbols() if s.is_assigned() or s.is_imported() or
-                 s.is_parameter()} if table.get_type() == "function" else set()
+        bound = (
+            {s.get_name() for s in table.get_symbols() if s.is_assigned() or s.is_imported() or s.is_parameter()}
+            if table.get_type() == "function"
+            else set()
+        )
         for s in table.get_symbols():
             name = s.get_name()
             if not s.is_referenced() or s.is_assigned() or s.is_imported() or s.is_parameter():
@@ -66,12 +69,28 @@ def worse(before, after) -> list[str]:
     return out
 
 
-def fix_all(files: list[Path], script: Path, *, target=None, launcher=None, script_args=(), versions=None,
-            machine=None, env=None):
+def fix_all(
+    files: list[Path],
+    script: Path,
+    *,
+    target=None,
+    launcher=None,
+    script_args=(),
+    versions=None,
+    machine=None,
+    env=None,
+):
     """Run `fix --yes --unsafe` in-process; the findings before and after, the texts before, and the screen."""
+
     def facts():
-        return gather([str(script)], target=target, launcher=launcher, script_args=tuple(script_args),
-                      stack_overrides={**CURRENT, **(versions or {})}, **machine_probes(machine, env))
+        return gather(
+            [str(script)],
+            target=target,
+            launcher=launcher,
+            script_args=tuple(script_args),
+            stack_overrides={**CURRENT, **(versions or {})},
+            **machine_probes(machine, env),
+        )
 
     check = run_engine_check(facts, None)
     before_texts = {p: p.read_text(encoding="utf-8") for p in files}
@@ -101,9 +120,16 @@ def test_fixing_a_firing_example_makes_nothing_worse(tmp_path, monkeypatch, rule
     monkeypatch.chdir(tmp_path)
     script = tmp_path / "train.py"
     script.write_text(example.code, encoding="utf-8")
-    before, after, texts, screen = fix_all([script], script, target=example.target, launcher=example.launcher,
-                                           script_args=example.script_args, versions=example.versions,
-                                           machine=example.machine, env=example.env)
+    before, after, texts, screen = fix_all(
+        [script],
+        script,
+        target=example.target,
+        launcher=example.launcher,
+        script_args=example.script_args,
+        versions=example.versions,
+        machine=example.machine,
+        env=example.env,
+    )
     assert_not_worse([script], before, after, texts, screen)
 
 
@@ -124,24 +150,24 @@ def test_fixing_a_seed_fixture_makes_nothing_worse(tmp_path, monkeypatch, rel, t
 
 # --- real-looking scripts --------------------------------------------------------------------------------------
 
-ALIASED_TORCH = '''\
+ALIASED_TORCH = """\
 import torch as T
 from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
 
 model = AutoModelForCausalLM.from_pretrained("gpt2", torch_dtype=T.float16)
 args = TrainingArguments("out", fp16=True)
 Trainer(model=model, args=args).train()
-'''
+"""
 
-NO_TORCH_IMPORT = '''\
+NO_TORCH_IMPORT = """\
 from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
 
 model = AutoModelForCausalLM.from_pretrained("gpt2", torch_dtype="float16")
 args = TrainingArguments("out", fp16=True)
 Trainer(model=model, args=args).train()
-'''
+"""
 
-SHARED_DTYPE = '''\
+SHARED_DTYPE = """\
 import argparse
 import torch
 from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
@@ -153,9 +179,9 @@ dtype = getattr(torch, cli.dtype)
 model = AutoModelForCausalLM.from_pretrained("gpt2", torch_dtype=dtype)
 args = TrainingArguments("out", fp16=True)
 Trainer(model=model, args=args).train()
-'''
+"""
 
-SELF_ATTRIBUTES = '''\
+SELF_ATTRIBUTES = """\
 import torch
 
 
@@ -179,20 +205,20 @@ class Runner:
 
 
 Runner(torch.nn.Linear(4, 4)).step(torch.randn(2, 4))
-'''
+"""
 
-QUANTIZED_NO_IMPORT = '''\
+QUANTIZED_NO_IMPORT = """\
 import torch
 from transformers import AutoModelForCausalLM
 
 model = AutoModelForCausalLM.from_pretrained("gpt2", load_in_4bit=True, torch_dtype=torch.bfloat16)
-'''
+"""
 
-UNSLOTH = '''\
+UNSLOTH = """\
 from unsloth import FastLanguageModel
 
 model, tokenizer = FastLanguageModel.from_pretrained("unsloth/llama-3-8b", load_in_4bit=True, dtype=None)
-'''
+"""
 
 SCRIPTS = {
     "aliased-torch": (ALIASED_TORCH, "titan-rtx"),
@@ -244,8 +270,8 @@ def test_a_missing_import_is_added_in_the_import_block(tmp_path, monkeypatch):
 
 def test_unscale_goes_where_the_scaler_is_with_the_names_as_written(tmp_path, monkeypatch):
     text = _fixed(tmp_path, monkeypatch, SELF_ATTRIBUTES, "a100")
-    step = text[text.index("def step"):text.index("def evaluate")]
-    evaluate = text[text.index("def evaluate"):]
+    step = text[text.index("def step") : text.index("def evaluate")]
+    evaluate = text[text.index("def evaluate") :]
     assert "self.scaler.unscale_(self.optimizer)\n        torch.nn.utils.clip_grad_norm_" in step
     assert "unscale_" not in evaluate
 
@@ -262,8 +288,9 @@ def test_diff_and_yes_propose_the_same_change(tmp_path, monkeypatch, capsys):
         monkeypatch.chdir(folder)
         script = folder / "train.py"
         script.write_text(code, encoding="utf-8")
-        check = run_engine_check(lambda: gather(["train.py"], target=target, stack_overrides=CURRENT,
-                                                **machine_probes()), None)
+        check = run_engine_check(
+            lambda target=target: gather(["train.py"], target=target, stack_overrides=CURRENT, **machine_probes()), None
+        )
         capsys.readouterr()
         run_fix(check, yes=False, diff_only=True, unsafe=False, select=None, console=Console(file=io.StringIO()))
         patch = capsys.readouterr().out
@@ -282,20 +309,32 @@ USE_INSTEAD = [(r.id, r.silent[0]) for r in rules() if r.silent]
 def test_a_rules_use_instead_example_checks_clean(run_check, rule_id, example):
     """What `precision-doctor rule ID` shows as "use instead" raises no warning or error of any rule about its code
     (a machine fixture's other processes are the machine's, not the example's)."""
-    result, _ = run_check(example.code, target=example.target, launcher=example.launcher,
-                          script_args=example.script_args, versions=example.versions, machine=example.machine,
-                          environ=example.env, live=example.live)
-    assert not [(f.rule_id, f.message) for f in result.findings if f.severity in ("error", "warning")
-                and (f.locations or not example.machine)]
+    result, _ = run_check(
+        example.code,
+        target=example.target,
+        launcher=example.launcher,
+        script_args=example.script_args,
+        versions=example.versions,
+        machine=example.machine,
+        environ=example.env,
+        live=example.live,
+    )
+    assert not [
+        (f.rule_id, f.message)
+        for f in result.findings
+        if f.severity in ("error", "warning") and (f.locations or not example.machine)
+    ]
 
 
 def test_a_finding_that_raises_nothing_is_not_said_to_kill_the_job(run_check):
     from precision_doctor.report.text import render
 
-    code = ("import torch\nfrom transformers import AutoModelForCausalLM\n"
-            "model = AutoModelForCausalLM.from_pretrained('gpt2').half().cuda()\n"
-            "opt = torch.optim.SGD(model.parameters(), lr=1e-4)\n"
-            "for batch in loader:\n    model(**batch).loss.backward()\n    opt.step()\n")
+    code = (
+        "import torch\nfrom transformers import AutoModelForCausalLM\n"
+        "model = AutoModelForCausalLM.from_pretrained('gpt2').half().cuda()\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=1e-4)\n"
+        "for batch in loader:\n    model(**batch).loss.backward()\n    opt.step()\n"
+    )
     result, facts = run_check(code, target="titan-rtx")
     pd204 = next(f for f in result.findings if f.rule_id == "PD204")
     assert "Adam" not in pd204.message and "SGD" in pd204.message

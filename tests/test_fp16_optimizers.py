@@ -59,10 +59,12 @@ def test_pd204_claims_nan_exactly_where_the_optimizer_makes_it(run_check, optimi
 def test_a_trainer_bitsandbytes_optimizer_is_not_said_to_turn_nan(run_check):
     """bitsandbytes' optimizers compute in fp32 with uint8/fp32 state (measured with bitsandbytes 0.50 on the CPU:
     AdamW8bit, PagedAdamW8bit and AdamW all leave fp16 weights finite), so the loss is in the lost gradients."""
-    code = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
-            "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float16)\n"
-            "args = TrainingArguments('out', optim='adamw_bnb_8bit')\n"
-            "Trainer(model=model, args=args).train()\n")
+    code = (
+        "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+        "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float16)\n"
+        "args = TrainingArguments('out', optim='adamw_bnb_8bit')\n"
+        "Trainer(model=model, args=args).train()\n"
+    )
     pd204 = next(f for f in run_check(code, target="a100")[0].findings if f.rule_id == "PD204")
     assert "adamw_bnb_8bit never sees them" in pd204.message
     assert "no NaN" in pd204.error and "nan at the first" not in pd204.error

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from precision_doctor import engine
-from precision_doctor.probes.collect import gather
 from precision_doctor.derive import derive
 from precision_doctor.derive.memory_plan import MemoryPlan, plan_memory
 from precision_doctor.knowledge.versions import CURRENT
+from precision_doctor.probes.collect import gather
 
 from .conftest import check_code, machine_probes
 
@@ -19,8 +19,14 @@ SCRIPTS = Path(__file__).resolve().parents[1] / "fixtures" / "configs" / "script
 
 
 def run(path, target=None, launcher=None, args=(), machine=None, environ=None):
-    facts = gather([str(path)], target=target, launcher=launcher, script_args=tuple(args), stack_overrides=CURRENT,
-                   **machine_probes(machine, environ))
+    facts = gather(
+        [str(path)],
+        target=target,
+        launcher=launcher,
+        script_args=tuple(args),
+        stack_overrides=CURRENT,
+        **machine_probes(machine, environ),
+    )
     return engine.run(facts), facts
 
 
@@ -56,20 +62,23 @@ def test_framework_fixture_fires_and_its_twin_is_clean(rel, target, args, must):
 
 # --- Lightning / Fabric: strategy, devices, num_nodes ---------------------------------------------------------
 
-LIT = ("import lightning as L\nimport torch\nfrom transformers import AutoModelForCausalLM\n\n"
-       "class LitLM(L.LightningModule):\n    def __init__(self):\n        super().__init__()\n"
-       "        self.model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.1-8B'{load})\n\n"
-       "    def training_step(self, batch, batch_idx):\n        return self.model(**batch).loss\n\n"
-       "    def configure_optimizers(self):\n        return torch.optim.AdamW(self.parameters(), lr=1e-5)\n\n"
-       "trainer = L.Trainer({trainer})\ntrainer.fit(LitLM())\n")
+LIT = (
+    "import lightning as L\nimport torch\nfrom transformers import AutoModelForCausalLM\n\n"
+    "class LitLM(L.LightningModule):\n    def __init__(self):\n        super().__init__()\n"
+    "        self.model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.1-8B'{load})\n\n"
+    "    def training_step(self, batch, batch_idx):\n        return self.model(**batch).loss\n\n"
+    "    def configure_optimizers(self):\n        return torch.optim.AdamW(self.parameters(), lr=1e-5)\n\n"
+    "trainer = L.Trainer({trainer})\ntrainer.fit(LitLM())\n"
+)
 
 
 def lit(tmp_path, trainer, load=", dtype=torch.bfloat16", **kw):
     return check_code(tmp_path, LIT.format(trainer=trainer, load=load), **kw)
 
 
-@pytest.mark.parametrize("devices,processes", [("8", 8), ("[0, 1]", 2), ("'0,1,2'", 3), ("-1", 4), ("'auto'", 4),
-                                               (None, 4), ("1", None)])
+@pytest.mark.parametrize(
+    "devices,processes", [("8", 8), ("[0, 1]", 2), ("'0,1,2'", 3), ("-1", 4), ("'auto'", 4), (None, 4), ("1", None)]
+)
 def test_lightning_devices_are_the_processes_it_starts(tmp_path, devices, processes):
     arg = f"devices={devices}, " if devices else ""
     _, facts = lit(tmp_path, f"accelerator='gpu', {arg}strategy='ddp'", target="a100:4", launcher="python train.py")
@@ -81,8 +90,12 @@ def test_lightning_devices_are_the_processes_it_starts(tmp_path, devices, proces
 
 
 def test_lightning_under_an_external_launcher_does_not_spawn(tmp_path):
-    _, facts = lit(tmp_path, "accelerator='gpu', devices=4, strategy='ddp'", target="a100:4",
-                   launcher="torchrun --nproc_per_node 2 train.py")
+    _, facts = lit(
+        tmp_path,
+        "accelerator='gpu', devices=4, strategy='ddp'",
+        target="a100:4",
+        launcher="torchrun --nproc_per_node 2 train.py",
+    )
     plan = derive(facts).plan_for(facts.scripts[0].path)
     assert (plan.spawner, plan.processes) == ("", 2)  # torchrun's ranks; Lightning checks devices against them
 
@@ -96,8 +109,10 @@ def test_lightning_devices_beyond_the_visible_gpus_is_lightnings_own_refusal(tmp
     assert "PD111" not in fired(clean)
 
 
-@pytest.mark.parametrize("devices,refused", [("[0, 3]", "[0, 3]"), ("'0,3'", "[0, 3]"), ("[1, 2]", "[1, 2]"),
-                                             ("[1]", None), ("[0, 1]", None)])
+@pytest.mark.parametrize(
+    "devices,refused",
+    [("[0, 3]", "[0, 3]"), ("'0,3'", "[0, 3]"), ("[1, 2]", "[1, 2]"), ("[1]", None), ("[0, 1]", None)],
+)
 def test_lightning_gpu_ids_are_checked_against_the_visible_gpus(tmp_path, devices, refused):
     """A list (or "0,3") names GPU ids, which Lightning's `_sanitize_gpu_ids` checks against the visible ones: two
     ids on two GPUs can still ask for one that does not exist."""
@@ -110,23 +125,39 @@ def test_lightning_gpu_ids_are_checked_against_the_visible_gpus(tmp_path, device
 
 
 def test_lightning_ddp_with_a_spreading_device_map_is_a_multi_process_error(tmp_path):
-    result, _ = lit(tmp_path, "accelerator='gpu', devices='auto', precision='bf16-mixed'",
-                    load=", dtype=torch.bfloat16, device_map='auto'", target="a100:4")
+    result, _ = lit(
+        tmp_path,
+        "accelerator='gpu', devices='auto', precision='bf16-mixed'",
+        load=", dtype=torch.bfloat16, device_map='auto'",
+        target="a100:4",
+    )
     assert "PD302" in fired(result)
-    one, _ = lit(tmp_path, "accelerator='gpu', devices='auto', precision='bf16-mixed'",
-                 load=", dtype=torch.bfloat16, device_map='auto'", target="a100:1")
+    one, _ = lit(
+        tmp_path,
+        "accelerator='gpu', devices='auto', precision='bf16-mixed'",
+        load=", dtype=torch.bfloat16, device_map='auto'",
+        target="a100:1",
+    )
     assert "PD302" not in fired(one)
 
 
-@pytest.mark.parametrize("strategy,kind,stage,offload", [
-    ("'deepspeed_stage_3'", "zero3", 3, False), ("'deepspeed'", "zero2", 2, False),
-    ("'deepspeed_stage_2_offload'", "zero2", 2, True), ("DeepSpeedStrategy(stage=3, offload_optimizer=True)",
-                                                         "zero3", 3, True),
-    ("'fsdp'", "fsdp-full", None, False), ("FSDPStrategy(sharding_strategy='SHARD_GRAD_OP')", "fsdp-grad-op", None,
-                                           False), ("'ddp'", "ddp", None, False)])
+@pytest.mark.parametrize(
+    "strategy,kind,stage,offload",
+    [
+        ("'deepspeed_stage_3'", "zero3", 3, False),
+        ("'deepspeed'", "zero2", 2, False),
+        ("'deepspeed_stage_2_offload'", "zero2", 2, True),
+        ("DeepSpeedStrategy(stage=3, offload_optimizer=True)", "zero3", 3, True),
+        ("'fsdp'", "fsdp-full", None, False),
+        ("FSDPStrategy(sharding_strategy='SHARD_GRAD_OP')", "fsdp-grad-op", None, False),
+        ("'ddp'", "ddp", None, False),
+    ],
+)
 def test_lightning_strategies_shard_the_memory_plan(tmp_path, strategy, kind, stage, offload):
-    code = LIT.format(trainer=f"accelerator='gpu', devices=4, strategy={strategy}, precision='bf16-mixed'",
-                      load=", dtype=torch.bfloat16")
+    code = LIT.format(
+        trainer=f"accelerator='gpu', devices=4, strategy={strategy}, precision='bf16-mixed'",
+        load=", dtype=torch.bfloat16",
+    )
     code = "from lightning.pytorch.strategies import DeepSpeedStrategy, FSDPStrategy\n" + code
     _, facts = check_code(tmp_path, code, target="a100:4")
     derived = derive(facts)
@@ -143,18 +174,27 @@ def test_lightning_strategies_shard_the_memory_plan(tmp_path, strategy, kind, st
 def test_lightning_deepspeed_fp16_owns_loss_scaling(tmp_path):
     """precision='16-mixed' under DeepSpeed is DeepSpeed's fp16 (fp32 master partitions, its own loss scaler), so
     fp16 weights are not a GradScaler error; under plain DDP they are."""
-    ddp, _ = lit(tmp_path, "accelerator='gpu', devices=2, strategy='ddp', precision='16-mixed'",
-                 load=", dtype=torch.float16", target="v100:2")
+    ddp, _ = lit(
+        tmp_path,
+        "accelerator='gpu', devices=2, strategy='ddp', precision='16-mixed'",
+        load=", dtype=torch.float16",
+        target="v100:2",
+    )
     assert "PD201" in fired(ddp)
-    ds, _ = lit(tmp_path, "accelerator='gpu', devices=2, strategy='deepspeed_stage_2', precision='16-mixed'",
-                load=", dtype=torch.float16", target="v100:2")
+    ds, _ = lit(
+        tmp_path,
+        "accelerator='gpu', devices=2, strategy='deepspeed_stage_2', precision='16-mixed'",
+        load=", dtype=torch.float16",
+        target="v100:2",
+    )
     assert "PD201" not in fired(ds)
 
 
 def test_lightning_port_only_matters_when_master_port_is_set(tmp_path):
     """Lightning's own launcher binds MASTER_PORT when it is set, else finds a free port itself."""
-    code = LIT.format(trainer="accelerator='gpu', devices=2, strategy='ddp', precision='bf16-mixed'",
-                      load=", dtype=torch.bfloat16")
+    code = LIT.format(
+        trainer="accelerator='gpu', devices=2, strategy='ddp', precision='bf16-mixed'", load=", dtype=torch.bfloat16"
+    )
     busy, _ = check_code(tmp_path, code, machine="l40s_2x_exclusive_stopped", environ={"MASTER_PORT": "29500"})
     assert "PD110" in fired(busy)
     free, _ = check_code(tmp_path, code, machine="l40s_2x_exclusive_stopped", environ={})
@@ -163,26 +203,31 @@ def test_lightning_port_only_matters_when_master_port_is_set(tmp_path):
 
 # --- Sentence Transformers -------------------------------------------------------------------------------------
 
-ST = ("import torch\nfrom sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, "
-      "SentenceTransformerTrainingArguments\n"
-      "model = SentenceTransformer('BAAI/bge-base-en-v1.5'{kwargs})\n"
-      "args = SentenceTransformerTrainingArguments(output_dir='out'{args})\n"
-      "SentenceTransformerTrainer(model=model, args=args, train_dataset=None).train()\n")
+ST = (
+    "import torch\nfrom sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, "
+    "SentenceTransformerTrainingArguments\n"
+    "model = SentenceTransformer('BAAI/bge-base-en-v1.5'{kwargs})\n"
+    "args = SentenceTransformerTrainingArguments(output_dir='out'{args})\n"
+    "SentenceTransformerTrainer(model=model, args=args, train_dataset=None).train()\n"
+)
 
 
 def test_sentence_transformers_arguments_have_training_arguments_defaults(tmp_path):
     """No fp16/bf16 given: TrainingArguments' defaults (off), so fp16 weights train in pure fp16 (PD204)."""
-    result, _ = check_code(tmp_path, ST.format(kwargs=", model_kwargs={'torch_dtype': torch.float16}", args=""),
-                           target="t4")
+    result, _ = check_code(
+        tmp_path, ST.format(kwargs=", model_kwargs={'torch_dtype': torch.float16}", args=""), target="t4"
+    )
     assert "PD204" in fired(result)
-    scaled, _ = check_code(tmp_path, ST.format(kwargs=", model_kwargs={'torch_dtype': torch.float32}",
-                                               args=", fp16=True"), target="t4")
+    scaled, _ = check_code(
+        tmp_path, ST.format(kwargs=", model_kwargs={'torch_dtype': torch.float32}", args=", fp16=True"), target="t4"
+    )
     assert not errors(scaled)
 
 
 def test_sentence_transformers_dtype_comes_from_model_kwargs(tmp_path):
-    _, facts = check_code(tmp_path, ST.format(kwargs=", model_kwargs={'dtype': 'bfloat16'}", args=", bf16=True"),
-                          target="a100")
+    _, facts = check_code(
+        tmp_path, ST.format(kwargs=", model_kwargs={'dtype': 'bfloat16'}", args=", bf16=True"), target="a100"
+    )
     setup = derive(facts).setups[facts.scripts[0].path]
     assert setup.style == "trainer" and setup.weights.value == "bfloat16"
     assert setup.weights.evidence[0].excerpt == "model_kwargs dtype: 'bfloat16'"
@@ -190,16 +235,24 @@ def test_sentence_transformers_dtype_comes_from_model_kwargs(tmp_path):
 
 # --- Unsloth -------------------------------------------------------------------------------------------------------
 
-UNSLOTH = ("from unsloth import FastLanguageModel\n"
-           "model, tokenizer = FastLanguageModel.from_pretrained('unsloth/Meta-Llama-3.1-8B', 2048{kwargs})\n"
-           "model = FastLanguageModel.get_peft_model(model, r=16)\n")
+UNSLOTH = (
+    "from unsloth import FastLanguageModel\n"
+    "model, tokenizer = FastLanguageModel.from_pretrained('unsloth/Meta-Llama-3.1-8B', 2048{kwargs})\n"
+    "model = FastLanguageModel.get_peft_model(model, r=16)\n"
+)
 
 
-@pytest.mark.parametrize("kwargs,target,dtype", [("", "t4", "float16"), ("", "a100", "bfloat16"),
-                                                 (", dtype=None", "v100", "float16"),
-                                                 (", dtype=torch.bfloat16", "t4", "float16"),
-                                                 (", dtype=torch.bfloat16", "l4", "bfloat16"),
-                                                 (", None", "a10g", "bfloat16")])
+@pytest.mark.parametrize(
+    "kwargs,target,dtype",
+    [
+        ("", "t4", "float16"),
+        ("", "a100", "bfloat16"),
+        (", dtype=None", "v100", "float16"),
+        (", dtype=torch.bfloat16", "t4", "float16"),
+        (", dtype=torch.bfloat16", "l4", "bfloat16"),
+        (", None", "a10g", "bfloat16"),
+    ],
+)
 def test_unsloth_dtype_none_is_bf16_only_where_the_gpu_has_it(tmp_path, kwargs, target, dtype):
     """Unsloth's SUPPORTS_BFLOAT16 is compute capability >= 8 (no emulation: T4/V100 get fp16), and bf16 asked on a
     GPU without it silently becomes fp16."""
@@ -209,9 +262,16 @@ def test_unsloth_dtype_none_is_bf16_only_where_the_gpu_has_it(tmp_path, kwargs, 
     assert setup.weights.value == dtype
 
 
-@pytest.mark.parametrize("kwargs,quantized", [("", "4bit"), (", load_in_4bit=False", False),
-                                              (", load_in_8bit=True", "8bit"), (", full_finetuning=True", False),
-                                              (", None, False", False)])
+@pytest.mark.parametrize(
+    "kwargs,quantized",
+    [
+        ("", "4bit"),
+        (", load_in_4bit=False", False),
+        (", load_in_8bit=True", "8bit"),
+        (", full_finetuning=True", False),
+        (", None, False", False),
+    ],
+)
 def test_unsloth_loads_4bit_unless_told_otherwise(tmp_path, kwargs, quantized):
     _, facts = check_code(tmp_path, UNSLOTH.format(kwargs=kwargs), target="a100")
     setup = derive(facts).setups[facts.scripts[0].path]
@@ -226,10 +286,12 @@ def test_unsloth_keywords_are_not_judged_as_transformers_keywords(tmp_path):
 
 
 def test_unsloth_bf16_flag_on_a_gpu_without_bf16_and_the_notebook_idiom(tmp_path):
-    base = ("from unsloth import FastLanguageModel, is_bfloat16_supported\nfrom trl import SFTConfig, SFTTrainer\n"
-            "model, tokenizer = FastLanguageModel.from_pretrained('unsloth/Meta-Llama-3.1-8B', dtype=None)\n"
-            "model = FastLanguageModel.get_peft_model(model, r=16)\n"
-            "SFTTrainer(model=model, args=SFTConfig(output_dir='o', {flags})).train()\n")
+    base = (
+        "from unsloth import FastLanguageModel, is_bfloat16_supported\nfrom trl import SFTConfig, SFTTrainer\n"
+        "model, tokenizer = FastLanguageModel.from_pretrained('unsloth/Meta-Llama-3.1-8B', dtype=None)\n"
+        "model = FastLanguageModel.get_peft_model(model, r=16)\n"
+        "SFTTrainer(model=model, args=SFTConfig(output_dir='o', {flags})).train()\n"
+    )
     assert "PD101" in fired(check_code(tmp_path, base.format(flags="bf16=True"), target="t4")[0])
     idiom = base.format(flags="fp16=not is_bfloat16_supported(), bf16=is_bfloat16_supported()")
     for target in ("t4", "a100"):
@@ -238,23 +300,28 @@ def test_unsloth_bf16_flag_on_a_gpu_without_bf16_and_the_notebook_idiom(tmp_path
 
 # --- diffusers-style accelerate scripts ----------------------------------------------------------------------------
 
+
 def test_diffusers_frozen_modules_in_weight_dtype_keep_the_trained_unet_fp32():
     """weight_dtype follows accelerator.mixed_precision; the VAE and text encoder are cast to it, the UNet is not."""
     for precision in ("fp16", "bf16", "no"):
-        result, facts = run(SCRIPTS / "diffusers" / "train_text_to_image_fixed.py", "a10g",
-                            args=("--mixed_precision", precision))
+        result, facts = run(
+            SCRIPTS / "diffusers" / "train_text_to_image_fixed.py", "a10g", args=("--mixed_precision", precision)
+        )
         assert not fired(result) & {"PD201", "PD204", "PD211", "PD212"}, precision
         setup = derive(facts).setups[facts.scripts[0].path]
-        assert setup.weights.value == "float32" and setup.model_load.callee.endswith("UNet2DConditionModel"
-                                                                                      ".from_pretrained")
+        assert setup.weights.value == "float32" and setup.model_load.callee.endswith(
+            "UNet2DConditionModel.from_pretrained"
+        )
 
 
 def test_diffusers_loader_keeps_its_own_torch_dtype_keyword(tmp_path):
-    code = ("import torch\nfrom accelerate import Accelerator\nfrom diffusers import UNet2DConditionModel\n"
-            "accelerator = Accelerator(mixed_precision='fp16')\n"
-            "unet = UNet2DConditionModel.from_pretrained('sd', subfolder='unet', torch_dtype=torch.float16)\n"
-            "optimizer = torch.optim.AdamW(unet.parameters())\n"
-            "unet, optimizer = accelerator.prepare(unet, optimizer)\n")
+    code = (
+        "import torch\nfrom accelerate import Accelerator\nfrom diffusers import UNet2DConditionModel\n"
+        "accelerator = Accelerator(mixed_precision='fp16')\n"
+        "unet = UNet2DConditionModel.from_pretrained('sd', subfolder='unet', torch_dtype=torch.float16)\n"
+        "optimizer = torch.optim.AdamW(unet.parameters())\n"
+        "unet, optimizer = accelerator.prepare(unet, optimizer)\n"
+    )
     result, _ = check_code(tmp_path, code, target="a10g")
     assert "PD201" in fired(result)  # the trained UNet loaded in fp16 under fp16 AMP
     assert "PD214" not in fired(result)  # torch_dtype= is diffusers' keyword, not a renamed transformers one

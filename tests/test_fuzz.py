@@ -1,6 +1,6 @@
 """The fuzz harness in the suite: a few hundred generated and mutated scripts, mutated snapshots, job scripts,
-recipes, model facts and requirements files through the whole command line (tests/fuzzing.py); benchmarks/fuzz.py runs thousands. Zero exit 3, zero hangs, strict JSON
-every time, no crashed rule."""
+recipes, model facts and requirements files through the whole command line (tests/fuzzing.py); benchmarks/fuzz.py
+runs thousands. Zero exit 3, zero hangs, strict JSON every time, no crashed rule."""
 
 from __future__ import annotations
 
@@ -17,10 +17,13 @@ SUITE_CASES = 240
 
 
 def test_fuzzed_inputs_through_the_whole_cli():
-    outcomes = fuzzing.run_cases(fuzzing.cases(SUITE_CASES, seed=18, generated_share=0.1, snapshot_share=0.2,
-                                                repository_share=0.35), time_limit=10)
-    failures = [f"{o.case.kind} {' '.join(o.case.args)}: {o.problem}\n{o.case.source[:300]}"
-                for o in outcomes if o.failed]
+    outcomes = fuzzing.run_cases(
+        fuzzing.cases(SUITE_CASES, seed=18, generated_share=0.1, snapshot_share=0.2, repository_share=0.35),
+        time_limit=10,
+    )
+    failures = [
+        f"{o.case.kind} {' '.join(o.case.args)}: {o.problem}\n{o.case.source[:300]}" for o in outcomes if o.failed
+    ]
     assert not failures, f"{len(failures)} of {len(outcomes)} cases failed:\n" + "\n\n".join(failures[:5])
     kinds = {o.case.kind for o in outcomes}
     assert kinds == {"generated", "mutated", "snapshot", "jobscript", "recipe", "model", "requirements"}

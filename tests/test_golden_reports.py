@@ -12,8 +12,8 @@ import pytest
 from rich.console import Console
 
 from precision_doctor import engine
-from precision_doctor.probes.collect import gather
 from precision_doctor.knowledge.versions import CURRENT
+from precision_doctor.probes.collect import gather
 from precision_doctor.report.json_report import finding_json
 from precision_doctor.report.text import render
 
@@ -36,15 +36,15 @@ def _compare(path: Path, got: str, update: bool) -> None:
     assert got == path.read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("rel,target,args", [(c[0], c[1], c[2]) for c in CASES],
-                         ids=[f"{c[0]}@{c[1]}" for c in CASES])
+@pytest.mark.parametrize("rel,target,args", [(c[0], c[1], c[2]) for c in CASES], ids=[f"{c[0]}@{c[1]}" for c in CASES])
 def test_golden_report(rel, target, args, update_golden, monkeypatch):
     monkeypatch.chdir(FIX)
     facts = gather([rel], target=target, script_args=args, stack_overrides=CURRENT, **machine_probes())
     result = engine.run(facts)
     name = _name(rel, target, args)
-    _compare(GOLDEN / f"{name}.json", json.dumps([finding_json(f) for f in result.findings], indent=2) + "\n",
-             update_golden)
+    _compare(
+        GOLDEN / f"{name}.json", json.dumps([finding_json(f) for f in result.findings], indent=2) + "\n", update_golden
+    )
     text = io.StringIO()
     render(result, facts, Console(file=text, no_color=True, highlight=False, width=120))
     _compare(GOLDEN / f"{name}.txt", text.getvalue(), update_golden)

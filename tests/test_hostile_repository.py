@@ -20,10 +20,12 @@ import pytest
 from precision_doctor import cli
 from precision_doctor.probes.shell_arithmetic import evaluate
 
-TRAIN = ("from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
-         "model = AutoModelForCausalLM.from_pretrained('./ckpt')\n"
-         "args = TrainingArguments(output_dir='o', bf16=True, per_device_train_batch_size=8)\n"
-         "Trainer(model=model, args=args).train()\n")
+TRAIN = (
+    "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+    "model = AutoModelForCausalLM.from_pretrained('./ckpt')\n"
+    "args = TrainingArguments(output_dir='o', bf16=True, per_device_train_batch_size=8)\n"
+    "Trainer(model=model, args=args).train()\n"
+)
 WITHIN_S = 20
 
 
@@ -45,18 +47,24 @@ def job(tmp_path: Path, body: str) -> Path:
 
 # --- job scripts -------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("port", ["$(shuf -i 20000-30000 -n 1)", "`shuf -i 20000-30000 -n 1`", "$((20000 + RANDOM))"])
 def test_a_port_the_job_computes_when_it_runs_is_unknown_not_a_usage_error(tmp_path, capsys, port):
-    path = job(tmp_path, f"export MASTER_PORT={port}\nsrun torchrun --nnodes 2 --nproc_per_node 4 "
-                         "--master_port $MASTER_PORT train.py\n")
+    path = job(
+        tmp_path,
+        f"export MASTER_PORT={port}\nsrun torchrun --nnodes 2 --nproc_per_node 4 --master_port $MASTER_PORT train.py\n",
+    )
     code, report, err = check(path, capsys=capsys)
     assert "--launcher" not in err
     assert "PD117" not in {f["id"] for f in report["findings"]}  # read, and judged: 2 nodes, --nnodes 2
 
 
 def test_per_task_values_stay_unknown(tmp_path, capsys):
-    path = job(tmp_path, "srun torchrun --nnodes 2 --node_rank $SLURM_PROCID --nproc_per_node $SLURM_GPUS_ON_NODE "
-                         "--master_port $((29500 + SLURM_PROCID)) train.py\n")
+    path = job(
+        tmp_path,
+        "srun torchrun --nnodes 2 --node_rank $SLURM_PROCID --nproc_per_node $SLURM_GPUS_ON_NODE "
+        "--master_port $((29500 + SLURM_PROCID)) train.py\n",
+    )
     check(path, capsys=capsys)
 
 
@@ -75,16 +83,37 @@ def test_variable_expansion_is_bounded(tmp_path, capsys):
 
 
 def test_arithmetic_bombs_are_bounded(tmp_path, capsys):
-    body = ("P=$((1" + "*3" * 1000 + "))\nX=2\n" + "X=$((X*X))\n" * 40 +
-            "export MASTER_PORT=$(( (X % 20000) + 10000 ))\n"
-            "srun torchrun --nnodes 2 --nproc_per_node 4 --master_port $MASTER_PORT train.py --seed $P\n")
+    body = (
+        "P=$((1" + "*3" * 1000 + "))\nX=2\n" + "X=$((X*X))\n" * 40 + "export MASTER_PORT=$(( (X % 20000) + 10000 ))\n"
+        "srun torchrun --nnodes 2 --nproc_per_node 4 --master_port $MASTER_PORT train.py --seed $P\n"
+    )
     check(job(tmp_path, body), capsys=capsys)
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="compared with bash itself")
-@pytest.mark.parametrize("expression", ["1+2*3", "-2**2", "2**3**2", "-7/2", "-7%2", "7%-2", "2**63", "2**64",
-                                        "9223372036854775807+1", "1<<65", "~5", "!0", "(1+2)*(3-4)", "0x1f+010",
-                                        "16#ff", "3>2&&1||0", "-(-9223372036854775807-1)/-1", "1" + "*3" * 1000])
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "1+2*3",
+        "-2**2",
+        "2**3**2",
+        "-7/2",
+        "-7%2",
+        "7%-2",
+        "2**63",
+        "2**64",
+        "9223372036854775807+1",
+        "1<<65",
+        "~5",
+        "!0",
+        "(1+2)*(3-4)",
+        "0x1f+010",
+        "16#ff",
+        "3>2&&1||0",
+        "-(-9223372036854775807-1)/-1",
+        "1" + "*3" * 1000,
+    ],
+)
 def test_shell_arithmetic_is_bashs(expression):
     done = subprocess.run(["bash", "-c", f"echo $(( {expression} ))"], capture_output=True, text=True)
     assert str(evaluate(expression)) == done.stdout.strip()
@@ -99,19 +128,34 @@ def test_shell_arithmetic_it_does_not_model_is_unknown(expression):
 def test_values_from_a_job_script_never_reach_the_terminal_raw(tmp_path, fmt):
     (tmp_path / "train.py").write_text("print('train')\n")
     path = tmp_path / "job.sbatch"
-    path.write_text("#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --partition=gpu\x1b[31mRED\x1b]0;owned\x07\n"
-                    "#SBATCH --gres=gpu:2\nsrun python train.py\n")
-    done = subprocess.run([sys.executable, "-m", "precision_doctor", "check", str(path), "--format", fmt, "-v"],
-                          capture_output=True, text=True, timeout=60, env={**os.environ, "PATH": "/nonexistent"})
+    path.write_text(
+        "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --partition=gpu\x1b[31mRED\x1b]0;owned\x07\n"
+        "#SBATCH --gres=gpu:2\nsrun python train.py\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "precision_doctor", "check", str(path), "--format", fmt, "-v"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PATH": "/nonexistent"},
+    )
     assert done.returncode in (0, 1), done.stderr
     assert "\x1b" not in done.stdout + done.stderr and "\x07" not in done.stdout + done.stderr
 
 
 # --- model facts -------------------------------------------------------------------------------------------------
 
-LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632,
-         "num_hidden_layers": 22, "num_attention_heads": 32, "num_key_value_heads": 4, "vocab_size": 32000,
-         "torch_dtype": "bfloat16"}
+LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 2048,
+    "intermediate_size": 5632,
+    "num_hidden_layers": 22,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "vocab_size": 32000,
+    "torch_dtype": "bfloat16",
+}
 
 
 def checkpoint(tmp_path: Path, config: str | dict, header: dict | None = None, index: dict | None = None) -> Path:
@@ -143,22 +187,31 @@ def test_a_config_nested_a_hundred_thousand_deep_is_unknown(tmp_path, capsys):
 
 @pytest.mark.parametrize("field", ["num_hidden_layers", "vocab_size", "hidden_size"])
 def test_an_impossible_size_is_unknown_with_its_reason(tmp_path, capsys, field):
-    path = checkpoint(tmp_path, {**LLAMA, field: 10 ** 300})
+    path = checkpoint(tmp_path, {**LLAMA, field: 10**300})
     check(path, "--target", "a100", capsys=capsys)
     assert f"{field} = a 301-digit number is no real model's" in memory_reason(path, capsys)
 
 
-@pytest.mark.parametrize("entry", [{"dtype": ["F16"], "shape": [2, 2]}, {"dtype": {"a": 1}, "shape": [2, 2]},
-                                   {"dtype": "F16", "shape": [2 ** 62, 2 ** 62]}, {"dtype": "F16", "shape": "x"}])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"dtype": ["F16"], "shape": [2, 2]},
+        {"dtype": {"a": 1}, "shape": [2, 2]},
+        {"dtype": "F16", "shape": [2**62, 2**62]},
+        {"dtype": "F16", "shape": "x"},
+    ],
+)
 def test_an_ill_typed_safetensors_header_is_no_crash(tmp_path, capsys, entry):
     config = {k: v for k, v in LLAMA.items() if k != "torch_dtype"}
-    path = checkpoint(tmp_path, config, header={"w": {**entry, "data_offsets": [0, 8]}},
-                      index={"metadata": {"total_size": 10 ** 300}})
+    path = checkpoint(
+        tmp_path, config, header={"w": {**entry, "data_offsets": [0, 8]}}, index={"metadata": {"total_size": 10**300}}
+    )
     check(path, "--target", "a100", capsys=capsys)
     memory_reason(path, capsys)
 
 
 # --- requirements and training environments ---------------------------------------------------------------------
+
 
 def bare_environment(root: Path) -> Path:
     (root / "env" / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
@@ -170,8 +223,9 @@ def bare_environment(root: Path) -> Path:
 def test_a_requirements_file_that_includes_itself_is_read_once(tmp_path, capsys):
     (tmp_path / "requirements.txt").write_text("transformers==4.46.0\n" + "-r requirements.txt\n" * 300)
     (tmp_path / "train.py").write_text(TRAIN)
-    code, report, _ = check(tmp_path / "train.py", "--include-facts", "--python", bare_environment(tmp_path),
-                            capsys=capsys)
+    code, report, _ = check(
+        tmp_path / "train.py", "--include-facts", "--python", bare_environment(tmp_path), capsys=capsys
+    )
     packages = report["facts"]["scripts"][0]["stack"]["packages"]
     assert packages["transformers"]["version"] == "4.46.0"
 
@@ -197,8 +251,9 @@ def test_an_environments_metadata_that_is_a_fifo_or_dev_zero_is_skipped(tmp_path
 def test_a_requirements_line_no_file_could_hold_is_skipped_quickly(tmp_path, capsys, line):
     (tmp_path / "requirements.txt").write_text("transformers==4.46.0\n" + line + "\n")
     (tmp_path / "train.py").write_text(TRAIN)
-    code, report, _ = check(tmp_path / "train.py", "--include-facts", "--python", bare_environment(tmp_path),
-                            capsys=capsys)
+    code, report, _ = check(
+        tmp_path / "train.py", "--include-facts", "--python", bare_environment(tmp_path), capsys=capsys
+    )
     assert report["facts"]["scripts"][0]["stack"]["packages"]["transformers"]["version"] == "4.46.0"
 
 
@@ -220,8 +275,7 @@ def test_a_pyproject_nested_past_any_parser_is_unknown_or_one_line(tmp_path, cap
 
 
 def test_a_job_line_of_megabytes_is_skipped_with_its_reason(tmp_path, capsys):
-    path = job(tmp_path, "export NOISE=" + "a" * 4_000_000 + "\nsrun torchrun --nnodes 2 --nproc_per_node 4 "
-                         "train.py\n")
+    path = job(tmp_path, "export NOISE=" + "a" * 4_000_000 + "\nsrun torchrun --nnodes 2 --nproc_per_node 4 train.py\n")
     code, report, _ = check(path, capsys=capsys)
     assert "PD117" not in {f["id"] for f in report["findings"]}  # the launch line after it is still read
 
@@ -242,11 +296,17 @@ def test_shell_arithmetic_bash_refuses_is_unknown(expression):
 def test_json_strings_hold_no_raw_control_characters(tmp_path):
     (tmp_path / "train.py").write_text(TRAIN)
     path = tmp_path / "job.sbatch"
-    path.write_bytes(b"#!/bin/bash\r\n#SBATCH --nodes=1\r\n#SBATCH --job-name=a\x01b\x7fc\r\n#SBATCH --gres=gpu:2\r\n"
-                     b"srun python train.py\r\n")
-    done = subprocess.run([sys.executable, "-m", "precision_doctor", "check", str(path), "--format", "json",
-                           "--include-facts"], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PATH": "/nonexistent"})
+    path.write_bytes(
+        b"#!/bin/bash\r\n#SBATCH --nodes=1\r\n#SBATCH --job-name=a\x01b\x7fc\r\n#SBATCH --gres=gpu:2\r\n"
+        b"srun python train.py\r\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "precision_doctor", "check", str(path), "--format", "json", "--include-facts"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PATH": "/nonexistent"},
+    )
     assert done.returncode in (0, 1), done.stderr
     json.loads(done.stdout)
     assert not any(c in done.stdout for c in "\r\x01\x7f"), "a raw control character in the JSON report"

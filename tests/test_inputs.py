@@ -27,8 +27,15 @@ def _capped():
 
 
 def doctor(*args, cwd=ROOT, preexec=_capped, stdin=subprocess.DEVNULL):
-    return subprocess.run([sys.executable, "-m", "precision_doctor", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=60, preexec_fn=preexec, stdin=stdin)
+    return subprocess.run(
+        [sys.executable, "-m", "precision_doctor", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=preexec,
+        stdin=stdin,
+    )
 
 
 def one_line_error(proc, *fragments):
@@ -48,6 +55,7 @@ def not_checked(proc) -> dict[str, str]:
 
 # --- not a regular file --------------------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def specials(tmp_path):
     """A folder with a good script beside a FIFO, .py links to a FIFO and to /dev/zero, and a link loop."""
@@ -64,14 +72,24 @@ def specials(tmp_path):
 
 def test_a_folder_run_skips_what_is_not_a_regular_file(specials):
     skipped = not_checked(doctor("check", str(specials), "--format", "json", "--target", "cpu"))
-    assert skipped == {"fifo.py": "not a regular file (a named pipe)", "to_fifo.py": "not a regular file (a named pipe)",
-                       "zero.py": "not a regular file (a character device)",
-                       "loop.py": "a symbolic link loop (or too many links)",
-                       "folder.py": "not a regular file (a directory)"}
+    assert skipped == {
+        "fifo.py": "not a regular file (a named pipe)",
+        "to_fifo.py": "not a regular file (a named pipe)",
+        "zero.py": "not a regular file (a character device)",
+        "loop.py": "a symbolic link loop (or too many links)",
+        "folder.py": "not a regular file (a directory)",
+    }
 
 
-@pytest.mark.parametrize("name, what", [("fifo.py", "named pipe"), ("to_fifo.py", "named pipe"),
-                                        ("zero.py", "character device"), ("loop.py", "link loop")])
+@pytest.mark.parametrize(
+    "name, what",
+    [
+        ("fifo.py", "named pipe"),
+        ("to_fifo.py", "named pipe"),
+        ("zero.py", "character device"),
+        ("loop.py", "link loop"),
+    ],
+)
 def test_a_named_special_file_is_one_line(specials, name, what):
     one_line_error(doctor("check", str(specials / name), "--target", "cpu"), name, what)
 
@@ -81,13 +99,14 @@ def test_a_device_given_as_path_is_not_called_a_folder():
 
 
 def test_a_device_as_facts_or_config_is_one_line(specials):
-    one_line_error(doctor("check", str(specials / "train.py"), "--facts", str(specials / "zero.py")),
-                   "--facts", "character device")
-    one_line_error(doctor("check", str(specials / "train.py"), "--facts", str(specials / "fifo.py")),
-                   "--facts", "named pipe")
+    one_line_error(
+        doctor("check", str(specials / "train.py"), "--facts", str(specials / "zero.py")), "--facts", "character device"
+    )
+    one_line_error(
+        doctor("check", str(specials / "train.py"), "--facts", str(specials / "fifo.py")), "--facts", "named pipe"
+    )
     (specials / "pyproject.toml").symlink_to("/dev/zero")
-    one_line_error(doctor("check", str(specials / "train.py"), "--target", "cpu"), "pyproject.toml",
-                   "character device")
+    one_line_error(doctor("check", str(specials / "train.py"), "--target", "cpu"), "pyproject.toml", "character device")
 
 
 def test_a_sibling_module_that_is_a_fifo_is_unknown_not_a_hang(tmp_path):
@@ -106,14 +125,22 @@ def test_explain_refuses_devices_and_reads_pipes(specials):
     with open("/dev/zero", "rb") as zero:
         one_line_error(doctor("explain", stdin=zero), "stdin", "character device")
     assert doctor("explain", str(specials / "fifo.py")).returncode == 0  # no writer: an empty log, not a hang
-    piped = subprocess.run(f"{sys.executable} -m precision_doctor explain <(printf 'ValueError: Attempting to "
-                           f"unscale FP16 gradients.\\n')", shell=True, executable="/bin/bash", cwd=ROOT,
-                           capture_output=True, text=True, timeout=60)
+    piped = subprocess.run(
+        f"{sys.executable} -m precision_doctor explain <(printf 'ValueError: Attempting to "
+        f"unscale FP16 gradients.\\n')",
+        shell=True,
+        executable="/bin/bash",
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert piped.returncode == 0 and "PD201" in piped.stdout
 
 
 def test_explain_reads_an_endless_line_in_bounded_memory():
     """50 MB without a newline (a NUL-filled log, one giant dump), then the failure: found, in a few MiB."""
+
     class Endless(io.RawIOBase):
         def __init__(self):
             self.left = 50 * 2**20
@@ -126,7 +153,7 @@ def test_explain_reads_an_endless_line_in_bounded_memory():
                 tail = b"\nValueError: Attempting to unscale FP16 gradients.\n"
                 if self.left < 0:
                     return 0
-                buffer[:len(tail)] = tail
+                buffer[: len(tail)] = tail
                 self.left = -1
                 return len(tail)
             n = min(len(buffer), self.left)
@@ -144,8 +171,10 @@ def test_explain_reads_an_endless_line_in_bounded_memory():
 
 def test_explain_counts_lines_as_python_does_from_any_source():
     """\\r\\n, bare \\r (progress bars) and \\n end lines alike, whether the log is a file, a pipe or a list."""
-    log = ("step 1\r\n 10%| 1/10 [00:01<00:09]\r 20%| 2/10 [00:02<00:08]\rdone\n"
-           "Traceback (most recent call last):\r\nValueError: Attempting to unscale FP16 gradients.\n")
+    log = (
+        "step 1\r\n 10%| 1/10 [00:01<00:09]\r 20%| 2/10 [00:02<00:08]\rdone\n"
+        "Traceback (most recent call last):\r\nValueError: Attempting to unscale FP16 gradients.\n"
+    )
     from_lines = diagnose(log.splitlines(keepends=True))
     for source in (io.BytesIO(log.encode()), io.TextIOWrapper(io.BytesIO(log.encode()), encoding="utf-8")):
         got = diagnose(source)
@@ -166,16 +195,20 @@ def test_a_chunk_boundary_inside_a_line_or_a_crlf_changes_nothing(monkeypatch):
 
 # --- decoding the way Python does ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("data, python_reads", [
-    (b"# -*- coding: xyz -*-\nx = 1\n", False),
-    (b"#!/usr/bin/env python\n# vim: set fileencoding=nope :\nx = 1\n", False),
-    (b"\xef\xbb\xbf# coding: latin-1\nx = 1\n", False),
-    (b"# coding: rot13\nx = 1\n", False),
-    (b"# coding: latin-1\nname = 'caf\xe9'\n", True),
-    (b"\xef\xbb\xbfx = 'BOM'\n", True),
-    (b"\n\n# coding: xyz\nx = 1\n", True),  # a cookie only counts on the first two lines
-    (b"x = 'caf\xe9'\n", False),
-])
+
+@pytest.mark.parametrize(
+    "data, python_reads",
+    [
+        (b"# -*- coding: xyz -*-\nx = 1\n", False),
+        (b"#!/usr/bin/env python\n# vim: set fileencoding=nope :\nx = 1\n", False),
+        (b"\xef\xbb\xbf# coding: latin-1\nx = 1\n", False),
+        (b"# coding: rot13\nx = 1\n", False),
+        (b"# coding: latin-1\nname = 'caf\xe9'\n", True),
+        (b"\xef\xbb\xbfx = 'BOM'\n", True),
+        (b"\n\n# coding: xyz\nx = 1\n", True),  # a cookie only counts on the first two lines
+        (b"x = 'caf\xe9'\n", False),
+    ],
+)
 def test_sources_are_read_as_python_reads_them(tmp_path, data, python_reads):
     path = tmp_path / "s.py"
     path.write_bytes(data)
@@ -202,11 +235,14 @@ def test_a_bad_cookie_is_exit_2_named_and_not_checked_in_a_folder(tmp_path):
 
 # --- the text report never says both ---------------------------------------------------------------------------
 
+
 def test_a_file_not_checked_is_never_also_no_problems_found(specials):
     (specials / "broken.py").write_text("def (\n")
     proc = doctor("check", str(specials), "--target", "cpu", "--no-color", "-v")  # -v: clean files listed too
     assert proc.returncode == 0, proc.stderr
-    lines = {line.split("  ", 1)[0]: line for line in proc.stdout.splitlines() if line.endswith(".py") or ".py  " in line}
+    lines = {
+        line.split("  ", 1)[0]: line for line in proc.stdout.splitlines() if line.endswith(".py") or ".py  " in line
+    }
     for name in ("fifo.py", "to_fifo.py", "zero.py", "loop.py", "folder.py", "broken.py"):
         line = next(text for head, text in lines.items() if head.endswith(name))
         assert "not checked" in line and "no problems found" not in line, line
@@ -215,6 +251,7 @@ def test_a_file_not_checked_is_never_also_no_problems_found(specials):
 
 
 # --- permissions ---------------------------------------------------------------------------------------------------
+
 
 def _without_root_override():
     """Root reads every file whatever its mode; drop the two capabilities that let it, so modes count."""
@@ -233,8 +270,15 @@ def unprivileged(tmp_path):
     probe.write_text("x")
     probe.chmod(0)
     try:
-        readable = subprocess.run([sys.executable, "-c", f"open({str(probe)!r}).read()"], capture_output=True,
-                                  preexec_fn=_without_root_override, timeout=60).returncode == 0
+        readable = (
+            subprocess.run(
+                [sys.executable, "-c", f"open({str(probe)!r}).read()"],
+                capture_output=True,
+                preexec_fn=_without_root_override,
+                timeout=60,
+            ).returncode
+            == 0
+        )
     except subprocess.SubprocessError:
         readable = True
     probe.unlink()
@@ -254,8 +298,9 @@ def test_a_named_unreadable_script_is_one_line(tmp_path, unprivileged):
 
 
 def test_unreadable_files_and_folders_in_a_folder_run_are_reported_and_the_run_goes_on(tmp_path, unprivileged):
-    (tmp_path / "train.py").write_text("import torch\nmodel = torch.nn.Linear(2, 2).half()\n"
-                                       "scaler = torch.cuda.amp.GradScaler()\n")
+    (tmp_path / "train.py").write_text(
+        "import torch\nmodel = torch.nn.Linear(2, 2).half()\nscaler = torch.cuda.amp.GradScaler()\n"
+    )
     (tmp_path / "secret.py").write_text(SCRIPT)
     (tmp_path / "secret.py").chmod(0)
     (tmp_path / "locked").mkdir()
@@ -281,5 +326,6 @@ def test_an_unreadable_pyproject_is_one_line(tmp_path, unprivileged):
     (tmp_path / "train.py").write_text(SCRIPT)
     (tmp_path / "pyproject.toml").write_text("[tool.precision-doctor]\nfail-on = 'warning'\n")
     (tmp_path / "pyproject.toml").chmod(0)
-    one_line_error(unprivileged("check", str(tmp_path / "train.py"), "--target", "cpu"), "pyproject.toml",
-                   "permission denied")
+    one_line_error(
+        unprivileged("check", str(tmp_path / "train.py"), "--target", "cpu"), "pyproject.toml", "permission denied"
+    )

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from precision_doctor import engine
+from precision_doctor.knowledge.versions import CURRENT
 from precision_doctor.probes.collect import System, gather, read_snapshot
 from precision_doctor.probes.jobscript import is_job_script, read_job
-from precision_doctor.knowledge.versions import CURRENT
 
 from .fake_nvml import NO_NVML, NO_SCHEDULER
 
@@ -36,11 +36,15 @@ def _check(path: Path, **kw):
 
 
 def test_directives_continuations_and_expansion(tmp_path):
-    job = _write(tmp_path / "exp", "#!/bin/bash\n#SBATCH -N2\n#SBATCH --ntasks-per-node 1\n#SBATCH --gpus-per-node=h100:8\n"
-                 "#SBATCH -p gpu --exclusive\nNPROC=${NPROC:-8}\nPORT=$((20000 + 17))\n"
-                 "cd $SLURM_SUBMIT_DIR/src\n"
-                 "srun --kill-on-bad-exit=1 torchrun --nnodes $SLURM_NNODES \\\n  --nproc_per_node ${NPROC} \\\n"
-                 "  --master_port $PORT train.py --lr 1e-4\n#SBATCH --nodes=9\n", name="src/train.py")
+    job = _write(
+        tmp_path / "exp",
+        "#!/bin/bash\n#SBATCH -N2\n#SBATCH --ntasks-per-node 1\n#SBATCH --gpus-per-node=h100:8\n"
+        "#SBATCH -p gpu --exclusive\nNPROC=${NPROC:-8}\nPORT=$((20000 + 17))\n"
+        "cd $SLURM_SUBMIT_DIR/src\n"
+        "srun --kill-on-bad-exit=1 torchrun --nnodes $SLURM_NNODES \\\n  --nproc_per_node ${NPROC} \\\n"
+        "  --master_port $PORT train.py --lr 1e-4\n#SBATCH --nodes=9\n",
+        name="src/train.py",
+    )
     facts, launch = read_job(str(job))
     assert (facts.nodes, facts.tasks_per_node, facts.gpus_per_node, facts.gpu_type) == (2, 1, 8, "h100")
     assert facts.directives["partition"].value == "gpu" and "exclusive" in facts.directives
@@ -52,9 +56,12 @@ def test_directives_continuations_and_expansion(tmp_path):
 
 def test_values_set_at_run_time_stay_unknown_and_nothing_is_run(tmp_path):
     marker = tmp_path / "ran"
-    job = _write(tmp_path, f"#!/bin/bash\n#SBATCH -N 2\nexport MASTER_PORT=$(touch {marker}; echo 1234)\n"
-                 f"export HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz123456\n"
-                 f"srun torchrun --nnodes $NODES --nproc_per_node `nproc` train.py\n")
+    job = _write(
+        tmp_path,
+        f"#!/bin/bash\n#SBATCH -N 2\nexport MASTER_PORT=$(touch {marker}; echo 1234)\n"
+        f"export HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz123456\n"
+        f"srun torchrun --nnodes $NODES --nproc_per_node `nproc` train.py\n",
+    )
     facts, launch = read_job(str(job))
     assert not marker.exists()
     assert launch.main_process_port.state != "known"  # from a command: not guessed
@@ -73,8 +80,11 @@ def test_job_detection(tmp_path):
 
 
 def test_a_job_is_checked_with_its_training_script_and_findings_point_at_its_lines(tmp_path):
-    job = _write(tmp_path, "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --ntasks-per-node=4\n#SBATCH --gres=gpu:4\n"
-                 "srun torchrun --nproc_per_node 4 train.py\n")
+    job = _write(
+        tmp_path,
+        "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --ntasks-per-node=4\n#SBATCH --gres=gpu:4\n"
+        "srun torchrun --nproc_per_node 4 train.py\n",
+    )
     result, facts = _check(job, target="a100")
     assert [s.path for s in facts.scripts] == [str(tmp_path / "train.py")] or facts.scripts[0].path.endswith("train.py")
     assert len(facts.machine.gpus) == 4  # --target a100 with the job's --gres count
@@ -88,11 +98,14 @@ def test_the_partitions_config_and_the_scheduler_name_the_gpu(tmp_path):
     assert facts.machine.known and len(facts.machine.gpus) == 2 and "A100" in facts.machine.gpus[0].name
     assert "project config" in facts.machine.source
 
-    answers = {("show", "partition", "-o", "big"): "PartitionName=big Nodes=g[01-02] Default=NO\n",
-               ("show", "hostnames", "g[01-02]"): "g01\ng02\n",
-               ("show", "node", "-o", "g01"): "NodeName=g01 Gres=gpu:l40s:4(S:0-1) State=IDLE\n"}
-    scheduler = System(nvml=NO_NVML.nvml, check_ports=NO_NVML.check_ports,
-                       scheduler=lambda args: answers.get(tuple(args), ""))
+    answers = {
+        ("show", "partition", "-o", "big"): "PartitionName=big Nodes=g[01-02] Default=NO\n",
+        ("show", "hostnames", "g[01-02]"): "g01\ng02\n",
+        ("show", "node", "-o", "g01"): "NodeName=g01 Gres=gpu:l40s:4(S:0-1) State=IDLE\n",
+    }
+    scheduler = System(
+        nvml=NO_NVML.nvml, check_ports=NO_NVML.check_ports, scheduler=lambda args: answers.get(tuple(args), "")
+    )
     _, facts = _check(job, system=scheduler)
     assert facts.machine.known and facts.machine.gpus[0].name == "NVIDIA L40S" and len(facts.machine.gpus) == 2
     assert "scontrol" in facts.machine.source
@@ -104,8 +117,9 @@ def test_the_partitions_config_and_the_scheduler_name_the_gpu(tmp_path):
 def test_partitions_config_errors_are_one_line(tmp_path):
     (tmp_path / "pyproject.toml").write_text("[tool.precision-doctor.partitions]\nbig = { gpu = 3 }\n")
     (tmp_path / "train.py").write_text(TRAIN)
-    done = subprocess.run([sys.executable, "-m", "precision_doctor", "check", "train.py"], cwd=tmp_path,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "precision_doctor", "check", "train.py"], cwd=tmp_path, capture_output=True, text=True
+    )
     assert done.returncode == 2 and "partitions] big: needs gpu" in done.stderr and "Traceback" not in done.stderr
 
 
@@ -116,13 +130,18 @@ def test_multi_node_snapshot_and_a_folder_of_node_snapshots(tmp_path):
     folder.mkdir()
     whole = json.loads((ALLOCATIONS / "allocation_2x_mixed.json").read_text())
     for node in whole["machine"]["nodes"]:
-        (folder / f"{node['host']['hostname']}.json").write_text(json.dumps(
-            {"kind": whole["kind"], "version": whole["version"], "machine": node, "stack": whole["stack"]}))
+        (folder / f"{node['host']['hostname']}.json").write_text(
+            json.dumps({"kind": whole["kind"], "version": whole["version"], "machine": node, "stack": whole["stack"]})
+        )
     merged, _ = read_snapshot(str(folder))
     assert [n.node_name for n in merged.nodes] == ["gpu01", "gpu03"]
     (tmp_path / "train.py").write_text(TRAIN)
-    facts = gather([str(tmp_path / "train.py")], launcher="torchrun --nnodes 2 --nproc_per_node 4 train.py",
-                   facts_file=str(folder), stack_overrides=dict(CURRENT))
+    facts = gather(
+        [str(tmp_path / "train.py")],
+        launcher="torchrun --nnodes 2 --nproc_per_node 4 train.py",
+        facts_file=str(folder),
+        stack_overrides=dict(CURRENT),
+    )
     found = {f.rule_id: f for f in engine.run(facts).findings}
     assert {"PD121", "PD122", "PD123", "PD124"} <= set(found)
     assert "gpu03" in found["PD124"].message and "31337" in found["PD124"].message
@@ -138,8 +157,13 @@ def test_host_checks_run_without_a_gpu_driver(tmp_path):
         holder.listen()
         port = holder.getsockname()[1]
         no_driver = System(nvml=NO_NVML.nvml, scheduler=NO_SCHEDULER)  # the real bind test
-        facts = gather([str(tmp_path / "train.py")], launcher=f"torchrun --nproc_per_node 2 --master_port {port} "
-                       f"train.py", stack_overrides=dict(CURRENT), environ={}, system=no_driver)
+        facts = gather(
+            [str(tmp_path / "train.py")],
+            launcher=f"torchrun --nproc_per_node 2 --master_port {port} train.py",
+            stack_overrides=dict(CURRENT),
+            environ={},
+            system=no_driver,
+        )
     assert not facts.machine.known and port in facts.machine.host.ports_checked
     result = engine.run(facts)
     assert any(f.rule_id == "PD110" and str(port) in f.message for f in result.findings)
@@ -148,8 +172,9 @@ def test_host_checks_run_without_a_gpu_driver(tmp_path):
 
 def test_snapshot_all_nodes_outside_an_allocation_is_one_line():
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "precision_doctor", "snapshot", "--all-nodes"], env=env,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "precision_doctor", "snapshot", "--all-nodes"], env=env, capture_output=True, text=True
+    )
     assert done.returncode == 2 and "SLURM_JOB_ID is not set" in done.stderr and "Traceback" not in done.stderr
 
 

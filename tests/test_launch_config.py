@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from precision_doctor import engine
-from precision_doctor.probes.collect import gather
 from precision_doctor.derive import derive
 from precision_doctor.derive.memory_plan import MemoryPlan, plan_memory
 from precision_doctor.knowledge.versions import CURRENT
+from precision_doctor.probes.collect import gather
 
 from .conftest import machine_probes
 
@@ -28,8 +28,9 @@ def folder(tmp_path, monkeypatch):
 
 
 def check(script, launcher, target=None, machine=None, environ=None):
-    facts = gather([script], target=target, launcher=launcher, stack_overrides=CURRENT,
-                   **machine_probes(machine, environ))
+    facts = gather(
+        [script], target=target, launcher=launcher, stack_overrides=CURRENT, **machine_probes(machine, environ)
+    )
     return engine.run(facts), facts
 
 
@@ -65,8 +66,9 @@ def test_launch_config_fires_and_its_twin_is_clean(folder, script, config, targe
 def test_evidence_points_at_the_config_line_and_names_the_launch(folder):
     result, _ = check("sft.py", "accelerate launch --config_file zero3.yaml sft.py", "h100:8")
     pd502 = finding(result, "PD502")
-    stage = next(e for e in pd502.evidence if e.location and e.location.path == "zero3.yaml"
-                 and e.excerpt == "zero_stage: 3")
+    stage = next(
+        e for e in pd502.evidence if e.location and e.location.path == "zero3.yaml" and e.excerpt == "zero_stage: 3"
+    )
     assert stage.location.line == 9
     assert "accelerate launch --config_file zero3.yaml" in stage.note
     assert pd502.locations[0].path == "sft.py"  # the fix goes to the script: the device_map
@@ -118,8 +120,11 @@ def test_a_job_script_reads_the_config_relative_to_its_folder(folder):
     (folder / "configs").mkdir()
     shutil.move(folder / "zero3.yaml", folder / "configs" / "zero3.yaml")
     job = folder / "job.sbatch"
-    job.write_text("#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --gres=gpu:h100:8\n#SBATCH --ntasks-per-node=1\n"
-                   f"cd {folder}\nsrun accelerate launch --config_file configs/zero3.yaml sft.py\n", encoding="utf-8")
+    job.write_text(
+        "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --gres=gpu:h100:8\n#SBATCH --ntasks-per-node=1\n"
+        f"cd {folder}\nsrun accelerate launch --config_file configs/zero3.yaml sft.py\n",
+        encoding="utf-8",
+    )
     facts = gather([str(job)], stack_overrides=CURRENT, **machine_probes())
     result = engine.run(facts)
     assert "PD502" in rules(result)
@@ -130,24 +135,28 @@ def test_the_memory_plan_shards_as_the_config_says(folder):
     _, facts = check("sft_fixed.py", "accelerate launch --config_file zero3.yaml sft_fixed.py", "h100:8")
     derived = derive(facts)
     setup = derived.setups["sft_fixed.py"]
-    plan = plan_memory(setup, facts.scripts[0], facts.machine, facts.stack, facts.launch,
-                       derived.plan_for("sft_fixed.py"))
+    plan = plan_memory(
+        setup, facts.scripts[0], facts.machine, facts.stack, facts.launch, derived.plan_for("sft_fixed.py")
+    )
     assert isinstance(plan, MemoryPlan)
     assert (plan.shape.parallelism.kind, plan.shape.parallelism.gpus) == ("zero3", 8)
-    flagged = check("sft_fixed.py", "accelerate launch --config_file zero3.yaml --zero_stage 1 sft_fixed.py",
-                    "h100:8")[1]
+    flagged = check("sft_fixed.py", "accelerate launch --config_file zero3.yaml --zero_stage 1 sft_fixed.py", "h100:8")[
+        1
+    ]
     assert derive(flagged).setups["sft_fixed.py"].sharding.stage == 1
 
 
 def test_auto_precision_in_the_json_follows_the_launch_mixed_precision(folder):
-    """"auto" is resolved as accelerate resolves it: from the mixed precision the job runs (here fp16, on a model
+    """ "auto" is resolved as accelerate resolves it: from the mixed precision the job runs (here fp16, on a model
     pre-trained in bf16, so DeepSpeed's loss scale collapses: PD503)."""
     (folder / "gemma.py").write_text(
         "import torch\nfrom accelerate import Accelerator\nfrom transformers import AutoModelForCausalLM\n"
         "accelerator = Accelerator()\n"
         "model = AutoModelForCausalLM.from_pretrained('google/gemma-2-9b', dtype=torch.float32)\n"
         "optimizer = torch.optim.AdamW(model.parameters())\n"
-        "model, optimizer = accelerator.prepare(model, optimizer)\n", encoding="utf-8")
+        "model, optimizer = accelerator.prepare(model, optimizer)\n",
+        encoding="utf-8",
+    )
     base = "accelerate launch --config_file ds_file_fixed.yaml --mixed_precision {} gemma.py"
     assert "PD503" in rules(check("gemma.py", base.format("fp16"), "v100:4")[0])
     assert "PD503" not in rules(check("gemma.py", base.format("bf16"), "a100:4")[0])
@@ -159,7 +168,9 @@ def test_deepspeed_owns_loss_scaling_so_fp16_weights_are_not_a_grad_scaler_error
         "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
         "args = TrainingArguments('out', fp16=True)\n"
         "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float16)\n"
-        "Trainer(model=model, args=args).train()\n", encoding="utf-8")
+        "Trainer(model=model, args=args).train()\n",
+        encoding="utf-8",
+    )
     plain, _ = check("fp16.py", "accelerate launch --num_processes 4 fp16.py", "v100:4")
     assert "PD201" in rules(plain)
     sharded, _ = check("fp16.py", "accelerate launch --use_deepspeed --num_processes 4 fp16.py", "v100:4")
@@ -170,24 +181,35 @@ def test_the_config_num_processes_and_mixed_precision_apply_without_flags(folder
     (folder / "loop.py").write_text(
         "import torch\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
         "model = torch.nn.Linear(8, 8)\noptimizer = torch.optim.AdamW(model.parameters())\n"
-        "model, optimizer = accelerator.prepare(model, optimizer)\n", encoding="utf-8")
+        "model, optimizer = accelerator.prepare(model, optimizer)\n",
+        encoding="utf-8",
+    )
     result, facts = check("loop.py", "accelerate launch --config_file zero3.yaml loop.py", "v100:4")
     assert facts.launch.num_processes.value == 8 and facts.launch.mixed_precision.value == "bf16"
     assert {"PD101", "PD111", "PD113"} <= rules(result)  # bf16 on a V100, 8 processes on 4 GPUs, implicit bf16
-    overridden, _ = check("loop.py", "accelerate launch --config_file zero3.yaml --num_processes 4 "
-                                     "--mixed_precision fp16 loop.py", "v100:4")
+    overridden, _ = check(
+        "loop.py",
+        "accelerate launch --config_file zero3.yaml --num_processes 4 --mixed_precision fp16 loop.py",
+        "v100:4",
+    )
     assert not {"PD101", "PD111"} & rules(overridden)
 
 
 def test_zero3_init_flag_off_registers_zero3_only_from_accelerate_1(folder):
     """Before accelerate 1.0.0 the plugin hands ZeRO-3 to transformers only under zero3_init_flag; from 1.0.0 always."""
-    config = (folder / "zero3.yaml").read_text(encoding="utf-8").replace("zero3_init_flag: true",
-                                                                         "zero3_init_flag: false")
+    config = (
+        (folder / "zero3.yaml").read_text(encoding="utf-8").replace("zero3_init_flag: true", "zero3_init_flag: false")
+    )
     (folder / "zero3.yaml").write_text(config, encoding="utf-8")
 
     def fired(version):
-        facts = gather(["sft.py"], target="h100:8", launcher="accelerate launch --config_file zero3.yaml sft.py",
-                       stack_overrides={**CURRENT, "accelerate": version}, **machine_probes())
+        facts = gather(
+            ["sft.py"],
+            target="h100:8",
+            launcher="accelerate launch --config_file zero3.yaml sft.py",
+            stack_overrides={**CURRENT, "accelerate": version},
+            **machine_probes(),
+        )
         return rules(engine.run(facts))
 
     assert "PD502" not in fired("0.34.2")
@@ -195,31 +217,42 @@ def test_zero3_init_flag_off_registers_zero3_only_from_accelerate_1(folder):
 
 
 # TrainingArguments (which registers ZeRO-3 under DeepSpeed) built before a device_map load
-ARGS_THEN_MAPPED_LOAD = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
-                         "args = TrainingArguments('out', bf16=True)\n"
-                         "model = AutoModelForCausalLM.from_pretrained('m', dtype=torch.bfloat16, device_map='auto')\n"
-                         "Trainer(model=model, args=args).train()\n")
+ARGS_THEN_MAPPED_LOAD = (
+    "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+    "args = TrainingArguments('out', bf16=True)\n"
+    "model = AutoModelForCausalLM.from_pretrained('m', dtype=torch.bfloat16, device_map='auto')\n"
+    "Trainer(model=model, args=args).train()\n"
+)
 
 
 def test_zero3_with_device_map_gets_pd502s_fix_not_a_per_rank_map(run_check):
     """Under ZeRO-3 any device_map is refused at load; PD302's per-rank map would still be refused, so only PD502
     (drop the map) speaks. Under ZeRO-2 the same launch is DDP-like and PD302's per-rank map is the cure."""
-    zero3, _ = run_check(ARGS_THEN_MAPPED_LOAD, target="a100:2",
-                         launcher="accelerate launch --use_deepspeed --zero_stage 3 --num_processes 2 train.py")
+    zero3, _ = run_check(
+        ARGS_THEN_MAPPED_LOAD,
+        target="a100:2",
+        launcher="accelerate launch --use_deepspeed --zero_stage 3 --num_processes 2 train.py",
+    )
     fired = {f.rule_id for f in zero3.findings}
     assert "PD502" in fired and "PD302" not in fired, fired
-    zero2, _ = run_check(ARGS_THEN_MAPPED_LOAD, target="a100:2",
-                         launcher="accelerate launch --use_deepspeed --zero_stage 2 --num_processes 2 train.py")
+    zero2, _ = run_check(
+        ARGS_THEN_MAPPED_LOAD,
+        target="a100:2",
+        launcher="accelerate launch --use_deepspeed --zero_stage 2 --num_processes 2 train.py",
+    )
     assert "PD302" in {f.rule_id for f in zero2.findings}
 
 
 def test_a_quoted_zero_stage_is_the_stage_accelerate_reads(run_check, tmp_path):
     """accelerate passes zero_stage through ACCELERATE_DEEPSPEED_ZERO_STAGE and int()s it: "3" is ZeRO-3."""
-    (tmp_path / "zero3.yaml").write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\n"
-                                         "deepspeed_config:\n  zero_stage: '3'\n  zero3_init_flag: true\n"
-                                         "mixed_precision: bf16\nnum_processes: 2\n")
-    result, _ = run_check(ARGS_THEN_MAPPED_LOAD, target="a100:2",
-                          launcher="accelerate launch --config_file zero3.yaml train.py")
+    (tmp_path / "zero3.yaml").write_text(
+        "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\n"
+        "deepspeed_config:\n  zero_stage: '3'\n  zero3_init_flag: true\n"
+        "mixed_precision: bf16\nnum_processes: 2\n"
+    )
+    result, _ = run_check(
+        ARGS_THEN_MAPPED_LOAD, target="a100:2", launcher="accelerate launch --config_file zero3.yaml train.py"
+    )
     fired = {f.rule_id for f in result.findings}
     assert "PD502" in fired and "PD302" not in fired, fired
 
@@ -227,11 +260,14 @@ def test_a_quoted_zero_stage_is_the_stage_accelerate_reads(run_check, tmp_path):
 def test_pd302_still_speaks_under_zero3_when_zero3_does_not_reach_the_load(run_check):
     """TrainingArguments built after from_pretrained: ZeRO-3 is not registered at load time, PD502 stays quiet, and
     the per-process device_map spread is PD302's again."""
-    code = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
-            "model = AutoModelForCausalLM.from_pretrained('m', dtype=torch.bfloat16, device_map='auto')\n"
-            "args = TrainingArguments('out', bf16=True)\n"
-            "Trainer(model=model, args=args).train()\n")
-    result, _ = run_check(code, target="a100:2",
-                          launcher="accelerate launch --use_deepspeed --zero_stage 3 --num_processes 2 train.py")
+    code = (
+        "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+        "model = AutoModelForCausalLM.from_pretrained('m', dtype=torch.bfloat16, device_map='auto')\n"
+        "args = TrainingArguments('out', bf16=True)\n"
+        "Trainer(model=model, args=args).train()\n"
+    )
+    result, _ = run_check(
+        code, target="a100:2", launcher="accelerate launch --use_deepspeed --zero_stage 3 --num_processes 2 train.py"
+    )
     fired = {f.rule_id for f in result.findings}
     assert "PD502" not in fired and "PD302" in fired, fired

@@ -15,11 +15,11 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from precision_doctor import engine  # noqa: E402
+from precision_doctor.knowledge.versions import CURRENT  # noqa: E402
 from precision_doctor.probes.collect import gather  # noqa: E402
 from precision_doctor.probes.live.runner import run_live  # noqa: E402
-from precision_doctor.knowledge.versions import CURRENT  # noqa: E402
 
-from .conftest import check_code, machine_probes  # noqa: E402
+from .conftest import machine_probes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,8 +27,14 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     os.environ["HF_HUB_OFFLINE"] = "1"
-    cfg = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                                   num_key_value_heads=2, vocab_size=128)
+    cfg = transformers.LlamaConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        vocab_size=128,
+    )
     path = tmp_path_factory.mktemp("tiny") / "llama"
     transformers.LlamaForCausalLM(cfg).save_pretrained(path)
     return path
@@ -149,20 +155,31 @@ def test_frozen_inputs_under_reentrant_checkpointing(tmp_path):
     assert any(f.rule_id == "PD403" and "live run raised" in f.message for f in result.findings)
 
 
-@pytest.mark.parametrize("body,ended,check", [
-    ("import sys\nprint('bye')\nsys.exit(3)\n", "exited", lambda live: live.exit_code == 3),
-    ("x = 1\nprint('done without training')\n", "finished", lambda live: not live.reached_training),
-    ("raise RuntimeError('no data found in /data/train')\n", "raised",
-     lambda live: live.error.type == "RuntimeError" and any("no data found" in line for line in live.log_tail)),
-])
+@pytest.mark.parametrize(
+    "body,ended,check",
+    [
+        ("import sys\nprint('bye')\nsys.exit(3)\n", "exited", lambda live: live.exit_code == 3),
+        ("x = 1\nprint('done without training')\n", "finished", lambda live: not live.reached_training),
+        (
+            "raise RuntimeError('no data found in /data/train')\n",
+            "raised",
+            lambda live: live.error.type == "RuntimeError" and any("no data found" in line for line in live.log_tail),
+        ),
+    ],
+)
 def test_scripts_that_never_train_get_a_clear_report(tmp_path, body, ended, check):
     path = script(tmp_path, body)
     live = run_live(str(path), (), timeout=60)
     assert live.ended == ended and check(live)
-    proc = subprocess.run([sys.executable, "-m", "precision_doctor", "check", str(path), "--live", "--quiet",
-                           "--target", "cpu"], capture_output=True, text=True, timeout=120)
-    assert "live run" in proc.stdout and ("exited with code 3" in proc.stdout or "without reaching" in proc.stdout
-                                          or "raised before" in proc.stdout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "precision_doctor", "check", str(path), "--live", "--quiet", "--target", "cpu"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "live run" in proc.stdout and (
+        "exited with code 3" in proc.stdout or "without reaching" in proc.stdout or "raised before" in proc.stdout
+    )
 
 
 def test_a_hanging_script_is_ended_with_its_children(tmp_path):
@@ -197,8 +214,24 @@ def test_accelerate_prepare_is_a_stop_point_and_json_stays_clean(tmp_path):
         raise SystemExit("prepared: the doctor should have stopped before")
     """
     path = script(tmp_path, body)
-    proc = subprocess.run([sys.executable, "-m", "precision_doctor", "check", str(path), "--live", "--format",
-                           "json", "--target", "cpu", "--include-facts"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "precision_doctor",
+            "check",
+            str(path),
+            "--live",
+            "--format",
+            "json",
+            "--target",
+            "cpu",
+            "--include-facts",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     doc = json.loads(proc.stdout)  # status lines went to stderr
     live = doc["facts"]["live"]
     assert live["stopped_at"] == "Accelerator.prepare" and live["optimizer"]["class_name"] == "AdamW"
@@ -206,45 +239,86 @@ def test_accelerate_prepare_is_a_stop_point_and_json_stays_clean(tmp_path):
 
 
 def test_pd301_is_confirmed_from_the_live_trainer_on_this_machine(run_check):
-    live = {"ended": "stopped", "stopped_at": "Trainer.train",
-            "model": {"param_dtypes": {"model.layers": {"uint8": 196, "bfloat16": 141}},
-                      "trainable_dtypes": {"float32": 64}, "quantized": {"Linear4bit": 196},
-                      "device_map": {"": "0"}, "devices": ["cuda:0"]},
-            "trainer": {"n_gpu": 2, "is_model_parallel": False, "fp16": False, "bf16": True, "wrap": "DataParallel"}}
-    result, _ = run_check("import torch\nfrom transformers import Trainer\nTrainer(model=m, args=a).train()\n",
-                          machine="h100_8x", live=live)
+    live = {
+        "ended": "stopped",
+        "stopped_at": "Trainer.train",
+        "model": {
+            "param_dtypes": {"model.layers": {"uint8": 196, "bfloat16": 141}},
+            "trainable_dtypes": {"float32": 64},
+            "quantized": {"Linear4bit": 196},
+            "device_map": {"": "0"},
+            "devices": ["cuda:0"],
+        },
+        "trainer": {"n_gpu": 2, "is_model_parallel": False, "fp16": False, "bf16": True, "wrap": "DataParallel"},
+    }
+    result, _ = run_check(
+        "import torch\nfrom transformers import Trainer\nTrainer(model=m, args=a).train()\n",
+        machine="h100_8x",
+        live=live,
+    )
     pd301 = [f for f in result.findings if f.rule_id == "PD301"]
     assert pd301 and "confirmed by the live Trainer" in pd301[0].message and "4-bit" in pd301[0].message
     live["trainer"]["wrap"] = "none"
-    result, _ = run_check("import torch\nfrom transformers import Trainer\nTrainer(model=m, args=a).train()\n",
-                          machine="h100_8x", live=live)
+    result, _ = run_check(
+        "import torch\nfrom transformers import Trainer\nTrainer(model=m, args=a).train()\n",
+        machine="h100_8x",
+        live=live,
+    )
     assert "PD301" not in {f.rule_id for f in result.findings}
 
 
 @pytest.fixture(scope="module")
 def families(tmp_path_factory):
     root = tmp_path_factory.mktemp("families")
-    transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=128,
-                                                         bos_token_id=0, eos_token_id=0)).save_pretrained(root / "gpt2")
-    transformers.T5ForConditionalGeneration(transformers.T5Config(d_model=32, d_ff=64, num_layers=1, num_heads=2,
-                                                                  vocab_size=128, d_kv=16)).save_pretrained(root / "t5")
+    transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=128, bos_token_id=0, eos_token_id=0)
+    ).save_pretrained(root / "gpt2")
+    transformers.T5ForConditionalGeneration(
+        transformers.T5Config(d_model=32, d_ff=64, num_layers=1, num_heads=2, vocab_size=128, d_kv=16)
+    ).save_pretrained(root / "t5")
     vl = getattr(transformers, "Qwen2VLConfig", None)
     if vl is not None:
-        cfg = vl(text_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                                  num_key_value_heads=2, vocab_size=256,
-                                  rope_scaling={"type": "mrope", "mrope_section": [2, 2, 4]}),
-                 vision_config=dict(depth=1, embed_dim=32, hidden_size=32, num_heads=2, mlp_ratio=2, in_chans=3,
-                                    patch_size=14, spatial_merge_size=2, temporal_patch_size=2), vocab_size=256)
+        cfg = vl(
+            text_config=dict(
+                hidden_size=32,
+                intermediate_size=64,
+                num_hidden_layers=1,
+                num_attention_heads=2,
+                num_key_value_heads=2,
+                vocab_size=256,
+                rope_scaling={"type": "mrope", "mrope_section": [2, 2, 4]},
+            ),
+            vision_config=dict(
+                depth=1,
+                embed_dim=32,
+                hidden_size=32,
+                num_heads=2,
+                mlp_ratio=2,
+                in_chans=3,
+                patch_size=14,
+                spatial_merge_size=2,
+                temporal_patch_size=2,
+            ),
+            vocab_size=256,
+        )
         transformers.Qwen2VLForConditionalGeneration(cfg).save_pretrained(root / "qwen2vl")
     return root
 
 
-@pytest.mark.parametrize("family,loader,dtype,after,expect", [
-    ("gpt2", "AutoModelForCausalLM", "float32", "", {"transformer.h": {"float32": 12}}),
-    ("t5", "AutoModelForSeq2SeqLM", "bfloat16", "", {"encoder.block": {"bfloat16": 9}}),
-    ("qwen2vl", "Qwen2VLForConditionalGeneration", "bfloat16", "model.model.visual.float()",
-     {"model.visual": {"float32": 19}}),
-])
+@pytest.mark.parametrize(
+    "family,loader,dtype,after,expect",
+    [
+        ("gpt2", "AutoModelForCausalLM", "float32", "", {"transformer.h": {"float32": 12}}),
+        ("t5", "AutoModelForSeq2SeqLM", "bfloat16", "", {"encoder.block": {"bfloat16": 9}}),
+        (
+            "qwen2vl",
+            "Qwen2VLForConditionalGeneration",
+            "bfloat16",
+            "model.model.visual.float()",
+            {"model.visual": {"float32": 19}},
+        ),
+    ],
+)
 def test_families_and_a_vision_tower_left_in_fp32(tmp_path, families, family, loader, dtype, after, expect):
     if not (families / family).exists():
         pytest.skip(f"this transformers has no {family}")
@@ -269,8 +343,12 @@ def test_families_and_a_vision_tower_left_in_fp32(tmp_path, families, family, lo
 
 
 def test_a_collapsing_loss_scale_is_reported(run_check):
-    live = {"ended": "steps done", "stopped_at": "Optimizer.step", "model": {"trainable_dtypes": {"float32": 4}},
-            "loss_scales": (65536.0, 16384.0, 256.0, 2.0, 0.25)}
+    live = {
+        "ended": "steps done",
+        "stopped_at": "Optimizer.step",
+        "model": {"trainable_dtypes": {"float32": 4}},
+        "loss_scales": (65536.0, 16384.0, 256.0, 2.0, 0.25),
+    }
     result, _ = run_check("import torch\n", live=live)
     assert any(f.rule_id == "PD210" and "fell from 65536 to 0.25" in f.message for f in result.findings)
     live["loss_scales"] = (65536.0, 65536.0, 131072.0)
@@ -297,8 +375,13 @@ def test_each_steps_loss_is_recorded_once_and_the_status_counts_steps(tmp_path, 
     """A step's loss passes several hooks (GradScaler.scale, then the optimizer step and the scaler update that
     both end the step): one unscaled value per step, and the status line says which step is running."""
     seen: list[str] = []
-    live = run_live(str(script(tmp_path, SCALER_LOOP, tiny)), (), steps=3, timeout=120,
-                    status=lambda elapsed, phase: seen.append(phase))
+    live = run_live(
+        str(script(tmp_path, SCALER_LOOP, tiny)),
+        (),
+        steps=3,
+        timeout=120,
+        status=lambda elapsed, phase: seen.append(phase),
+    )
     assert live.ended == "steps done" and live.optimizer_steps == 3, (live.ended, live.log_tail)
     assert len(live.losses) == 3 and all(0 < float(x) < 20 for x in live.losses)
     assert any(p.endswith(("step 1/3", "step 2/3")) for p in seen), set(seen)

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from precision_doctor import engine
+from precision_doctor.knowledge.versions import CURRENT
 from precision_doctor.probes.collect import System, gather, snapshot_json
 from precision_doctor.probes.gpu import probe_gpus
 from precision_doctor.probes.host import describe_processes
 from precision_doctor.probes.launch import launch_from_env, parse_launcher
-from precision_doctor.knowledge.versions import CURRENT
 
 from .fake_nvml import FakeNVML, fake_system, load_machine
 
@@ -27,8 +27,9 @@ SEED000 = str(ROOT / "fixtures/seed000_accelerate_implicit_bf16/train.py")
 
 def probe(name, visible=None):
     system, _ = fake_system(name)
-    return probe_gpus(nvml=system.nvml, visible=visible,
-                      processes=lambda pids: describe_processes(pids, psutil=system.psutil))
+    return probe_gpus(
+        nvml=system.nvml, visible=visible, processes=lambda pids: describe_processes(pids, psutil=system.psutil)
+    )
 
 
 def test_titan_rtx_box():
@@ -72,12 +73,15 @@ def test_real_nvml_path_without_the_library_is_unknown_not_a_crash():
     assert m.reason
 
 
-@pytest.mark.parametrize("visible,expected", [
-    ("1,0", ["GPU-7d2f9c11-2b3c-4d5e-8f90-a1b2c3d4e5f6", "GPU-0b7e7a44-7a64-4b0a-9d3a-1b2c3d4e5f60"]),
-    ("GPU-7d2f", ["GPU-7d2f9c11-2b3c-4d5e-8f90-a1b2c3d4e5f6"]),
-    ("0,7", ["GPU-0b7e7a44-7a64-4b0a-9d3a-1b2c3d4e5f60"]),  # CUDA stops at the first invalid entry
-    ("", []),
-])
+@pytest.mark.parametrize(
+    "visible,expected",
+    [
+        ("1,0", ["GPU-7d2f9c11-2b3c-4d5e-8f90-a1b2c3d4e5f6", "GPU-0b7e7a44-7a64-4b0a-9d3a-1b2c3d4e5f60"]),
+        ("GPU-7d2f", ["GPU-7d2f9c11-2b3c-4d5e-8f90-a1b2c3d4e5f6"]),
+        ("0,7", ["GPU-0b7e7a44-7a64-4b0a-9d3a-1b2c3d4e5f60"]),  # CUDA stops at the first invalid entry
+        ("", []),
+    ],
+)
 def test_cuda_visible_devices_by_index_and_uuid(visible, expected):
     m = probe("l40s_2x_exclusive_stopped", visible=visible)
     assert [g.uuid for g in m.gpus] == expected
@@ -85,9 +89,11 @@ def test_cuda_visible_devices_by_index_and_uuid(visible, expected):
 
 
 def test_empty_cuda_visible_devices_is_a_machine_without_gpu(run_check):
-    code = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
-            "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
-            "Trainer(model=m, args=TrainingArguments('o', fp16=True)).train()\n")
+    code = (
+        "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+        "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
+        "Trainer(model=m, args=TrainingArguments('o', fp16=True)).train()\n"
+    )
     result, facts = run_check(code, machine="h100_8x", environ={"CUDA_VISIBLE_DEVICES": ""})
     assert facts.machine.known and not facts.machine.gpus
     assert "PD105" in {f.rule_id for f in result.findings}
@@ -101,16 +107,26 @@ def test_a_real_listening_socket_makes_pd110_fire(run_check):
     try:
         system, env = fake_system("titan_rtx")
         real_ports = System(nvml=system.nvml, psutil=system.psutil)  # real bind test
-        facts = gather([SEED000], launcher=f"torchrun --nproc_per_node 2 --master_port {port} train.py",
-                       environ=env, system=real_ports, stack_overrides=CURRENT)
+        facts = gather(
+            [SEED000],
+            launcher=f"torchrun --nproc_per_node 2 --master_port {port} train.py",
+            environ=env,
+            system=real_ports,
+            stack_overrides=CURRENT,
+        )
         hits = [f for f in engine.run(facts).findings if f.rule_id == "PD110"]
         assert hits and hits[0].severity == "error" and f"port {port}" in hits[0].message
         free = facts.machine.host.port_state(29500)
         assert free is True or free.port == 29500
     finally:
         server.close()
-    facts = gather([SEED000], launcher=f"torchrun --nproc_per_node 2 --master_port {port} train.py",
-                   environ=env, system=real_ports, stack_overrides=CURRENT)
+    facts = gather(
+        [SEED000],
+        launcher=f"torchrun --nproc_per_node 2 --master_port {port} train.py",
+        environ=env,
+        system=real_ports,
+        stack_overrides=CURRENT,
+    )
     assert "PD110" not in {f.rule_id for f in engine.run(facts).findings}
 
 
@@ -140,8 +156,10 @@ def test_real_zombie_and_stopped_children_are_classified():
 def test_accelerate_config_file_drives_pd113(tmp_path, run_check):
     cfg = tmp_path / "hf" / "accelerate" / "default_config.yaml"
     cfg.parent.mkdir(parents=True)
-    cfg.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nmixed_precision: bf16\n"
-                   "num_processes: 2\nmain_process_port: 29500\ndeepspeed_config: {}\n")
+    cfg.write_text(
+        "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nmixed_precision: bf16\n"
+        "num_processes: 2\nmain_process_port: 29500\ndeepspeed_config: {}\n"
+    )
     code = (ROOT / "fixtures/seed000_accelerate_implicit_bf16/train.py").read_text()
     result, facts = run_check(code, machine="titan_rtx", environ={"HF_HOME": str(tmp_path / "hf")})
     assert facts.machine.host.accelerate_config["mixed_precision"] == "bf16"
@@ -151,12 +169,14 @@ def test_accelerate_config_file_drives_pd113(tmp_path, run_check):
     assert any(e.origin == "accelerate-config" and str(cfg) in e.excerpt for e in pd113.evidence)
     assert "PD101" in {f.rule_id for f in result.findings}
     # launched with plain python, the config does not apply
-    result, _ = run_check(code, machine="titan_rtx", environ={"HF_HOME": str(tmp_path / "hf")},
-                          launcher="python train.py")
+    result, _ = run_check(
+        code, machine="titan_rtx", environ={"HF_HOME": str(tmp_path / "hf")}, launcher="python train.py"
+    )
     assert "PD113" not in {f.rule_id for f in result.findings}
     # with accelerate launch, the config's num_processes counts
-    result, _ = run_check(code, machine="titan_rtx", environ={"HF_HOME": str(tmp_path / "hf")},
-                          launcher="accelerate launch train.py")
+    result, _ = run_check(
+        code, machine="titan_rtx", environ={"HF_HOME": str(tmp_path / "hf")}, launcher="accelerate launch train.py"
+    )
     assert {"PD113", "PD111", "PD112"} <= {f.rule_id for f in result.findings}
 
 
@@ -175,8 +195,9 @@ def test_snapshot_round_trip_gives_the_same_report(tmp_path):
 
 
 def doctor(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "precision_doctor", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "precision_doctor", *args], cwd=cwd, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_cli_snapshot_of_a_profile_then_check_against_it(tmp_path):
@@ -186,14 +207,23 @@ def test_cli_snapshot_of_a_profile_then_check_against_it(tmp_path):
     data["machine"]["gpus"][0]["compute_mode"] = "Exclusive_Process"  # the user edits what the profile can't know
     data["machine"]["gpus"][0]["processes"] = [{"pid": 77, "used_mib": 2048, "status": "running", "user": "ann"}]
     out.write_text(json.dumps(data))
-    proc = doctor("check", "fixtures/seed000_accelerate_implicit_bf16/train_fixed.py", "--facts", str(out),
-                  "--format", "json", "--include-facts")
+    proc = doctor(
+        "check",
+        "fixtures/seed000_accelerate_implicit_bf16/train_fixed.py",
+        "--facts",
+        str(out),
+        "--format",
+        "json",
+        "--include-facts",
+    )
     ids = {f["id"] for f in json.loads(proc.stdout)["findings"]}
     assert "PD108" in ids and proc.returncode == 1
     assert "snapshot node.json" in json.loads(proc.stdout)["facts"]["machine"]["source"]
 
 
-@pytest.mark.parametrize("content,fragment", [("{not json", "not a JSON snapshot"), ('{"a": 1}', "not a precision-doctor")])
+@pytest.mark.parametrize(
+    "content,fragment", [("{not json", "not a JSON snapshot"), ('{"a": 1}', "not a precision-doctor")]
+)
 def test_bad_snapshot_is_one_line_exit_2(tmp_path, content, fragment):
     bad = tmp_path / "bad.json"
     bad.write_text(content)
@@ -208,13 +238,22 @@ def test_machine_alone(tmp_path):
     assert proc.returncode == 0 and "GPU 0  Tesla T4" in proc.stdout
 
 
-@pytest.mark.parametrize("command,launcher,n,port,args", [
-    ("accelerate launch --num_processes 2 --mixed_precision bf16 train.py --lr 3", "accelerate", 2, None, ("--lr", "3")),
-    ("torchrun --nproc_per_node=4 --master_port 29501 train.py", "torchrun", 4, 29501, ()),
-    ("python -m torch.distributed.run --nproc_per_node 8 train.py --fp16", "torchrun", 8, None, ("--fp16",)),
-    ("deepspeed --num_gpus 2 train.py", "deepspeed", 2, None, ()),
-    ("python train.py --bf16 True", "python", 1, None, ("--bf16", "True")),
-])
+@pytest.mark.parametrize(
+    "command,launcher,n,port,args",
+    [
+        (
+            "accelerate launch --num_processes 2 --mixed_precision bf16 train.py --lr 3",
+            "accelerate",
+            2,
+            None,
+            ("--lr", "3"),
+        ),
+        ("torchrun --nproc_per_node=4 --master_port 29501 train.py", "torchrun", 4, 29501, ()),
+        ("python -m torch.distributed.run --nproc_per_node 8 train.py --fp16", "torchrun", 8, None, ("--fp16",)),
+        ("deepspeed --num_gpus 2 train.py", "deepspeed", 2, None, ()),
+        ("python train.py --bf16 True", "python", 1, None, ("--bf16", "True")),
+    ],
+)
 def test_launcher_parsing(command, launcher, n, port, args):
     launch = parse_launcher(command)
     assert launch.launcher == launcher and launch.num_processes.value == n

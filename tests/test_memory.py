@@ -11,16 +11,34 @@ from pathlib import Path
 
 import pytest
 
-from precision_doctor.derive.memory import (GIB, Parallelism, TrainingShape, activation_bytes, estimate,
-                                            largest_batch, linear_parameters, offloaded_layers, weights_bytes)
+from precision_doctor.derive.memory import (
+    GIB,
+    Parallelism,
+    TrainingShape,
+    activation_bytes,
+    estimate,
+    largest_batch,
+    linear_parameters,
+    offloaded_layers,
+    weights_bytes,
+)
 from precision_doctor.model.facts import CheckpointSource
 from precision_doctor.probes.checkpoint import checkpoint_facts, count_parameters, from_config, shipped_table
 
 ROOT = Path(__file__).resolve().parent.parent
-LLAMA_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
-                "intermediate_size": 688, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
-                "vocab_size": 1000, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-                "hub_token": "hf_abcdefghijklmnopqrstuvwxyz0123456789"}
+LLAMA_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 688,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "vocab_size": 1000,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "hub_token": "hf_abcdefghijklmnopqrstuvwxyz0123456789",
+}
 
 
 def _cache(tmp_path: Path, model_id: str, config: dict) -> dict:
@@ -31,6 +49,7 @@ def _cache(tmp_path: Path, model_id: str, config: dict) -> dict:
 
 
 # --- where checkpoint facts come from ---------------------------------------------------------------------
+
 
 def test_local_config_beats_cache_and_table(tmp_path):
     local = tmp_path / "meta-llama" / "Llama-2-7b-hf"
@@ -76,8 +95,14 @@ def test_every_table_row_has_a_source_and_a_consistent_size():
         assert row["source"].startswith("https://huggingface.co/"), row["id"]
         assert row.get("torch_dtype") in ("float32", "float16", "bfloat16"), row["id"]
         assert row.get("verified"), f"{row['id']}: no independent copy of its config.json recorded"
-    for mid in ("meta-llama/Llama-2-7b-hf", "mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen2.5-7B", "google/gemma-2-9b",
-                "openai-community/gpt2", "google-bert/bert-base-uncased"):
+    for mid in (
+        "meta-llama/Llama-2-7b-hf",
+        "mistralai/Mixtral-8x7B-v0.1",
+        "Qwen/Qwen2.5-7B",
+        "google/gemma-2-9b",
+        "openai-community/gpt2",
+        "google-bert/bert-base-uncased",
+    ):
         c = checkpoint_facts(mid, (), {"HF_HUB_CACHE": "/nonexistent"})
         assert abs(count_parameters(c) / c.parameters - 1) < 0.01, mid  # the row's count and its dimensions agree
 
@@ -87,11 +112,18 @@ def test_parameter_count_from_config_matches_transformers(arch):
     transformers = pytest.importorskip("transformers")
     dims = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=300)
     extra = {"gpt2": dict(n_inner=256, n_positions=8), "bert": dict(intermediate_size=256, max_position_embeddings=8)}
-    cfg = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config, "gpt2": transformers.GPT2Config,
-           "bert": transformers.BertConfig, "mistral": transformers.MistralConfig}[arch](
-        **dims, **extra.get(arch, dict(intermediate_size=256, num_key_value_heads=2, tie_word_embeddings=False)))
-    model = transformers.AutoModel.from_config(cfg) if arch == "bert" else \
-        transformers.AutoModelForCausalLM.from_config(cfg)
+    cfg = {
+        "llama": transformers.LlamaConfig,
+        "qwen2": transformers.Qwen2Config,
+        "gpt2": transformers.GPT2Config,
+        "bert": transformers.BertConfig,
+        "mistral": transformers.MistralConfig,
+    }[arch](**dims, **extra.get(arch, dict(intermediate_size=256, num_key_value_heads=2, tie_word_embeddings=False)))
+    model = (
+        transformers.AutoModel.from_config(cfg)
+        if arch == "bert"
+        else transformers.AutoModelForCausalLM.from_config(cfg)
+    )
     real = sum(p.numel() for p in model.parameters())
     counted = count_parameters(from_config(arch, CheckpointSource.LOCAL, "", cfg.to_dict()))
     assert abs(counted / real - 1) < 0.03  # learned position embeddings (GPT-2, BERT) are not counted
@@ -99,10 +131,10 @@ def test_parameter_count_from_config_matches_transformers(arch):
 
 # --- the estimator on accelerate's and DeepSpeed's own terms ----------------------------------------------
 
+
 def _tiny_llama():
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(**{k: v for k, v in LLAMA_CONFIG.items() if k not in ("architectures",
-                                                                                         "hub_token")})
+    cfg = transformers.LlamaConfig(**{k: v for k, v in LLAMA_CONFIG.items() if k not in ("architectures", "hub_token")})
     return cfg, from_config("tiny", CheckpointSource.LOCAL, "", cfg.to_dict())
 
 
@@ -141,8 +173,13 @@ def _zero3_gpu(params, largest, gpus, offload_opt, offload_params):  # stage3.es
 def test_model_states_match_deepspeed_zero2():
     facts = checkpoint_facts("meta-llama/Llama-2-7b-hf", (), {"HF_HUB_CACHE": "/nonexistent"})
     for gpus in (1, 4, 8):
-        shape = TrainingShape(weight_dtype="bfloat16", compute_dtype="bfloat16", master_weights=True,
-                              parallelism=Parallelism(gpus, "zero2"), batch=1)
+        shape = TrainingShape(
+            weight_dtype="bfloat16",
+            compute_dtype="bfloat16",
+            master_weights=True,
+            parallelism=Parallelism(gpus, "zero2"),
+            batch=1,
+        )
         b = estimate(facts, shape)
         states = b.weights + b.gradients + b.optimizer + b.master
         assert abs(states / _zero2_gpu(facts.parameters, gpus, False) - 1) < 0.01
@@ -154,8 +191,13 @@ def test_model_states_match_deepspeed_zero3():
     facts = checkpoint_facts("meta-llama/Llama-2-7b-hf", (), {"HF_HUB_CACHE": "/nonexistent"})
     largest = facts.vocab_size * facts.hidden_size  # the embedding
     for gpus in (2, 8):
-        shape = TrainingShape(weight_dtype="bfloat16", compute_dtype="bfloat16", master_weights=True,
-                              parallelism=Parallelism(gpus, "zero3"), batch=1)
+        shape = TrainingShape(
+            weight_dtype="bfloat16",
+            compute_dtype="bfloat16",
+            master_weights=True,
+            parallelism=Parallelism(gpus, "zero3"),
+            batch=1,
+        )
         b = estimate(facts, shape)
         ours = b.weights + b.gradients + b.optimizer + b.master
         assert abs(ours / _zero3_gpu(facts.parameters, largest, gpus, False, False) - 1) < 0.02
@@ -163,13 +205,18 @@ def test_model_states_match_deepspeed_zero3():
 
 # --- the estimator against measured tensors ---------------------------------------------------------------
 
+
 def test_components_within_tolerance_of_measured():
     pytest.importorskip("transformers")
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import memory_accuracy as bench
 
-    cases = [bench.Case("llama", 2, 32), bench.Case("gpt2", 1, 48), bench.Case("llama", 2, 32, checkpointing=True),
-             bench.Case("llama", 2, 32, lora=8)]
+    cases = [
+        bench.Case("llama", 2, 32),
+        bench.Case("gpt2", 1, 48),
+        bench.Case("llama", 2, 32, checkpointing=True),
+        bench.Case("llama", 2, 32, lora=8),
+    ]
     for case, measured, estimated in bench.compare(cases):
         for part in ("weights", "gradients", "optimizer", "activations"):
             assert abs(estimated[part] / measured[part] - 1) <= bench.TOLERANCE, (case, part)
@@ -182,8 +229,12 @@ def test_half_precision_regimes_within_tolerance_of_measured():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import memory_accuracy as bench
 
-    cases = [bench.Case("llama", 2, 32, precision="half"), bench.Case("llama", 2, 32, precision="amp"),
-             bench.Case("gpt2", 1, 48, precision="amp"), bench.Case("llama", 2, 32, lora=8, precision="half")]
+    cases = [
+        bench.Case("llama", 2, 32, precision="half"),
+        bench.Case("llama", 2, 32, precision="amp"),
+        bench.Case("gpt2", 1, 48, precision="amp"),
+        bench.Case("llama", 2, 32, lora=8, precision="half"),
+    ]
     for case, measured, estimated in bench.compare(cases):
         assert abs(estimated["activations"] / measured["activations"] - 1) <= bench.TOLERANCE, case
 
@@ -201,9 +252,14 @@ def test_peak_matches_what_an_h200_allocated(case):
     half = case["precision"] in ("bf16", "fp16")
     compute = {"bf16": "bfloat16", "fp16": "float16"}.get(case["precision"], "float32")
     for row in case["rows"]:
-        shape = TrainingShape(weight_dtype=case["dtype"], compute_dtype=compute if half else case["dtype"],
-                              lora_rank=case["lora"], batch=row["batch"], sequence=case["sequence"],
-                              checkpointing=case["checkpointing"])
+        shape = TrainingShape(
+            weight_dtype=case["dtype"],
+            compute_dtype=compute if half else case["dtype"],
+            lora_rank=case["lora"],
+            batch=row["batch"],
+            sequence=case["sequence"],
+            checkpointing=case["checkpointing"],
+        )
         b = estimate(facts, shape)
         allocated_peak = b.peak - b.context - b.reserve
         tolerance = 0.08 if case["arch"] == "gpt2" else 0.04  # GPT-2: its attention dropout keeps a little more
@@ -213,21 +269,30 @@ def test_peak_matches_what_an_h200_allocated(case):
 
 
 def test_prepare_model_for_kbit_training_turns_checkpointing_on(tmp_path):
-    code = ("import torch\nfrom peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training\n"
-            "from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments\n"
-            "q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.bfloat16)\n"
-            "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-7B', quantization_config=q)\n"
-            "model = prepare_model_for_kbit_training(model{gc})\n"
-            "model = get_peft_model(model, LoraConfig(r=16))\n"
-            "Trainer(model=model, args=TrainingArguments('out', bf16=True), train_dataset=ds).train()\n")
+    code = (
+        "import torch\nfrom peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training\n"
+        "from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments\n"
+        "q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.bfloat16)\n"
+        "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-7B', quantization_config=q)\n"
+        "model = prepare_model_for_kbit_training(model{gc})\n"
+        "model = get_peft_model(model, LoraConfig(r=16))\n"
+        "Trainer(model=model, args=TrainingArguments('out', bf16=True), train_dataset=ds).train()\n"
+    )
     on = _memory(tmp_path, code.format(gc=""), "--target", "a100-80gb", "--format", "json")
-    off = _memory(tmp_path, code.format(gc=", use_gradient_checkpointing=False"), "--target", "a100-80gb",
-                  "--format", "json")
+    off = _memory(
+        tmp_path, code.format(gc=", use_gradient_checkpointing=False"), "--target", "a100-80gb", "--format", "json"
+    )
     shape_on, shape_off = (json.loads(r.stdout)["scripts"][0]["shape"] for r in (on, off))
     assert shape_on["checkpointing"] is True and shape_off["checkpointing"] is False
     # it also casts what bitsandbytes did not quantize (embeddings, output head, norms) to fp32
-    without = _memory(tmp_path, code.format(gc="").replace("model = prepare_model_for_kbit_training(model)\n", ""),
-                      "--target", "a100-80gb", "--format", "json")
+    without = _memory(
+        tmp_path,
+        code.format(gc="").replace("model = prepare_model_for_kbit_training(model)\n", ""),
+        "--target",
+        "a100-80gb",
+        "--format",
+        "json",
+    )
     facts = checkpoint_facts("Qwen/Qwen2.5-7B", (), {"HF_HUB_CACHE": "/nonexistent"})
     unquantized = facts.parameters - linear_parameters(facts)
     weights = [json.loads(r.stdout)["scripts"][0]["per_gpu_bytes"]["weights"] for r in (on, without)]
@@ -237,18 +302,25 @@ def test_prepare_model_for_kbit_training_turns_checkpointing_on(tmp_path):
 def test_what_backward_adds_can_be_where_it_runs_out(tmp_path):
     """LoRA on a 152k vocabulary: the forward fits, the loss gradient backward adds at its start does not. It is
     PD602's (the optimizer state of LoRA is tiny), said as where it happens."""
-    code = ("import torch\nfrom peft import LoraConfig, get_peft_model\n"
-            "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
-            "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-0.5B', dtype=torch.bfloat16)\n"
-            "model = get_peft_model(model, LoraConfig(r=16))\n"
-            "Trainer(model=model, args=TrainingArguments('out', bf16=True, per_device_train_batch_size={batch}), "
-            "train_dataset=ds).train()\n")
+    code = (
+        "import torch\nfrom peft import LoraConfig, get_peft_model\n"
+        "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+        "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-0.5B', dtype=torch.bfloat16)\n"
+        "model = get_peft_model(model, LoraConfig(r=16))\n"
+        "Trainer(model=model, args=TrainingArguments('out', bf16=True, per_device_train_batch_size={batch}), "
+        "train_dataset=ds).train()\n"
+    )
     found = {}
     for batch in (7, 8):
         (tmp_path / "train.py").write_text(code.format(batch=batch))
-        out = subprocess.run([sys.executable, "-m", "precision_doctor", "check", "train.py", "--target", "l4",
-                              "--format", "json"], capture_output=True, text=True, cwd=tmp_path, timeout=60,
-                             env={"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin"})
+        out = subprocess.run(
+            [sys.executable, "-m", "precision_doctor", "check", "train.py", "--target", "l4", "--format", "json"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=60,
+            env={"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin"},
+        )
         found[batch] = {f["id"]: f["message"] for f in json.loads(out.stdout)["findings"]}
     assert "PD602" not in found[7] and "PD603" not in found[7]
     assert "as the first backward starts" in found[8]["PD602"] and "PD603" not in found[8]
@@ -259,10 +331,12 @@ def test_what_backward_adds_can_be_where_it_runs_out(tmp_path):
 def test_a_first_step_that_fits_and_a_second_that_does_not(tmp_path):
     """The optimizer state the first step creates stays for the second step's forward and backward: that is where
     the job runs out, and PD603 says so rather than blaming the first step."""
-    code = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
-            "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-0.5B', dtype=torch.bfloat16)\n"
-            "Trainer(model=model, args=TrainingArguments('out', bf16=True, per_device_train_batch_size=4), "
-            "train_dataset=ds).train()\n")
+    code = (
+        "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+        "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-0.5B', dtype=torch.bfloat16)\n"
+        "Trainer(model=model, args=TrainingArguments('out', bf16=True, per_device_train_batch_size=4), "
+        "train_dataset=ds).train()\n"
+    )
     entry = json.loads(_memory(tmp_path, code, "--target", "t4", "--format", "json").stdout)["scripts"][0]
     b = entry["per_gpu_bytes"]
     assert entry["verdict"] == "will not fit in the second step, with the optimizer state held"
@@ -273,8 +347,11 @@ def test_qlora_layers_are_placed_before_peft_upcasts():
     """device_map places the layers as loaded; prepare_model_for_kbit_training's fp32 cast comes after."""
     facts = checkpoint_facts("meta-llama/Llama-3.1-70B", (), {"HF_HUB_CACHE": "/nonexistent"})
     shape = TrainingShape(weight_dtype="bfloat16", compute_dtype="bfloat16", quantized="4bit")
-    assert offloaded_layers(facts, replace(shape, kbit_upcast=True), [40 * GIB]) == \
-        offloaded_layers(facts, shape, [40 * GIB]) > 0
+    assert (
+        offloaded_layers(facts, replace(shape, kbit_upcast=True), [40 * GIB])
+        == offloaded_layers(facts, shape, [40 * GIB])
+        > 0
+    )
 
 
 def test_a_classifier_has_no_vocabulary_logits():
@@ -289,18 +366,22 @@ def test_a_classifier_has_no_vocabulary_logits():
 
 
 def test_a_loader_imported_under_another_name_is_a_load(tmp_path):
-    code = ("import torch\nfrom transformers import AutoModelForSequenceClassification as M, Trainer, TrainingArguments\n"
-            "model = M.from_pretrained('google-bert/bert-base-uncased', num_labels=2)\n"
-            "Trainer(model=model, args=TrainingArguments('out', fp16=True), train_dataset=ds).train()\n")
+    code = (
+        "import torch\nfrom transformers import AutoModelForSequenceClassification as M, Trainer, TrainingArguments\n"
+        "model = M.from_pretrained('google-bert/bert-base-uncased', num_labels=2)\n"
+        "Trainer(model=model, args=TrainingArguments('out', fp16=True), train_dataset=ds).train()\n"
+    )
     entry = json.loads(_memory(tmp_path, code, "--target", "t4", "--format", "json").stdout)["scripts"][0]
     assert entry["checkpoint"]["model_id"] == "google-bert/bert-base-uncased" and not entry["shape"]["vocabulary_head"]
 
 
 def test_the_memory_plan_reads_the_head_from_the_loaded_class(tmp_path):
-    code = ("import torch\nfrom transformers import {cls}, Trainer, TrainingArguments\n"
-            "model = {cls}.from_pretrained('google-bert/bert-base-uncased')\n"
-            "Trainer(model=model, args=TrainingArguments('out', fp16=True, per_device_train_batch_size=32), "
-            "train_dataset=ds).train()\n")
+    code = (
+        "import torch\nfrom transformers import {cls}, Trainer, TrainingArguments\n"
+        "model = {cls}.from_pretrained('google-bert/bert-base-uncased')\n"
+        "Trainer(model=model, args=TrainingArguments('out', fp16=True, per_device_train_batch_size=32), "
+        "train_dataset=ds).train()\n"
+    )
     peaks = {}
     for cls in ("AutoModelForSequenceClassification", "AutoModelForMaskedLM", "AutoModel"):
         out = _memory(tmp_path, code.format(cls=cls), "--target", "t4", "--format", "json")
@@ -312,6 +393,7 @@ def test_the_memory_plan_reads_the_head_from_the_loaded_class(tmp_path):
 
 
 # --- what the user sees ----------------------------------------------------------------------------------
+
 
 def test_larger_batch_and_checkpointing_move_the_verdict():
     facts = checkpoint_facts("meta-llama/Meta-Llama-3-8B", (), {"HF_HUB_CACHE": "/nonexistent"})
@@ -335,14 +417,22 @@ def _memory(tmp_path, code: str, *args: str):
     script = tmp_path / "train.py"
     script.write_text(code)
     env = {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub"), "PATH": "/usr/bin"}
-    return subprocess.run([sys.executable, "-m", "precision_doctor", "memory", str(script), *args],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "precision_doctor", "memory", str(script), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
 
 
-_SCRIPT = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
-           "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-2-7b-hf')\n"
-           "args = TrainingArguments('out', bf16=True, per_device_train_batch_size=2)\n"
-           "Trainer(model=model, args=args).train()\n")
+_SCRIPT = (
+    "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+    "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-2-7b-hf')\n"
+    "args = TrainingArguments('out', bf16=True, per_device_train_batch_size=2)\n"
+    "Trainer(model=model, args=args).train()\n"
+)
 
 
 def test_memory_command_json(tmp_path):
@@ -366,18 +456,42 @@ def test_memory_command_table_and_bad_input(tmp_path):
 def _check_ids(tmp_path, code: str, env_extra: dict | None = None) -> set[str]:
     script = tmp_path / "train.py"
     script.write_text(code)
-    env = {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub"), "PATH": "/usr/bin",
-           **(env_extra or {})}
-    done = subprocess.run([sys.executable, "-m", "precision_doctor", "check", str(script), "--target", "a100",
-                           "--format", "json", "--fail-on", "never"], capture_output=True, text=True, env=env,
-                          cwd=tmp_path, timeout=60)
+    env = {
+        "PYTHONPATH": str(ROOT),
+        "HF_HUB_OFFLINE": "1",
+        "HF_HUB_CACHE": str(tmp_path / "hub"),
+        "PATH": "/usr/bin",
+        **(env_extra or {}),
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "precision_doctor",
+            "check",
+            str(script),
+            "--target",
+            "a100",
+            "--format",
+            "json",
+            "--fail-on",
+            "never",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     return {f["id"] for f in json.loads(done.stdout)["findings"]}
 
 
-_NO_DTYPE = ("from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
-             "model = AutoModelForCausalLM.from_pretrained('{model}')\n"
-             "Trainer(model=model, args=TrainingArguments('o', {flag}=True)).train()\n")
+_NO_DTYPE = (
+    "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+    "model = AutoModelForCausalLM.from_pretrained('{model}')\n"
+    "Trainer(model=model, args=TrainingArguments('o', {flag}=True)).train()\n"
+)
 
 
 def test_checkpoint_dtype_from_the_table_decides_the_precision_rules(tmp_path):
@@ -401,8 +515,14 @@ def test_a_config_without_dtype_or_tie_keys_reads_as_transformers_loads_it(tmp_p
     transformers = pytest.importorskip("transformers")
     torch = pytest.importorskip("torch")
     if family == "llama":
-        cfg = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                       num_attention_heads=2, num_key_value_heads=2, vocab_size=128)
+        cfg = transformers.LlamaConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            vocab_size=128,
+        )
     else:
         cfg = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=128, n_positions=64)
     folder = tmp_path / family
@@ -431,11 +551,13 @@ def test_whisper_stacks_within_tolerance_of_measured():
         assert abs(estimated["activations"] / measured["activations"] - 1) <= bench.TOLERANCE, case
 
 
-_WHISPER_BLOG = ("from transformers import WhisperForConditionalGeneration, Seq2SeqTrainingArguments, Seq2SeqTrainer\n"
-                 "model = WhisperForConditionalGeneration.from_pretrained('openai/whisper-small')\n"
-                 "args = Seq2SeqTrainingArguments(output_dir='out', per_device_train_batch_size={batch}, "
-                 "gradient_checkpointing=True, fp16=True, learning_rate=1e-5, max_steps=4000)\n"
-                 "Seq2SeqTrainer(args=args, model=model, train_dataset=ds).train()\n")
+_WHISPER_BLOG = (
+    "from transformers import WhisperForConditionalGeneration, Seq2SeqTrainingArguments, Seq2SeqTrainer\n"
+    "model = WhisperForConditionalGeneration.from_pretrained('openai/whisper-small')\n"
+    "args = Seq2SeqTrainingArguments(output_dir='out', per_device_train_batch_size={batch}, "
+    "gradient_checkpointing=True, fp16=True, learning_rate=1e-5, max_steps=4000)\n"
+    "Seq2SeqTrainer(args=args, model=model, train_dataset=ds).train()\n"
+)
 
 
 def test_whisper_small_recipe_fits_a_t4(run_check):

@@ -16,8 +16,8 @@ pytest.importorskip("libcst")
 
 from rich.console import Console  # noqa: E402
 
-from precision_doctor.probes.collect import gather  # noqa: E402
 from precision_doctor.fix.session import run_engine_check, run_fix  # noqa: E402
+from precision_doctor.probes.collect import gather  # noqa: E402
 
 from .conftest import machine_probes  # noqa: E402
 from .test_fix_bytes import FIXED, doctor, expected_after, make_project  # noqa: E402
@@ -87,8 +87,9 @@ def test_a_fix_run_that_wrote_nothing_keeps_no_undo_and_plain_undo_still_works(t
     from precision_doctor.model.errors import InputError
 
     with pytest.raises(InputError, match="changed since it was checked"):
-        run_fix(check, yes=False, diff_only=False, unsafe=False, select=None, console=Console(file=io.StringIO()),
-                ask=ask)
+        run_fix(
+            check, yes=False, diff_only=False, unsafe=False, select=None, console=Console(file=io.StringIO()), ask=ask
+        )
     assert (project / FIXED).read_bytes() == expected_after(original)
     assert len(_undo_runs()) == 1  # the other run's only
     undone = doctor("fix", "--undo", cwd=project)
@@ -119,8 +120,12 @@ def test_undo_folder_is_printed_and_undoes_from_anywhere(tmp_path):
     printed = re.search(r"^undo: precision-doctor fix --undo (\S+)$", proc.stdout.decode(), re.M)
     assert printed and printed.group(1).startswith(os.environ["XDG_STATE_HOME"]), proc.stdout
     (tmp_path / "elsewhere").mkdir()
-    undone = subprocess.run([sys.executable, "-m", "precision_doctor", "fix", "--undo", printed.group(1)],
-                            cwd=tmp_path / "elsewhere", capture_output=True, timeout=60)
+    undone = subprocess.run(
+        [sys.executable, "-m", "precision_doctor", "fix", "--undo", printed.group(1)],
+        cwd=tmp_path / "elsewhere",
+        capture_output=True,
+        timeout=60,
+    )
     assert undone.returncode == 0, undone.stderr
     assert (project / FIXED).read_bytes() == original
 
@@ -151,10 +156,12 @@ def test_a_tampered_manifest_restores_nothing_and_says_so_in_one_line(tmp_path, 
     make_project(project, "crlf")
     victim.write_text("kept\n")
     doctor("fix", "train.py", "--target", "titan-rtx", "--yes", cwd=project)
-    edits = {"outside the roots": lambda e: e.update(path=str(victim)),
-             "backup outside files": lambda e: e.update(backup="files/../../x"),
-             "NUL in the path": lambda e: e.update(path=str(project / "a\x00b")),
-             "a long name": lambda e: e.update(path=str(project / ("n" * 5000)))}
+    edits = {
+        "outside the roots": lambda e: e.update(path=str(victim)),
+        "backup outside files": lambda e: e.update(backup="files/../../x"),
+        "NUL in the path": lambda e: e.update(path=str(project / "a\x00b")),
+        "a long name": lambda e: e.update(path=str(project / ("n" * 5000))),
+    }
     run = _tamper(edits[change])
     fixed_now = (project / FIXED).read_bytes()
     proc = doctor("fix", "--undo", run, cwd=tmp_path)
@@ -164,8 +171,12 @@ def test_a_tampered_manifest_restores_nothing_and_says_so_in_one_line(tmp_path, 
 
 
 def test_undo_of_an_impossible_name_is_one_line(tmp_path, monkeypatch):
-    proc = subprocess.run([sys.executable, "-m", "precision_doctor", "fix", "--undo", "x" * 5000], cwd=tmp_path,
-                          capture_output=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "precision_doctor", "fix", "--undo", "x" * 5000],
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=60,
+    )
     err = proc.stderr.decode()
     assert proc.returncode == 2 and err.count("\n") == 1 and "no such file or folder" in err and len(err) < 400, err
     from precision_doctor.fix.undo import undo

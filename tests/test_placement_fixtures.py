@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from precision_doctor import engine
-from precision_doctor.probes.collect import gather
 from precision_doctor.knowledge.versions import CURRENT
+from precision_doctor.probes.collect import gather
 
 from .conftest import machine_probes
 
@@ -26,20 +26,28 @@ CASES = [
     ("raw_ddp_reentrant.py", "a100:2", "torchrun --nproc_per_node 2 raw_ddp_reentrant.py", V4, {"PD303"}, set()),
     ("raw_ddp_nonreentrant.py", "a100:2", "torchrun --nproc_per_node 2 raw_ddp_nonreentrant.py", V4, set(), None),
     ("raw_ddp_reentrant.py", "a100:2", "torchrun --nproc_per_node 2 raw_ddp_reentrant.py", {}, set(), {"PD303"}),
-    ("qlora_cast_after_load.py", "a100:2", "accelerate launch --num_processes 2 qlora_cast_after_load.py", {},
-     {"PD401"}, set()),
+    (
+        "qlora_cast_after_load.py",
+        "a100:2",
+        "accelerate launch --num_processes 2 qlora_cast_after_load.py",
+        {},
+        {"PD401"},
+        set(),
+    ),
     ("qlora_no_prepare.py", "a100", "python qlora_no_prepare.py", V4, {"PD403"}, set()),
     ("qlora_no_prepare.py", "a100", "python qlora_no_prepare.py", {}, set(), {"PD403"}),
     ("qlora_sft_correct.py", "t4", "python qlora_sft_correct.py", {}, {"PD107", "PD101"}, set()),
 ]
 
 
-@pytest.mark.parametrize("name,target,launcher,versions,must,must_not", CASES,
-                         ids=[f"{c[0]}@{c[1]}{'-v4' if c[3] else ''}" for c in CASES])
+@pytest.mark.parametrize(
+    "name,target,launcher,versions,must,must_not", CASES, ids=[f"{c[0]}@{c[1]}{'-v4' if c[3] else ''}" for c in CASES]
+)
 def test_placement_fixture(name, target, launcher, versions, must, must_not, monkeypatch):
     monkeypatch.chdir(FIX)
-    facts = gather([name], target=target, launcher=launcher, stack_overrides={**CURRENT, **versions},
-                   **machine_probes())
+    facts = gather(
+        [name], target=target, launcher=launcher, stack_overrides={**CURRENT, **versions}, **machine_probes()
+    )
     findings = engine.run(facts).findings
     fired = {f.rule_id for f in findings}
     assert must <= fired, f"missing {must - fired}, got {sorted(fired)}"

@@ -15,16 +15,25 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-BAD = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
-       "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float16)\n"
-       "Trainer(model=model, args=TrainingArguments('out', fp16=True)).train()\n")
+BAD = (
+    "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+    "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float16)\n"
+    "Trainer(model=model, args=TrainingArguments('out', fp16=True)).train()\n"
+)
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
 
 def git(*args, cwd):
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.com", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_CONFIG_NOSYSTEM": "1",
+    }
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
 
 
@@ -51,14 +60,20 @@ def hook_project(tmp_path_factory):
     git("init", "-q", cwd=project)
     (project / ".pre-commit-config.yaml").write_text(
         f"repos:\n  - repo: {doctor_repo.as_uri()}\n    rev: {rev}\n    hooks:\n      - id: precision-doctor\n"
-        f"        args: [--target, t4]\n")
+        f"        args: [--target, t4]\n"
+    )
     git("add", ".pre-commit-config.yaml", cwd=project)
     git("commit", "-q", "-m", "config", cwd=project)
     # pip reads PIP_NO_BUILD_ISOLATION inverted: "0" turns build isolation off (setuptools from PYTHONPATH)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env.update(PRE_COMMIT_HOME=str(tmp_path_factory.mktemp("pre-commit-home")), PIP_NO_DEPS="1",
-               PIP_NO_BUILD_ISOLATION="0", PIP_NO_INDEX="1", PYTHONPATH=sysconfig.get_paths()["purelib"],
-               HF_HUB_OFFLINE="1")
+    env.update(
+        PRE_COMMIT_HOME=str(tmp_path_factory.mktemp("pre-commit-home")),
+        PIP_NO_DEPS="1",
+        PIP_NO_BUILD_ISOLATION="0",
+        PIP_NO_INDEX="1",
+        PYTHONPATH=sysconfig.get_paths()["purelib"],
+        HF_HUB_OFFLINE="1",
+    )
 
     def run_hook(*staged: tuple[str, str]) -> subprocess.CompletedProcess:
         for rel, text in staged:
@@ -66,8 +81,14 @@ def hook_project(tmp_path_factory):
             (project / rel).write_text(text)
         git("reset", "-q", cwd=project)
         git("add", *[rel for rel, _ in staged], cwd=project)
-        return subprocess.run([sys.executable, "-m", "pre_commit", "run"], cwd=project, env=env,
-                              capture_output=True, text=True, timeout=600)
+        return subprocess.run(
+            [sys.executable, "-m", "pre_commit", "run"],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
 
     return run_hook
 
@@ -88,8 +109,8 @@ def test_readme_snippet_is_the_config_the_test_runs():
     """The README's pre-commit snippet names the hook and the arguments this test passes, and a rev that is a
     real ref of this repository or an explicit placeholder to replace (no tag that does not exist)."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    snippet = readme[readme.index("**pre-commit**"):]
-    snippet = snippet[snippet.index("```yaml") + 7:snippet.index("```", snippet.index("```yaml") + 7)]
+    snippet = readme[readme.index("**pre-commit**") :]
+    snippet = snippet[snippet.index("```yaml") + 7 : snippet.index("```", snippet.index("```yaml") + 7)]
     assert "id: precision-doctor" in snippet
     rev = next(line.split(":", 1)[1].strip() for line in snippet.splitlines() if line.strip().startswith("rev:"))
     tags = git("tag", "--list", cwd=ROOT).split()

@@ -15,12 +15,15 @@ from hypothesis import strategies as st  # noqa: E402
 from precision_doctor.model.errors import InputError  # noqa: E402
 from precision_doctor.model.facts import KNOWN  # noqa: E402
 from precision_doctor.probes.script import probe_script  # noqa: E402
-
 from tests.fuzzing import corpus, mutate_lines  # noqa: E402
 
 SOURCES = corpus()
-FUZZ = settings(max_examples=120, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=120,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 
 
 @contextmanager
@@ -59,8 +62,10 @@ def check_probe(tmp_path, source: str):
             assert literal is not None, f"{call.callee}: a known value with no origin"
             if literal.kind == "code" and literal.location is not None and literal.location.path == "fuzzed.py":
                 # the expression the doctor says holds the value is really written there, whole
-                assert literal.detail in written.get(literal.location.line, set()), \
-                    (literal, written.get(literal.location.line))
+                assert literal.detail in written.get(literal.location.line, set()), (
+                    literal,
+                    written.get(literal.location.line),
+                )
 
 
 def _expressions_by_line(source: str) -> dict[int, set[str]]:

@@ -117,12 +117,14 @@ def wait_for(path: Path, census: Census, within: float = 20) -> list[int]:
 
 def doctor(args, tmp_path, **kw) -> subprocess.Popen:
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    return subprocess.Popen(DOCTOR + [*args, "--target", "cpu"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kw)
+    return subprocess.Popen(
+        DOCTOR + [*args, "--target", "cpu"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw
+    )
 
 
-@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129),
-                                      (signal.SIGKILL, -signal.SIGKILL)])
+@pytest.mark.parametrize(
+    "sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129), (signal.SIGKILL, -signal.SIGKILL)]
+)
 def test_a_signal_to_the_doctor_ends_the_live_scripts_whole_tree(tmp_path, census, sig, code):
     path, pidfile = tree_script(tmp_path, "time.sleep(300)")
     proc = doctor([str(path), "--live", "--timeout", "120", "-q"], tmp_path)
@@ -163,13 +165,19 @@ def test_a_daemon_the_script_double_forked_is_ended_at_the_timeout(tmp_path, cen
 
 def test_a_script_that_closes_its_descriptors_and_ignores_sigterm_is_ended_on_time(tmp_path, census):
     path = tmp_path / "train.py"
-    path.write_text("import os, signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-                    f"open({str(tmp_path / 'pid')!r}, 'w').write(str(os.getpid()))\n"
-                    "os.closerange(0, 4096)\ntime.sleep(300)\n")
+    path.write_text(
+        "import os, signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        f"open({str(tmp_path / 'pid')!r}, 'w').write(str(os.getpid()))\n"
+        "os.closerange(0, 4096)\ntime.sleep(300)\n"
+    )
     started = time.monotonic()
     try:
-        proc = subprocess.run(DOCTOR + [str(path), "--live", "--timeout", "2", "--target", "cpu", "--format", "json", "--include-facts"],
-                              capture_output=True, text=True, timeout=12)
+        proc = subprocess.run(
+            DOCTOR + [str(path), "--live", "--timeout", "2", "--target", "cpu", "--format", "json", "--include-facts"],
+            capture_output=True,
+            text=True,
+            timeout=12,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail("the doctor waited past --timeout for a script that closed its descriptors")
     finally:
@@ -183,9 +191,11 @@ def test_a_script_that_closes_its_descriptors_and_ignores_sigterm_is_ended_on_ti
 def test_the_log_is_capped_kept_on_failure_and_removed_on_success(tmp_path, monkeypatch):
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     noisy = tmp_path / "noisy.py"
-    noisy.write_text("import sys\nprint('first line')\nline = 'x' * 1023 + '\\n'\n"
-                     "for _ in range(20 * 1024):\n    sys.stdout.write(line)\n"
-                     "print('last line')\nraise SystemExit(3)\n")
+    noisy.write_text(
+        "import sys\nprint('first line')\nline = 'x' * 1023 + '\\n'\n"
+        "for _ in range(20 * 1024):\n    sys.stdout.write(line)\n"
+        "print('last line')\nraise SystemExit(3)\n"
+    )
     live = run_live(str(noisy), (), timeout=60)
     assert live.ended == "exited" and live.exit_code == 3
     log = Path(live.log_path)
@@ -203,7 +213,8 @@ def test_the_log_is_capped_kept_on_failure_and_removed_on_success(tmp_path, monk
     (tmp_path / "torch" / "optim" / "__init__.py").write_text("")
     (tmp_path / "torch" / "optim" / "optimizer.py").write_text(
         "class Optimizer:\n    def __init__(self):\n        self.param_groups, self.state = [], {}\n\n"
-        "    def step(self):\n        pass\n")
+        "    def step(self):\n        pass\n"
+    )
     fine = tmp_path / "fine.py"
     fine.write_text("from torch.optim.optimizer import Optimizer\nprint('loading')\nOptimizer().step()\n")
     live = run_live(str(fine), (), timeout=60)
@@ -211,13 +222,23 @@ def test_the_log_is_capped_kept_on_failure_and_removed_on_success(tmp_path, monk
     assert sorted(p.name for p in tmp_path.glob("precision-doctor-live-*")) == [log.name]
 
 
-@pytest.mark.parametrize("body,said", [("import time\ntime.sleep(300)\n", "did not reach training before the timeout"),
-                                       ("print('no training here')\n", "ran to its end without reaching")])
+@pytest.mark.parametrize(
+    "body,said",
+    [
+        ("import time\ntime.sleep(300)\n", "did not reach training before the timeout"),
+        ("print('no training here')\n", "ran to its end without reaching"),
+    ],
+)
 def test_a_live_run_that_never_reached_training_is_not_reported_clean(tmp_path, body, said):
     path = tmp_path / "train.py"
     path.write_text(body)
-    proc = subprocess.run(DOCTOR + [str(path), "--live", "--timeout", "1.5", "--target", "cpu"],
-                          capture_output=True, text=True, timeout=30, env={**os.environ, "TMPDIR": str(tmp_path)})
+    proc = subprocess.run(
+        DOCTOR + [str(path), "--live", "--timeout", "1.5", "--target", "cpu"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
     out = proc.stdout
     assert said in out
     script_line = next(line for line in out.splitlines() if line.startswith(str(path)))
@@ -230,7 +251,8 @@ def test_a_process_that_left_the_session_and_killed_the_supervisor_is_ended(tmp_
     supervisor: the doctor, not only the supervisor, owns the tree, and ends it."""
     pidfile = tmp_path / "escaped"
     path = tmp_path / "train.py"
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent(f"""
         import os, time
         supervisor = os.getppid()
         if os.fork() == 0:
@@ -241,7 +263,8 @@ def test_a_process_that_left_the_session_and_killed_the_supervisor_is_ended(tmp_
             time.sleep(300)
             os._exit(0)
         time.sleep(300)
-    """))
+    """)
+    )
     proc = doctor([str(path), "--live", "--timeout", "60", "-q"], tmp_path)
     census.root(proc.pid)
     census.files.append(pidfile)
@@ -258,7 +281,8 @@ def test_a_process_that_forks_on_and_exits_after_killing_the_supervisor_is_ended
     """It changes its pid faster than one round of signals can reach it: its whole process group is killed."""
     pidfile = tmp_path / "hopping"
     path = tmp_path / "train.py"
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent(f"""
         import os, time
         supervisor = os.getppid()
         if os.fork() == 0:
@@ -270,7 +294,8 @@ def test_a_process_that_forks_on_and_exits_after_killing_the_supervisor_is_ended
                 open({str(pidfile)!r}, "w").write(str(os.getpid()))
                 time.sleep(0.001)
         time.sleep(300)
-    """))
+    """)
+    )
     proc = doctor([str(path), "--live", "--timeout", "60", "-q"], tmp_path)
     census.root(proc.pid)
     census.files.append(pidfile)
@@ -290,12 +315,19 @@ def test_secrets_of_the_scripts_environment_never_reach_the_report(tmp_path, fmt
     """The script prints one secret of its environment and raises with another: every format, and the log the
     doctor keeps, show neither value."""
     path = tmp_path / "train.py"
-    path.write_text("import os\nprint('connecting with', os.environ['MY_DB_PASSWORD'])\n"
-                    "raise RuntimeError('wandb refused key ' + os.environ['WANDB_API_KEY'])\n")
+    path.write_text(
+        "import os\nprint('connecting with', os.environ['MY_DB_PASSWORD'])\n"
+        "raise RuntimeError('wandb refused key ' + os.environ['WANDB_API_KEY'])\n"
+    )
     env = {**os.environ, "TMPDIR": str(tmp_path), **SECRETS}
-    proc = subprocess.run(DOCTOR + [str(path), "--live", "--target", "cpu", "--format", fmt, "--include-facts"
-                                    if fmt == "json" else "--quiet"], capture_output=True, text=True, timeout=60,
-                          env=env)
+    proc = subprocess.run(
+        DOCTOR
+        + [str(path), "--live", "--target", "cpu", "--format", fmt, "--include-facts" if fmt == "json" else "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     said = proc.stdout + proc.stderr
     assert "raise" in said or "RuntimeError" in said or fmt in ("concise", "github"), said
     logs = list(tmp_path.glob("precision-doctor-live-*.log"))
@@ -319,9 +351,11 @@ def test_a_secret_the_log_cut_in_two_or_the_script_escaped_is_still_redacted(tmp
     monkeypatch.setenv("SERVICE_TOKEN", secret)
     monkeypatch.setenv("DB_PASSWORD", slashed)
     path = tmp_path / "train.py"
-    path.write_text("import os, sys\nsys.stdout.write('x' * (4096 - 20) + os.environ['SERVICE_TOKEN'])\n"
-                    "sys.stdout.write('y' * 30000 + '\\n')\nsys.stdout.flush()\n"
-                    "{}[os.environ['DB_PASSWORD']]\n")
+    path.write_text(
+        "import os, sys\nsys.stdout.write('x' * (4096 - 20) + os.environ['SERVICE_TOKEN'])\n"
+        "sys.stdout.write('y' * 30000 + '\\n')\nsys.stdout.flush()\n"
+        "{}[os.environ['DB_PASSWORD']]\n"
+    )
     live = run_live(str(path), (), timeout=60)
     assert live.ended == "raised"
     text = Path(live.log_path).read_text() + json.dumps(live.to_json() if hasattr(live, "to_json") else str(live))
@@ -330,6 +364,7 @@ def test_a_secret_the_log_cut_in_two_or_the_script_escaped_is_still_redacted(tmp
 
 
 # --- worker processes ----------------------------------------------------------------------------------------
+
 
 def square(x):
     return x * x
@@ -403,7 +438,8 @@ def test_weighted_batches_are_even_in_cost_not_in_count():
     assert [len(b) for b in batches[:4]] == [1, 1, 1, 1]  # each large file alone
     assert len(batches[-1]) == 1  # single small files at the end
     average = sum(weights) / len(weights)
-    assert all(c <= chunk * average or len(b) == 1 for b, c in zip(batches, costs))  # chunk items' worth, or one
+    # chunk items' worth, or one
+    assert all(c <= chunk * average or len(b) == 1 for b, c in zip(batches, costs, strict=False))
     assert any(len(b) > 10 for b in batches)  # small files travel together
     unweighted = _Pool(square, list(range(len(weights))), jobs=2, chunk=chunk)
     assert unweighted._next_batch() == list(range(25))  # by count: the four large files with 21 small ones
@@ -466,8 +502,9 @@ run_parallel(sleepy, range(6), jobs=3, chunk=1)
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
 def test_workers_die_with_the_doctor_and_release_its_stdout(tmp_path, census, sig):
-    proc = subprocess.Popen([sys.executable, "-c", POOL_PARENT, str(tmp_path)], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", POOL_PARENT, str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
     census.root(proc.pid)
     deadline = time.monotonic() + 20
     while len(list(tmp_path.iterdir())) < 3:

@@ -3,8 +3,8 @@ PATH entry, the checked tree or the working directory. Its own Python children n
 user stands in. Each planted program or module writes a sentinel file that must stay absent."""
 
 import json
-import shutil
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -26,12 +26,16 @@ def plant_program(folder: Path, name: str, sentinel: Path) -> None:
 
 def doctor(*args, cwd, path_entries, extra_env=None):
     env = {**os.environ, "PATH": os.pathsep.join(path_entries), **(extra_env or {})}
-    return subprocess.run([sys.executable, "-m", "precision_doctor", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "precision_doctor", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
-@pytest.mark.parametrize("entry", [".", "", "bin", "node_modules/.bin", "{tree}/tools"],
-                         ids=["dot", "empty", "relative", "relative-nested", "inside-the-checked-tree"])
+@pytest.mark.parametrize(
+    "entry",
+    [".", "", "bin", "node_modules/.bin", "{tree}/tools"],
+    ids=["dot", "empty", "relative", "relative-nested", "inside-the-checked-tree"],
+)
 def test_scontrol_planted_in_the_repository_never_runs(tmp_path, entry):
     tree = tmp_path / "repo"
     (tree / ".git").mkdir(parents=True)
@@ -40,8 +44,14 @@ def test_scontrol_planted_in_the_repository_never_runs(tmp_path, entry):
     sentinel = tmp_path / "scontrol-ran"
     for folder in (tree, tree / "bin", tree / "node_modules" / ".bin", tree / "tools"):
         plant_program(folder, "scontrol", sentinel)
-    proc = doctor("check", "job.sbatch", "--format", "json", cwd=tree,
-                  path_entries=[entry.replace("{tree}", str(tree)), "/nonexistent"])
+    proc = doctor(
+        "check",
+        "job.sbatch",
+        "--format",
+        "json",
+        cwd=tree,
+        path_entries=[entry.replace("{tree}", str(tree)), "/nonexistent"],
+    )
     assert proc.returncode in (0, 1), proc.stderr
     assert not sentinel.exists(), "a program planted in the checked tree or the working directory ran"
     machine = json.loads(proc.stdout) if proc.stdout.strip() else {}
@@ -76,8 +86,13 @@ def test_find_program_takes_an_absolute_entry_outside_the_trees(tmp_path, monkey
 def test_snapshot_all_nodes_never_runs_a_planted_srun(tmp_path):
     sentinel = tmp_path / "srun-ran"
     plant_program(tmp_path, "srun", sentinel)
-    proc = doctor("snapshot", "--all-nodes", cwd=tmp_path, path_entries=[".", "/nonexistent"],
-                  extra_env={"SLURM_JOB_ID": "7", "SLURM_NNODES": "2"})
+    proc = doctor(
+        "snapshot",
+        "--all-nodes",
+        cwd=tmp_path,
+        path_entries=[".", "/nonexistent"],
+        extra_env={"SLURM_JOB_ID": "7", "SLURM_NNODES": "2"},
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "srun is not on PATH outside the checked tree and the working directory" in proc.stderr
     assert not sentinel.exists()
@@ -100,13 +115,17 @@ def test_the_per_node_snapshot_child_imports_the_installed_doctor(tmp_path):
     plant_modules(planted, sentinel)
 
     def srun(command, **kw):
-        child = command[command.index(sys.executable):]
+        child = command[command.index(sys.executable) :]
         done = subprocess.run(child, cwd=planted, capture_output=True, text=True, timeout=120)
-        return subprocess.CompletedProcess(command, done.returncode,
-                                           "".join(f"0: {line}\n" for line in done.stdout.splitlines()), done.stderr)
+        return subprocess.CompletedProcess(
+            command, done.returncode, "".join(f"0: {line}\n" for line in done.stdout.splitlines()), done.stderr
+        )
 
-    machine, _ = gather_allocation({"SLURM_JOB_ID": "7", "SLURM_NNODES": "1", "PATH": os.environ["PATH"]}, None,
-                                   run=srun) if _srun_here() else pytest.skip("no srun outside the working directory")
+    machine, _ = (
+        gather_allocation({"SLURM_JOB_ID": "7", "SLURM_NNODES": "1", "PATH": os.environ["PATH"]}, None, run=srun)
+        if _srun_here()
+        else pytest.skip("no srun outside the working directory")
+    )
     assert not sentinel.exists(), sentinel.read_text()
     assert machine.nodes or machine.source
 
@@ -122,9 +141,24 @@ def test_live_mode_children_never_import_from_the_working_directory(tmp_path):
     plant_modules(planted, sentinel)
     scripts.mkdir()
     (scripts / "train.py").write_text("print('ran')\n")
-    proc = subprocess.run([sys.executable, "-P", "-m", "precision_doctor", "check", str(scripts / "train.py"),
-                           "--live", "--target", "cpu", "--no-color"], cwd=planted, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-P",
+            "-m",
+            "precision_doctor",
+            "check",
+            str(scripts / "train.py"),
+            "--live",
+            "--target",
+            "cpu",
+            "--no-color",
+        ],
+        cwd=planted,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "ran to its end" in proc.stdout, proc.stdout + proc.stderr
     assert not sentinel.exists(), sentinel.read_text()
 
@@ -145,8 +179,7 @@ def test_a_job_linked_into_the_repository_or_in_a_submodule_still_distrusts_the_
     work.mkdir()
     plant_program(repo / "bin", "scontrol", sentinel)
     for job in (repo / "linked.sbatch", repo / "jobs" / "job.sbatch"):
-        proc = doctor("check", str(job), "--format", "json", cwd=work,
-                      path_entries=[str(repo / "bin"), "/nonexistent"])
+        proc = doctor("check", str(job), "--format", "json", cwd=work, path_entries=[str(repo / "bin"), "/nonexistent"])
         assert proc.returncode in (0, 1), proc.stderr
         assert not sentinel.exists(), f"scontrol planted in the repository ran for {job.name}"
 
@@ -157,15 +190,26 @@ def test_an_nvml_library_planted_where_ld_library_path_points_empty_is_never_loa
     directory first for the dynamic linker: a libnvidia-ml.so.1 planted there must not be loaded."""
     sentinel = tmp_path / "loaded"
     source = tmp_path / "planted.c"
-    source.write_text('#include <stdio.h>\n__attribute__((constructor)) static void planted(void) {\n'
-                      f'  FILE *f = fopen("{sentinel}", "w"); if (f) fclose(f);\n}}\n')
-    built = subprocess.run(["cc", "-shared", "-fPIC", "-o", str(tmp_path / "libnvidia-ml.so.1"), str(source)],
-                           capture_output=True, text=True)
+    source.write_text(
+        "#include <stdio.h>\n__attribute__((constructor)) static void planted(void) {\n"
+        f'  FILE *f = fopen("{sentinel}", "w"); if (f) fclose(f);\n}}\n'
+    )
+    built = subprocess.run(
+        ["cc", "-shared", "-fPIC", "-o", str(tmp_path / "libnvidia-ml.so.1"), str(source)],
+        capture_output=True,
+        text=True,
+    )
     if built.returncode:
         pytest.skip(f"cc could not build it: {built.stderr[:200]}")
     (tmp_path / "train.py").write_text("print('train')\n")
     env = {**os.environ, "LD_LIBRARY_PATH": ":/nonexistent"}
-    proc = subprocess.run([sys.executable, "-m", "precision_doctor", "check", "train.py", "--format", "json"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "precision_doctor", "check", "train.py", "--format", "json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode in (0, 1), proc.stderr
     assert not sentinel.exists(), "the planted NVML library was loaded"

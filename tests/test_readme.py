@@ -4,8 +4,8 @@ Regenerate with `python -m pytest tests/test_readme.py --update-golden`."""
 import re
 from pathlib import Path
 
-from precision_doctor.rules.catalog import rules
 from precision_doctor.report.ruledoc import rules_markdown
+from precision_doctor.rules.catalog import rules
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -15,7 +15,7 @@ START, END = "<!-- rules:start -->", "<!-- rules:end -->"
 def test_rule_table_is_current(update_golden):
     text = README.read_text(encoding="utf-8")
     table = rules_markdown(rules())
-    current = text[text.index(START) + len(START):text.index(END)].strip()
+    current = text[text.index(START) + len(START) : text.index(END)].strip()
     if update_golden and current != table:
         README.write_text(text.replace(current, table), encoding="utf-8")
         return

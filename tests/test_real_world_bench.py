@@ -29,12 +29,19 @@ def test_prints_every_section_for_a_mixed_tree(bench, tmp_path, capsys):
     lines = sum(len((tree / f).read_bytes().splitlines()) for f in files)
     out_json = tmp_path / "figures.json"
 
-    assert bench.main([str(tree), "--target", "titan-rtx", "--limit", "1",
-                       "--json", str(out_json)]) == 0
+    assert bench.main([str(tree), "--target", "titan-rtx", "--limit", "1", "--json", str(out_json)]) == 0
     text = capsys.readouterr().out
-    for section in ("== files", "== findings per rule", "== findings per severity", "== error-level findings",
-                    "== per-file vs folder-run differences", "== unknowns per file", "== not checked", "== stderr",
-                    "== time"):
+    for section in (
+        "== files",
+        "== findings per rule",
+        "== findings per severity",
+        "== error-level findings",
+        "== per-file vs folder-run differences",
+        "== unknowns per file",
+        "== not checked",
+        "== stderr",
+        "== time",
+    ):
         assert section in text
     fig = json.loads(out_json.read_text())
     assert fig["files"] == len(files) and fig["lines"] == lines
@@ -53,17 +60,36 @@ def test_prints_every_section_for_a_mixed_tree(bench, tmp_path, capsys):
 
 def test_differences_name_the_finding_and_where_the_folder_run_put_it(bench):
     def finding(rule, path, at, line, message="m"):
-        return {"id": rule, "severity": "error", "path": path, "message": message,
-                "locations": [{"path": at, "line": line}]}
+        return {
+            "id": rule,
+            "severity": "error",
+            "path": path,
+            "message": message,
+            "locations": [{"path": at, "line": line}],
+        }
 
-    single = {"a.py": {"report": {"findings": [finding("PD201", "a.py", "a.py", 3),
-                                               finding("PD214", "a.py", "helper.py", 9),
-                                               finding("PD101", "a.py", "a.py", 5, "per-file words")]}}}
-    folder = {"a.py": [finding("PD301", "a.py", "a.py", 7), finding("PD101", "a.py", "a.py", 5, "folder words")],
-              "helper.py": [finding("PD214", "helper.py", "helper.py", 9)]}
+    single = {
+        "a.py": {
+            "report": {
+                "findings": [
+                    finding("PD201", "a.py", "a.py", 3),
+                    finding("PD214", "a.py", "helper.py", 9),
+                    finding("PD101", "a.py", "a.py", 5, "per-file words"),
+                ]
+            }
+        }
+    }
+    folder = {
+        "a.py": [finding("PD301", "a.py", "a.py", 7), finding("PD101", "a.py", "a.py", 5, "folder words")],
+        "helper.py": [finding("PD214", "helper.py", "helper.py", 9)],
+    }
     kinds = {(d["id"], d["kind"]) for d in bench.compare(folder, single)}
-    assert kinds == {("PD201", "per-file only"), ("PD301", "folder only"), ("PD101", "message differs"),
-                     ("PD214", "folder run reports it under helper.py")}
+    assert kinds == {
+        ("PD201", "per-file only"),
+        ("PD301", "folder only"),
+        ("PD101", "message differs"),
+        ("PD214", "folder run reports it under helper.py"),
+    }
 
 
 def test_reads_reports_with_missing_or_odd_fields(bench):

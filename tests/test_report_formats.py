@@ -13,25 +13,35 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = Path(__file__).parent / "data" / "sarif-2.1.0-rtm.5.json"
 
-BAD = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
-       "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float16)\n"
-       "Trainer(model=model, args=TrainingArguments('out', fp16=True, per_device_train_batch_size=2)).train()\n")
+BAD = (
+    "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+    "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float16)\n"
+    "Trainer(model=model, args=TrainingArguments('out', fp16=True, per_device_train_batch_size=2)).train()\n"
+)
 DEPRECATED = "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
 CLEAN = "import json\nprint(json.dumps({}))\n"
-RUNTIME = ("import os, torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
-           "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=getattr(torch, os.environ['DTYPE']))\n"
-           "Trainer(model=model, args=TrainingArguments('out', fp16=True, per_device_train_batch_size=2)).train()\n")
+RUNTIME = (
+    "import os, torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+    "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=getattr(torch, os.environ['DTYPE']))\n"
+    "Trainer(model=model, args=TrainingArguments('out', fp16=True, per_device_train_batch_size=2)).train()\n"
+)
 
 
 def doctor(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "precision_doctor", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "precision_doctor", *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.fixture
 def tree(tmp_path):
-    files = {"a_deprecated.py": DEPRECATED, "b_bad.py": BAD, "c_clean.py": CLEAN, "d_clean.py": CLEAN,
-             "e_runtime.py": RUNTIME}
+    files = {
+        "a_deprecated.py": DEPRECATED,
+        "b_bad.py": BAD,
+        "c_clean.py": CLEAN,
+        "d_clean.py": CLEAN,
+        "e_runtime.py": RUNTIME,
+    }
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     return tmp_path
@@ -39,7 +49,7 @@ def tree(tmp_path):
 
 def test_folder_report_opens_with_a_summary_and_lists_files_most_severe_first(tree):
     out = doctor("check", ".", "--target", "t4", "--no-color", cwd=tree).stdout
-    summary = out[out.index("summary"):out.index("\nmachine  ")]
+    summary = out[out.index("summary") : out.index("\nmachine  ")]
     assert "5 files checked: 2 with findings, 3 with no problems" in summary
     assert "PD201" in summary and "PD213" in summary  # per rule
     assert out.index("b_bad.py") < out.index("a_deprecated.py")  # the error file before the warning file
@@ -54,7 +64,7 @@ def test_folder_unknowns_are_folded_and_name_the_rules_they_silenced(tree):
     assert "--show-unknowns" in folded and "e_runtime.py:3" not in out
     listed = doctor("check", ".", "--target", "t4", "--show-unknowns", cwd=tree).stdout
     line = next(x for x in listed.splitlines() if "dtype= of from_pretrained()" in x)
-    silenced = line[line.index("(silences ") + 10:line.rindex(")")].split(", ")
+    silenced = line[line.index("(silences ") + 10 : line.rindex(")")].split(", ")
     assert "e_runtime.py:3" in line and "PD215" in silenced  # FlashAttention with fp32 weights needs the dtype
     assert f"they kept {', '.join(silenced)} silent" in folded
     # with the dtype written out, the same rules speak or are satisfied: nothing is left unknown
@@ -63,9 +73,11 @@ def test_folder_unknowns_are_folded_and_name_the_rules_they_silenced(tree):
 
 
 def test_unknowns_are_listed_once_even_when_many_scripts_import_the_module(tmp_path):
-    (tmp_path / "helpers.py").write_text("import os, torch\nfrom transformers import AutoModelForCausalLM\n"
-                                         "def load():\n    return AutoModelForCausalLM.from_pretrained("
-                                         "'gpt2', dtype=getattr(torch, os.environ['DTYPE']))\n")
+    (tmp_path / "helpers.py").write_text(
+        "import os, torch\nfrom transformers import AutoModelForCausalLM\n"
+        "def load():\n    return AutoModelForCausalLM.from_pretrained("
+        "'gpt2', dtype=getattr(torch, os.environ['DTYPE']))\n"
+    )
     for i in range(3):
         (tmp_path / f"train{i}.py").write_text("from helpers import load\nmodel = load()\n")
     doc = json.loads(doctor("check", ".", "--target", "t4", "--format", "json", cwd=tmp_path).stdout)
@@ -129,19 +141,23 @@ def test_sarif_fingerprints_survive_moved_code_and_paths_are_relative(tree):
     after = results()
     pd201 = after["PD201"]["locations"][0]["physicalLocation"]
     assert pd201["artifactLocation"] == {"uri": "b_bad.py", "uriBaseId": "%SRCROOT%"}
-    assert pd201["region"]["startLine"] == before["PD201"]["locations"][0]["physicalLocation"]["region"][
-        "startLine"] + 2
+    assert (
+        pd201["region"]["startLine"] == before["PD201"]["locations"][0]["physicalLocation"]["region"]["startLine"] + 2
+    )
     assert after["PD201"]["partialFingerprints"] == before["PD201"]["partialFingerprints"]
 
 
-@pytest.mark.parametrize("args,hint", [
-    (["chek", "x.py"], "did you mean 'check'?"),
-    (["check", "--fail_on", "error"], "did you mean '--fail-on'?"),
-    (["check", "--format", "sarf"], "did you mean 'sarif'?"),
-    (["check", "--target", "a1000"], "did you mean 'a100'?"),
-    (["check", "--select", "PD2O1"], "did you mean 'PD201'?"),
-    (["rule", "fp16-params-with-grad-scalar"], "did you mean 'fp16-params-with-grad-scaler'?"),
-])
+@pytest.mark.parametrize(
+    "args,hint",
+    [
+        (["chek", "x.py"], "did you mean 'check'?"),
+        (["check", "--fail_on", "error"], "did you mean '--fail-on'?"),
+        (["check", "--format", "sarf"], "did you mean 'sarif'?"),
+        (["check", "--target", "a1000"], "did you mean 'a100'?"),
+        (["check", "--select", "PD2O1"], "did you mean 'PD201'?"),
+        (["rule", "fp16-params-with-grad-scalar"], "did you mean 'fp16-params-with-grad-scaler'?"),
+    ],
+)
 def test_did_you_mean(args, hint):
     proc = doctor(*args)
     assert proc.returncode == 2 and hint in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
@@ -149,8 +165,8 @@ def test_did_you_mean(args, hint):
 
 def test_config_keys_take_either_spelling_and_suggest_on_typos(tmp_path):
     (tmp_path / "train.py").write_text(DEPRECATED)
-    (tmp_path / "pyproject.toml").write_text("[tool.precision-doctor]\nfail_on = \"warning\"\n")
+    (tmp_path / "pyproject.toml").write_text('[tool.precision-doctor]\nfail_on = "warning"\n')
     assert doctor("check", "train.py", "--target", "t4", cwd=tmp_path).returncode == 1  # PD213 fails the gate
-    (tmp_path / "pyproject.toml").write_text("[tool.precision-doctor]\nfail-onn = \"warning\"\n")
+    (tmp_path / "pyproject.toml").write_text('[tool.precision-doctor]\nfail-onn = "warning"\n')
     proc = doctor("check", "train.py", "--target", "t4", cwd=tmp_path)
     assert proc.returncode == 2 and "did you mean 'fail-on'?" in proc.stderr

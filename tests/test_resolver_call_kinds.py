@@ -59,8 +59,15 @@ CASES = [
 
 @pytest.mark.parametrize("line, expected", CASES)
 def test_a_call_is_recorded_as_its_kind(tmp_path, line, expected):
-    source = HEADER + ("class MyArgs(TrainingArguments):\n    pass\n\nclass MyTrainer(Trainer):\n    pass\n\n"
-                       "model = torch.nn.Linear(2, 2)\n") + line + "\n"
+    source = (
+        HEADER
+        + (
+            "class MyArgs(TrainingArguments):\n    pass\n\nclass MyTrainer(Trainer):\n    pass\n\n"
+            "model = torch.nn.Linear(2, 2)\n"
+        )
+        + line
+        + "\n"
+    )
     path = tmp_path / "train.py"
     path.write_text(source)
     last_line = source.count("\n")
@@ -81,8 +88,15 @@ def test_a_library_name_wins_over_a_generic_method_of_the_same_name():
     assert kind_of(CallSite("torch.nn.utils.clip_grad_norm_", method="clip_grad_norm_")) == CallKind.CLIP_GRAD
     assert kind_of(CallSite("accelerate.Accelerator")) == CallKind.ACCELERATOR
     assert kind_of(CallSite("torch.cuda.set_device", method="set_device")) == CallKind.SET_DEVICE
-    generic_first = [i for i, r in enumerate(RECOGNISERS) if r.methods and not r.names and not r.last
-                     and not r.prefixes and r.kind not in (CallKind.PEFT_LOAD, CallKind.MODEL_LOAD)]
+    generic_first = [
+        i
+        for i, r in enumerate(RECOGNISERS)
+        if r.methods
+        and not r.names
+        and not r.last
+        and not r.prefixes
+        and r.kind not in (CallKind.PEFT_LOAD, CallKind.MODEL_LOAD)
+    ]
     library = [i for i, r in enumerate(RECOGNISERS) if r.names or r.last or r.prefixes]
     assert max(library) < min(generic_first)
 

@@ -5,7 +5,7 @@ import ast
 import os
 import subprocess
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -28,23 +28,28 @@ def deep(shape: str, n: int) -> str:
         return "x = " + "lambda: " * n + "0\n"
     if shape == "hardware_elif":  # every branch a GPU check: the value splits on each
         return "if torch.cuda.is_bf16_supported():\n    x = 0\n" + "".join(
-            f"elif torch.cuda.get_device_capability()[0] >= {i}:\n    x = {i}\n" for i in range(1, n))
+            f"elif torch.cuda.get_device_capability()[0] >= {i}:\n    x = {i}\n" for i in range(1, n)
+        )
     raise ValueError(shape)
 
 
 def script(shape: str, n: int) -> str:
-    return ("import torch\nfrom transformers import TrainingArguments\na = 1\n" + deep(shape, n) +
-            "TrainingArguments(output_dir='o', bf16=True, learning_rate=x)\n")
+    return (
+        "import torch\nfrom transformers import TrainingArguments\na = 1\n"
+        + deep(shape, n)
+        + "TrainingArguments(output_dir='o', bf16=True, learning_rate=x)\n"
+    )
 
 
 SHAPES = ["binop", "elif", "attribute", "lambda", "hardware_elif"]
 
 
-@lru_cache(maxsize=None)
+@cache
 def parse_limit(shape: str) -> int:
     """The smallest depth `ast.parse` refuses here (RecursionError, MemoryError, SyntaxError), by bisection.
 
     The parser's limit counts the caller's stack too, so a fresh process accepts somewhat deeper files."""
+
     def parses(n: int) -> bool:
         try:
             ast.parse(script(shape, n))
@@ -79,8 +84,14 @@ def test_a_depth_python_refuses_is_a_one_line_input_error(tmp_path):
     shape = "binop"
     path = tmp_path / "too_deep.py"
     path.write_text(script(shape, 2 * parse_limit(shape)))  # refused in any process
-    proc = subprocess.run([sys.executable, "-m", "precision_doctor", "check", str(path)], capture_output=True,
-                          text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "precision_doctor", "check", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "too_deep.py" in lines[0] and "nested too deeply" in lines[0]
@@ -90,9 +101,14 @@ def test_a_depth_python_refuses_is_a_one_line_input_error(tmp_path):
 def test_a_deep_file_in_a_folder_does_not_take_the_run_down(tmp_path):
     (tmp_path / "deep.py").write_text(script("lambda", parse_limit("lambda") - 1))
     (tmp_path / "train.py").write_text((ROOT / "fixtures" / "seed001_titan_fp16" / "buggy" / "train.py").read_text())
-    proc = subprocess.run([sys.executable, "-m", "precision_doctor", "check", str(tmp_path), "--format", "json"],
-                          capture_output=True, text=True, cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "precision_doctor", "check", str(tmp_path), "--format", "json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
     assert proc.returncode in (0, 1), proc.stderr
     assert "Traceback" not in proc.stderr
 

@@ -20,8 +20,11 @@ class CountingList(list):
 
 
 def assignments_touched(tmp_path, n: int) -> int:
-    source = "import torch\nmodel = torch.nn.Linear(2, 2)\n" + "model = model.half()\n" * n + \
-        "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)\n"
+    source = (
+        "import torch\nmodel = torch.nn.Linear(2, 2)\n"
+        + "model = model.half()\n" * n
+        + "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)\n"
+    )
     path = tmp_path / f"reassigned_{n}.py"
     path.write_text(source)
     collector = script_probe._Collector(str(path), source, parse(path, source), ())
@@ -39,8 +42,23 @@ def test_lookups_of_a_name_reassigned_many_times_grow_linearly(tmp_path):
 
 
 # what scripts and library sources hold: read without ast.literal_eval; then the rare forms it is left to
-COMMON_LITERALS = ["1", "(1, 2.5, 'a')", "[1, [2, -3]]", "{'a': (1,), 2: None}", "-4", "+4.5", "(8, 0)", "{}",
-                   "x", "{**a}", "[*a]", "(1,2)[0]", "f(1)", "{[1]: 2}", "torch.float16"]
+COMMON_LITERALS = [
+    "1",
+    "(1, 2.5, 'a')",
+    "[1, [2, -3]]",
+    "{'a': (1,), 2: None}",
+    "-4",
+    "+4.5",
+    "(8, 0)",
+    "{}",
+    "x",
+    "{**a}",
+    "[*a]",
+    "(1,2)[0]",
+    "f(1)",
+    "{[1]: 2}",
+    "torch.float16",
+]
 LITERALS = COMMON_LITERALS + ["set()", "{1, 2}", "1+2j", "-True", "-'a'"]
 
 
@@ -63,7 +81,7 @@ def test_literals_are_read_as_literal_eval_reads_them_without_making_garbage():
     gc.collect()
     gc.disable()
     try:
-        for node in nodes[:len(COMMON_LITERALS)] * 20:
+        for node in nodes[: len(COMMON_LITERALS)] * 20:
             _outcome(literal, node)
         assert gc.collect() < 20  # ast.literal_eval leaves a cycle of closures behind on every call: 4 per call
     finally:
@@ -81,7 +99,8 @@ def test_a_folder_run_leaves_no_cycles_for_the_collector(tmp_path):
             "p = argparse.ArgumentParser()\np.add_argument('--lr', type=float, default=1e-4)\n"
             "p.add_argument('--bf16', action='store_true')\nargs = p.parse_args()\n"
             "if torch.cuda.get_device_capability() >= (8, 0):\n    dtype = torch.bfloat16\n"
-            "TrainingArguments('o', learning_rate=args.lr, bf16=args.bf16, adam_betas=(0.9, 0.95))\n")
+            "TrainingArguments('o', learning_rate=args.lr, bf16=args.bf16, adam_betas=(0.9, 0.95))\n"
+        )
     gc.collect()
     facts = gather([str(tmp_path)], target="a100", environ={}, jobs=1)
     assert len(facts.scripts) == 40 and all(s.calls for s in facts.scripts)

@@ -3,8 +3,8 @@ fails when a page is stale, missing or left over. Regenerate with `pytest tests/
 
 from pathlib import Path
 
-from precision_doctor.rules.catalog import rules
 from precision_doctor.report.ruledoc import DOCS_DIR, rule_pages
+from precision_doctor.rules.catalog import rules
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / DOCS_DIR

@@ -7,17 +7,25 @@ import pytest
 from precision_doctor.rules.catalog import rules
 
 SNAPSHOTS = Path(__file__).resolve().parents[1] / "fixtures" / "allocations"
-CASES = [(r.id, "fires", i, ex) for r in rules() for i, ex in enumerate(r.fires)] + \
-        [(r.id, "silent", i, ex) for r in rules() for i, ex in enumerate(r.silent)]
+CASES = [(r.id, "fires", i, ex) for r in rules() for i, ex in enumerate(r.fires)] + [
+    (r.id, "silent", i, ex) for r in rules() for i, ex in enumerate(r.silent)
+]
 
 
-@pytest.mark.parametrize("rule_id,expect,index,example", CASES,
-                         ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES])
+@pytest.mark.parametrize("rule_id,expect,index,example", CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES])
 def test_rule_example(run_check, rule_id, expect, index, example):
-    result, _ = run_check(example.code, target=example.target, launcher=example.launcher,
-                          script_args=example.script_args, versions=example.versions, machine=example.machine,
-                          environ=example.env, live=example.live, job=example.job,
-                          facts_file=str(SNAPSHOTS / f"{example.facts}.json") if example.facts else None)
+    result, _ = run_check(
+        example.code,
+        target=example.target,
+        launcher=example.launcher,
+        script_args=example.script_args,
+        versions=example.versions,
+        machine=example.machine,
+        environ=example.env,
+        live=example.live,
+        job=example.job,
+        facts_file=str(SNAPSHOTS / f"{example.facts}.json") if example.facts else None,
+    )
     assert not result.crashed, result.crashed
     hits = [f for f in result.findings if f.rule_id == rule_id]
     if expect == "fires":

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from precision_doctor.system import safe_io
 from precision_doctor.model.errors import InputError
+from precision_doctor.system import safe_io
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = ROOT / "fixtures/seed001_titan_fp16/buggy"
@@ -24,8 +24,14 @@ RENAMED = b"        dtype=torch.float16,  # BF16"  # PD214's safe fix on seed 00
 
 
 def doctor(*args, cwd, stdout=subprocess.PIPE, timeout=120):
-    return subprocess.run([sys.executable, "-m", "precision_doctor", *map(str, args)], cwd=cwd, stdout=stdout,
-                          stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "precision_doctor", *map(str, args)],
+        cwd=cwd,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        timeout=timeout,
+    )
 
 
 def seed_project(folder: Path) -> Path:
@@ -49,8 +55,10 @@ def read_only(folder: Path):
         finally:
             folder.chmod(0o755)
         return
-    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(folder)],
-                                                        capture_output=True).returncode != 0:
+    if (
+        shutil.which("chattr") is None
+        or subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0
+    ):
         pytest.skip("running as root on a filesystem without the immutable flag: no folder is read-only to root")
     try:
         yield
@@ -59,6 +67,7 @@ def read_only(folder: Path):
 
 
 # --- -o FILE ------------------------------------------------------------------------------------------
+
 
 def test_a_link_planted_at_the_old_temp_name_is_not_followed(tmp_path):
     victim = tmp_path / "victim"
@@ -155,6 +164,7 @@ def test_read_only_folder_is_exit_2_with_no_temp_left(tmp_path):
 
 # --- fix ----------------------------------------------------------------------------------------------
 
+
 def test_fix_in_a_read_only_folder_is_exit_2_and_changes_nothing(tmp_path):
     project = seed_project(tmp_path / "proj")
     before = {p.name: p.read_bytes() for p in project.iterdir()}
@@ -220,6 +230,7 @@ def test_fix_as_root_keeps_the_owner_of_a_plain_file(tmp_path):
 
 
 # --- the module's own guarantees ----------------------------------------------------------------------
+
 
 def test_an_interrupted_write_leaves_the_file_and_no_temp(tmp_path, monkeypatch):
     target = tmp_path / "report.json"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from precision_doctor import engine
-from precision_doctor.probes.collect import gather
 from precision_doctor.knowledge.versions import CURRENT
+from precision_doctor.probes.collect import gather
 
 from .conftest import machine_probes
 
@@ -58,8 +58,12 @@ def test_seed001_report_points_at_the_fp16_load_in_the_helper_module():
     assert ("train.py", 15) in where  # --fp16 defaults to True
     assert pd201.error == "ValueError: Attempting to unscale FP16 gradients."
     edit = pd201.fix.edits[0]
-    assert (Path(edit.path).name, edit.line, edit.old, edit.new) == \
-        ("model_utility_configs.py", 12, "torch.float16", "torch.float32")
+    assert (Path(edit.path).name, edit.line, edit.old, edit.new) == (
+        "model_utility_configs.py",
+        12,
+        "torch.float16",
+        "torch.float32",
+    )
     assert any("PD204" in n for n in pd201.fix.notes)  # never the pure-fp16 "fix"
     assert any("no native bf16" in n for n in pd201.fix.notes)
 
@@ -92,9 +96,21 @@ def test_seed002_guard_with_emulation_is_decided_per_gpu():
 
 def test_readme_first_command_output():
     """The README's first command: check the seed-001 fixture, exit 1, PD201 on top."""
-    proc = subprocess.run([sys.executable, "-m", "precision_doctor", "check",
-                           "fixtures/seed001_titan_fp16/buggy/train.py", "--target", "titan-rtx"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "precision_doctor",
+            "check",
+            "fixtures/seed001_titan_fp16/buggy/train.py",
+            "--target",
+            "titan-rtx",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1, proc.stderr
     out = proc.stdout
     assert "PD201 fp16-params-with-grad-scaler" in out
@@ -105,9 +121,24 @@ def test_readme_first_command_output():
 
 
 def test_json_output_is_stable_and_complete():
-    proc = subprocess.run([sys.executable, "-m", "precision_doctor", "check", "--format", "json",
-                           "fixtures/seed001_titan_fp16/buggy/train.py", "--target", "titan-rtx", "--include-facts"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "precision_doctor",
+            "check",
+            "--format",
+            "json",
+            "fixtures/seed001_titan_fp16/buggy/train.py",
+            "--target",
+            "titan-rtx",
+            "--include-facts",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     doc = json.loads(proc.stdout)
     assert doc["version"] == 1
     first = doc["findings"][0]

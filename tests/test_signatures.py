@@ -10,18 +10,24 @@ from precision_doctor.probes.collect import gather
 from .conftest import bare_env
 from .fake_nvml import NO_NVML
 
-HEAD = ("from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments\n"
-        "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-0.5B')\n")
+HEAD = (
+    "from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments\n"
+    "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-0.5B')\n"
+)
 
 
 def pd217(result):
     return [f for f in result.findings if f.rule_id == "PD217"]
 
 
-
-
-def _project(tmp_path: Path, code: str, requirements: str | None = None, python: Path | None = None,
-             files: dict[str, str] | None = None, script_args=()):
+def _project(
+    tmp_path: Path,
+    code: str,
+    requirements: str | None = None,
+    python: Path | None = None,
+    files: dict[str, str] | None = None,
+    script_args=(),
+):
     project = tmp_path / "project"
     project.mkdir(exist_ok=True)
     (project / ".git").mkdir(exist_ok=True)
@@ -31,15 +37,22 @@ def _project(tmp_path: Path, code: str, requirements: str | None = None, python:
     for name, text in (files or {}).items():
         (project / name).parent.mkdir(parents=True, exist_ok=True)
         (project / name).write_text(text)
-    facts = gather([str(project / "train.py")], environ={}, system=NO_NVML, python=str(python or bare_env(tmp_path)),
-                   script_args=tuple(script_args))
+    facts = gather(
+        [str(project / "train.py")],
+        environ={},
+        system=NO_NVML,
+        python=str(python or bare_env(tmp_path)),
+        script_args=tuple(script_args),
+    )
     return engine.run(facts)
 
 
 # --- Python calls --------------------------------------------------------------------------------
 
-WARMUP = HEAD + ("args = TrainingArguments(output_dir='out', learning_rate=2e-5, warmup_ratio=0.03, bf16=True)\n"
-                 "Trainer(model=model, args=args).train()\n")
+WARMUP = HEAD + (
+    "args = TrainingArguments(output_dir='out', learning_rate=2e-5, warmup_ratio=0.03, bf16=True)\n"
+    "Trainer(model=model, args=args).train()\n"
+)
 
 
 def test_a_4x_only_keyword_on_transformers_5_is_an_error_naming_its_successor(run_check):
@@ -106,7 +119,8 @@ def test_a_dict_unpacked_into_training_arguments_points_at_the_yaml_line(run_che
     (tmp_path / "train.yaml").write_text("output_dir: out\nbf16: true\nevaluation_strategy: steps\n")
     code = HEAD.replace("from transformers", "import yaml\nfrom transformers") + (
         "cfg = yaml.safe_load(open('train.yaml'))\nargs = TrainingArguments(**cfg)\n"
-        "Trainer(model=model, args=args).train()\n")
+        "Trainer(model=model, args=args).train()\n"
+    )
     result, _ = run_check(code)
     [finding] = pd217(result)
     where = finding.evidence[0].location
@@ -116,21 +130,27 @@ def test_a_dict_unpacked_into_training_arguments_points_at_the_yaml_line(run_che
 
 def test_bitsandbytes_config_ignores_an_unknown_keyword_a_warning(run_check):
     code = HEAD.replace("AutoTokenizer,", "AutoTokenizer, BitsAndBytesConfig,") + (
-        "import torch\nq = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_type=torch.bfloat16)\n")
+        "import torch\nq = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_type=torch.bfloat16)\n"
+    )
     result, _ = run_check(code)
     [finding] = pd217(result)
-    assert finding.severity == "warning" and "ignores" in finding.message and "bnb_4bit_compute_dtype" in \
-        finding.message
+    assert (
+        finding.severity == "warning" and "ignores" in finding.message and "bnb_4bit_compute_dtype" in finding.message
+    )
 
 
 def test_trainer_tokenizer_stays_pd216s_and_trl_trainers_get_pd217(run_check):
-    code = HEAD + "tok = AutoTokenizer.from_pretrained('gpt2')\nTrainer(model=model, args=TrainingArguments('o'), " \
-                  "tokenizer=tok).train()\n"
+    code = (
+        HEAD + "tok = AutoTokenizer.from_pretrained('gpt2')\nTrainer(model=model, args=TrainingArguments('o'), "
+        "tokenizer=tok).train()\n"
+    )
     result, _ = run_check(code)
     assert {f.rule_id for f in result.findings} >= {"PD216"} and not pd217(result)
-    trl = ("from trl import SFTConfig, SFTTrainer\nfrom transformers import AutoTokenizer\n"
-           "tok = AutoTokenizer.from_pretrained('gpt2')\n"
-           "SFTTrainer(model='Qwen/Qwen2.5-0.5B', args=SFTConfig('o'), tokenizer=tok).train()\n")
+    trl = (
+        "from trl import SFTConfig, SFTTrainer\nfrom transformers import AutoTokenizer\n"
+        "tok = AutoTokenizer.from_pretrained('gpt2')\n"
+        "SFTTrainer(model='Qwen/Qwen2.5-0.5B', args=SFTConfig('o'), tokenizer=tok).train()\n"
+    )
     result, _ = run_check(trl, versions={"trl": "1.16.0"})
     [finding] = pd217(result)
     assert "SFTTrainer" in finding.message and "processing_class" in finding.message
@@ -140,10 +160,12 @@ def test_trainer_tokenizer_stays_pd216s_and_trl_trainers_get_pd217(run_check):
 
 
 def test_a_local_trainer_subclass_inherits_pd216(run_check):
-    code = HEAD + ("class MyTrainer(Trainer):\n    def compute_loss(self, model, inputs, **kw):\n"
-                   "        return model(**inputs).loss\n"
-                   "tok = AutoTokenizer.from_pretrained('gpt2')\n"
-                   "MyTrainer(model=model, args=TrainingArguments('o'), tokenizer=tok).train()\n")
+    code = HEAD + (
+        "class MyTrainer(Trainer):\n    def compute_loss(self, model, inputs, **kw):\n"
+        "        return model(**inputs).loss\n"
+        "tok = AutoTokenizer.from_pretrained('gpt2')\n"
+        "MyTrainer(model=model, args=TrainingArguments('o'), tokenizer=tok).train()\n"
+    )
     result, _ = run_check(code)
     assert "PD216" in {f.rule_id for f in result.findings} and not pd217(result)
 
@@ -151,15 +173,19 @@ def test_a_local_trainer_subclass_inherits_pd216(run_check):
 def test_from_pretrained_judges_only_keywords_a_release_took(run_check):
     """An unknown keyword may be an attribute of the model's config (rope_scaling, num_labels): not judged; one a
     release took and this one does not reaches the model's __init__."""
-    code = ("from transformers import AutoModelForCausalLM\n"
-            "m = AutoModelForCausalLM.from_pretrained('gpt2', use_auth_token='x', num_labels=3, "
-            "rope_scaling={'type': 'linear', 'factor': 2.0})\n")
+    code = (
+        "from transformers import AutoModelForCausalLM\n"
+        "m = AutoModelForCausalLM.from_pretrained('gpt2', use_auth_token='x', num_labels=3, "
+        "rope_scaling={'type': 'linear', 'factor': 2.0})\n"
+    )
     result, _ = run_check(code)
     [finding] = pd217(result)
     assert "use_auth_token" in finding.message and "token" in finding.fix.description
     assert finding.error.startswith("TypeError: GPT2LMHeadModel.__init__() got an unexpected keyword argument")
-    load_in = "from transformers import AutoModelForCausalLM\nm = AutoModelForCausalLM.from_pretrained('gpt2', " \
-              "load_in_4bit=True)\n"
+    load_in = (
+        "from transformers import AutoModelForCausalLM\nm = AutoModelForCausalLM.from_pretrained('gpt2', "
+        "load_in_4bit=True)\n"
+    )
     result, _ = run_check(load_in)
     assert "PD406" in {f.rule_id for f in result.findings} and not pd217(result)
 
@@ -175,24 +201,30 @@ def test_peft_lora_config_on_an_old_peft(run_check):
 
 # --- subclasses ------------------------------------------------------------------------------------
 
-SUBCLASS = ("from dataclasses import dataclass, field\n"
-            "from transformers import Seq2SeqTrainingArguments, Seq2SeqTrainer, AutoModelForSeq2SeqLM\n"
-            "model = AutoModelForSeq2SeqLM.from_pretrained('google/flan-t5-base')\n"
-            "@dataclass\nclass DistillArgs(Seq2SeqTrainingArguments):\n"
-            "    temperature: float = field(default=2.0)\n"
-            "@dataclass\nclass MyArgs(DistillArgs):\n    alpha: float = 0.5\n")
+SUBCLASS = (
+    "from dataclasses import dataclass, field\n"
+    "from transformers import Seq2SeqTrainingArguments, Seq2SeqTrainer, AutoModelForSeq2SeqLM\n"
+    "model = AutoModelForSeq2SeqLM.from_pretrained('google/flan-t5-base')\n"
+    "@dataclass\nclass DistillArgs(Seq2SeqTrainingArguments):\n"
+    "    temperature: float = field(default=2.0)\n"
+    "@dataclass\nclass MyArgs(DistillArgs):\n    alpha: float = 0.5\n"
+)
 
 
 def test_inherited_and_own_fields_of_a_user_subclass_are_accepted(run_check):
-    code = SUBCLASS + ("args = MyArgs(output_dir='o', predict_with_generate=True, temperature=1.5, alpha=0.2, "
-                       "eval_strategy='steps')\nSeq2SeqTrainer(model=model, args=args).train()\n")
+    code = SUBCLASS + (
+        "args = MyArgs(output_dir='o', predict_with_generate=True, temperature=1.5, alpha=0.2, "
+        "eval_strategy='steps')\nSeq2SeqTrainer(model=model, args=args).train()\n"
+    )
     result, _ = run_check(code)
     assert not pd217(result)
 
 
 def test_a_user_subclass_refuses_what_no_class_in_its_chain_has(run_check):
-    code = SUBCLASS + ("args = MyArgs(output_dir='o', temperatur=1.5, warmup_ratio=0.1)\n"
-                       "Seq2SeqTrainer(model=model, args=args).train()\n")
+    code = SUBCLASS + (
+        "args = MyArgs(output_dir='o', temperatur=1.5, warmup_ratio=0.1)\n"
+        "Seq2SeqTrainer(model=model, args=args).train()\n"
+    )
     result, _ = run_check(code)
     found = {f.message.split("`")[1]: f for f in pd217(result)}
     assert set(found) == {"temperatur", "warmup_ratio"}
@@ -204,10 +236,12 @@ def test_a_user_subclass_refuses_what_no_class_in_its_chain_has(run_check):
 
 def test_a_trl_config_subclass_inherits_trainingarguments_of_the_installed_transformers(run_check):
     """SFTConfig's fields are TRL's own plus TrainingArguments' as the transformers in use declares them."""
-    code = ("from dataclasses import dataclass\nfrom trl import SFTConfig, SFTTrainer\n"
-            "@dataclass\nclass MyConfig(SFTConfig):\n    reward_scale: float = 1.0\n"
-            "SFTTrainer(model='Qwen/Qwen2.5-0.5B', args=MyConfig('o', max_length=512, reward_scale=2.0, "
-            "warmup_ratio=0.1)).train()\n")
+    code = (
+        "from dataclasses import dataclass\nfrom trl import SFTConfig, SFTTrainer\n"
+        "@dataclass\nclass MyConfig(SFTConfig):\n    reward_scale: float = 1.0\n"
+        "SFTTrainer(model='Qwen/Qwen2.5-0.5B', args=MyConfig('o', max_length=512, reward_scale=2.0, "
+        "warmup_ratio=0.1)).train()\n"
+    )
     result, _ = run_check(code, versions={"transformers": "4.57.1", "trl": "0.24.0"})
     assert not pd217(result)
     result, _ = run_check(code, versions={"transformers": "5.23.0", "trl": "1.16.0"})
@@ -217,14 +251,18 @@ def test_a_trl_config_subclass_inherits_trainingarguments_of_the_installed_trans
 
 # --- recipes and the command line ------------------------------------------------------------------
 
-TRL_SCRIPT = ("from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, TrlParser\n"
-              "if __name__ == '__main__':\n"
-              "    parser = TrlParser((ScriptArguments, SFTConfig, ModelConfig))\n"
-              "    script_args, training_args, model_args = parser.parse_args_and_config()\n"
-              "    SFTTrainer(model=model_args.model_name_or_path, args=training_args).train()\n")
-RECIPE = ("# Model arguments\nmodel_name_or_path: Qwen/Qwen2.5-0.5B\ndtype: bfloat16\n\n"
-          "# SFT trainer config\nbf16: true\nlearning_rat: 2.0e-05\nmax_length: 1024\n"
-          "dataset_name: trl-lib/Capybara\noutput_dir: data/qwen-sft\n")
+TRL_SCRIPT = (
+    "from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, TrlParser\n"
+    "if __name__ == '__main__':\n"
+    "    parser = TrlParser((ScriptArguments, SFTConfig, ModelConfig))\n"
+    "    script_args, training_args, model_args = parser.parse_args_and_config()\n"
+    "    SFTTrainer(model=model_args.model_name_or_path, args=training_args).train()\n"
+)
+RECIPE = (
+    "# Model arguments\nmodel_name_or_path: Qwen/Qwen2.5-0.5B\ndtype: bfloat16\n\n"
+    "# SFT trainer config\nbf16: true\nlearning_rat: 2.0e-05\nmax_length: 1024\n"
+    "dataset_name: trl-lib/Capybara\noutput_dir: data/qwen-sft\n"
+)
 
 
 def test_a_recipe_key_no_dataclass_has_fires_at_its_yaml_line(run_check, tmp_path):
@@ -254,35 +292,46 @@ def test_trl_releases_that_drop_unknown_config_keys_stay_silent(run_check, tmp_p
 
 def test_parse_yaml_file_refuses_unused_keys_unless_allowed(run_check, tmp_path):
     (tmp_path / "args.yaml").write_text("output_dir: out\nbf16: true\nlora_alpah: 32\nlearning_rate: 1.0e-4\n")
-    code = ("from dataclasses import dataclass\nfrom transformers import HfArgumentParser, Trainer, TrainingArguments\n"
-            "@dataclass\nclass LoraArguments:\n    lora_r: int = 8\n    lora_alpha: int = 16\n"
-            "parser = HfArgumentParser((TrainingArguments, LoraArguments))\n"
-            "args, lora = parser.parse_yaml_file('args.yaml')\nTrainer(model=None, args=args).train()\n")
+    code = (
+        "from dataclasses import dataclass\nfrom transformers import HfArgumentParser, Trainer, TrainingArguments\n"
+        "@dataclass\nclass LoraArguments:\n    lora_r: int = 8\n    lora_alpha: int = 16\n"
+        "parser = HfArgumentParser((TrainingArguments, LoraArguments))\n"
+        "args, lora = parser.parse_yaml_file('args.yaml')\nTrainer(model=None, args=args).train()\n"
+    )
     result, _ = run_check(code)
     [finding] = pd217(result)
     assert finding.evidence[0].location.line == 3 and "did you mean `lora_alpha`" in finding.message
     assert finding.error == "ValueError: Some keys are not used by the HfArgumentParser: ['lora_alpah']"
-    result, _ = run_check(code.replace("parse_yaml_file('args.yaml')", "parse_yaml_file('args.yaml', "
-                                                                       "allow_extra_keys=True)"))
+    result, _ = run_check(
+        code.replace("parse_yaml_file('args.yaml')", "parse_yaml_file('args.yaml', allow_extra_keys=True)")
+    )
     assert not pd217(result)
 
 
 def test_command_line_options_are_read_the_way_argparse_reads_them(run_check):
-    code = ("from transformers import HfArgumentParser, Trainer, TrainingArguments\n"
-            "parser = HfArgumentParser(TrainingArguments)\nparser.add_argument('--seed_everything', type=int)\n"
-            "(args,) = parser.parse_args_into_dataclasses()\nTrainer(model=None, args=args).train()\n")
+    code = (
+        "from transformers import HfArgumentParser, Trainer, TrainingArguments\n"
+        "parser = HfArgumentParser(TrainingArguments)\nparser.add_argument('--seed_everything', type=int)\n"
+        "(args,) = parser.parse_args_into_dataclasses()\nTrainer(model=None, args=args).train()\n"
+    )
     result, _ = run_check(code, script_args=("--output_dir", "o", "--lerning_rate", "1e-4"))
     [finding] = pd217(result)
     assert "--lerning_rate on the command line" in finding.message
-    assert finding.error == ("ValueError: Some specified arguments are not used by the HfArgumentParser: "
-                             "['--lerning_rate', '1e-4']")
+    assert finding.error == (
+        "ValueError: Some specified arguments are not used by the HfArgumentParser: ['--lerning_rate', '1e-4']"
+    )
     # an abbreviation argparse completes, the dashed spelling, --no_ for a flag, an option the script adds
-    for ok in (("--learning_rat", "1e-4"), ("--learning-rate", "1e-4"), ("--no_remove_unused_columns",),
-               ("--seed_everything", "3")):
+    for ok in (
+        ("--learning_rat", "1e-4"),
+        ("--learning-rate", "1e-4"),
+        ("--no_remove_unused_columns",),
+        ("--seed_everything", "3"),
+    ):
         result, _ = run_check(code, script_args=("--output_dir", "o") + ok)
         assert not pd217(result), ok
-    remaining = code.replace("parse_args_into_dataclasses()", "parse_args_into_dataclasses("
-                                                                "return_remaining_strings=True)")
+    remaining = code.replace(
+        "parse_args_into_dataclasses()", "parse_args_into_dataclasses(return_remaining_strings=True)"
+    )
     result, _ = run_check(remaining.replace("(args,) =", "args, rest ="), script_args=("--lerning_rate", "1"))
     assert not pd217(result)
 
@@ -291,12 +340,14 @@ def test_an_inherited_field_in_a_recipe_of_a_user_subclass_is_accepted(run_check
     (tmp_path / "args.yaml").write_text("output_dir: out\ntemperature: 2.0\nwarmup_steps: 10\n")
     code = SUBCLASS.replace("Seq2SeqTrainer, ", "Seq2SeqTrainer, HfArgumentParser, ") + (
         "(args,) = HfArgumentParser(MyArgs).parse_yaml_file('args.yaml')\n"
-        "Seq2SeqTrainer(model=model, args=args).train()\n")
+        "Seq2SeqTrainer(model=model, args=args).train()\n"
+    )
     result, _ = run_check(code)
     assert not pd217(result)
 
 
 # --- the installed package's source ----------------------------------------------------------------
+
 
 def test_the_installed_source_decides_over_the_table(tmp_path):
     """A training environment whose transformers declares a field no released wheel has (a dev build): the field is
@@ -306,15 +357,19 @@ def test_the_installed_source_decides_over_the_table(tmp_path):
     (site / "transformers").mkdir(parents=True)
     (site / "transformers-5.24.0.dev0.dist-info").mkdir()
     (site / "transformers-5.24.0.dev0.dist-info" / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: transformers\nVersion: 5.24.0.dev0\n")
+        "Metadata-Version: 2.1\nName: transformers\nVersion: 5.24.0.dev0\n"
+    )
     (site / "transformers" / "training_args.py").write_text(
         "from dataclasses import dataclass, field\n\n\n@dataclass\nclass TrainingArguments:\n"
         "    output_dir: str | None = field(default=None)\n    bf16: bool = field(default=False)\n"
-        "    speculative_steps: int = field(default=0)\n")
+        "    speculative_steps: int = field(default=0)\n"
+    )
     (env / "bin").mkdir()
     (env / "bin" / "python").write_text("")
-    code = HEAD + ("args = TrainingArguments(output_dir='o', speculative_steps=4, bf16=True, learning_rate=1e-4)\n"
-                   "Trainer(model=model, args=args).train()\n")
+    code = HEAD + (
+        "args = TrainingArguments(output_dir='o', speculative_steps=4, bf16=True, learning_rate=1e-4)\n"
+        "Trainer(model=model, args=args).train()\n"
+    )
     result = _project(tmp_path, code, python=env / "bin" / "python")
     [finding] = pd217(result)
     assert "`learning_rate`" in finding.message and "transformers 5.24.0.dev0 (installed" in finding.message
@@ -426,8 +481,9 @@ def test_the_table_says_what_it_was_built_from():
 def test_the_generator_writes_release_ranges_by_minor():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("gen", Path(__file__).resolve().parents[1] / "tools" /
-                                                  "gen_signatures.py")
+    spec = importlib.util.spec_from_file_location(
+        "gen", Path(__file__).resolve().parents[1] / "tools" / "gen_signatures.py"
+    )
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
     minors = ["4.36", "4.37", "4.38", "5.0"]
@@ -463,11 +519,13 @@ def test_sentence_transformers_arguments_keep_their_own_fields_and_transformers_
     """Its own fields are those of any sentence-transformers release (the stack does not track its version), the
     rest are TrainingArguments' at the transformers in use. sentence-transformers 5.7 declares warmup_ratio itself
     (to keep it past transformers 5.15): not refused."""
-    code = ("from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, "
-            "SentenceTransformerTrainingArguments\nfrom sentence_transformers.training_args import BatchSamplers\n"
-            "model = SentenceTransformer('all-MiniLM-L6-v2')\n"
-            "args = SentenceTransformerTrainingArguments(output_dir='o', batch_sampler=BatchSamplers.NO_DUPLICATES, "
-            "fp16=True, warmup_ratio=0.1, no_cuda=True)\n")
+    code = (
+        "from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, "
+        "SentenceTransformerTrainingArguments\nfrom sentence_transformers.training_args import BatchSamplers\n"
+        "model = SentenceTransformer('all-MiniLM-L6-v2')\n"
+        "args = SentenceTransformerTrainingArguments(output_dir='o', batch_sampler=BatchSamplers.NO_DUPLICATES, "
+        "fp16=True, warmup_ratio=0.1, no_cuda=True)\n"
+    )
     result, facts = run_check(code)
     assert any(c.kind == "training_args" for c in facts.scripts[0].calls)
     [finding] = pd217(result)
@@ -481,33 +539,48 @@ def test_the_keywords_fixture_and_its_twin(tmp_path, monkeypatch):
     fixture = Path(__file__).resolve().parents[1] / "fixtures" / "keywords"
     monkeypatch.chdir(fixture)
     python = str(bare_env(tmp_path))
-    facts = gather([str(fixture / "sft.py")], environ={}, system=NO_NVML, python=python,
-                   script_args=("--config", "recipes/sft.yaml"))
-    found = sorted((f.evidence[0].location.line, f.message.split("`")[1], f.severity)
-                   for f in pd217(engine.run(facts)))
+    facts = gather(
+        [str(fixture / "sft.py")],
+        environ={},
+        system=NO_NVML,
+        python=python,
+        script_args=("--config", "recipes/sft.yaml"),
+    )
+    found = sorted((f.evidence[0].location.line, f.message.split("`")[1], f.severity) for f in pd217(engine.run(facts)))
     assert found == [(13, "warmup_ratio", "error"), (14, "max_seq_length", "error")]
-    facts = gather([str(fixture / "sft.py")], environ={}, system=NO_NVML, python=python,
-                   script_args=("--config", "recipes/sft_fixed.yaml"))
+    facts = gather(
+        [str(fixture / "sft.py")],
+        environ={},
+        system=NO_NVML,
+        python=python,
+        script_args=("--config", "recipes/sft_fixed.yaml"),
+    )
     assert not [f for f in engine.run(facts).findings if f.severity == "error"]
 
 
 def test_a_keyword_the_script_passes_only_on_releases_that_have_it_is_silent(run_check):
     """Version-gated spellings and a try/except fallback: the refused spelling never runs on this release."""
-    gated = HEAD + ("import transformers\nfrom packaging import version\n"
-                    "if version.parse(transformers.__version__) >= version.parse('4.41'):\n"
-                    "    args = TrainingArguments('o', eval_strategy='steps')\n"
-                    "else:\n    args = TrainingArguments('o', evaluation_strategy='steps')\n"
-                    "Trainer(model=model, args=args).train()\n")
-    fallback = HEAD + ("try:\n    args = TrainingArguments('o', eval_strategy='steps')\n"
-                       "except TypeError:\n    args = TrainingArguments('o', evaluation_strategy='steps')\n"
-                       "Trainer(model=model, args=args).train()\n")
+    gated = HEAD + (
+        "import transformers\nfrom packaging import version\n"
+        "if version.parse(transformers.__version__) >= version.parse('4.41'):\n"
+        "    args = TrainingArguments('o', eval_strategy='steps')\n"
+        "else:\n    args = TrainingArguments('o', evaluation_strategy='steps')\n"
+        "Trainer(model=model, args=args).train()\n"
+    )
+    fallback = HEAD + (
+        "try:\n    args = TrainingArguments('o', eval_strategy='steps')\n"
+        "except TypeError:\n    args = TrainingArguments('o', evaluation_strategy='steps')\n"
+        "Trainer(model=model, args=args).train()\n"
+    )
     for code in (gated, fallback):
         for transformers in ("4.40.2", "5.23.0"):
             result, _ = run_check(code, versions={"transformers": transformers})
             assert not pd217(result), (transformers, code)
-    unguarded = HEAD + ("import os\nif os.environ.get('EVAL'):\n"
-                        "    args = TrainingArguments('o', evaluation_strategy='steps')\n"
-                        "else:\n    args = TrainingArguments('o')\nTrainer(model=model, args=args).train()\n")
+    unguarded = HEAD + (
+        "import os\nif os.environ.get('EVAL'):\n"
+        "    args = TrainingArguments('o', evaluation_strategy='steps')\n"
+        "else:\n    args = TrainingArguments('o')\nTrainer(model=model, args=args).train()\n"
+    )
     result, _ = run_check(unguarded)
     assert [f.message.split("`")[1] for f in pd217(result)] == ["evaluation_strategy"]
 
@@ -525,12 +598,14 @@ def test_a_trl_config_that_moved_to_experimental_and_back_is_read(run_check):
     from precision_doctor.probes.dataclass_defaults import library_fields
 
     assert library_fields("trl.KTOConfig")["beta"][0] is float
-    code = ("from transformers import AutoModelForCausalLM, HfArgumentParser\n"
-            "from trl import KTOConfig, KTOTrainer, ModelConfig, ScriptArguments\n"
-            "parser = HfArgumentParser((ScriptArguments, KTOConfig, ModelConfig))\n"
-            "script_args, training_args, model_args = parser.parse_args_into_dataclasses()\n"
-            "model = AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path)\n"
-            "KTOTrainer(model, args=training_args).train()\n")
+    code = (
+        "from transformers import AutoModelForCausalLM, HfArgumentParser\n"
+        "from trl import KTOConfig, KTOTrainer, ModelConfig, ScriptArguments\n"
+        "parser = HfArgumentParser((ScriptArguments, KTOConfig, ModelConfig))\n"
+        "script_args, training_args, model_args = parser.parse_args_into_dataclasses()\n"
+        "model = AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path)\n"
+        "KTOTrainer(model, args=training_args).train()\n"
+    )
     result, facts = run_check(code, script_args=("--output_dir", "o", "--bf16", "--desirable_weigth", "1.0"))
     assert not [u for u in facts.scripts[0].unknowns if u.what == "not checked"]
     [finding] = pd217(result)
@@ -557,8 +632,9 @@ def test_sft_trainer_tokenizer_is_refused_by_trl_but_taken_once_unsloth_is_impor
     plain, _ = run_check(SFT_TOKENIZER.format(first="import torch"), versions={"trl": "1.16.0"})
     pd217 = [f for f in plain.findings if f.rule_id == "PD217"]
     assert pd217 and "tokenizer" in pd217[0].message and pd217[0].severity == "error"
-    unsloth, _ = run_check(SFT_TOKENIZER.format(first="from unsloth import FastLanguageModel"),
-                           versions={"trl": "1.16.0"})
+    unsloth, _ = run_check(
+        SFT_TOKENIZER.format(first="from unsloth import FastLanguageModel"), versions={"trl": "1.16.0"}
+    )
     assert "PD217" not in {f.rule_id for f in unsloth.findings}
 
 

@@ -17,9 +17,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 UP = ROOT / ".ci" / "slurm-up"
-GOOD = ("import os\nimport torch\nlocal_rank = int(os.environ['LOCAL_RANK'])\ntorch.cuda.set_device(local_rank)\n"
-        "model = torch.nn.Linear(8, 8).to(local_rank)\nopt = torch.optim.AdamW(model.parameters())\n"
-        "model(torch.randn(4, 8, device=local_rank)).sum().backward()\nopt.step()\n")
+GOOD = (
+    "import os\nimport torch\nlocal_rank = int(os.environ['LOCAL_RANK'])\ntorch.cuda.set_device(local_rank)\n"
+    "model = torch.nn.Linear(8, 8).to(local_rank)\nopt = torch.optim.AdamW(model.parameters())\n"
+    "model(torch.randn(4, 8, device=local_rank)).sum().backward()\nopt.step()\n"
+)
 
 
 def _start(tmp_root: Path, extra_env: dict[str, str]) -> dict[str, str]:
@@ -59,9 +61,19 @@ def test_snapshot_all_nodes_probes_every_node_and_check_names_the_busy_master(cl
         holder.listen()
         port = holder.getsockname()[1]
         snap = tmp_path / "alloc.json"
-        done = subprocess.run(["salloc", "-N2", "--quiet", *_doctor("snapshot", "--all-nodes", "-o", str(snap),
-                                                                    "--launcher", launch.format(port=port))],
-                              capture_output=True, text=True, env=cluster, timeout=120, cwd=tmp_path)
+        done = subprocess.run(
+            [
+                "salloc",
+                "-N2",
+                "--quiet",
+                *_doctor("snapshot", "--all-nodes", "-o", str(snap), "--launcher", launch.format(port=port)),
+            ],
+            capture_output=True,
+            text=True,
+            env=cluster,
+            timeout=120,
+            cwd=tmp_path,
+        )
     assert done.returncode == 0, done.stderr
     machine = json.loads(snap.read_text())["machine"]
     assert [n["host"]["node_name"] for n in machine["nodes"]] == ["n1", "n2"]  # really ran on both slurmd
@@ -71,32 +83,63 @@ def test_snapshot_all_nodes_probes_every_node_and_check_names_the_busy_master(cl
         assert [b["port"] for b in node["host"]["busy_ports"]] == [port]
         assert "lo" in node["host"]["interfaces"]
 
-    report = subprocess.run(_doctor("check", "train.py", "--facts", str(snap), "--launcher", launch.format(port=port),
-                                    "--format", "json"), capture_output=True, text=True, env=cluster, cwd=tmp_path)
+    report = subprocess.run(
+        _doctor("check", "train.py", "--facts", str(snap), "--launcher", launch.format(port=port), "--format", "json"),
+        capture_output=True,
+        text=True,
+        env=cluster,
+        cwd=tmp_path,
+    )
     found = {f["id"]: f for f in json.loads(report.stdout)["findings"]}
     assert "PD123" in found and "on the master node n1" in found["PD123"]["message"], report.stdout[:2000]
     assert report.returncode == 1
 
-    twin = subprocess.run(_doctor("check", "train.py", "--facts", str(snap), "--launcher",
-                                  launch.format(port=port + 1 if port < 65535 else port - 1), "--format", "json"),
-                          capture_output=True, text=True, env=cluster, cwd=tmp_path)
+    twin = subprocess.run(
+        _doctor(
+            "check",
+            "train.py",
+            "--facts",
+            str(snap),
+            "--launcher",
+            launch.format(port=port + 1 if port < 65535 else port - 1),
+            "--format",
+            "json",
+        ),
+        capture_output=True,
+        text=True,
+        env=cluster,
+        cwd=tmp_path,
+    )
     assert "PD123" not in {f["id"] for f in json.loads(twin.stdout)["findings"]}
 
 
 def test_nccl_interface_missing_on_the_real_nodes(cluster, tmp_path):
     (tmp_path / "train.py").write_text(GOOD)
     snap = tmp_path / "alloc.json"
-    done = subprocess.run(["salloc", "-N2", "--quiet", *_doctor("snapshot", "--all-nodes", "-o", str(snap))],
-                          capture_output=True, text=True, env=cluster, timeout=120, cwd=tmp_path)
+    done = subprocess.run(
+        ["salloc", "-N2", "--quiet", *_doctor("snapshot", "--all-nodes", "-o", str(snap))],
+        capture_output=True,
+        text=True,
+        env=cluster,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     nodes = json.loads(snap.read_text())["machine"]["nodes"]
     real = sorted(set(nodes[0]["host"]["interfaces"]) - {"lo"}) or ["lo"]
     for ifname, fires in (("pd-no-such-if0", True), (real[0], False)):
         job = tmp_path / "job.sbatch"
-        job.write_text("#!/bin/bash\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=1\n"
-                       f"export NCCL_SOCKET_IFNAME={ifname}\nsrun torchrun --nnodes 2 --nproc_per_node 1 train.py\n")
-        report = subprocess.run(_doctor("check", "job.sbatch", "--facts", str(snap), "--format", "json"),
-                                capture_output=True, text=True, env=cluster, cwd=tmp_path)
+        job.write_text(
+            "#!/bin/bash\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=1\n"
+            f"export NCCL_SOCKET_IFNAME={ifname}\nsrun torchrun --nnodes 2 --nproc_per_node 1 train.py\n"
+        )
+        report = subprocess.run(
+            _doctor("check", "job.sbatch", "--facts", str(snap), "--format", "json"),
+            capture_output=True,
+            text=True,
+            env=cluster,
+            cwd=tmp_path,
+        )
         hits = [f for f in json.loads(report.stdout)["findings"] if f["id"] == "PD126"]
         assert bool(hits) == fires, report.stdout[:2000]
         if fires:
@@ -120,24 +163,34 @@ def gated_cluster():
 def test_cli_filter_refuses_a_job_that_would_die_and_accepts_its_twin(gated_cluster, tmp_path):
     (tmp_path / "train.py").write_text(GOOD)
     bad = tmp_path / "bad.sbatch"
-    bad.write_text("#!/bin/bash\n#SBATCH -N 1\n#SBATCH --ntasks-per-node=2\n"
-                   "srun torchrun --nproc_per_node 2 train.py\n")
+    bad.write_text(
+        "#!/bin/bash\n#SBATCH -N 1\n#SBATCH --ntasks-per-node=2\nsrun torchrun --nproc_per_node 2 train.py\n"
+    )
     good = tmp_path / "good.sbatch"
-    good.write_text("#!/bin/bash\n#SBATCH -N 1\n#SBATCH --ntasks-per-node=1\n"
-                    "srun torchrun --nproc_per_node 2 train.py\n")
-    refused = subprocess.run(["sbatch", "--hold", str(bad)], capture_output=True, text=True, env=gated_cluster,
-                             cwd=tmp_path, timeout=120)
+    good.write_text(
+        "#!/bin/bash\n#SBATCH -N 1\n#SBATCH --ntasks-per-node=1\nsrun torchrun --nproc_per_node 2 train.py\n"
+    )
+    refused = subprocess.run(
+        ["sbatch", "--hold", str(bad)], capture_output=True, text=True, env=gated_cluster, cwd=tmp_path, timeout=120
+    )
     assert refused.returncode != 0
     assert "PD118" in refused.stderr and "precision-doctor" in refused.stderr, refused.stderr
     assert "Submitted batch job" not in refused.stdout
 
-    accepted = subprocess.run(["sbatch", "--hold", str(good)], capture_output=True, text=True, env=gated_cluster,
-                              cwd=tmp_path, timeout=120)
+    accepted = subprocess.run(
+        ["sbatch", "--hold", str(good)], capture_output=True, text=True, env=gated_cluster, cwd=tmp_path, timeout=120
+    )
     assert accepted.returncode == 0 and "Submitted batch job" in accepted.stdout, accepted.stderr
     job_id = accepted.stdout.split()[-1]
     subprocess.run(["scancel", job_id], env=gated_cluster, capture_output=True, timeout=30)
 
-    overridden = subprocess.run(["sbatch", "--hold", str(bad)], capture_output=True, text=True, cwd=tmp_path,
-                                env={**gated_cluster, "PRECISION_DOCTOR_SKIP": "1"}, timeout=120)
+    overridden = subprocess.run(
+        ["sbatch", "--hold", str(bad)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**gated_cluster, "PRECISION_DOCTOR_SKIP": "1"},
+        timeout=120,
+    )
     assert overridden.returncode == 0 and "Submitted batch job" in overridden.stdout, overridden.stderr
     subprocess.run(["scancel", overridden.stdout.split()[-1]], env=gated_cluster, capture_output=True, timeout=30)

@@ -31,10 +31,12 @@ def test_check_imports_no_ml_stack():
 
 
 FRAMEWORKS = ("lightning", "pytorch_lightning", "lightning_fabric", "sentence_transformers", "unsloth", "diffusers")
-FRAMEWORK_SCRIPTS = ("fixtures/configs/scripts/lightning/deepspeed.py",
-                     "fixtures/configs/scripts/sentence_transformers/train.py",
-                     "fixtures/configs/scripts/unsloth/train.py",
-                     "fixtures/configs/scripts/diffusers/train_text_to_image.py")
+FRAMEWORK_SCRIPTS = (
+    "fixtures/configs/scripts/lightning/deepspeed.py",
+    "fixtures/configs/scripts/sentence_transformers/train.py",
+    "fixtures/configs/scripts/unsloth/train.py",
+    "fixtures/configs/scripts/diffusers/train_text_to_image.py",
+)
 
 
 def test_check_never_imports_the_frameworks_it_reads(tmp_path):
@@ -46,15 +48,23 @@ def test_check_never_imports_the_frameworks_it_reads(tmp_path):
     for name in FRAMEWORKS:
         (site / name).mkdir(parents=True)
         (site / name / "__init__.py").write_text(
-            f"open({str(marks / name)!r}, 'w').close()\nraise ImportError('static mode imported {name}')\n")
-    probe = ("import sys, io, contextlib\nsys.path.insert(0, sys.argv[1])\nfrom precision_doctor.cli import main\n"
-             "with contextlib.redirect_stdout(io.StringIO()):\n"
-             "    codes = [main(['check', s, '--target', 'a100:4', '--', '--mixed_precision', 'fp16'])\n"
-             "             for s in sys.argv[2:]]\n"
-             f"print(__import__('json').dumps({{'codes': codes, 'loaded': sorted(m for m in {FRAMEWORKS!r} "
-             f"if m in sys.modules)}}))\n")
-    proc = subprocess.run([sys.executable, "-c", probe, str(site), *FRAMEWORK_SCRIPTS], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+            f"open({str(marks / name)!r}, 'w').close()\nraise ImportError('static mode imported {name}')\n"
+        )
+    probe = (
+        "import sys, io, contextlib\nsys.path.insert(0, sys.argv[1])\nfrom precision_doctor.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    codes = [main(['check', s, '--target', 'a100:4', '--', '--mixed_precision', 'fp16'])\n"
+        "             for s in sys.argv[2:]]\n"
+        f"print(__import__('json').dumps({{'codes': codes, 'loaded': sorted(m for m in {FRAMEWORKS!r} "
+        f"if m in sys.modules)}}))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe, str(site), *FRAMEWORK_SCRIPTS],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["codes"] == [1, 1, 1, 1], proc.stderr  # each fixture has its error: it was read
     assert result["loaded"] == [] and not list(marks.iterdir())

@@ -9,9 +9,11 @@ import pytest
 
 from precision_doctor.probes.collect import gather
 
-_T4_BF16 = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
-            "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
-            "Trainer(model=model, args=TrainingArguments('o', bf16=True)).train()\n")
+_T4_BF16 = (
+    "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+    "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
+    "Trainer(model=model, args=TrainingArguments('o', bf16=True)).train()\n"
+)
 
 
 def _severity(result, rule_id):
@@ -27,10 +29,12 @@ def test_bf16_on_a_t4_is_an_error_only_where_the_stack_refuses_it(run_check):
 
 
 def test_bf16_on_a_branch_behind_a_flag_is_a_warning_naming_the_flag(run_check):
-    code = ("import sys, torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
-            "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
-            "if '--pure_bf16' in sys.argv:\n    model.to(torch.bfloat16)\n"
-            "Trainer(model=model, args=TrainingArguments('o', fp16=True)).train()\n")
+    code = (
+        "import sys, torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+        "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
+        "if '--pure_bf16' in sys.argv:\n    model.to(torch.bfloat16)\n"
+        "Trainer(model=model, args=TrainingArguments('o', fp16=True)).train()\n"
+    )
     result, _ = run_check(code, target="t4", versions={"torch": "2.2.2"})
     found = [f for f in result.findings if f.rule_id == "PD101"]
     assert [f.severity for f in found] == ["warning"]
@@ -38,18 +42,22 @@ def test_bf16_on_a_branch_behind_a_flag_is_a_warning_naming_the_flag(run_check):
 
 
 def test_an_emulating_guard_is_a_warning(run_check):
-    code = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
-            "bf16 = torch.cuda.is_bf16_supported()\n"
-            "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
-            "Trainer(model=model, args=TrainingArguments('o', bf16=bf16, fp16=not bf16)).train()\n")
+    code = (
+        "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+        "bf16 = torch.cuda.is_bf16_supported()\n"
+        "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
+        "Trainer(model=model, args=TrainingArguments('o', bf16=bf16, fp16=not bf16)).train()\n"
+    )
     result, _ = run_check(code, target="t4")
     assert _severity(result, "PD102") == ["warning"] and not _severity(result, "PD101")
 
 
 def test_sftconfig_defaults_to_bf16_on_a_t4(run_check):
-    code = ("import torch\nfrom transformers import AutoModelForCausalLM\nfrom trl import SFTConfig, SFTTrainer\n"
-            "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
-            "SFTTrainer(model=model, args=SFTConfig(output_dir='out'), train_dataset=None).train()\n")
+    code = (
+        "import torch\nfrom transformers import AutoModelForCausalLM\nfrom trl import SFTConfig, SFTTrainer\n"
+        "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
+        "SFTTrainer(model=model, args=SFTConfig(output_dir='out'), train_dataset=None).train()\n"
+    )
     result, _ = run_check(code, target="t4")
     assert "PD101" in {f.rule_id for f in result.findings}
 
@@ -57,9 +65,11 @@ def test_sftconfig_defaults_to_bf16_on_a_t4(run_check):
 def test_pd211_is_quiet_for_an_fp32_checkpoint_and_likely_for_an_unknown_one(run_check, tmp_path):
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "config.json").write_text('{"model_type": "gpt2", "dtype": "float32"}')
-    code = ("from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
-            "model = AutoModelForCausalLM.from_pretrained('{src}')\n"
-            "Trainer(model=model, args=TrainingArguments('o', fp16=True)).train()\n")
+    code = (
+        "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+        "model = AutoModelForCausalLM.from_pretrained('{src}')\n"
+        "Trainer(model=model, args=TrainingArguments('o', fp16=True)).train()\n"
+    )
     local, _ = run_check(code.format(src="./ckpt"))
     hub, _ = run_check(code.format(src="my-org/private-7b"))  # in no local path, cache or shipped table
     assert "PD211" not in {f.rule_id for f in local.findings}
@@ -67,8 +77,14 @@ def test_pd211_is_quiet_for_an_fp32_checkpoint_and_likely_for_an_unknown_one(run
 
 
 def _doctor(*args, cwd, env=None):
-    return subprocess.run([sys.executable, "-m", "precision_doctor", *args], capture_output=True, text=True,
-                          cwd=cwd, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "precision_doctor", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_a_file_list_with_bad_files_goes_on(tmp_path):
@@ -76,8 +92,9 @@ def test_a_file_list_with_bad_files_goes_on(tmp_path):
     (tmp_path / "__init__.py").write_text("")
     (tmp_path / "broken.py").write_text("def f(:\n")
     (tmp_path / "train.py").write_text(_T4_BF16)
-    out = _doctor("check", "empty.py", "__init__.py", "broken.py", "train.py", "--target", "t4", "--format", "json",
-                  cwd=tmp_path)
+    out = _doctor(
+        "check", "empty.py", "__init__.py", "broken.py", "train.py", "--target", "t4", "--format", "json", cwd=tmp_path
+    )
     assert out.returncode == 0, out.stderr
     assert "PD101" in out.stdout and "broken.py" in out.stdout
     nothing = _doctor("check", "empty.py", "broken.py", cwd=tmp_path)
@@ -90,10 +107,12 @@ def helper_project(tmp_path):
     (tmp_path / ".git").mkdir()
     (tmp_path / "model_utils.py").write_text(
         "import torch\nfrom transformers import AutoModelForCausalLM\n\n\ndef load():\n"
-        "    return AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float16)\n")
+        "    return AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float16)\n"
+    )
     (tmp_path / "train.py").write_text(
         "from transformers import Trainer, TrainingArguments\nfrom model_utils import load\n"
-        "model = load()\nTrainer(model=model, args=TrainingArguments('o', fp16=True)).train()\n")
+        "model = load()\nTrainer(model=model, args=TrainingArguments('o', fp16=True)).train()\n"
+    )
     return tmp_path
 
 
@@ -124,8 +143,11 @@ def test_a_file_named_and_found_again_in_a_named_folder_is_checked_once(helper_p
         out = _doctor("check", *args, "--target", "a100", "-v", cwd=tmp_path)
         assert out.returncode == 1, out.stderr
         assert "2 files checked" in out.stdout, out.stdout
-        listed = [line.split()[0] for line in out.stdout.splitlines()
-                  if line.endswith(("finding", "found")) and line.split()[0].endswith(".py")]
+        listed = [
+            line.split()[0]
+            for line in out.stdout.splitlines()
+            if line.endswith(("finding", "found")) and line.split()[0].endswith(".py")
+        ]
         assert sorted(listed) == ["model_utils.py", "train.py"], out.stdout
 
 
@@ -139,7 +161,8 @@ def test_a_path_through_a_folder_link_and_dot_dot_is_not_merged_with_another_fil
     (tmp_path / "sub" / "x.py").write_text(
         "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
         "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float16)\n"
-        "Trainer(model=model, args=TrainingArguments('o', fp16=True)).train()\n")
+        "Trainer(model=model, args=TrainingArguments('o', fp16=True)).train()\n"
+    )
     (tmp_path / "other" / "x.py").write_text("print('no training')\n")
     for args in (["sub/deep/../x.py", "sub/x.py"], ["sub/x.py", "sub/deep/../x.py"]):
         out = _doctor("check", *args, "--target", "a100", "-v", cwd=tmp_path)
@@ -170,10 +193,12 @@ def test_a_finding_in_a_module_of_a_subfolder_names_that_module_where_it_is(tmp_
     (tmp_path / "recipes" / "utils").mkdir(parents=True)
     (tmp_path / "recipes" / "utils" / "loading.py").write_text(
         "import torch\nfrom transformers import AutoModelForCausalLM\n\n\ndef load():\n"
-        "    return AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float16)\n")
+        "    return AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float16)\n"
+    )
     (tmp_path / "recipes" / "train.py").write_text(
         "from transformers import Trainer, TrainingArguments\nfrom utils.loading import load\n"
-        "model = load()\nTrainer(model=model, args=TrainingArguments('o', fp16=True)).train()\n")
+        "model = load()\nTrainer(model=model, args=TrainingArguments('o', fp16=True)).train()\n"
+    )
     alone = _doctor("check", "recipes/train.py", "--target", "a100", "--format", "concise", cwd=tmp_path)
     folder = _doctor("check", "recipes", "--target", "a100", "--format", "concise", cwd=tmp_path)
     for out in (alone, folder):

@@ -10,18 +10,20 @@ from pathlib import Path
 import pytest
 
 from precision_doctor import engine
+from precision_doctor.knowledge.versions import CURRENT, TRAINER_SKIPS_DP_FOR_4BIT
 from precision_doctor.probes.collect import gather
 from precision_doctor.probes.stack import StackResolver, installed_versions, training_environment
-from precision_doctor.knowledge.versions import CURRENT, TRAINER_SKIPS_DP_FOR_4BIT
 from precision_doctor.probes.versions import Declared, declared_for
 
 from .conftest import bare_env
 from .fake_nvml import NO_NVML
 
-_TRAINER = ("from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments\n"
-            "tok = AutoTokenizer.from_pretrained('gpt2')\n"
-            "m = AutoModelForCausalLM.from_pretrained('gpt2')\n"
-            "Trainer(model=m, args=TrainingArguments('o'), tokenizer=tok).train()\n")
+_TRAINER = (
+    "from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments\n"
+    "tok = AutoTokenizer.from_pretrained('gpt2')\n"
+    "m = AutoModelForCausalLM.from_pretrained('gpt2')\n"
+    "Trainer(model=m, args=TrainingArguments('o'), tokenizer=tok).train()\n"
+)
 
 
 def _write(root: Path, files: dict[str, str]) -> None:
@@ -29,8 +31,6 @@ def _write(root: Path, files: dict[str, str]) -> None:
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-
-
 
 
 def _run(paths, python, target=None):
@@ -42,14 +42,17 @@ def _mixed_tree(tmp_path: Path) -> Path:
     """Two repositories side by side: one pins transformers 4.31 at its root two folders above the script, one
     declares a range in pyproject.toml."""
     tree = tmp_path / "checkouts"
-    _write(tree, {
-        "old/.git/HEAD": "ref: refs/heads/main\n",
-        "old/requirements.txt": "torch==2.0.1\ntransformers==4.31.0  # the QLoRA era\npeft==0.4.0\n",
-        "old/scripts/training/train.py": _TRAINER,
-        "new/.git/HEAD": "ref: refs/heads/main\n",
-        "new/pyproject.toml": '[project]\nname = "new"\ndependencies = ["transformers>=4.28", "torch>=1.10"]\n',
-        "new/src/new/train.py": _TRAINER,
-    })
+    _write(
+        tree,
+        {
+            "old/.git/HEAD": "ref: refs/heads/main\n",
+            "old/requirements.txt": "torch==2.0.1\ntransformers==4.31.0  # the QLoRA era\npeft==0.4.0\n",
+            "old/scripts/training/train.py": _TRAINER,
+            "new/.git/HEAD": "ref: refs/heads/main\n",
+            "new/pyproject.toml": '[project]\nname = "new"\ndependencies = ["transformers>=4.28", "torch>=1.10"]\n',
+            "new/src/new/train.py": _TRAINER,
+        },
+    )
     return tree
 
 
@@ -62,8 +65,10 @@ def test_each_script_is_judged_by_its_own_projects_pins(tmp_path):
     assert old.stack.get("transformers").version == "4.31.0"
     assert new.stack.get("transformers").version == CURRENT["transformers"]
     # a range is what a fresh install of it gets today, and the stack line says so
-    assert new.stack.get("transformers").describe() == \
-        f"transformers >=4.28 → {CURRENT['transformers']} (newest allowed, new/pyproject.toml)"
+    assert (
+        new.stack.get("transformers").describe()
+        == f"transformers >=4.28 → {CURRENT['transformers']} (newest allowed, new/pyproject.toml)"
+    )
     assert new.stack.get("torch").version == CURRENT["torch"]  # `torch>=1.10` is not torch 1.10
     removed = {f.path for f in result.findings if f.rule_id == "PD216"}
     assert removed == {new.path}  # Trainer(tokenizer=) exists on 4.31, not on 5.x
@@ -85,22 +90,55 @@ def test_a_folder_run_and_a_run_per_file_give_the_same_findings(tmp_path):
     assert folder.findings
 
 
-@pytest.mark.parametrize("files,expected", [
-    ({"pyproject.toml": '[project]\nname = "x"\ndependencies = []\n[project.optional-dependencies]\n'
-                        'train = ["transformers[torch]~=4.36.0"]\n'}, ("4.36.0", "newest allowed")),
-    ({"pyproject.toml": '[tool.poetry.dependencies]\npython = "^3.10"\ntransformers = "^4.40"\n'},
-     ("4.57.0", "newest allowed")),
-    ({"pyproject.toml": '[tool.poetry.dependencies]\ntransformers = {version = "4.38.2", extras = ["torch"]}\n'},
-     ("4.38.2", "pinned")),
-    ({"setup.cfg": "[options]\ninstall_requires =\n    numpy\n    transformers>=4.30,<4.35\n"}, ("4.34.0", "newest allowed")),
-    ({"setup.py": "from setuptools import setup\nREQS = ['transformers==4.33.1', 'torch']\n"
-                  "setup(name='x', install_requires=REQS)\n"}, ("4.33.1", "pinned")),
-    ({"environment.yml": "name: x\ndependencies:\n  - python=3.10\n  - pip\n  - pip:\n"
-                         "    - transformers==4.39.3\n"}, ("4.39.3", "pinned")),
-    ({"requirements.txt": "-r requirements/base.txt\n", "requirements/base.txt": "transformers<4.42 ; python_version >= '3'\n"},
-     ("4.41.0", "newest allowed")),
-    ({"requirements.txt": "transformers==4.30.0 ; python_version < '3'\ntransformers==4.29.0\n"}, ("4.29.0", "pinned")),
-])
+@pytest.mark.parametrize(
+    "files,expected",
+    [
+        (
+            {
+                "pyproject.toml": '[project]\nname = "x"\ndependencies = []\n[project.optional-dependencies]\n'
+                'train = ["transformers[torch]~=4.36.0"]\n'
+            },
+            ("4.36.0", "newest allowed"),
+        ),
+        (
+            {"pyproject.toml": '[tool.poetry.dependencies]\npython = "^3.10"\ntransformers = "^4.40"\n'},
+            ("4.57.0", "newest allowed"),
+        ),
+        (
+            {"pyproject.toml": '[tool.poetry.dependencies]\ntransformers = {version = "4.38.2", extras = ["torch"]}\n'},
+            ("4.38.2", "pinned"),
+        ),
+        (
+            {"setup.cfg": "[options]\ninstall_requires =\n    numpy\n    transformers>=4.30,<4.35\n"},
+            ("4.34.0", "newest allowed"),
+        ),
+        (
+            {
+                "setup.py": "from setuptools import setup\nREQS = ['transformers==4.33.1', 'torch']\n"
+                "setup(name='x', install_requires=REQS)\n"
+            },
+            ("4.33.1", "pinned"),
+        ),
+        (
+            {
+                "environment.yml": "name: x\ndependencies:\n  - python=3.10\n  - pip\n  - pip:\n"
+                "    - transformers==4.39.3\n"
+            },
+            ("4.39.3", "pinned"),
+        ),
+        (
+            {
+                "requirements.txt": "-r requirements/base.txt\n",
+                "requirements/base.txt": "transformers<4.42 ; python_version >= '3'\n",
+            },
+            ("4.41.0", "newest allowed"),
+        ),
+        (
+            {"requirements.txt": "transformers==4.30.0 ; python_version < '3'\ntransformers==4.29.0\n"},
+            ("4.29.0", "pinned"),
+        ),
+    ],
+)
 def test_dependency_files_are_parsed_not_pattern_matched(tmp_path, files, expected):
     _write(tmp_path / "repo", {".git/HEAD": "", "train/x/train.py": "", **files})
     declared = declared_for(tmp_path / "repo" / "train" / "x" / "train.py")
@@ -114,8 +152,15 @@ def test_the_walk_stops_at_the_repository_root(tmp_path):
 
 
 def test_the_nearest_file_decides(tmp_path):
-    _write(tmp_path, {"repo/.git/HEAD": "", "repo/requirements.txt": "transformers==4.31.0\n",
-                      "repo/examples/requirements.txt": "transformers>=4.45\n", "repo/examples/train.py": ""})
+    _write(
+        tmp_path,
+        {
+            "repo/.git/HEAD": "",
+            "repo/requirements.txt": "transformers==4.31.0\n",
+            "repo/examples/requirements.txt": "transformers>=4.45\n",
+            "repo/examples/train.py": "",
+        },
+    )
     assert declared_for(tmp_path / "repo" / "examples" / "train.py")["transformers"].spec == ">=4.45"
 
 
@@ -142,8 +187,11 @@ def _fake_env(root: Path, versions: dict[str, str], trainer: str | None = None) 
 
 
 def test_the_training_environment_is_read_from_its_metadata_never_run(tmp_path):
-    python = _fake_env(tmp_path / "train-env", {"torch": "2.1.2", "transformers": "4.40.0"},
-                       trainer="class Trainer:\n    def _wrap_model(self, model):\n        return model\n")
+    python = _fake_env(
+        tmp_path / "train-env",
+        {"torch": "2.1.2", "transformers": "4.40.0"},
+        trainer="class Trainer:\n    def _wrap_model(self, model):\n        return model\n",
+    )
     env = training_environment(str(python), environ={})
     assert installed_versions(env.site_dirs) == {"torch": "2.1.2", "transformers": "4.40.0"}
     stack = StackResolver(None, env).for_script(tmp_path / "train.py")
@@ -163,8 +211,7 @@ def test_check_python_flag_end_to_end(tmp_path):
     python = _fake_env(tmp_path / "env", {"transformers": "4.31.0"})
     script = tmp_path / "train.py"
     script.write_text(_TRAINER)
-    cmd = [sys.executable, "-m", "precision_doctor", "check", str(script), "--python", str(python),
-           "--format", "json"]
+    cmd = [sys.executable, "-m", "precision_doctor", "check", str(script), "--python", str(python), "--format", "json"]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "PD216" not in out.stdout and "must never run" not in out.stderr
@@ -179,8 +226,12 @@ def test_installed_versions_read_every_metadata_layout(tmp_path):
     first, second = tmp_path / "site1", tmp_path / "site2"
     for folder, name, body in [
         (first / "torch-2.4.0.dist-info", "METADATA", "Metadata-Version: 2.1\r\nName: torch\r\nVersion: 2.4.0\r\n"),
-        (first / "transformers-4.46.0.dist-info", "METADATA",
-         "Metadata-Version: 2.1\nName: transformers\nSummary: State-of-the-art\n  Machine Learning\nVersion: 4.46.0\n"),
+        (
+            first / "transformers-4.46.0.dist-info",
+            "METADATA",
+            "Metadata-Version: 2.1\nName: transformers\nSummary: State-of-the-art\n"
+            "  Machine Learning\nVersion: 4.46.0\n",
+        ),
         (first / "peft.egg-info", "PKG-INFO", "Metadata-Version: 1.0\nName: peft\nVersion: 0.13.0.dev0\n"),
         (first / "not_tracked-1.0.dist-info", "METADATA", "Name: not-tracked\nVersion: 1.0\n"),
         (second / "torch-1.13.0.dist-info", "METADATA", "Name: torch\nVersion: 1.13.0\n"),
@@ -189,4 +240,8 @@ def test_installed_versions_read_every_metadata_layout(tmp_path):
         folder.mkdir(parents=True)
         (folder / name).write_bytes(body.encode())
     assert installed_versions((str(first), str(second))) == {
-        "torch": "2.4.0", "transformers": "4.46.0", "peft": "0.13.0.dev0", "accelerate": "1.0.0"}
+        "torch": "2.4.0",
+        "transformers": "4.46.0",
+        "peft": "0.13.0.dev0",
+        "accelerate": "1.0.0",
+    }

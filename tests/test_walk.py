@@ -22,11 +22,19 @@ needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not i
 
 def git(repo: Path, *args: str, home: Path, check: bool = True) -> str:
     """git with no system or user configuration: only what the test put in the repository."""
-    env = {"PATH": os.environ["PATH"], "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
-           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
-    return subprocess.run(["git", "-C", str(repo), *args], env=env, capture_output=True, text=True, timeout=60,
-                          check=check).stdout
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(home),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], env=env, capture_output=True, text=True, timeout=60, check=check
+    ).stdout
 
 
 def write(root: Path, files: dict[str, str]) -> None:
@@ -46,14 +54,27 @@ def committed_repo(repo: Path, files: dict[str, str], home: Path) -> Path:
 
 
 def doctor(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "precision_doctor", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "precision_doctor", *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
 
 
 # --- a hostile repository ------------------------------------------------------------------------------------------
 
-HOOKS = ("pre-commit", "post-checkout", "post-index-change", "reference-transaction", "pre-auto-gc", "post-commit",
-         "fsmonitor-watchman", "post-merge", "pre-push", "post-rewrite", "prepare-commit-msg", "commit-msg")
+HOOKS = (
+    "pre-commit",
+    "post-checkout",
+    "post-index-change",
+    "reference-transaction",
+    "pre-auto-gc",
+    "post-commit",
+    "fsmonitor-watchman",
+    "post-merge",
+    "pre-push",
+    "post-rewrite",
+    "prepare-commit-msg",
+    "commit-msg",
+)
 
 
 def plant(repo: Path, sentinels: Path) -> None:
@@ -70,16 +91,27 @@ def plant(repo: Path, sentinels: Path) -> None:
         (hooks / hook).chmod(0o755)
         shutil.copy(hooks / hook, repo / ".git" / "hooks" / hook)
     settings = {
-        "core.fsmonitor": cmd("core.fsmonitor"), "core.hooksPath": str(hooks), "core.pager": cmd("core.pager"),
-        "pager.ls-files": cmd("pager.ls-files"), "pager.status": cmd("pager.status"),
-        "core.editor": cmd("core.editor"), "core.sshCommand": cmd("core.sshCommand"),
-        "core.askPass": cmd("core.askPass"), "diff.external": cmd("diff.external"),
-        "filter.evil.clean": cmd("filter.clean"), "filter.evil.smudge": cmd("filter.smudge"),
-        "filter.evil.process": cmd("filter.process"), "filter.evil.required": "true",
-        "diff.evil.textconv": cmd("diff.textconv"), "alias.ls-files": f"!{cmd('alias.ls-files')}",
-        "alias.st": f"!{cmd('alias.st')}", "credential.helper": f"!{cmd('credential.helper')}",
-        "gpg.program": cmd("gpg.program"), "sequence.editor": cmd("sequence.editor"),
-        "uploadpack.packObjectsHook": cmd("packObjectsHook"), "core.untrackedCache": "true",
+        "core.fsmonitor": cmd("core.fsmonitor"),
+        "core.hooksPath": str(hooks),
+        "core.pager": cmd("core.pager"),
+        "pager.ls-files": cmd("pager.ls-files"),
+        "pager.status": cmd("pager.status"),
+        "core.editor": cmd("core.editor"),
+        "core.sshCommand": cmd("core.sshCommand"),
+        "core.askPass": cmd("core.askPass"),
+        "diff.external": cmd("diff.external"),
+        "filter.evil.clean": cmd("filter.clean"),
+        "filter.evil.smudge": cmd("filter.smudge"),
+        "filter.evil.process": cmd("filter.process"),
+        "filter.evil.required": "true",
+        "diff.evil.textconv": cmd("diff.textconv"),
+        "alias.ls-files": f"!{cmd('alias.ls-files')}",
+        "alias.st": f"!{cmd('alias.st')}",
+        "credential.helper": f"!{cmd('credential.helper')}",
+        "gpg.program": cmd("gpg.program"),
+        "sequence.editor": cmd("sequence.editor"),
+        "uploadpack.packObjectsHook": cmd("packObjectsHook"),
+        "core.untrackedCache": "true",
     }
     for key, value in settings.items():
         git(repo, "config", key, value, home=repo.parent)
@@ -88,8 +120,11 @@ def plant(repo: Path, sentinels: Path) -> None:
 
 @needs_git
 def test_a_folder_run_runs_nothing_from_the_repository(tmp_path):
-    repo = committed_repo(tmp_path / "repo", {"train.py": "import torch\nmodel = torch.nn.Linear(2, 2).half()\n",
-                                              "src/util.py": "x = 1\n"}, tmp_path)
+    repo = committed_repo(
+        tmp_path / "repo",
+        {"train.py": "import torch\nmodel = torch.nn.Linear(2, 2).half()\n", "src/util.py": "x = 1\n"},
+        tmp_path,
+    )
     sentinels = tmp_path / "ran"
     plant(repo, sentinels)
     (repo / "new.py").write_text("y = 2\n")  # untracked: what made the old walk ask git
@@ -100,20 +135,35 @@ def test_a_folder_run_runs_nothing_from_the_repository(tmp_path):
     shutil.rmtree(sentinels)
     sentinels.mkdir()
 
-    for args in (["check", str(repo)], ["check", str(repo / "src")], ["check", str(repo), "--format", "json"],
-                 ["fix", "--diff", str(repo)]):
+    for args in (
+        ["check", str(repo)],
+        ["check", str(repo / "src")],
+        ["check", str(repo), "--format", "json"],
+        ["fix", "--diff", str(repo)],
+    ):
         proc = doctor(*args, "--target", "cpu", cwd=repo)
         assert proc.returncode in (0, 1), proc.stderr
         assert os.listdir(sentinels) == [], f"{args}: a command from the repository ran"
     proc = doctor("check", str(repo), "--format", "json", "--include-facts", "--target", "cpu", cwd=repo)
-    assert {Path(s["path"]).name for s in json.loads(proc.stdout)["facts"]["scripts"]} == \
-        {"train.py", "util.py", "new.py"}
+    assert {Path(s["path"]).name for s in json.loads(proc.stdout)["facts"]["scripts"]} == {
+        "train.py",
+        "util.py",
+        "new.py",
+    }
 
 
 def test_the_walk_starts_no_process(tmp_path, monkeypatch):
     """Belt and braces: whatever the folder holds, walking it asks no other program."""
-    write(tmp_path, {".git/config": "[core]\n\tfsmonitor = touch /nonexistent\n", ".gitignore": "skip.py\n",
-                     "a.py": "", "skip.py": "", "sub/b.py": ""})
+    write(
+        tmp_path,
+        {
+            ".git/config": "[core]\n\tfsmonitor = touch /nonexistent\n",
+            ".gitignore": "skip.py\n",
+            "a.py": "",
+            "skip.py": "",
+            "sub/b.py": "",
+        },
+    )
 
     def refuse(*_a, **_k):
         raise AssertionError("the walk started a process")
@@ -130,18 +180,35 @@ def test_the_walk_starts_no_process(tmp_path, monkeypatch):
 
 TREE = {
     ".gitignore": "# comment\n*.gen.py\n!keep.gen.py\n/top_only.py\ndata/\n!data/rescued.py\nlogs\n"
-                  "**/scratch/*.py\nnotes/*.py\n!notes/kept.py\n\\#hash.py\nspace.py \n",
-    "train.py": "", "model.gen.py": "", "keep.gen.py": "", "top_only.py": "", "#hash.py": "", "space.py": "",
-    "data/loader.py": "", "data/rescued.py": "", "logs/run.py": "", "notes/a.py": "", "notes/kept.py": "",
+    "**/scratch/*.py\nnotes/*.py\n!notes/kept.py\n\\#hash.py\nspace.py \n",
+    "train.py": "",
+    "model.gen.py": "",
+    "keep.gen.py": "",
+    "top_only.py": "",
+    "#hash.py": "",
+    "space.py": "",
+    "data/loader.py": "",
+    "data/rescued.py": "",
+    "logs/run.py": "",
+    "notes/a.py": "",
+    "notes/kept.py": "",
     "notes/deeper/b.py": "",
-    "pkg/top_only.py": "", "pkg/scratch/tmp.py": "", "pkg/scratch/deep/ok.py": "", "pkg/local.py": "",
-    "pkg/anchored.py": "", "pkg/sub/anchored.py": "", "pkg/again.gen.py": "", "pkg/sub/logs": "",
+    "pkg/top_only.py": "",
+    "pkg/scratch/tmp.py": "",
+    "pkg/scratch/deep/ok.py": "",
+    "pkg/local.py": "",
+    "pkg/anchored.py": "",
+    "pkg/sub/anchored.py": "",
+    "pkg/again.gen.py": "",
+    "pkg/sub/logs": "",
     "pkg/.gitignore": "local.py\n/anchored.py\n!again.gen.py\n",
     "pkg/sub/.gitignore": "*\n!*.py\n!*/\n",
     "pkg/sub/deep/x.py": "",
     "pkg/sub/deep/.gitignore": "x.py\n",
     "pkg/sub/kept.py": "",
-    "info_only.py": "", "ex/skipped_by_info/a.py": "", "ex/fine.py": "",
+    "info_only.py": "",
+    "ex/skipped_by_info/a.py": "",
+    "ex/fine.py": "",
     ".github/scripts/ci_helper.py": "",
     "tools/readme.txt": "",
 }
@@ -173,10 +240,30 @@ def test_the_walk_lists_what_git_lists(tmp_path, committed):
         git(repo, "commit", "-qm", "x", home=tmp_path)
     expected = git_lists(repo, repo, tmp_path)
     # the tree exercises every rule: some files are ignored, some re-included, some stay ignored
-    assert {"keep.gen.py", "notes/kept.py", "pkg/again.gen.py", "pkg/sub/anchored.py", "pkg/sub/kept.py",
-            ".github/scripts/ci_helper.py", "pkg/scratch/deep/ok.py", "pkg/top_only.py"} <= expected
-    assert not {"model.gen.py", "data/rescued.py", "logs/run.py", "info_only.py", "ex/skipped_by_info/a.py",
-                "pkg/local.py", "pkg/anchored.py", "pkg/sub/deep/x.py", "#hash.py"} & expected
+    assert {
+        "keep.gen.py",
+        "notes/kept.py",
+        "pkg/again.gen.py",
+        "pkg/sub/anchored.py",
+        "pkg/sub/kept.py",
+        ".github/scripts/ci_helper.py",
+        "pkg/scratch/deep/ok.py",
+        "pkg/top_only.py",
+    } <= expected
+    assert (
+        not {
+            "model.gen.py",
+            "data/rescued.py",
+            "logs/run.py",
+            "info_only.py",
+            "ex/skipped_by_info/a.py",
+            "pkg/local.py",
+            "pkg/anchored.py",
+            "pkg/sub/deep/x.py",
+            "#hash.py",
+        }
+        & expected
+    )
     assert walked(repo) == expected
     for sub in ("pkg", "pkg/sub", "notes", "ex"):
         assert walked(repo / sub) == git_lists(repo, repo / sub, tmp_path), sub
@@ -195,9 +282,19 @@ def test_a_linked_work_tree_reads_the_shared_info_exclude(tmp_path):
 
 
 def test_outside_a_repository_caches_hidden_folders_and_environments_are_skipped(tmp_path):
-    write(tmp_path, {"train.py": "", ".hidden/x.py": "", "build/y.py": "", "myenv/pyvenv.cfg": "",
-                     "myenv/lib/z.py": "", "pkg/__pycache__/c.py": "", "pkg/m.py": "",
-                     ".gitignore": "pkg/m.py\n"})  # no repository: an ignore file means nothing
+    write(
+        tmp_path,
+        {
+            "train.py": "",
+            ".hidden/x.py": "",
+            "build/y.py": "",
+            "myenv/pyvenv.cfg": "",
+            "myenv/lib/z.py": "",
+            "pkg/__pycache__/c.py": "",
+            "pkg/m.py": "",
+            ".gitignore": "pkg/m.py\n",
+        },
+    )  # no repository: an ignore file means nothing
     assert walked(tmp_path) == {"train.py", "pkg/m.py"}
 
 

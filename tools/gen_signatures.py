@@ -25,24 +25,125 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from precision_doctor.probes.library_source import (CONFIG_FILE, LOADER_FUNCTIONS, Declaration,  # noqa: E402
-                                                    read_class, read_classes, read_loader, resolve_base)
+from precision_doctor.probes.library_source import (  # noqa: E402
+    CONFIG_FILE,
+    LOADER_FUNCTIONS,
+    Declaration,
+    read_class,
+    read_classes,
+    read_loader,
+    resolve_base,
+)
 
 # The last patch of every minor release: transformers 4.36 (the oldest the rules speak of) to the newest, TRL since
 # its configs (0.9), peft since 0.7, sentence-transformers since its TrainingArguments (3.0; a few releases: its
 # own fields are few and stable, what matters is the transformers underneath).
 RELEASES = {
-    "transformers": ["4.36.2", "4.37.2", "4.38.2", "4.39.3", "4.40.2", "4.41.2", "4.42.4", "4.43.4", "4.44.2",
-                     "4.45.2", "4.46.3", "4.47.1", "4.48.3", "4.49.0", "4.50.3", "4.51.3", "4.52.4", "4.53.3",
-                     "4.54.1", "4.55.4", "4.56.2", "4.57.6", "5.0.0", "5.1.0", "5.2.0", "5.3.0", "5.4.0", "5.5.4",
-                     "5.6.2", "5.7.0", "5.8.1", "5.9.0", "5.10.4", "5.11.0", "5.12.1", "5.13.1", "5.14.1", "5.15.1",
-                     "5.16.1", "5.17.0", "5.18.0", "5.19.0", "5.20.2", "5.21.1", "5.22.2", "5.23.0"],
-    "trl": ["0.9.6", "0.10.1", "0.11.4", "0.12.2", "0.13.0", "0.14.0", "0.15.2", "0.16.1", "0.17.0", "0.18.2",
-            "0.19.1", "0.20.0", "0.21.0", "0.22.2", "0.23.1", "0.24.0", "0.25.1", "0.26.2", "0.27.2", "0.28.0",
-            "0.29.1", "1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0", "1.5.1", "1.6.0", "1.7.1", "1.8.0", "1.9.2",
-            "1.10.0", "1.11.0", "1.12.0", "1.13.0", "1.14.2", "1.15.0", "1.16.0"],
-    "peft": ["0.7.1", "0.8.2", "0.9.0", "0.10.0", "0.11.1", "0.12.0", "0.13.2", "0.14.0", "0.15.2", "0.16.0",
-             "0.17.1", "0.18.1", "0.19.1", "0.20.0", "0.21.2"],
+    "transformers": [
+        "4.36.2",
+        "4.37.2",
+        "4.38.2",
+        "4.39.3",
+        "4.40.2",
+        "4.41.2",
+        "4.42.4",
+        "4.43.4",
+        "4.44.2",
+        "4.45.2",
+        "4.46.3",
+        "4.47.1",
+        "4.48.3",
+        "4.49.0",
+        "4.50.3",
+        "4.51.3",
+        "4.52.4",
+        "4.53.3",
+        "4.54.1",
+        "4.55.4",
+        "4.56.2",
+        "4.57.6",
+        "5.0.0",
+        "5.1.0",
+        "5.2.0",
+        "5.3.0",
+        "5.4.0",
+        "5.5.4",
+        "5.6.2",
+        "5.7.0",
+        "5.8.1",
+        "5.9.0",
+        "5.10.4",
+        "5.11.0",
+        "5.12.1",
+        "5.13.1",
+        "5.14.1",
+        "5.15.1",
+        "5.16.1",
+        "5.17.0",
+        "5.18.0",
+        "5.19.0",
+        "5.20.2",
+        "5.21.1",
+        "5.22.2",
+        "5.23.0",
+    ],
+    "trl": [
+        "0.9.6",
+        "0.10.1",
+        "0.11.4",
+        "0.12.2",
+        "0.13.0",
+        "0.14.0",
+        "0.15.2",
+        "0.16.1",
+        "0.17.0",
+        "0.18.2",
+        "0.19.1",
+        "0.20.0",
+        "0.21.0",
+        "0.22.2",
+        "0.23.1",
+        "0.24.0",
+        "0.25.1",
+        "0.26.2",
+        "0.27.2",
+        "0.28.0",
+        "0.29.1",
+        "1.0.0",
+        "1.1.0",
+        "1.2.0",
+        "1.3.0",
+        "1.4.0",
+        "1.5.1",
+        "1.6.0",
+        "1.7.1",
+        "1.8.0",
+        "1.9.2",
+        "1.10.0",
+        "1.11.0",
+        "1.12.0",
+        "1.13.0",
+        "1.14.2",
+        "1.15.0",
+        "1.16.0",
+    ],
+    "peft": [
+        "0.7.1",
+        "0.8.2",
+        "0.9.0",
+        "0.10.0",
+        "0.11.1",
+        "0.12.0",
+        "0.13.2",
+        "0.14.0",
+        "0.15.2",
+        "0.16.0",
+        "0.17.1",
+        "0.18.1",
+        "0.19.1",
+        "0.20.0",
+        "0.21.2",
+    ],
     "sentence-transformers": ["3.0.1", "3.4.1", "4.1.0", "5.0.0", "5.7.0", "6.2.0"],
 }
 
@@ -61,35 +162,59 @@ DISCOVER = {
     "peft": (r"peft/(?:config|tuners/.*config)\.py", r"\w*Config\w*"),
     "sentence-transformers": (r"sentence_transformers/.*\.py", r"\w*TrainingArguments"),
 }
-IMPORT_NAMES = {"trl": "trl", "peft": "peft", "sentence-transformers": "sentence_transformers",
-                "transformers": "transformers"}
+IMPORT_NAMES = {
+    "trl": "trl",
+    "peft": "peft",
+    "sentence-transformers": "sentence_transformers",
+    "transformers": "transformers",
+}
 
 # Renames whose deprecation message the pattern below does not catch (each is still checked against the fields).
 CURATED_RENAMES = {
     "transformers.Trainer": {"tokenizer": "processing_class"},
-    "transformers.TrainingArguments": {"per_gpu_train_batch_size": "per_device_train_batch_size",
-                                       "per_gpu_eval_batch_size": "per_device_eval_batch_size",
-                                       "push_to_hub_token": "hub_token", "push_to_hub_model_id": "hub_model_id",
-                                       "fp16_backend": "half_precision_backend",
-                                       "include_inputs_for_metrics": "include_for_metrics", "no_cuda": "use_cpu"},
+    "transformers.TrainingArguments": {
+        "per_gpu_train_batch_size": "per_device_train_batch_size",
+        "per_gpu_eval_batch_size": "per_device_eval_batch_size",
+        "push_to_hub_token": "hub_token",
+        "push_to_hub_model_id": "hub_model_id",
+        "fp16_backend": "half_precision_backend",
+        "include_inputs_for_metrics": "include_for_metrics",
+        "no_cuda": "use_cpu",
+    },
     "transformers.from_pretrained": {"use_auth_token": "token", "torch_dtype": "dtype"},
     "trl.ModelConfig": {"torch_dtype": "dtype"},
 }
 # Deprecations that name a successor which is not the same setting under a new name (the value moves into a dict,
 # or means something else): never offered as a rename.
-NOT_RENAMES = {("transformers.TrainingArguments", "fsdp_min_num_params"),
-               ("transformers.TrainingArguments", "fsdp_transformer_layer_cls_to_wrap"),
-               ("trl.SFTConfig", "num_of_sequences")}
-_DEPRECATION = re.compile(r"`?'?(\w+)'?`? (?:argument |parameter |field )?(?:is|are|has been|was) deprecated"
-                          r"[^\n]{0,200}?(?:[Uu]se|[Ii]n favou?r of|replaced by|renamed to|instead of) `?'?(\w+)'?`?")
+NOT_RENAMES = {
+    ("transformers.TrainingArguments", "fsdp_min_num_params"),
+    ("transformers.TrainingArguments", "fsdp_transformer_layer_cls_to_wrap"),
+    ("trl.SFTConfig", "num_of_sequences"),
+}
+_DEPRECATION = re.compile(
+    r"`?'?(\w+)'?`? (?:argument |parameter |field )?(?:is|are|has been|was) deprecated"
+    r"[^\n]{0,200}?(?:[Uu]se|[Ii]n favou?r of|replaced by|renamed to|instead of) `?'?(\w+)'?`?"
+)
 
 
 def wheel(cache: Path, package: str, version: str) -> Path:
     dist = package.replace("-", "_")
     found = sorted(cache.glob(f"{dist}-{version}-*.whl"))
     if not found:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(cache),
-                        f"{package}=={version}"], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--quiet",
+                "-d",
+                str(cache),
+                f"{package}=={version}",
+            ],
+            check=True,
+        )
         found = sorted(cache.glob(f"{dist}-{version}-*.whl"))
     if not found:
         raise SystemExit(f"no wheel for {package}=={version} in {cache}")
@@ -97,8 +222,10 @@ def wheel(cache: Path, package: str, version: str) -> Path:
 
 
 # What TrlParser does with a `--config` key no dataclass has, by the message its source raises it with.
-TRL_CONFIG_KEYS = {"raises": "Unknown arguments from config file",  # 0.19+: fail_with_unknown_args=True
-                   "raises_legacy": "Some specified config arguments are not used by the TrlParser"}  # <= 0.12
+TRL_CONFIG_KEYS = {
+    "raises": "Unknown arguments from config file",  # 0.19+: fail_with_unknown_args=True
+    "raises_legacy": "Some specified config arguments are not used by the TrlParser",
+}  # <= 0.12
 
 
 def trl_parser_behaviour(path: Path) -> str:
@@ -172,8 +299,13 @@ def ranges(present: list[bool], minors: list[str]) -> str:
             start = i
         elif not ok and start is not None:
             end = i - 1
-            runs.append(f"{minors[start]}-" if end == len(minors) - 1 else
-                        minors[start] if start == end else f"{minors[start]}-{minors[end]}")
+            runs.append(
+                f"{minors[start]}-"
+                if end == len(minors) - 1
+                else minors[start]
+                if start == end
+                else f"{minors[start]}-{minors[end]}"
+            )
             start = None
     return ",".join(runs)
 
@@ -218,8 +350,7 @@ def build(cache: Path) -> dict:
                 for name, fd in decl.fields.items():
                     names.setdefault(name, [False] * len(releases))[i] = True
                     if decl.dataclass and not decl.init:
-                        newest[name] = [fd.kind, fd.default] if fd.has_default and _jsonable(fd.default) \
-                            else [fd.kind]
+                        newest[name] = [fd.kind, fd.default] if fd.has_default and _jsonable(fd.default) else [fd.kind]
                 for old, new in decl.aliases.items():
                     names.setdefault(old, [False] * len(releases))[i] = True
                     aliases[old] = new
@@ -244,11 +375,20 @@ def build(cache: Path) -> dict:
                 entry["renames"] = renames
             classes[cid] = entry
     trl_minors = [minor(v) for v in RELEASES["trl"]]
-    parsers = {"trl.TrlParser": {"config_keys": {kind: ranges([b == kind for b in trl_parser], trl_minors)
-                                                 for kind in sorted(set(trl_parser)) if kind}}}
-    return {"format": 1, "generated_by": "tools/gen_signatures.py",
-            "releases": {p: {minor(v): v for v in vs} for p, vs in RELEASES.items()},
-            "classes": classes, "parsers": parsers}
+    parsers = {
+        "trl.TrlParser": {
+            "config_keys": {
+                kind: ranges([b == kind for b in trl_parser], trl_minors) for kind in sorted(set(trl_parser)) if kind
+            }
+        }
+    }
+    return {
+        "format": 1,
+        "generated_by": "tools/gen_signatures.py",
+        "releases": {p: {minor(v): v for v in vs} for p, vs in RELEASES.items()},
+        "classes": classes,
+        "parsers": parsers,
+    }
 
 
 def _jsonable(value) -> bool:
@@ -276,8 +416,9 @@ def deprecations(text: str) -> dict[str, str]:
     return _SEEN_TEXTS[key]
 
 
-def _renames(cid: str, names: dict[str, list[bool]], aliases: dict[str, str], texts: list[str],
-             releases: list) -> dict[str, str]:
+def _renames(
+    cid: str, names: dict[str, list[bool]], aliases: dict[str, str], texts: list[str], releases: list
+) -> dict[str, str]:
     """old -> new for each name a release stops accepting while a deprecation names its successor, and the new
     name is accepted from then on."""
     candidates = dict(CURATED_RENAMES.get(cid, {}))
@@ -297,15 +438,18 @@ def _renames(cid: str, names: dict[str, list[bool]], aliases: dict[str, str], te
         if not any(present) or present[-1]:
             continue  # never read, or still accepted by the newest release: nothing to rename yet
         last = max(i for i, ok in enumerate(present) if ok)
-        if all(names[new][last + 1:]):  # the new name is accepted wherever the old one has gone
+        if all(names[new][last + 1 :]):  # the new name is accepted wherever the old one has gone
             out[old] = new
     return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-    parser.add_argument("--cache", default=str(Path.home() / ".cache" / "precision-doctor-wheels"),
-                        help="folder for the downloaded wheels")
+    parser.add_argument(
+        "--cache",
+        default=str(Path.home() / ".cache" / "precision-doctor-wheels"),
+        help="folder for the downloaded wheels",
+    )
     parser.add_argument("--out", default=str(ROOT / "precision_doctor" / "data" / "signatures.json"))
     args = parser.parse_args()
     cache = Path(args.cache)

@@ -18,7 +18,7 @@ import sys
 from .. import __version__
 from ..model.errors import InputError
 from . import check, explain, fix, memory, rules, snapshot
-from ._common import EXIT_FINDINGS, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, detach_stdout, Parser
+from ._common import EXIT_FINDINGS, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, Parser, detach_stdout
 
 # each command's name -> the function that runs it, called as run(opts, script_args)
 COMMANDS = {
@@ -35,16 +35,27 @@ _PARSERS = (check, fix, explain, memory, rules, snapshot)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="precision-doctor",
-                     description="Preflight doctor for deep-learning training jobs: finds precision, dtype and "
-                                 "placement bugs before you submit.")
+    parser = Parser(
+        prog="precision-doctor",
+        description="Preflight doctor for deep-learning training jobs: finds precision, dtype and "
+        "placement bugs before you submit.",
+    )
     parser.add_argument("--version", action="version", version=f"precision-doctor {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
     for command in _PARSERS:
         command.register(sub)
-    parser.options = tuple(sorted({o for p in (parser, *sub.choices.values()) for a in p._actions
-                                   for o in a.option_strings if o.startswith("--")}))
+    parser.options = tuple(
+        sorted(
+            {
+                o
+                for p in (parser, *sub.choices.values())
+                for a in p._actions
+                for o in a.option_strings
+                if o.startswith("--")
+            }
+        )
+    )
     return parser
 
 
@@ -53,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     script_args: tuple[str, ...] = ()
     if "--" in args:  # everything after `--` belongs to the training script's own parser
         split = args.index("--")
-        args, script_args = args[:split], tuple(args[split + 1:])
+        args, script_args = args[:split], tuple(args[split + 1 :])
     parser = build_parser()
     opts = None
     for stream in (sys.stdout, sys.stderr):  # a terminal or log that cannot show ✗ or → gets \u2717, not a crash
@@ -78,8 +89,11 @@ def main(argv: list[str] | None = None) -> int:
         detach_stdout()
         return EXIT_FINDINGS if getattr(opts, "command", "") == "fix" and getattr(opts, "diff", False) else EXIT_OK
     except Exception as exc:  # noqa: BLE001 - one line, never a traceback
-        print(f"precision-doctor: internal error: {type(exc).__name__}: {exc} "
-              f"(please report it with the command you ran)", file=sys.stderr)
+        print(
+            f"precision-doctor: internal error: {type(exc).__name__}: {exc} "
+            f"(please report it with the command you ran)",
+            file=sys.stderr,
+        )
         return EXIT_INTERNAL
 
 

@@ -30,14 +30,16 @@ MAX_TIMEOUT_S = 7 * 24 * 3600.0
 
 def bounded(kind: type, low: float, high: float):
     """An argparse type: a number of `kind` from `low` to `high` (a finite one), or a one-line usage error."""
+
     def parse(text: str):
         try:
             value = kind(text) if len(text) <= 32 else None
         except ValueError:
             value = None
         if value is None or not low <= value <= high:  # also NaN, which compares False
-            raise argparse.ArgumentTypeError(f"{text[:32]!r}: expected a {'whole ' if kind is int else ''}number "
-                                             f"from {low:g} to {high:g}")
+            raise argparse.ArgumentTypeError(
+                f"{text[:32]!r}: expected a {'whole ' if kind is int else ''}number from {low:g} to {high:g}"
+            )
         return value
 
     parse.__name__ = kind.__name__  # argparse names the type in its message
@@ -71,7 +73,7 @@ def _terminal_columns() -> int:
 
 
 def _suggestion(message: str, options: tuple[str, ...]) -> str:
-    """"did you mean" for a mistyped command, option or choice, from argparse's own message."""
+    """ "did you mean" for a mistyped command, option or choice, from argparse's own message."""
     import re
 
     from ..model.errors import did_you_mean
@@ -127,8 +129,9 @@ def console(no_color: bool = False):
             raise BrokenPipeError
 
     # --no-color: no styles at all (rich's no_color drops colours but keeps bold and underline)
-    return ReportConsole(highlight=False, no_color=no_color or None, soft_wrap=False,
-                         **({"color_system": None} if no_color else {}))
+    return ReportConsole(
+        highlight=False, no_color=no_color or None, soft_wrap=False, **({"color_system": None} if no_color else {})
+    )
 
 
 def deliver(write, verdict: int) -> int:
@@ -145,8 +148,9 @@ def deliver(write, verdict: int) -> int:
         return verdict
     except OSError as exc:
         detach_stdout()
-        raise InputError(f"cannot write the report to stdout ({exc.strerror or exc}); "
-                         f"write it to a file with -o FILE") from None
+        raise InputError(
+            f"cannot write the report to stdout ({exc.strerror or exc}); write it to a file with -o FILE"
+        ) from None
     return verdict
 
 
@@ -190,10 +194,14 @@ def settings_for(opts):
     if opts.ignore:
         policy = replace(policy, ignore=policy.ignore | resolve_ids(opts.ignore.split(","), known, "--ignore"))
     machine_flag = opts.target or opts.facts
-    return replace(settings, policy=policy, fail_on=opts.fail_on or settings.fail_on,
-                   launcher=opts.launcher or settings.launcher,
-                   target=opts.target if machine_flag else settings.target,
-                   facts=opts.facts if machine_flag else settings.facts)
+    return replace(
+        settings,
+        policy=policy,
+        fail_on=opts.fail_on or settings.fail_on,
+        launcher=opts.launcher or settings.launcher,
+        target=opts.target if machine_flag else settings.target,
+        facts=opts.facts if machine_flag else settings.facts,
+    )
 
 
 def training_python(opts) -> str | None:
@@ -203,10 +211,14 @@ def training_python(opts) -> str | None:
     from ..probes.stack import training_environment
 
     if not os.path.exists(opts.python):
-        raise InputError(f"--python {opts.python}: no such file; pass the training environment's python "
-                         f"(e.g. /path/to/venv/bin/python)")
+        raise InputError(
+            f"--python {opts.python}: no such file; pass the training environment's python "
+            f"(e.g. /path/to/venv/bin/python)"
+        )
     env = training_environment(opts.python)
     if not env.site_dirs:
-        raise InputError(f"--python {opts.python}: no site-packages found in {env.label.split(' (')[0]}; pass the "
-                         f"python of a virtualenv or conda environment")
+        raise InputError(
+            f"--python {opts.python}: no site-packages found in {env.label.split(' (')[0]}; pass the "
+            f"python of a virtualenv or conda environment"
+        )
     return opts.python

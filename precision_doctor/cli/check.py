@@ -17,66 +17,124 @@ from ._common import (
     MAX_TIMEOUT_S,
     bounded,
     deliver,
-    training_python,
     report_console,
-    stdout_is_terminal,
-    write_output,
     settings_for,
+    stdout_is_terminal,
+    training_python,
+    write_output,
 )
 
 
 def register(sub) -> None:
-    check = sub.add_parser("check", help="check training scripts statically (never runs them)",
-                           description="Check training scripts statically (never runs them). "
-                                       "The scripts' own arguments go after `--`.")
-    check.add_argument("paths", nargs="*", metavar="PATH",
-                       help="training scripts, or folders of them (none: check the machine alone)")
-    check.add_argument("--target", metavar="NAME[:COUNT]",
-                       help="the GPU the job runs on, e.g. titan-rtx, a100:8, cpu (see `precision-doctor targets`)")
-    check.add_argument("--facts", metavar="FILE", help="check against a machine snapshot (`precision-doctor "
-                                                         "snapshot -o FILE` on the cluster node) instead of this one")
-    check.add_argument("--launcher", metavar="CMD",
-                       help='the launch command, e.g. "accelerate launch --num_processes 2 --mixed_precision bf16"')
-    check.add_argument("--python", metavar="PATH",
-                       help="the training environment's python (its installed versions are read, it is never run; "
-                            "default: $VIRTUAL_ENV / $CONDA_PREFIX, else the projects' declared requirements)")
+    check = sub.add_parser(
+        "check",
+        help="check training scripts statically (never runs them)",
+        description="Check training scripts statically (never runs them). The scripts' own arguments go after `--`.",
+    )
+    check.add_argument(
+        "paths", nargs="*", metavar="PATH", help="training scripts, or folders of them (none: check the machine alone)"
+    )
+    check.add_argument(
+        "--target",
+        metavar="NAME[:COUNT]",
+        help="the GPU the job runs on, e.g. titan-rtx, a100:8, cpu (see `precision-doctor targets`)",
+    )
+    check.add_argument(
+        "--facts",
+        metavar="FILE",
+        help="check against a machine snapshot (`precision-doctor "
+        "snapshot -o FILE` on the cluster node) instead of this one",
+    )
+    check.add_argument(
+        "--launcher",
+        metavar="CMD",
+        help='the launch command, e.g. "accelerate launch --num_processes 2 --mixed_precision bf16"',
+    )
+    check.add_argument(
+        "--python",
+        metavar="PATH",
+        help="the training environment's python (its installed versions are read, it is never run; "
+        "default: $VIRTUAL_ENV / $CONDA_PREFIX, else the projects' declared requirements)",
+    )
     report_options(check)
-    check.add_argument("--fail-on", choices=FAIL_ON, default=None,
-                       help="exit 1 on findings at or above this severity (default error)")
+    check.add_argument(
+        "--fail-on", choices=FAIL_ON, default=None, help="exit 1 on findings at or above this severity (default error)"
+    )
     check.add_argument("--select", metavar="IDS", help="only these rules: ids or prefixes, comma-separated (PD2,PD101)")
     check.add_argument("--ignore", metavar="IDS", help="skip these rules (added to the configured ignore list)")
-    check.add_argument("--jobs", "-j", type=bounded(int, 0, MAX_JOBS), default=0, metavar="N",
-                       help="worker processes for large trees (default: one per core)")
-    check.add_argument("--config", metavar="FILE", help="the pyproject.toml to read (default: the nearest one "
-                                                         "with [tool.precision-doctor])")
-    check.add_argument("--live", action="store_true",
-                       help="run the script (in a child process) up to where training starts and inspect the real "
-                            "model, args and optimizer; needs the training environment")
-    check.add_argument("--steps", type=bounded(int, 0, MAX_STEPS), default=0, metavar="N",
-                       help="with --live: let N real optimizer steps run and diagnose what breaks")
-    check.add_argument("--timeout", type=bounded(float, 1, MAX_TIMEOUT_S), default=900.0, metavar="S",
-                       help="with --live: end the script (and its process group) after S seconds (default 900)")
+    check.add_argument(
+        "--jobs",
+        "-j",
+        type=bounded(int, 0, MAX_JOBS),
+        default=0,
+        metavar="N",
+        help="worker processes for large trees (default: one per core)",
+    )
+    check.add_argument(
+        "--config",
+        metavar="FILE",
+        help="the pyproject.toml to read (default: the nearest one with [tool.precision-doctor])",
+    )
+    check.add_argument(
+        "--live",
+        action="store_true",
+        help="run the script (in a child process) up to where training starts and inspect the real "
+        "model, args and optimizer; needs the training environment",
+    )
+    check.add_argument(
+        "--steps",
+        type=bounded(int, 0, MAX_STEPS),
+        default=0,
+        metavar="N",
+        help="with --live: let N real optimizer steps run and diagnose what breaks",
+    )
+    check.add_argument(
+        "--timeout",
+        type=bounded(float, 1, MAX_TIMEOUT_S),
+        default=900.0,
+        metavar="S",
+        help="with --live: end the script (and its process group) after S seconds (default 900)",
+    )
 
 
 def report_options(check: argparse.ArgumentParser) -> None:
     """How `check` reports: the format, where it goes, and how much of a large run it lists."""
     report = check.add_argument_group("report")
-    report.add_argument("--format", dest="fmt", choices=FORMATS, default="text",
-                        help="text (default); json; sarif (code scanning); concise (path:line:col: ID [severity] "
-                             "message); github (workflow-command annotations on a pull request)")
-    report.add_argument("--output", "-o", metavar="FILE",
-                        help="write the report to FILE instead of stdout (`-` is stdout)")
+    report.add_argument(
+        "--format",
+        dest="fmt",
+        choices=FORMATS,
+        default="text",
+        help="text (default); json; sarif (code scanning); concise (path:line:col: ID [severity] "
+        "message); github (workflow-command annotations on a pull request)",
+    )
+    report.add_argument(
+        "--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout (`-` is stdout)"
+    )
     report.add_argument("--statistics", action="store_true", help="only the number of findings per rule")
-    report.add_argument("--verbose", "-v", action="store_true",
-                        help="folder runs: list the files with no problems too (they are counted, not listed)")
-    report.add_argument("--show-unknowns", action="store_true",
-                        help="folder runs: list the values the doctor could not decide, file by file (they are "
-                             "counted in one line otherwise)")
-    report.add_argument("--include-facts", action="store_true",
-                        help="json: add the fact record the rules read and each script's derived setup")
-    report.add_argument("--keep-going", action="store_true",
-                        help="a named file that cannot be checked (an empty __init__.py, a syntax error) is reported "
-                             "as not checked and the run goes on, as in a folder; for pre-commit and xargs")
+    report.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="folder runs: list the files with no problems too (they are counted, not listed)",
+    )
+    report.add_argument(
+        "--show-unknowns",
+        action="store_true",
+        help="folder runs: list the values the doctor could not decide, file by file (they are "
+        "counted in one line otherwise)",
+    )
+    report.add_argument(
+        "--include-facts",
+        action="store_true",
+        help="json: add the fact record the rules read and each script's derived setup",
+    )
+    report.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="a named file that cannot be checked (an empty __init__.py, a syntax error) is reported "
+        "as not checked and the run goes on, as in a folder; for pre-commit and xargs",
+    )
     report.add_argument("--quiet", "-q", action="store_true", help="only the findings (and no live status line)")
     report.add_argument("--no-color", action="store_true", help="plain text even on a terminal")
 
@@ -92,21 +150,33 @@ def run_check(opts, script_args: tuple[str, ...]) -> int:
     root = os.path.dirname(settings.source) if settings.source else "."
     # workers judge the scripts they probe, unless the report shows the facts the rules read or a live run
     # adds to them (then every script's facts come back whole and are judged here)
-    judge_with = None if opts.live or opts.include_facts else \
-        (lambda run: engine.Judge(run, settings.policy))
-    facts, verdicts = gather_judged(opts.paths, judge_with, target=settings.target, launcher=settings.launcher,
-                                    script_args=script_args, facts_file=settings.facts,
-                                    jobs=min(opts.jobs or MAX_JOBS, os.cpu_count() or 1), exclude=settings.exclude,
-                                    root=root, partitions=settings.partitions, python=training_python(opts),
-                                    keep_going=opts.keep_going)
+    judge_with = None if opts.live or opts.include_facts else (lambda run: engine.Judge(run, settings.policy))
+    facts, verdicts = gather_judged(
+        opts.paths,
+        judge_with,
+        target=settings.target,
+        launcher=settings.launcher,
+        script_args=script_args,
+        facts_file=settings.facts,
+        jobs=min(opts.jobs or MAX_JOBS, os.cpu_count() or 1),
+        exclude=settings.exclude,
+        root=root,
+        partitions=settings.partitions,
+        python=training_python(opts),
+        keep_going=opts.keep_going,
+    )
     if not opts.paths and os.environ.get("CI") and not stdout_is_terminal():  # after the input was found good
-        print("precision-doctor: no path given: only the machine was checked, no training script "
-              "(pass the scripts or folders to check)", file=sys.stderr)
+        print(
+            "precision-doctor: no path given: only the machine was checked, no training script "
+            "(pass the scripts or folders to check)",
+            file=sys.stderr,
+        )
     if opts.live:
         facts = with_live(opts, facts, script_args)
     result = engine.run(facts, settings.policy, verdicts)
-    failing = settings.fail_on != "never" and any(SEVERITY_RANK[f.severity] <= SEVERITY_RANK[settings.fail_on]
-                                                  for f in result.findings)
+    failing = settings.fail_on != "never" and any(
+        SEVERITY_RANK[f.severity] <= SEVERITY_RANK[settings.fail_on] for f in result.findings
+    )
     code = EXIT_FINDINGS if failing else EXIT_OK
     if opts.statistics and not opts.output:
         from ..report.text import render_statistics
@@ -115,11 +185,20 @@ def run_check(opts, script_args: tuple[str, ...]) -> int:
     if opts.fmt == "text" and not opts.output:
         from ..report.text import render as render_text
 
-        return deliver(lambda: render_text(result, facts, report_console(no_color=opts.no_color),
-                                            quiet=opts.quiet, verbose=opts.verbose,
-                                            show_unknowns=True if opts.show_unknowns else None), code)
-    return deliver(lambda: write_output(opts.output, render_data(opts.fmt, result, facts, opts.no_color, opts, code)),
-                    code)
+        return deliver(
+            lambda: render_text(
+                result,
+                facts,
+                report_console(no_color=opts.no_color),
+                quiet=opts.quiet,
+                verbose=opts.verbose,
+                show_unknowns=True if opts.show_unknowns else None,
+            ),
+            code,
+        )
+    return deliver(
+        lambda: write_output(opts.output, render_data(opts.fmt, result, facts, opts.no_color, opts, code)), code
+    )
 
 
 def with_live(opts, facts, script_args: tuple[str, ...]):
@@ -179,7 +258,12 @@ def render_data(fmt: str, result, facts, no_color: bool, opts=None, exit_code: i
     from ..report.text import render as render_text
 
     buf = io.StringIO()
-    render_text(result, facts, Console(file=buf, no_color=True, highlight=False, width=200),
-                quiet=bool(opts and opts.quiet), verbose=bool(opts and opts.verbose),
-                show_unknowns=True if opts is not None and opts.show_unknowns else None)
+    render_text(
+        result,
+        facts,
+        Console(file=buf, no_color=True, highlight=False, width=200),
+        quiet=bool(opts and opts.quiet),
+        verbose=bool(opts and opts.verbose),
+        show_unknowns=True if opts is not None and opts.show_unknowns else None,
+    )
     return buf.getvalue()

@@ -3,29 +3,52 @@
 from __future__ import annotations
 
 from ..model.errors import InputError
-from ._common import console, training_python, settings_for
+from ._common import console, settings_for, training_python
 
 
 def register(sub) -> None:
-    fix = sub.add_parser("fix", help="apply the fixes: a diff per finding, then [y]es/[n]o/[a]ll/[q]uit",
-                         description="Apply the code fixes of the findings, most severe first. Safe fixes with "
-                                     "--yes; fixes that need review with --unsafe too. Without a terminal (or with "
-                                     "--diff) it prints the patch and changes nothing.")
-    fix.add_argument("paths", nargs="*", metavar="PATH", help="training scripts, or folders of them; with --undo: "
-                                                              "the backup folder `fix` printed (default: this "
-                                                              "folder's project)")
+    fix = sub.add_parser(
+        "fix",
+        help="apply the fixes: a diff per finding, then [y]es/[n]o/[a]ll/[q]uit",
+        description="Apply the code fixes of the findings, most severe first. Safe fixes with "
+        "--yes; fixes that need review with --unsafe too. Without a terminal (or with "
+        "--diff) it prints the patch and changes nothing.",
+    )
+    fix.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="training scripts, or folders of them; with --undo: "
+        "the backup folder `fix` printed (default: this "
+        "folder's project)",
+    )
     fix.add_argument("--undo", action="store_true", help="restore the files of the last fix run, byte for byte")
     fix.add_argument("--force", action="store_true", help="with --undo: restore even files changed since the fix")
     fix.add_argument("--yes", action="store_true", help="apply every safe fix without asking")
     fix.add_argument("--unsafe", action="store_true", help="with --yes or --diff: include fixes that need review")
     fix.add_argument("--diff", action="store_true", help="print the patch (patch -p0 / git apply -p0), apply nothing")
-    for flag, kw in (("--target", {"metavar": "NAME[:COUNT]"}), ("--facts", {"metavar": "FILE"}),
-                     ("--launcher", {"metavar": "CMD"}), ("--select", {"metavar": "IDS"}),
-                     ("--ignore", {"metavar": "IDS"}), ("--config", {"metavar": "FILE"}),
-                     ("--python", {"metavar": "PATH"})):
+    for flag, kw in (
+        ("--target", {"metavar": "NAME[:COUNT]"}),
+        ("--facts", {"metavar": "FILE"}),
+        ("--launcher", {"metavar": "CMD"}),
+        ("--select", {"metavar": "IDS"}),
+        ("--ignore", {"metavar": "IDS"}),
+        ("--config", {"metavar": "FILE"}),
+        ("--python", {"metavar": "PATH"}),
+    ):
         fix.add_argument(flag, help="as for check", **kw)
-    fix.set_defaults(fail_on=None, jobs=1, fmt="text", output=None, quiet=False, no_color=False, statistics=False,
-                     verbose=False, show_unknowns=False, include_facts=False)
+    fix.set_defaults(
+        fail_on=None,
+        jobs=1,
+        fmt="text",
+        output=None,
+        quiet=False,
+        no_color=False,
+        statistics=False,
+        verbose=False,
+        show_unknowns=False,
+        include_facts=False,
+    )
 
 
 def run_fix_command(opts, script_args: tuple[str, ...]) -> int:
@@ -44,8 +67,22 @@ def run_fix_command(opts, script_args: tuple[str, ...]) -> int:
     root = os.path.dirname(settings.source) if settings.source else "."
 
     def facts():
-        return gather(opts.paths, target=settings.target, launcher=settings.launcher, script_args=script_args,
-                      facts_file=settings.facts, exclude=settings.exclude, root=root, python=training_python(opts))
+        return gather(
+            opts.paths,
+            target=settings.target,
+            launcher=settings.launcher,
+            script_args=script_args,
+            facts_file=settings.facts,
+            exclude=settings.exclude,
+            root=root,
+            python=training_python(opts),
+        )
 
-    return run_fix(run_engine_check(facts, settings.policy), yes=opts.yes, diff_only=opts.diff, unsafe=opts.unsafe,
-                   select=settings.policy.select if opts.select else None, console=console())
+    return run_fix(
+        run_engine_check(facts, settings.policy),
+        yes=opts.yes,
+        diff_only=opts.diff,
+        unsafe=opts.unsafe,
+        select=settings.policy.select if opts.select else None,
+        console=console(),
+    )

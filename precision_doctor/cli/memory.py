@@ -6,9 +6,12 @@ from ._common import EXIT_OK, console, write_output
 
 
 def register(sub) -> None:
-    memory = sub.add_parser("memory", help="the per-GPU memory breakdown of a training script: will it fit?",
-                            description="Estimate each script's GPU memory per device (weights, gradients, optimizer "
-                                        "state, activations) before it runs. The scripts' own arguments go after `--`.")
+    memory = sub.add_parser(
+        "memory",
+        help="the per-GPU memory breakdown of a training script: will it fit?",
+        description="Estimate each script's GPU memory per device (weights, gradients, optimizer "
+        "state, activations) before it runs. The scripts' own arguments go after `--`.",
+    )
     memory.add_argument("paths", nargs="+", metavar="PATH", help="training scripts, or folders of them")
     memory.add_argument("--target", metavar="NAME[:COUNT]", help="the GPU the job runs on, e.g. a100:4")
     memory.add_argument("--facts", metavar="FILE", help="a machine snapshot instead of this machine")
@@ -23,13 +26,16 @@ def run_memory(opts, script_args: tuple[str, ...]) -> int:
     from ..probes.collect import gather
     from ..report.memory import render_json, render_text
 
-    facts = gather(opts.paths, target=opts.target, launcher=opts.launcher, script_args=script_args,
-                   facts_file=opts.facts, jobs=1)
+    facts = gather(
+        opts.paths, target=opts.target, launcher=opts.launcher, script_args=script_args, facts_file=opts.facts, jobs=1
+    )
     memory = derive_memory(facts)
     if opts.fmt == "text" and not opts.output:
         render_text(facts, memory, console(no_color=opts.no_color))
     else:
-        write_output(opts.output, render_json(facts, memory) if opts.fmt == "json" else plain_memory_text(facts, memory))
+        write_output(
+            opts.output, render_json(facts, memory) if opts.fmt == "json" else plain_memory_text(facts, memory)
+        )
     return EXIT_OK
 
 

@@ -10,16 +10,21 @@ from ._common import EXIT_OK, write_output
 
 
 def register(sub) -> None:
-    snap = sub.add_parser("snapshot", help="write this machine's facts (or a profile's) as JSON for --facts",
-                          description="Write the machine facts the checks read (GPUs, compute modes, GPU processes, "
-                                      "busy ports, launch environment, accelerate config, installed versions) as "
-                                      "JSON. Run it on the cluster node; check scripts anywhere with --facts.")
+    snap = sub.add_parser(
+        "snapshot",
+        help="write this machine's facts (or a profile's) as JSON for --facts",
+        description="Write the machine facts the checks read (GPUs, compute modes, GPU processes, "
+        "busy ports, launch environment, accelerate config, installed versions) as "
+        "JSON. Run it on the cluster node; check scripts anywhere with --facts.",
+    )
     snap.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     snap.add_argument("--target", metavar="NAME[:COUNT]", help="a profile's facts, to adjust by hand")
     snap.add_argument("--launcher", metavar="CMD", help="the launch command whose port to test")
-    snap.add_argument("--all-nodes", action="store_true",
-                      help="inside a SLURM allocation: probe every node through srun and write one multi-node "
-                           "snapshot")
+    snap.add_argument(
+        "--all-nodes",
+        action="store_true",
+        help="inside a SLURM allocation: probe every node through srun and write one multi-node snapshot",
+    )
     snap.add_argument("--node-json", action="store_true", help=argparse.SUPPRESS)  # one node's line for --all-nodes
 
 
@@ -34,8 +39,9 @@ def write_snapshot(opts) -> int:
         from ..probes.collect import gather_allocation
 
         if opts.target:
-            raise InputError("snapshot: --all-nodes probes the allocation's nodes; --target writes a profile: "
-                             "pass one of them")
+            raise InputError(
+                "snapshot: --all-nodes probes the allocation's nodes; --target writes a profile: pass one of them"
+            )
         machine, stack = gather_allocation(os.environ, opts.launcher)
         write_output(opts.output, snapshot_json(machine, stack) + "\n")
         print(f"wrote {opts.output or 'stdout'} ({machine.describe()})", file=sys.stderr)

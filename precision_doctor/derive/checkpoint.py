@@ -3,19 +3,51 @@ that needs its shape, stored dtype or attention support."""
 
 from __future__ import annotations
 
-from ..model.facts import (KNOWN, Call, CheckpointFacts, CheckpointSource, ScriptFacts, builds_from_config, config_load_of,
-                     model_source)
+from ..model.facts import (
+    KNOWN,
+    Call,
+    CheckpointFacts,
+    CheckpointSource,
+    ScriptFacts,
+    builds_from_config,
+    config_load_of,
+    model_source,
+)
 
-_SOURCE_NOTE = {CheckpointSource.LOCAL: "its config.json", CheckpointSource.HF_CACHE: "the Hugging Face cache",
-                CheckpointSource.TABLE: "the doctor's table of popular checkpoints"}
+_SOURCE_NOTE = {
+    CheckpointSource.LOCAL: "its config.json",
+    CheckpointSource.HF_CACHE: "the Hugging Face cache",
+    CheckpointSource.TABLE: "the doctor's table of popular checkpoints",
+}
 
 
 # config keys that change a model's shape: a from_config model built from a config with one of them set is not the
 # checkpoint's size (`AutoConfig.from_pretrained(id, num_hidden_layers=8)`, `config.hidden_size = 512`)
-_SHAPE_KEYS = frozenset({"hidden_size", "n_embd", "d_model", "num_hidden_layers", "n_layer", "num_layers",
-                         "intermediate_size", "n_inner", "d_ff", "num_attention_heads", "n_head", "num_heads",
-                         "num_key_value_heads", "head_dim", "vocab_size", "tie_word_embeddings", "num_local_experts",
-                         "num_experts", "num_experts_per_tok", "decoder_layers", "encoder_layers"})
+_SHAPE_KEYS = frozenset(
+    {
+        "hidden_size",
+        "n_embd",
+        "d_model",
+        "num_hidden_layers",
+        "n_layer",
+        "num_layers",
+        "intermediate_size",
+        "n_inner",
+        "d_ff",
+        "num_attention_heads",
+        "n_head",
+        "num_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "vocab_size",
+        "tie_word_embeddings",
+        "num_local_experts",
+        "num_experts",
+        "num_experts_per_tok",
+        "decoder_layers",
+        "encoder_layers",
+    }
+)
 
 
 def checkpoint_of(load: Call | None, script: ScriptFacts) -> CheckpointFacts | None:

@@ -6,13 +6,11 @@ from __future__ import annotations
 from dataclasses import field, replace
 from typing import Any
 
-from ..model.util import MAX_PORT, whole_number, record
+from ..knowledge.launchers import ACCELERATE_OPTIONS, ACCELERATE_SWITCHES, DEFAULT_PORT, launcher_of
+from ..knowledge.lightning import lightning_launch
 from ..model.facts import ABSENT, KNOWN, Call, LaunchFacts, Location, MachineFacts, Origin, Value
 from ..model.findings import Evidence
-from ..model.util import shown_value
-from ..knowledge.lightning import lightning_launch
-from ..knowledge.launchers import DEFAULT_PORT
-from ..knowledge.launchers import ACCELERATE_OPTIONS, ACCELERATE_SWITCHES, launcher_of
+from ..model.util import MAX_PORT, record, shown_value, whole_number
 
 SPREADING = ("auto", "balanced", "balanced_low_0", "sequential")
 PER_RANK_HINTS = ("local_rank", "LOCAL_RANK", "process_index", "current_device", "get_kbit_device_map", "rank")
@@ -80,14 +78,21 @@ def accelerate_config_of(launch: LaunchFacts, machine: MachineFacts) -> Accelera
     if not launch.known or launch.launcher != "accelerate":
         return AccelerateConfigView()
     if launch.config_file:
-        return AccelerateConfigView(launch.accelerate_config, launch.accelerate_config_lines,
-                                    launch.accelerate_config_path, f"accelerate launch --config_file "
-                                                                   f"{launch.config_file}")
+        return AccelerateConfigView(
+            launch.accelerate_config,
+            launch.accelerate_config_lines,
+            launch.accelerate_config_path,
+            f"accelerate launch --config_file {launch.config_file}",
+        )
     host = machine.host
     if host is None or not host.accelerate_config_path:
         return AccelerateConfigView()
-    return AccelerateConfigView(host.accelerate_config, host.accelerate_config_lines, host.accelerate_config_path,
-                                "the accelerate config `accelerate launch` reads by default")
+    return AccelerateConfigView(
+        host.accelerate_config,
+        host.accelerate_config_lines,
+        host.accelerate_config_path,
+        "the accelerate config `accelerate launch` reads by default",
+    )
 
 
 def accelerate_settings(launch: LaunchFacts, machine: MachineFacts) -> dict[str, Value]:
@@ -110,20 +115,27 @@ def accelerate_settings(launch: LaunchFacts, machine: MachineFacts) -> dict[str,
             return None
         line = view.lines.get(".".join(keys))
         where = Location(view.path, line) if view.path and line else None
-        return Value(state=KNOWN, value=node, text=f"{keys[-1]}: {shown_value(node)}",
-                     origins=(Origin("accelerate-config", view.via or view.path, where),), location=where)
+        return Value(
+            state=KNOWN,
+            value=node,
+            text=f"{keys[-1]}: {shown_value(node)}",
+            origins=(Origin("accelerate-config", view.via or view.path, where),),
+            location=where,
+        )
 
     if not any(n in launch.options for n in ACCELERATE_SWITCHES):
         kind = from_config("distributed_type")
         if kind is not None:
             mode = str(kind.value).upper()
-            out["use_deepspeed"] = Value(state=KNOWN, value=mode == "DEEPSPEED", text=kind.text, origins=kind.origins,
-                                         location=kind.location)
-            out["use_fsdp"] = Value(state=KNOWN, value=mode == "FSDP", text=kind.text, origins=kind.origins,
-                                    location=kind.location)
+            out["use_deepspeed"] = Value(
+                state=KNOWN, value=mode == "DEEPSPEED", text=kind.text, origins=kind.origins, location=kind.location
+            )
+            out["use_fsdp"] = Value(
+                state=KNOWN, value=mode == "FSDP", text=kind.text, origins=kind.origins, location=kind.location
+            )
     for name in ACCELERATE_OPTIONS:
         if name.startswith("fsdp_"):
-            found = from_config("fsdp_config", name) or from_config("fsdp_config", name[len("fsdp_"):])
+            found = from_config("fsdp_config", name) or from_config("fsdp_config", name[len("fsdp_") :])
         else:
             found = from_config("deepspeed_config", name)
         if found is not None:
@@ -145,32 +157,42 @@ def plan_script(plan: LaunchPlan, trainer: Call | None, launch: LaunchFacts, mac
     found = lightning_launch(trainer) if trainer is not None else None
     if found is None or not found.on_gpu or found.strategy == "single":
         return plan
-    spawns = not launch.known or (launch.launcher == "python" and plan.processes_evidence is not None
-                                  and plan.processes_evidence.origin == "launcher")
+    spawns = not launch.known or (
+        launch.launcher == "python"
+        and plan.processes_evidence is not None
+        and plan.processes_evidence.origin == "launcher"
+    )
     n = found.devices if found.devices is not None else len(machine.gpus) if machine.known else None
     if not spawns or n is None or n <= 1:
         return plan  # the launcher's ranks, or one process on one device
     devices = trainer.kwarg("devices")
     name = trainer.callee.rsplit(".", 1)[-1]
     if devices.state == KNOWN and found.devices is not None:
-        evidence = Evidence(devices.location or trainer.location, trainer.text,
-                            f"{n} processes: {name}(devices={devices.text}) starts one per device", "code")
+        evidence = Evidence(
+            devices.location or trainer.location,
+            trainer.text,
+            f"{n} processes: {name}(devices={devices.text}) starts one per device",
+            "code",
+        )
     else:
         shown = f"devices={devices.text}" if devices.state == KNOWN else "devices='auto' (the default)"
-        evidence = Evidence(devices.location or trainer.location, trainer.text,
-                            f"{n} processes: {name}({shown}) starts one per visible GPU ({machine.describe()})",
-                            "profile")
+        evidence = Evidence(
+            devices.location or trainer.location,
+            trainer.text,
+            f"{n} processes: {name}({shown}) starts one per visible GPU ({machine.describe()})",
+            "profile",
+        )
     return replace(plan, processes=n, processes_evidence=evidence, spawner="lightning", spawner_call=trainer)
 
 
-def plan_of_script(plan: LaunchPlan, accelerator: Call | None, imports: tuple[str, ...], launch: LaunchFacts,
-                   machine: MachineFacts) -> LaunchPlan:
+def plan_of_script(
+    plan: LaunchPlan, accelerator: Call | None, imports: tuple[str, ...], launch: LaunchFacts, machine: MachineFacts
+) -> LaunchPlan:
     """The run's plan as one script sees it: a Lightning Trainer or llamafactory-cli may start the processes."""
     return plan_recipe(plan_script(plan, accelerator, launch, machine), imports, launch, machine)
 
 
-def plan_recipe(plan: LaunchPlan, imports: tuple[str, ...], launch: LaunchFacts, machine: MachineFacts
-                ) -> LaunchPlan:
+def plan_recipe(plan: LaunchPlan, imports: tuple[str, ...], launch: LaunchFacts, machine: MachineFacts) -> LaunchPlan:
     """A recipe checked with no launch given runs as its tool's CLI, which starts one process per visible GPU where
     there are several: `llamafactory-cli train` starts torchrun (NPROC_PER_NODE if set) on a free port (LLaMA-Factory
     0.9.5 launcher.py:59-66); `axolotl train` starts `accelerate launch` (axolotl 0.19 cli/main.py:102), which with no
@@ -183,10 +205,14 @@ def plan_recipe(plan: LaunchPlan, imports: tuple[str, ...], launch: LaunchFacts,
     n = int(asked) if asked.isdigit() else len(machine.gpus)
     how = f"NPROC_PER_NODE={asked}" if asked.isdigit() else f"one per visible GPU ({machine.describe()})"
     starts = "torchrun" if tool == "llamafactory-cli" else "accelerate launch"
-    return replace(plan, processes=n, spawner=tool, port_explicit=False,
-                   port_source="a free port" if tool == "llamafactory-cli" else plan.port_source,
-                   processes_evidence=Evidence(None, f"{tool} train", f"{n} processes: {tool} starts {starts}, {how}",
-                                               "profile"))
+    return replace(
+        plan,
+        processes=n,
+        spawner=tool,
+        port_explicit=False,
+        port_source="a free port" if tool == "llamafactory-cli" else plan.port_source,
+        processes_evidence=Evidence(None, f"{tool} train", f"{n} processes: {tool} starts {starts}, {how}", "profile"),
+    )
 
 
 def _num_processes(launch: LaunchFacts, machine: MachineFacts) -> tuple[int | None, Evidence | None]:
@@ -201,8 +227,12 @@ def _num_processes(launch: LaunchFacts, machine: MachineFacts) -> tuple[int | No
     config = machine.host.accelerate_config if machine.host else {}
     if launch.launcher == "accelerate" and isinstance(config.get("num_processes"), int):
         n = config["num_processes"]
-        return n, Evidence(None, machine.host.accelerate_config_path, f"num_processes: {n} in the accelerate "
-                                                                      f"config", "accelerate-config")
+        return n, Evidence(
+            None,
+            machine.host.accelerate_config_path,
+            f"num_processes: {n} in the accelerate config",
+            "accelerate-config",
+        )
     return 1, Evidence(None, launch.command, "one process", "launcher")
 
 
@@ -263,7 +293,7 @@ def command_with_option(launch: LaunchFacts, option: str) -> str:
     except ValueError:
         return f"{launch.command} {option}"
     _, rest = launcher_of(words)
-    head, rest = words[:len(words) - len(rest)], list(rest)
+    head, rest = words[: len(words) - len(rest)], list(rest)
     new = shlex.split(option)
     name = new[0]
     script = next((i for i, w in enumerate(rest) if w.endswith(".py") or w == "-m"), len(rest))

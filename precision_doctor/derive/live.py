@@ -36,7 +36,9 @@ class LossHistory:
 
     first_bad_step: int | None  # 1-based step of the first NaN/inf loss
     bad_loss: object = None
-    scale_collapse: tuple[float, float, int] | None = None  # (first scale, last scale, steps) when every step overflowed
+    scale_collapse: tuple[float, float, int] | None = (
+        None  # (first scale, last scale, steps) when every step overflowed
+    )
 
 
 def loss_history(live: LiveFacts) -> LossHistory:

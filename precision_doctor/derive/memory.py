@@ -22,8 +22,8 @@ from ..knowledge import dtypes
 from ..model.facts import CheckpointFacts
 from ..model.util import record
 
-GIB = 1024 ** 3
-MIB = 1024 ** 2
+GIB = 1024**3
+MIB = 1024**2
 # Outside torch's allocator: the CUDA context, loaded kernels, library handles. An H200 with torch 2.11 and CUDA 13
 # held 695 MiB there before its first step and 767 MiB after training steps (benchmarks/memory_cuda.py).
 CUDA_CONTEXT_BYTES = 768 * MIB
@@ -64,11 +64,30 @@ ACTIVATION_FACTORS = {
     "vit": ActivationFactor(h=4, kv=4, i=2, scores=3, head_h=4, head_v=0),
     "whisper": ActivationFactor(h=9, kv=0, i=2, scores=1, head_h=2.2, head_v=1, decoder_h=14, cross_h=2, source_h=7),
 }
-_FAMILY_OF = {"mistral": "llama", "mixtral": "llama", "qwen2": "llama", "qwen3": "llama", "gemma": "llama",
-              "gemma2": "llama", "gemma3": "llama", "gemma3_text": "llama", "phi3": "llama", "qwen2_vl": "llama",
-              "qwen2_5_vl": "llama", "smollm3": "llama", "deepseek_v2": "llama", "deepseek_v3": "llama",
-              "opt": "gpt2", "phi": "gpt2", "falcon": "gpt2", "bloom": "gpt2", "roberta": "bert",
-              "deberta-v2": "bert", "mt5": "t5", "umt5": "t5"}
+_FAMILY_OF = {
+    "mistral": "llama",
+    "mixtral": "llama",
+    "qwen2": "llama",
+    "qwen3": "llama",
+    "gemma": "llama",
+    "gemma2": "llama",
+    "gemma3": "llama",
+    "gemma3_text": "llama",
+    "phi3": "llama",
+    "qwen2_vl": "llama",
+    "qwen2_5_vl": "llama",
+    "smollm3": "llama",
+    "deepseek_v2": "llama",
+    "deepseek_v3": "llama",
+    "opt": "gpt2",
+    "phi": "gpt2",
+    "falcon": "gpt2",
+    "bloom": "gpt2",
+    "roberta": "bert",
+    "deberta-v2": "bert",
+    "mt5": "t5",
+    "umt5": "t5",
+}
 
 
 # With LoRA the frozen base saves less: a frozen linear layer keeps no input for its weight's gradient.
@@ -93,12 +112,15 @@ HALF_ACTIVATION_FACTORS = {
     (HALF, "bert"): ActivationFactor(h=8, kv=5, i=2, scores=6, head_h=7, head_v=2),
     (AMP, "bert"): ActivationFactor(h=11.5, kv=5, i=2, scores=6, head_h=9, head_v=2, checkpoint_h=2),
     (HALF, "t5"): ActivationFactor(h=17, kv=8, i=3, scores=9, head_h=17.5, head_v=2, always_scores=True),
-    (AMP, "t5"): ActivationFactor(h=42, kv=8, i=3.5, scores=6.5, head_h=9, head_v=1, checkpoint_h=2,
-                                  always_scores=True),
-    (HALF, "whisper"): ActivationFactor(h=9.1, kv=0, i=2, scores=1, head_h=2.2, head_v=2, decoder_h=14.1, cross_h=2,
-                                        source_h=7),
-    (AMP, "whisper"): ActivationFactor(h=13.1, kv=0, i=2, scores=1, head_h=3.3, head_v=2, checkpoint_h=2,
-                                       decoder_h=19.1, cross_h=4, source_h=7),
+    (AMP, "t5"): ActivationFactor(
+        h=42, kv=8, i=3.5, scores=6.5, head_h=9, head_v=1, checkpoint_h=2, always_scores=True
+    ),
+    (HALF, "whisper"): ActivationFactor(
+        h=9.1, kv=0, i=2, scores=1, head_h=2.2, head_v=2, decoder_h=14.1, cross_h=2, source_h=7
+    ),
+    (AMP, "whisper"): ActivationFactor(
+        h=13.1, kv=0, i=2, scores=1, head_h=3.3, head_v=2, checkpoint_h=2, decoder_h=19.1, cross_h=4, source_h=7
+    ),
 }
 HALF_LORA_ACTIVATION_FACTORS = {
     "llama": ActivationFactor(h=8, kv=2.5, i=3, scores=1, head_h=0.5, head_v=2),
@@ -134,8 +156,17 @@ def activation_factor(model_type: str, lora: bool = False, precision: str = dtyp
 
 
 # bytes of optimizer state per trainable parameter, for fp32 parameters
-OPTIMIZER_STATE_BYTES = {"adamw": 8, "adam": 8, "adamw-8bit": 2, "paged-adamw-8bit": 2, "paged-adamw": 8,
-                         "adafactor": 0, "sgd-momentum": 4, "sgd": 0, "lion": 4}
+OPTIMIZER_STATE_BYTES = {
+    "adamw": 8,
+    "adam": 8,
+    "adamw-8bit": 2,
+    "paged-adamw-8bit": 2,
+    "paged-adamw": 8,
+    "adafactor": 0,
+    "sgd-momentum": 4,
+    "sgd": 0,
+    "lion": 4,
+}
 
 
 @record
@@ -206,14 +237,26 @@ class Breakdown:
     def peak(self) -> int:
         """Steady state: the next step runs with the optimizer state allocated; its backward starts with every
         activation held and the loss's gradient added, and gradients grow as activations are freed."""
-        return (self.weights + self.optimizer + self.master + max(self.activations + self.backward, self.gradients)
-                + self.context + self.reserve)
+        return (
+            self.weights
+            + self.optimizer
+            + self.master
+            + max(self.activations + self.backward, self.gradients)
+            + self.context
+            + self.reserve
+        )
 
     def rows(self) -> list[tuple[str, int]]:
-        return [("weights", self.weights), ("gradients", self.gradients), ("optimizer state", self.optimizer),
-                ("fp32 master weights and gradients", self.master), ("activations", self.activations),
-                ("loss gradient / recomputed layer", self.backward),
-                ("CUDA context", self.context), ("allocator reserve", self.reserve)]
+        return [
+            ("weights", self.weights),
+            ("gradients", self.gradients),
+            ("optimizer state", self.optimizer),
+            ("fp32 master weights and gradients", self.master),
+            ("activations", self.activations),
+            ("loss gradient / recomputed layer", self.backward),
+            ("CUDA context", self.context),
+            ("allocator reserve", self.reserve),
+        ]
 
 
 def linear_parameters(c: CheckpointFacts) -> int:
@@ -289,7 +332,7 @@ def activation_bytes(c: CheckpointFacts, shape: TrainingShape, batch: int | None
     per_layer = _per_layer(c, shape, f, s)
     outside = f.head_h * h + f.head_v * _vocabulary(c, shape)
     if c.image_size and c.patch_size:
-        outside += 3 * c.patch_size ** 2  # the pixels the patch embedding saves, per patch
+        outside += 3 * c.patch_size**2  # the pixels the patch embedding saves, per patch
     stacks = 2 if c.encoder_decoder else 1
     element = BYTES.get(shape.compute_dtype, 4)
     if frames := source_frames(c):  # each stack at its own length: the audio frames, the text tokens
@@ -299,8 +342,10 @@ def activation_bytes(c: CheckpointFacts, shape: TrainingShape, batch: int | None
         else:
             heads = c.heads or 1
             cross_scores = f.scores * heads * frames if shape.scores_materialised else 0
-            kept = layers * (source * (_per_layer(c, shape, f, frames) + f.cross_h * h)
-                             + tokens * (per_layer + (f.decoder_h - f.h) * h + cross_scores))
+            kept = layers * (
+                source * (_per_layer(c, shape, f, frames) + f.cross_h * h)
+                + tokens * (per_layer + (f.decoder_h - f.h) * h + cross_scores)
+            )
         return int((kept + source * f.source_h * h + tokens * outside) * element)
     if shape.checkpointing:
         kept = layers * stacks * f.checkpoint_h * h  # each layer's input; a layer is recomputed only in backward
@@ -334,8 +379,10 @@ def backward_bytes(c: CheckpointFacts, shape: TrainingShape, batch: int | None =
     layer = tokens * _per_layer(c, shape, f, s) * element
     if frames := source_frames(c):  # the largest layer recomputed: an encoder layer over the audio frames
         samples = shape.batch if batch is None else batch
-        layer = max(layer + tokens * (f.decoder_h - f.h) * (c.hidden_size or 0) * element,
-                    samples * frames * _per_layer(c, shape, f, frames) * element)
+        layer = max(
+            layer + tokens * (f.decoder_h - f.h) * (c.hidden_size or 0) * element,
+            samples * frames * _per_layer(c, shape, f, frames) * element,
+        )
     return int(max(loss, layer))
 
 
@@ -408,10 +455,19 @@ def estimate(c: CheckpointFacts, shape: TrainingShape) -> Breakdown:
     activations += _shard(autocast_copies(c, shape), n if p.kind in ("zero3", "fsdp-full") else 1)
     context = CUDA_CONTEXT_BYTES
     reserve = int(ALLOCATOR_RESERVE * (weights + gradients + optimizer + master + activations + backward))
-    return Breakdown(weights=weights, gradients=gradients, optimizer=optimizer, master=master,
-                     activations=activations, backward=backward, context=context, reserve=reserve,
-                     per_sample=per_sample,
-                     offloaded_layers=offloaded, weights_total=full_weights + adapters)
+    return Breakdown(
+        weights=weights,
+        gradients=gradients,
+        optimizer=optimizer,
+        master=master,
+        activations=activations,
+        backward=backward,
+        context=context,
+        reserve=reserve,
+        per_sample=per_sample,
+        offloaded_layers=offloaded,
+        weights_total=full_weights + adapters,
+    )
 
 
 def _shard(total: int, n: int) -> int:
@@ -444,35 +500,49 @@ class Change:
 
     description: str
     shape: TrainingShape
-    breakdown: Breakdown = field(compare=False, default=None)  # type: ignore[assignment]
+    breakdown: Breakdown = field(compare=False, default=None)
 
 
 def cheapest_fit(c: CheckpointFacts, shape: TrainingShape, budget: int) -> Change | None:
     """The least intrusive single change (in this order) after which the steady-state peak fits."""
     candidates: list[tuple[str, TrainingShape]] = []
     if not shape.checkpointing:
-        candidates.append(("turn on gradient checkpointing (gradient_checkpointing=True)",
-                           replace(shape, checkpointing=True)))
+        candidates.append(
+            ("turn on gradient checkpointing (gradient_checkpointing=True)", replace(shape, checkpointing=True))
+        )
     if shape.batch > 1:
         for b in (shape.batch // 2, shape.batch // 4, 1):
             if b >= 1:
-                candidates.append((f"per_device_train_batch_size={b} with gradient_accumulation_steps="
-                                   f"{math.ceil(shape.batch / b)} (same effective batch)", replace(shape, batch=b)))
+                candidates.append(
+                    (
+                        f"per_device_train_batch_size={b} with gradient_accumulation_steps="
+                        f"{math.ceil(shape.batch / b)} (same effective batch)",
+                        replace(shape, batch=b),
+                    )
+                )
     if shape.optimizer in ("adamw", "adam") and not shape.lora_rank:
-        candidates.append(("an 8-bit optimizer (optim=\"adamw_bnb_8bit\")", replace(shape, optimizer="adamw-8bit")))
+        candidates.append(('an 8-bit optimizer (optim="adamw_bnb_8bit")', replace(shape, optimizer="adamw-8bit")))
     p = shape.parallelism
     if p.gpus > 1 and p.kind in ("single", "ddp", "zero1", "zero2"):
-        candidates.append((f"DeepSpeed ZeRO-3 over the {p.gpus} GPUs",
-                           replace(shape, parallelism=replace(p, kind="zero3"), master_weights=shape.master_weights)))
+        candidates.append(
+            (
+                f"DeepSpeed ZeRO-3 over the {p.gpus} GPUs",
+                replace(shape, parallelism=replace(p, kind="zero3"), master_weights=shape.master_weights),
+            )
+        )
     if not shape.lora_rank:
         candidates.append(("train LoRA adapters (peft) instead of every weight", replace(shape, lora_rank=16)))
     if shape.quantized != "4bit":
-        candidates.append(("QLoRA: load in 4-bit (BitsAndBytesConfig(load_in_4bit=True)) and train LoRA adapters",
-                           replace(shape, quantized="4bit", lora_rank=shape.lora_rank or 16,
-                                   weight_dtype=dtypes.BFLOAT16)))
+        candidates.append(
+            (
+                "QLoRA: load in 4-bit (BitsAndBytesConfig(load_in_4bit=True)) and train LoRA adapters",
+                replace(shape, quantized="4bit", lora_rank=shape.lora_rank or 16, weight_dtype=dtypes.BFLOAT16),
+            )
+        )
     if shape.sequence > 256 and not c.image_size:
-        candidates.append((f"shorter sequences (max length {shape.sequence // 2})",
-                           replace(shape, sequence=shape.sequence // 2)))
+        candidates.append(
+            (f"shorter sequences (max length {shape.sequence // 2})", replace(shape, sequence=shape.sequence // 2))
+        )
     for description, changed in candidates:
         b = estimate(c, changed)
         if b.peak <= budget:

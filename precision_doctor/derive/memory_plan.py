@@ -4,15 +4,24 @@ assumed, and the plan says what."""
 
 from __future__ import annotations
 
-
 from ..knowledge import dtypes
-from ..model.facts import KNOWN, CheckpointFacts, Facts, Gpu, LaunchFacts, MachineFacts, ScriptFacts, StackFacts, model_source
+from ..model.facts import (
+    KNOWN,
+    CheckpointFacts,
+    Facts,
+    Gpu,
+    LaunchFacts,
+    MachineFacts,
+    ScriptFacts,
+    StackFacts,
+    model_source,
+)
+from ..model.util import record
 from .checkpoint import checkpoint_of
 from .launch import LaunchPlan, device_map_kind
 from .memory import MIB, WHISPER_MAX_LABELS, Breakdown, Parallelism, TrainingShape, estimate, source_frames
 from .optimizer import optimizer_of
 from .setup import Setup, decide
-from ..model.util import record
 
 DEFAULT_BATCH = 8  # TrainingArguments.per_device_train_batch_size
 TRL_MAX_LENGTH = 1024  # SFTConfig.max_length
@@ -64,8 +73,9 @@ def plan_memory_for(setup: Setup, script: ScriptFacts, facts: Facts, plan: Launc
     return plan_memory(setup, script, facts.machine, script.stack or facts.stack, facts.launch, plan)
 
 
-def plan_memory(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack: StackFacts, launch: LaunchFacts,
-                plan: LaunchPlan) -> MemoryPlan | str:
+def plan_memory(
+    setup: Setup, script: ScriptFacts, machine: MachineFacts, stack: StackFacts, launch: LaunchFacts, plan: LaunchPlan
+) -> MemoryPlan | str:
     """The plan, or why there is none."""
     if setup.model_load is None:
         return "no model load found"
@@ -85,8 +95,9 @@ def plan_memory(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack:
     return MemoryPlan(checkpoint, shape, estimate(checkpoint, shape), budget, gpu, len(machine.gpus), spread)
 
 
-def training_shape(setup: Setup, script: ScriptFacts, c: CheckpointFacts, machine: MachineFacts,
-                   stack: StackFacts, plan: LaunchPlan) -> TrainingShape:
+def training_shape(
+    setup: Setup, script: ScriptFacts, c: CheckpointFacts, machine: MachineFacts, stack: StackFacts, plan: LaunchPlan
+) -> TrainingShape:
     assumed: list[str] = []
     args = setup.training_args
     weight = setup.weights.value if setup.weights.known else (c.torch_dtype or dtypes.FLOAT32)
@@ -99,41 +110,69 @@ def training_shape(setup: Setup, script: ScriptFacts, c: CheckpointFacts, machin
     batch = _int_kwarg(args, "per_device_train_batch_size", machine, stack)
     if batch is None:
         batch = DEFAULT_BATCH
-        assumed.append(f"batch size {batch} per GPU (" + ("TrainingArguments' default" if args is not None and
-                                                          "per_device_train_batch_size" not in args.kwargs
-                                                          else "not found in the script") + ")")
+        assumed.append(
+            f"batch size {batch} per GPU ("
+            + (
+                "TrainingArguments' default"
+                if args is not None and "per_device_train_batch_size" not in args.kwargs
+                else "not found in the script"
+            )
+            + ")"
+        )
     sequence = None
     for name in ("max_length", "max_seq_length"):
         sequence = sequence or _int_kwarg(args, name, machine, stack)
     if sequence is None and source_frames(c):  # Whisper: the audio is 30 s, the labels at most 448 tokens
         sequence = c.target_positions or WHISPER_MAX_LABELS
-        assumed.append(f"labels of {sequence} tokens (the decoder's longest; the encoder always reads "
-                       f"{source_frames(c)} audio frames)")
+        assumed.append(
+            f"labels of {sequence} tokens (the decoder's longest; the encoder always reads "
+            f"{source_frames(c)} audio frames)"
+        )
     if sequence is None:
-        sequence = TRL_MAX_LENGTH if setup.trl else (512 if c.model_type in ("bert", "roberta", "deberta-v2")
-                                                     else 1024)
+        sequence = TRL_MAX_LENGTH if setup.trl else (512 if c.model_type in ("bert", "roberta", "deberta-v2") else 1024)
         if not (c.image_size and c.patch_size):
-            assumed.append(f"sequence length {sequence} ("
-                           + ("SFTConfig's default max_length" if setup.trl else "not written in the script") + ")")
+            assumed.append(
+                f"sequence length {sequence} ("
+                + ("SFTConfig's default max_length" if setup.trl else "not written in the script")
+                + ")"
+            )
     attn = setup.model_load.kwarg("attn_implementation") if setup.model_load else None
-    eager = bool(attn is not None and attn.state == KNOWN and attn.value == "eager") or \
-        (c.attention and "sdpa" not in c.attention and "flash_attention_2" not in c.attention)
+    eager = bool(attn is not None and attn.state == KNOWN and attn.value == "eager") or (
+        c.attention and "sdpa" not in c.attention and "flash_attention_2" not in c.attention
+    )
     parallelism, master = _parallelism(setup, script, machine, plan, weight, amp)
     if master:
         weight = compute if compute != dtypes.FLOAT32 else dtypes.BFLOAT16
-    return TrainingShape(weight_dtype=weight, compute_dtype=compute, quantized=quantized, lora_rank=lora_rank,
-                         adapter_dtype=setup.adapter_dtype.value or dtypes.FLOAT32,
-                         optimizer=_optimizer_kind(setup, stack), batch=batch, sequence=sequence, checkpointing=setup.placement.checkpointing.on,
-                         scores_materialised=bool(eager), parallelism=parallelism, master_weights=master,
-                         vocabulary_head=not _classifier(setup),
-                         kbit_upcast=bool(quantized and script.of("prepare_kbit")), assumed=tuple(assumed))
+    return TrainingShape(
+        weight_dtype=weight,
+        compute_dtype=compute,
+        quantized=quantized,
+        lora_rank=lora_rank,
+        adapter_dtype=setup.adapter_dtype.value or dtypes.FLOAT32,
+        optimizer=_optimizer_kind(setup, stack),
+        batch=batch,
+        sequence=sequence,
+        checkpointing=setup.placement.checkpointing.on,
+        scores_materialised=bool(eager),
+        parallelism=parallelism,
+        master_weights=master,
+        vocabulary_head=not _classifier(setup),
+        kbit_upcast=bool(quantized and script.of("prepare_kbit")),
+        assumed=tuple(assumed),
+    )
 
 
 # A task head with a handful of outputs (a classifier's logits are num_labels wide), or none (a bare backbone):
 # no vocabulary-wide logits
 LANGUAGE_MODEL_NAMES = ("LMHeadModel", "LanguageModel")  # GPT2LMHeadModel, Unsloth's FastLanguageModel
-CLASSIFIER_HEADS = ("ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering",
-                    "ForMultipleChoice", "ForImageClassification", "ForAudioClassification")
+CLASSIFIER_HEADS = (
+    "ForSequenceClassification",
+    "ForTokenClassification",
+    "ForQuestionAnswering",
+    "ForMultipleChoice",
+    "ForImageClassification",
+    "ForAudioClassification",
+)
 
 
 def _classifier(setup: Setup) -> bool:
@@ -160,23 +199,31 @@ def _lora_rank(setup: Setup, script: ScriptFacts) -> int:
     return 8  # LoraConfig's default
 
 
-def _parallelism(setup: Setup, script: ScriptFacts, machine: MachineFacts, plan: LaunchPlan, weight: str,
-                 amp) -> tuple[Parallelism, bool]:
+def _parallelism(
+    setup: Setup, script: ScriptFacts, machine: MachineFacts, plan: LaunchPlan, weight: str, amp
+) -> tuple[Parallelism, bool]:
     """How the training state is spread, and whether an fp32 master copy sits beside half weights."""
     sharding = setup.sharding
     # no launch given: a DeepSpeed / FSDP job is launched on every visible GPU
     processes = plan.processes or (len(machine.gpus) if sharding.kind else 1)
     if sharding.kind == "deepspeed" and sharding.config is not None:
         kind = f"zero{sharding.stage}" if sharding.stage else "ddp"
-        return Parallelism(processes, kind, sharding.offload_optimizer, sharding.offload_params), \
-            amp in ("fp16", "bf16")
+        return Parallelism(processes, kind, sharding.offload_optimizer, sharding.offload_params), amp in (
+            "fp16",
+            "bf16",
+        )
     if sharding.kind == "fsdp" and sharding.fsdp:
         kind = {"hybrid_shard": "fsdp-hybrid", "shard_grad_op": "fsdp-grad-op", "no_shard": "ddp"}.get(
-            sharding.fsdp, "fsdp-full")
-        return Parallelism(processes, kind, offload_params=sharding.offload_params,
-                           gpus_per_node=len(machine.gpus)), False
-    if setup.model_load is not None and device_map_kind(setup.model_load.kwarg("device_map")) == "spread" \
-            and processes == 1:
+            sharding.fsdp, "fsdp-full"
+        )
+        return Parallelism(
+            processes, kind, offload_params=sharding.offload_params, gpus_per_node=len(machine.gpus)
+        ), False
+    if (
+        setup.model_load is not None
+        and device_map_kind(setup.model_load.kwarg("device_map")) == "spread"
+        and processes == 1
+    ):
         return Parallelism(len(machine.gpus), "device-map"), False
     return Parallelism(processes, "ddp" if processes > 1 else "single"), False
 
@@ -198,10 +245,10 @@ def _size(text) -> int:
     if isinstance(text, int):
         return text
     s = str(text).strip().upper().replace(" ", "")
-    for unit, mult in (("GIB", 1024 ** 3), ("MIB", 1024 ** 2), ("GB", 10 ** 9), ("MB", 10 ** 6)):
+    for unit, mult in (("GIB", 1024**3), ("MIB", 1024**2), ("GB", 10**9), ("MB", 10**6)):
         if s.endswith(unit):
             try:
-                return int(float(s[:-len(unit)]) * mult)
+                return int(float(s[: -len(unit)]) * mult)
             except ValueError:
                 return 0
     return 0

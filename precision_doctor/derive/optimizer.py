@@ -11,15 +11,14 @@ to float16 weights without loss scaling). Measured on torch 2.13 and bitsandbyte
 
 from __future__ import annotations
 
-
 from ..model.facts import KNOWN, StackFacts
-from .setup import Setup
 from ..model.util import record
+from .setup import Setup
 
 # how the update treats float16 parameters
-HALF_MATH = "half"      # computes in the parameter's dtype
-FUSED_MATH = "fused"    # fp32 arithmetic, moments stored in the parameter's dtype
-FP32_MATH = "fp32"      # fp32 arithmetic and fp32/8-bit state of its own
+HALF_MATH = "half"  # computes in the parameter's dtype
+FUSED_MATH = "fused"  # fp32 arithmetic, moments stored in the parameter's dtype
+FP32_MATH = "fp32"  # fp32 arithmetic and fp32/8-bit state of its own
 
 # Trainer `optim` names (transformers OptimizerNames) served by bitsandbytes or torchao low-bit optimizers
 _LOW_BIT_MARKERS = ("bnb", "8bit", "32bit", "4bit", "paged", "lion", "ademamix")
@@ -27,10 +26,10 @@ _LOW_BIT_MARKERS = ("bnb", "8bit", "32bit", "4bit", "paged", "lion", "ademamix")
 
 @record
 class Optimizer:
-    name: str       # as the script writes it: "adamw_bnb_8bit", "AdamW8bit"; "" when not known
-    kind: str       # the memory plan's kind: adamw, adamw-8bit, paged-adamw-8bit, adafactor, lion, sgd, sgd-momentum
-    math: str       # HALF_MATH, FUSED_MATH, FP32_MATH, or "" when not known
-    adam: bool      # an Adam-type update (divides by the second moment)
+    name: str  # as the script writes it: "adamw_bnb_8bit", "AdamW8bit"; "" when not known
+    kind: str  # the memory plan's kind: adamw, adamw-8bit, paged-adamw-8bit, adafactor, lion, sgd, sgd-momentum
+    math: str  # HALF_MATH, FUSED_MATH, FP32_MATH, or "" when not known
+    adam: bool  # an Adam-type update (divides by the second moment)
 
 
 def trainer_default_optim(stack: StackFacts) -> str:
@@ -59,8 +58,9 @@ def _trainer_optim(name: str) -> Optimizer:
     low = name.lower()
     if any(m in low for m in _LOW_BIT_MARKERS):
         eight = "8bit" in low or "8_bit" in low
-        kind = ("paged-adamw-8bit" if "paged" in low else "adamw-8bit") if eight else \
-            "lion" if "lion" in low else "adamw"
+        kind = (
+            ("paged-adamw-8bit" if "paged" in low else "adamw-8bit") if eight else "lion" if "lion" in low else "adamw"
+        )
         return Optimizer(name, kind, FP32_MATH, "lion" not in low)
     if "adafactor" in low:
         return Optimizer(name, "adafactor", FP32_MATH, False)
@@ -77,8 +77,13 @@ def _constructed(callee: str, fused, momentum) -> Optimizer:
     short = callee.rsplit(".", 1)[-1]
     low = short.lower()
     if callee.startswith(("bitsandbytes.", "bnb.")) or "8bit" in low or "32bit" in low:
-        kind = ("paged-adamw-8bit" if "paged" in low else "adamw-8bit") if "8bit" in low else \
-            "lion" if "lion" in low else "adamw"
+        kind = (
+            ("paged-adamw-8bit" if "paged" in low else "adamw-8bit")
+            if "8bit" in low
+            else "lion"
+            if "lion" in low
+            else "adamw"
+        )
         return Optimizer(short, kind, FP32_MATH, "adam" in low)
     if "adafactor" in low:
         return Optimizer(short, "adafactor", FP32_MATH, False)

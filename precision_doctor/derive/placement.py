@@ -5,9 +5,9 @@ Derived once per script; rules read the result from `setup.placement`."""
 from __future__ import annotations
 
 from ..knowledge import dtypes
+from ..knowledge.versions import TRAINER_SKIPS_DP_FOR_4BIT, at_least
 from ..model.facts import ABSENT, KNOWN, Call, MachineFacts, ScriptFacts, StackFacts, Value
 from ..model.findings import Evidence
-from ..knowledge.versions import TRAINER_SKIPS_DP_FOR_4BIT, at_least
 from .launch import device_map_kind
 from .setup import Checkpointing, Placement, Setup, call_evidence, decide, evidence_of
 
@@ -27,10 +27,14 @@ def derive_placement(setup: Setup, script: ScriptFacts, machine: MachineFacts, s
     load = setup.model_load
     kind = device_map_kind(decide(load.kwarg("device_map"), machine, stack)) if load else "none"
     exempt, source = trainer_exempts_4bit(stack)
-    return Placement(device_map=kind, trainer_wrap=_trainer_wrap(setup, len(machine.gpus), exempt),
-                     exempts_4bit=exempt, exempts_4bit_source=source,
-                     dataparallel_crash_reasons=_dataparallel_crash_reasons(setup, kind, exempt, source, stack),
-                     checkpointing=_checkpointing(setup, script, machine, stack))
+    return Placement(
+        device_map=kind,
+        trainer_wrap=_trainer_wrap(setup, len(machine.gpus), exempt),
+        exempts_4bit=exempt,
+        exempts_4bit_source=source,
+        dataparallel_crash_reasons=_dataparallel_crash_reasons(setup, kind, exempt, source, stack),
+        checkpointing=_checkpointing(setup, script, machine, stack),
+    )
 
 
 def trainer_exempts_4bit(stack: StackFacts) -> tuple[bool, str]:
@@ -40,29 +44,46 @@ def trainer_exempts_4bit(stack: StackFacts) -> tuple[bool, str]:
     if read is not None:
         return read.value, f"read in the installed {read.evidence}"
     pkg = stack.get("transformers")
-    return at_least(stack, "transformers", TRAINER_4BIT_EXEMPTION_RELEASE), \
-        f"transformers {pkg.version} ({pkg.source}); the exemption arrived in {TRAINER_4BIT_EXEMPTION_RELEASE} " \
-        f"(PR#45407)"
+    return (
+        at_least(stack, "transformers", TRAINER_4BIT_EXEMPTION_RELEASE),
+        f"transformers {pkg.version} ({pkg.source}); the exemption arrived in {TRAINER_4BIT_EXEMPTION_RELEASE} "
+        f"(PR#45407)",
+    )
 
 
-def _dataparallel_crash_reasons(setup: Setup, device_map: str, exempt: bool, how: str,
-                                stack: StackFacts) -> tuple[Evidence, ...]:
+def _dataparallel_crash_reasons(
+    setup: Setup, device_map: str, exempt: bool, how: str, stack: StackFacts
+) -> tuple[Evidence, ...]:
     reasons: list[Evidence] = []
     load = setup.model_load
     if setup.quantized.value == "4bit" and not exempt:
-        reasons.append(Evidence(load.location if load else None, load.text if load else "",
-                                f"4-bit bitsandbytes modules are not replica-safe, and this Trainer still wraps "
-                                f"them ({how})", "code"))
+        reasons.append(
+            Evidence(
+                load.location if load else None,
+                load.text if load else "",
+                f"4-bit bitsandbytes modules are not replica-safe, and this Trainer still wraps them ({how})",
+                "code",
+            )
+        )
     if load is not None and device_map == "offload":
         reasons.append(call_evidence(load, "offloaded modules run through accelerate hooks, which replicas break"))
-    if setup.amp.value == "bf16" and setup.weights.value == dtypes.BFLOAT16 and \
-            not at_least(stack, "transformers", TRAINER_AUTOCAST_LEFT_TO_ACCELERATE):
+    if (
+        setup.amp.value == "bf16"
+        and setup.weights.value == dtypes.BFLOAT16
+        and not at_least(stack, "transformers", TRAINER_AUTOCAST_LEFT_TO_ACCELERATE)
+    ):
         version = stack.get("transformers")
-        reasons.append(Evidence(None, "torch.nn.parallel.parallel_apply",
-                                f"autocast's dtype is thread-local: on transformers {version.version} ({version.source}) "
-                                f"Trainer enters bf16 autocast around DataParallel, whose replicas re-enter it as fp16, "
-                                f"meeting bf16 weights (from {TRAINER_AUTOCAST_LEFT_TO_ACCELERATE} Trainer enters no "
-                                f"autocast under DataParallel)", "code"))
+        reasons.append(
+            Evidence(
+                None,
+                "torch.nn.parallel.parallel_apply",
+                f"autocast's dtype is thread-local: on transformers {version.version} ({version.source}) "
+                f"Trainer enters bf16 autocast around DataParallel, whose replicas re-enter it as fp16, "
+                f"meeting bf16 weights (from {TRAINER_AUTOCAST_LEFT_TO_ACCELERATE} Trainer enters no "
+                f"autocast under DataParallel)",
+                "code",
+            )
+        )
     return tuple(reasons)
 
 
@@ -107,14 +128,23 @@ def _checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, sta
         trl_default = setup.trl and gc.state == ABSENT
         if gc.is_(True) or trl_default:
             on = by_args = True
-            evidence.append(evidence_of(gc, "gradient_checkpointing=True", args) if gc.state == KNOWN else
-                            Evidence(args.location, args.text, "gradient checkpointing on (TRL default)", "default"))
+            evidence.append(
+                evidence_of(gc, "gradient_checkpointing=True", args)
+                if gc.state == KNOWN
+                else Evidence(args.location, args.text, "gradient checkpointing on (TRL default)", "default")
+            )
         reentrant = _use_reentrant(args, machine, stack, evidence)
         if by_args and reentrant is None and setup.trl and at_least(stack, "trl", TRL_NON_REENTRANT):
             reentrant = False  # TRL's own default, before transformers 5 took it
             trl = stack.get("trl")
-            evidence.append(Evidence(args.location, args.text, f"trl {trl.version} ({trl.source}) sets "
-                                     f"use_reentrant=False (from {TRL_NON_REENTRANT})", "default"))
+            evidence.append(
+                Evidence(
+                    args.location,
+                    args.text,
+                    f"trl {trl.version} ({trl.source}) sets use_reentrant=False (from {TRL_NON_REENTRANT})",
+                    "default",
+                )
+            )
     switches = [(c, "gradient_checkpointing_enable()") for c in script.of("gc_enable")]
     if setup.quantized.known and setup.quantized.value:
         # peft's prepare_model_for_kbit_training(use_gradient_checkpointing=True) switches it on for a k-bit model
@@ -131,8 +161,14 @@ def _checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, sta
     if on and reentrant is None:  # the library default
         reentrant = not at_least(stack, "transformers", "5.0")
         version = stack.get("transformers")
-        evidence.append(Evidence(None, f"transformers {version.version}",
-                                 f"use_reentrant defaults to {reentrant} ({version.source})", "default"))
+        evidence.append(
+            Evidence(
+                None,
+                f"transformers {version.version}",
+                f"use_reentrant defaults to {reentrant} ({version.source})",
+                "default",
+            )
+        )
     return Checkpointing(on, bool(reentrant), tuple(evidence))
 
 

@@ -11,13 +11,29 @@ from dataclasses import replace
 from typing import Any
 
 from ..knowledge import dtypes
-from ..model.facts import (ABSENT, CONDITIONAL, KNOWN, Call, CheckpointSource, Facts, MachineFacts, Origin, Predicate,
-                     ScriptFacts, StackFacts, Value, VersionSource, builds_from_config, config_load_of, model_source)
-from ..model.findings import Evidence
 from ..knowledge.versions import at_least
+from ..model.facts import (
+    ABSENT,
+    CONDITIONAL,
+    KNOWN,
+    Call,
+    CheckpointSource,
+    Facts,
+    MachineFacts,
+    Origin,
+    Predicate,
+    ScriptFacts,
+    StackFacts,
+    Value,
+    VersionSource,
+    builds_from_config,
+    config_load_of,
+    model_source,
+)
+from ..model.findings import Evidence
+from ..model.util import record
 from .checkpoint import checkpoint_of, describe_source
 from .launch import Sharding
-from ..model.util import record
 
 TORCH_EMULATES_BF16 = "2.3"  # torch.cuda.is_bf16_supported(including_emulation=True) from this release on
 # from_pretrained / from_config take `dtype=` from 4.56 (PR #39782; `torch_dtype=` warns from then on); before, only
@@ -26,6 +42,7 @@ DTYPE_KEYWORD_FROM = "4.56"
 
 
 # --- hardware predicates ----------------------------------------------------------------------
+
 
 def evaluate(p: Predicate, machine: MachineFacts, stack: StackFacts) -> bool | None:
     """What a script's hardware check returns on the target machine; None when it is not known."""
@@ -65,11 +82,13 @@ def decide(v: Value, machine: MachineFacts, stack: StackFacts) -> Value:
     note = f"{v.predicate.text} is {answer} on {machine.describe()}"
     if v.predicate.kind == "bf16_supported" and answer and machine.gpus and not machine.gpus[0].native_bf16:
         note += " (emulated bf16: the default including_emulation=True)"
-    return replace(branch, origins=branch.origins + (Origin("profile", note, v.location),),
-                   location=branch.location or v.location)
+    return replace(
+        branch, origins=branch.origins + (Origin("profile", note, v.location),), location=branch.location or v.location
+    )
 
 
 # --- derived facts ----------------------------------------------------------------------------
+
 
 @record
 class Fact:
@@ -143,8 +162,11 @@ class Setup:
     @property
     def amp_from_launch(self) -> bool:
         """A Trainer's mixed precision that its flags do not ask for: the launch (or the environment) set it."""
-        return self.style == "trainer" and self.amp.value in ("fp16", "bf16", "fp8") and \
-            not (self.fp16.value or self.bf16.value)
+        return (
+            self.style == "trainer"
+            and self.amp.value in ("fp16", "bf16", "fp8")
+            and not (self.fp16.value or self.bf16.value)
+        )
 
     def trainable_dtypes(self) -> Fact:
         """The dtypes of the parameters that receive gradients."""
@@ -157,8 +179,11 @@ class Setup:
             out.append(self.adapter_dtype.value)
         if self.modules_to_save.value:
             out.append(self.weights.value)
-        return Fact(tuple(dict.fromkeys(out)), self.adapter_dtype.evidence + self.modules_to_save.evidence,
-                    inferred=self.adapter_dtype.inferred)
+        return Fact(
+            tuple(dict.fromkeys(out)),
+            self.adapter_dtype.evidence + self.modules_to_save.evidence,
+            inferred=self.adapter_dtype.inferred,
+        )
 
 
 def evidence_of(v: Value, note: str, fallback: Call | None = None) -> Evidence:
@@ -170,14 +195,29 @@ def evidence_of(v: Value, note: str, fallback: Call | None = None) -> Evidence:
     for o in external:
         note = f"{note} ({o.detail})"
     kind = min((o.kind for o in external), key=_ORIGIN_PRIORITY.index, default="code")
-    trail = tuple(f"{o.location}  {o.detail}" for o in v.origins
-                  if o.kind == "code" and o.location and o is not literal
-                  and (loc is None or (o.location.path, o.location.line) != (loc.path, loc.line)))
+    trail = tuple(
+        f"{o.location}  {o.detail}"
+        for o in v.origins
+        if o.kind == "code"
+        and o.location
+        and o is not literal
+        and (loc is None or (o.location.path, o.location.line) != (loc.path, loc.line))
+    )
     return Evidence(loc, excerpt, note, kind, trail)
 
 
-_ORIGIN_PRIORITY = ("script-arg", "launcher", "env", "env-default", "config-file", "accelerate-config", "profile",
-                    "default", "assumed", "code")
+_ORIGIN_PRIORITY = (
+    "script-arg",
+    "launcher",
+    "env",
+    "env-default",
+    "config-file",
+    "accelerate-config",
+    "profile",
+    "default",
+    "assumed",
+    "code",
+)
 
 
 def call_evidence(c: Call, note: str) -> Evidence:
@@ -185,6 +225,7 @@ def call_evidence(c: Call, note: str) -> Evidence:
 
 
 # --- the derivation ---------------------------------------------------------------------------
+
 
 def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
     machine, stack, launch = facts.machine, script.stack or facts.stack, facts.launch
@@ -212,8 +253,9 @@ def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
     traced = traced or (load is not None and load.target in _model_names(None, (), trainer, optimizers))
     # casts of the trained model: in the scopes that build it (a helper's own parameter is another object)
     scopes = {c.scope for c in ((load,) if load else ()) + chain + optimizers + ((trainer,) if trainer else ())}
-    casts = tuple(c for c in script.calls if c.kind == "cast" and c.receiver in names and c.scope in scopes
-                  and dtype_of_cast(c)) + tuple(c for c in chain if c.kind == "cast" and dtype_of_cast(c))
+    casts = tuple(
+        c for c in script.calls if c.kind == "cast" and c.receiver in names and c.scope in scopes and dtype_of_cast(c)
+    ) + tuple(c for c in chain if c.kind == "cast" and dtype_of_cast(c))
     casts = tuple(sorted({c.key: c for c in casts}.values(), key=lambda c: (c.location.path, c.location.line)))
 
     family = _family(load, script)
@@ -234,14 +276,36 @@ def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
     amp, fp16, bf16 = _amp(style, args_call, accelerators, script, machine, stack, launch)
     trl = bool((trainer and trainer.callee.startswith("trl")) or (args_call and args_call.callee.startswith("trl")))
     return Setup(
-        path=script.path, trains=trains, style=style, trainer=trainer, training_args=args_call, trl=trl,
-        model_load=load, load_traced=traced, followed=followed, model_names=frozenset(names), family=family,
+        path=script.path,
+        trains=trains,
+        style=style,
+        trainer=trainer,
+        training_args=args_call,
+        trl=trl,
+        model_load=load,
+        load_traced=traced,
+        followed=followed,
+        model_names=frozenset(names),
+        family=family,
         dtype_keyword="dtype" if at_least(stack, "transformers", DTYPE_KEYWORD_FROM) else "torch_dtype",
-        weights=weights, loaded=loaded, quantized=quantized,
-        peft=peft, adapter_dtype=adapter_dtype, modules_to_save=modules_to_save, amp=amp, fp16=fp16, bf16=bf16,
-        accelerator=accelerators[0] if accelerators else None, casts=casts, optimizers=optimizers,
-        scalers=tuple(script.of("grad_scaler")), autocasts=tuple(script.of("autocast")), methods=methods,
-        clips=tuple(script.of("clip_grad")), chain=chain)
+        weights=weights,
+        loaded=loaded,
+        quantized=quantized,
+        peft=peft,
+        adapter_dtype=adapter_dtype,
+        modules_to_save=modules_to_save,
+        amp=amp,
+        fp16=fp16,
+        bf16=bf16,
+        accelerator=accelerators[0] if accelerators else None,
+        casts=casts,
+        optimizers=optimizers,
+        scalers=tuple(script.of("grad_scaler")),
+        autocasts=tuple(script.of("autocast")),
+        methods=methods,
+        clips=tuple(script.of("clip_grad")),
+        chain=chain,
+    )
 
 
 def _training_entry(trainer: Call | None, optimizers: tuple[Call, ...], script: ScriptFacts) -> str:
@@ -274,8 +338,9 @@ def _follow_model(key: str, by_key: dict[str, Call]) -> tuple[Call | None, tuple
     return None, tuple(reversed(chain))
 
 
-def _model_names(load: Call | None, chain: tuple[Call, ...], trainer: Call | None,
-                 optimizers: tuple[Call, ...]) -> set[str]:
+def _model_names(
+    load: Call | None, chain: tuple[Call, ...], trainer: Call | None, optimizers: tuple[Call, ...]
+) -> set[str]:
     names: set[str] = set()
     for c in ((load,) if load else ()) + chain:
         for t in c.target.split(","):
@@ -287,7 +352,7 @@ def _model_names(load: Call | None, chain: tuple[Call, ...], trainer: Call | Non
             names.add(v.text)
     for opt in optimizers:
         if opt.args and opt.args[0].text.endswith(".parameters()"):
-            names.add(opt.args[0].text[:-len(".parameters()")])
+            names.add(opt.args[0].text[: -len(".parameters()")])
     if load and not names and load.target:
         names.add(load.target)
     return names
@@ -300,7 +365,9 @@ def _bound_results(load: Call | None, script: ScriptFacts) -> set[str]:
     if load is None or load.scope == "<module>":
         return set()
     helper = load.scope.rsplit(".", 1)[-1]
-    calls = {c.key: c for c in script.calls if c.kind in ("local_call", "flow") and c.callee.rsplit(".", 1)[-1] == helper}
+    calls = {
+        c.key: c for c in script.calls if c.kind in ("local_call", "flow") and c.callee.rsplit(".", 1)[-1] == helper
+    }
     if len(calls) != 1:  # called for a student and a teacher: which result is trained is not known
         return set()
     bound = list(calls.values()) + [c for c in script.calls if c.kind == "cast" and c.refs.get("self") in calls]
@@ -355,19 +422,31 @@ def _weights(load: Call | None, script: ScriptFacts, machine: MachineFacts, stac
         return _config_dtype(load, script, machine, stack)
     if v.state == ABSENT or v.is_(None):  # dtype=None is the library default
         if at_least(stack, "transformers", "5.0"):
-            return _checkpoint_dtype(load, script, stack, Evidence(
-                load.location, load.text,
-                f"no dtype passed: transformers {stack.get('transformers').version} loads the checkpoint's dtype",
-                "default"), inferred=True)
-        return Fact(dtypes.FLOAT32, (Evidence(load.location, load.text,
-                                              "no dtype passed: transformers < 5 loads float32", "default"),),
-                    call=load, inferred=True)
+            return _checkpoint_dtype(
+                load,
+                script,
+                stack,
+                Evidence(
+                    load.location,
+                    load.text,
+                    f"no dtype passed: transformers {stack.get('transformers').version} loads the checkpoint's dtype",
+                    "default",
+                ),
+                inferred=True,
+            )
+        return Fact(
+            dtypes.FLOAT32,
+            (Evidence(load.location, load.text, "no dtype passed: transformers < 5 loads float32", "default"),),
+            call=load,
+            inferred=True,
+        )
     if v.state != KNOWN:
         return _undecided(name, v, load)
     d = dtypes.from_string(v.value)
     if d == dtypes.AUTO:
-        return _checkpoint_dtype(load, script, stack, evidence_of(v, f"{name}='auto': the checkpoint's dtype", load),
-                                 inferred=False)
+        return _checkpoint_dtype(
+            load, script, stack, evidence_of(v, f"{name}='auto': the checkpoint's dtype", load), inferred=False
+        )
     if d is None:
         return Fact(unknown=f"{name}={v.text} is not a dtype the doctor knows", call=load, source=v)
     return Fact(d, (evidence_of(v, f"weights loaded in {d}", load),), source=v, call=load)
@@ -384,13 +463,27 @@ FROM_CONFIG_TAKES_CONFIG_DTYPE = "4.49"
 def _config_dtype(load: Call, script: ScriptFacts, machine: MachineFacts, stack: StackFacts) -> Fact:
     """The weights of `from_config(config)` with no dtype: the config's dtype, as its config load gives it."""
     if not at_least(stack, "transformers", FROM_CONFIG_TAKES_CONFIG_DTYPE):
-        return Fact(dtypes.FLOAT32, (Evidence(load.location, load.text, f"no dtype passed: from_config on transformers "
-                                              f"< {FROM_CONFIG_TAKES_CONFIG_DTYPE} builds in float32", "default"),),
-                    call=load, inferred=True)
+        return Fact(
+            dtypes.FLOAT32,
+            (
+                Evidence(
+                    load.location,
+                    load.text,
+                    f"no dtype passed: from_config on transformers "
+                    f"< {FROM_CONFIG_TAKES_CONFIG_DTYPE} builds in float32",
+                    "default",
+                ),
+            ),
+            call=load,
+            inferred=True,
+        )
     config = config_load_of(load, script.calls)
     if config is None:
-        return Fact(unknown="from_config builds in its config's dtype, and the config is not read from a checkpoint "
-                            "the script names", call=load)
+        return Fact(
+            unknown="from_config builds in its config's dtype, and the config is not read from a checkpoint "
+            "the script names",
+            call=load,
+        )
     # AutoConfig.from_pretrained(id, torch_dtype=...) (or config.torch_dtype = ...) sets the config's dtype; `dtype`
     # only from 4.56, where the config has that attribute (before, it is kept aside and from_config never reads it)
     name, raw = load_dtype_value(config, at_least(stack, "transformers", DTYPE_KEYWORD_FROM))
@@ -398,14 +491,24 @@ def _config_dtype(load: Call, script: ScriptFacts, machine: MachineFacts, stack:
     if v.state == KNOWN and v.value is not None:
         d = dtypes.from_string(v.value)
         if d and d != dtypes.AUTO:
-            return Fact(d, (evidence_of(v, f"config dtype {d}: from_config builds in it", config),), source=v,
-                        call=load)
+            return Fact(
+                d, (evidence_of(v, f"config dtype {d}: from_config builds in it", config),), source=v, call=load
+            )
     elif v.state != ABSENT and not v.is_(None):
         return _undecided(name, v, config)
-    return _checkpoint_dtype(load, script, stack, Evidence(
-        load.location, load.text, f"no dtype passed: from_config on transformers {stack.get('transformers').version} "
-        f"builds in the config's dtype, read from the checkpoint at line {config.location.line}", "default"),
-        inferred=True)
+    return _checkpoint_dtype(
+        load,
+        script,
+        stack,
+        Evidence(
+            load.location,
+            load.text,
+            f"no dtype passed: from_config on transformers {stack.get('transformers').version} "
+            f"builds in the config's dtype, read from the checkpoint at line {config.location.line}",
+            "default",
+        ),
+        inferred=True,
+    )
 
 
 def _checkpoint_dtype(load: Call, script: ScriptFacts, stack: StackFacts, ev: Evidence, inferred: bool) -> Fact:
@@ -413,21 +516,40 @@ def _checkpoint_dtype(load: Call, script: ScriptFacts, stack: StackFacts, ev: Ev
     cfg = script.local_configs.get(source.value) if source.state == KNOWN else None
     d = dtypes.from_string((cfg or {}).get("dtype") or (cfg or {}).get("torch_dtype"))
     if d and d != dtypes.AUTO:
-        return Fact(d, (ev, Evidence(None, cfg.get("path", "config.json"), f"checkpoint dtype {d}", "code")),
-                    call=load, inferred=inferred)
+        return Fact(
+            d,
+            (ev, Evidence(None, cfg.get("path", "config.json"), f"checkpoint dtype {d}", "code")),
+            call=load,
+            inferred=inferred,
+        )
     checkpoint = checkpoint_of(load, script)  # the Hugging Face cache, else the doctor's table
     if checkpoint and checkpoint.torch_dtype:
         d = checkpoint.torch_dtype
-        return Fact(d, (ev, Evidence(None, checkpoint.detail, f"checkpoint dtype {d}: {describe_source(checkpoint)}",
-                                     "code" if checkpoint.source == CheckpointSource.LOCAL else "default")),
-                    call=load, inferred=inferred or checkpoint.source != CheckpointSource.LOCAL)
+        return Fact(
+            d,
+            (
+                ev,
+                Evidence(
+                    None,
+                    checkpoint.detail,
+                    f"checkpoint dtype {d}: {describe_source(checkpoint)}",
+                    "code" if checkpoint.source == CheckpointSource.LOCAL else "default",
+                ),
+            ),
+            call=load,
+            inferred=inferred or checkpoint.source != CheckpointSource.LOCAL,
+        )
     what = f"'{source.value}'" if source.state == KNOWN else source.text
-    return Fact(unknown=f"the weights take the checkpoint's dtype, which is not known for {what}", call=load,
-                evidence=(ev,), inferred=inferred)
+    return Fact(
+        unknown=f"the weights take the checkpoint's dtype, which is not known for {what}",
+        call=load,
+        evidence=(ev,),
+        inferred=inferred,
+    )
 
 
 def _quantization(load: Call | None, by_key: dict[str, Call], machine: MachineFacts, stack: StackFacts) -> Fact:
-    """"4bit" / "8bit", False when the load is not quantized, unknown (value None, with the reason) otherwise."""
+    """ "4bit" / "8bit", False when the load is not quantized, unknown (value None, with the reason) otherwise."""
     if load is None:
         return Fact(unknown="the trained model's from_pretrained call was not found")
     for flag, bits in (("load_in_4bit", "4bit"), ("load_in_8bit", "8bit")):
@@ -460,9 +582,15 @@ def _trainable_cast(script: ScriptFacts, attach: Call, names) -> Fact | None:
     return None
 
 
-def _peft(script: ScriptFacts, chain: tuple[Call, ...], trainer: Call | None, by_key: dict[str, Call],
-          weights: Fact, stack: StackFacts, names: set[str] | frozenset[str] = frozenset()
-          ) -> tuple[Fact, Fact, Fact]:
+def _peft(
+    script: ScriptFacts,
+    chain: tuple[Call, ...],
+    trainer: Call | None,
+    by_key: dict[str, Call],
+    weights: Fact,
+    stack: StackFacts,
+    names: set[str] | frozenset[str] = frozenset(),
+) -> tuple[Fact, Fact, Fact]:
     wrappers = [c for c in chain if c.kind in ("get_peft_model", "peft_load")]
     if not wrappers:  # the file's one get_peft_model: it injects the adapters into the model it is given, in place
         wrappers = script.of("get_peft_model") if len(script.of("get_peft_model")) == 1 else []
@@ -477,8 +605,11 @@ def _peft(script: ScriptFacts, chain: tuple[Call, ...], trainer: Call | None, by
         peft = Fact(True, (call_evidence(w, "LoRA adapters attached"),), call=w)
         config_call = by_key.get(w.refs.get("0" if w.kind == "add_adapter" else "1") or w.refs.get("peft_config", ""))
     elif trainer and trainer.kwarg("peft_config").state not in (ABSENT,) and not trainer.kwarg("peft_config").is_(None):
-        peft = Fact(True, (evidence_of(trainer.kwarg("peft_config"), "adapters attached by the trainer", trainer),),
-                    call=trainer)
+        peft = Fact(
+            True,
+            (evidence_of(trainer.kwarg("peft_config"), "adapters attached by the trainer", trainer),),
+            call=trainer,
+        )
         config_call = by_key.get(trainer.refs.get("peft_config", ""))
     if not peft.value:
         return peft, Fact(), Fact(())
@@ -489,25 +620,49 @@ def _peft(script: ScriptFacts, chain: tuple[Call, ...], trainer: Call | None, by
     if upcast is not None:
         adapter = upcast
     elif w.kind == "add_adapter":  # inject_adapter_in_model has no autocast: adapters take the base's dtype
-        adapter = Fact(weights.value, (call_evidence(w, "add_adapter creates adapters in the base dtype"),), call=w,
-                       inferred=True)
+        adapter = Fact(
+            weights.value, (call_evidence(w, "add_adapter creates adapters in the base dtype"),), call=w, inferred=True
+        )
     elif opt_out.is_(False):
         adapter = Fact(weights.value, (evidence_of(opt_out, "adapters kept in the base dtype", w),), call=w)
     elif at_least(stack, "peft", "0.12"):
-        adapter = Fact(dtypes.FLOAT32, (Evidence(w.location, w.text,
-                                                 f"peft {peft_version.version} ({peft_version.source}) creates "
-                                                 f"LoRA adapters in float32", peft_version.source),),
-                       call=w, inferred=True)
+        adapter = Fact(
+            dtypes.FLOAT32,
+            (
+                Evidence(
+                    w.location,
+                    w.text,
+                    f"peft {peft_version.version} ({peft_version.source}) creates LoRA adapters in float32",
+                    peft_version.source,
+                ),
+            ),
+            call=w,
+            inferred=True,
+        )
     else:
-        adapter = Fact(weights.value, (Evidence(w.location, w.text,
-                                                f"peft {peft_version.version} < 0.12 keeps adapters in the base "
-                                                f"dtype", peft_version.source),), call=w, inferred=True)
+        adapter = Fact(
+            weights.value,
+            (
+                Evidence(
+                    w.location,
+                    w.text,
+                    f"peft {peft_version.version} < 0.12 keeps adapters in the base dtype",
+                    peft_version.source,
+                ),
+            ),
+            call=w,
+            inferred=True,
+        )
     modules = Fact(())
     if config_call is not None:
         v = config_call.kwarg("modules_to_save")
         if v.state == KNOWN and v.value:
-            modules = Fact(tuple(v.value), (evidence_of(v, "modules_to_save copies stay in the base dtype",
-                                                        config_call),), call=config_call, source=v)
+            modules = Fact(
+                tuple(v.value),
+                (evidence_of(v, "modules_to_save copies stay in the base dtype", config_call),),
+                call=config_call,
+                source=v,
+            )
     return peft, adapter, modules
 
 
@@ -515,9 +670,15 @@ def _peft(script: ScriptFacts, chain: tuple[Call, ...], trainer: Call | None, by
 # fp16/bf16 say (1.16 trl/trainer/sft_trainer.py:908-911, PR #4577): SFT, GRPO and reward from 0.26.0, RLOO from
 # 0.27.0, DPO from 0.29.0, KTO from 1.4.0, Distillation in every release read from 1.10.0 (1.16
 # distillation_trainer.py:376). Before, only norms and embeddings were cast, under bf16=True (4-bit).
-TRL_CASTS_QUANTIZED_ADAPTERS = {"SFTTrainer": "0.26", "GRPOTrainer": "0.26", "RewardTrainer": "0.26",
-                                "RLOOTrainer": "0.27", "DPOTrainer": "0.29", "KTOTrainer": "1.4",
-                                "DistillationTrainer": "1.10"}  # (Distillation: read from 1.10 on)
+TRL_CASTS_QUANTIZED_ADAPTERS = {
+    "SFTTrainer": "0.26",
+    "GRPOTrainer": "0.26",
+    "RewardTrainer": "0.26",
+    "RLOOTrainer": "0.27",
+    "DPOTrainer": "0.29",
+    "KTOTrainer": "1.4",
+    "DistillationTrainer": "1.10",
+}  # (Distillation: read from 1.10 on)
 
 
 def _trl_casts_adapters(trainer: Call | None, script: ScriptFacts, stack: StackFacts) -> Fact | None:
@@ -528,27 +689,53 @@ def _trl_casts_adapters(trainer: Call | None, script: ScriptFacts, stack: StackF
     if not since or not trainer.callee.startswith("trl") or not at_least(stack, "trl", since):
         return None
     built = (trainer.location.path, trainer.location.line)
-    if any((c.location.path, c.location.line) > built and
-           (c.kind == "cast_mixed" or (c.receiver.endswith(".data") and dtype_of_cast(c) == dtypes.FLOAT32))
-           for c in script.of("cast", "cast_mixed")):
+    if any(
+        (c.location.path, c.location.line) > built
+        and (c.kind == "cast_mixed" or (c.receiver.endswith(".data") and dtype_of_cast(c) == dtypes.FLOAT32))
+        for c in script.of("cast", "cast_mixed")
+    ):
         return None
     trl = stack.get("trl")
-    return Fact(dtypes.BFLOAT16, (call_evidence(trainer, f"trl {trl.version} ({trl.source}) casts a quantized model's "
-                                                         f"trainable parameters to bfloat16 (from {since})"),),
-                call=trainer, inferred=trl.source == VersionSource.ASSUMED)
+    return Fact(
+        dtypes.BFLOAT16,
+        (
+            call_evidence(
+                trainer,
+                f"trl {trl.version} ({trl.source}) casts a quantized model's "
+                f"trainable parameters to bfloat16 (from {since})",
+            ),
+        ),
+        call=trainer,
+        inferred=trl.source == VersionSource.ASSUMED,
+    )
 
 
-def _amp(style: str, args_call: Call | None, accelerators: list[Call], script: ScriptFacts,
-         machine: MachineFacts, stack: StackFacts, launch) -> tuple[Fact, Fact, Fact]:
+def _amp(
+    style: str,
+    args_call: Call | None,
+    accelerators: list[Call],
+    script: ScriptFacts,
+    machine: MachineFacts,
+    stack: StackFacts,
+    launch,
+) -> tuple[Fact, Fact, Fact]:
     if style == "trainer":
         if args_call is None:
             return Fact(unknown="the Trainer's args= cannot be followed"), Fact(), Fact()
         trl = args_call.callee.startswith("trl")
         fp16 = _flag(args_call, "fp16", False, machine, stack)
         if trl and args_call.kwarg("bf16").state == ABSENT:
-            bf16 = Fact(None if fp16.value is None else not fp16.value,
-                        (Evidence(args_call.location, args_call.text, "bf16 unset: TRL turns it on when fp16 is off",
-                                  "default"),), call=args_call, inferred=True, unknown=fp16.unknown)
+            bf16 = Fact(
+                None if fp16.value is None else not fp16.value,
+                (
+                    Evidence(
+                        args_call.location, args_call.text, "bf16 unset: TRL turns it on when fp16 is off", "default"
+                    ),
+                ),
+                call=args_call,
+                inferred=True,
+                unknown=fp16.unknown,
+            )
         else:
             bf16 = _flag(args_call, "bf16", False, machine, stack)
         if not fp16.known or not bf16.known:
@@ -559,9 +746,13 @@ def _amp(style: str, args_call: Call | None, accelerators: list[Call], script: S
         ev = fp16.evidence if fp16.value else bf16.evidence if bf16.value else fp16.evidence + bf16.evidence
         # (a deepspeed= config of its own: transformers fills its "auto" precision from the flags before accelerate
         # sees the launch's, and accelerate only fills "auto")
-        launched = launch_precision(machine, launch, config_without_launcher=False) if mode == "no" and \
-            at_least(stack, "transformers", TRAINER_READS_LAUNCH_PRECISION) and \
-            args_call.kwarg("deepspeed").state == ABSENT else None
+        launched = (
+            launch_precision(machine, launch, config_without_launcher=False)
+            if mode == "no"
+            and at_least(stack, "transformers", TRAINER_READS_LAUNCH_PRECISION)
+            and args_call.kwarg("deepspeed").state == ABSENT
+            else None
+        )
         if launched is not None and launched.value != "no":  # TrainingArguments hands accelerate what the launch set
             return Fact(launched.value, ev + launched.evidence, call=args_call, inferred=launched.inferred), fp16, bf16
         return Fact(mode, ev, call=args_call, inferred=fp16.inferred and bf16.inferred), fp16, bf16
@@ -569,8 +760,11 @@ def _amp(style: str, args_call: Call | None, accelerators: list[Call], script: S
         return accelerate_precision(accelerators[0], machine, stack, launch), Fact(), Fact()
     scalers = [s for s in script.of("grad_scaler") if not decide(s.kwarg("enabled"), machine, stack).is_(False)]
     if scalers:
-        return Fact("fp16", (call_evidence(scalers[0], "GradScaler: fp16 loss scaling"),), call=scalers[0]), \
-            Fact(), Fact()
+        return (
+            Fact("fp16", (call_evidence(scalers[0], "GradScaler: fp16 loss scaling"),), call=scalers[0]),
+            Fact(),
+            Fact(),
+        )
     autocasts = script.of("autocast")
     if autocasts:
         return Fact("autocast", tuple(call_evidence(a, "autocast") for a in autocasts[:1])), Fact(), Fact()
@@ -590,8 +784,9 @@ def accelerate_precision(acc: Call, machine: MachineFacts, stack: StackFacts, la
     ACCELERATE_MIXED_PRECISION, which `accelerate launch` sets from its flag, else from its config file."""
     v = decide(acc.kwarg("mixed_precision"), machine, stack)
     if v.state == KNOWN:
-        return Fact(str(v.value), (evidence_of(v, f"Accelerator(mixed_precision={v.value!r})", acc),),
-                    call=acc, source=v)
+        return Fact(
+            str(v.value), (evidence_of(v, f"Accelerator(mixed_precision={v.value!r})", acc),), call=acc, source=v
+        )
     if v.state != ABSENT:
         return Fact(unknown=f"mixed_precision={v.text}: {v.reason or 'depends on the GPU'}", call=acc)
     bare = call_evidence(acc, "Accelerator() without mixed_precision")
@@ -600,8 +795,11 @@ def accelerate_precision(acc: Call, machine: MachineFacts, stack: StackFacts, la
         return Fact(found.value, (bare,) + found.evidence, call=acc, inferred=found.inferred)
     if launch.known:
         return Fact("no", (bare,), call=acc, inferred=True)
-    return Fact(unknown="Accelerator() takes mixed_precision from the launch (accelerate config or "
-                        "--mixed_precision); pass --launcher to decide", call=acc)
+    return Fact(
+        unknown="Accelerator() takes mixed_precision from the launch (accelerate config or "
+        "--mixed_precision); pass --launcher to decide",
+        call=acc,
+    )
 
 
 def launch_precision(machine: MachineFacts, launch, config_without_launcher: bool) -> Fact | None:
@@ -614,29 +812,48 @@ def launch_precision(machine: MachineFacts, launch, config_without_launcher: boo
     config = host.accelerate_config if host else {}
     flag = launch.mixed_precision if launch.known else Value(state=ABSENT)
     if flag.state == KNOWN:
-        return Fact(str(flag.value), (Evidence(None, launch.command, f"mixed_precision={flag.value} "
-                                               f"({flag.origins[0].detail if flag.origins else 'launch'})",
-                                               flag.origins[0].kind if flag.origins else "launcher"),))
+        return Fact(
+            str(flag.value),
+            (
+                Evidence(
+                    None,
+                    launch.command,
+                    f"mixed_precision={flag.value} ({flag.origins[0].detail if flag.origins else 'launch'})",
+                    flag.origins[0].kind if flag.origins else "launcher",
+                ),
+            ),
+        )
     under_accelerate = launch.known and launch.launcher == "accelerate"
     if env.get("ACCELERATE_MIXED_PRECISION") and not under_accelerate:  # accelerate launch writes its own
         value = env["ACCELERATE_MIXED_PRECISION"]
-        return Fact(value, (Evidence(None, f"ACCELERATE_MIXED_PRECISION={value}",
-                                     f"mixed_precision={value} (environment)", "env"),))
-    if config.get("mixed_precision") is not None and (under_accelerate or (config_without_launcher
-                                                                           and not launch.known)):
+        return Fact(
+            value,
+            (Evidence(None, f"ACCELERATE_MIXED_PRECISION={value}", f"mixed_precision={value} (environment)", "env"),),
+        )
+    if config.get("mixed_precision") is not None and (
+        under_accelerate or (config_without_launcher and not launch.known)
+    ):
         value = str(config["mixed_precision"])
         note = f"mixed_precision: {value} in the accelerate config" + (
-            "" if under_accelerate else ", which `accelerate launch` applies")
-        return Fact(value, (Evidence(None, host.accelerate_config_path, note, "accelerate-config"),),
-                    inferred=not under_accelerate)
+            "" if under_accelerate else ", which `accelerate launch` applies"
+        )
+        return Fact(
+            value,
+            (Evidence(None, host.accelerate_config_path, note, "accelerate-config"),),
+            inferred=not under_accelerate,
+        )
     return None
 
 
 def _flag(call: Call, name: str, default: bool, machine: MachineFacts, stack: StackFacts) -> Fact:
     v = decide(call.kwarg(name), machine, stack)
     if v.state == ABSENT:
-        return Fact(default, (Evidence(call.location, call.text, f"{name} not set (default {default})", "default"),),
-                    call=call, inferred=True)
+        return Fact(
+            default,
+            (Evidence(call.location, call.text, f"{name} not set (default {default})", "default"),),
+            call=call,
+            inferred=True,
+        )
     if v.state != KNOWN:
         return _undecided(name, v, call)
     return Fact(bool(v.value), (evidence_of(v, f"{name}={v.value}", call),), source=v, call=call)
@@ -645,20 +862,26 @@ def _flag(call: Call, name: str, default: bool, machine: MachineFacts, stack: St
 def _undecided(name: str, v: Value, call: Call) -> Fact:
     """An argument the doctor cannot decide: hardware-dependent without a machine, or computed at run time."""
     if v.state == CONDITIONAL:
-        return Fact(unknown=f"{name}={v.text} depends on the GPU ({v.predicate.text}); pass --target to decide",
-                    call=call, source=v)
+        return Fact(
+            unknown=f"{name}={v.text} depends on the GPU ({v.predicate.text}); pass --target to decide",
+            call=call,
+            source=v,
+        )
     return Fact(unknown=f"{name}={v.text}: {v.reason}", call=call, source=v)
 
 
-def _first_training_line(trainer: Call | None, optimizers: tuple[Call, ...], script: ScriptFacts
-                         ) -> tuple[str, int] | None:
+def _first_training_line(
+    trainer: Call | None, optimizers: tuple[Call, ...], script: ScriptFacts
+) -> tuple[str, int] | None:
     """Where training starts: the Trainer, or an optimizer's first step (its state takes the parameters' dtype
     there, so a cast between building the optimizer and that step is the dtype it trains in)."""
     points = [(trainer.location.path, trainer.location.line)] if trainer else []
     for opt in optimizers:
-        steps = [(s.location.path, s.location.line) for s in optimizer_steps(opt, script)
-                 if s.scope == opt.scope and s.location.path == opt.location.path
-                 and s.location.line > opt.location.line]
+        steps = [
+            (s.location.path, s.location.line)
+            for s in optimizer_steps(opt, script)
+            if s.scope == opt.scope and s.location.path == opt.location.path and s.location.line > opt.location.line
+        ]
         points.append(min(steps) if steps else (opt.location.path, opt.location.line))
     return min(points) if points else None
 
@@ -679,14 +902,22 @@ def optimizer_steps(opt: Call, script: ScriptFacts) -> list[Call]:
     every `.step()` that is not a scheduler's, nor one given something other than an optimizer, as `env.step(action)`
     is), and calls of the script's own functions that step one, through their callers."""
     names = _prepared_names({opt.target}, script) if opt.target else set()
-    methods = [m for m in script.of("method") if m.callee.endswith(".step") and "sched" not in m.receiver.lower()
-               and (not m.args or "scaler" in m.receiver.lower() or m.args[0].text in names)]
+    methods = [
+        m
+        for m in script.of("method")
+        if m.callee.endswith(".step")
+        and "sched" not in m.receiver.lower()
+        and (not m.args or "scaler" in m.receiver.lower() or m.args[0].text in names)
+    ]
     named = [m for m in methods if m.receiver in names or (m.args and m.args[0].text in names)]
     stepping = {m.scope.rsplit(".", 1)[-1] for m in methods if m.scope != "<module>"}
     local = script.of("local_call")
     while True:  # and the functions that call them: fit() -> train_epoch() -> step() -> opt.step()
-        callers = {c.scope.rsplit(".", 1)[-1] for c in local
-                   if c.callee.rsplit(".", 1)[-1] in stepping and c.scope != "<module>"} - stepping
+        callers = {
+            c.scope.rsplit(".", 1)[-1]
+            for c in local
+            if c.callee.rsplit(".", 1)[-1] in stepping and c.scope != "<module>"
+        } - stepping
         if not callers:
             break
         stepping |= callers

@@ -16,18 +16,27 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from ..knowledge.lightning import lightning_launch, lightning_precision_sections
 from ..model.call_kinds import LIGHTNING_CLASSES
 from ..model.facts import KNOWN, LaunchFacts, MachineFacts, ScriptFacts, StackFacts, Value
 from ..model.findings import Evidence
-from ..knowledge.lightning import lightning_launch, lightning_precision_sections
 from .launch import Sharding, accelerate_settings
 from .setup import Setup, call_evidence, decide, evidence_of
 
 ACCELERATE_DEFAULT_STAGE = 2  # DeepSpeedPlugin: ACCELERATE_DEEPSPEED_ZERO_STAGE, else 2
 # accelerate's FSDP sharding strategies by name and by the number `accelerate config` may write
-_FSDP_STRATEGIES = {"FULL_SHARD": "full_shard", "SHARD_GRAD_OP": "shard_grad_op", "NO_SHARD": "no_shard",
-                    "HYBRID_SHARD": "hybrid_shard", "HYBRID_SHARD_ZERO2": "hybrid_shard", "1": "full_shard",
-                    "2": "shard_grad_op", "3": "no_shard", "4": "hybrid_shard", "5": "hybrid_shard"}
+_FSDP_STRATEGIES = {
+    "FULL_SHARD": "full_shard",
+    "SHARD_GRAD_OP": "shard_grad_op",
+    "NO_SHARD": "no_shard",
+    "HYBRID_SHARD": "hybrid_shard",
+    "HYBRID_SHARD_ZERO2": "hybrid_shard",
+    "1": "full_shard",
+    "2": "shard_grad_op",
+    "3": "no_shard",
+    "4": "hybrid_shard",
+    "5": "hybrid_shard",
+}
 
 
 def precision_enabled(config: dict, section: str, amp: Any) -> bool:
@@ -50,8 +59,9 @@ def precision_enabled(config: dict, section: str, amp: Any) -> bool:
 def hard_enabled(config: dict, section: str) -> bool:
     """`"enabled": true` written in the config (not "auto"): DeepSpeed runs it whatever the job's precision."""
     parts = [config.get(section)] + ([config.get("bfloat16")] if section == "bf16" else [])
-    return any(isinstance(p, dict) and (p.get("enabled") is True or str(p.get("enabled")).lower() == "true")
-               for p in parts)
+    return any(
+        isinstance(p, dict) and (p.get("enabled") is True or str(p.get("enabled")).lower() == "true") for p in parts
+    )
 
 
 def zero_stage(config: dict | None) -> int | None:
@@ -60,20 +70,31 @@ def zero_stage(config: dict | None) -> int | None:
     return stage if isinstance(stage, int) and not isinstance(stage, bool) else None
 
 
-def derive_sharding(setup: Setup, script: ScriptFacts, launch: LaunchFacts, machine: MachineFacts,
-                    stack: StackFacts) -> Sharding:
+def derive_sharding(
+    setup: Setup, script: ScriptFacts, launch: LaunchFacts, machine: MachineFacts, stack: StackFacts
+) -> Sharding:
     for call in ([setup.training_args] if setup.training_args else []) + script.of("hf_deepspeed_config"):
-        v = decide(call.kwarg("deepspeed") if call.kind == "training_args" else
-                   (call.args[0] if call.args else call.kwarg("config_file_or_dict")), machine, stack)
+        v = decide(
+            call.kwarg("deepspeed")
+            if call.kind == "training_args"
+            else (call.args[0] if call.args else call.kwarg("config_file_or_dict")),
+            machine,
+            stack,
+        )
         if v.state == KNOWN and v.value:
             return _deepspeed_of_script(v, call, script)
     if setup.training_args is not None:
         v = decide(setup.training_args.kwarg("fsdp"), machine, stack)
         if v.state == KNOWN and v.value not in ("", None, False, []):
             text = " ".join(v.value) if isinstance(v.value, list) else str(v.value)
-            return Sharding("fsdp", "trainer", fsdp=_trainer_fsdp(text), offload_params="offload" in text,
-                            evidence=(evidence_of(v, f"fsdp={v.text}", setup.training_args),),
-                            call=setup.training_args)
+            return Sharding(
+                "fsdp",
+                "trainer",
+                fsdp=_trainer_fsdp(text),
+                offload_params="offload" in text,
+                evidence=(evidence_of(v, f"fsdp={v.text}", setup.training_args),),
+                call=setup.training_args,
+            )
     acc = setup.accelerator
     if acc is not None and acc.callee in LIGHTNING_CLASSES:
         return _lightning(acc)  # Lightning runs its own strategies, not accelerate's
@@ -83,9 +104,13 @@ def derive_sharding(setup: Setup, script: ScriptFacts, launch: LaunchFacts, mach
             return found
     raw = script.of("fsdp")
     if raw:
-        return Sharding("fsdp", "code", fsdp=_raw_fsdp(raw[0]), evidence=(call_evidence(raw[0],
-                                                                                      "FullyShardedDataParallel"),),
-                        call=raw[0])
+        return Sharding(
+            "fsdp",
+            "code",
+            fsdp=_raw_fsdp(raw[0]),
+            evidence=(call_evidence(raw[0], "FullyShardedDataParallel"),),
+            call=raw[0],
+        )
     return Sharding()
 
 
@@ -97,11 +122,20 @@ def _lightning(call) -> Sharding:
         return Sharding()
     v = call.kwarg("strategy")
     name = "DeepSpeed" if found.strategy == "deepspeed" else "FSDP"
-    evidence = (evidence_of(v, f"Lightning's {name} strategy", call) if v.state != "absent"
-                else call_evidence(call, f"Lightning's {name} strategy"),)
+    evidence = (
+        evidence_of(v, f"Lightning's {name} strategy", call)
+        if v.state != "absent"
+        else call_evidence(call, f"Lightning's {name} strategy"),
+    )
     if found.strategy == "fsdp":
-        return Sharding("fsdp", "lightning", fsdp=found.fsdp or "full_shard", offload_params=found.offload_params,
-                        fsdp_version=1, evidence=evidence)
+        return Sharding(
+            "fsdp",
+            "lightning",
+            fsdp=found.fsdp or "full_shard",
+            offload_params=found.offload_params,
+            fsdp_version=1,
+            evidence=evidence,
+        )
     zero: dict[str, Any] = {"stage": found.stage}
     if found.offload_optimizer:
         zero["offload_optimizer"] = {"device": "cpu"}
@@ -117,17 +151,28 @@ def _deepspeed_of_script(v: Value, call, script: ScriptFacts) -> Sharding:
     elif isinstance(v.value, str) and v.value in script.deepspeed_configs:
         config, where = script.deepspeed_configs[v.value], evidence_of(v, f"DeepSpeed config {v.value}", call)
     else:
-        return Sharding("deepspeed", source, evidence=(evidence_of(v, f"deepspeed={v.text}", call),), call=call,
-                        unknown=f"the DeepSpeed config {v.text} cannot be read")
+        return Sharding(
+            "deepspeed",
+            source,
+            evidence=(evidence_of(v, f"deepspeed={v.text}", call),),
+            call=call,
+            unknown=f"the DeepSpeed config {v.text} cannot be read",
+        )
     return _deepspeed(source, config, (where,), call)
 
 
 def _deepspeed(source: str, config: dict, evidence: tuple[Evidence, ...], call) -> Sharding:
     zero = config.get("zero_optimization") if isinstance(config.get("zero_optimization"), dict) else {}
-    return Sharding("deepspeed", source, config=config, stage=zero_stage(config) or 0,
-                    offload_optimizer=_device(zero.get("offload_optimizer")) in ("cpu", "nvme"),
-                    offload_params=_device(zero.get("offload_param")) in ("cpu", "nvme"), evidence=evidence,
-                    call=call)
+    return Sharding(
+        "deepspeed",
+        source,
+        config=config,
+        stage=zero_stage(config) or 0,
+        offload_optimizer=_device(zero.get("offload_optimizer")) in ("cpu", "nvme"),
+        offload_params=_device(zero.get("offload_param")) in ("cpu", "nvme"),
+        evidence=evidence,
+        call=call,
+    )
 
 
 def _device(section: Any) -> str:
@@ -151,11 +196,18 @@ def _launch_sharding(setup: Setup, launch: LaunchFacts, machine: MachineFacts) -
         orig = settings.get("fsdp_use_orig_params")  # accelerate's FSDP1 default: False (utils/dataclasses.py:1938)
         kind = _FSDP_STRATEGIES.get(name, "full_shard")
         evidence = (_evidence(on, "FSDP", launch.command),) + (
-            (_evidence(strategy, kind, launch.command),) if strategy is not None else ())
-        return Sharding("fsdp", "launch", fsdp=kind,
-                        offload_params=offload is not None and str(offload.value).lower() == "true",
-                        use_orig_params=orig is not None and str(orig.value).lower() == "true",
-                        fsdp_version=_fsdp_version(version), evidence=evidence, call=call)
+            (_evidence(strategy, kind, launch.command),) if strategy is not None else ()
+        )
+        return Sharding(
+            "fsdp",
+            "launch",
+            fsdp=kind,
+            offload_params=offload is not None and str(offload.value).lower() == "true",
+            use_orig_params=orig is not None and str(orig.value).lower() == "true",
+            fsdp_version=_fsdp_version(version),
+            evidence=evidence,
+            call=call,
+        )
     return None
 
 
@@ -174,10 +226,16 @@ def _accelerate_deepspeed(settings: dict[str, Value], launch: LaunchFacts, on: V
     if named is not None and str(named.value).lower() != "none":
         evidence.append(_evidence(named, f"DeepSpeed config {named.value}", launch.command))
         if not launch.deepspeed_config_path:
-            return Sharding("deepspeed", "launch", evidence=tuple(evidence), call=call,
-                            unknown=f"the DeepSpeed config {named.value} cannot be read")
-        return replace(_deepspeed("launch", launch.deepspeed_config, tuple(evidence), call),
-                       zero3_init=_zero3_init(settings))
+            return Sharding(
+                "deepspeed",
+                "launch",
+                evidence=tuple(evidence),
+                call=call,
+                unknown=f"the DeepSpeed config {named.value} cannot be read",
+            )
+        return replace(
+            _deepspeed("launch", launch.deepspeed_config, tuple(evidence), call), zero3_init=_zero3_init(settings)
+        )
     stage_v = settings.get("zero_stage")
     stage = _int(stage_v.value) if stage_v is not None else None  # a quoted "3" too: accelerate int()s the variable
     stage = ACCELERATE_DEFAULT_STAGE if stage is None else stage
@@ -190,8 +248,9 @@ def _accelerate_deepspeed(settings: dict[str, Value], launch: LaunchFacts, on: V
             zero[key] = {"device": str(v.value).lower()}
             if str(v.value).lower() in ("cpu", "nvme"):
                 evidence.append(_evidence(v, f"{key.replace('_', ' ')} to {v.value}", launch.command))
-    return replace(_deepspeed("launch", {"zero_optimization": zero}, tuple(evidence), call),
-                   zero3_init=_zero3_init(settings))
+    return replace(
+        _deepspeed("launch", {"zero_optimization": zero}, tuple(evidence), call), zero3_init=_zero3_init(settings)
+    )
 
 
 def _int(value: Any) -> int | None:
@@ -217,15 +276,21 @@ def _evidence(v: Value, note: str, command: str) -> Evidence:
 
 
 def _trainer_fsdp(text: str) -> str:
-    return "hybrid_shard" if "hybrid" in text else "shard_grad_op" if "grad_op" in text else \
-        "no_shard" if "no_shard" in text else "full_shard"
+    return (
+        "hybrid_shard"
+        if "hybrid" in text
+        else "shard_grad_op"
+        if "grad_op" in text
+        else "no_shard"
+        if "no_shard" in text
+        else "full_shard"
+    )
 
 
 def _raw_fsdp(call) -> str:
     v = call.kwarg("sharding_strategy")
     text = v.text.upper() if v.state != "absent" else "FULL_SHARD"
-    return next((kind for name, kind in _FSDP_STRATEGIES.items() if not name.isdigit() and name in text),
-                "full_shard")
+    return next((kind for name, kind in _FSDP_STRATEGIES.items() if not name.isdigit() and name in text), "full_shard")
 
 
 # accelerate >= 1.0.0 registers ZeRO-3 with transformers whatever zero3_init_flag says (v0.34.0 vs v1.0.0

@@ -11,11 +11,11 @@ import difflib
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider, ScopeProvider
 
-from ..system import safe_io
-from ..model.util import python_lines, record
-from ..model.python_source import parse_quietly
 from ..model.errors import InputError
 from ..model.findings import Edit
+from ..model.python_source import parse_quietly
+from ..model.util import python_lines, record
+from ..system import safe_io
 
 BOM = "\ufeff"
 
@@ -73,9 +73,12 @@ class FileChange:
         name = label or self.path
         bom = BOM if self.bom else ""
         out = []
-        for line in difflib.unified_diff(python_lines(bom + self.before, keepends=True),
-                                         python_lines(bom + self.after, keepends=True),
-                                         fromfile=name, tofile=name):
+        for line in difflib.unified_diff(
+            python_lines(bom + self.before, keepends=True),
+            python_lines(bom + self.after, keepends=True),
+            fromfile=name,
+            tofile=name,
+        ):
             out.append(line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n")
         return "".join(out)
 
@@ -157,8 +160,11 @@ def _string_form(tree: cst.Module, positions, edit: Edit) -> tuple[cst.SimpleStr
     if not _dtype_name(edit.old):
         return None
     for node, pos in positions.items():
-        if isinstance(node, cst.SimpleString) and pos.start.line == edit.line and \
-                node.evaluated_value in (_dtype_name(edit.old), f"torch.{_dtype_name(edit.old)}"):
+        if (
+            isinstance(node, cst.SimpleString)
+            and pos.start.line == edit.line
+            and node.evaluated_value in (_dtype_name(edit.old), f"torch.{_dtype_name(edit.old)}")
+        ):
             new = _as_string(node, edit.new)
             if new is not None:
                 return node, new
@@ -175,9 +181,14 @@ def _as_string(node: cst.SimpleString, new: str) -> cst.SimpleString | None:
 
 
 def _expression_at(tree: cst.Module, positions, line: int, old: str, column: int = 0) -> cst.CSTNode:
-    found = [node for node, pos in positions.items() if pos.start.line == line and
-             isinstance(node, cst.BaseExpression) and _same_expression(tree.code_for_node(node), old)
-             and (not column or pos.start.column + 1 == column)]  # both count characters, 1- vs 0-based
+    found = [
+        node
+        for node, pos in positions.items()
+        if pos.start.line == line
+        and isinstance(node, cst.BaseExpression)
+        and _same_expression(tree.code_for_node(node), old)
+        and (not column or pos.start.column + 1 == column)
+    ]  # both count characters, 1- vs 0-based
     if not found:
         raise EditFailed(f"line {line}: `{old}` is not there any more")
     return min(found, key=lambda n: positions[n].start.column)  # the outermost expression
@@ -193,8 +204,13 @@ def _call_name(call: cst.Call) -> str:
 
 
 def _call_at(tree: cst.Module, positions, line: int, name: str) -> cst.Call:
-    found = [n for n, p in positions.items() if isinstance(n, cst.Call) and p.start.line == line
-             and (not name or _call_name(n) == name or tree.code_for_node(n.func).endswith(name))]
+    found = [
+        n
+        for n, p in positions.items()
+        if isinstance(n, cst.Call)
+        and p.start.line == line
+        and (not name or _call_name(n) == name or tree.code_for_node(n.func).endswith(name))
+    ]
     if not found:
         raise EditFailed(f"line {line}: no call to {name or 'anything'} there any more")
     return min(found, key=lambda n: positions[n].start.column)
@@ -202,8 +218,14 @@ def _call_at(tree: cst.Module, positions, line: int, name: str) -> cst.Call:
 
 def _edit_call(call: cst.Call, edit: Edit) -> cst.Call:
     args = list(call.args)
-    index = next((i for i, a in enumerate(args) if a.keyword is not None and a.keyword.value ==
-                  (edit.old if edit.kind == "rename_kwarg" else edit.name)), None)
+    index = next(
+        (
+            i
+            for i, a in enumerate(args)
+            if a.keyword is not None and a.keyword.value == (edit.old if edit.kind == "rename_kwarg" else edit.name)
+        ),
+        None,
+    )
     if edit.kind == "set_kwarg":
         value = cst.parse_expression(edit.new)
         if index is not None:
@@ -222,32 +244,45 @@ def _edit_call(call: cst.Call, edit: Edit) -> cst.Call:
         args[index] = args[index].with_changes(keyword=cst.Name(edit.new))
     elif edit.kind == "replace_callee":
         call = call.with_changes(func=cst.parse_expression(edit.new))
-        if edit.name and not (args and args[0].keyword is None and
-                              _same_expression(cst.Module([]).code_for_node(args[0].value), edit.name)):
-            args = [cst.Arg(value=cst.parse_expression(edit.name),
-                            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if args else
-                            cst.MaybeSentinel.DEFAULT)] + args
+        if edit.name and not (
+            args
+            and args[0].keyword is None
+            and _same_expression(cst.Module([]).code_for_node(args[0].value), edit.name)
+        ):
+            args = [
+                cst.Arg(
+                    value=cst.parse_expression(edit.name),
+                    comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if args else cst.MaybeSentinel.DEFAULT,
+                )
+            ] + args
     return call.with_changes(args=args)
 
 
 def _append_keyword(args: list[cst.Arg], name: str, value: cst.BaseExpression) -> list[cst.Arg]:
-    new = cst.Arg(keyword=cst.Name(name), value=value, equal=cst.AssignEqual(
-        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
+    new = cst.Arg(
+        keyword=cst.Name(name),
+        value=value,
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
     if not args:
         return [new]
     last = args[-1]
     if isinstance(last.comma, cst.Comma):  # a trailing comma (a multi-line call): one argument per line
         closing = last.comma.whitespace_after
-        between = args[-2].comma.whitespace_after if len(args) >= 2 and isinstance(args[-2].comma, cst.Comma) \
-            else closing
+        between = (
+            args[-2].comma.whitespace_after if len(args) >= 2 and isinstance(args[-2].comma, cst.Comma) else closing
+        )
         if isinstance(closing, cst.ParenthesizedWhitespace) and isinstance(between, cst.ParenthesizedWhitespace):
             # the old last argument keeps its comment and gets the argument indentation; the new one closes
-            kept = last.comma.with_changes(whitespace_after=closing.with_changes(indent=between.indent,
-                                                                                 last_line=between.last_line))
+            kept = last.comma.with_changes(
+                whitespace_after=closing.with_changes(indent=between.indent, last_line=between.last_line)
+            )
             ends = last.comma.with_changes(whitespace_after=closing.with_changes(first_line=cst.TrailingWhitespace()))
             return args[:-1] + [last.with_changes(comma=kept), new.with_changes(comma=ends)]
-        return args[:-1] + [last.with_changes(comma=args[-2].comma if len(args) >= 2 else last.comma),
-                            new.with_changes(comma=last.comma)]
+        return args[:-1] + [
+            last.with_changes(comma=args[-2].comma if len(args) >= 2 else last.comma),
+            new.with_changes(comma=last.comma),
+        ]
     return args[:-1] + [last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), new]
 
 
@@ -308,8 +343,11 @@ def _add_import(module: cst.Module, statement: str) -> cst.Module:
         if not isinstance(s, cst.SimpleStatementLine):
             break
         first = s.body[0]
-        docstring = i == 0 and isinstance(first, cst.Expr) and isinstance(first.value, (cst.SimpleString,
-                                                                                         cst.ConcatenatedString))
+        docstring = (
+            i == 0
+            and isinstance(first, cst.Expr)
+            and isinstance(first.value, (cst.SimpleString, cst.ConcatenatedString))
+        )
         if not (docstring or isinstance(first, (cst.Import, cst.ImportFrom))):
             break
         at = i + 1
@@ -373,8 +411,9 @@ def _import_aliases(module: cst.Module) -> dict[str, str]:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             for a in node.names:
                 if a.asname and "." not in a.name:
-                    wanted = f"import {a.name}" if isinstance(node, ast.Import) else \
-                        f"from {node.module} import {a.name}"
+                    wanted = (
+                        f"import {a.name}" if isinstance(node, ast.Import) else f"from {node.module} import {a.name}"
+                    )
                     if IMPORTS.get(a.name) == wanted:
                         aliases[a.name] = a.asname
     return aliases
@@ -403,8 +442,12 @@ def _complete_names(module: cst.Module, before: dict[str, int]) -> cst.Module:
 def _rename_undefined(module: cst.Module, renames: dict[str, str]) -> cst.Module:
     wrapper = MetadataWrapper(module)
     scopes = wrapper.resolve(ScopeProvider)
-    targets = {id(a.node) for s in {s for s in scopes.values() if s is not None} for a in s.accesses
-               if not a.referents and isinstance(a.node, cst.Name) and a.node.value in renames}
+    targets = {
+        id(a.node)
+        for s in {s for s in scopes.values() if s is not None}
+        for a in s.accesses
+        if not a.referents and isinstance(a.node, cst.Name) and a.node.value in renames
+    }
 
     class Renamer(cst.CSTTransformer):
         def leave_Name(self, original, updated):
@@ -415,5 +458,6 @@ def _rename_undefined(module: cst.Module, renames: dict[str, str]) -> cst.Module
 
 def write_change(change: FileChange, what: str = "") -> None:
     """Write the change by safe_io's rules; refused if the file is no longer what the change was computed on."""
-    safe_io.write_file(change.path, change.after_bytes, what=what or change.path,
-                       unchanged_since=safe_io.digest(change.before_bytes))
+    safe_io.write_file(
+        change.path, change.after_bytes, what=what or change.path, unchanged_since=safe_io.digest(change.before_bytes)
+    )

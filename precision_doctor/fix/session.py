@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from rich.console import Console
-from ..model.redact import markup as escape  # data from scripts: redacted, controls visible, markup literal
 from rich.syntax import Syntax
 
 from .. import engine
 from ..model.errors import InputError
 from ..model.findings import SEVERITIES, SEVERITY_RANK, Applicability, Finding, Severity, stricter
+from ..model.redact import markup as escape  # data from scripts: redacted, controls visible, markup literal
 from ..model.redact import printable
 
 EXIT_OK, EXIT_FINDINGS, EXIT_INTERRUPTED = 0, 1, 130
@@ -48,6 +48,7 @@ def _new_findings(before: list[Finding], after: list[Finding]) -> list[Finding]:
 
 def _gone(f: Finding, before: list[Finding], after: list[Finding]) -> bool:
     """The finding no longer fires: its rule fires fewer times on its file than it did."""
+
     def same(g: Finding) -> bool:
         return g.rule_id == f.rule_id and g.path == f.path
 
@@ -81,8 +82,9 @@ class Session:
 
     MAX_TOGETHER = 3  # findings set off in turn by one fix, fixed with it
 
-    def __init__(self, check: Callable[[], list[Finding]], select: frozenset[str] | None, unsafe: bool,
-                 write: bool = True):
+    def __init__(
+        self, check: Callable[[], list[Finding]], select: frozenset[str] | None, unsafe: bool, write: bool = True
+    ):
         from .undo import Backup
 
         self.check_files = check
@@ -104,8 +106,11 @@ class Session:
             return self.check_files()
 
     def fixable(self, findings: list[Finding]) -> list[Finding]:
-        return [f for f in findings if f.fix and f.fix.appliable(unsafe=True)
-                and (self.select is None or f.rule_id in self.select)]
+        return [
+            f
+            for f in findings
+            if f.fix and f.fix.appliable(unsafe=True) and (self.select is None or f.rule_id in self.select)
+        ]
 
     def candidates(self, findings: list[Finding]) -> list[Finding]:
         return [f for f in self.fixable(findings) if _key(f) not in self.decided]
@@ -150,8 +155,11 @@ class Session:
         after = self.check(texts)
         group, applicability = [f], f.fix.applicability
         for _ in range(self.MAX_TOGETHER):  # a fix that sets off another finding: fix that one with it
-            new = [g for g in _new_findings(self.now, after) if g.fix and g.fix.appliable(unsafe=True)
-                   and _key(g) not in {_key(x) for x in group}]
+            new = [
+                g
+                for g in _new_findings(self.now, after)
+                if g.fix and g.fix.appliable(unsafe=True) and _key(g) not in {_key(x) for x in group}
+            ]
             if not new or not _gone(f, self.now, after):
                 break
             try:
@@ -161,8 +169,7 @@ class Session:
             group.append(new[0])
             applicability = stricter(applicability, new[0].fix.applicability)
             after = self.check(texts)
-        changes = [FileChange(p, self.text(p), t, self.originals[p].bom) for p, t in texts.items()
-                   if t != self.text(p)]
+        changes = [FileChange(p, self.text(p), t, self.originals[p].bom) for p, t in texts.items() if t != self.text(p)]
         step = Step(group, changes, texts, after, applicability)
         if not changes:
             step.problem = "the edit changes nothing"
@@ -172,7 +179,8 @@ class Session:
             new = _new_findings(self.now, after)
             if new:
                 step.problem = "the result would set off " + ", ".join(
-                    f"{g.rule_id} ({g.severity}: {g.message})" for g in new[:3])
+                    f"{g.rule_id} ({g.severity}: {g.message})" for g in new[:3]
+                )
         return step
 
     def take(self, step: Step) -> None:
@@ -197,16 +205,27 @@ class Session:
         """Each changed file as one change, from the original to what the steps taken made of it."""
         from .edits import FileChange
 
-        return [FileChange(p, self.originals[p].text, t, self.originals[p].bom) for p, t in self.texts.items()
-                if t != self.originals[p].text]
+        return [
+            FileChange(p, self.originals[p].text, t, self.originals[p].bom)
+            for p, t in self.texts.items()
+            if t != self.originals[p].text
+        ]
 
 
 ANSWERS = {"y": "y", "yes": "y", "n": "n", "no": "n", "a": "a", "all": "a", "q": "q", "quit": "q"}
 QUESTION = "Apply? [y]es / [n]o / [a]ll / [q]uit"
 
 
-def run_fix(check: Callable[[], list[Finding]], *, yes: bool, diff_only: bool, unsafe: bool,
-            select: frozenset[str] | None, console: Console, ask: Callable[[str], str] | None = None) -> int:
+def run_fix(
+    check: Callable[[], list[Finding]],
+    *,
+    yes: bool,
+    diff_only: bool,
+    unsafe: bool,
+    select: frozenset[str] | None,
+    console: Console,
+    ask: Callable[[str], str] | None = None,
+) -> int:
     if not yes and not diff_only and ask is None and not sys.stdin.isatty():
         diff_only = True  # no terminal to ask on: show the patch, change nothing
     session = Session(check, select, unsafe, write=not diff_only)
@@ -226,8 +245,7 @@ def run_fix(check: Callable[[], list[Finding]], *, yes: bool, diff_only: bool, u
     return _summary(session, console, ended="ended (you quit)" if quit else "")
 
 
-def _walk(session: Session, yes: bool, unsafe: bool, ask: Callable[[str], str] | None,
-          console: Console | None) -> bool:
+def _walk(session: Session, yes: bool, unsafe: bool, ask: Callable[[str], str] | None, console: Console | None) -> bool:
     """Offer the fixes most severe first. `ask` None: take every fix the flags allow without asking (--diff).
     True when the person quit."""
     apply_all = yes or ask is None
@@ -280,8 +298,10 @@ def _diff_only(session: Session) -> int:
     text = "".join(c.diff(labels[c.path]) for c in changes)
     sys.stdout.write(text)
     if text and root != os.path.realpath(os.getcwd()):
-        print(f"# the patch's paths are relative to {root}: cd there, then `patch -p0 < FILE` or "
-              f"`git apply -p0 FILE`", file=sys.stderr)
+        print(
+            f"# the patch's paths are relative to {root}: cd there, then `patch -p0 < FILE` or `git apply -p0 FILE`",
+            file=sys.stderr,
+        )
     for f, why in session.left:
         print(printable(f"# {f.rule_id} not in the patch: {why}"), file=sys.stderr)
     _manual(session.first, err)
@@ -310,13 +330,16 @@ def _show(console: Console, step: Step, review_only: bool = False) -> None:
     console.print(f"  {escape(f.message)}", soft_wrap=True)
     console.print(f"  [dim]fix:[/dim] {escape(f.fix.description)}", soft_wrap=True)
     for g in step.findings[1:]:
-        console.print(f"  [dim]with:[/dim] {g.rule_id} {escape(g.fix.description)} (this fix sets it off otherwise)",
-                      soft_wrap=True)
+        console.print(
+            f"  [dim]with:[/dim] {g.rule_id} {escape(g.fix.description)} (this fix sets it off otherwise)",
+            soft_wrap=True,
+        )
     for note in f.fix.notes:
         console.print(f"  [yellow]note[/yellow] {escape(note)}", soft_wrap=True)
     for c in step.changes:
-        console.print(Syntax(printable(c.diff(), keep_newlines=True), "diff", theme="ansi_dark",
-                             background_color="default"))
+        console.print(
+            Syntax(printable(c.diff(), keep_newlines=True), "diff", theme="ansi_dark", background_color="default")
+        )
     if review_only:
         console.print(f"  [yellow]shown for review only, not applied:[/yellow] {escape(step.problem)}", soft_wrap=True)
 
@@ -336,8 +359,9 @@ def _summary(session: Session, console: Console, ended: str = "") -> int:
     left = list(session.left)
     if ended:  # the fixes never offered are left too
         reached = {_key(f) for f, _ in left} | {_key(f) for f in session.applied}
-        left += [(f, "not applied: the session ended before it") for f in session.fixable(after)
-                 if _key(f) not in reached]
+        left += [
+            (f, "not applied: the session ended before it") for f in session.fixable(after) if _key(f) not in reached
+        ]
     if session.applied:
         n = len(session.applied)
         console.print(f"\napplied {n} fix{'es' if n != 1 else ''}: {_counts(session.first)} → {_counts(after)}")
@@ -346,8 +370,7 @@ def _summary(session: Session, console: Console, ended: str = "") -> int:
     else:
         console.print("\nno code fix applied")
     for f, why in left:
-        console.print(f"  left     {f.rule_id} {f.name}: {escape(f.message)}\n           {escape(why)}",
-                      soft_wrap=True)
+        console.print(f"  left     {f.rule_id} {f.name}: {escape(f.message)}\n           {escape(why)}", soft_wrap=True)
     if session.backup.folders():
         console.print(f"undo: {session.backup.command()}", soft_wrap=True, markup=False)
     _manual(after, console)

@@ -14,13 +14,13 @@ from __future__ import annotations
 import json
 import os
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Mapping
 
-from ..system import safe_io
 from ..model.errors import InputError
+from ..system import safe_io
 from ..system.safe_io import OwnFolder
 
 APP = "precision-doctor"
@@ -50,8 +50,10 @@ def _checked_state_home() -> str:
     real = os.path.realpath(os.path.join(home, APP))
     repository = next((r for r in untrusted_repositories() if inside(real, [r])), None)
     if repository is not None:
-        raise InputError(f"the doctor's state folder {os.path.join(home, APP)} is inside the repository {repository}: "
-                         f"it keeps its state outside what it checks; set XDG_STATE_HOME to a folder outside it")
+        raise InputError(
+            f"the doctor's state folder {os.path.join(home, APP)} is inside the repository {repository}: "
+            f"it keeps its state outside what it checks; set XDG_STATE_HOME to a folder outside it"
+        )
     return home
 
 
@@ -80,15 +82,25 @@ class Backup:
         and records `after`'s digest, so undo knows the file still holds what fix wrote."""
         real = os.path.realpath(path)
         if not self.manifest:
-            self.manifest = {"version": 2, "created": self.stamp, "cwd": os.getcwd(), "roots": [], "files": [],
-                             "undone": None}
+            self.manifest = {
+                "version": 2,
+                "created": self.stamp,
+                "cwd": os.getcwd(),
+                "roots": [],
+                "files": [],
+                "undone": None,
+            }
         entry = next((e for e in self.manifest["files"] if e["path"] == real), None)
         with self._folder(create=True) as run, run.folder(FILES, create=True) as files:
             if entry is None:
                 name = str(len(self.manifest["files"]))
                 files.write(name, before)
-                entry = {"path": real, "backup": f"{FILES}/{name}", "original_sha256": safe_io.digest(before),
-                         "written_sha256": []}
+                entry = {
+                    "path": real,
+                    "backup": f"{FILES}/{name}",
+                    "original_sha256": safe_io.digest(before),
+                    "written_sha256": [],
+                }
                 self.manifest["files"].append(entry)
                 root = str(project_root(Path(real)))
                 if root not in self.manifest["roots"]:
@@ -159,6 +171,7 @@ def _save(run: OwnFolder, manifest: dict) -> None:
 
 # --- fix --undo ------------------------------------------------------------------------------------
 
+
 def undo(targets: list[str], force: bool, say) -> int:
     """Restore the runs named (an undo folder `fix` printed, or a file or folder of a project: the latest run that
     changed files there and is not yet undone; none: the current directory's project). Every file is checked before
@@ -168,8 +181,11 @@ def undo(targets: list[str], force: bool, say) -> int:
     distrust(targets or ["."])
     runs = list(dict.fromkeys(_run_for(t) for t in (targets or ["."])))
     manifests = {stamp: _load(stamp) for stamp in runs}
-    restores = [_restore_plan(stamp, entry, manifest["roots"], force) for stamp, manifest in manifests.items()
-                for entry in manifest["files"]]
+    restores = [
+        _restore_plan(stamp, entry, manifest["roots"], force)
+        for stamp, manifest in manifests.items()
+        for entry in manifest["files"]
+    ]
     for path, current, original in restores:
         if current == original:
             say(f"{path}: already as before the fix")
@@ -216,8 +232,9 @@ def _run_for(target: str) -> str:
             continue  # another run's folder being written, or one tampered with: not this project's latest
         if manifest["files"] and not manifest.get("undone") and root in manifest.get("roots", ()):
             return stamp
-    raise InputError(f"fix --undo: nothing to undo for {root} (undo folders: {undo_folder_path()}); pass the folder "
-                     f"`fix` printed")
+    raise InputError(
+        f"fix --undo: nothing to undo for {root} (undo folders: {undo_folder_path()}); pass the folder `fix` printed"
+    )
 
 
 def _restore_plan(stamp: str, entry: dict, roots: list, force: bool) -> tuple[Path, bytes | None, bytes]:
@@ -225,16 +242,20 @@ def _restore_plan(stamp: str, entry: dict, roots: list, force: bool) -> tuple[Pa
     from ..system.programs import inside
 
     folder = os.path.join(undo_folder_path(), stamp)
-    tampered = InputError(f"{folder}/{MANIFEST}: names {entry['path'][:200]!r} in a way `fix` never writes; nothing "
-                          f"restored")
+    tampered = InputError(
+        f"{folder}/{MANIFEST}: names {entry['path'][:200]!r} in a way `fix` never writes; nothing restored"
+    )
     try:
         path = Path(entry["path"])
-        sound = path.is_absolute() and os.path.realpath(path) == str(path) and \
-            inside(str(path), [str(r) for r in roots if isinstance(r, str)])
+        sound = (
+            path.is_absolute()
+            and os.path.realpath(path) == str(path)
+            and inside(str(path), [str(r) for r in roots if isinstance(r, str)])
+        )
         exists = path.exists()
     except (OSError, ValueError):  # a NUL byte, a name too long
         raise tampered from None
-    if not sound or not entry["backup"].startswith(f"{FILES}/") or not entry["backup"][len(FILES) + 1:].isdigit():
+    if not sound or not entry["backup"].startswith(f"{FILES}/") or not entry["backup"][len(FILES) + 1 :].isdigit():
         raise tampered
     if exists and not path.is_file():
         raise InputError(f"{path}: is no longer a regular file; nothing restored")
@@ -245,12 +266,13 @@ def _restore_plan(stamp: str, entry: dict, roots: list, force: bool) -> tuple[Pa
     known = {entry["original_sha256"], *entry["written_sha256"]}
     if (current is None or safe_io.digest(current) not in known) and not force:
         what = "was removed" if current is None else "changed"
-        raise InputError(f"{path}: {what} since `fix` wrote it; nothing restored (add --force to restore the "
-                         f"backup over it)")
+        raise InputError(
+            f"{path}: {what} since `fix` wrote it; nothing restored (add --force to restore the backup over it)"
+        )
     with _open_run(stamp) as run, run.folder(FILES, create=False) or _NullFolder(None) as files:
         if files is None:
             raise InputError(f"{folder}: its copies are gone; nothing restored")
-        original = files.read(entry["backup"][len(FILES) + 1:])
+        original = files.read(entry["backup"][len(FILES) + 1 :])
     if safe_io.digest(original) != entry["original_sha256"]:
         raise InputError(f"{folder}/{entry['backup']}: the backup itself changed; nothing restored")
     return path, current, original
@@ -264,8 +286,13 @@ def _load(stamp: str) -> dict:
         data = json.loads(raw)
     except (ValueError, RecursionError):
         raise InputError(f"{where}: not an undo manifest of precision-doctor") from None
-    if not isinstance(data, dict) or data.get("version") != 2 or not isinstance(data.get("files"), list) \
-            or not isinstance(data.get("roots"), list) or not all(_sound_entry(e) for e in data["files"]):
+    if (
+        not isinstance(data, dict)
+        or data.get("version") != 2
+        or not isinstance(data.get("files"), list)
+        or not isinstance(data.get("roots"), list)
+        or not all(_sound_entry(e) for e in data["files"])
+    ):
         raise InputError(f"{where}: not an undo manifest of precision-doctor")
     return data
 
@@ -273,5 +300,6 @@ def _load(stamp: str) -> dict:
 def _sound_entry(entry) -> bool:
     if not isinstance(entry, dict) or not isinstance(entry.get("written_sha256"), list):
         return False
-    return all(isinstance(entry.get(k), str) for k in ("path", "backup", "original_sha256")) \
-        and all(isinstance(d, str) for d in entry["written_sha256"])
+    return all(isinstance(entry.get(k), str) for k in ("path", "backup", "original_sha256")) and all(
+        isinstance(d, str) for d in entry["written_sha256"]
+    )

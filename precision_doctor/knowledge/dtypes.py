@@ -8,18 +8,31 @@ FLOAT32 = "float32"
 AUTO = "auto"
 
 _TORCH_ATTRS = {
-    "float16": FLOAT16, "half": FLOAT16,
+    "float16": FLOAT16,
+    "half": FLOAT16,
     "bfloat16": BFLOAT16,
-    "float32": FLOAT32, "float": FLOAT32,
-    "float64": "float64", "double": "float64",
-    "uint8": "uint8", "int8": "int8",
-    "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
+    "float32": FLOAT32,
+    "float": FLOAT32,
+    "float64": "float64",
+    "double": "float64",
+    "uint8": "uint8",
+    "int8": "int8",
+    "float8_e4m3fn": "float8_e4m3fn",
+    "float8_e5m2": "float8_e5m2",
 }
 
 _STRINGS = {
-    "float16": FLOAT16, "fp16": FLOAT16, "half": FLOAT16, "torch.float16": FLOAT16,
-    "bfloat16": BFLOAT16, "bf16": BFLOAT16, "torch.bfloat16": BFLOAT16,
-    "float32": FLOAT32, "fp32": FLOAT32, "float": FLOAT32, "torch.float32": FLOAT32,
+    "float16": FLOAT16,
+    "fp16": FLOAT16,
+    "half": FLOAT16,
+    "torch.float16": FLOAT16,
+    "bfloat16": BFLOAT16,
+    "bf16": BFLOAT16,
+    "torch.bfloat16": BFLOAT16,
+    "float32": FLOAT32,
+    "fp32": FLOAT32,
+    "float": FLOAT32,
+    "torch.float32": FLOAT32,
     "auto": AUTO,
 }
 

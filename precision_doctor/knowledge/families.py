@@ -6,17 +6,20 @@ import re
 
 # Pre-trained in bf16 with activations beyond fp16's 65504: documented fp16 overflow (FAILURES.md #10).
 # Llama, Mistral and Qwen are routinely fine-tuned in fp16 and are deliberately absent.
-FP16_OVERFLOW_FAMILIES = re.compile(r"(^|[/_\-])(flan-t5|t5|mt5|umt5|byt5|gemma\d?|gemma-\d|deepseek-v2)"
-                                    r"([/_\-.]|$)", re.I)
+FP16_OVERFLOW_FAMILIES = re.compile(
+    r"(^|[/_\-])(flan-t5|t5|mt5|umt5|byt5|gemma\d?|gemma-\d|deepseek-v2)"
+    r"([/_\-.]|$)",
+    re.I,
+)
 
 
 def overflows_fp16(family: str) -> bool:
     """A model id or `model_type` of a family that overflows fp16."""
     return bool(family) and (family in FP16_OVERFLOW_MODEL_TYPES or FP16_OVERFLOW_FAMILIES.search(family) is not None)
 
+
 # `model_type`s of the same fp16-overflow families (a checkpoint's config names them this way).
-FP16_OVERFLOW_MODEL_TYPES = frozenset({"t5", "mt5", "umt5", "gemma", "gemma2", "gemma3", "gemma3_text",
-                                       "deepseek_v2"})
+FP16_OVERFLOW_MODEL_TYPES = frozenset({"t5", "mt5", "umt5", "gemma", "gemma2", "gemma3", "gemma3_text", "deepseek_v2"})
 
 
 def overflows_fp16_model_type(model_type: str) -> bool:
@@ -44,15 +47,71 @@ def attention_support(model_type: str) -> tuple[str, ...]:
 # model types whose config class defaults `tie_word_embeddings` to False (transformers 5.23
 # `models/*/configuration_*.py`; the same defaults as the 4.x `__init__` signatures). A config.json that omits the key
 # takes its class's default; every other class inherits PretrainedConfig's True.
-UNTIED_BY_DEFAULT = frozenset({
-    "llama", "llama4", "llama4_text", "mistral", "mistral4", "ministral", "ministral3", "mixtral", "qwen2",
-    "qwen2_moe", "qwen2_vl", "qwen2_5_vl", "qwen3", "qwen3_moe", "qwen3_next", "qwen3_vl", "qwen3_vl_moe", "qwen3_5",
-    "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "phi", "phi3", "phimoe", "gpt_neox", "gptj", "codegen",
-    "deepseek_v2", "deepseek_v3", "dbrx", "olmo", "olmo2", "olmo3", "olmoe", "granite", "granitemoe",
-    "granitemoehybrid", "gpt_oss", "glm", "glm4", "glm4_moe", "jamba", "nemotron", "persimmon", "stablelm",
-    "internlm3", "exaone4", "hunyuan_v1_dense", "hunyuan_v1_moe", "minimax", "falcon_h1", "bamba", "mamba2",
-    "helium", "seed_oss", "llava", "llava_next", "idefics2", "idefics3", "chameleon", "fuyu",
-})
+UNTIED_BY_DEFAULT = frozenset(
+    {
+        "llama",
+        "llama4",
+        "llama4_text",
+        "mistral",
+        "mistral4",
+        "ministral",
+        "ministral3",
+        "mixtral",
+        "qwen2",
+        "qwen2_moe",
+        "qwen2_vl",
+        "qwen2_5_vl",
+        "qwen3",
+        "qwen3_moe",
+        "qwen3_next",
+        "qwen3_vl",
+        "qwen3_vl_moe",
+        "qwen3_5",
+        "qwen3_5_text",
+        "qwen3_5_moe",
+        "qwen3_5_moe_text",
+        "phi",
+        "phi3",
+        "phimoe",
+        "gpt_neox",
+        "gptj",
+        "codegen",
+        "deepseek_v2",
+        "deepseek_v3",
+        "dbrx",
+        "olmo",
+        "olmo2",
+        "olmo3",
+        "olmoe",
+        "granite",
+        "granitemoe",
+        "granitemoehybrid",
+        "gpt_oss",
+        "glm",
+        "glm4",
+        "glm4_moe",
+        "jamba",
+        "nemotron",
+        "persimmon",
+        "stablelm",
+        "internlm3",
+        "exaone4",
+        "hunyuan_v1_dense",
+        "hunyuan_v1_moe",
+        "minimax",
+        "falcon_h1",
+        "bamba",
+        "mamba2",
+        "helium",
+        "seed_oss",
+        "llava",
+        "llava_next",
+        "idefics2",
+        "idefics3",
+        "chameleon",
+        "fuyu",
+    }
+)
 
 
 def tied_by_default(model_type: str) -> bool:

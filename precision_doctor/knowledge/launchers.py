@@ -7,22 +7,44 @@ DEFAULT_PORT = 29500  # torchrun's, deepspeed's and a multi-process accelerate l
 
 # flag spellings each launcher accepts, mapped to the fact they set
 FLAGS = {
-    "accelerate": {"--num_processes": "num_processes", "--mixed_precision": "mixed_precision",
-                   "--main_process_port": "main_process_port", "--config_file": "config_file",
-                   "--num_machines": "num_machines", "--gpu_ids": "gpu_ids"},
-    "torchrun": {"--nproc_per_node": "num_processes", "--nproc-per-node": "num_processes",
-                 "--master_port": "main_process_port", "--master-port": "main_process_port",
-                 "--nnodes": "num_machines"},
-    "deepspeed": {"--num_gpus": "num_processes", "--num-gpus": "num_processes", "--master_port": "main_process_port",
-                  "--num_nodes": "num_machines"},
+    "accelerate": {
+        "--num_processes": "num_processes",
+        "--mixed_precision": "mixed_precision",
+        "--main_process_port": "main_process_port",
+        "--config_file": "config_file",
+        "--num_machines": "num_machines",
+        "--gpu_ids": "gpu_ids",
+    },
+    "torchrun": {
+        "--nproc_per_node": "num_processes",
+        "--nproc-per-node": "num_processes",
+        "--master_port": "main_process_port",
+        "--master-port": "main_process_port",
+        "--nnodes": "num_machines",
+    },
+    "deepspeed": {
+        "--num_gpus": "num_processes",
+        "--num-gpus": "num_processes",
+        "--master_port": "main_process_port",
+        "--num_nodes": "num_machines",
+    },
 }
 BOOL_FLAGS = {"--multi_gpu", "--cpu", "--standalone", "--use_deepspeed", "--use_fsdp", "--debug", "-m"}
 
 # accelerate launch's DeepSpeed / FSDP options, which override its config file (derive/sharding.py reads them)
 ACCELERATE_SWITCHES = ("use_deepspeed", "use_fsdp", "multi_gpu", "cpu")
-ACCELERATE_OPTIONS = ("zero_stage", "offload_optimizer_device", "offload_param_device", "zero3_init_flag",
-                      "deepspeed_config_file", "fsdp_sharding_strategy", "fsdp_offload_params", "fsdp_version",
-                      "fsdp_reshard_after_forward", "fsdp_use_orig_params")
+ACCELERATE_OPTIONS = (
+    "zero_stage",
+    "offload_optimizer_device",
+    "offload_param_device",
+    "zero3_init_flag",
+    "deepspeed_config_file",
+    "fsdp_sharding_strategy",
+    "fsdp_offload_params",
+    "fsdp_version",
+    "fsdp_reshard_after_forward",
+    "fsdp_use_orig_params",
+)
 
 
 def launcher_of(words: list[str]) -> tuple[str | None, list[str]]:

@@ -11,9 +11,21 @@ from ..model.facts import KNOWN, Call, Value
 from ..model.python_source import literal, parse_quietly
 from ..model.util import record
 
-MIXED = {"16-mixed": "fp16", "16": "fp16", 16: "fp16", "bf16-mixed": "bf16", "bf16": "bf16",
-         "transformer-engine": "fp8", "transformer-engine-float16": "fp8", "32-true": "no", "32": "no", 32: "no",
-         "64-true": "no", "64": "no", 64: "no"}
+MIXED = {
+    "16-mixed": "fp16",
+    "16": "fp16",
+    16: "fp16",
+    "bf16-mixed": "bf16",
+    "bf16": "bf16",
+    "transformer-engine": "fp8",
+    "transformer-engine-float16": "fp8",
+    "32-true": "no",
+    "32": "no",
+    32: "no",
+    "64-true": "no",
+    "64": "no",
+    64: "no",
+}
 
 
 # --- Lightning's launch: strategy, devices, num_nodes -----------------------------------------------------------
@@ -21,16 +33,32 @@ MIXED = {"16-mixed": "fp16", "16": "fp16", 16: "fp16", "bf16-mixed": "bf16", "bf
 # Fabric's DataParallelStrategy): each name, how it spreads the job and what it shards.
 _DDP_STARTS = ("ddp", "ddp_spawn", "ddp_fork", "ddp_notebook")
 DDP_STRATEGIES = set(_DDP_STARTS) | {f"{s}_find_unused_parameters_{b}" for s in _DDP_STARTS for b in ("true", "false")}
-DEEPSPEED_STRATEGIES = {"deepspeed": (2, False, False), "deepspeed_stage_1": (1, False, False),
-                        "deepspeed_stage_2": (2, False, False), "deepspeed_stage_2_offload": (2, True, False),
-                        "deepspeed_stage_3": (3, False, False), "deepspeed_stage_3_offload": (3, True, True),
-                        "deepspeed_stage_3_offload_nvme": (3, True, True)}  # name -> (stage, offload optimizer, params)
+DEEPSPEED_STRATEGIES = {
+    "deepspeed": (2, False, False),
+    "deepspeed_stage_1": (1, False, False),
+    "deepspeed_stage_2": (2, False, False),
+    "deepspeed_stage_2_offload": (2, True, False),
+    "deepspeed_stage_3": (3, False, False),
+    "deepspeed_stage_3_offload": (3, True, True),
+    "deepspeed_stage_3_offload_nvme": (3, True, True),
+}  # name -> (stage, offload optimizer, params)
 FSDP_STRATEGIES = {"fsdp": False, "fsdp_cpu_offload": True}  # name -> cpu offload
 ONE_PROCESS_STRATEGIES = {"single_device", "dp"}  # Fabric's "dp" is nn.DataParallel in one process
-_STRATEGY_CLASSES = {"DDPStrategy": "ddp", "DeepSpeedStrategy": "deepspeed", "FSDPStrategy": "fsdp",
-                     "ModelParallelStrategy": "ddp", "SingleDeviceStrategy": "single", "DataParallelStrategy": "single"}
-_FSDP_NAMES = {"FULL_SHARD": "full_shard", "SHARD_GRAD_OP": "shard_grad_op", "NO_SHARD": "no_shard",
-               "HYBRID_SHARD": "hybrid_shard", "_HYBRID_SHARD_ZERO2": "hybrid_shard"}
+_STRATEGY_CLASSES = {
+    "DDPStrategy": "ddp",
+    "DeepSpeedStrategy": "deepspeed",
+    "FSDPStrategy": "fsdp",
+    "ModelParallelStrategy": "ddp",
+    "SingleDeviceStrategy": "single",
+    "DataParallelStrategy": "single",
+}
+_FSDP_NAMES = {
+    "FULL_SHARD": "full_shard",
+    "SHARD_GRAD_OP": "shard_grad_op",
+    "NO_SHARD": "no_shard",
+    "HYBRID_SHARD": "hybrid_shard",
+    "_HYBRID_SHARD_ZERO2": "hybrid_shard",
+}
 
 
 @record
@@ -64,8 +92,12 @@ def lightning_launch(call: Call) -> LightningLaunch | None:
     if devices is False or nodes < 1 or nodes_v.state not in (KNOWN, "absent"):
         return None
     found = _strategy(call.kwarg("strategy"))
-    return replace(found or LightningLaunch("unknown", None), devices=devices, num_nodes=nodes,
-                   device_ids=_device_ids(call.kwarg("devices")))
+    return replace(
+        found or LightningLaunch("unknown", None),
+        devices=devices,
+        num_nodes=nodes,
+        device_ids=_device_ids(call.kwarg("devices")),
+    )
 
 
 def _device_ids(v: Value) -> tuple[int, ...]:
@@ -142,13 +174,18 @@ def _strategy_object(text: str) -> LightningLaunch | None:
             keywords[kw.arg] = None
     if kind == "deepspeed":
         stage = keywords.get("stage", 2)
-        return LightningLaunch("deepspeed", None, stage=stage if isinstance(stage, int) else 2,
-                               offload_optimizer=bool(keywords.get("offload_optimizer")),
-                               offload_params=bool(keywords.get("offload_parameters")))
+        return LightningLaunch(
+            "deepspeed",
+            None,
+            stage=stage if isinstance(stage, int) else 2,
+            offload_optimizer=bool(keywords.get("offload_optimizer")),
+            offload_params=bool(keywords.get("offload_parameters")),
+        )
     if kind == "fsdp":
         sharding = str(keywords.get("sharding_strategy") or "FULL_SHARD").upper()
-        return LightningLaunch("fsdp", None, fsdp=_FSDP_NAMES.get(sharding, "full_shard"),
-                               offload_params=bool(keywords.get("cpu_offload")))
+        return LightningLaunch(
+            "fsdp", None, fsdp=_FSDP_NAMES.get(sharding, "full_shard"), offload_params=bool(keywords.get("cpu_offload"))
+        )
     return LightningLaunch(kind, None)
 
 

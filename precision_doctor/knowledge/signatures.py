@@ -13,21 +13,29 @@ doctor, read once; nothing here looks at the user's files.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable
 
 from ..model.facts import ClassFacts, PackageVersion, StackFacts, VersionSource
 from ..model.util import record
 
-PACKAGES = {"transformers": "transformers", "trl": "trl", "peft": "peft",
-            "sentence_transformers": "sentence-transformers"}  # import name -> distribution
+PACKAGES = {
+    "transformers": "transformers",
+    "trl": "trl",
+    "peft": "peft",
+    "sentence_transformers": "sentence-transformers",
+}  # import name -> distribution
 LOADER = "transformers.from_pretrained"  # keywords of from_pretrained; the rest goes to the model's config
 TRAINERS = ("transformers.Trainer", "transformers.Seq2SeqTrainer")
 # Keywords a rule of their own reports, with what only it knows (a deprecation window, a refusal next to another
 # keyword): keyword-not-accepted (PD217) leaves them to it. Each is judged with the same fields (accepted()).
-SPECIALISED = {(LOADER, "load_in_4bit"): "PD406", (LOADER, "load_in_8bit"): "PD406",
-               (TRAINERS[0], "tokenizer"): "PD216", (TRAINERS[1], "tokenizer"): "PD216"}
+SPECIALISED = {
+    (LOADER, "load_in_4bit"): "PD406",
+    (LOADER, "load_in_8bit"): "PD406",
+    (TRAINERS[0], "tokenizer"): "PD216",
+    (TRAINERS[1], "tokenizer"): "PD216",
+}
 
 
 @lru_cache(maxsize=1)
@@ -48,14 +56,14 @@ def class_id(callee: str) -> str | None:
         return LOADER
     last = parts[-1]
     classes = table()["classes"]
-    for candidate in ((f"{top}.experimental.{last}", f"{top}.{last}") if "experimental" in parts
-                      else (f"{top}.{last}",)):
+    for candidate in (f"{top}.experimental.{last}", f"{top}.{last}") if "experimental" in parts else (f"{top}.{last}",):
         if candidate in classes:
             return candidate
     return None
 
 
 # --- versions -> the release the table read -----------------------------------------------------
+
 
 def _minor_key(version: str) -> tuple[int, int] | None:
     parts = version.split(".")
@@ -94,7 +102,7 @@ def beyond_table(package: str, version: str) -> bool:
 
 @lru_cache(maxsize=4096)
 def _indices(package: str, spans: str) -> frozenset[int]:
-    """"4.36-4.45,5.3,5.10-" -> the indices of the releases it covers."""
+    """ "4.36-4.45,5.3,5.10-" -> the indices of the releases it covers."""
     minors = _minors(package)
     where = {m: i for i, m in enumerate(minors)}
     out: set[int] = set()
@@ -108,13 +116,14 @@ def _indices(package: str, spans: str) -> frozenset[int]:
 
 
 def describe_spans(package: str, spans: str) -> str:
-    """"4.36-5.14" -> "transformers 4.36-5.14"; an open end names the newest release read."""
+    """ "4.36-5.14" -> "transformers 4.36-5.14"; an open end names the newest release read."""
     minors = _minors(package)
     shown = ",".join(s + (minors[-1] if s.endswith("-") else "") for s in spans.split(","))
     return f"{package} {shown}"
 
 
 # --- what a class accepts ----------------------------------------------------------------------
+
 
 @record
 class Accepted:
@@ -143,8 +152,12 @@ class Versions:
         return Versions(self.stack, tuple(o for o in self.override if o[0] != package) + ((package, index),))
 
 
-def accepted(cid: str, versions: Versions | StackFacts, local: dict[str, ClassFacts] | None = None,
-             _seen: frozenset[str] = frozenset()) -> Accepted | None:
+def accepted(
+    cid: str,
+    versions: Versions | StackFacts,
+    local: dict[str, ClassFacts] | None = None,
+    _seen: frozenset[str] = frozenset(),
+) -> Accepted | None:
     """What `cid` (a table id, or a class of the script in `local`) accepts. None: unknown (the version is outside the
     table, the class does not exist at that version, or a base cannot be read)."""
     if isinstance(versions, StackFacts):
@@ -190,8 +203,9 @@ def _any_release(cid, entry, versions, local, seen) -> Accepted | None:
     """A package the stack does not track (sentence-transformers): what any release read accepts."""
     names = frozenset(entry["names"])
     bases = tuple(entry.get("bases", {}))
-    return _combine(Accepted(names, "", (f"{entry['package']} (any release read)",)), bases, False, versions,
-                    local, seen)
+    return _combine(
+        Accepted(names, "", (f"{entry['package']} (any release read)",)), bases, False, versions, local, seen
+    )
 
 
 def _combine(own: Accepted, bases: Iterable[str], own_init: bool, versions, local, seen) -> Accepted | None:
@@ -215,13 +229,15 @@ def _combine(own: Accepted, bases: Iterable[str], own_init: bool, versions, loca
 def _local(cls: ClassFacts, versions, local, seen) -> Accepted | None:
     bases = []
     for base in cls.bases:
-        cid = base if base in local else class_id(base) or (base.rsplit(".", 1)[-1]
-                                                            if base.rsplit(".", 1)[-1] in local else None)
+        cid = (
+            base
+            if base in local
+            else class_id(base) or (base.rsplit(".", 1)[-1] if base.rsplit(".", 1)[-1] in local else None)
+        )
         if cid is None:
             return None  # a base the doctor cannot read: what it takes is unknown
         bases.append(cid)
-    own = Accepted(frozenset(cls.fields), "forwards" if cls.forwards else "",
-                   (f"{cls.name} ({cls.location})",))
+    own = Accepted(frozenset(cls.fields), "forwards" if cls.forwards else "", (f"{cls.name} ({cls.location})",))
     if not bases:
         return own if (cls.dataclass or cls.init) else None
     return _combine(own, bases, cls.init and not cls.dataclass, versions, local, seen)
@@ -235,8 +251,12 @@ def local_id(callee: str, local: dict[str, ClassFacts]) -> str | None:
     return last if last in local and "." in callee and callee.split(".", 1)[0] not in PACKAGES else None
 
 
-def decided_by(cid: str, versions: Versions | StackFacts, local: dict[str, ClassFacts] | None = None,
-               _seen: frozenset[str] = frozenset()) -> str:
+def decided_by(
+    cid: str,
+    versions: Versions | StackFacts,
+    local: dict[str, ClassFacts] | None = None,
+    _seen: frozenset[str] = frozenset(),
+) -> str:
     """The class whose own signature decides a keyword of `cid` that is not its own: `cid` itself when it has its
     own __init__ (or is not a plain subclass), else the base its constructor is inherited from."""
     if isinstance(versions, StackFacts):
@@ -262,8 +282,10 @@ def decided_by(cid: str, versions: Versions | StackFacts, local: dict[str, Class
 
 # --- history, renames, suggestions ---------------------------------------------------------------
 
-def spans_of(cid: str, name: str, local: dict[str, ClassFacts] | None = None,
-             _seen: frozenset[str] = frozenset()) -> tuple[str, str] | None:
+
+def spans_of(
+    cid: str, name: str, local: dict[str, ClassFacts] | None = None, _seen: frozenset[str] = frozenset()
+) -> tuple[str, str] | None:
     """(package, releases) that accept `name` on `cid` or the base that declares it, from the table."""
     if cid in _seen:
         return None
@@ -286,8 +308,9 @@ def spans_of(cid: str, name: str, local: dict[str, ClassFacts] | None = None,
     return None
 
 
-def rename_of(cid: str, name: str, local: dict[str, ClassFacts] | None = None,
-              _seen: frozenset[str] = frozenset()) -> str | None:
+def rename_of(
+    cid: str, name: str, local: dict[str, ClassFacts] | None = None, _seen: frozenset[str] = frozenset()
+) -> str | None:
     """The name a deprecation gave `name` on this class or a base (checked by the generator against the fields)."""
     if cid in _seen:
         return None
@@ -336,6 +359,7 @@ def suggestion(name: str, names: Iterable[str]) -> str | None:
 
 
 # --- how sure: the versions a declared range allows ----------------------------------------------
+
 
 def releases_in_range(package: str, version: PackageVersion) -> list[int]:
     """The table's releases a declared range allows (`transformers>=4.40`, or `transformers` with no range: all),

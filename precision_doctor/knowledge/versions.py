@@ -9,8 +9,13 @@ from ..model.facts import StackFacts
 
 # The releases the rules were checked against; assumed when a package is neither installed nor declared.
 CURRENT = {
-    "torch": "2.13.0", "transformers": "5.23.0", "accelerate": "1.15.0", "peft": "0.21.2",
-    "bitsandbytes": "0.50.0", "trl": "1.16.0", "deepspeed": "0.18.0",
+    "torch": "2.13.0",
+    "transformers": "5.23.0",
+    "accelerate": "1.15.0",
+    "peft": "0.21.2",
+    "bitsandbytes": "0.50.0",
+    "trl": "1.16.0",
+    "deepspeed": "0.18.0",
 }
 
 

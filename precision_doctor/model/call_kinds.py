@@ -9,7 +9,7 @@ call alone: the collector gives them from what surrounds it (a loop variable, a 
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from .util import StrEnum
 
@@ -66,30 +66,84 @@ FROM_CONTEXT = (CallKind.LOCAL_CALL, CallKind.FLOW, CallKind.CALL_VAR, CallKind.
 TRAINER_SUFFIX = "Trainer"
 # Sentence Transformers' trainers and arguments subclass transformers' (with its defaults): read as Trainer's
 TRAINER_LIBRARIES = ("transformers.", "trl.", "sentence_transformers.")
-TRAINING_ARGUMENT_CLASSES = {"TrainingArguments", "Seq2SeqTrainingArguments", "SentenceTransformerTrainingArguments",
-                             "CrossEncoderTrainingArguments", "SparseEncoderTrainingArguments"}
+TRAINING_ARGUMENT_CLASSES = {
+    "TrainingArguments",
+    "Seq2SeqTrainingArguments",
+    "SentenceTransformerTrainingArguments",
+    "CrossEncoderTrainingArguments",
+    "SparseEncoderTrainingArguments",
+}
 # models that load their transformers checkpoint in the constructor (probes/frameworks.py reads `model_kwargs`)
-SENTENCE_TRANSFORMERS_MODELS = {f"sentence_transformers.{m}" for m in (
-    "SentenceTransformer", "CrossEncoder", "SparseEncoder", "SentenceTransformer.SentenceTransformer",
-    "cross_encoder.CrossEncoder", "sparse_encoder.SparseEncoder")}
-MODEL_LOADER_EXCLUDE = ("Tokenizer", "Processor", "FeatureExtractor", "Config", "ImageProcessor", "PeftModel",
-                        "Dataset", "Pipeline")
+SENTENCE_TRANSFORMERS_MODELS = {
+    f"sentence_transformers.{m}"
+    for m in (
+        "SentenceTransformer",
+        "CrossEncoder",
+        "SparseEncoder",
+        "SentenceTransformer.SentenceTransformer",
+        "cross_encoder.CrossEncoder",
+        "sparse_encoder.SparseEncoder",
+    )
+}
+MODEL_LOADER_EXCLUDE = (
+    "Tokenizer",
+    "Processor",
+    "FeatureExtractor",
+    "Config",
+    "ImageProcessor",
+    "PeftModel",
+    "Dataset",
+    "Pipeline",
+)
 # Libraries whose `Model.from_pretrained` is their own API, not transformers' (Unsloth's FastLanguageModel takes
 # `load_in_4bit=` and `dtype=None` as documented keywords): not transformers' loads. Unsloth's `Fast*Model` loaders
 # are recorded by their own recogniser and read with Unsloth's defaults (probes/frameworks.py).
 FOREIGN_LOADERS = ("unsloth",)
 CAST_METHODS = {"half", "bfloat16", "float", "double", "to", "cuda", "cpu"}
 LOOP_METHODS = {"scale", "unscale_", "step", "update", "backward", "zero_grad"}
-OPTIMIZER_PREFIXES = ("torch.optim.", "bitsandbytes.optim.", "bnb.optim.", "transformers.optimization.",
-                      "apex.optimizers.", "deepspeed.ops.adam.")
-PEFT_CONFIGS = {"LoraConfig", "AdaLoraConfig", "IA3Config", "LoHaConfig", "LoKrConfig", "OFTConfig", "BOFTConfig",
-                "VeraConfig", "PromptTuningConfig", "PrefixTuningConfig", "PromptEncoderConfig"}
-AUTOCASTS = {"torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast", "torch.cpu.amp.autocast",
-             "torch.amp.autocast_mode.autocast"}
-GRAD_SCALERS = {"torch.amp.GradScaler", "torch.cuda.amp.GradScaler", "torch.cpu.amp.GradScaler",
-                "torch.GradScaler", "torch.amp.grad_scaler.GradScaler"}
-LIGHTNING_CLASSES = {"lightning.Trainer", "lightning.pytorch.Trainer", "pytorch_lightning.Trainer",
-                     "lightning.Fabric", "lightning.fabric.Fabric", "lightning_fabric.Fabric"}  # probes/frameworks.py
+OPTIMIZER_PREFIXES = (
+    "torch.optim.",
+    "bitsandbytes.optim.",
+    "bnb.optim.",
+    "transformers.optimization.",
+    "apex.optimizers.",
+    "deepspeed.ops.adam.",
+)
+PEFT_CONFIGS = {
+    "LoraConfig",
+    "AdaLoraConfig",
+    "IA3Config",
+    "LoHaConfig",
+    "LoKrConfig",
+    "OFTConfig",
+    "BOFTConfig",
+    "VeraConfig",
+    "PromptTuningConfig",
+    "PrefixTuningConfig",
+    "PromptEncoderConfig",
+}
+AUTOCASTS = {
+    "torch.autocast",
+    "torch.amp.autocast",
+    "torch.cuda.amp.autocast",
+    "torch.cpu.amp.autocast",
+    "torch.amp.autocast_mode.autocast",
+}
+GRAD_SCALERS = {
+    "torch.amp.GradScaler",
+    "torch.cuda.amp.GradScaler",
+    "torch.cpu.amp.GradScaler",
+    "torch.GradScaler",
+    "torch.amp.grad_scaler.GradScaler",
+}
+LIGHTNING_CLASSES = {
+    "lightning.Trainer",
+    "lightning.pytorch.Trainer",
+    "pytorch_lightning.Trainer",
+    "lightning.Fabric",
+    "lightning.fabric.Fabric",
+    "lightning_fabric.Fabric",
+}  # probes/frameworks.py
 CLIPPERS = {"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_", "torch.nn.utils.clip_grad_norm"}
 
 
@@ -108,14 +162,22 @@ def is_trainer_class(qualified: str) -> bool:
 
 # --- the table ---------------------------------------------------------------------------------
 
+
 class CallSite:
     """What the table looks at: the call as the probe read it, without the AST."""
 
     __slots__ = ("callee", "last", "method", "owner", "bare", "keywords", "local_trainers", "local_args")
 
-    def __init__(self, callee: str, method: str = "", owner: str = "", bare: bool = False,
-                 keywords: frozenset[str] = frozenset(), local_trainers: frozenset[str] = frozenset(),
-                 local_args: frozenset[str] = frozenset()):
+    def __init__(
+        self,
+        callee: str,
+        method: str = "",
+        owner: str = "",
+        bare: bool = False,
+        keywords: frozenset[str] = frozenset(),
+        local_trainers: frozenset[str] = frozenset(),
+        local_args: frozenset[str] = frozenset(),
+    ):
         self.callee = callee  # qualified dotted name, "" for a call of an expression
         self.last = callee.rsplit(".", 1)[-1]
         self.method = method  # the attribute called (`half` in `model.half()`), "" for a plain name
@@ -132,8 +194,9 @@ class Recogniser:
 
     __slots__ = ("kind", "names", "last", "prefixes", "methods", "when")
 
-    def __init__(self, kind: CallKind, names=(), last=(), prefixes=(), methods=(),
-                 when: Callable[[CallSite], bool] | None = None):
+    def __init__(
+        self, kind: CallKind, names=(), last=(), prefixes=(), methods=(), when: Callable[[CallSite], bool] | None = None
+    ):
         self.kind = kind
         self.names = frozenset(names)
         self.last = frozenset(last)
@@ -142,28 +205,38 @@ class Recogniser:
         self.when = when
 
     def matches(self, site: CallSite) -> bool:
-        return (not self.names or site.callee in self.names) and \
-            (not self.last or site.last in self.last) and \
-            (not self.prefixes or site.callee.startswith(self.prefixes)) and \
-            (not self.methods or site.method in self.methods) and \
-            (self.when is None or self.when(site))
+        return (
+            (not self.names or site.callee in self.names)
+            and (not self.last or site.last in self.last)
+            and (not self.prefixes or site.callee.startswith(self.prefixes))
+            and (not self.methods or site.method in self.methods)
+            and (self.when is None or self.when(site))
+        )
 
 
 def _model_owner(site: CallSite) -> bool:
     owner = site.owner
     if site.callee.split(".", 1)[0] in FOREIGN_LOADERS:
         return False
-    return bool(owner) and not any(x in owner for x in MODEL_LOADER_EXCLUDE) and (
-        owner.startswith(("Auto", "AutoPeft")) or "For" in owner or owner.endswith("Model")
-        or owner.endswith("LMHeadModel"))
+    return (
+        bool(owner)
+        and not any(x in owner for x in MODEL_LOADER_EXCLUDE)
+        and (
+            owner.startswith(("Auto", "AutoPeft"))
+            or "For" in owner
+            or owner.endswith("Model")
+            or owner.endswith("LMHeadModel")
+        )
+    )
 
 
 def _model_config(site: CallSite) -> bool:
     """`AutoConfig.from_pretrained(...)`, `LlamaConfig.from_pretrained(...)`: a transformers model config (not a
     peft, bitsandbytes or generation config, which name no model)."""
     owner = site.owner
-    return owner == "AutoConfig" or (owner.endswith("Config") and site.callee.startswith("transformers.")
-                                     and owner not in _NOT_MODEL_CONFIGS)
+    return owner == "AutoConfig" or (
+        owner.endswith("Config") and site.callee.startswith("transformers.") and owner not in _NOT_MODEL_CONFIGS
+    )
 
 
 _NOT_MODEL_CONFIGS = {"GenerationConfig", "BitsAndBytesConfig", "PeftConfig"}
@@ -180,8 +253,12 @@ RECOGNISERS: tuple[Recogniser, ...] = (
     Recogniser(CallKind.GRAD_SCALER, names=GRAD_SCALERS),
     Recogniser(CallKind.CLIP_GRAD, names=CLIPPERS),
     Recogniser(CallKind.TRAINING_ARGS, when=lambda s: is_training_arguments(s.callee) or s.callee in s.local_args),
-    Recogniser(CallKind.TRAINER, when=lambda s: (s.callee.startswith(TRAINER_LIBRARIES)
-                                         and s.last.endswith(TRAINER_SUFFIX)) or s.callee in s.local_trainers),
+    Recogniser(
+        CallKind.TRAINER,
+        when=lambda s: (
+            (s.callee.startswith(TRAINER_LIBRARIES) and s.last.endswith(TRAINER_SUFFIX)) or s.callee in s.local_trainers
+        ),
+    ),
     Recogniser(CallKind.ACCELERATOR, names={"accelerate.Accelerator"} | LIGHTNING_CLASSES),
     Recogniser(CallKind.SET_DEVICE, names={"torch.cuda.set_device"}),
     Recogniser(CallKind.INIT_PROCESS_GROUP, last={"init_process_group"}, prefixes=("torch",)),
@@ -192,8 +269,9 @@ RECOGNISERS: tuple[Recogniser, ...] = (
     Recogniser(CallKind.FP8_AUTOCAST, last={"fp8_autocast"}, prefixes=("transformer_engine",)),
     # names re-exported under many modules
     Recogniser(CallKind.BNB_CONFIG, last={"BitsAndBytesConfig"}),
-    Recogniser(CallKind.PEFT_CONFIG, last=PEFT_CONFIGS,
-               when=lambda s: s.callee.startswith("peft") or s.callee == s.last),
+    Recogniser(
+        CallKind.PEFT_CONFIG, last=PEFT_CONFIGS, when=lambda s: s.callee.startswith("peft") or s.callee == s.last
+    ),
     Recogniser(CallKind.GET_PEFT_MODEL, last={"get_peft_model"}),
     Recogniser(CallKind.PREPARE_KBIT, last={"prepare_model_for_kbit_training", "prepare_model_for_int8_training"}),
     Recogniser(CallKind.CAST_MIXED, last={"cast_mixed_precision_params"}),
@@ -202,8 +280,12 @@ RECOGNISERS: tuple[Recogniser, ...] = (
     Recogniser(CallKind.PEFT_WRAP_POLICY, last={"fsdp_auto_wrap_policy"}),
     Recogniser(CallKind.PEFT_LOAD, methods={"from_pretrained"}, when=lambda s: s.owner.startswith("PeftModel")),
     Recogniser(CallKind.MODEL_LOAD, names=SENTENCE_TRANSFORMERS_MODELS),
-    Recogniser(CallKind.MODEL_LOAD, methods={"from_pretrained"}, prefixes=("unsloth.",),
-               when=lambda s: s.owner.startswith("Fast")),
+    Recogniser(
+        CallKind.MODEL_LOAD,
+        methods={"from_pretrained"},
+        prefixes=("unsloth.",),
+        when=lambda s: s.owner.startswith("Fast"),
+    ),
     Recogniser(CallKind.MODEL_LOAD, methods={"from_pretrained", "from_config"}, when=_model_owner),
     Recogniser(CallKind.CONFIG_LOAD, methods={"from_pretrained"}, when=_model_config),
     # generic method names, last

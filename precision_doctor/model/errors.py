@@ -6,7 +6,7 @@ class InputError(Exception):
 
 
 def did_you_mean(word: str, choices, normalise=str.lower) -> str:
-    """"; did you mean 'x'?" for the closest of `choices` to a mistyped `word`, or "" when none is close."""
+    """ "; did you mean 'x'?" for the closest of `choices` to a mistyped `word`, or "" when none is close."""
     import difflib
 
     by_key = {normalise(str(c)): str(c) for c in choices}

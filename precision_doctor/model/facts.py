@@ -12,8 +12,8 @@ from dataclasses import field
 from functools import cached_property
 from typing import Any
 
-from .util import StrEnum, record
 from .call_kinds import CallKind
+from .util import StrEnum, record
 
 
 class State(StrEnum):
@@ -51,7 +51,8 @@ class Origin:
 class Predicate:
     """A hardware question a script asks at run time, e.g. torch.cuda.is_bf16_supported()."""
 
-    kind: str  # cuda_available | bf16_supported | capability_at_least | gpu_count_at_least | mps_available | not | all | any
+    # cuda_available | bf16_supported | capability_at_least | gpu_count_at_least | mps_available | not | all | any
+    kind: str
     text: str
     emulation: bool = True  # bf16_supported: True is torch's default (including_emulation=True)
     number: tuple[int, ...] = ()  # capability_at_least (major, minor) / gpu_count_at_least (n,)
@@ -349,7 +350,9 @@ class MachineFacts:
 
     def describe(self) -> str:
         if not self.known:
-            return f"{len(self.nodes)} nodes, GPUs unknown ({self.reason})" if self.nodes else f"unknown ({self.reason})"
+            return (
+                f"{len(self.nodes)} nodes, GPUs unknown ({self.reason})" if self.nodes else f"unknown ({self.reason})"
+            )
         if not self.gpus:
             return f"no GPU ({self.source})"
         first = self.gpus[0]
@@ -476,12 +479,14 @@ class JobFacts:
 
     @property
     def tasks_per_node(self) -> int | None:
-        raw = self.srun_options.get("ntasks-per-node") or (self.directives["ntasks-per-node"].value
-                                                           if "ntasks-per-node" in self.directives else "")
+        raw = self.srun_options.get("ntasks-per-node") or (
+            self.directives["ntasks-per-node"].value if "ntasks-per-node" in self.directives else ""
+        )
         if raw.isdigit():
             return int(raw)
-        total = self.srun_options.get("ntasks") or (self.directives["ntasks"].value if "ntasks" in self.directives
-                                                    else "")
+        total = self.srun_options.get("ntasks") or (
+            self.directives["ntasks"].value if "ntasks" in self.directives else ""
+        )
         if total.isdigit() and int(total) % self.nodes == 0:
             return int(total) // self.nodes
         return None if total else 1
@@ -510,7 +515,7 @@ class JobFacts:
         """The GPU type the job names (`--gres=gpu:a100:4`, `--gpus-per-node=h100:8`), or ""."""
         for name in ("gpus-per-node", "gres"):
             s = self.directives.get(name)
-            for item in (s.value.split(",") if s else ()):
+            for item in s.value.split(",") if s else ():
                 parts = item.split(":")
                 if name == "gres" and parts[0] != "gpu":
                     continue
@@ -745,8 +750,7 @@ def _from_jsonable(tp: Any, data: Any) -> Any:
         if not isinstance(data, dict):
             raise TypeError(f"{tp.__name__}: expected an object, got {type(data).__name__}")
         hints = typing.get_type_hints(tp)
-        kwargs = {f.name: _from_jsonable(hints[f.name], data[f.name])
-                  for f in dataclasses.fields(tp) if f.name in data}
+        kwargs = {f.name: _from_jsonable(hints[f.name], data[f.name]) for f in dataclasses.fields(tp) if f.name in data}
         return tp(**kwargs)
     if origin is tuple:
         args = typing.get_args(tp)
@@ -763,12 +767,44 @@ def _from_jsonable(tp: Any, data: Any) -> Any:
 
 
 _TYPES: dict[str, Any] = {}
-for _cls in (Location, Origin, Predicate, Value, Branch, Call, Unknown, Suppression, CheckpointFacts, ClassFacts,
-             ParsedArguments, Signature, ScriptFacts,
-             GpuProcess, Gpu, MachineFacts, BusyPort, HostFacts, LaunchFacts, Allocation, JobSetting, JobFacts,
-             PackageVersion, LibraryBehaviour, StackFacts, LiveAdapter, LiveModel,
-             LiveTrainer, LiveAccelerator, LiveOptimizerGroup, LiveOptimizer, LiveScaler, LiveFrame, LiveError,
-             LiveFacts, Facts):
+for _cls in (
+    Location,
+    Origin,
+    Predicate,
+    Value,
+    Branch,
+    Call,
+    Unknown,
+    Suppression,
+    CheckpointFacts,
+    ClassFacts,
+    ParsedArguments,
+    Signature,
+    ScriptFacts,
+    GpuProcess,
+    Gpu,
+    MachineFacts,
+    BusyPort,
+    HostFacts,
+    LaunchFacts,
+    Allocation,
+    JobSetting,
+    JobFacts,
+    PackageVersion,
+    LibraryBehaviour,
+    StackFacts,
+    LiveAdapter,
+    LiveModel,
+    LiveTrainer,
+    LiveAccelerator,
+    LiveOptimizerGroup,
+    LiveOptimizer,
+    LiveScaler,
+    LiveFrame,
+    LiveError,
+    LiveFacts,
+    Facts,
+):
     _TYPES[_cls.__name__] = _cls
 
 

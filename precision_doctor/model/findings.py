@@ -6,9 +6,10 @@ can apply them later; their applicability says whether one may be applied withou
 
 from __future__ import annotations
 
+from typing import Literal
 
-from .util import StrEnum, record
 from .facts import Location
+from .util import StrEnum, record
 
 
 class Severity(StrEnum):
@@ -31,6 +32,12 @@ class Phase(StrEnum):
 class Confidence(StrEnum):
     CERTAIN = "certain"
     LIKELY = "likely"
+
+
+# what a rule may write in a Draft instead of the member: the engine turns it into the member
+SeverityName = Literal["error", "warning", "info"]
+PhaseName = Literal["launch", "config", "load", "wrap", "first-step", "later-steps"]
+ConfidenceName = Literal["certain", "likely"]
 
 
 class Applicability(StrEnum):
@@ -114,8 +121,9 @@ class Fix:
 
     def appliable(self, unsafe: bool) -> bool:
         """May `fix` apply these edits: safe ones always, unsafe ones with --unsafe, display-only never."""
-        return bool(self.edits) and (self.applicability == Applicability.SAFE or
-                                     (unsafe and self.applicability == Applicability.UNSAFE))
+        return bool(self.edits) and (
+            self.applicability == Applicability.SAFE or (unsafe and self.applicability == Applicability.UNSAFE)
+        )
 
 
 @record
@@ -138,8 +146,14 @@ class Finding:
 
     def sort_key(self) -> tuple:
         first = self.locations[0] if self.locations else Location(self.path, 0)
-        return (SEVERITY_RANK[self.severity], PHASE_RANK.get(self.phase, 99),
-                CONFIDENCES.index(self.confidence), first.path, first.line, self.rule_id)
+        return (
+            SEVERITY_RANK[self.severity],
+            PHASE_RANK.get(self.phase, 99),
+            CONFIDENCES.index(self.confidence),
+            first.path,
+            first.line,
+            self.rule_id,
+        )
 
 
 @record
@@ -150,7 +164,7 @@ class Draft:
     evidence: tuple[Evidence, ...] = ()
     fix: Fix | None = None
     error: str = ""  # defaults to the rule's declared error text
-    phase: Phase | None = None  # defaults to the rule's declared phase
-    severity: Severity | None = None  # lower than declared, or up to the declared escalation
-    confidence: Confidence = Confidence.CERTAIN
+    phase: Phase | PhaseName | None = None  # defaults to the rule's declared phase
+    severity: Severity | SeverityName | None = None  # lower than declared, or up to the declared escalation
+    confidence: Confidence | ConfidenceName = Confidence.CERTAIN
     path: str = ""

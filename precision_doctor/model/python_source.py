@@ -19,12 +19,17 @@ def literal(node: ast.AST):
     if kind is ast.List:
         return [literal(e) for e in node.elts]
     if kind is ast.Dict and None not in node.keys:
-        return {literal(k): literal(v) for k, v in zip(node.keys, node.values)}
-    if kind is ast.UnaryOp and type(node.op) in (ast.USub, ast.UAdd) and type(node.operand) is ast.Constant and \
-            type(node.operand.value) in (int, float, complex):
+        return {literal(k): literal(v) for k, v in zip(node.keys, node.values, strict=False)}
+    if (
+        kind is ast.UnaryOp
+        and type(node.op) in (ast.USub, ast.UAdd)
+        and type(node.operand) is ast.Constant
+        and type(node.operand.value) in (int, float, complex)
+    ):
         return -node.operand.value if type(node.op) is ast.USub else +node.operand.value
-    if kind is ast.Call and not (type(node.func) is ast.Name and node.func.id == "set" and not node.args and
-                                 not node.keywords):
+    if kind is ast.Call and not (
+        type(node.func) is ast.Name and node.func.id == "set" and not node.args and not node.keywords
+    ):
         raise ValueError(f"malformed node or string: {node!r}")  # only set() is a literal call
     if kind in (ast.Set, ast.Call, ast.BinOp, ast.UnaryOp):  # set(), {1, 2}, 1+2j, -x: as it reads them
         return ast.literal_eval(node)

@@ -9,25 +9,98 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any
 
 REDACTED = "<redacted>"
 
 # The parts of a name (split on _ - . and spaces) that mark its value as a credential.
-_SECRET_PARTS = {"token", "secret", "secrets", "password", "passwd", "passphrase", "auth", "oauth", "authorization",
-                 "credential", "credentials", "apikey", "cookie"}
+_SECRET_PARTS = {
+    "token",
+    "secret",
+    "secrets",
+    "password",
+    "passwd",
+    "passphrase",
+    "auth",
+    "oauth",
+    "authorization",
+    "credential",
+    "credentials",
+    "apikey",
+    "cookie",
+}
 _SECRET_ENDINGS = ("token", "secret", "password", "passwd", "apikey", "credential", "credentials")
 # In a training script `token` is mostly a vocabulary token (pad_token_id, max_new_tokens): those are not secrets.
-_VOCABULARY_PARTS = {"pad", "eos", "bos", "unk", "sep", "cls", "mask", "id", "ids", "type", "types", "max", "min",
-                     "num", "new", "special", "added", "length", "len", "count", "level", "start", "end", "image",
-                     "video", "audio", "vision", "decoder", "encoder", "per", "chat", "template", "embedding"}
+_VOCABULARY_PARTS = {
+    "pad",
+    "eos",
+    "bos",
+    "unk",
+    "sep",
+    "cls",
+    "mask",
+    "id",
+    "ids",
+    "type",
+    "types",
+    "max",
+    "min",
+    "num",
+    "new",
+    "special",
+    "added",
+    "length",
+    "len",
+    "count",
+    "level",
+    "start",
+    "end",
+    "image",
+    "video",
+    "audio",
+    "vision",
+    "decoder",
+    "encoder",
+    "per",
+    "chat",
+    "template",
+    "embedding",
+}
 # `key` and `pwd` alone are a sort key and the working directory far more often than a secret: they count only
 # next to a word that makes them one (api_key, AWS_SECRET_ACCESS_KEY, db_pwd).
 _KEY_PARTS = {"key", "pwd"}
-_KEY_QUALIFIERS = {"api", "access", "private", "signing", "encryption", "license", "master", "service", "account",
-                   "ssh", "aws", "openai", "anthropic", "wandb", "hf", "hub", "client", "app", "subscription", "db",
-                   "user", "admin", "root", "comet", "neptune", "azure", "gcp", "s3"}
+_KEY_QUALIFIERS = {
+    "api",
+    "access",
+    "private",
+    "signing",
+    "encryption",
+    "license",
+    "master",
+    "service",
+    "account",
+    "ssh",
+    "aws",
+    "openai",
+    "anthropic",
+    "wandb",
+    "hf",
+    "hub",
+    "client",
+    "app",
+    "subscription",
+    "db",
+    "user",
+    "admin",
+    "root",
+    "comet",
+    "neptune",
+    "azure",
+    "gcp",
+    "s3",
+}
 _NOT_SECRET_VALUES = {"", "true", "false", "none", "null", "auto", "yes", "no", REDACTED.lower()}
 
 # Credentials that announce themselves, wherever they appear.
@@ -41,20 +114,26 @@ _SHAPED = re.compile(
     r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"  # AWS access key id
     r"|\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*"  # JWT
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)",
-    re.DOTALL)
+    re.DOTALL,
+)
 _BEARER = re.compile(r"\b(Bearer)(\s+)[A-Za-z0-9._~+/=\-]{12,}")
 _URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)([^\s/@:'\"]*):([^\s/@'\"]+)@")
 # name=value, name: value, "name": "value", --name value; the name is tested by `secret_name`.
 _NAMED_VALUE = re.compile(
     r"""(?:(?P<flag>--?[A-Za-z][\w.\-]*)|(?P<word>[A-Za-z_][\w.\-]*))(?P<q0>['"]?)"""
     r"""(?P<sep>\s*[=:]\s*|(?(flag)\s+|(?!)))"""
-    r"""(?:(?P<q>['"])(?P<quoted>(?:(?!(?P=q)).)*)(?P=q)|(?P<bare>(?:(?:Bearer|Basic)\s+)?[^\s'",;)}\]]+))""")
+    r"""(?:(?P<q>['"])(?P<quoted>(?:(?!(?P=q)).)*)(?P=q)|(?P<bare>(?:(?:Bearer|Basic)\s+)?[^\s'",;)}\]]+))"""
+)
 # parser.add_argument("--hub_token", default="...") names the secret in one string and holds it in another
-_ARGUMENT_DEFAULT = re.compile(r"""(['"])(?P<flag>--?[\w.\-]+)\1(?P<between>[^'"]*?\bdefault\s*=\s*)"""
-                               r"""(?P<q>['"])(?P<value>(?:(?!(?P=q)).)*)(?P=q)""")
+_ARGUMENT_DEFAULT = re.compile(
+    r"""(['"])(?P<flag>--?[\w.\-]+)\1(?P<between>[^'"]*?\bdefault\s*=\s*)"""
+    r"""(?P<q>['"])(?P<value>(?:(?!(?P=q)).)*)(?P=q)"""
+)
 # one search that rules out most strings: nothing here, nothing to redact
-_ANY_HINT = re.compile(r"hf_|api_org_|gh[pousr]_|github_pat_|glpat-|sk[-_]|xox|akia|asia|eyj|private key|://|bearer"
-                       r"|token|secret|pass|pwd|auth|credential|key|cookie")  # searched in the lowercased text
+_ANY_HINT = re.compile(
+    r"hf_|api_org_|gh[pousr]_|github_pat_|glpat-|sk[-_]|xox|akia|asia|eyj|private key|://|bearer"
+    r"|token|secret|pass|pwd|auth|credential|key|cookie"
+)  # searched in the lowercased text
 _NAME_HINT = re.compile("token|secret|pass|pwd|auth|credential|key|cookie", re.IGNORECASE)
 _DOTTED_OR_CALL = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+|[A-Za-z_][\w.]*[(\[].*")
 
@@ -103,7 +182,7 @@ def _redact(text: str) -> str:
             out.append(text[pos:name_end])
             pos = name_end
             continue
-        out.append(text[pos:m.start()] + replacement)
+        out.append(text[pos : m.start()] + replacement)
         pos = m.end()
     out.append(text[pos:])
     return "".join(out)
@@ -141,10 +220,17 @@ def environment_secrets(environ: Mapping[str, str]) -> tuple[str, ...]:
     redacted."""
     import json
 
-    values = {v for k, v in environ.items()
-              if secret_name(k) and _secret_value(v) and len(v.strip()) >= MIN_ENVIRONMENT_SECRET}
+    values = {
+        v
+        for k, v in environ.items()
+        if secret_name(k) and _secret_value(v) and len(v.strip()) >= MIN_ENVIRONMENT_SECRET
+    }
     # as a script may show them: the value, its repr (a KeyError doubles a backslash) and its JSON string
-    shown = {form for v in values for form in (v, repr(v)[1:-1], json.dumps(v)[1:-1], json.dumps(v, ensure_ascii=False)[1:-1])}
+    shown = {
+        form
+        for v in values
+        for form in (v, repr(v)[1:-1], json.dumps(v)[1:-1], json.dumps(v, ensure_ascii=False)[1:-1])
+    }
     return tuple(sorted(shown, key=len, reverse=True))
 
 
@@ -184,8 +270,10 @@ def redact_data(obj: Any, under_secret: bool = False) -> Any:
     """A JSON-like structure with credentials redacted: every string under a secret-named key, and every
     credential-shaped value anywhere. Keys, numbers and booleans are kept."""
     if isinstance(obj, dict):
-        return {k: redact_data(v, k not in _STRUCTURAL and (under_secret or (isinstance(k, str) and secret_name(k))))
-                for k, v in obj.items()}
+        return {
+            k: redact_data(v, k not in _STRUCTURAL and (under_secret or (isinstance(k, str) and secret_name(k))))
+            for k, v in obj.items()
+        }
     if isinstance(obj, (list, tuple)):
         return [redact_data(v, under_secret) for v in obj]
     if isinstance(obj, str):
@@ -209,28 +297,91 @@ DEEPSPEED_KEYS = {
     "bfloat16": {"enabled": True},
     "zero_optimization": {"stage": True, "offload_optimizer": {"device": True}, "offload_param": {"device": True}},
 }
-_MODEL_SHAPE_KEYS = {k: True for k in (
-    "model_type", "torch_dtype", "dtype", "hidden_size", "n_embd", "d_model", "dim", "num_hidden_layers", "n_layer",
-    "num_layers", "decoder_layers", "n_layers", "intermediate_size", "n_inner", "d_ff", "ffn_dim", "decoder_ffn_dim",
-    "hidden_dim", "num_attention_heads", "n_head", "num_heads", "decoder_attention_heads", "n_heads",
-    "num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query", "new_decoder_architecture", "head_dim", "d_kv",
-    "vocab_size", "tie_word_embeddings", "num_local_experts", "num_experts", "n_routed_experts",
-    "num_experts_per_tok", "moe_topk", "image_size", "patch_size", "is_encoder_decoder", "max_source_positions",
-    "max_target_positions")}
+_MODEL_SHAPE_KEYS = {
+    k: True
+    for k in (
+        "model_type",
+        "torch_dtype",
+        "dtype",
+        "hidden_size",
+        "n_embd",
+        "d_model",
+        "dim",
+        "num_hidden_layers",
+        "n_layer",
+        "num_layers",
+        "decoder_layers",
+        "n_layers",
+        "intermediate_size",
+        "n_inner",
+        "d_ff",
+        "ffn_dim",
+        "decoder_ffn_dim",
+        "hidden_dim",
+        "num_attention_heads",
+        "n_head",
+        "num_heads",
+        "decoder_attention_heads",
+        "n_heads",
+        "num_key_value_heads",
+        "num_kv_heads",
+        "n_head_kv",
+        "multi_query",
+        "new_decoder_architecture",
+        "head_dim",
+        "d_kv",
+        "vocab_size",
+        "tie_word_embeddings",
+        "num_local_experts",
+        "num_experts",
+        "n_routed_experts",
+        "num_experts_per_tok",
+        "moe_topk",
+        "image_size",
+        "patch_size",
+        "is_encoder_decoder",
+        "max_source_positions",
+        "max_target_positions",
+    )
+}
 # checkpoint facts (probes/checkpoint.py): the architecture, its shape and stored dtype; multimodal configs nest
 # the language model's under text_config
 MODEL_CONFIG_KEYS = {**_MODEL_SHAPE_KEYS, "architectures": True, "text_config": _MODEL_SHAPE_KEYS}
-ACCELERATE_CONFIG_KEYS = {"mixed_precision": True, "num_processes": True, "main_process_port": True,
-                          "distributed_type": True, "num_machines": True, "use_cpu": True,
-                          # derive/sharding.py: DeepSpeed and FSDP as `accelerate launch` sets them up
-                          "deepspeed_config": {k: True for k in (
-                              "zero_stage", "offload_optimizer_device", "offload_param_device", "zero3_init_flag",
-                              "deepspeed_config_file")},
-                          "fsdp_config": {k: True for k in (
-                              "fsdp_sharding_strategy", "fsdp_offload_params", "fsdp_version",
-                              "fsdp_reshard_after_forward", "fsdp_auto_wrap_policy", "sharding_strategy",
-                              "offload_params", "version", "reshard_after_forward", "fsdp_use_orig_params",
-                              "use_orig_params")}}
+ACCELERATE_CONFIG_KEYS = {
+    "mixed_precision": True,
+    "num_processes": True,
+    "main_process_port": True,
+    "distributed_type": True,
+    "num_machines": True,
+    "use_cpu": True,
+    # derive/sharding.py: DeepSpeed and FSDP as `accelerate launch` sets them up
+    "deepspeed_config": {
+        k: True
+        for k in (
+            "zero_stage",
+            "offload_optimizer_device",
+            "offload_param_device",
+            "zero3_init_flag",
+            "deepspeed_config_file",
+        )
+    },
+    "fsdp_config": {
+        k: True
+        for k in (
+            "fsdp_sharding_strategy",
+            "fsdp_offload_params",
+            "fsdp_version",
+            "fsdp_reshard_after_forward",
+            "fsdp_auto_wrap_policy",
+            "sharding_strategy",
+            "offload_params",
+            "version",
+            "reshard_after_forward",
+            "fsdp_use_orig_params",
+            "use_orig_params",
+        )
+    },
+}
 
 
 def keep_read_keys(data: Any, shape: dict) -> dict:
@@ -258,9 +409,14 @@ def _scalar(value: Any) -> bool:
 
 # --- other processes ---------------------------------------------------------------------------------------
 
-_LAUNCHER_MODULES = {"torch.distributed.run": "torchrun", "torch.distributed.launch": "torchrun",
-                     "accelerate.commands.launch": "accelerate launch", "accelerate.commands.accelerate_cli":
-                     "accelerate", "deepspeed.launcher.runner": "deepspeed", "deepspeed.launcher.launch": "deepspeed"}
+_LAUNCHER_MODULES = {
+    "torch.distributed.run": "torchrun",
+    "torch.distributed.launch": "torchrun",
+    "accelerate.commands.launch": "accelerate launch",
+    "accelerate.commands.accelerate_cli": "accelerate",
+    "deepspeed.launcher.runner": "deepspeed",
+    "deepspeed.launcher.launch": "deepspeed",
+}
 
 
 def describe_command(argv: list[str] | tuple[str, ...], name: str = "") -> str:
@@ -285,6 +441,7 @@ def describe_command(argv: list[str] | tuple[str, ...], name: str = "") -> str:
 
 
 # --- terminals ---------------------------------------------------------------------------------------------
+
 
 def printable(text: str, keep_newlines: bool = False) -> str:
     """The text with control characters shown as escapes (\\x1b, \\u202e), so a line from a script or a log

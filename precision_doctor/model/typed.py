@@ -10,20 +10,31 @@ from __future__ import annotations
 
 import re
 import typing
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .errors import InputError
 
 _STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_-]*)|\[(\d+)\]|\[\.\.\.\]")
 _WHERE = re.compile(r" - at `\$([^`]*)`$")
 _EXPECTED = re.compile(r"^Expected `([^`]+)`(?: of length (\d+))?(?:, got `?([^`]+)`?)?$")
-_JSON_NAMES = {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false",
-               "array": "an array", "object": "an object", "null": "null", "int | null": "an integer or null",
-               "str | null": "a string or null", "object | null": "an object or null"}
+_JSON_NAMES = {
+    "str": "a string",
+    "int": "an integer",
+    "float": "a number",
+    "bool": "true or false",
+    "array": "an array",
+    "object": "an object",
+    "null": "null",
+    "int | null": "an integer or null",
+    "str | null": "a string or null",
+    "object | null": "an object or null",
+}
 
 
-def convert(data: Any, tp: Any, where: str, root: str = "", key_name: Callable[[str], str] = str,
-            null: bool = True) -> Any:
+def convert(
+    data: Any, tp: Any, where: str, root: str = "", key_name: Callable[[str], str] = str, null: bool = True
+) -> Any:
     """`data` as an instance of `tp`, or InputError naming the bad value's path: `where: root.a[0].b: expected
     an array of 2 integers, got "8.0"`. Strict: a string is never read as a number, nor a number as a string.
     `key_name` spells a field as the file does; `null=False` for a format that has no null (TOML)."""
@@ -56,11 +67,12 @@ def decode_json(raw: bytes, tp: Any, where: str, malformed: str = "not valid JSO
         raise InputError(f"{where}: {malformed} (nested too deeply)") from None
 
 
-def _explain(message: str, data: Any, tp: Any, root: str, key_name: Callable[[str], str] = str,
-             null: bool = True) -> str:
+def _explain(
+    message: str, data: Any, tp: Any, root: str, key_name: Callable[[str], str] = str, null: bool = True
+) -> str:
     match = _WHERE.search(message)
     path = match.group(1) if match else ""
-    text = message[:match.start()] if match else message
+    text = message[: match.start()] if match else message
     spelt = _STEP.sub(lambda m: f".{key_name(m.group(1))}" if m.group(1) else m.group(), path)
     shown = (root + spelt) if root else spelt.lstrip(".") or "the top level"
     if text.startswith("Invalid enum value") or text.startswith("Invalid value"):

@@ -5,11 +5,13 @@ from __future__ import annotations
 import enum
 import json
 import re
-from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, TypeVar
+from collections.abc import Callable, Hashable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from typing_extensions import dataclass_transform
 else:  # typing has it from Python 3.11; at run time it only marks the decorator for type checkers
+
     def dataclass_transform(**_: Any) -> Callable[[T], T]:
         return lambda decorated: decorated
 
@@ -88,8 +90,9 @@ def record(cls: type[T]) -> type[T]:
         params = cls.__dataclass_params__  # what @dataclass(frozen=True) records, which the class now is
         params.init = params.repr = params.eq = params.frozen = True
         if not documented:  # dataclass names the class with its signature; it saw none without an __init__
-            cls.__doc__ = cls.__name__ + str(cls.__init__.__signature__.replace(
-                parameters=list(cls.__init__.__signature__.parameters.values())[1:])).replace(" -> None", "")
+            cls.__doc__ = cls.__name__ + str(
+                cls.__init__.__signature__.replace(parameters=list(cls.__init__.__signature__.parameters.values())[1:])
+            ).replace(" -> None", "")
     own = cls.__dict__
     if "__repr__" not in own:
         cls.__repr__ = _repr_of(tuple(f.name for f in fields if f.repr))
@@ -97,8 +100,7 @@ def record(cls: type[T]) -> type[T]:
         cls.__eq__ = _eq_of(_values_of(tuple(f.name for f in fields if f.compare)))
     explicit_hash = "__hash__" in own and not (own["__hash__"] is None and "__eq__" in own)
     if not explicit_hash:
-        cls.__hash__ = _hash_of(_values_of(tuple(f.name for f in fields
-                                                 if (f.compare if f.hash is None else f.hash))))
+        cls.__hash__ = _hash_of(_values_of(tuple(f.name for f in fields if (f.compare if f.hash is None else f.hash))))
     return cls
 
 
@@ -107,13 +109,18 @@ def _plain_fields(cls: type) -> bool:
     own and no dataclass base: the `__init__` record writes. Anything else keeps the one dataclass writes."""
     import dataclasses
 
-    if any(name in cls.__dict__ for name in ("__init__", "__setattr__", "__delattr__")) or \
-            hasattr(cls, "__post_init__") or \
-            any(dataclasses.is_dataclass(base) for base in cls.__mro__[1:]):
+    if (
+        any(name in cls.__dict__ for name in ("__init__", "__setattr__", "__delattr__"))
+        or hasattr(cls, "__post_init__")
+        or any(dataclasses.is_dataclass(base) for base in cls.__mro__[1:])
+    ):
         return False
     for name, kind in cls.__dict__.get("__annotations__", {}).items():
-        if not isinstance(kind, str) or any(w in kind for w in ("ClassVar", "InitVar", "KW_ONLY")) or \
-                name.startswith("__record_"):
+        if (
+            not isinstance(kind, str)
+            or any(w in kind for w in ("ClassVar", "InitVar", "KW_ONLY"))
+            or name.startswith("__record_")
+        ):
             return False
         value = cls.__dict__.get(name)
         if isinstance(value, dataclasses.Field) and (not value.init or value.kw_only is True):
@@ -136,11 +143,22 @@ def _first_init(cls: type, fields: tuple) -> Callable:
     __init__.__record_first__ = True
     empty = inspect.Parameter.empty
     __init__.__signature__ = inspect.Signature(  # what the compiled one will have (help(), inspect)
-        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)] +
-        [inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=f.type,
-                           default=f.default if f.default is not dataclasses.MISSING else
-                           _FACTORY if f.default_factory is not dataclasses.MISSING else empty) for f in fields],
-        return_annotation=None)
+        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        + [
+            inspect.Parameter(
+                f.name,
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                annotation=f.type,
+                default=f.default
+                if f.default is not dataclasses.MISSING
+                else _FACTORY
+                if f.default_factory is not dataclasses.MISSING
+                else empty,
+            )
+            for f in fields
+        ],
+        return_annotation=None,
+    )
     __init__.__qualname__ = f"{cls.__qualname__}.__init__"
     __init__.__module__ = cls.__module__
     return __init__
@@ -222,12 +240,14 @@ def _eq_of(values: Callable) -> Callable:
         if other.__class__ is self.__class__:
             return values(self) == values(other)
         return NotImplemented
+
     return __eq__
 
 
 def _hash_of(values: Callable) -> Callable:
     def __hash__(self):
         return hash(values(self))
+
     return __hash__
 
 
@@ -237,6 +257,7 @@ def _repr_of(names: tuple[str, ...]) -> Callable:
     @reprlib.recursive_repr()
     def __repr__(self):
         return f"{self.__class__.__qualname__}({', '.join(f'{n}={getattr(self, n)!r}' for n in names)})"
+
     return __repr__
 
 
@@ -249,4 +270,4 @@ def shown_value(value: Any) -> str:
     if value is None:
         return "null"
     text = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
-    return text if len(text) <= SHOWN_VALUE else text[:SHOWN_VALUE - 3] + "..."
+    return text if len(text) <= SHOWN_VALUE else text[: SHOWN_VALUE - 3] + "..."

@@ -11,16 +11,17 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..knowledge import dtypes
-from ..model.facts import KNOWN, Call, CheckpointFacts, CheckpointSource, model_source
 from ..knowledge.families import ARCHITECTURE_SHAPES, attention_support, tied_by_default
+from ..model.facts import KNOWN, Call, CheckpointFacts, CheckpointSource, model_source
 from ..model.redact import MODEL_CONFIG_KEYS, keep_read_keys
-from ..system.sources import Unreadable, is_regular_file, parse_json, read_prefix, read_text_bounded
 from ..model.util import record
+from ..system.sources import Unreadable, is_regular_file, parse_json, read_prefix, read_text_bounded
 
 MAX_SNAPSHOTS = 8  # revisions of one model in the cache: the newest config is read
 _BYTES = {dtypes.FLOAT32: 4, dtypes.FLOAT16: 2, dtypes.BFLOAT16: 2}
@@ -49,17 +50,26 @@ def checkpoint_facts(model_id: str, bases: tuple[Path, ...], environ: Mapping[st
         folder = base / model_id
         cfg = _read_json(folder / "config.json")
         if cfg is not None:
-            return from_config(model_id, CheckpointSource.LOCAL, os.path.relpath(folder / "config.json"), cfg,
-                               _index_total(folder), stored_weights(folder))
+            return from_config(
+                model_id,
+                CheckpointSource.LOCAL,
+                os.path.relpath(folder / "config.json"),
+                cfg,
+                _index_total(folder),
+                stored_weights(folder),
+            )
     found = _from_cache(model_id, environ)
     if found is not None:
         return found
     row = shipped_table().get(model_id) or shipped_table().get(model_id.lower())
     if row is not None:
         return _from_row(model_id, row)
-    return CheckpointFacts(model_id, CheckpointSource.UNKNOWN,
-                           "no config.json next to the script, not in the Hugging Face cache on this machine, not "
-                           "in the doctor's table of popular checkpoints")
+    return CheckpointFacts(
+        model_id,
+        CheckpointSource.UNKNOWN,
+        "no config.json next to the script, not in the Hugging Face cache on this machine, not "
+        "in the doctor's table of popular checkpoints",
+    )
 
 
 def hub_cache_dir(environ: Mapping[str, str]) -> Path:
@@ -84,8 +94,14 @@ def _from_cache(model_id: str, environ: Mapping[str, str]) -> CheckpointFacts | 
         folder = Path(entry.path)
         cfg = _read_json(folder / "config.json")
         if cfg is not None:
-            return from_config(model_id, CheckpointSource.HF_CACHE, str(folder / "config.json"), cfg,
-                               _index_total(folder), stored_weights(folder))
+            return from_config(
+                model_id,
+                CheckpointSource.HF_CACHE,
+                str(folder / "config.json"),
+                cfg,
+                _index_total(folder),
+                stored_weights(folder),
+            )
     return None
 
 
@@ -149,8 +165,11 @@ def stored_weights(folder: Path) -> StoredWeights | None:
         kind, shape = entry.get("dtype"), entry.get("shape")
         if not first and isinstance(kind, str) and kind in _SAFETENSORS_DTYPES:
             first = _SAFETENSORS_DTYPES[kind]
-        if isinstance(shape, list) and len(shape) <= 8 and \
-                all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_WEIGHTS_BYTES for n in shape):
+        if (
+            isinstance(shape, list)
+            and len(shape) <= 8
+            and all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_WEIGHTS_BYTES for n in shape)
+        ):
             total += math.prod(shape)
     if total > MAX_WEIGHTS_BYTES:
         total = 0  # shapes no real checkpoint has: the count is not taken from them
@@ -180,10 +199,21 @@ _ALIASES = {
 
 # the largest value of each field a real model has, with room to spare: past it a config is not judged (its values
 # would overflow the memory estimate's arithmetic, and no GPU holds such a model anyway)
-_LARGEST = {"hidden_size": 1 << 20, "layers": 1 << 16, "intermediate_size": 1 << 24, "heads": 1 << 16,
-            "kv_heads": 1 << 16, "head_dim": 1 << 16, "vocab_size": 1 << 28, "experts": 1 << 16,
-            "experts_per_token": 1 << 16, "image_size": 1 << 20, "patch_size": 1 << 16, "source_positions": 1 << 24,
-            "target_positions": 1 << 24}
+_LARGEST = {
+    "hidden_size": 1 << 20,
+    "layers": 1 << 16,
+    "intermediate_size": 1 << 24,
+    "heads": 1 << 16,
+    "kv_heads": 1 << 16,
+    "head_dim": 1 << 16,
+    "vocab_size": 1 << 28,
+    "experts": 1 << 16,
+    "experts_per_token": 1 << 16,
+    "image_size": 1 << 20,
+    "patch_size": 1 << 16,
+    "source_positions": 1 << 24,
+    "target_positions": 1 << 24,
+}
 
 
 class _Impossible(ValueError):
@@ -195,14 +225,20 @@ def _pick(cfg: dict, field: str, names: tuple[str, ...]) -> int | None:
         v = cfg.get(name)
         if isinstance(v, int) and not isinstance(v, bool) and v > 0:
             if v > _LARGEST[field]:
-                shown = str(v) if v < 10 ** 30 else f"a {len(str(v))}-digit number"
+                shown = str(v) if v < 10**30 else f"a {len(str(v))}-digit number"
                 raise _Impossible(f"{name} = {shown} is no real model's (at most {_LARGEST[field]:,})")
             return v
     return None
 
 
-def from_config(model_id: str, source: CheckpointSource, detail: str, raw: dict,
-                weights_bytes: int | None = None, weights: StoredWeights | None = None) -> CheckpointFacts:
+def from_config(
+    model_id: str,
+    source: CheckpointSource,
+    detail: str,
+    raw: dict,
+    weights_bytes: int | None = None,
+    weights: StoredWeights | None = None,
+) -> CheckpointFacts:
     """Facts from a config.json (any family's spelling of the same fields; multimodal ones by their text
     model). Only the keys rules use are read."""
     cfg = keep_read_keys(raw, MODEL_CONFIG_KEYS)
@@ -220,18 +256,26 @@ def from_config(model_id: str, source: CheckpointSource, detail: str, raw: dict,
         dims["intermediate_size"] = 4 * dims["hidden_size"]  # GPT-2, BLOOM, Falcon: n_inner None means 4 * hidden
     tied = merged.get("tie_word_embeddings")
     tied = tied if isinstance(tied, bool) else tied_by_default(str(cfg.get("model_type") or model_type))
-    stored = dtypes.from_string(cfg.get("dtype") or cfg.get("torch_dtype") or text.get("dtype")
-                                or text.get("torch_dtype"))
+    stored = dtypes.from_string(
+        cfg.get("dtype") or cfg.get("torch_dtype") or text.get("dtype") or text.get("torch_dtype")
+    )
     torch_dtype = stored if stored and stored != dtypes.AUTO else ""
     if not torch_dtype and weights is not None:  # what dtype="auto" falls back to: the weights' own dtype
         torch_dtype = weights.dtype
     archs = cfg.get("architectures")
     facts = CheckpointFacts(
-        model_id=model_id, source=source, detail=detail,
+        model_id=model_id,
+        source=source,
+        detail=detail,
         architecture=archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else "",
-        model_type=model_type, tied_embeddings=tied, torch_dtype=torch_dtype,
-        attention=attention_support(model_type), encoder_decoder=cfg.get("is_encoder_decoder") is True,
-        weights_bytes=weights_bytes, **dims)
+        model_type=model_type,
+        tied_embeddings=tied,
+        torch_dtype=torch_dtype,
+        attention=attention_support(model_type),
+        encoder_decoder=cfg.get("is_encoder_decoder") is True,
+        weights_bytes=weights_bytes,
+        **dims,
+    )
     params = weights.parameters if weights is not None else None
     if not params and weights_bytes and torch_dtype in _BYTES:
         params = weights_bytes // _BYTES[torch_dtype]
@@ -275,6 +319,7 @@ def count_parameters(c: CheckpointFacts) -> int | None:
 
 # --- the shipped table ----------------------------------------------------------------------------------------
 
+
 @lru_cache(maxsize=1)
 def shipped_table() -> dict[str, dict[str, Any]]:
     """model id -> row, from data/checkpoints.json (ids are matched as written, then lower-cased)."""
@@ -289,13 +334,38 @@ def shipped_table() -> dict[str, dict[str, Any]]:
 
 
 def _from_row(model_id: str, row: dict) -> CheckpointFacts:
-    fields = {k: row[k] for k in ("architecture", "model_type", "parameters", "layers", "hidden_size",
-                                  "intermediate_size", "heads", "kv_heads", "head_dim", "vocab_size",
-                                  "tied_embeddings", "torch_dtype", "experts", "experts_per_token",
-                                  "encoder_decoder", "image_size", "patch_size", "source_positions",
-                                  "target_positions") if k in row}
-    facts = CheckpointFacts(model_id, CheckpointSource.TABLE, f"the doctor's table ({row['source']})",
-                            attention=attention_support(row.get("model_type", "")), **fields)
+    fields = {
+        k: row[k]
+        for k in (
+            "architecture",
+            "model_type",
+            "parameters",
+            "layers",
+            "hidden_size",
+            "intermediate_size",
+            "heads",
+            "kv_heads",
+            "head_dim",
+            "vocab_size",
+            "tied_embeddings",
+            "torch_dtype",
+            "experts",
+            "experts_per_token",
+            "encoder_decoder",
+            "image_size",
+            "patch_size",
+            "source_positions",
+            "target_positions",
+        )
+        if k in row
+    }
+    facts = CheckpointFacts(
+        model_id,
+        CheckpointSource.TABLE,
+        f"the doctor's table ({row['source']})",
+        attention=attention_support(row.get("model_type", "")),
+        **fields,
+    )
     if facts.kv_heads is None and facts.heads:
         from dataclasses import replace
 

@@ -9,24 +9,36 @@ from __future__ import annotations
 import os
 import stat
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
+from ..model.errors import InputError
+from ..model.facts import (
+    Allocation,
+    Facts,
+    JobFacts,
+    LaunchFacts,
+    MachineFacts,
+    MachineOrigin,
+    ScriptFacts,
+    StackFacts,
+    Unknown,
+    _from_jsonable,
+    _to_jsonable,
+)
 from ..model.util import MAX_GPUS_PER_NODE, record
 from ..settings import excluded
-from ..model.errors import InputError
-from ..model.facts import (Allocation, Facts, JobFacts, LaunchFacts, MachineFacts, MachineOrigin, ScriptFacts, StackFacts,
-                    Unknown, _from_jsonable, _to_jsonable)
 from ..system.pool import FORKS
-from .configs import is_config_path, probe_config
-from .launch import launch_from_env, parse_launcher, with_accelerate_files
-from .script import one_run, probe_script
-from .installed_signatures import with_installed_signatures
-from .stack import StackResolver, training_environment
-from .target import find_profile, machine_from_target
 from ..system.sources import Unreadable, os_reason, parse_json, read_text_bounded, status
 from ..system.walk import python_files
+from .configs import is_config_path, probe_config
+from .installed_signatures import with_installed_signatures
+from .launch import launch_from_env, parse_launcher, with_accelerate_files
+from .script import one_run, probe_script
+from .stack import StackResolver, training_environment
+from .target import find_profile, machine_from_target
 
 SNAPSHOT_KIND = "precision-doctor-snapshot"
 SNAPSHOT_VERSION = 1
@@ -44,8 +56,9 @@ def _expand(paths: list[str], exclude: tuple[str, ...] = (), root: str = ".") ->
             info = status(p)
         except Unreadable as exc:
             hint = "pass a training script (.py) or a folder of them"
-            raise InputError(f"{raw}: {'no such file or directory' if exc.reason == 'no such file' else exc.reason}"
-                             f"; {hint}") from None
+            raise InputError(
+                f"{raw}: {'no such file or directory' if exc.reason == 'no such file' else exc.reason}; {hint}"
+            ) from None
         if not stat.S_ISDIR(info.st_mode):
             out.append((p, True))  # whatever it is, reading it says what is wrong with it
             continue
@@ -123,10 +136,18 @@ def this_machine(environ: Mapping[str, str], launch: LaunchFacts, system: System
     from .host import describe_processes, probe_host
 
     port = launch.main_process_port.value if launch.main_process_port.state == "known" else None
-    host = probe_host(environ, ports=[port] if isinstance(port, int) else [], config_file=launch.config_file,
-                      psutil=system.psutil, check_ports=system.check_ports)
-    machine = probe_gpus(nvml=system.nvml, visible=environ.get("CUDA_VISIBLE_DEVICES"),
-                         processes=lambda pids: describe_processes(pids, psutil=system.psutil, me=host.user))
+    host = probe_host(
+        environ,
+        ports=[port] if isinstance(port, int) else [],
+        config_file=launch.config_file,
+        psutil=system.psutil,
+        check_ports=system.check_ports,
+    )
+    machine = probe_gpus(
+        nvml=system.nvml,
+        visible=environ.get("CUDA_VISIBLE_DEVICES"),
+        processes=lambda pids: describe_processes(pids, psutil=system.psutil, me=host.user),
+    )
     return replace(machine, host=host, probed_at=time.time())
 
 
@@ -152,8 +173,10 @@ def read_snapshot(path: str) -> tuple[MachineFacts, StackFacts]:
     if os.path.isdir(path):
         files = sorted(Path(path).glob("*.json"))
         if not files:
-            raise InputError(f"--facts {path}: a folder with no *.json snapshots; write one per node with "
-                             f"`precision-doctor snapshot -o {path}/NODE.json`")
+            raise InputError(
+                f"--facts {path}: a folder with no *.json snapshots; write one per node with "
+                f"`precision-doctor snapshot -o {path}/NODE.json`"
+            )
         read = [_read_one_snapshot(str(f)) for f in files]
         nodes = [n for machine, _ in read for n in (machine.nodes or (machine,))]
         return merge_nodes(nodes, None, f"snapshots in {Path(path).name}/"), read[0][1]
@@ -168,26 +191,28 @@ def _read_one_snapshot(path: str) -> tuple[MachineFacts, StackFacts]:
         raw = read_text_bounded(path, MAX_SNAPSHOT_BYTES, what="snapshot").encode("utf-8", "surrogatepass")
     except Unreadable as exc:
         if exc.reason == "no such file":
-            raise InputError(f"{where}: no such file; write one with `precision-doctor snapshot -o {path}`") \
-                from None
-        raise InputError(f"{where}: cannot be read ({exc.reason}); write one with "
-                         f"`precision-doctor snapshot -o FILE`") from None
+            raise InputError(f"{where}: no such file; write one with `precision-doctor snapshot -o {path}`") from None
+        raise InputError(
+            f"{where}: cannot be read ({exc.reason}); write one with `precision-doctor snapshot -o FILE`"
+        ) from None
     try:
         header = decode_json(raw, _SnapshotHeader, where, malformed="not a JSON snapshot")
     except InputError as exc:
         raise InputError(f"{exc}; write one with `precision-doctor snapshot -o FILE`") from None
     if header.kind != SNAPSHOT_KIND:
-        raise InputError(f"{where}: not a precision-doctor snapshot (no \"kind\": \"{SNAPSHOT_KIND}\")")
+        raise InputError(f'{where}: not a precision-doctor snapshot (no "kind": "{SNAPSHOT_KIND}")')
     if header.version != SNAPSHOT_VERSION:
-        raise InputError(f"{where}: snapshot version {str(header.version)[:20]!r}; this doctor reads "
-                         f"version {SNAPSHOT_VERSION}")
+        raise InputError(
+            f"{where}: snapshot version {str(header.version)[:20]!r}; this doctor reads version {SNAPSHOT_VERSION}"
+        )
     snapshot = decode_json(raw, Snapshot, where)
     machine = snapshot.machine
     if len(machine.gpus) > MAX_GPUS_PER_NODE:
         raise InputError(f"{where}: machine.gpus: {len(machine.gpus)} GPUs; a node has at most {MAX_GPUS_PER_NODE}")
     nodes = tuple(replace(n, origin=MachineOrigin.SNAPSHOT) for n in machine.nodes)
-    return replace(machine, source=f"snapshot {Path(path).name}", origin=MachineOrigin.SNAPSHOT, nodes=nodes), \
-        snapshot.stack
+    return replace(
+        machine, source=f"snapshot {Path(path).name}", origin=MachineOrigin.SNAPSHOT, nodes=nodes
+    ), snapshot.stack
 
 
 def merge_nodes(nodes: list[MachineFacts], allocation: Allocation | None, source: str) -> MachineFacts:
@@ -199,14 +224,23 @@ def merge_nodes(nodes: list[MachineFacts], allocation: Allocation | None, source
     hosts = allocation.hosts if allocation else tuple(n.node_name for n in nodes)
     first = nodes[0]
     gpus = tuple(replace(g, processes=(), memory_used_mib=0) for g in first.gpus)
-    return MachineFacts(known=first.known, source=source, origin=first.origin, gpus=gpus, reason=first.reason,
-                        driver_version=first.driver_version, cuda_driver_version=first.cuda_driver_version,
-                        probed_at=first.probed_at, nodes=tuple(nodes),
-                        allocation=allocation or Allocation(scheduler="", hosts=hosts))
+    return MachineFacts(
+        known=first.known,
+        source=source,
+        origin=first.origin,
+        gpus=gpus,
+        reason=first.reason,
+        driver_version=first.driver_version,
+        cuda_driver_version=first.cuda_driver_version,
+        probed_at=first.probed_at,
+        nodes=tuple(nodes),
+        allocation=allocation or Allocation(scheduler="", hosts=hosts),
+    )
 
 
-def gather_allocation(environ: Mapping[str, str], launcher: str | None,
-                      run: Callable[..., Any] | None = None) -> tuple[MachineFacts, StackFacts]:
+def gather_allocation(
+    environ: Mapping[str, str], launcher: str | None, run: Callable[..., Any] | None = None
+) -> tuple[MachineFacts, StackFacts]:
     """Inside a SLURM allocation: one `precision-doctor snapshot` per node through srun (the scheduler's own
     launcher, `--overlap` so it runs beside a job step), one JSON line back from each, merged. A node that sends
     nothing back is recorded as unknown, with srun's reason."""
@@ -214,18 +248,30 @@ def gather_allocation(environ: Mapping[str, str], launcher: str | None,
 
     job_id = environ.get("SLURM_JOB_ID", "")
     if not job_id:
-        raise InputError("snapshot --all-nodes runs inside a SLURM allocation (SLURM_JOB_ID is not set): "
-                         "`salloc -N 2` first, or `srun -N 2 --ntasks-per-node=1 precision-doctor snapshot` per node")
+        raise InputError(
+            "snapshot --all-nodes runs inside a SLURM allocation (SLURM_JOB_ID is not set): "
+            "`salloc -N 2` first, or `srun -N 2 --ntasks-per-node=1 precision-doctor snapshot` per node"
+        )
     from ..system.programs import doctor_python, find_program
 
     run = run or subprocess.run
     count = environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES") or "1"
-    child = doctor_python("precision_doctor", "snapshot", "--node-json", *(["--launcher", launcher] if launcher else []))
+    child = doctor_python(
+        "precision_doctor", "snapshot", "--node-json", *(["--launcher", launcher] if launcher else [])
+    )
     srun, why = find_program("srun", environ)
     if srun is None:
         raise InputError(f"snapshot --all-nodes: {why}; run it where SLURM's srun is installed")
-    command = [srun, f"--nodes={count}", "--ntasks-per-node=1", f"--ntasks={count}", "--overlap", "--label",
-               "--kill-on-bad-exit=0", *child]
+    command = [
+        srun,
+        f"--nodes={count}",
+        "--ntasks-per-node=1",
+        f"--ntasks={count}",
+        "--overlap",
+        "--label",
+        "--kill-on-bad-exit=0",
+        *child,
+    ]
     try:
         done = run(command, capture_output=True, text=True, timeout=300)
     except OSError as exc:
@@ -248,9 +294,15 @@ def gather_allocation(environ: Mapping[str, str], launcher: str | None,
             continue
     hosts = _allocation_hosts(environ, run)
     why = (done.stderr.strip().splitlines() or [f"srun exited {done.returncode}"])[-1][:200]
-    nodes = [by_task.get(i) or MachineFacts(known=False, source=hosts[i] if i < len(hosts) else f"task {i}",
-                                             reason=f"no snapshot came back from this node ({why})")
-             for i in range(max(int(count) if count.isdigit() else 1, len(by_task)))]
+    nodes = [
+        by_task.get(i)
+        or MachineFacts(
+            known=False,
+            source=hosts[i] if i < len(hosts) else f"task {i}",
+            reason=f"no snapshot came back from this node ({why})",
+        )
+        for i in range(max(int(count) if count.isdigit() else 1, len(by_task)))
+    ]
     if not by_task:
         raise InputError(f"snapshot --all-nodes: no node sent a snapshot back ({why})")
     allocation = Allocation(scheduler="slurm", job_id=job_id, hosts=tuple(hosts) or tuple(n.node_name for n in nodes))
@@ -276,14 +328,25 @@ def snapshot_json(machine: MachineFacts, stack: StackFacts) -> str:
     from ..model.redact import redact_data
     from ..model.strict_json import dumps
 
-    return dumps({"kind": SNAPSHOT_KIND, "version": SNAPSHOT_VERSION,
-                  "machine": redact_data(_to_jsonable(machine)),
-                  "stack": _to_jsonable(stack)}, indent=2)
+    return dumps(
+        {
+            "kind": SNAPSHOT_KIND,
+            "version": SNAPSHOT_VERSION,
+            "machine": redact_data(_to_jsonable(machine)),
+            "stack": _to_jsonable(stack),
+        },
+        indent=2,
+    )
 
 
-def gather_machine(target: str | None, facts_file: str | None, launch: LaunchFacts,
-                   environ: Mapping[str, str] | None = None,
-                   system: System = System(), job: JobFacts | None = None) -> tuple[MachineFacts, StackFacts | None]:
+def gather_machine(
+    target: str | None,
+    facts_file: str | None,
+    launch: LaunchFacts,
+    environ: Mapping[str, str] | None = None,
+    system: System = System(),
+    job: JobFacts | None = None,
+) -> tuple[MachineFacts, StackFacts | None]:
     """The machine the job runs on: the --facts snapshot, the --target profile, the job script's partition, or this
     machine. A job script is checked for its partition's nodes, not for the host it is submitted from."""
     if target and facts_file:
@@ -299,16 +362,20 @@ def gather_machine(target: str | None, facts_file: str | None, launch: LaunchFac
             return MachineFacts(known=False, source=f"job {job.path}", reason=job.partition_source), None
         count = job.gpus_per_node
         if find_profile(job.partition_gpu) is None:
-            return MachineFacts(known=False, source=f"job {job.path}",
-                                reason=f"GPU type {job.partition_gpu!r} ({job.partition_source}) is not a profile "
-                                       f"the doctor knows; name one with --target (`precision-doctor targets`)"), None
+            return MachineFacts(
+                known=False,
+                source=f"job {job.path}",
+                reason=f"GPU type {job.partition_gpu!r} ({job.partition_source}) is not a profile "
+                f"the doctor knows; name one with --target (`precision-doctor targets`)",
+            ), None
         machine = machine_from_target(f"{job.partition_gpu}:{count}" if count else job.partition_gpu)
         return replace(machine, source=f"{machine.source}, {job.partition_source}"), None
     return this_machine(os.environ if environ is None else environ, launch, system), None
 
 
-def job_of(paths: list[str], partitions: Mapping[str, Mapping], system: System = System()
-           ) -> tuple[list[str], JobFacts | None, LaunchFacts]:
+def job_of(
+    paths: list[str], partitions: Mapping[str, Mapping], system: System = System()
+) -> tuple[list[str], JobFacts | None, LaunchFacts]:
     """The job script among `paths` (at most one), read, with the training script it runs put in its place."""
     from .jobscript import is_job_script, partition_gpu, read_job
 
@@ -329,22 +396,47 @@ def job_of(paths: list[str], partitions: Mapping[str, Mapping], system: System =
 PARALLEL_FROM = 32  # scripts; below this, starting workers costs more than it saves
 
 
-def gather(paths: list[str], target: str | None = None, launcher: str | None = None,
-           script_args: tuple[str, ...] = (), stack_overrides: dict[str, str] | None = None,
-           facts_file: str | None = None, environ: Mapping[str, str] | None = None,
-           system: System = System(), jobs: int = 1, exclude: tuple[str, ...] = (), root: str = ".",
-           partitions: Mapping[str, Mapping] | None = None, python: str | None = None,
-           keep_going: bool = False) -> Facts:
+def gather(
+    paths: list[str],
+    target: str | None = None,
+    launcher: str | None = None,
+    script_args: tuple[str, ...] = (),
+    stack_overrides: dict[str, str] | None = None,
+    facts_file: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    system: System = System(),
+    jobs: int = 1,
+    exclude: tuple[str, ...] = (),
+    root: str = ".",
+    partitions: Mapping[str, Mapping] | None = None,
+    python: str | None = None,
+    keep_going: bool = False,
+) -> Facts:
     """Every fact of one run: the scripts (probed in worker processes when there are many), the machine, the
     launch and the stack. Collection runs no rule: the engine does, on these facts, whatever `jobs` was.
     A file among several named (pre-commit, an editor), or any named file with `keep_going`, that cannot be
     checked is reported like one found in a folder, and the run goes on."""
-    return _gather(paths, target, launcher, script_args, stack_overrides, facts_file, environ, system, jobs,
-                   exclude, root, partitions, python, keep_going)[0]
+    return _gather(
+        paths,
+        target,
+        launcher,
+        script_args,
+        stack_overrides,
+        facts_file,
+        environ,
+        system,
+        jobs,
+        exclude,
+        root,
+        partitions,
+        python,
+        keep_going,
+    )[0]
 
 
-def gather_judged(paths: list[str], judge_with: Callable[[Facts], Callable[[ScriptFacts], Any]],
-                  **options: Any) -> tuple[Facts, tuple | None]:
+def gather_judged(
+    paths: list[str], judge_with: Callable[[Facts], Callable[[ScriptFacts], Any]], **options: Any
+) -> tuple[Facts, tuple | None]:
     """`gather()`, where worker processes probe: each worker also judges the scripts it probed, with
     `judge_with(the run's facts, no script)`, and sends back the verdict with the script's facts less its calls
     (only the rules read those; they are nine tenths of the bytes). The verdicts are aligned with `scripts` (None
@@ -352,12 +444,23 @@ def gather_judged(paths: list[str], judge_with: Callable[[Facts], Callable[[Scri
     return _gather(paths, judge_with=judge_with, **options)
 
 
-def _gather(paths: list[str], target: str | None = None, launcher: str | None = None,
-            script_args: tuple[str, ...] = (), stack_overrides: dict[str, str] | None = None,
-            facts_file: str | None = None, environ: Mapping[str, str] | None = None,
-            system: System = System(), jobs: int = 1, exclude: tuple[str, ...] = (), root: str = ".",
-            partitions: Mapping[str, Mapping] | None = None, python: str | None = None,
-            keep_going: bool = False, judge_with: Callable | None = None) -> tuple[Facts, tuple | None]:
+def _gather(
+    paths: list[str],
+    target: str | None = None,
+    launcher: str | None = None,
+    script_args: tuple[str, ...] = (),
+    stack_overrides: dict[str, str] | None = None,
+    facts_file: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    system: System = System(),
+    jobs: int = 1,
+    exclude: tuple[str, ...] = (),
+    root: str = ".",
+    partitions: Mapping[str, Mapping] | None = None,
+    python: str | None = None,
+    keep_going: bool = False,
+    judge_with: Callable | None = None,
+) -> tuple[Facts, tuple | None]:
     from ..system.programs import distrust
 
     distrust(paths)  # before anything may start a program: none from these trees
@@ -386,26 +489,36 @@ def _gather(paths: list[str], target: str | None = None, launcher: str | None = 
     judge = None
     if judge_with is not None and FORKS and jobs > 1 and len(entries) >= PARALLEL_FROM:
         # every script carries its own project's stack (or, with a snapshot, judges by the node's)
-        judge = judge_with(Facts(scripts=(), machine=machine, launch=launch, stack=snapshot_stack or StackFacts(),
-                                 job=job))
+        judge = judge_with(
+            Facts(scripts=(), machine=machine, launch=launch, stack=snapshot_stack or StackFacts(), job=job)
+        )
     with one_run():  # each file is read once per run, and afresh in the next
         if judge is None:
             # each folder's stack is read while worker processes probe (it needs only the paths)
-            scripts = _probe_all(entries, args, jobs, script_env,
-                                 meanwhile=lambda: [resolver.for_script(f) for f in files] if resolver else None)
+            scripts = _probe_all(
+                entries,
+                args,
+                jobs,
+                script_env,
+                meanwhile=lambda: [resolver.for_script(f) for f in files] if resolver else None,
+            )
             verdicts, trains = None, [_trains(s) for s in scripts]
             if launch.unknowns:  # what the launch reads and the doctor could not: listed with each script it launches
                 scripts = tuple(replace(s, unknowns=s.unknowns + launch.unknowns) for s in scripts)
         else:  # the workers read each folder's stack, as they need it to judge
-            scripts, verdicts, trains, stacks = _judge_all(entries, args, jobs, script_env,
-                                                           _Finish(launch.unknowns, resolver), judge)
+            scripts, verdicts, trains, stacks = _judge_all(
+                entries, args, jobs, script_env, _Finish(launch.unknowns, resolver), judge
+            )
     # nothing could be checked: the input was bad (exit 2), however many files it named, unless the run was asked to
     # go on (pre-commit staging only empty __init__.py files passes)
     if not keep_going and scripts and all(_not_checked(s) for s in scripts):
         first = scripts[0]
         raise InputError(f"{first.path}: {first.unknowns[0].reason}; nothing could be checked")
-    named = [f for f, s, t in zip(files, scripts, trains) if not _not_checked(s) and not t and
-             any(p == str(f) or os.path.abspath(p) == os.path.abspath(f) for p in paths)]
+    named = [
+        f
+        for f, s, t in zip(files, scripts, trains, strict=False)
+        if not _not_checked(s) and not t and any(p == str(f) or os.path.abspath(p) == os.path.abspath(f) for p in paths)
+    ]
     extra = _importers(named, set(files))
     if extra:  # a helper module named alone is checked through the scripts that train with it
         entries, files = entries + [(f, False) for f in extra], files + extra
@@ -413,8 +526,9 @@ def _gather(paths: list[str], target: str | None = None, launcher: str | None = 
             if judge is None:
                 scripts = scripts + _probe_all([(f, False) for f in extra], args, jobs, script_env)
             else:
-                more, more_verdicts, _, more_stacks = _judge_all([(f, False) for f in extra], args, jobs, script_env,
-                                                                 _Finish((), resolver), judge)
+                more, more_verdicts, _, more_stacks = _judge_all(
+                    [(f, False) for f in extra], args, jobs, script_env, _Finish((), resolver), judge
+                )
                 scripts, verdicts, stacks = scripts + more, verdicts + more_verdicts, stacks + more_stacks
     if resolver is None:  # the node's versions, not this laptop's
         return Facts(scripts=scripts, machine=machine, launch=launch, stack=snapshot_stack, job=job), verdicts
@@ -435,10 +549,11 @@ def script_environment(machine: MachineFacts, environ: Mapping[str, str]) -> tup
     return None, ""
 
 
-def _stacks(scripts: tuple[ScriptFacts, ...], files: list[Path], resolver: StackResolver
-            ) -> tuple[tuple[ScriptFacts, ...], StackFacts]:
+def _stacks(
+    scripts: tuple[ScriptFacts, ...], files: list[Path], resolver: StackResolver
+) -> tuple[tuple[ScriptFacts, ...], StackFacts]:
     """Each script with the versions of its own project, and the run's stack (`_run_stack`)."""
-    out = tuple(replace(s, stack=resolver.for_script(f)) for s, f in zip(scripts, files))
+    out = tuple(replace(s, stack=resolver.for_script(f)) for s, f in zip(scripts, files, strict=False))
     run = _run_stack([s.stack for s in out], resolver)
     return with_installed_signatures(out, _site_dirs(resolver), resolver.installed), run
 
@@ -480,8 +595,11 @@ def _not_checked(script: ScriptFacts) -> bool:
 
 def _trains(script: ScriptFacts) -> bool:
     """The script starts training itself (a Trainer, an optimizer, a backward or step)."""
-    return any(c.kind in ("trainer", "optimizer", "train", "prepare") or
-               (c.kind == "method" and c.callee.endswith((".backward", ".step"))) for c in script.calls)
+    return any(
+        c.kind in ("trainer", "optimizer", "train", "prepare")
+        or (c.kind == "method" and c.callee.endswith((".backward", ".step")))
+        for c in script.calls
+    )
 
 
 MAX_IMPORTER_SCAN = 5000  # .py files of one repository read to find a helper's importers
@@ -501,9 +619,11 @@ def _importers(helpers: list[Path], already: set[Path]) -> list[Path]:
     checked = {os.path.realpath(f) for f in already}  # named as given (relative), found under the root (absolute)
     for helper in helpers:
         module = helper.stem if helper.name != "__init__.py" else helper.parent.name
-        pattern = re.compile(rf"^\s*(from\s+[\w.]*\b{re.escape(module)}\b\s+import|import\s+[\w.]*\b"
-                             rf"{re.escape(module)}\b|from\s+[\w.]+\s+import\s+.*\b{re.escape(module)}\b)",
-                             re.MULTILINE)
+        pattern = re.compile(
+            rf"^\s*(from\s+[\w.]*\b{re.escape(module)}\b\s+import|import\s+[\w.]*\b"
+            rf"{re.escape(module)}\b|from\s+[\w.]+\s+import\s+.*\b{re.escape(module)}\b)",
+            re.MULTILINE,
+        )
         root = project_root(helper.parent)
         if root == Path(root.anchor):
             root = helper.parent  # no repository: its own folder
@@ -527,8 +647,13 @@ def _importers(helpers: list[Path], already: set[Path]) -> list[Path]:
     return found
 
 
-def _probe_all(entries: list[tuple[Path, bool]], args: tuple[str, ...], jobs: int,
-               environ: tuple = (None, ""), meanwhile: Callable[[], Any] | None = None) -> tuple[ScriptFacts, ...]:
+def _probe_all(
+    entries: list[tuple[Path, bool]],
+    args: tuple[str, ...],
+    jobs: int,
+    environ: tuple = (None, ""),
+    meanwhile: Callable[[], Any] | None = None,
+) -> tuple[ScriptFacts, ...]:
     """Probe every script, in worker processes when there are many (each is parsed independently).
     `meanwhile()` is this process's own work while the workers probe (here, before probing with none)."""
     if jobs <= 1 or len(entries) < PARALLEL_FROM:
@@ -538,26 +663,45 @@ def _probe_all(entries: list[tuple[Path, bool]], args: tuple[str, ...], jobs: in
     from ..system.pool import Lost, run_parallel
 
     chunk = max(1, len(entries) // (jobs * 4))
-    done = run_parallel(_probe_entry, [(f, named, args, environ) for f, named in entries], jobs, chunk=chunk,
-                        meanwhile=meanwhile, weights=[_size(f) for f, _ in entries],
-                        groups=[f.parent for f, _ in entries])
-    return tuple(ScriptFacts(path=_display(f), unknowns=(Unknown("not checked", r.reason),))
-                 if isinstance(r, Lost) else r for (f, _), r in zip(entries, done))
+    done = run_parallel(
+        _probe_entry,
+        [(f, named, args, environ) for f, named in entries],
+        jobs,
+        chunk=chunk,
+        meanwhile=meanwhile,
+        weights=[_size(f) for f, _ in entries],
+        groups=[f.parent for f, _ in entries],
+    )
+    return tuple(
+        ScriptFacts(path=_display(f), unknowns=(Unknown("not checked", r.reason),)) if isinstance(r, Lost) else r
+        for (f, _), r in zip(entries, done, strict=False)
+    )
 
 
-def _judge_all(entries: list[tuple[Path, bool]], args: tuple[str, ...], jobs: int, environ: tuple,
-               finish: _Finish, judge: Callable[[ScriptFacts], Any]
-               ) -> tuple[tuple[ScriptFacts, ...], tuple, list[bool], list[StackFacts | None]]:
+def _judge_all(
+    entries: list[tuple[Path, bool]],
+    args: tuple[str, ...],
+    jobs: int,
+    environ: tuple,
+    finish: _Finish,
+    judge: Callable[[ScriptFacts], Any],
+) -> tuple[tuple[ScriptFacts, ...], tuple, list[bool], list[StackFacts | None]]:
     """Probe, finish and judge every script in worker processes: each script's facts without their calls, its
     verdict, whether it trains, and its project's stack. A script whose worker died is reported not checked and
     judged here."""
     from ..system.pool import Lost, run_parallel
 
     chunk = max(1, len(entries) // (jobs * 4))
-    done = run_parallel(_ProbeAndJudge(args, environ, finish, judge), entries, jobs, chunk=chunk,
-                        weights=[_size(f) for f, _ in entries], groups=[f.parent for f, _ in entries])
+    done = run_parallel(
+        _ProbeAndJudge(args, environ, finish, judge),
+        entries,
+        jobs,
+        chunk=chunk,
+        weights=[_size(f) for f, _ in entries],
+        groups=[f.parent for f, _ in entries],
+    )
     scripts, verdicts, trains, stacks = [], [], [], []
-    for (f, _), r in zip(entries, done):
+    for (f, _), r in zip(entries, done, strict=False):
         if isinstance(r, Lost):
             lost, stack = finish(ScriptFacts(path=_display(f), unknowns=(Unknown("not checked", r.reason),)), f)
             r = lost, None, False, stack

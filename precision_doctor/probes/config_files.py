@@ -62,8 +62,6 @@ class ConfigDoc:
         return config_value(self.location(*keys), keys[-1], written, written if meaning is None else meaning, via)
 
 
-
-
 def config_value(where: Location, key: str, written: Any, value: Any, via: str = "") -> Value:
     """A value written at `where` as `key: written`; `value` is what it means (it may differ: `bf16: auto`)."""
     text = f"{key}: {shown_value(redact_data(written) if secret_name(key) else written)}"
@@ -72,6 +70,7 @@ def config_value(where: Location, key: str, written: Any, value: Any, via: str =
 
 
 # --- reading ----------------------------------------------------------------------------------
+
 
 def find_config(name: str, bases: tuple[Path, ...]) -> Path | None:
     """A config named relatively (to the script, then the working directory) or absolutely."""
@@ -131,8 +130,7 @@ def _compose(text: str, shown: str, line_offset: int) -> ConfigDoc:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1 + line_offset}" if mark is not None else ""
-        raise ConfigError(f"not valid YAML{where} ({getattr(exc, 'problem', None) or type(exc).__name__})") \
-            from None
+        raise ConfigError(f"not valid YAML{where} ({getattr(exc, 'problem', None) or type(exc).__name__})") from None
     except RecursionError:
         raise ConfigError("nested too deeply") from None
     finally:

@@ -61,17 +61,22 @@ def probe_config(path: Path, shown: str) -> ScriptFacts:
         raise InputError(f"{shown}: {exc}; pass an Axolotl, LLaMA-Factory or accelerate config") from None
     family = family_of(doc)
     if family is None and doc.has("model") and doc.has("model_class"):
-        raise InputError(f"{shown}: a LLaMA-Factory v1 config (model, model_class), a format the doctor does not "
-                         f"model yet; check a config in the 0.9 format (model_name_or_path, stage, finetuning_type) "
-                         f"or the training script")
+        raise InputError(
+            f"{shown}: a LLaMA-Factory v1 config (model, model_class), a format the doctor does not "
+            f"model yet; check a config in the 0.9 format (model_name_or_path, stage, finetuning_type) "
+            f"or the training script"
+        )
     if family is None:
-        raise InputError(f"{shown}: not a config the doctor recognises (Axolotl: base_model; LLaMA-Factory: "
-                         f"model_name_or_path with stage/finetuning_type; accelerate: compute_environment); "
-                         f"pass a training script or one of those configs")
+        raise InputError(
+            f"{shown}: not a config the doctor recognises (Axolotl: base_model; LLaMA-Factory: "
+            f"model_name_or_path with stage/finetuning_type; accelerate: compute_environment); "
+            f"pass a training script or one of those configs"
+        )
     return _BUILDERS[family](_Builder(doc, family, path))
 
 
 # --- building the calls the tool makes ---------------------------------------------------------
+
 
 class _Builder:
     def __init__(self, doc: ConfigDoc, family: str, path: Path):
@@ -101,12 +106,29 @@ class _Builder:
                 return self.doc.location(k)
         return self.first
 
-    def add(self, kind: CallKind, callee: str, at: Location, kwargs: dict[str, Value] | None = None,
-            args: tuple[Value, ...] = (), refs: dict[str, str] | None = None, target: str = "",
-            receiver: str = "") -> Call:
-        call = Call(kind=kind, callee=callee, location=at, scope="<module>", target=target, receiver=receiver, args=args,
-                    kwargs=kwargs or {}, text=f"(parsed from {self.doc.path} as {self.family} reads it)",
-                    refs=refs or {})
+    def add(
+        self,
+        kind: CallKind,
+        callee: str,
+        at: Location,
+        kwargs: dict[str, Value] | None = None,
+        args: tuple[Value, ...] = (),
+        refs: dict[str, str] | None = None,
+        target: str = "",
+        receiver: str = "",
+    ) -> Call:
+        call = Call(
+            kind=kind,
+            callee=callee,
+            location=at,
+            scope="<module>",
+            target=target,
+            receiver=receiver,
+            args=args,
+            kwargs=kwargs or {},
+            text=f"(parsed from {self.doc.path} as {self.family} reads it)",
+            refs=refs or {},
+        )
         self.calls.append(call)
         return call
 
@@ -114,32 +136,47 @@ class _Builder:
         from .script import _deepspeed_configs
 
         deepspeed, missing = _deepspeed_configs(self.path, self.calls)
-        return ScriptFacts(path=self.doc.path, calls=tuple(self.calls), imports=(self.family.lower(),),
-                           unknowns=tuple(self.unknowns) + tuple(missing), files=(self.doc.path,),
-                           deepspeed_configs=deepspeed)
+        return ScriptFacts(
+            path=self.doc.path,
+            calls=tuple(self.calls),
+            imports=(self.family.lower(),),
+            unknowns=tuple(self.unknowns) + tuple(missing),
+            files=(self.doc.path,),
+            deepspeed_configs=deepspeed,
+        )
 
 
 def _cond(text: str, if_true: Value, if_false: Value) -> Value:
     """A value decided by the GPU; no location, so no fix edits the YAML through it."""
-    return Value(state=CONDITIONAL, text=text, predicate=NATIVE_BF16, if_true=if_true, if_false=if_false,
-                 origins=if_true.origins)
+    return Value(
+        state=CONDITIONAL, text=text, predicate=NATIVE_BF16, if_true=if_true, if_false=if_false, origins=if_true.origins
+    )
 
 
 def _dtype(name: str, because: Value) -> Value:
     """The weights' dtype the tool derives from a precision setting: evidence points at that setting."""
-    origins = tuple(replace(o, detail=f"{o.detail}: the weights load in {name}") if o.kind == "config-file" else o
-                    for o in because.origins)
+    origins = tuple(
+        replace(o, detail=f"{o.detail}: the weights load in {name}") if o.kind == "config-file" else o
+        for o in because.origins
+    )
     return replace(because, value=f"torch.{name}", origins=origins)
 
 
 def _trained_model(b: _Builder, load: Call, adapter: str, adapter_kwargs: dict[str, Value]) -> Call:
     if adapter in ("lora", "qlora", "oft"):
-        return b.add(CallKind.GET_PEFT_MODEL, "peft.get_peft_model", b.where("adapter", "finetuning_type"),
-                     kwargs=adapter_kwargs, refs={"0": load.key}, target="model")
+        return b.add(
+            CallKind.GET_PEFT_MODEL,
+            "peft.get_peft_model",
+            b.where("adapter", "finetuning_type"),
+            kwargs=adapter_kwargs,
+            refs={"0": load.key},
+            target="model",
+        )
     return load
 
 
 # --- Axolotl -------------------------------------------------------------------------------------
+
 
 def _axolotl(b: _Builder) -> ScriptFacts:
     doc = b.doc
@@ -156,9 +193,13 @@ def _axolotl(b: _Builder) -> ScriptFacts:
             bf16_v = replace(bf16_v, value=bf16)
             if not bf16_available and fp16 is None and not float16:
                 fp16 = True
-                fp16_v = replace(bf16_v, value=True, text=bf16_v.text,
-                                 origins=bf16_v.origins + (Origin("default", "Axolotl turns fp16 on when bf16: auto "
-                                                                             "finds no bf16"),))
+                fp16_v = replace(
+                    bf16_v,
+                    value=True,
+                    text=bf16_v.text,
+                    origins=bf16_v.origins
+                    + (Origin("default", "Axolotl turns fp16 on when bf16: auto finds no bf16"),),
+                )
         if fp16 and bf16 == "auto":
             bf16, bf16_v = False, replace(bf16_v, value=False)
         if bf16 is True:
@@ -171,13 +212,12 @@ def _axolotl(b: _Builder) -> ScriptFacts:
             source = b.written("load_in_8bit") if load_8bit else fp16_v if fp16 else b.written("float16")
             weights = _dtype("float16", source)
         else:
-            weights = _dtype("float32", b.default("torch_dtype", "float32", "Axolotl loads float32 without "
-                                                                              "bf16/fp16"))
+            weights = _dtype("float32", b.default("torch_dtype", "float32", "Axolotl loads float32 without bf16/fp16"))
         return bf16_v, fp16_v, weights
 
     if bf16_raw == "auto" and not fp16_raw:
         on, off = resolved(True), resolved(False)
-        bf16, fp16, weights = (_cond("bf16: auto", t, f) for t, f in zip(on, off))
+        bf16, fp16, weights = (_cond("bf16: auto", t, f) for t, f in zip(on, off, strict=False))
     else:
         bf16, fp16, weights = resolved(False)
 
@@ -188,19 +228,32 @@ def _axolotl(b: _Builder) -> ScriptFacts:
     refs = {}
     if doc.get("load_in_4bit") or doc.get("load_in_8bit"):
         flag = "load_in_4bit" if doc.get("load_in_4bit") else "load_in_8bit"
-        bnb = b.add(CallKind.BNB_CONFIG, "transformers.BitsAndBytesConfig", doc.location(flag),
-                    kwargs={flag: b.written(flag), "bnb_4bit_compute_dtype": weights, **_axolotl_bnb_extras(b, flag)},
-                    target="bnb_config")
+        bnb = b.add(
+            CallKind.BNB_CONFIG,
+            "transformers.BitsAndBytesConfig",
+            doc.location(flag),
+            kwargs={flag: b.written(flag), "bnb_4bit_compute_dtype": weights, **_axolotl_bnb_extras(b, flag)},
+            target="bnb_config",
+        )
         refs["quantization_config"] = bnb.key
         load_kwargs["quantization_config"] = Value(state=KNOWN, value="BitsAndBytesConfig", text=flag)
     if doc.has("device_map"):
         load_kwargs["device_map"] = b.written("device_map")
-    load = b.add(CallKind.MODEL_LOAD, "transformers.AutoModelForCausalLM.from_pretrained", doc.location("base_model"),
-                 kwargs=load_kwargs, args=(base,), refs=refs, target="model")
+    load = b.add(
+        CallKind.MODEL_LOAD,
+        "transformers.AutoModelForCausalLM.from_pretrained",
+        doc.location("base_model"),
+        kwargs=load_kwargs,
+        args=(base,),
+        refs=refs,
+        target="model",
+    )
     adapter = str(doc.get("adapter") or "")
     model = _trained_model(b, load, adapter, {})
     if adapter and adapter not in ("lora", "qlora"):
-        b.unknowns.append(Unknown(f"adapter: {adapter}", "an adapter the doctor does not model", doc.location("adapter")))
+        b.unknowns.append(
+            Unknown(f"adapter: {adapter}", "an adapter the doctor does not model", doc.location("adapter"))
+        )
     args = {"fp16": fp16, "bf16": bf16}
     for key in ("tf32", "gradient_checkpointing", "gradient_checkpointing_kwargs", "optimizer", "max_grad_norm"):
         if doc.has(key) and doc.get(key) != "auto":
@@ -210,10 +263,20 @@ def _axolotl(b: _Builder) -> ScriptFacts:
     if doc.get("fsdp"):
         fsdp = doc.get("fsdp")
         args["fsdp"] = b.written("fsdp", meaning=" ".join(fsdp) if isinstance(fsdp, list) else fsdp)
-    training = b.add(CallKind.TRAINING_ARGS, "transformers.TrainingArguments", b.where("bf16", "fp16", "base_model"),
-                     kwargs=args, target="training_args")
-    b.add(CallKind.TRAINER, "transformers.Trainer", b.last,
-          refs={"model": model.key, "args": training.key}, target="trainer")
+    training = b.add(
+        CallKind.TRAINING_ARGS,
+        "transformers.TrainingArguments",
+        b.where("bf16", "fp16", "base_model"),
+        kwargs=args,
+        target="training_args",
+    )
+    b.add(
+        CallKind.TRAINER,
+        "transformers.Trainer",
+        b.last,
+        refs={"model": model.key, "args": training.key},
+        target="trainer",
+    )
     return b.facts()
 
 
@@ -223,8 +286,11 @@ def _axolotl_bnb_extras(b: _Builder, flag: str) -> dict[str, Value]:
     FSDP can flatten the 4-bit weights; `bnb_config_kwargs` entries win."""
     extras: dict[str, Value] = {}
     if flag == "load_in_4bit" and b.doc.get("adapter") == "qlora":
-        for key, value in (("bnb_4bit_use_double_quant", True), ("bnb_4bit_quant_type", "nf4"),
-                           ("bnb_4bit_quant_storage", "bfloat16")):
+        for key, value in (
+            ("bnb_4bit_use_double_quant", True),
+            ("bnb_4bit_quant_type", "nf4"),
+            ("bnb_4bit_quant_storage", "bfloat16"),
+        ):
             extras[key] = b.default(key, value, f"{AXOLOTL} {VERSIONS[AXOLOTL]} sets {key}={value} for qlora")
     overrides = b.doc.get("bnb_config_kwargs")
     if isinstance(overrides, dict):
@@ -235,6 +301,7 @@ def _axolotl_bnb_extras(b: _Builder, flag: str) -> dict[str, Value]:
 
 
 # --- LLaMA-Factory --------------------------------------------------------------------------------
+
 
 def _llamafactory(b: _Builder) -> ScriptFacts:
     doc = b.doc
@@ -251,27 +318,49 @@ def _llamafactory(b: _Builder) -> ScriptFacts:
     refs = {}
     if quant_bits in (4, 8):
         flag = f"load_in_{quant_bits}bit"
-        bnb = b.add(CallKind.BNB_CONFIG, "transformers.BitsAndBytesConfig", doc.location("quantization_bit"),
-                    kwargs={flag: b.written("quantization_bit", meaning=True), "bnb_4bit_compute_dtype": weights},
-                    target="bnb_config")
+        bnb = b.add(
+            CallKind.BNB_CONFIG,
+            "transformers.BitsAndBytesConfig",
+            doc.location("quantization_bit"),
+            kwargs={flag: b.written("quantization_bit", meaning=True), "bnb_4bit_compute_dtype": weights},
+            target="bnb_config",
+        )
         refs["quantization_config"] = bnb.key
         load_kwargs["quantization_config"] = Value(state=KNOWN, value="BitsAndBytesConfig", text="quantization_bit")
-    load = b.add(CallKind.MODEL_LOAD, "transformers.AutoModelForCausalLM.from_pretrained",
-                 doc.location("model_name_or_path"), kwargs=load_kwargs, args=(b.written("model_name_or_path"),),
-                 refs=refs, target="model")
+    load = b.add(
+        CallKind.MODEL_LOAD,
+        "transformers.AutoModelForCausalLM.from_pretrained",
+        doc.location("model_name_or_path"),
+        kwargs=load_kwargs,
+        args=(b.written("model_name_or_path"),),
+        refs=refs,
+        target="model",
+    )
     zero3 = _zero3(doc)
     upcast = not pure_bf16.value and not doc.get("use_badam") and not (quant_bits is None and zero3)
-    upcast_note = b.default("cast_trainable_params_to_fp32", upcast,
-                            f"LLaMA-Factory {VERSIONS[LLAMA_FACTORY]} "
-                            + ("upcasts trainable parameters to float32" if upcast else
-                               "keeps trainable parameters in the load dtype (pure_bf16 / BAdam / ZeRO-3)"))
+    upcast_note = b.default(
+        "cast_trainable_params_to_fp32",
+        upcast,
+        f"LLaMA-Factory {VERSIONS[LLAMA_FACTORY]} "
+        + (
+            "upcasts trainable parameters to float32"
+            if upcast
+            else "keeps trainable parameters in the load dtype (pure_bf16 / BAdam / ZeRO-3)"
+        ),
+    )
     if finetuning in ("lora", "oft"):
         model = _trained_model(b, load, finetuning, {"autocast_adapter_dtype": upcast_note})
     else:
         model = load
         if upcast and finetuning in ("full", "freeze") and quant_bits is None:  # quantized: refused before
-            model = b.add(CallKind.CAST, "model.float", b.where("finetuning_type"), refs={"self": load.key},
-                          target="model", receiver="model")
+            model = b.add(
+                CallKind.CAST,
+                "model.float",
+                b.where("finetuning_type"),
+                refs={"self": load.key},
+                target="model",
+                receiver="model",
+            )
     args = {"fp16": fp16, "bf16": bf16}
     if pure_bf16.value and not bf16.value:  # pure bf16: the weights are bf16 and no AMP runs
         args["bf16"] = replace(pure_bf16, value=False)
@@ -281,10 +370,20 @@ def _llamafactory(b: _Builder) -> ScriptFacts:
         args["tf32"] = b.written("tf32")
     if doc.has("optim"):
         args["optim"] = b.written("optim")
-    training = b.add(CallKind.TRAINING_ARGS, "transformers.Seq2SeqTrainingArguments",
-                     b.where("bf16", "fp16", "model_name_or_path"), kwargs=args, target="training_args")
-    b.add(CallKind.TRAINER, "transformers.Seq2SeqTrainer", b.last,
-          refs={"model": model.key, "args": training.key}, target="trainer")
+    training = b.add(
+        CallKind.TRAINING_ARGS,
+        "transformers.Seq2SeqTrainingArguments",
+        b.where("bf16", "fp16", "model_name_or_path"),
+        kwargs=args,
+        target="training_args",
+    )
+    b.add(
+        CallKind.TRAINER,
+        "transformers.Seq2SeqTrainer",
+        b.last,
+        refs={"model": model.key, "args": training.key},
+        target="trainer",
+    )
     return b.facts()
 
 
@@ -294,6 +393,7 @@ def _zero3(doc: ConfigDoc) -> bool:
 
 
 # --- accelerate config ------------------------------------------------------------------------------
+
 
 def _accelerate(b: _Builder) -> ScriptFacts:
     """The script it launches builds `Accelerator()` and trains: its precision is the config's."""

@@ -16,8 +16,8 @@ import ast
 from functools import lru_cache
 from typing import Any
 
-from ..model.facts import Origin
 from ..knowledge.signatures import class_id, table
+from ..model.facts import Origin
 from .library_source import kind_of
 from .scopes import dotted
 from .symbols import Context, Dyn, Known
@@ -52,25 +52,28 @@ def library_fields(qualified: str) -> dict[str, tuple[type, Any]] | None:
     return {n: (t, d) for n, t, d in fields} or None
 
 
-def dataclass_fields(resolver, qualified: str, class_node: ast.AST, _seen: frozenset[str] = frozenset()
-                     ) -> tuple[dict[str, Any], frozenset[str]]:
+def dataclass_fields(
+    resolver, qualified: str, class_node: ast.AST, _seen: frozenset[str] = frozenset()
+) -> tuple[dict[str, Any], frozenset[str]]:
     """Defaults of a dataclass's fields as resolver symbols, and the names of its bool fields."""
     lib = library_fields(qualified)
     if lib is not None:
         short = qualified.rsplit(".", 1)[-1]
-        return ({k: Known(v, (Origin("default", f"{short} default"),)) for k, (_, v) in lib.items()},
-                frozenset(k for k, (t, _) in lib.items() if t is bool))
+        return (
+            {k: Known(v, (Origin("default", f"{short} default"),)) for k, (_, v) in lib.items()},
+            frozenset(k for k, (t, _) in lib.items() if t is bool),
+        )
     local = resolver.index.classes.get(dotted(class_node))
     if local is None or local.name in _seen:
         return {}, frozenset()
     fields: dict[str, Any] = {}
     bools: set[str] = set()
     for base in local.bases:  # a subclass inherits its bases' fields: a library's, or another of the script's
-        inherited, inherited_bools = dataclass_fields(resolver, resolver.qualified(base), base,
-                                                      _seen | {local.name})
+        inherited, inherited_bools = dataclass_fields(resolver, resolver.qualified(base), base, _seen | {local.name})
         if isinstance(base, (ast.Name, ast.Attribute)) and library_fields(resolver.qualified(base)) is not None:
-            inherited = {k: Known(v.value, (Origin("default", f"{dotted(base)} default"),))
-                         for k, v in inherited.items()}
+            inherited = {
+                k: Known(v.value, (Origin("default", f"{dotted(base)} default"),)) for k, v in inherited.items()
+            }
         fields.update(inherited)
         bools.update(inherited_bools)
     scope = resolver.index.module
@@ -88,7 +91,10 @@ def dataclass_fields(resolver, qualified: str, class_node: ast.AST, _seen: froze
             continue
         sym = resolver.sym(default, scope, Context(resolver.script_args))
         if isinstance(sym, Known):
-            sym = Known(sym.value, (Origin("default", f"default of {local.name}.{name}", resolver.loc(default)),),
-                        resolver.loc(default))
+            sym = Known(
+                sym.value,
+                (Origin("default", f"default of {local.name}.{name}", resolver.loc(default)),),
+                resolver.loc(default),
+            )
         fields[name] = sym
     return fields, frozenset(bools)

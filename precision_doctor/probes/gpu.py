@@ -6,7 +6,8 @@ no GPU is a fact with its reason, never an exception.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..model.facts import Gpu, GpuProcess, MachineFacts
 
@@ -39,8 +40,9 @@ def _load_pynvml() -> tuple[Any, str]:
     return pynvml, ""
 
 
-def probe_gpus(nvml: Any = None, visible: str | None = None,
-               processes: Callable[[list[int]], dict[int, GpuProcess]] | None = None) -> MachineFacts:
+def probe_gpus(
+    nvml: Any = None, visible: str | None = None, processes: Callable[[list[int]], dict[int, GpuProcess]] | None = None
+) -> MachineFacts:
     """This machine's GPUs as the job will see them (`visible` is CUDA_VISIBLE_DEVICES)."""
     why = ""
     try:
@@ -66,14 +68,23 @@ def probe_gpus(nvml: Any = None, visible: str | None = None,
                 mig = nvml.nvmlDeviceGetMigMode(h)[0] == 1
             except Exception:  # not supported on this GPU
                 mig = False
-            procs = tuple(GpuProcess(pid=int(p.pid), used_mib=int((p.usedGpuMemory or 0) // 2**20))
-                          for p in nvml.nvmlDeviceGetComputeRunningProcesses(h))
-            all_gpus.append(Gpu(index=i, name=_text(nvml.nvmlDeviceGetName(h)),
-                                capability=tuple(nvml.nvmlDeviceGetCudaComputeCapability(h)),
-                                memory_total_mib=int(mem.total // 2**20), memory_used_mib=int(mem.used // 2**20),
-                                uuid=_text(nvml.nvmlDeviceGetUUID(h)),
-                                compute_mode=COMPUTE_MODES.get(nvml.nvmlDeviceGetComputeMode(h), "Default"),
-                                mig=mig, processes=procs))
+            procs = tuple(
+                GpuProcess(pid=int(p.pid), used_mib=int((p.usedGpuMemory or 0) // 2**20))
+                for p in nvml.nvmlDeviceGetComputeRunningProcesses(h)
+            )
+            all_gpus.append(
+                Gpu(
+                    index=i,
+                    name=_text(nvml.nvmlDeviceGetName(h)),
+                    capability=tuple(nvml.nvmlDeviceGetCudaComputeCapability(h)),
+                    memory_total_mib=int(mem.total // 2**20),
+                    memory_used_mib=int(mem.used // 2**20),
+                    uuid=_text(nvml.nvmlDeviceGetUUID(h)),
+                    compute_mode=COMPUTE_MODES.get(nvml.nvmlDeviceGetComputeMode(h), "Default"),
+                    mig=mig,
+                    processes=procs,
+                )
+            )
     except Exception as exc:
         return MachineFacts(known=False, source="this machine", reason=f"NVML query failed: {_nvml_reason(exc)}")
     finally:
@@ -85,8 +96,9 @@ def probe_gpus(nvml: Any = None, visible: str | None = None,
     if processes is not None:
         details = processes(sorted({p.pid for g in gpus for p in g.processes}))
         gpus = [_with_process_details(g, details) for g in gpus]
-    return MachineFacts(known=True, source="this machine", gpus=tuple(gpus), driver_version=driver,
-                        cuda_driver_version=cuda)
+    return MachineFacts(
+        known=True, source="this machine", gpus=tuple(gpus), driver_version=driver, cuda_driver_version=cuda
+    )
 
 
 def select_visible(gpus: list[Gpu], visible: str | None) -> list[Gpu]:
@@ -109,23 +121,50 @@ def select_visible(gpus: list[Gpu], visible: str | None) -> list[Gpu]:
         if match is None:
             break
         chosen.append(match)
-    return [Gpu(index=i, name=g.name, capability=g.capability, memory_total_mib=g.memory_total_mib,
-                memory_used_mib=g.memory_used_mib, uuid=g.uuid, compute_mode=g.compute_mode, mig=g.mig,
-                processes=g.processes) for i, g in enumerate(chosen)]
+    return [
+        Gpu(
+            index=i,
+            name=g.name,
+            capability=g.capability,
+            memory_total_mib=g.memory_total_mib,
+            memory_used_mib=g.memory_used_mib,
+            uuid=g.uuid,
+            compute_mode=g.compute_mode,
+            mig=g.mig,
+            processes=g.processes,
+        )
+        for i, g in enumerate(chosen)
+    ]
 
 
 def _with_process_details(g: Gpu, details: dict[int, GpuProcess]) -> Gpu:
     procs = tuple(_merge(p, details.get(p.pid)) for p in g.processes)
-    return Gpu(index=g.index, name=g.name, capability=g.capability, memory_total_mib=g.memory_total_mib,
-               memory_used_mib=g.memory_used_mib, uuid=g.uuid, compute_mode=g.compute_mode, mig=g.mig,
-               processes=procs)
+    return Gpu(
+        index=g.index,
+        name=g.name,
+        capability=g.capability,
+        memory_total_mib=g.memory_total_mib,
+        memory_used_mib=g.memory_used_mib,
+        uuid=g.uuid,
+        compute_mode=g.compute_mode,
+        mig=g.mig,
+        processes=procs,
+    )
 
 
 def _merge(p: GpuProcess, d: GpuProcess | None) -> GpuProcess:
     if d is None:
         return p
-    return GpuProcess(pid=p.pid, used_mib=p.used_mib, status=d.status, user=d.user, mine=d.mine, command=d.command,
-                      started=d.started, parent_alive=d.parent_alive)
+    return GpuProcess(
+        pid=p.pid,
+        used_mib=p.used_mib,
+        status=d.status,
+        user=d.user,
+        mine=d.mine,
+        command=d.command,
+        started=d.started,
+        parent_alive=d.parent_alive,
+    )
 
 
 def _cuda_version(nvml: Any) -> str:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import errno
 import os
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from ..model.facts import BusyPort, GpuProcess, HostFacts
 from ..model.redact import ACCELERATE_CONFIG_KEYS, describe_command, keep_read_keys, redact_text
@@ -18,10 +19,27 @@ from ..system.sources import Unreadable, is_regular_file, read_text_bounded
 PORTS_TO_CHECK = tuple(range(29500, 29511))
 # The launch variables the rules read or a reader of the report needs to place it; nothing else of the
 # environment is recorded (ACCELERATE_*, NCCL_*, MASTER_ADDR and the like can hold hosts and credentials).
-ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "MASTER_PORT", "LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-             "ACCELERATE_MIXED_PRECISION", "MASTER_ADDR", "NCCL_SOCKET_IFNAME")
-_STATUS = {"zombie": "zombie", "stopped": "stopped", "tracing-stop": "stopped", "running": "running",
-           "sleeping": "sleeping", "disk-sleep": "sleeping", "idle": "sleeping", "dead": "gone"}
+ENV_NAMES = (
+    "CUDA_VISIBLE_DEVICES",
+    "MASTER_PORT",
+    "LOCAL_RANK",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "ACCELERATE_MIXED_PRECISION",
+    "MASTER_ADDR",
+    "NCCL_SOCKET_IFNAME",
+)
+_STATUS = {
+    "zombie": "zombie",
+    "stopped": "stopped",
+    "tracing-stop": "stopped",
+    "running": "running",
+    "sleeping": "sleeping",
+    "disk-sleep": "sleeping",
+    "idle": "sleeping",
+    "dead": "gone",
+}
 
 
 def launch_env(environ: Mapping[str, str]) -> dict[str, str]:
@@ -48,8 +66,15 @@ def describe_processes(pids: Iterable[int], psutil: Any = None, me: str | None =
             parent_alive = None
             if ppid is not None:
                 parent_alive = ppid > 1 and psutil.pid_exists(ppid)
-            out[pid] = GpuProcess(pid=pid, status=status, user=user or "", mine=(user == me) if user else None,
-                                  command=command or "", started=started or 0.0, parent_alive=parent_alive)
+            out[pid] = GpuProcess(
+                pid=pid,
+                status=status,
+                user=user or "",
+                mine=(user == me) if user else None,
+                command=command or "",
+                started=started or 0.0,
+                parent_alive=parent_alive,
+            )
         except psutil.NoSuchProcess:
             out[pid] = GpuProcess(pid=pid, status="gone")
         except psutil.AccessDenied:
@@ -113,15 +138,19 @@ def _port_holders(ports: list[int], psutil: Any = None) -> dict[int, BusyPort]:
             continue
         try:
             proc = psutil.Process(c.pid)
-            found[c.laddr.port] = BusyPort(c.laddr.port, c.pid,
-                                           describe_command(_safe(proc.cmdline, []) or [], _safe(proc.name) or ""),
-                                           _safe(proc.username) or "")
+            found[c.laddr.port] = BusyPort(
+                c.laddr.port,
+                c.pid,
+                describe_command(_safe(proc.cmdline, []) or [], _safe(proc.name) or ""),
+                _safe(proc.username) or "",
+            )
         except Exception:
             found[c.laddr.port] = BusyPort(c.laddr.port, c.pid)
     return found
 
 
 # --- accelerate config -------------------------------------------------------------------------
+
 
 def accelerate_config_path(environ: Mapping[str, str], explicit: str = "") -> Path:
     """Where `accelerate launch` reads its default config (accelerate's own rule)."""
@@ -161,8 +190,7 @@ def read_accelerate_config(path: Path, shown: str = "") -> AccelerateConfigFile:
         except ConfigError:
             return AccelerateConfigFile()
         kept = keep_read_keys(doc.data, ACCELERATE_CONFIG_KEYS)
-        return AccelerateConfigFile(kept, {".".join(k): line for k, line in doc.lines.items()
-                                           if _kept(kept, k)})
+        return AccelerateConfigFile(kept, {".".join(k): line for k, line in doc.lines.items() if _kept(kept, k)})
     out: dict[str, Any] = {}
     lines: dict[str, int] = {}
     for number, raw in enumerate(text.splitlines(), 1):
@@ -203,8 +231,9 @@ def _scalar(text: str) -> Any:
         return text
 
 
-def probe_host(environ: Mapping[str, str], ports: Iterable[int] = (), config_file: str = "",
-               psutil: Any = None, check_ports=None) -> HostFacts:
+def probe_host(
+    environ: Mapping[str, str], ports: Iterable[int] = (), config_file: str = "", psutil: Any = None, check_ports=None
+) -> HostFacts:
     path = accelerate_config_path(environ, config_file)
     config_file_read = read_accelerate_config(path) if is_regular_file(path) else AccelerateConfigFile()
     config = config_file_read.settings
@@ -216,11 +245,18 @@ def probe_host(environ: Mapping[str, str], ports: Iterable[int] = (), config_fil
     checked, busy = (check_ports or _check_ports)(wanted, psutil)
     import socket
 
-    return HostFacts(hostname=socket.gethostname(), user=_current_user(), ports_checked=checked, busy_ports=busy,
-                     env=launch_env(environ), accelerate_config=config,
-                     accelerate_config_path=str(path) if config else "",
-                     accelerate_config_lines=config_file_read.lines, interfaces=network_interfaces(psutil),
-                     node_name=environ.get("SLURMD_NODENAME", ""))
+    return HostFacts(
+        hostname=socket.gethostname(),
+        user=_current_user(),
+        ports_checked=checked,
+        busy_ports=busy,
+        env=launch_env(environ),
+        accelerate_config=config,
+        accelerate_config_path=str(path) if config else "",
+        accelerate_config_lines=config_file_read.lines,
+        interfaces=network_interfaces(psutil),
+        node_name=environ.get("SLURMD_NODENAME", ""),
+    )
 
 
 def network_interfaces(psutil: Any = None) -> dict[str, tuple[str, ...]]:
@@ -237,8 +273,10 @@ def network_interfaces(psutil: Any = None) -> dict[str, tuple[str, ...]]:
     import socket
 
     families = (socket.AF_INET, socket.AF_INET6)
-    return {name: tuple(a.address.split("%")[0] for a in addrs if a.family in families)
-            for name, addrs in sorted(found.items())}
+    return {
+        name: tuple(a.address.split("%")[0] for a in addrs if a.family in families)
+        for name, addrs in sorted(found.items())
+    }
 
 
 def _current_user() -> str:

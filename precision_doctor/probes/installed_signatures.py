@@ -14,8 +14,8 @@ from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
-from ..model.facts import ScriptFacts, Signature
 from ..knowledge.signatures import LOADER, class_id, local_id, table
+from ..model.facts import ScriptFacts, Signature
 from ..system.sources import Unreadable, is_regular_file, read_text_bounded
 from .library_source import Declaration, read_class, read_loader, resolve_base
 
@@ -40,27 +40,38 @@ def wanted_ids(script: ScriptFacts) -> set[str]:
     return out
 
 
-def with_installed_signatures(scripts: tuple[ScriptFacts, ...], site_dirs: tuple[str, ...],
-                              installed: dict[str, str]) -> tuple[ScriptFacts, ...]:
+def with_installed_signatures(
+    scripts: tuple[ScriptFacts, ...], site_dirs: tuple[str, ...], installed: dict[str, str]
+) -> tuple[ScriptFacts, ...]:
     """Each script's stack with the signatures its installed libraries declare for the classes it uses."""
     if not site_dirs or not installed:
         return scripts
     out = []
     for script in scripts:
         wanted = wanted_ids(script)
-        found = installed_signatures(site_dirs, tuple(sorted(installed.items())), frozenset(wanted)) \
-            if wanted and script.stack is not None else {}
+        found = (
+            installed_signatures(site_dirs, tuple(sorted(installed.items())), frozenset(wanted))
+            if wanted and script.stack is not None
+            else {}
+        )
         out.append(replace(script, stack=replace(script.stack, signatures=found)) if found else script)
     return tuple(out)
 
 
-def installed_signatures(site_dirs: tuple[str, ...], installed: tuple[tuple[str, str], ...],
-                         wanted: frozenset[str], releases_read: bool = False) -> dict[str, Signature]:
+def installed_signatures(
+    site_dirs: tuple[str, ...],
+    installed: tuple[tuple[str, str], ...],
+    wanted: frozenset[str],
+    releases_read: bool = False,
+) -> dict[str, Signature]:
     """What the installed packages declare for these classes and their bases. A package installed at exactly a
     release the table was generated from is left to the table (it is that release's source, read ahead of time),
     unless `releases_read`."""
-    versions = {name: version for name, version in installed
-                if releases_read or table()["releases"].get(name, {}).get(_minor(version)) != version}
+    versions = {
+        name: version
+        for name, version in installed
+        if releases_read or table()["releases"].get(name, {}).get(_minor(version)) != version
+    }
     classes = table()["classes"]
     out: dict[str, Signature] = {}
     todo = sorted(wanted)
@@ -114,8 +125,9 @@ def _loader(site_dirs: tuple[str, ...]):
 
 def _signature(decl: Declaration, cid: str, known, evidence: str) -> Signature:
     bases = tuple(b for b in (resolve_base(base, cid, known) for base in decl.bases) if b)
-    return Signature(names=tuple(decl.fields) + tuple(decl.aliases), bases=bases, open=decl.open,
-                     init=decl.init, evidence=evidence)
+    return Signature(
+        names=tuple(decl.fields) + tuple(decl.aliases), bases=bases, open=decl.open, init=decl.init, evidence=evidence
+    )
 
 
 def _text(site_dirs: tuple[str, ...], relative: str) -> str | None:

@@ -12,29 +12,62 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Mapping
 
+from ..knowledge.launchers import DEFAULT_PORT, launcher_of
 from ..model.errors import InputError
 from ..model.facts import KNOWN, JobFacts, JobSetting, LaunchFacts, Origin, Unknown, Value
 from ..model.redact import redact_text
 from ..system.sources import Unreadable, read_text_bounded, status
-from ..knowledge.launchers import DEFAULT_PORT
 from .launch import parse_launcher, with_accelerate_files
-from ..knowledge.launchers import launcher_of
 from .shell_arithmetic import MAX_EXPRESSION, evaluate
 
 JOB_SUFFIXES = (".sbatch", ".slurm", ".sh", ".bash", ".job")
 # the launch variables a job script's exports are read for; the rest of its environment is not recorded
 ENV_PREFIXES = ("ACCELERATE_", "NCCL_", "HF_")
-ENV_NAMES = ("MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "WORLD_SIZE", "NNODES", "NODE_RANK",
-             "FORCE_TORCHRUN", "NPROC_PER_NODE")
-_SHORT = {"N": "nodes", "n": "ntasks", "c": "cpus-per-task", "p": "partition", "C": "constraint", "G": "gpus",
-          "J": "job-name", "t": "time", "o": "output", "e": "error", "A": "account", "q": "qos", "w": "nodelist",
-          "D": "chdir"}
-_FLAG_OPTIONS = {"exclusive", "overlap", "label", "unbuffered", "kill-on-bad-exit", "verbose", "quiet",
-                 "no-kill", "requeue", "hold", "wait", "overcommit", "spread-job"}
+ENV_NAMES = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "CUDA_VISIBLE_DEVICES",
+    "WORLD_SIZE",
+    "NNODES",
+    "NODE_RANK",
+    "FORCE_TORCHRUN",
+    "NPROC_PER_NODE",
+)
+_SHORT = {
+    "N": "nodes",
+    "n": "ntasks",
+    "c": "cpus-per-task",
+    "p": "partition",
+    "C": "constraint",
+    "G": "gpus",
+    "J": "job-name",
+    "t": "time",
+    "o": "output",
+    "e": "error",
+    "A": "account",
+    "q": "qos",
+    "w": "nodelist",
+    "D": "chdir",
+}
+_FLAG_OPTIONS = {
+    "exclusive",
+    "overlap",
+    "label",
+    "unbuffered",
+    "kill-on-bad-exit",
+    "verbose",
+    "quiet",
+    "no-kill",
+    "requeue",
+    "hold",
+    "wait",
+    "overcommit",
+    "spread-job",
+}
 _SHORT_FLAGS = {"l", "u", "K", "v", "Q", "O", "H", "W"}
 _VAR = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_]\w*)(?::?-(?P<default>[^}]*))?\}|(?P<plain>[A-Za-z_]\w*))")
 _NAME = re.compile(r"(?<![#\w])\$?\b([A-Za-z_]\w*)\b")  # a name in arithmetic; `ff` in `16#ff` is digits
@@ -170,7 +203,7 @@ class _Expander:
             if value is None:
                 known = False
                 value = m.group(0)
-            pieces += (text[pos:m.start()], value)
+            pieces += (text[pos : m.start()], value)
             size += m.start() - pos + len(value)
             pos = m.end()
             if size > MAX_VALUE or self.work + size > MAX_EXPANSION_WORK:
@@ -186,12 +219,13 @@ class _Expander:
             end = _closing(text, start + 3)
             if end < 0:
                 return text, False
-            expr, ok = self._variables(text[start + 3:end])
+            expr, ok = self._variables(text[start + 3 : end])
             if expr is not None:  # a bare name's value is an expression of its own: `PER=12-4; $((PER/2))` is 4
-                expr = _NAME.sub(lambda v: f"({self.vars[v.group(1)]})" if self.vars.get(v.group(1)) else v.group(0),
-                                 expr)
+                expr = _NAME.sub(
+                    lambda v: f"({self.vars[v.group(1)]})" if self.vars.get(v.group(1)) else v.group(0), expr
+                )
             number = evaluate(expr) if expr is not None and ok else None
-            out += (text[pos:start], text[start:end + 2] if number is None else str(number))
+            out += (text[pos:start], text[start : end + 2] if number is None else str(number))
             known = known and number is not None
             pos = end + 2
         out.append(text[pos:])
@@ -215,8 +249,11 @@ def _closing(text: str, start: int) -> int:
 def _slurm_variables(directives: dict[str, JobSetting], folder: str) -> dict[str, str | None]:
     """What SLURM sets in the batch step, as far as the request decides it; per-task values stay unknown."""
     job = JobFacts(path="", directives=directives)
-    known: dict[str, str | None] = {"SLURM_SUBMIT_DIR": folder, "SLURM_NNODES": str(job.nodes),
-                                    "SLURM_JOB_NUM_NODES": str(job.nodes)}
+    known: dict[str, str | None] = {
+        "SLURM_SUBMIT_DIR": folder,
+        "SLURM_NNODES": str(job.nodes),
+        "SLURM_JOB_NUM_NODES": str(job.nodes),
+    }
     if job.tasks_per_node:
         known["SLURM_NTASKS_PER_NODE"] = str(job.tasks_per_node)
         known["SLURM_NTASKS"] = str(job.tasks_per_node * job.nodes)
@@ -224,8 +261,18 @@ def _slurm_variables(directives: dict[str, JobSetting], folder: str) -> dict[str
         known["SLURM_GPUS_ON_NODE"] = known["SLURM_GPUS_PER_NODE"] = str(job.gpus_per_node)
     if job.number("cpus-per-task"):
         known["SLURM_CPUS_PER_TASK"] = directives["cpus-per-task"].value
-    for name in ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_PROCID", "SLURM_NODEID", "SLURM_LOCALID", "SLURM_JOB_NODELIST",
-                 "SLURM_NODELIST", "SLURMD_NODENAME", "SLURM_STEP_ID", "HOSTNAME"):
+    for name in (
+        "SLURM_JOB_ID",
+        "SLURM_JOBID",
+        "SLURM_PROCID",
+        "SLURM_NODEID",
+        "SLURM_LOCALID",
+        "SLURM_JOB_NODELIST",
+        "SLURM_NODELIST",
+        "SLURMD_NODENAME",
+        "SLURM_STEP_ID",
+        "HOSTNAME",
+    ):
         known[name] = None
     return known
 
@@ -251,7 +298,7 @@ def read_job(path: str, display: str | None = None) -> tuple[JobFacts, LaunchFac
     for index, (number, line) in enumerate(lines):
         stripped = line.strip()
         if stripped.startswith("#SBATCH"):
-            opts, _ = _options(_words(stripped[len("#SBATCH"):]) or [])
+            opts, _ = _options(_words(stripped[len("#SBATCH") :]) or [])
             directives.update({k: JobSetting(v, number) for k, v in opts.items()})
         elif stripped and not stripped.startswith("#"):
             body_start = index
@@ -302,18 +349,32 @@ def read_job(path: str, display: str | None = None) -> tuple[JobFacts, LaunchFac
         for name, value in prefix_env.items():
             if _recorded(name):
                 env[name] = JobSetting(redact_text(value)[:200], number)
-        job = JobFacts(path=display, directives=directives, env=env, launch=redact_text(shlex.join(launch_words)),
-                       launch_line=number, srun=srun, srun_options=srun_options,
-                       background=_background_launches(lines[body_start:], expander,
-                                                       (JobFacts(path="", directives=directives).number("nodes") or 1) > 1))
+        job = JobFacts(
+            path=display,
+            directives=directives,
+            env=env,
+            launch=redact_text(shlex.join(launch_words)),
+            launch_line=number,
+            srun=srun,
+            srun_options=srun_options,
+            background=_background_launches(
+                lines[body_start:], expander, (JobFacts(path="", directives=directives).number("nodes") or 1) > 1
+            ),
+        )
         return _with_script(job, launch_words, cwd, unknowns)
-    unknowns.append(Unknown("launch line", "the job script runs no launcher the doctor knows (python, torchrun, "
-                                           "accelerate launch, deepspeed), directly or through srun"))
+    unknowns.append(
+        Unknown(
+            "launch line",
+            "the job script runs no launcher the doctor knows (python, torchrun, "
+            "accelerate launch, deepspeed), directly or through srun",
+        )
+    )
     return (JobFacts(path=display, directives=directives, env=env, unknowns=tuple(unknowns)), LaunchFacts(known=False))
 
 
-def _background_launches(lines: list[tuple[int, str]], expander: _Expander, multi_node: bool
-                         ) -> tuple[tuple[int, str, int], ...]:
+def _background_launches(
+    lines: list[tuple[int, str]], expander: _Expander, multi_node: bool
+) -> tuple[tuple[int, str, int], ...]:
     """The launches from the first on that run at the same time as another (a sweep: `torchrun ... &` twice, then
     `wait`), each as (line, the rendezvous port it listens on, its group: launches of one group overlap). A `wait`,
     or a launch in the foreground, ends a group. The port is the one written (`--master_port`, `--main_process_port`,
@@ -327,8 +388,8 @@ def _background_launches(lines: list[tuple[int, str]], expander: _Expander, mult
             group += 1
             continue
         if words[:1] == ["for"]:  # `for lr in 1e-5 3e-5; do`: a sweep starts its body once per item
-            after = words[words.index("in") + 1:] if "in" in words else []
-            items = [w.rstrip(";") for w in after[:after.index("do") if "do" in after else len(after)]]
+            after = words[words.index("in") + 1 :] if "in" in words else []
+            items = [w.rstrip(";") for w in after[: after.index("do") if "do" in after else len(after)]]
             loops.append(1 if len([w for w in items if w]) == 1 else 2)  # `for ((...))`, `$(seq ...)`: unknown
             continue
         if words[:1] == ["done"] and loops:
@@ -357,11 +418,23 @@ def _rendezvous_port(launch: list[str]) -> str:
     values = {}
     for i, w in enumerate(words):
         name, eq, value = w.partition("=")
-        if name in ("--master_port", "--master-port", "--main_process_port", "--rdzv_endpoint", "--rdzv-endpoint",
-                    "--num_processes", "--nproc_per_node", "--nproc-per-node"):
+        if name in (
+            "--master_port",
+            "--master-port",
+            "--main_process_port",
+            "--rdzv_endpoint",
+            "--rdzv-endpoint",
+            "--num_processes",
+            "--nproc_per_node",
+            "--nproc-per-node",
+        ):
             values[name] = value if eq else (words[i + 1] if i + 1 < len(words) else "")
-    written = values.get("--master_port") or values.get("--master-port") or values.get("--main_process_port") or \
-        (values.get("--rdzv_endpoint") or values.get("--rdzv-endpoint") or "").rpartition(":")[2]
+    written = (
+        values.get("--master_port")
+        or values.get("--master-port")
+        or values.get("--main_process_port")
+        or (values.get("--rdzv_endpoint") or values.get("--rdzv-endpoint") or "").rpartition(":")[2]
+    )
     if written:
         return written if written.isdigit() and written != "0" else ""
     launcher = words[0].rsplit("/", 1)[-1] if words else ""
@@ -399,8 +472,11 @@ def _launch_in(line: str, expander: _Expander):
     launcher, _ = launcher_of(words)
     if launcher is None:
         return None
-    keep = {k: v for k, v in srun_options.items() if k in ("nodes", "ntasks", "ntasks-per-node", "gpus-per-task",
-                                                           "gpus", "gres", "gpus-per-node")}
+    keep = {
+        k: v
+        for k, v in srun_options.items()
+        if k in ("nodes", "ntasks", "ntasks-per-node", "gpus-per-task", "gpus", "gres", "gpus-per-node")
+    }
     return words, prefix, srun, keep
 
 
@@ -410,8 +486,9 @@ def _with_script(job: JobFacts, words: list[str], cwd: str, unknowns: list[Unkno
     # of a launcher's own file option (`--config_file accel.yaml`)
     options = {i + 1 for i, w in enumerate(words) if w in _LAUNCHER_FILE_OPTIONS}
     candidates = [w for i, w in enumerate(words) if i and i not in options and "=" not in w]
-    script = next((w for w in candidates if w.endswith(".py")), "") or \
-        next((w for w in candidates if w.endswith((".yaml", ".yml"))), "")
+    script = next((w for w in candidates if w.endswith(".py")), "") or next(
+        (w for w in candidates if w.endswith((".yaml", ".yml"))), ""
+    )
     resolved = ""
     if script:
         candidate = os.path.normpath(os.path.join(cwd, os.path.expanduser(script)))
@@ -419,8 +496,9 @@ def _with_script(job: JobFacts, words: list[str], cwd: str, unknowns: list[Unkno
             status(candidate)
             resolved = _display(candidate)
         except (Unreadable, InputError):
-            unknowns.append(Unknown("training script", f"{script} is not in {_display(cwd)} (the folder the job "
-                                                       f"runs it from)"))
+            unknowns.append(
+                Unknown("training script", f"{script} is not in {_display(cwd)} (the folder the job runs it from)")
+            )
     launch = with_accelerate_files(launch, None, cwd)  # the files accelerate reads, from the job's folder
     launch = _with_job_environment(job, launch)
     return replace(job, script=resolved, unknowns=tuple(unknowns)), launch
@@ -431,18 +509,37 @@ def _with_job_environment(job: JobFacts, launch: LaunchFacts) -> LaunchFacts:
     where = Origin("job-script", job.path)
     port = job.env.get("MASTER_PORT")
     if launch.main_process_port.state != KNOWN and port and port.value.isdigit():
-        launch = replace(launch, main_process_port=Value(state=KNOWN, value=int(port.value),
-                                                         text=f"MASTER_PORT={port.value}",
-                                                         origins=(replace(where, detail=f"{job.path}:{port.line}"),)))
+        launch = replace(
+            launch,
+            main_process_port=Value(
+                state=KNOWN,
+                value=int(port.value),
+                text=f"MASTER_PORT={port.value}",
+                origins=(replace(where, detail=f"{job.path}:{port.line}"),),
+            ),
+        )
     precision = job.env.get("ACCELERATE_MIXED_PRECISION")
     if launch.mixed_precision.state != KNOWN and precision:
-        launch = replace(launch, mixed_precision=Value(state=KNOWN, value=precision.value,
-                                                       text=f"ACCELERATE_MIXED_PRECISION={precision.value}",
-                                                       origins=(where,)))
+        launch = replace(
+            launch,
+            mixed_precision=Value(
+                state=KNOWN,
+                value=precision.value,
+                text=f"ACCELERATE_MIXED_PRECISION={precision.value}",
+                origins=(where,),
+            ),
+        )
     if launch.launcher == "python" and job.srun and job.tasks_per_node:
         n = job.tasks_per_node
-        launch = replace(launch, num_processes=Value(state=KNOWN, value=n, text=f"srun: {n} tasks per node",
-                                                     origins=(Origin("job-script", f"srun: {n} tasks per node"),)))
+        launch = replace(
+            launch,
+            num_processes=Value(
+                state=KNOWN,
+                value=n,
+                text=f"srun: {n} tasks per node",
+                origins=(Origin("job-script", f"srun: {n} tasks per node"),),
+            ),
+        )
     return launch
 
 
@@ -453,8 +550,10 @@ def _display(path: str) -> str:
 
 # --- the partition's GPU ----------------------------------------------------------------------
 
-def partition_gpu(job: JobFacts, partitions: Mapping[str, Mapping], scheduler: Callable[[list[str]], str] | None = None
-                  ) -> tuple[str, int | None, str]:
+
+def partition_gpu(
+    job: JobFacts, partitions: Mapping[str, Mapping], scheduler: Callable[[list[str]], str] | None = None
+) -> tuple[str, int | None, str]:
     """(GPU profile name, GPUs per node, where it came from) of the job's nodes; ("", None, why not) if unknown.
     In order: the type the job's --gres names, the project's [tool.precision-doctor.partitions], the scheduler."""
     partition = job.directives["partition"].value.split(",")[0] if "partition" in job.directives else ""
@@ -471,9 +570,15 @@ def partition_gpu(job: JobFacts, partitions: Mapping[str, Mapping], scheduler: C
         return kind, count or n, f"partition {partition or '(default)'} (scontrol)"
     where = f"partition {partition!r}" if partition else "the default partition"
     why_not = getattr(scheduler, "why_not", "")
-    return "", count, (f"the GPU type of {where} is unknown{f' ({why_not})' if why_not else ''}: add "
-                       f"[tool.precision-doctor.partitions.{partition or 'NAME'}] gpu = \"a100-80gb\" to "
-                       f"pyproject.toml, or pass --target")
+    return (
+        "",
+        count,
+        (
+            f"the GPU type of {where} is unknown{f' ({why_not})' if why_not else ''}: add "
+            f'[tool.precision-doctor.partitions.{partition or "NAME"}] gpu = "a100-80gb" to '
+            f"pyproject.toml, or pass --target"
+        ),
+    )
 
 
 class _Scontrol:
@@ -509,7 +614,7 @@ def _scheduler_gres(partition: str, scheduler: Callable[[list[str]], str]) -> tu
     first = scheduler(["show", "hostnames", nodes.group(1)]).split("\n", 1)[0].strip()
     node = scheduler(["show", "node", "-o", first]) if first else ""
     gres = re.search(r"\bGres=(\S+)", node)
-    for item in (gres.group(1).split(",") if gres else ()):
+    for item in gres.group(1).split(",") if gres else ():
         parts = item.split("(")[0].split(":")
         if parts[0] == "gpu" and len(parts) == 3 and parts[2].isdigit():
             return parts[1], int(parts[2])

@@ -28,8 +28,9 @@ def local_classes(r) -> dict[str, ClassFacts]:
     """The script's dataclasses and its subclasses of library (or its own such) classes, by name."""
     out: dict[str, ClassFacts] = {}
     for name, node in r.index.classes.items():
-        is_dataclass = any(dotted(d.func if isinstance(d, ast.Call) else d).endswith("dataclass")
-                           for d in node.decorator_list)
+        is_dataclass = any(
+            dotted(d.func if isinstance(d, ast.Call) else d).endswith("dataclass") for d in node.decorator_list
+        )
         bases = tuple(r.qualified(b.value if isinstance(b, ast.Subscript) else b) for b in node.bases)
         derived = any(b.split(".", 1)[0] in LIBRARIES or b in r.index.classes for b in bases)
         if not (is_dataclass or derived):
@@ -67,13 +68,19 @@ def parsed_arguments(r, calls: list[ast.Call]) -> tuple[ParsedArguments, ...]:
             if isinstance(recipe, dict):
                 arg = node.args[0] if node.args else None
                 via = f"{func.attr}({r.text(arg)[:40]})" if arg is not None else func.attr
-                out.append(ParsedArguments(**common, keys=_values(r, recipe, node), source="recipe", via=via,
-                                           strict=_flag(r, node, "allow_extra_keys", 1, scope) is False))
+                out.append(
+                    ParsedArguments(
+                        **common,
+                        keys=_values(r, recipe, node),
+                        source="recipe",
+                        via=via,
+                        strict=_flag(r, node, "allow_extra_keys", 1, scope) is False,
+                    )
+                )
             continue
         if _given_args(node):
             continue  # the arguments are written in the script, not taken from the command line
-        remaining = _flag(r, node, "return_remaining_strings", 0 if func.attr == COMMAND_LINE_METHODS[0] else 1,
-                          scope)
+        remaining = _flag(r, node, "return_remaining_strings", 0 if func.attr == COMMAND_LINE_METHODS[0] else 1, scope)
         args = list(r.script_args)
         if func.attr == "parse_args_and_config":
             recipe = recipe_from_command_line(r, args)
@@ -81,14 +88,23 @@ def parsed_arguments(r, calls: list[ast.Call]) -> tuple[ParsedArguments, ...]:
                 unknown_ok = _flag(r, node, "fail_with_unknown_args", 2, scope, default=True) is not True
                 legacy_ok = _flag(r, parser.call, "ignore_extra_args", -1, parser.scope) is not False
                 name = _config_name(args)
-                out.append(ParsedArguments(**common, keys=_values(r, recipe, node), source="recipe",
-                                           via=f"{CONFIG_FLAG} {name}",
-                                           strict=remaining is False and not unknown_ok and not legacy_ok))
+                out.append(
+                    ParsedArguments(
+                        **common,
+                        keys=_values(r, recipe, node),
+                        source="recipe",
+                        via=f"{CONFIG_FLAG} {name}",
+                        strict=remaining is False and not unknown_ok and not legacy_ok,
+                    )
+                )
             args = _without_config(args)
         keys = _command_line_keys(args)
         if keys:
-            out.append(ParsedArguments(**common, keys=keys, source="command line", via="the arguments after --",
-                                       strict=remaining is False))
+            out.append(
+                ParsedArguments(
+                    **common, keys=keys, source="command line", via="the arguments after --", strict=remaining is False
+                )
+            )
     return tuple(out)
 
 
@@ -190,6 +206,10 @@ def _command_line_keys(args: list[str]) -> dict[str, Value]:
         following = args[i + 1] if i + 1 < len(args) and "=" not in word else None
         words = (word,) + ((following,) if following is not None and not following.startswith("--") else ())
         if name and name not in out:  # the words argparse leaves over when no option takes them
-            out[name] = Value(state="known", value=words, text=" ".join(words),
-                              origins=(Origin("script-arg", f"{word.split('=', 1)[0]} on the command line"),))
+            out[name] = Value(
+                state="known",
+                value=words,
+                text=" ".join(words),
+                origins=(Origin("script-arg", f"{word.split('=', 1)[0]} on the command line"),),
+            )
     return out

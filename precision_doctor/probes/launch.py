@@ -6,7 +6,7 @@ import shlex
 from dataclasses import replace
 from pathlib import Path
 
-from ..knowledge.launchers import BOOL_FLAGS, FLAGS, ACCELERATE_OPTIONS, ACCELERATE_SWITCHES, launcher_of
+from ..knowledge.launchers import ACCELERATE_OPTIONS, ACCELERATE_SWITCHES, BOOL_FLAGS, FLAGS, launcher_of
 from ..model.errors import InputError
 from ..model.facts import DYNAMIC, KNOWN, HostFacts, LaunchFacts, Location, Origin, Unknown, Value
 from ..model.util import MAX_GPUS_PER_NODE, MAX_PORT, whole_number
@@ -26,11 +26,13 @@ def parse_launcher(command: str, source: str = LAUNCHER_OPTION) -> LaunchFacts:
     except ValueError as exc:
         raise InputError(f"{source}: cannot split {command!r} ({exc}); quote it as one shell command") from None
     if not words:
-        raise InputError(f"{source}: empty; give the launch command, e.g. \"torchrun --nproc_per_node 4\"")
+        raise InputError(f'{source}: empty; give the launch command, e.g. "torchrun --nproc_per_node 4"')
     launcher, rest = launcher_of(words)
     if launcher is None:
-        raise InputError(f"--launcher: '{words[0]}' is not a launcher the doctor knows; "
-                         f"use python, accelerate launch, torchrun or deepspeed")
+        raise InputError(
+            f"--launcher: '{words[0]}' is not a launcher the doctor knows; "
+            f"use python, accelerate launch, torchrun or deepspeed"
+        )
     values: dict[str, Value] = {}
     options: dict[str, Value] = {}
     flags = FLAGS.get(launcher, {})
@@ -46,8 +48,12 @@ def parse_launcher(command: str, source: str = LAUNCHER_OPTION) -> LaunchFacts:
             continue
         if option in ACCELERATE_OPTIONS:
             raw = inline if eq else (rest[i + 1] if i + 1 < len(rest) else "")
-            options[option] = Value(state=KNOWN, value=_option_value(raw), text=f"{name} {raw}",
-                                    origins=(Origin("launcher", f"{name} {raw}"),))
+            options[option] = Value(
+                state=KNOWN,
+                value=_option_value(raw),
+                text=f"{name} {raw}",
+                origins=(Origin("launcher", f"{name} {raw}"),),
+            )
             i += 1 if eq else 2
             continue
         if name in flags:
@@ -56,23 +62,38 @@ def parse_launcher(command: str, source: str = LAUNCHER_OPTION) -> LaunchFacts:
             i += 1 if eq else 2
             continue
         if word.endswith(".py"):
-            script_args = tuple(rest[i + 1:])
+            script_args = tuple(rest[i + 1 :])
             break
-        if word.startswith("-") and word not in BOOL_FLAGS and not eq and i + 1 < len(rest) \
-                and not rest[i + 1].startswith("-") and not rest[i + 1].endswith(".py"):
+        if (
+            word.startswith("-")
+            and word not in BOOL_FLAGS
+            and not eq
+            and i + 1 < len(rest)
+            and not rest[i + 1].startswith("-")
+            and not rest[i + 1].endswith(".py")
+        ):
             i += 2  # an option we do not model, with its value
             continue
         i += 1
     if launcher == "python":
-        values.setdefault("num_processes", Value(state=KNOWN, value=1, text="python",
-                                                 origins=(Origin("launcher", "plain python: one process"),)))
+        values.setdefault(
+            "num_processes",
+            Value(state=KNOWN, value=1, text="python", origins=(Origin("launcher", "plain python: one process"),)),
+        )
     kw = {k: v for k, v in values.items() if k in ("num_processes", "mixed_precision", "main_process_port")}
     machines = values.get("num_machines")
     config = values.get("config_file")
-    return LaunchFacts(known=True, launcher=launcher, command=command, script_args=script_args,
-                       num_machines=machines.value if machines and isinstance(machines.value, int) else 1,
-                       config_file=str(config.value) if config else "", standalone="--standalone" in rest,
-                       options=options, **kw)
+    return LaunchFacts(
+        known=True,
+        launcher=launcher,
+        command=command,
+        script_args=script_args,
+        num_machines=machines.value if machines and isinstance(machines.value, int) else 1,
+        config_file=str(config.value) if config else "",
+        standalone="--standalone" in rest,
+        options=options,
+        **kw,
+    )
 
 
 def _option_value(raw: str):
@@ -91,8 +112,11 @@ def with_accelerate_files(launch: LaunchFacts, host: HostFacts | None, cwd: str 
     if not launch.known or launch.launcher != "accelerate":
         return launch
     unknowns: list[Unknown] = []
-    config, lines, shown = (host.accelerate_config, host.accelerate_config_lines, host.accelerate_config_path) \
-        if host is not None else ({}, {}, "")
+    config, lines, shown = (
+        (host.accelerate_config, host.accelerate_config_lines, host.accelerate_config_path)
+        if host is not None
+        else ({}, {}, "")
+    )
     base = Path(cwd) if cwd else Path()
     if launch.config_file:
         path = base / Path(launch.config_file).expanduser()
@@ -102,21 +126,45 @@ def with_accelerate_files(launch: LaunchFacts, host: HostFacts | None, cwd: str 
             config, lines = found.settings, found.lines
         else:
             config, lines = {}, {}
-            unknowns.append(Unknown(f"--config_file {launch.config_file}", "the accelerate config file is not here "
-                                    "(accelerate launch would stop with FileNotFoundError)"))
+            unknowns.append(
+                Unknown(
+                    f"--config_file {launch.config_file}",
+                    "the accelerate config file is not here (accelerate launch would stop with FileNotFoundError)",
+                )
+            )
         launch = replace(launch, accelerate_config=config, accelerate_config_lines=lines, accelerate_config_path=shown)
-    via = f"accelerate launch --config_file {launch.config_file}" if launch.config_file else \
-        "the accelerate config `accelerate launch` reads by default"
+    via = (
+        f"accelerate launch --config_file {launch.config_file}"
+        if launch.config_file
+        else "the accelerate config `accelerate launch` reads by default"
+    )
     for name in ("mixed_precision", "num_processes"):  # the config's, where its flag is not given (the line is
         # kept in the detail for the evidence that shows the launch command, not the config)
-        if getattr(launch, name).state != KNOWN and config.get(name) is not None and \
-                (name != "num_processes" or whole_number(str(config[name]), 1, MAX_GPUS_PER_NODE) is not None):
+        if (
+            getattr(launch, name).state != KNOWN
+            and config.get(name) is not None
+            and (name != "num_processes" or whole_number(str(config[name]), 1, MAX_GPUS_PER_NODE) is not None)
+        ):
             line = lines.get(name)
             where = Location(shown, line) if shown and line else None
-            launch = replace(launch, **{name: Value(
-                state=KNOWN, value=config[name], text=f"{name}: {config[name]}", location=where,
-                origins=(Origin("accelerate-config", f"{where or shown}, {via}" if name == "mixed_precision" else via,
-                                where),))})
+            launch = replace(
+                launch,
+                **{
+                    name: Value(
+                        state=KNOWN,
+                        value=config[name],
+                        text=f"{name}: {config[name]}",
+                        location=where,
+                        origins=(
+                            Origin(
+                                "accelerate-config",
+                                f"{where or shown}, {via}" if name == "mixed_precision" else via,
+                                where,
+                            ),
+                        ),
+                    )
+                },
+            )
     flag = launch.options.get("deepspeed_config_file")
     section = config.get("deepspeed_config") if isinstance(config.get("deepspeed_config"), dict) else {}
     named = str(flag.value) if flag is not None else str(section.get("deepspeed_config_file") or "")
@@ -126,8 +174,9 @@ def with_accelerate_files(launch: LaunchFacts, host: HostFacts | None, cwd: str 
         try:
             launch = replace(launch, deepspeed_config=read_deepspeed_config(path), deepspeed_config_path=display(path))
         except Unreadable as exc:
-            unknowns.append(Unknown(what, "the DeepSpeed config file is not here" if exc.reason == "no such file"
-                                    else exc.reason))
+            unknowns.append(
+                Unknown(what, "the DeepSpeed config file is not here" if exc.reason == "no such file" else exc.reason)
+            )
         except ValueError as exc:
             unknowns.append(Unknown(what, f"not valid JSON ({type(exc).__name__})"))
     return replace(launch, unknowns=launch.unknowns + tuple(unknowns)) if unknowns else launch
@@ -142,13 +191,20 @@ def launch_from_env(env: dict[str, str]) -> LaunchFacts:
     launcher = "accelerate" if any(k.startswith("ACCELERATE_") for k in env) else "torchrun"
     origin = (Origin("env", f"WORLD_SIZE={world}"),)
     mp = env.get("ACCELERATE_MIXED_PRECISION")
-    return LaunchFacts(known=True, launcher=launcher, command=f"{launcher} (from the environment)",
-                       num_processes=Value(state=KNOWN, value=processes, text=f"WORLD_SIZE={world}", origins=origin),
-                       mixed_precision=Value(state=KNOWN, value=mp, text=f"ACCELERATE_MIXED_PRECISION={mp}",
-                                             origins=(Origin("env", f"ACCELERATE_MIXED_PRECISION={mp}"),))
-                       if mp else Value(state="absent"))
-
-
+    return LaunchFacts(
+        known=True,
+        launcher=launcher,
+        command=f"{launcher} (from the environment)",
+        num_processes=Value(state=KNOWN, value=processes, text=f"WORLD_SIZE={world}", origins=origin),
+        mixed_precision=Value(
+            state=KNOWN,
+            value=mp,
+            text=f"ACCELERATE_MIXED_PRECISION={mp}",
+            origins=(Origin("env", f"ACCELERATE_MIXED_PRECISION={mp}"),),
+        )
+        if mp
+        else Value(state="absent"),
+    )
 
 
 # the range each numeric flag may take; a value outside it is a typo the job would fail on

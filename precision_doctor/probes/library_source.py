@@ -14,14 +14,23 @@ import re
 from dataclasses import field
 from typing import Any
 
-from .scopes import walk
 from ..model.python_source import literal, parse_quietly
 from ..model.util import record
+from .scopes import walk
 
 # HfArgumentParser treats a field as a flag (`--bf16`, `--bf16 False`, `--no_bf16`) when its type is bool or
 # Optional[bool] (`hf_argparser.py`: `field.type is bool or field.type == bool | None`).
-BOOL_ANNOTATIONS = frozenset({"bool", "Optional[bool]", "bool | None", "None | bool", "Union[bool, None]",
-                              "typing.Optional[bool]", "Union[None, bool]"})
+BOOL_ANNOTATIONS = frozenset(
+    {
+        "bool",
+        "Optional[bool]",
+        "bool | None",
+        "None | bool",
+        "Union[bool, None]",
+        "typing.Optional[bool]",
+        "Union[None, bool]",
+    }
+)
 
 
 @record
@@ -91,7 +100,7 @@ def _class_block(text: str, name: str) -> tuple[int, str] | None:
     start = found
     while True:  # decorators just above
         prev_end = text.rfind("\n", 0, start - 1) if start else -1
-        prev = text[prev_end + 1:start - 1] if start else ""
+        prev = text[prev_end + 1 : start - 1] if start else ""
         if start and prev.startswith("@"):
             start = prev_end + 1
             continue
@@ -117,8 +126,11 @@ _METHOD_END = re.compile(r"\n {0,4}(?=[^\s#)\]}])")  # a newline before a line a
 def _method_node(block: str, name: str) -> ast.FunctionDef | None:
     """One method of a class block, parsed alone (decorators included) as the body of an empty class, so that it
     needs no dedent; None when it cannot be cut out."""
-    defs = [at for at in (_line_starting(block, f"    def {name}("), _line_starting(block, f"    async def {name}("))
-            if at >= 0]
+    defs = [
+        at
+        for at in (_line_starting(block, f"    def {name}("), _line_starting(block, f"    async def {name}("))
+        if at >= 0
+    ]
     if not defs:
         return None
     start = first_def = min(defs)
@@ -130,7 +142,7 @@ def _method_node(block: str, name: str) -> ast.FunctionDef | None:
     body = block.find("\n", block.find(":\n", block.index("(", first_def) + 1))
     end_match = _METHOD_END.search(block, body) if body >= 0 else None
     try:
-        tree = parse_quietly("class _:\n" + block[start:end_match.start() + 1 if end_match else len(block)])
+        tree = parse_quietly("class _:\n" + block[start : end_match.start() + 1 if end_match else len(block)])
     except SyntaxError:
         return None
     return next((n for n in tree.body[0].body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
@@ -183,20 +195,30 @@ def read_class(text: str, name: str, method: str = "") -> Declaration | None:
         if func is None:
             return Declaration(name, line, bases=bases)
         fields, open_, renamed = signature(func)
-        return Declaration(name, line, fields={**fields, **{k: FieldDecl() for k in _popped(func)}},
-                           bases=bases, init=method == "__init__", open=open_, aliases=renamed)
-    is_dataclass = any(_dotted(d.func if isinstance(d, ast.Call) else d).endswith("dataclass")
-                       for d in node.decorator_list)
+        return Declaration(
+            name,
+            line,
+            fields={**fields, **{k: FieldDecl() for k in _popped(func)}},
+            bases=bases,
+            init=method == "__init__",
+            open=open_,
+            aliases=renamed,
+        )
+    is_dataclass = any(
+        _dotted(d.func if isinstance(d, ast.Call) else d).endswith("dataclass") for d in node.decorator_list
+    )
     init = _method_node(block, "__init__")
     if init is not None:
         fields, open_, renamed = signature(init)
-        return Declaration(name, line, fields=fields, bases=bases, dataclass=is_dataclass, init=True, open=open_,
-                           aliases=renamed)
+        return Declaration(
+            name, line, fields=fields, bases=bases, dataclass=is_dataclass, init=True, open=open_, aliases=renamed
+        )
     if not is_dataclass:
         return Declaration(name, line, bases=bases)
     body, _ = _parse(_without_methods(block), text, name)
-    return Declaration(name, line, fields=dataclass_fields(body) if body is not None else {}, bases=bases,
-                       dataclass=True)
+    return Declaration(
+        name, line, fields=dataclass_fields(body) if body is not None else {}, bases=bases, dataclass=True
+    )
 
 
 _METHOD_START = re.compile(r"^    (?:@|def |async def )")
@@ -241,6 +263,7 @@ def read_function_keywords(text: str, name: str, owners: tuple[str, ...]) -> set
 
 
 # --- the pieces ------------------------------------------------------------------------------
+
 
 def _dotted(node: ast.AST) -> str:
     if isinstance(node, ast.Name):
@@ -337,8 +360,7 @@ def dataclass_fields(node: ast.ClassDef) -> dict[str, FieldDecl]:
                 has, default = _literal(keywords["default"], constants)
             elif "default_factory" in keywords:
                 factory = _dotted(keywords["default_factory"])
-                has, default = (True, [] if factory == "list" else {}) if factory in ("list", "dict") \
-                    else (False, None)
+                has, default = (True, [] if factory == "list" else {}) if factory in ("list", "dict") else (False, None)
             else:
                 has, default = False, None
         out[stmt.target.id] = FieldDecl(_annotation_kind(annotation), default if has else None, has)
@@ -352,7 +374,9 @@ def signature(func: ast.FunctionDef) -> tuple[dict[str, FieldDecl], str, dict[st
     positional = args.posonlyargs + args.args
     defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
     fields: dict[str, FieldDecl] = {}
-    for arg, default in list(zip(positional, defaults)) + list(zip(args.kwonlyargs, args.kw_defaults)):
+    pairs = list(zip(positional, defaults, strict=False))
+    pairs += zip(args.kwonlyargs, args.kw_defaults, strict=False)
+    for arg, default in pairs:
         if arg.arg in ("self", "cls"):
             continue
         has, value = _literal(default, {})
@@ -364,10 +388,15 @@ def signature(func: ast.FunctionDef) -> tuple[dict[str, FieldDecl], str, dict[st
         open_ = "forwards" if _forwards(func, args.kwarg.arg) else "ignores"
     renamed = {}
     for dec in func.decorator_list:
-        if isinstance(dec, ast.Call) and _dotted(dec.func).endswith("deprecate_kwarg") and dec.args and \
-                isinstance(dec.args[0], ast.Constant):
-            new = next((k.value.value for k in dec.keywords if k.arg == "new_name" and
-                        isinstance(k.value, ast.Constant)), None)
+        if (
+            isinstance(dec, ast.Call)
+            and _dotted(dec.func).endswith("deprecate_kwarg")
+            and dec.args
+            and isinstance(dec.args[0], ast.Constant)
+        ):
+            new = next(
+                (k.value.value for k in dec.keywords if k.arg == "new_name" and isinstance(k.value, ast.Constant)), None
+            )
             if isinstance(new, str):
                 renamed[str(dec.args[0].value)] = new
     return fields, open_, renamed
@@ -396,21 +425,34 @@ def _popped(func: ast.FunctionDef) -> set[str]:
         kind = type(node)
         if kind is ast.Call:
             f = node.func
-            if isinstance(f, ast.Attribute) and f.attr in ("pop", "get") and isinstance(f.value, ast.Name) and \
-                    f.value.id == kwarg and node.args:
+            if (
+                isinstance(f, ast.Attribute)
+                and f.attr in ("pop", "get")
+                and isinstance(f.value, ast.Name)
+                and f.value.id == kwarg
+                and node.args
+            ):
                 first = node.args[0]
                 if isinstance(first, ast.Constant) and isinstance(first.value, str):
                     out.add(first.value)
                 elif isinstance(first, ast.Name):
                     popped_vars.add(first.id)
         elif kind is ast.Compare:
-            if len(node.ops) == 1 and isinstance(node.ops[0], ast.In) and isinstance(node.left, ast.Constant) and \
-                    isinstance(node.left.value, str) and isinstance(node.comparators[0], ast.Name) and \
-                    node.comparators[0].id == kwarg:
+            if (
+                len(node.ops) == 1
+                and isinstance(node.ops[0], ast.In)
+                and isinstance(node.left, ast.Constant)
+                and isinstance(node.left.value, str)
+                and isinstance(node.comparators[0], ast.Name)
+                and node.comparators[0].id == kwarg
+            ):
                 out.add(node.left.value)
         elif kind is ast.Assign:
-            if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and \
-                    isinstance(node.value, (ast.List, ast.Tuple)):
+            if (
+                len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, (ast.List, ast.Tuple))
+            ):
                 ok, value = _literal(node.value, {})
                 if ok:
                     lists[node.targets[0].id] = list(value)
@@ -419,8 +461,13 @@ def _popped(func: ast.FunctionDef) -> set[str]:
     for var, iterated in loops:
         if var not in popped_vars:
             continue
-        names = lists.get(iterated.id, []) if isinstance(iterated, ast.Name) else \
-            _literal(iterated, {})[1] if isinstance(iterated, (ast.List, ast.Tuple)) else []
+        names = (
+            lists.get(iterated.id, [])
+            if isinstance(iterated, ast.Name)
+            else _literal(iterated, {})[1]
+            if isinstance(iterated, (ast.List, ast.Tuple))
+            else []
+        )
         out.update(n for n in names or () if isinstance(n, str))
     return out
 
@@ -433,12 +480,14 @@ def _popped(func: ast.FunctionDef) -> set[str]:
 CONFIG_FILE = "transformers/configuration_utils.py"
 CONFIG_CLASSES = ("PreTrainedConfig", "PretrainedConfig")  # renamed in 5.0; a dataclass from 5.4
 AUTO_CLASSES = ("_BaseAutoModelClass", "_BaseAutoBackboneClass")
-LOADER_FUNCTIONS = (("transformers/modeling_utils.py", ("PreTrainedModel",), "from_pretrained"),
-                    ("transformers/models/auto/auto_factory.py", AUTO_CLASSES, "from_pretrained"),
-                    (CONFIG_FILE, CONFIG_CLASSES, "from_pretrained"),
-                    (CONFIG_FILE, CONFIG_CLASSES, "get_config_dict"),
-                    (CONFIG_FILE, CONFIG_CLASSES, "_get_config_dict"),
-                    (CONFIG_FILE, CONFIG_CLASSES, "from_dict"))
+LOADER_FUNCTIONS = (
+    ("transformers/modeling_utils.py", ("PreTrainedModel",), "from_pretrained"),
+    ("transformers/models/auto/auto_factory.py", AUTO_CLASSES, "from_pretrained"),
+    (CONFIG_FILE, CONFIG_CLASSES, "from_pretrained"),
+    (CONFIG_FILE, CONFIG_CLASSES, "get_config_dict"),
+    (CONFIG_FILE, CONFIG_CLASSES, "_get_config_dict"),
+    (CONFIG_FILE, CONFIG_CLASSES, "from_dict"),
+)
 
 
 def read_loader(read) -> tuple[Declaration, Declaration | None]:
@@ -457,8 +506,13 @@ def read_loader(read) -> tuple[Declaration, Declaration | None]:
         text = text_of(path)
         if text:
             loader |= read_function_keywords(text, func, owners)
-    base = Declaration("from_pretrained", 0, fields={k: FieldDecl() for k in sorted(loader)},
-                       bases=("transformers:PreTrainedConfig",), open="forwards")
+    base = Declaration(
+        "from_pretrained",
+        0,
+        fields={k: FieldDecl() for k in sorted(loader)},
+        bases=("transformers:PreTrainedConfig",),
+        open="forwards",
+    )
     text = text_of(CONFIG_FILE) or ""
     for cls in CONFIG_CLASSES:
         found = _class_block(text, cls)
@@ -483,8 +537,9 @@ def _attributes(body: ast.ClassDef, block: str) -> set[str]:
     """Names a class body binds (`model_type: str = ""`) and its properties: `hasattr(config, name)` is true."""
     out = {a or b for a, b in _PROPERTY.findall(block)}
     for stmt in body.body:
-        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] \
-            if isinstance(stmt, ast.AnnAssign) else []
+        targets = (
+            stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
+        )
         out.update(t.id for t in targets if isinstance(t, ast.Name))
     return out
 

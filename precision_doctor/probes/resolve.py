@@ -12,18 +12,33 @@ from __future__ import annotations
 import ast
 from math import inf as _INF
 
+from ..model.facts import CONDITIONAL, DYNAMIC, KNOWN, Location, Origin, Predicate, TensorValue, Value
 from ..model.util import python_lines
-from ..model.facts import CONDITIONAL, DYNAMIC, KNOWN, Location, Origin, Predicate, Value, TensorValue
 from .handlers import REGISTRY
 from .scopes import TOGETHER, Assignment, Scope, ScopeIndex, dotted
-from .symbols import (UNRESOLVED, Cond, Context, DictSym, Dyn, Known, Multi, Namespace, ObjSym, Seq, Sym,
-                      is_plain_predicate, predicate_sym, reason_of)
+from .symbols import (
+    UNRESOLVED,
+    Cond,
+    Context,
+    DictSym,
+    Dyn,
+    Known,
+    Multi,
+    Namespace,
+    ObjSym,
+    Seq,
+    Sym,
+    is_plain_predicate,
+    predicate_sym,
+    reason_of,
+)
 
 MAX_DEPTH = 24
 TEXT_LIMIT = 2000  # characters of an expression worth rendering (reasons show 60)
 
 
 # --- imports ---------------------------------------------------------------------------------
+
 
 class Imports:
     """Maps local names to the dotted names they were imported as."""
@@ -56,11 +71,21 @@ class Imports:
 
 # --- the resolver ----------------------------------------------------------------------------
 
+
 class Resolver:
-    def __init__(self, path: str, source: str, tree: ast.Module, index: ScopeIndex,
-                 imports: Imports, script_args: tuple[str, ...] = (), nodes: list[ast.AST] | None = None,
-                 environ: tuple = (None, ""), calls: list[ast.Call] | None = None,
-                 by_type: dict[type, list[ast.AST]] | None = None):
+    def __init__(
+        self,
+        path: str,
+        source: str,
+        tree: ast.Module,
+        index: ScopeIndex,
+        imports: Imports,
+        script_args: tuple[str, ...] = (),
+        nodes: list[ast.AST] | None = None,
+        environ: tuple = (None, ""),
+        calls: list[ast.Call] | None = None,
+        by_type: dict[type, list[ast.AST]] | None = None,
+    ):
         self.path = path
         self.environ = environ  # (variables or None when not known, where they come from): handlers/environment
         self.nodes = nodes if nodes is not None else list(ast.walk(tree))
@@ -114,8 +139,8 @@ class Resolver:
         except RecursionError:
             line = getattr(node, "lineno", 0)
             text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
-            start = len(text.encode("utf-8")[:getattr(node, "col_offset", 0)].decode("utf-8", errors="ignore"))
-            return text[start:start + TEXT_LIMIT].strip()
+            start = len(text.encode("utf-8")[: getattr(node, "col_offset", 0)].decode("utf-8", errors="ignore"))
+            return text[start : start + TEXT_LIMIT].strip()
         except Exception:  # pragma: no cover - unparse handles every parsed node
             return ""
 
@@ -143,24 +168,46 @@ class Resolver:
         text = self.text(node)
         where = self.loc(node)
         if isinstance(sym, Known):
-            return Value(state=KNOWN, value=_plain(sym.value), text=text,
-                         origins=sym.origins or (Origin("code", text, where),),
-                         location=sym.location or where)
+            return Value(
+                state=KNOWN,
+                value=_plain(sym.value),
+                text=text,
+                origins=sym.origins or (Origin("code", text, where),),
+                location=sym.location or where,
+            )
         if isinstance(sym, Cond):
-            return Value(state=CONDITIONAL, text=text, predicate=sym.predicate,
-                         if_true=self.to_value(sym.if_true, node), if_false=self.to_value(sym.if_false, node),
-                         origins=(Origin("code", text, where),), location=where)
+            return Value(
+                state=CONDITIONAL,
+                text=text,
+                predicate=sym.predicate,
+                if_true=self.to_value(sym.if_true, node),
+                if_false=self.to_value(sym.if_false, node),
+                origins=(Origin("code", text, where),),
+                location=where,
+            )
         if isinstance(sym, DictSym):
             plain, missing = _plain_dict(sym)
             if missing:
-                return Value(state=DYNAMIC, text=text, location=where,
-                             reason=f"key {missing!r} of the dict is not a constant")
-            read = tuple(o for item in sym.items.values() if isinstance(item, Known)  # an entry read from the env
-                         for o in item.origins if o.kind in ("env", "env-default"))
-            return Value(state=KNOWN, value=plain, text=text, origins=read + (Origin("code", text, where),),
-                         location=sym.location or where)
-        return Value(state=DYNAMIC, text=text, location=where,
-                     reason=reason_of(sym, f"{text} is an object, not a value"))
+                return Value(
+                    state=DYNAMIC, text=text, location=where, reason=f"key {missing!r} of the dict is not a constant"
+                )
+            read = tuple(
+                o
+                for item in sym.items.values()
+                if isinstance(item, Known)  # an entry read from the env
+                for o in item.origins
+                if o.kind in ("env", "env-default")
+            )
+            return Value(
+                state=KNOWN,
+                value=plain,
+                text=text,
+                origins=read + (Origin("code", text, where),),
+                location=sym.location or where,
+            )
+        return Value(
+            state=DYNAMIC, text=text, location=where, reason=reason_of(sym, f"{text} is an object, not a value")
+        )
 
     # -- the symbolic evaluator
     def sym(self, node: ast.AST, scope: Scope, ctx: Context, depth: int = 0) -> Sym:
@@ -190,9 +237,11 @@ class Resolver:
         if kind is ast.Call:
             return self._call(node, scope, ctx, depth)
         if isinstance(node, ast.IfExp):
-            return self._branch(self.sym(node.test, scope, ctx, depth),
-                                lambda: self.sym(node.body, scope, ctx, depth),
-                                lambda: self.sym(node.orelse, scope, ctx, depth))
+            return self._branch(
+                self.sym(node.test, scope, ctx, depth),
+                lambda: self.sym(node.body, scope, ctx, depth),
+                lambda: self.sym(node.orelse, scope, ctx, depth),
+            )
         if isinstance(node, ast.BoolOp):
             return self._boolop(node, scope, ctx, depth)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
@@ -209,8 +258,9 @@ class Resolver:
         if isinstance(node, (ast.List, ast.Tuple)):
             elts = [self.sym(e, scope, ctx, depth) for e in node.elts]
             if all(isinstance(e, Known) for e in elts):
-                return Known([e.value for e in elts], (Origin("code", self.text(node), self.loc(node)),),
-                             self.loc(node))
+                return Known(
+                    [e.value for e in elts], (Origin("code", self.text(node), self.loc(node)),), self.loc(node)
+                )
             return Seq(tuple(elts), f"{self.text(node)} has parts computed at run time")
         if isinstance(node, ast.Subscript):
             return self._subscript(node, scope, ctx, depth)
@@ -220,7 +270,7 @@ class Resolver:
 
     def _dict(self, node: ast.Dict, scope: Scope, ctx: Context, depth: int) -> Sym:
         items = {}
-        for k, v in zip(node.keys, node.values):
+        for k, v in zip(node.keys, node.values, strict=False):
             if k is None:
                 inner = self.sym(v, scope, ctx, depth)
                 if isinstance(inner, DictSym):
@@ -251,8 +301,17 @@ class Resolver:
             return Dyn(f"{name} is imported")
         return Dyn(f"{name} is not assigned in this file")
 
-    def _latest(self, events: list[Assignment], end: int, scope: Scope, use_chain: tuple | ast.AST, ctx: Context,
-                depth: int, name: str, assumed: dict | None = None) -> Sym:
+    def _latest(
+        self,
+        events: list[Assignment],
+        end: int,
+        scope: Scope,
+        use_chain: tuple | ast.AST,
+        ctx: Context,
+        depth: int,
+        name: str,
+        assumed: dict | None = None,
+    ) -> Sym:
         """The value of the last of `events[:end]` that reaches the use, branch by branch. `use_chain`: the use's
         branch chain, or the use itself (its chain is looked up when an assignment in a branch needs it)."""
         assumed = assumed or {}
@@ -293,8 +352,7 @@ class Resolver:
                 else:
                     ctx.alternatives_left -= 1
                 here = self._assignment_value(a, scope, ctx, depth)
-                rest = self._latest(events, i + 1, scope, use_chain, ctx, depth, name,
-                                    {**assumed, node_id: not branch})
+                rest = self._latest(events, i + 1, scope, use_chain, ctx, depth, name, {**assumed, node_id: not branch})
                 if hardware:  # the branch that assigned is the predicate's True side
                     return Cond(cond.predicate, here, rest) if branch else Cond(cond.predicate, rest, here)
                 return Multi((here, rest), _branch_reason(name, a))
@@ -355,8 +413,7 @@ class Resolver:
             return Dyn(f"{a.name} is unpacked from {self.text(a.value)[:60]}")
         if isinstance(inner, Known):
             origins = (Origin("code", f"{a.name} = {self.text(a.value)}"[:120], self.loc(a.node or a.value)),)
-            return Known(inner.value, origins + tuple(o for o in inner.origins if o.kind != "code"),
-                         inner.location)
+            return Known(inner.value, origins + tuple(o for o in inner.origins if o.kind != "code"), inner.location)
         return inner
 
     def _param(self, name: str, scope: Scope, ctx: Context, depth: int) -> Sym:
@@ -397,8 +454,7 @@ class Resolver:
         first = results[0]
         if all(_same(first, r) for r in results[1:]):
             return first
-        return Multi(tuple(results), f"{name} of {scope.name}() gets different values at its {len(results)} "
-                                     f"call sites")
+        return Multi(tuple(results), f"{name} of {scope.name}() gets different values at its {len(results)} call sites")
 
     def nodes_of(self, kind: type) -> list[ast.AST]:
         """The module's nodes of one type, in walk order (from the script probe's buckets when it gave them)."""
@@ -482,8 +538,11 @@ class Resolver:
         if isinstance(base, DictSym) and attr in base.items:  # a loaded config read as `cfg.optim.lr` (OmegaConf)
             return base.items[attr]
         if isinstance(base, Cond):
-            return Cond(base.predicate, self.member(base.if_true, attr, node, ctx, depth),
-                        self.member(base.if_false, attr, node, ctx, depth))
+            return Cond(
+                base.predicate,
+                self.member(base.if_true, attr, node, ctx, depth),
+                self.member(base.if_false, attr, node, ctx, depth),
+            )
         if isinstance(base, UNRESOLVED):
             return Dyn(base.reason)
         if isinstance(base, Seq) and base.reason:
@@ -493,8 +552,9 @@ class Resolver:
     # -- subscripts
     def _subscript(self, node: ast.Subscript, scope: Scope, ctx: Context, depth: int) -> Sym:
         owner = node.value
-        handler = REGISTRY.for_value(self.qualified(owner.func) + "()" if isinstance(owner, ast.Call)
-                                     else self.qualified(owner))
+        handler = REGISTRY.for_value(
+            self.qualified(owner.func) + "()" if isinstance(owner, ast.Call) else self.qualified(owner)
+        )
         if handler is not None:
             found = handler(self, node, scope, ctx, depth)
             if found is not None:
@@ -531,8 +591,11 @@ class Resolver:
                 return Known(chosen.value, decided_by + tuple(chosen.origins), chosen.location)
             return chosen
         if isinstance(test, Cond):
-            return Cond(test.predicate, body(), orelse()) if is_plain_predicate(test) else \
-                Dyn("a condition that mixes hardware checks and run-time values")
+            return (
+                Cond(test.predicate, body(), orelse())
+                if is_plain_predicate(test)
+                else Dyn("a condition that mixes hardware checks and run-time values")
+            )
         return Dyn(f"a run-time condition ({getattr(test, 'reason', '')})")
 
     def _boolop(self, node: ast.BoolOp, scope: Scope, ctx: Context, depth: int) -> Sym:
@@ -574,9 +637,9 @@ class Resolver:
                 return Dyn(f"{self.text(node)[:60]} cannot be compared statically")
             return Known(result, left.origins + right.origins, None)
         if isinstance(left, Cond) and isinstance(right, Known):
-            return Cond(left.predicate,
-                        _decide_compare(left.if_true, op, right),
-                        _decide_compare(left.if_false, op, right))
+            return Cond(
+                left.predicate, _decide_compare(left.if_true, op, right), _decide_compare(left.if_false, op, right)
+            )
         return Dyn(f"{self.text(node)[:60]} depends on run-time values")
 
     # -- calls
@@ -606,12 +669,34 @@ _PLAIN_DEPTH = 40  # deeper expressions go to ast.unparse (and its too-deep fall
 # ast.unparse's operator precedences (its _Precedence, lowest first): an operand is put in parentheses when the
 # place it is written in needs a higher precedence than its own. A test holds plain_text equal to ast.unparse.
 _TEST, _OR, _AND, _NOT, _CMP, _EXPR, _FACTOR, _POWER, _ATOM = 4, 5, 6, 7, 8, 9, 15, 16, 18
-_BINARY = {ast.Add: ("+", 13), ast.Sub: ("-", 13), ast.Mult: ("*", 14), ast.MatMult: ("@", 14), ast.Div: ("/", 14),
-           ast.Mod: ("%", 14), ast.FloorDiv: ("//", 14), ast.LShift: ("<<", 12), ast.RShift: (">>", 12),
-           ast.BitOr: ("|", 9), ast.BitXor: ("^", 10), ast.BitAnd: ("&", 11), ast.Pow: ("**", _POWER)}
+_BINARY = {
+    ast.Add: ("+", 13),
+    ast.Sub: ("-", 13),
+    ast.Mult: ("*", 14),
+    ast.MatMult: ("@", 14),
+    ast.Div: ("/", 14),
+    ast.Mod: ("%", 14),
+    ast.FloorDiv: ("//", 14),
+    ast.LShift: ("<<", 12),
+    ast.RShift: (">>", 12),
+    ast.BitOr: ("|", 9),
+    ast.BitXor: ("^", 10),
+    ast.BitAnd: ("&", 11),
+    ast.Pow: ("**", _POWER),
+}
 _UNARY = {ast.Not: ("not ", _NOT), ast.USub: ("-", _FACTOR), ast.UAdd: ("+", _FACTOR), ast.Invert: ("~", _FACTOR)}
-_COMPARISON = {ast.Eq: " == ", ast.NotEq: " != ", ast.Lt: " < ", ast.LtE: " <= ", ast.Gt: " > ", ast.GtE: " >= ",
-               ast.Is: " is ", ast.IsNot: " is not ", ast.In: " in ", ast.NotIn: " not in "}
+_COMPARISON = {
+    ast.Eq: " == ",
+    ast.NotEq: " != ",
+    ast.Lt: " < ",
+    ast.LtE: " <= ",
+    ast.Gt: " > ",
+    ast.GtE: " >= ",
+    ast.Is: " is ",
+    ast.IsNot: " is not ",
+    ast.In: " in ",
+    ast.NotIn: " not in ",
+}
 
 
 def plain_text(node: ast.AST) -> str:
@@ -695,7 +780,7 @@ def _write_plain(node: ast.AST, out: list[str], depth: int, need: int) -> bool:
         return _operation(out, depth, need > own, (symbol, (node.operand, own)))
     if kind is ast.Compare:
         parts: list = [(node.left, _EXPR)]
-        for op, right in zip(node.ops, node.comparators):
+        for op, right in zip(node.ops, node.comparators, strict=False):
             parts += (_COMPARISON[type(op)], (right, _EXPR))
         return _operation(out, depth, need > _CMP, parts)
     if kind is ast.BoolOp:
@@ -707,8 +792,9 @@ def _write_plain(node: ast.AST, out: list[str], depth: int, need: int) -> bool:
             parts.append((value, min(own + 1 + i, _ATOM)))
         return _operation(out, depth, need > own, parts)
     if kind is ast.IfExp:
-        return _operation(out, depth, need > _TEST,
-                          ((node.body, _OR), " if ", (node.test, _OR), " else ", (node.orelse, _TEST)))
+        return _operation(
+            out, depth, need > _TEST, ((node.body, _OR), " if ", (node.test, _OR), " else ", (node.orelse, _TEST))
+        )
     if kind is ast.List or kind is ast.Tuple or (kind is ast.Set and node.elts):
         opening, closing = "[]" if kind is ast.List else "()" if kind is ast.Tuple else "{}"
         out.append(opening)
@@ -723,7 +809,7 @@ def _write_plain(node: ast.AST, out: list[str], depth: int, need: int) -> bool:
         return True
     if kind is ast.Dict:
         out.append("{")
-        for i, (key, value) in enumerate(zip(node.keys, node.values)):
+        for i, (key, value) in enumerate(zip(node.keys, node.values, strict=False)):
             if i:
                 out.append(", ")
             if key is None:
@@ -768,10 +854,16 @@ def _operation(out: list[str], depth: int, parenthesised: bool, parts) -> bool:
 
 
 _COMPARE = {
-    ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Lt: lambda a, b: a < b,
-    ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b,
-    ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
-    ast.Is: lambda a, b: a is b, ast.IsNot: lambda a, b: a is not b,
+    ast.Eq: lambda a, b: a == b,
+    ast.NotEq: lambda a, b: a != b,
+    ast.Lt: lambda a, b: a < b,
+    ast.LtE: lambda a, b: a <= b,
+    ast.Gt: lambda a, b: a > b,
+    ast.GtE: lambda a, b: a >= b,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
+    ast.Is: lambda a, b: a is b,
+    ast.IsNot: lambda a, b: a is not b,
 }
 
 

@@ -52,7 +52,7 @@ class Scope:
             return [], 0
         if name not in self._lines:
             lines = [a.line for a in events]
-            self._lines[name] = lines if all(a <= b for a, b in zip(lines, lines[1:])) else None
+            self._lines[name] = lines if all(a <= b for a, b in zip(lines, lines[1:], strict=False)) else None
         lines = self._lines[name]
         if lines is None:
             kept = [a for a in events if a.line < line]
@@ -87,12 +87,6 @@ _NAME, _ATTRIBUTE = ast.Name, ast.Attribute
 # Types the probe asks for together, in walk order among each other: one list holds each group (both of its types
 # map to it), filled in the same pass.
 TOGETHER = ((ast.Import, ast.ImportFrom), (ast.For, ast.AsyncFor))
-
-
-
-
-
-
 
 
 def walk_by_type(tree: ast.AST) -> tuple[list[ast.AST], dict[type, list[ast.AST]]]:
@@ -389,9 +383,9 @@ class ScopeIndex:
         args = node.args
         positional = list(args.posonlyargs) + list(args.args)
         defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
-        for i, (a, d) in enumerate(zip(positional, defaults)):
+        for i, (a, d) in enumerate(zip(positional, defaults, strict=False)):
             scope.params[a.arg] = (i, d)
-        for a, d in zip(args.kwonlyargs, args.kw_defaults):
+        for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=False):
             scope.params[a.arg] = (-1, d)
         self.scopes.append(scope)
         self.functions.setdefault(node.name, []).append(scope)
@@ -410,8 +404,11 @@ class ScopeIndex:
     def _if(self, node: ast.If, state: _State) -> list:
         self.if_tests[id(node)] = node.test
         self._mark(node.test, state)
-        return [(node.test, state)] + _block(node.body, state.enter(("if", id(node), True))) + \
-            _block(node.orelse, state.enter(("if", id(node), False)))
+        return (
+            [(node.test, state)]
+            + _block(node.body, state.enter(("if", id(node), True)))
+            + _block(node.orelse, state.enter(("if", id(node), False)))
+        )
 
     def _loop(self, node: ast.For | ast.While | ast.AsyncFor, state: _State) -> list:
         header = node.iter if isinstance(node, (ast.For, ast.AsyncFor)) else node.test
@@ -457,8 +454,10 @@ class ScopeIndex:
         return [(node.value, state), bind]
 
     def _named_expr(self, node: ast.NamedExpr, state: _State) -> list:
-        return [(node.value, state),
-                lambda: state.scope.add(Assignment(node.target.id, node.lineno, node.value, state.chain, node=node))]
+        return [
+            (node.value, state),
+            lambda: state.scope.add(Assignment(node.target.id, node.lineno, node.value, state.chain, node=node)),
+        ]
 
     def _with(self, node: ast.With | ast.AsyncWith, state: _State) -> list:
         todo: list = []
@@ -540,11 +539,22 @@ _TRY_STAR = getattr(ast, "TryStar", ast.Try)
 _START = itemgetter(0)
 
 _VISITORS = {
-    ast.FunctionDef: ScopeIndex._function, ast.AsyncFunctionDef: ScopeIndex._function, ast.ClassDef: ScopeIndex._class,
-    ast.If: ScopeIndex._if, ast.For: ScopeIndex._loop, ast.AsyncFor: ScopeIndex._loop, ast.While: ScopeIndex._loop,
-    ast.Try: ScopeIndex._try, ast.Assign: ScopeIndex._assign, ast.AnnAssign: ScopeIndex._ann_assign,
-    ast.AugAssign: ScopeIndex._aug_assign, ast.NamedExpr: ScopeIndex._named_expr, ast.With: ScopeIndex._with,
-    ast.AsyncWith: ScopeIndex._with, ast.Import: ScopeIndex._nothing, ast.ImportFrom: ScopeIndex._nothing,
+    ast.FunctionDef: ScopeIndex._function,
+    ast.AsyncFunctionDef: ScopeIndex._function,
+    ast.ClassDef: ScopeIndex._class,
+    ast.If: ScopeIndex._if,
+    ast.For: ScopeIndex._loop,
+    ast.AsyncFor: ScopeIndex._loop,
+    ast.While: ScopeIndex._loop,
+    ast.Try: ScopeIndex._try,
+    ast.Assign: ScopeIndex._assign,
+    ast.AnnAssign: ScopeIndex._ann_assign,
+    ast.AugAssign: ScopeIndex._aug_assign,
+    ast.NamedExpr: ScopeIndex._named_expr,
+    ast.With: ScopeIndex._with,
+    ast.AsyncWith: ScopeIndex._with,
+    ast.Import: ScopeIndex._nothing,
+    ast.ImportFrom: ScopeIndex._nothing,
     ast.Return: ScopeIndex._return,
 }
 if hasattr(ast, "TryStar"):

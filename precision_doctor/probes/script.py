@@ -19,20 +19,39 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from ..model.util import unique
 from ..model.call_kinds import CallKind, CallSite, is_trainer_class, is_training_arguments, kind_of
 from ..model.errors import InputError
-from ..model.facts import (CONDITIONAL, KNOWN, Branch, Call, Location, Origin, ScriptFacts, Suppression, Unknown, Value,
-                     model_source)
+from ..model.facts import (
+    CONDITIONAL,
+    KNOWN,
+    Branch,
+    Call,
+    Location,
+    Origin,
+    ScriptFacts,
+    Suppression,
+    Unknown,
+    Value,
+    model_source,
+)
+from ..model.python_source import no_source_warnings
 from ..model.redact import MODEL_CONFIG_KEYS, keep_read_keys
-from ..system.sources import Unreadable, is_regular_file, parse_json, read_source, read_text_bounded, status, worth_reading
-from .frameworks import read_frameworks
-from .keywords import local_classes, parsed_arguments
+from ..model.util import unique
+from ..system.sources import (
+    Unreadable,
+    is_regular_file,
+    parse_json,
+    read_source,
+    read_text_bounded,
+    status,
+    worth_reading,
+)
 from .checkpoint import probe_checkpoints
 from .config_files import read_deepspeed_config
+from .frameworks import read_frameworks
+from .keywords import local_classes, parsed_arguments
 from .resolve import Imports, Resolver, plain_text
 from .scopes import TOGETHER, Scope, ScopeIndex, dotted, names_in, walk_by_type
-from ..model.python_source import no_source_warnings
 from .symbols import Context, DictSym, Known, Namespace, ObjSym
 
 MAX_LOCAL_MODULES = 20
@@ -46,8 +65,9 @@ TOO_DEEP = "nested too deeply for the doctor to follow (RecursionError); simplif
 _KINDS: dict[tuple, dict[tuple, CallKind | None]] = {}
 
 
-def classify(callee: str, node: ast.Call, local_trainers: set[str], local_args: set[str],
-             memo: dict | None = None) -> CallKind | None:
+def classify(
+    callee: str, node: ast.Call, local_trainers: set[str], local_args: set[str], memo: dict | None = None
+) -> CallKind | None:
     """The kind of a call, looked up in the declared table (call_kinds.RECOGNISERS); None: not recorded.
     `callee` is the call's qualified dotted name ("" when what it calls is not a dotted name). `memo` keeps the
     answers of one script: the table is a pure function of what it is asked, and a script calls the same few
@@ -57,8 +77,8 @@ def classify(callee: str, node: ast.Call, local_trainers: set[str], local_args: 
         method = func.attr
         # a dotted callee: its owner is the name before the method, as imported (`M` of `from transformers import
         # AutoModelForCausalLM as M` is the class)
-        head = callee[:callee.rfind(".")] if callee else ""
-        owner = head[head.rfind(".") + 1:]
+        head = callee[: callee.rfind(".")] if callee else ""
+        owner = head[head.rfind(".") + 1 :]
     else:
         method = owner = ""
     keywords = frozenset([k.arg for k in node.keywords if k.arg]) if node.keywords else _NO_KEYWORDS
@@ -66,8 +86,15 @@ def classify(callee: str, node: ast.Call, local_trainers: set[str], local_args: 
     key = (callee, method, owner, bare, keywords)
     if memo is not None and key in memo:
         return memo[key]
-    site = CallSite(callee=callee, method=method, owner=owner, bare=bare, keywords=keywords,
-                    local_trainers=frozenset(local_trainers), local_args=frozenset(local_args))
+    site = CallSite(
+        callee=callee,
+        method=method,
+        owner=owner,
+        bare=bare,
+        keywords=keywords,
+        local_trainers=frozenset(local_trainers),
+        local_args=frozenset(local_args),
+    )
     kind = kind_of(site)
     if memo is not None:
         memo[key] = kind
@@ -83,6 +110,7 @@ _FIRST = operator.itemgetter(0)
 
 # --- reading the file -------------------------------------------------------------------------
 
+
 def parse(path: Path, text: str) -> ast.Module:
     try:
         with no_source_warnings():
@@ -91,26 +119,40 @@ def parse(path: Path, text: str) -> ast.Module:
         where = f"{path}:{exc.lineno or 0}:{exc.offset or 0}"
         raise InputError(f"{where}: syntax error: {exc.msg}; the doctor reads scripts Python can parse") from None
     except (RecursionError, MemoryError) as exc:  # CPython's parser gives up on ~3,000 levels of nesting
-        raise InputError(f"{path}: nested too deeply for Python to parse ({type(exc).__name__}); "
-                         f"pass the training script itself") from None
+        raise InputError(
+            f"{path}: nested too deeply for Python to parse ({type(exc).__name__}); pass the training script itself"
+        ) from None
     except ValueError as exc:
-        raise InputError(f"{path}: cannot be parsed as Python ({type(exc).__name__}); "
-                         f"pass the training script itself") from None
+        raise InputError(
+            f"{path}: cannot be parsed as Python ({type(exc).__name__}); pass the training script itself"
+        ) from None
 
 
 # --- the collector ----------------------------------------------------------------------------
 
+
 class _Collector:
-    def __init__(self, path: str, text: str, tree: ast.Module, script_args: tuple[str, ...],
-                 environ: tuple = (None, "")):
+    def __init__(
+        self, path: str, text: str, tree: ast.Module, script_args: tuple[str, ...], environ: tuple = (None, "")
+    ):
         self.path = path
         self.tree = tree
         self.nodes, self.of_type = walk_by_type(tree)  # one walk; every pass below reads these
         self.index = ScopeIndex(tree, walruses=ast.NamedExpr in self.of_type)
         self.import_nodes = self.of(ast.Import, ast.ImportFrom)
         self.imports = Imports(self.import_nodes)
-        self.r = Resolver(path, text, tree, self.index, self.imports, script_args, self.nodes, environ,
-                          self.of(ast.Call), self.of_type)
+        self.r = Resolver(
+            path,
+            text,
+            tree,
+            self.index,
+            self.imports,
+            script_args,
+            self.nodes,
+            environ,
+            self.of(ast.Call),
+            self.of_type,
+        )
         self.lines = self.r.lines  # one split of the source
         self.calls: list[Call] = []
         self.unknowns: list[Unknown] = []
@@ -183,8 +225,12 @@ class _Collector:
                 self._add(node, CallKind.LOCAL_CALL, own.name, bind=own)
                 continue
             kind = classify(callee, node, self.local_trainers, self.local_args, kinds)
-            if kind is None and type(node.func) is ast.Attribute and node.func.attr in _LOADER_METHODS and \
-                    type(node.func.value) is ast.Name:  # `cls = AutoModelForCausalLM ...; cls.from_pretrained()`
+            if (
+                kind is None
+                and type(node.func) is ast.Attribute
+                and node.func.attr in _LOADER_METHODS
+                and type(node.func.value) is ast.Name
+            ):  # `cls = AutoModelForCausalLM ...; cls.from_pretrained()`
                 held = self._class_held(node.func.value)
                 if held:
                     kind = classify(f"{held}.{node.func.attr}", node, self.local_trainers, self.local_args, kinds)
@@ -256,7 +302,16 @@ class _Collector:
         if callee in self.index.functions:
             return True
         return callee in self.imports.names.values() and callee.split(".")[0] not in (
-            "torch", "transformers", "peft", "accelerate", "trl", "os", "sys", "json", "argparse")
+            "torch",
+            "transformers",
+            "peft",
+            "accelerate",
+            "trl",
+            "os",
+            "sys",
+            "json",
+            "argparse",
+        )
 
     def _loop_bindings(self) -> None:
         """`for x, y in loader:` binds x and y to each batch; names the body reassigns are left out."""
@@ -274,11 +329,17 @@ class _Collector:
             kept = [b for b in bound if b not in reassigned]
             if kept:
                 scope = self.index.scope_at(node.iter)
-                self.calls.append(Call(kind=CallKind.LOOP_VAR, callee=self.r.text(node.iter)[:80],
-                                       location=self.r.loc(node),
-                                       scope=scope.name, target=",".join(kept),
-                                       receiver="dataloader" if self._is_dataloader(node.iter, scope) else "",
-                                       text=self.lines[node.lineno - 1].strip()[:160]))
+                self.calls.append(
+                    Call(
+                        kind=CallKind.LOOP_VAR,
+                        callee=self.r.text(node.iter)[:80],
+                        location=self.r.loc(node),
+                        scope=scope.name,
+                        target=",".join(kept),
+                        receiver="dataloader" if self._is_dataloader(node.iter, scope) else "",
+                        text=self.lines[node.lineno - 1].strip()[:160],
+                    )
+                )
 
     def _assigned_by_position(self) -> list[tuple[tuple[int, int], tuple[str, ...]]]:
         """Each assignment statement's start and the plain names it assigns, in source order: a loop's body
@@ -327,14 +388,25 @@ class _Collector:
             positional = [n for n in names if bind.params[n][0] >= 0]
             if bind.class_name:
                 positional = positional[1:]
-            node = ast.Call(func=node.func, args=[], keywords=[ast.keyword(arg=positional[i], value=a)
-                                                              for i, a in enumerate(node.args)
-                                                              if i < len(positional) and not isinstance(a, ast.Starred)]
-                            + list(node.keywords), lineno=node.lineno, col_offset=node.col_offset)
+            node = ast.Call(
+                func=node.func,
+                args=[],
+                keywords=[
+                    ast.keyword(arg=positional[i], value=a)
+                    for i, a in enumerate(node.args)
+                    if i < len(positional) and not isinstance(a, ast.Starred)
+                ]
+                + list(node.keywords),
+                lineno=node.lineno,
+                col_offset=node.col_offset,
+            )
             self.index.place(node, like=original)
-        args = tuple(self.r.value(a, scope) if not isinstance(a, ast.Starred) else
-                     Value(state="dynamic", text=self.r.text(a), reason="*args cannot be followed")
-                     for a in node.args)
+        args = tuple(
+            self.r.value(a, scope)
+            if not isinstance(a, ast.Starred)
+            else Value(state="dynamic", text=self.r.text(a), reason="*args cannot be followed")
+            for a in node.args
+        )
         kwargs: dict[str, Value] = {}
         for kw in node.keywords:
             if kw.arg is not None:
@@ -349,33 +421,61 @@ class _Collector:
                     value = self.r.to_value(v, kw.value)
                     kwargs[k] = replace(value, text=f"{self.r.text(kw.value)}[{k!r}]")
             else:
-                self.unknowns.append(Unknown(f"**{self.r.text(kw.value)} in {callee}()",
-                                             getattr(sym, "reason", "cannot be followed"), self.r.loc(node)))
+                self.unknowns.append(
+                    Unknown(
+                        f"**{self.r.text(kw.value)} in {callee}()",
+                        getattr(sym, "reason", "cannot be followed"),
+                        self.r.loc(node),
+                    )
+                )
         receiver = dotted(node.func.value) if isinstance(node.func, ast.Attribute) else ""
         line_text = self.lines[node.lineno - 1].strip() if node.lineno <= len(self.lines) else ""
         where = self.index.state(node)
         chain = where.chain if where is not None else ()
-        call = Call(kind=kind, callee=callee, location=self.r.loc(node), scope=scope.name,
-                    target=self.targets.get(id(node), ""), receiver=receiver, args=args, kwargs=kwargs,
-                    text=line_text[:160], in_loop=where is not None and where.loops > 0,
-                    in_branch=any(step[0] in ("if", "try", "except") for step in chain),
-                    branches=self._branches(chain) if chain else (),
-                    loops=tuple(self.index.loop_lines[step[1]] for step in chain
-                                if step[0] == "loop" and step[1] in self.index.loop_lines) if chain else ())
+        call = Call(
+            kind=kind,
+            callee=callee,
+            location=self.r.loc(node),
+            scope=scope.name,
+            target=self.targets.get(id(node), ""),
+            receiver=receiver,
+            args=args,
+            kwargs=kwargs,
+            text=line_text[:160],
+            in_loop=where is not None and where.loops > 0,
+            in_branch=any(step[0] in ("if", "try", "except") for step in chain),
+            branches=self._branches(chain) if chain else (),
+            loops=tuple(
+                self.index.loop_lines[step[1]]
+                for step in chain
+                if step[0] == "loop" and step[1] in self.index.loop_lines
+            )
+            if chain
+            else (),
+        )
         self.by_node[id(node)] = len(self.calls)
         if bind is not None:
             self.by_written[id(original)] = len(self.calls)
         self.calls.append(call)
         for name, value in list(kwargs.items()) + [(str(i), v) for i, v in enumerate(args)]:
             if value.state == CONDITIONAL:
-                self.unknowns.append(Unknown(f"{name}= of {callee.rsplit('.', 1)[-1]}()",
-                                             f"depends on the GPU ({value.predicate.text}); pass --target to decide",
-                                             value.location or call.location, hardware=True))
-            if value.state == "dynamic" and kind in _DYNAMIC_WORTH_REPORTING \
-                    and not value.reason.endswith("an object, not a value") \
-                    and name not in _UNINTERESTING_ARGS:
-                self.unknowns.append(Unknown(f"{name}= of {callee.rsplit('.', 1)[-1]}()", value.reason,
-                                             value.location or call.location))
+                self.unknowns.append(
+                    Unknown(
+                        f"{name}= of {callee.rsplit('.', 1)[-1]}()",
+                        f"depends on the GPU ({value.predicate.text}); pass --target to decide",
+                        value.location or call.location,
+                        hardware=True,
+                    )
+                )
+            if (
+                value.state == "dynamic"
+                and kind in _DYNAMIC_WORTH_REPORTING
+                and not value.reason.endswith("an object, not a value")
+                and name not in _UNINTERESTING_ARGS
+            ):
+                self.unknowns.append(
+                    Unknown(f"{name}= of {callee.rsplit('.', 1)[-1]}()", value.reason, value.location or call.location)
+                )
         return call
 
     def _branches(self, chain: tuple) -> tuple[Branch, ...]:
@@ -413,8 +513,7 @@ class _Collector:
                 continue
             scope = self.index.scope_at(nodes[node_id])
             refs: dict[str, str] = dict(self.calls[index].refs)
-            pairs = [(str(i), a) for i, a in enumerate(node.args)] + \
-                    [(k.arg, k.value) for k in node.keywords if k.arg]
+            pairs = [(str(i), a) for i, a in enumerate(node.args)] + [(k.arg, k.value) for k in node.keywords if k.arg]
             if isinstance(node.func, ast.Attribute):
                 pairs.append(("self", node.func.value))
             for name, expr in pairs:
@@ -465,12 +564,20 @@ class _Collector:
             if not (isinstance(sym, Namespace) and sym.class_name and is_training_arguments(sym.class_name)):
                 continue
             if sym.class_name not in self._parsed_args:
-                kwargs = {k: self.r.to_value(v, args_expr) for k, v in sym.fields.items()
-                          if not (isinstance(v, Known) and v.origins and v.origins[0].kind == "default")}
+                kwargs = {
+                    k: self.r.to_value(v, args_expr)
+                    for k, v in sym.fields.items()
+                    if not (isinstance(v, Known) and v.origins and v.origins[0].kind == "default")
+                }
                 self._parsed_args[sym.class_name] = Call(
-                    kind=CallKind.TRAINING_ARGS, callee=sym.class_name, location=sym.location or call.location,
-                    scope=call.scope, target=dotted(args_expr), text="(parsed from the command line)",
-                    kwargs=kwargs)
+                    kind=CallKind.TRAINING_ARGS,
+                    callee=sym.class_name,
+                    location=sym.location or call.location,
+                    scope=call.scope,
+                    target=dotted(args_expr),
+                    text="(parsed from the command line)",
+                    kwargs=kwargs,
+                )
                 self.calls.append(self._parsed_args[sym.class_name])
             self.calls[index] = replace(call, refs={**call.refs, "args": self._parsed_args[sym.class_name].key})
 
@@ -484,8 +591,11 @@ class _Collector:
                 if dot:
                     attributes.setdefault(owner, []).append((scope, name, events))
         for i, call in enumerate(self.calls):
-            if call.kind not in (CallKind.TRAINING_ARGS, CallKind.BNB_CONFIG, CallKind.CONFIG_LOAD) or not call.target \
-                    or "," in call.target:
+            if (
+                call.kind not in (CallKind.TRAINING_ARGS, CallKind.BNB_CONFIG, CallKind.CONFIG_LOAD)
+                or not call.target
+                or "," in call.target
+            ):
                 continue
             prefix = call.target + "."
             for scope, name, events in attributes.get(call.target, ()):
@@ -493,23 +603,56 @@ class _Collector:
                 if last.value is None:
                     continue
                 value = self.r.value(last.value, scope)
-                value = replace(value, origins=(Origin("code", f"{name} = {self.r.text(last.value)}",
-                                                       self.r.loc(last.node or last.value)),) + value.origins[1:])
+                value = replace(
+                    value,
+                    origins=(
+                        Origin("code", f"{name} = {self.r.text(last.value)}", self.r.loc(last.node or last.value)),
+                    )
+                    + value.origins[1:],
+                )
                 kwargs = dict(call.kwargs)
-                kwargs[name[len(prefix):]] = value
+                kwargs[name[len(prefix) :]] = value
                 self.calls[i] = call = replace(call, kwargs=kwargs)
 
 
 _MAIN_GUARD = Branch(0, True, "__main__")  # a branch every run takes: left out of a call's branches
 
 # calls whose dynamic arguments are listed as unknowns (a run-time dtype there hides a precision problem)
-_DYNAMIC_WORTH_REPORTING = (CallKind.TRAINING_ARGS, CallKind.MODEL_LOAD, CallKind.ACCELERATOR, CallKind.AUTOCAST,
-                            CallKind.GRAD_SCALER, CallKind.BNB_CONFIG, CallKind.TRAINER)
+_DYNAMIC_WORTH_REPORTING = (
+    CallKind.TRAINING_ARGS,
+    CallKind.MODEL_LOAD,
+    CallKind.ACCELERATOR,
+    CallKind.AUTOCAST,
+    CallKind.GRAD_SCALER,
+    CallKind.BNB_CONFIG,
+    CallKind.TRAINER,
+)
 
-_UNINTERESTING_ARGS = {"0", "output_dir", "model", "train_dataset", "eval_dataset", "tokenizer", "processing_class",
-                       "data_collator", "callbacks", "compute_metrics", "args", "pretrained_model_name_or_path",
-                       "params", "cache_dir", "token", "revision", "trust_remote_code", "device", "peft_config",
-                       "formatting_func", "report_to", "run_name", "logging_dir"}
+_UNINTERESTING_ARGS = {
+    "0",
+    "output_dir",
+    "model",
+    "train_dataset",
+    "eval_dataset",
+    "tokenizer",
+    "processing_class",
+    "data_collator",
+    "callbacks",
+    "compute_metrics",
+    "args",
+    "pretrained_model_name_or_path",
+    "params",
+    "cache_dir",
+    "token",
+    "revision",
+    "trust_remote_code",
+    "device",
+    "peft_config",
+    "formatting_func",
+    "report_to",
+    "run_name",
+    "logging_dir",
+}
 
 
 # --- suppressions ------------------------------------------------------------------------------
@@ -517,7 +660,7 @@ _UNINTERESTING_ARGS = {"0", "output_dir", "model", "train_dataset", "eval_datase
 _MARKER = "precision-doctor:"
 _NOQA_HINT = re.compile(r"noqa\s*:[^\n]*PD[0-9]", re.I)  # before tokenizing: most files have neither
 _SUPPRESSION = re.compile(r"#\s*precision-doctor:\s*ignore\b(?:\[([^\]]*)\])?")
-# `# noqa: PD201` / `# noqa: PD201, PD202` (flake8's form). Only codes of this doctor count, and a bare `# noqa`
+# flake8's form, a `noqa` comment naming PD201 (or PD201, PD202). Only codes of this doctor count, and a bare `noqa`
 # (or one naming only other tools' codes) does not silence it: a bare noqa is usually written for flake8 or ruff
 # about another problem on the line, and a crash at the first step should not vanish with it.
 _NOQA = re.compile(r"#\s*noqa\s*:\s*([A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*)", re.I)
@@ -550,6 +693,7 @@ def read_suppressions(path: str, text: str) -> list[Suppression]:
 
 
 # --- local modules, model configs --------------------------------------------------------------
+
 
 def _local_modules(script: Path, nodes: list[ast.AST]) -> list[Path]:
     base = script.parent
@@ -596,7 +740,7 @@ def _local_model_configs(script: Path, calls: list[Call]) -> dict[str, dict]:
         if source.state != KNOWN or not isinstance(source.value, str):
             continue
         for base in (script.parent, Path.cwd()):
-            cfg = (base / source.value / "config.json")
+            cfg = base / source.value / "config.json"
             if is_regular_file(cfg):
                 try:
                     data = parse_json(read_text_bounded(cfg))
@@ -643,12 +787,20 @@ def one_run():
 
 def _file_key(path: Path, shown: str, script_args: tuple[str, ...], environ: tuple) -> tuple:
     info = status(path)
-    return (os.path.realpath(path), info.st_mtime_ns, info.st_size, shown, script_args,
-            None if environ[0] is None else frozenset(environ[0].items()), environ[1])
+    return (
+        os.path.realpath(path),
+        info.st_mtime_ns,
+        info.st_size,
+        shown,
+        script_args,
+        None if environ[0] is None else frozenset(environ[0].items()),
+        environ[1],
+    )
 
 
-def _own_facts(path: Path, shown: str, script_args: tuple[str, ...], environ: tuple = (None, ""),
-               module: bool = False) -> tuple[ScriptFacts, tuple[Path, ...]]:
+def _own_facts(
+    path: Path, shown: str, script_args: tuple[str, ...], environ: tuple = (None, ""), module: bool = False
+) -> tuple[ScriptFacts, tuple[Path, ...]]:
     """The facts of this file alone and the local modules it imports. Raises InputError on bad input and
     RecursionError on a file too deep to follow. A script probed outside one_run() is read afresh each time."""
     key = _file_key(path, shown, script_args, environ)
@@ -658,19 +810,25 @@ def _own_facts(path: Path, shown: str, script_args: tuple[str, ...], environ: tu
     return _FILE_CACHE[key]
 
 
-def _collect_own(path: Path, shown: str, text: str, tree: ast.Module, script_args: tuple[str, ...],
-                 environ: tuple = (None, "")) -> tuple[ScriptFacts, tuple[Path, ...]]:
+def _collect_own(
+    path: Path, shown: str, text: str, tree: ast.Module, script_args: tuple[str, ...], environ: tuple = (None, "")
+) -> tuple[ScriptFacts, tuple[Path, ...]]:
     _PROBED[0] += 1
     collector = _Collector(shown, text, tree, script_args, environ)
     collector.collect()
-    own = ScriptFacts(path=shown, calls=tuple(collector.calls), imports=tuple(collector.imports.modules),
-                      unknowns=tuple(collector.unknowns), suppressions=tuple(read_suppressions(shown, text)),
-                      classes=local_classes(collector.r), parsed=parsed_arguments(collector.r, collector.of(ast.Call)))
+    own = ScriptFacts(
+        path=shown,
+        calls=tuple(collector.calls),
+        imports=tuple(collector.imports.modules),
+        unknowns=tuple(collector.unknowns),
+        suppressions=tuple(read_suppressions(shown, text)),
+        classes=local_classes(collector.r),
+        parsed=parsed_arguments(collector.r, collector.of(ast.Call)),
+    )
     return own, tuple(_local_modules(path, collector.import_nodes))
 
 
-def _local_module(module: Path, shown: str, script_args: tuple[str, ...], environ: tuple = (None, "")
-                  ) -> ScriptFacts:
+def _local_module(module: Path, shown: str, script_args: tuple[str, ...], environ: tuple = (None, "")) -> ScriptFacts:
     """A sibling module's facts, read once per run however many scripts import it."""
     try:
         return _own_facts(module, shown, script_args, environ, module=True)[0]
@@ -696,12 +854,22 @@ def _deepspeed_configs(script: Path, calls: list[Call]) -> tuple[dict[str, dict]
                 except Unreadable as exc:
                     missing.append(Unknown(f"deepspeed={v.value!r}", exc.reason, v.location or call.location))
                 except ValueError as exc:
-                    missing.append(Unknown(f"deepspeed={v.value!r}", f"not valid JSON ({type(exc).__name__})",
-                                           v.location or call.location))
+                    missing.append(
+                        Unknown(
+                            f"deepspeed={v.value!r}",
+                            f"not valid JSON ({type(exc).__name__})",
+                            v.location or call.location,
+                        )
+                    )
                 break
         else:
-            missing.append(Unknown(f"deepspeed={v.value!r}", "the DeepSpeed config file is not here (looked next to "
-                                   "the script and in the working directory)", v.location or call.location))
+            missing.append(
+                Unknown(
+                    f"deepspeed={v.value!r}",
+                    "the DeepSpeed config file is not here (looked next to the script and in the working directory)",
+                    v.location or call.location,
+                )
+            )
     return found, missing
 
 
@@ -737,8 +905,9 @@ def _without_gc_pauses():
 _PROBED = [0]  # files probed in this process: a run that probed none made no cycles here
 
 
-def probe_script(path: Path, script_args: tuple[str, ...] = (), display: str | None = None,
-                 environ: tuple = (None, "")) -> ScriptFacts:
+def probe_script(
+    path: Path, script_args: tuple[str, ...] = (), display: str | None = None, environ: tuple = (None, "")
+) -> ScriptFacts:
     """Read a script (and the sibling modules it imports) into facts. Raises InputError on bad input.
     `environ` is (the job's environment variables as far as known, or None; where they come from)."""
     with _without_gc_pauses():
@@ -756,8 +925,12 @@ def _probe_script(path: Path, script_args: tuple[str, ...], display: str | None,
         try:
             own, modules = _collect_own(path, shown, text, tree, tuple(script_args), environ)
         except RecursionError:  # one file the probe cannot follow is reported, never the end of the run
-            return ScriptFacts(path=shown, unknowns=(Unknown("not checked", TOO_DEEP),), files=(shown,),
-                               suppressions=tuple(read_suppressions(shown, text)))
+            return ScriptFacts(
+                path=shown,
+                unknowns=(Unknown("not checked", TOO_DEEP),),
+                files=(shown,),
+                suppressions=tuple(read_suppressions(shown, text)),
+            )
         if _IN_RUN[0]:
             _FILE_CACHE[key] = (own, modules)
     calls = list(own.calls)
@@ -767,8 +940,11 @@ def _probe_script(path: Path, script_args: tuple[str, ...], display: str | None,
     suppressions = list(own.suppressions)
     classes, parsed = dict(own.classes), list(own.parsed)
     for module in modules[:MAX_LOCAL_MODULES]:
-        mshown = os.path.relpath(module) if display is None else \
-            os.path.normpath(Path(shown).parent / os.path.relpath(module, path.parent))  # utils/x.py, not x.py
+        mshown = (
+            os.path.relpath(module)
+            if display is None
+            else os.path.normpath(Path(shown).parent / os.path.relpath(module, path.parent))
+        )  # utils/x.py, not x.py
         try:
             sub = _local_module(module, mshown, tuple(script_args), environ)
         except InputError as exc:
@@ -785,8 +961,16 @@ def _probe_script(path: Path, script_args: tuple[str, ...], display: str | None,
     unknowns.extend(found)
     deepspeed, missing = _deepspeed_configs(path, calls)
     unknowns.extend(missing)
-    return ScriptFacts(path=shown, calls=tuple(calls), imports=tuple(dict.fromkeys(imports)),
-                       unknowns=tuple(unique(unknowns, key=lambda u: (u.what, u.location))),
-                       local_configs=_local_model_configs(path, calls),
-                       files=tuple(files), suppressions=tuple(suppressions), deepspeed_configs=deepspeed,
-                       checkpoints=probe_checkpoints(path, calls), classes=classes, parsed=tuple(parsed))
+    return ScriptFacts(
+        path=shown,
+        calls=tuple(calls),
+        imports=tuple(dict.fromkeys(imports)),
+        unknowns=tuple(unique(unknowns, key=lambda u: (u.what, u.location))),
+        local_configs=_local_model_configs(path, calls),
+        files=tuple(files),
+        suppressions=tuple(suppressions),
+        deepspeed_configs=deepspeed,
+        checkpoints=probe_checkpoints(path, calls),
+        classes=classes,
+        parsed=tuple(parsed),
+    )

@@ -14,14 +14,34 @@ import re
 MAX_EXPRESSION = 4096  # characters: a job script's arithmetic is a line, not a program
 MAX_DEPTH = 256  # parentheses
 _BITS = 64
-_TOKEN = re.compile(r"\s*(?:(?P<number>0[xX][0-9a-fA-F]+|[0-9]+#[0-9a-zA-Z@_]+|[0-9]+)|(?P<op>\*\*|<<|>>|<=|>=|==|"
-                    r"!=|&&|\|\||[-+*/%<>&|^!~()]))", re.ASCII)
+_TOKEN = re.compile(
+    r"\s*(?:(?P<number>0[xX][0-9a-fA-F]+|[0-9]+#[0-9a-zA-Z@_]+|[0-9]+)|(?P<op>\*\*|<<|>>|<=|>=|==|"
+    r"!=|&&|\|\||[-+*/%<>&|^!~()]))",
+    re.ASCII,
+)
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 # binary operators: precedence (higher binds tighter) and whether they group to the right
-_BINARY = {"**": (13, True), "*": (12, False), "/": (12, False), "%": (12, False), "+": (11, False),
-           "-": (11, False), "<<": (10, False), ">>": (10, False), "<": (9, False), ">": (9, False),
-           "<=": (9, False), ">=": (9, False), "==": (8, False), "!=": (8, False), "&": (7, False), "^": (6, False),
-           "|": (5, False), "&&": (4, False), "||": (3, False)}
+_BINARY = {
+    "**": (13, True),
+    "*": (12, False),
+    "/": (12, False),
+    "%": (12, False),
+    "+": (11, False),
+    "-": (11, False),
+    "<<": (10, False),
+    ">>": (10, False),
+    "<": (9, False),
+    ">": (9, False),
+    "<=": (9, False),
+    ">=": (9, False),
+    "==": (8, False),
+    "!=": (8, False),
+    "&": (7, False),
+    "^": (6, False),
+    "|": (5, False),
+    "&&": (4, False),
+    "||": (3, False),
+}
 _UNARY_PRECEDENCE = 14  # `-2**2` is 4 in bash: unary minus binds tighter than **
 _UNARY = {"-": "neg", "+": "pos", "!": "not", "~": "inv"}
 
@@ -185,7 +205,20 @@ def _binary(op: str, a: int, b: int) -> int:
     if op in ("<<", ">>"):
         shift = b & (_BITS - 1)  # the shift count as the machine takes it
         return wrap(a << shift) if op == "<<" else a >> shift
-    simple = {"*": a * b, "+": a + b, "-": a - b, "&": a & b, "|": a | b, "^": a ^ b,
-              "<": int(a < b), ">": int(a > b), "<=": int(a <= b), ">=": int(a >= b), "==": int(a == b),
-              "!=": int(a != b), "&&": int(bool(a) and bool(b)), "||": int(bool(a) or bool(b))}
+    simple = {
+        "*": a * b,
+        "+": a + b,
+        "-": a - b,
+        "&": a & b,
+        "|": a | b,
+        "^": a ^ b,
+        "<": int(a < b),
+        ">": int(a > b),
+        "<=": int(a <= b),
+        ">=": int(a >= b),
+        "==": int(a == b),
+        "!=": int(a != b),
+        "&&": int(bool(a) and bool(b)),
+        "||": int(bool(a) or bool(b)),
+    }
     return wrap(simple[op])

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Mapping
 
 from ..knowledge.versions import CURRENT, TRAINER_SKIPS_DP_FOR_4BIT
 from ..model.facts import LibraryBehaviour, PackageVersion, StackFacts, VersionSource
@@ -69,15 +69,19 @@ def _site_dirs(prefix: Path) -> tuple[str, ...]:
     """The site-packages of an environment (lib/pythonX.Y/site-packages, Lib/site-packages), plus the base
     interpreter's when pyvenv.cfg includes the system site-packages."""
     try:
-        found = [p for p in sorted(prefix.glob("lib/python3*/site-packages")) + [prefix / "Lib" / "site-packages"]
-                 if p.is_dir()]
+        found = [
+            p
+            for p in sorted(prefix.glob("lib/python3*/site-packages")) + [prefix / "Lib" / "site-packages"]
+            if p.is_dir()
+        ]
     except (OSError, ValueError):  # a name too long, a NUL byte: no environment there
         return ()
     cfg = prefix / "pyvenv.cfg"
     if is_regular_file(cfg):
         try:
-            settings = dict(line.split("=", 1) for line in read_text_bounded(cfg, errors="replace").splitlines()
-                            if "=" in line)
+            settings = dict(
+                line.split("=", 1) for line in read_text_bounded(cfg, errors="replace").splitlines() if "=" in line
+            )
         except Unreadable:
             settings = {}
         settings = {k.strip(): v.strip() for k, v in settings.items()}
@@ -159,7 +163,7 @@ def _name_and_version(info: Path) -> tuple[str | None, str | None]:
             continue
         end = data.find(b"\n\n")
         try:
-            text = (data[:end + 1] if end >= 0 else data).decode("utf-8")
+            text = (data[: end + 1] if end >= 0 else data).decode("utf-8")
         except UnicodeDecodeError:
             continue
         if text:
@@ -206,8 +210,11 @@ class StackResolver:
 
     def behaviours(self) -> dict[str, LibraryBehaviour]:
         if self._behaviours is None:
-            self._behaviours = installed_behaviours(self.installed["transformers"], self.environment.site_dirs) \
-                if self.environment and "transformers" in self.installed else {}
+            self._behaviours = (
+                installed_behaviours(self.installed["transformers"], self.environment.site_dirs)
+                if self.environment and "transformers" in self.installed
+                else {}
+            )
         return self._behaviours
 
     def environment_stack(self) -> StackFacts:
@@ -236,11 +243,13 @@ class StackResolver:
                 decl = declared[name]
                 version, how = decl.resolve()
                 if version:
-                    packages[name] = PackageVersion(name, version, VersionSource.DECLARED, spec=decl.spec,
-                                                    origin=f"{how}, {_short(decl.file)}")
+                    packages[name] = PackageVersion(
+                        name, version, VersionSource.DECLARED, spec=decl.spec, origin=f"{how}, {_short(decl.file)}"
+                    )
                 elif name in CURRENT:
-                    packages[name] = PackageVersion(name, CURRENT[name], VersionSource.ASSUMED, spec=decl.spec,
-                                                    origin=f"{how}, {_short(decl.file)}")
+                    packages[name] = PackageVersion(
+                        name, CURRENT[name], VersionSource.ASSUMED, spec=decl.spec, origin=f"{how}, {_short(decl.file)}"
+                    )
             elif name in CURRENT:
                 packages[name] = PackageVersion(name, CURRENT[name], VersionSource.ASSUMED)
         return StackFacts(packages=packages, behaviours=self.behaviours())
@@ -252,8 +261,9 @@ def _short(path: str) -> str:
     return f"{p.parent.name}/{p.name}" if p.parent.name else p.name
 
 
-def probe_stack(script: Path | None = None, overrides: dict[str, str] | None = None,
-                environment: Environment | None = None) -> StackFacts:
+def probe_stack(
+    script: Path | None = None, overrides: dict[str, str] | None = None, environment: Environment | None = None
+) -> StackFacts:
     """One stack: the script's (its project's declarations under the environment), or the environment's."""
     if environment is None and not overrides:
         environment = training_environment()
@@ -261,14 +271,13 @@ def probe_stack(script: Path | None = None, overrides: dict[str, str] | None = N
     return resolver.for_script(script) if script is not None else resolver.environment_stack()
 
 
-
-
-def installed_behaviours(transformers_version: str, site_dirs: tuple[str, ...] | list[str] | None = None
-                         ) -> dict[str, LibraryBehaviour]:
+def installed_behaviours(
+    transformers_version: str, site_dirs: tuple[str, ...] | list[str] | None = None
+) -> dict[str, LibraryBehaviour]:
     """Read from the training environment's transformers/trainer.py (sys.path when no folders are given), once per
     run: does `_wrap_model` exempt 4-bit models from DataParallel? Nothing is recorded when the file cannot be
     found or read."""
-    for entry in (sys.path if site_dirs is None else site_dirs):
+    for entry in sys.path if site_dirs is None else site_dirs:
         candidate = Path(entry or ".") / "transformers" / "trainer.py"
         if not is_regular_file(candidate):
             continue
@@ -279,18 +288,13 @@ def installed_behaviours(transformers_version: str, site_dirs: tuple[str, ...] |
         start = next((i for i, line in enumerate(lines) if line.lstrip().startswith("def _wrap_model")), None)
         if start is None:
             return {}
-        body = lines[start:start + 60]
+        body = lines[start : start + 60]
         hit = next((i for i, line in enumerate(body) if "is_loaded_in_4bit" in line), None)
         where = start + (hit if hit is not None else 0) + 1
         shown = (body[hit] if hit is not None else body[0]).strip()
-        return {TRAINER_SKIPS_DP_FOR_4BIT: LibraryBehaviour(
-            hit is not None, f"transformers {transformers_version} trainer.py:{where}  {shown[:120]}")}
+        return {
+            TRAINER_SKIPS_DP_FOR_4BIT: LibraryBehaviour(
+                hit is not None, f"transformers {transformers_version} trainer.py:{where}  {shown[:120]}"
+            )
+        }
     return {}
-
-
-
-
-
-
-
-

@@ -7,10 +7,8 @@ Known values carry where they came from; the rest say why they are not (yet) a v
 from __future__ import annotations
 
 import ast
-from typing import Union
 
 from ..model.facts import Location, Origin, Predicate
-
 
 _set = object.__setattr__
 
@@ -31,7 +29,7 @@ class _Symbol:
     def __eq__(self, other: object) -> bool:
         return type(self) is type(other) and all(getattr(self, n) == getattr(other, n) for n in self.__slots__)
 
-    __hash__ = None  # type: ignore[assignment]  # dict and AST fields: symbols are compared, never hashed
+    __hash__ = None  # dict and AST fields: symbols are compared, never hashed
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(f'{n}={getattr(self, n)!r}' for n in self.__slots__)})"
@@ -153,7 +151,7 @@ class Context:
         self.limits_hit = 0  # a result found after a limit cut it short depends on where it was asked
 
 
-Sym = Union[Known, Cond, Dyn, Multi, DictSym, Seq, Namespace, ObjSym, GpuQuery]
+Sym = Known | Cond | Dyn | Multi | DictSym | Seq | Namespace | ObjSym | GpuQuery
 UNRESOLVED = (Dyn, Multi)
 
 
@@ -163,8 +161,12 @@ def reason_of(sym: Sym, default: str = "") -> str:
 
 
 def is_plain_predicate(c: Cond) -> bool:
-    return isinstance(c.if_true, Known) and c.if_true.value is True and \
-        isinstance(c.if_false, Known) and c.if_false.value is False
+    return (
+        isinstance(c.if_true, Known)
+        and c.if_true.value is True
+        and isinstance(c.if_false, Known)
+        and c.if_false.value is False
+    )
 
 
 def predicate_sym(pred: Predicate) -> Cond:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-
-from ..model.util import MAX_GPUS_PER_NODE, whole_number, record
 from ..model.errors import InputError, did_you_mean
 from ..model.facts import Gpu, MachineFacts, MachineOrigin
+from ..model.util import MAX_GPUS_PER_NODE, record, whole_number
 
 
 @record
@@ -64,19 +63,29 @@ def machine_from_target(spec: str) -> MachineFacts:
     if profile is None:
         known = ", ".join(p.name for p in PROFILES)
         names = [CPU_TARGET] + [n for p in PROFILES for n in (p.name, *p.aliases)]
-        raise InputError(f"--target {_short(spec)}: unknown GPU '{_short(name)}'{did_you_mean(name, names) or ';'} "
-                         f"known: cpu, {known} "
-                         f"(see `precision-doctor targets`)")
+        raise InputError(
+            f"--target {_short(spec)}: unknown GPU '{_short(name)}'{did_you_mean(name, names) or ';'} "
+            f"known: cpu, {known} "
+            f"(see `precision-doctor targets`)"
+        )
     count = 1
     if count_text:
         count = whole_number(count_text, 1, MAX_GPUS_PER_NODE)
         if count is None:
-            raise InputError(f"--target {_short(spec)}: the count after ':' must be a whole number from 1 to "
-                             f"{MAX_GPUS_PER_NODE} (GPUs per node), e.g. {_short(name)}:2")
-    gpus = tuple(Gpu(index=i, name=profile.gpu_name, capability=profile.capability,
-                     memory_total_mib=profile.memory_mib) for i in range(count))
-    return MachineFacts(known=True, source=f"target {profile.name}" + (f":{count}" if count_text else ""),
-                        origin=MachineOrigin.TARGET, gpus=gpus)
+            raise InputError(
+                f"--target {_short(spec)}: the count after ':' must be a whole number from 1 to "
+                f"{MAX_GPUS_PER_NODE} (GPUs per node), e.g. {_short(name)}:2"
+            )
+    gpus = tuple(
+        Gpu(index=i, name=profile.gpu_name, capability=profile.capability, memory_total_mib=profile.memory_mib)
+        for i in range(count)
+    )
+    return MachineFacts(
+        known=True,
+        source=f"target {profile.name}" + (f":{count}" if count_text else ""),
+        origin=MachineOrigin.TARGET,
+        gpus=gpus,
+    )
 
 
 def _short(text: str) -> str:

@@ -15,10 +15,10 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
+from ..model.python_source import literal, parse_quietly
 from ..model.util import record
 from ..system.sources import Unreadable, is_regular_file, parse_toml, read_text_bounded
 from ..system.walk import repository_root
-from ..model.python_source import literal, parse_quietly
 
 
 def _minors(major: int, first: int, last: int, newest: str = "") -> tuple[str, ...]:
@@ -42,8 +42,17 @@ KNOWN_RELEASES: dict[str, tuple[str, ...]] = {
 }
 
 # The packages whose declarations are read: a dependency file's other lines are skipped before parsing.
-TRACKED = ("torch", "transformers", "accelerate", "peft", "bitsandbytes", "trl", "deepspeed",
-           "transformer-engine", "torchao")
+TRACKED = (
+    "torch",
+    "transformers",
+    "accelerate",
+    "peft",
+    "bitsandbytes",
+    "trl",
+    "deepspeed",
+    "transformer-engine",
+    "torchao",
+)
 _NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 _SEPARATORS = re.compile(r"[-_.]+")
 
@@ -122,9 +131,12 @@ def _declared_in(folder: Path, names: tuple[str, ...]) -> tuple[tuple[str, Decla
         requirement_files = []
     requirement_files.sort(key=lambda p: p.name != "requirements.txt")  # the main file first
     readers = [(p, _requirements_file) for p in requirement_files] + [
-        (folder / "pyproject.toml", _pyproject), (folder / "setup.cfg", _setup_cfg),
-        (folder / "setup.py", _setup_py), (folder / "environment.yml", _environment_yml),
-        (folder / "environment.yaml", _environment_yml)]
+        (folder / "pyproject.toml", _pyproject),
+        (folder / "setup.cfg", _setup_cfg),
+        (folder / "setup.py", _setup_py),
+        (folder / "environment.yml", _environment_yml),
+        (folder / "environment.yaml", _environment_yml),
+    ]
     for path, reader in readers:
         if not is_regular_file(path):
             continue
@@ -192,8 +204,7 @@ def _requirements_file(text: str, path: Path, depth: int = 0, seen: set[str] | N
             if real not in seen and is_regular_file(nested):
                 seen.add(real)
                 try:
-                    out.extend(_requirements_file(read_text_bounded(nested, errors="replace"), nested, depth + 1,
-                                                  seen))
+                    out.extend(_requirements_file(read_text_bounded(nested, errors="replace"), nested, depth + 1, seen))
                 except Unreadable:
                     pass
             continue

@@ -24,25 +24,40 @@ def finding_json(f: Finding) -> dict:
         "message": f.message,
         "path": f.path,
         "locations": [{"path": loc.path, "line": loc.line, "column": loc.column} for loc in f.locations],
-        "evidence": [{"path": e.location.path if e.location else None,
-                      "line": e.location.line if e.location else None,
-                      "column": e.location.column if e.location else None,
-                      "excerpt": e.excerpt, "note": e.note, "origin": e.origin, "via": list(e.trail)}
-                     for e in f.evidence],
+        "evidence": [
+            {
+                "path": e.location.path if e.location else None,
+                "line": e.location.line if e.location else None,
+                "column": e.location.column if e.location else None,
+                "excerpt": e.excerpt,
+                "note": e.note,
+                "origin": e.origin,
+                "via": list(e.trail),
+            }
+            for e in f.evidence
+        ],
         "error": f.error,
         "why": f.why,
-        "fix": None if f.fix is None else {
-            "description": f.fix.description, "applicability": f.fix.applicability, "safe": f.fix.safe,
-            "edits": [asdict(e) for e in f.fix.edits], "commands": list(f.fix.commands),
-            "notes": list(f.fix.notes)},
+        "fix": None
+        if f.fix is None
+        else {
+            "description": f.fix.description,
+            "applicability": f.fix.applicability,
+            "safe": f.fix.safe,
+            "edits": [asdict(e) for e in f.fix.edits],
+            "commands": list(f.fix.commands),
+            "notes": list(f.fix.notes),
+        },
     }
 
 
 def render(result: Result, facts: Facts, include_facts: bool = False) -> str:
     """The report; the fact record the rules read (and each script's derived setup) only when asked: at a
     repository's scale it is most of the bytes and no CI step reads it."""
-    unknowns = [{"what": e.what, "reason": e.reason, "path": e.path, "line": e.line, "silences": list(e.silences)}
-                for e in unknown_entries(result, facts, not_checked=True)]
+    unknowns = [
+        {"what": e.what, "reason": e.reason, "path": e.path, "line": e.line, "silences": list(e.silences)}
+        for e in unknown_entries(result, facts, not_checked=True)
+    ]
     counts = {s: sum(1 for f in result.findings if f.severity == s) for s in SEVERITIES}
     doc = {
         "version": SCHEMA_VERSION,
@@ -50,11 +65,11 @@ def render(result: Result, facts: Facts, include_facts: bool = False) -> str:
         "unknowns": unknowns,
         "skipped": [{"id": s.rule_id, "reason": s.reason} for s in result.skipped],
         "crashed": [{"id": s.rule_id, "reason": s.reason} for s in result.crashed],
-        "withdrawn": [{"id": w.rule_id, "message": w.message, "path": w.path, "reason": w.reason}
-                      for w in result.withdrawn],
+        "withdrawn": [
+            {"id": w.rule_id, "message": w.message, "path": w.path, "reason": w.reason} for w in result.withdrawn
+        ],
         "summary": counts,
-        "files": {"checked": len(facts.scripts),
-                  "with_findings": len({f.path for f in result.findings if f.path})},
+        "files": {"checked": len(facts.scripts), "with_findings": len({f.path for f in result.findings if f.path})},
     }
     if include_facts:  # the engine judged every script here, keeping each one's setup
         doc["facts"] = facts.to_json()

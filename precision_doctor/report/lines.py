@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..model.util import python_lines
 from ..engine import Result
 from ..model.facts import Location
 from ..model.findings import Finding
 from ..model.redact import printable, redact_text
+from ..model.util import python_lines
+
 
 class SourceLines:
     """Source lines for excerpts and fingerprints; files that are not here (a --facts snapshot) just have none."""
@@ -57,9 +58,14 @@ def render_github(result: Result) -> str:
     out = []
     for f in result.findings:
         loc = primary_location(f)
-        message = f.message + (f"\nThe job would fail with: {f.error}" if f.error else "") + (
-            f"\nFix: {f.fix.description}" if f.fix else "")
-        props = (f"file={_escape_property(printable(loc.path))},line={loc.line},col={loc.column},"
-                 f"title={_escape_property(f'{f.rule_id} {f.name}')}")
+        message = (
+            f.message
+            + (f"\nThe job would fail with: {f.error}" if f.error else "")
+            + (f"\nFix: {f.fix.description}" if f.fix else "")
+        )
+        props = (
+            f"file={_escape_property(printable(loc.path))},line={loc.line},col={loc.column},"
+            f"title={_escape_property(f'{f.rule_id} {f.name}')}"
+        )
         out.append(f"::{_GITHUB_LEVEL[f.severity]} {props}::{_escape_data(printable(redact_text(message), True))}")
     return "".join(line + "\n" for line in out)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict
-from typing import Mapping
 
 from ..derive import Setup
 from ..derive.checkpoint import checkpoint_of, describe_source
@@ -30,24 +30,32 @@ def memory_report(facts: Facts, memory: Mapping[str, tuple[Setup, MemoryPlan | s
             out.append(entry)
             continue
         b = m.breakdown
-        verdict = {"load": "will not fit at load", "forward": "will not fit at the first forward",
-                   "backward": "will not fit as the first backward starts",
-                   "step": "will not fit at the first optimizer step",
-                   "second step": "will not fit in the second step, with the optimizer state held"
-                   }.get(first_failure(m), "fits")
+        verdict = {
+            "load": "will not fit at load",
+            "forward": "will not fit at the first forward",
+            "backward": "will not fit as the first backward starts",
+            "step": "will not fit at the first optimizer step",
+            "second step": "will not fit in the second step, with the optimizer state held",
+        }.get(first_failure(m), "fits")
         if m.shape.parallelism.kind == "device-map":
             n = offloaded_layers(m.checkpoint, m.shape, list(m.spread_budgets))
             verdict = f"device_map offloads {n} layers to the CPU" if n else "fits"
         change = cheapest_fit(m.checkpoint, m.shape, m.budget) if verdict != "fits" else None
-        entry.update({
-            "gpu": m.gpu.name, "gpus": m.gpus, "parallelism": asdict(m.shape.parallelism),
-            "shape": {k: v for k, v in asdict(m.shape).items() if k not in ("parallelism", "assumed")},
-            "assumed": list(m.shape.assumed),
-            "per_gpu_bytes": {**dict(b.rows()), "peak": b.peak},
-            "budget_bytes": m.budget, "headroom": round(m.headroom, 4), "verdict": verdict,
-            "largest_batch_that_fits": largest_batch(m.checkpoint, m.shape, m.budget),
-            "cheapest_change": change.description if change else None,
-        })
+        entry.update(
+            {
+                "gpu": m.gpu.name,
+                "gpus": m.gpus,
+                "parallelism": asdict(m.shape.parallelism),
+                "shape": {k: v for k, v in asdict(m.shape).items() if k not in ("parallelism", "assumed")},
+                "assumed": list(m.shape.assumed),
+                "per_gpu_bytes": {**dict(b.rows()), "peak": b.peak},
+                "budget_bytes": m.budget,
+                "headroom": round(m.headroom, 4),
+                "verdict": verdict,
+                "largest_batch_that_fits": largest_batch(m.checkpoint, m.shape, m.budget),
+                "cheapest_change": change.description if change else None,
+            }
+        )
         out.append(entry)
     return out
 
@@ -64,16 +72,20 @@ def render_text(facts: Facts, memory: Mapping[str, tuple[Setup, MemoryPlan | str
         c = entry.get("checkpoint")
         if c:
             params = f"{c['parameters'] / 1e9:.2f}B parameters" if c.get("parameters") else "size unknown"
-            console.print(f"  model  {markup(c['model_id'])}: {markup(c.get('architecture') or c.get('model_type'))}, "
-                          f"{params}, stored in {c.get('torch_dtype') or '?'} ({markup(_source(c))})")
+            console.print(
+                f"  model  {markup(c['model_id'])}: {markup(c.get('architecture') or c.get('model_type'))}, "
+                f"{params}, stored in {c.get('torch_dtype') or '?'} ({markup(_source(c))})"
+            )
         if "unknown" in entry:
             console.print(f"  no estimate: {markup(entry['unknown'])}\n")
             continue
         s, p = entry["shape"], entry["parallelism"]
-        console.print(f"  setup  weights {s['weight_dtype']}{' ' + s['quantized'] if s['quantized'] else ''}, "
-                      f"{'LoRA r=' + str(s['lora_rank']) if s['lora_rank'] else 'full fine-tune'}, "
-                      f"optimizer {s['optimizer']}, batch {s['batch']} x {s['sequence']} tokens, "
-                      f"checkpointing {'on' if s['checkpointing'] else 'off'}, {p['kind']} over {p['gpus']} GPU(s)")
+        console.print(
+            f"  setup  weights {s['weight_dtype']}{' ' + s['quantized'] if s['quantized'] else ''}, "
+            f"{'LoRA r=' + str(s['lora_rank']) if s['lora_rank'] else 'full fine-tune'}, "
+            f"optimizer {s['optimizer']}, batch {s['batch']} x {s['sequence']} tokens, "
+            f"checkpointing {'on' if s['checkpointing'] else 'off'}, {p['kind']} over {p['gpus']} GPU(s)"
+        )
         table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
         table.add_column("per GPU")
         table.add_column("GiB", justify="right")
@@ -81,8 +93,10 @@ def render_text(facts: Facts, memory: Mapping[str, tuple[Setup, MemoryPlan | str
             table.add_row(name, f"{value / GIB:.2f}")
         table.add_row(f"available on {markup(entry['gpu'])}", f"{entry['budget_bytes'] / GIB:.2f}")
         console.print(table)
-        console.print(f"  verdict  {entry['verdict']} (headroom {entry['headroom']:.0%}); largest "
-                      f"per_device_train_batch_size that fits: {entry['largest_batch_that_fits']}")
+        console.print(
+            f"  verdict  {entry['verdict']} (headroom {entry['headroom']:.0%}); largest "
+            f"per_device_train_batch_size that fits: {entry['largest_batch_that_fits']}"
+        )
         if entry["cheapest_change"]:
             console.print(f"  cheapest change  {markup(entry['cheapest_change'])}")
         for a in entry["assumed"]:
@@ -91,7 +105,7 @@ def render_text(facts: Facts, memory: Mapping[str, tuple[Setup, MemoryPlan | str
 
 
 def _source(c: dict) -> str:
-    from ..model.facts import CheckpointSource, _from_jsonable, CheckpointFacts
+    from ..model.facts import CheckpointFacts, CheckpointSource, _from_jsonable
 
     facts = _from_jsonable(CheckpointFacts, {**c, "source": CheckpointSource(c["source"])})
     return describe_source(facts).split(" (", 1)[1].rstrip(")")

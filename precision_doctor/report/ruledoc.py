@@ -41,8 +41,9 @@ def rule_doc(r: Rule) -> str:
         "",
         "Example" + (f" (on --target {fires.target})" if fires.target else "") + (" job script" if fires.job else ""),
         _indent(fires.job or fires.code),
-        "Use instead" + (f" (on --target {silent.target})" if silent.target else "") +
-        (" job script" if silent.job else ""),
+        "Use instead"
+        + (f" (on --target {silent.target})" if silent.target else "")
+        + (" job script" if silent.job else ""),
         _indent(silent.job or silent.code),
         "Fix",
         f"  {r.fix}",
@@ -76,15 +77,39 @@ def rule_page(r: Rule) -> str:
         "",
         r.summary,
         "",
-        "## What it does", "", r.what, "",
-        "## Why is this bad?", "", r.why, "",
-        "## The error", "", "```text", r.error, "```", "",
-        "## Example" + (f" (on `--target {fires.target}`)" if fires.target else ""), "",
-        "```python", fires.code.rstrip(), "```", "",
-        "## Use instead" + (f" (on `--target {silent.target}`)" if silent.target else ""), "",
-        "```python", silent.code.rstrip(), "```", "",
-        "## Fix", "", r.fix, "",
-        "## Fix safety", "", f"{r.applicability}: {r.fix_safety or 'the fix is described, not applied automatically.'}",
+        "## What it does",
+        "",
+        r.what,
+        "",
+        "## Why is this bad?",
+        "",
+        r.why,
+        "",
+        "## The error",
+        "",
+        "```text",
+        r.error,
+        "```",
+        "",
+        "## Example" + (f" (on `--target {fires.target}`)" if fires.target else ""),
+        "",
+        "```python",
+        fires.code.rstrip(),
+        "```",
+        "",
+        "## Use instead" + (f" (on `--target {silent.target}`)" if silent.target else ""),
+        "",
+        "```python",
+        silent.code.rstrip(),
+        "```",
+        "",
+        "## Fix",
+        "",
+        r.fix,
+        "",
+        "## Fix safety",
+        "",
+        f"{r.applicability}: {r.fix_safety or 'the fix is described, not applied automatically.'}",
     ]
     if r.related:
         parts += ["", "## Related", "", ", ".join(f"[{i}]({i}.md)" for i in r.related)]
@@ -94,9 +119,16 @@ def rule_page(r: Rule) -> str:
 def rule_pages(rules: list[Rule]) -> dict[str, str]:
     """Every file of docs/rules/: one page per rule and an index."""
     pages = {f"{r.id}.md": rule_page(r) for r in rules}
-    index = ["# Rules", "", "Generated from the registry (`pytest tests/test_rule_docs.py --update-golden`).", "",
-             "| id | name | severity | what it catches |", "|---|---|---|---|"]
-    index += [f"| [{r.id}]({r.id}.md) | `{r.name}` | {severity_label(r)} | {r.summary.replace('|', '/')} |"
-              for r in rules]
+    index = [
+        "# Rules",
+        "",
+        "Generated from the registry (`pytest tests/test_rule_docs.py --update-golden`).",
+        "",
+        "| id | name | severity | what it catches |",
+        "|---|---|---|---|",
+    ]
+    index += [
+        f"| [{r.id}]({r.id}.md) | `{r.name}` | {severity_label(r)} | {r.summary.replace('|', '/')} |" for r in rules
+    ]
     pages["README.md"] = "\n".join(index) + "\n"
     return pages

@@ -8,15 +8,15 @@ import re
 from pathlib import Path
 
 from .. import __version__
-from ..rules.catalog import rules
 from ..engine import Result
-from ..rules.registry import Rule
 from ..model.facts import Facts
 from ..model.findings import Finding
 from ..model.redact import shown_data
 from ..model.strict_json import dumps
-from .ruledoc import help_uri
+from ..rules.catalog import rules
+from ..rules.registry import Rule
 from .lines import SourceLines
+from .ruledoc import help_uri
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 LEVEL = {"error": "error", "warning": "warning", "info": "note"}
@@ -34,14 +34,19 @@ def _rule_descriptor(r: Rule) -> dict:
         "fullDescription": {"text": r.what},
         "help": {"text": rule_doc(r), "markdown": _markdown(r)},
         "defaultConfiguration": {"level": LEVEL[r.severity]},
-        "properties": {"tags": ["precision" if r.id.startswith("PD2") else "machine" if r.id.startswith("PD1")
-                                else "meta"], "phase": r.phase, "problem.severity": r.severity},
+        "properties": {
+            "tags": ["precision" if r.id.startswith("PD2") else "machine" if r.id.startswith("PD1") else "meta"],
+            "phase": r.phase,
+            "problem.severity": r.severity,
+        },
     }
 
 
 def _markdown(r: Rule) -> str:
-    return (f"**{r.summary}**\n\n**Why is this bad?** {r.why}\n\n**Error:** `{r.error}`\n\n"
-            f"**Fix:** {r.fix}\n\n**Fix safety:** {r.fix_safety or 'display only'}")
+    return (
+        f"**{r.summary}**\n\n**Why is this bad?** {r.why}\n\n**Error:** `{r.error}`\n\n"
+        f"**Fix:** {r.fix}\n\n**Fix safety:** {r.fix_safety or 'display only'}"
+    )
 
 
 def _artifact(path: str) -> dict:
@@ -52,8 +57,12 @@ def _artifact(path: str) -> dict:
 
 
 def _location(path: str, line: int, column: int, message: str = "") -> dict:
-    loc = {"physicalLocation": {"artifactLocation": _artifact(path),
-                                "region": {"startLine": max(line, 1), "startColumn": max(column, 1)}}}
+    loc = {
+        "physicalLocation": {
+            "artifactLocation": _artifact(path),
+            "region": {"startLine": max(line, 1), "startColumn": max(column, 1)},
+        }
+    }
     if message:
         loc["message"] = {"text": message}
     return loc
@@ -69,15 +78,19 @@ def fingerprint(rule_id: str, path: str, source_line: str) -> str:
 def _result(f: Finding, index: dict[str, int], lines: SourceLines, seen: dict[str, int]) -> dict:
     located = [e for e in f.evidence if e.location is not None]
     primary = located[0].location if located else None
-    text = f.message + (f"\nThe job would fail with: {f.error}" if f.error else "") + (
-        f"\nFix: {f.fix.description}" if f.fix else "")
+    text = (
+        f.message
+        + (f"\nThe job would fail with: {f.error}" if f.error else "")
+        + (f"\nFix: {f.fix.description}" if f.fix else "")
+    )
     result = {
         "ruleId": f.rule_id,
         "ruleIndex": index[f.rule_id],
         "level": LEVEL[f.severity],
         "message": {"text": text},
-        "locations": [_location(primary.path, primary.line, primary.column) if primary else
-                      _location(f.path or ".", 1, 1)],
+        "locations": [
+            _location(primary.path, primary.line, primary.column) if primary else _location(f.path or ".", 1, 1)
+        ],
         "properties": {"confidence": f.confidence, "phase": f.phase},
     }
     related = [_location(e.location.path, e.location.line, e.location.column, e.note) for e in located[1:]]
@@ -101,14 +114,28 @@ def render(result: Result, facts: Facts, exit_code: int = 0) -> str:
     lines: SourceLines = SourceLines()
     seen: dict[str, int] = {}
     run = {
-        "tool": {"driver": {"name": "precision-doctor", "version": __version__, "semanticVersion": __version__,
-                            "rules": [_rule_descriptor(r) for r in all_rules]}},
+        "tool": {
+            "driver": {
+                "name": "precision-doctor",
+                "version": __version__,
+                "semanticVersion": __version__,
+                "rules": [_rule_descriptor(r) for r in all_rules],
+            }
+        },
         "originalUriBaseIds": {SRCROOT: {"uri": Path(os.getcwd()).as_uri() + "/"}},
         "results": shown_data([_result(f, index, lines, seen) for f in result.findings]),
-        "invocations": shown_data([{"executionSuccessful": not result.crashed, "exitCode": exit_code,
-                         "toolExecutionNotifications": [
-                             {"level": "error", "message": {"text": f"check {c.rule_id} crashed: {c.reason}"}}
-                             for c in result.crashed]}]),
+        "invocations": shown_data(
+            [
+                {
+                    "executionSuccessful": not result.crashed,
+                    "exitCode": exit_code,
+                    "toolExecutionNotifications": [
+                        {"level": "error", "message": {"text": f"check {c.rule_id} crashed: {c.reason}"}}
+                        for c in result.crashed
+                    ],
+                }
+            ]
+        ),
         "properties": {"machine": shown_data(facts.machine.describe())},
     }
     return dumps({"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}, indent=2)

@@ -17,9 +17,14 @@ if TYPE_CHECKING:  # a plain report is written without rich (cli._report_console
 
 _STYLE = {"error": "bold red", "warning": "bold yellow", "info": "bold cyan"}
 _MARK = {"error": "✗", "warning": "!", "info": "i"}
-_PHASE = {"launch": "at launch", "config": "while the script builds its training objects",
-          "load": "while loading the model", "wrap": "when the trainer wraps the model",
-          "first-step": "at the first optimizer step", "later-steps": "after some steps"}
+_PHASE = {
+    "launch": "at launch",
+    "config": "while the script builds its training objects",
+    "load": "while loading the model",
+    "wrap": "when the trainer wraps the model",
+    "first-step": "at the first optimizer step",
+    "later-steps": "after some steps",
+}
 _STACK_SHOWN = ("torch", "transformers", "accelerate", "peft", "trl", "bitsandbytes")
 
 
@@ -34,14 +39,13 @@ class _Buffer:
         self.lines.append(printable(text, keep_newlines=True))
 
 
-
 def plain(markup: str) -> str:
     """The text rich shows for our markup, without rich: tags dropped, escaped tags and backslashes as rich writes
     them, and `\\[` before a bracket that is no tag shown as `[` (what rich does with the text between tags)."""
     out: list[str] = []
     position = 0
     for match in MARKUP_TAG.finditer(markup):
-        out.append(markup[position:match.start()].replace("\\[", "["))
+        out.append(markup[position : match.start()].replace("\\[", "["))
         backslashes, escaped = divmod(len(match.group(1)), 2)
         out.append("\\" * backslashes)
         if escaped:
@@ -51,8 +55,14 @@ def plain(markup: str) -> str:
     return "".join(out)
 
 
-def render(result: Result, facts: Facts, console: Console, quiet: bool = False, verbose: bool = False,
-           show_unknowns: bool | None = None) -> None:
+def render(
+    result: Result,
+    facts: Facts,
+    console: Console,
+    quiet: bool = False,
+    verbose: bool = False,
+    show_unknowns: bool | None = None,
+) -> None:
     """The report. A folder run (more than one script) starts with a summary, lists the files with findings, most
     severe first, counts the clean ones (`verbose` lists them too) and folds its unknowns into one line unless
     `show_unknowns`; a single script's report lists its unknowns."""
@@ -69,8 +79,15 @@ def _emit(out: _Buffer, console: Console, fancy: bool) -> None:
         console.file.write("\n".join(plain(line) for line in out.lines) + "\n")
 
 
-def _render(result: Result, facts: Facts, out, fancy: bool, quiet: bool, verbose: bool = False,
-            show_unknowns: bool | None = None) -> None:
+def _render(
+    result: Result,
+    facts: Facts,
+    out,
+    fancy: bool,
+    quiet: bool,
+    verbose: bool = False,
+    show_unknowns: bool | None = None,
+) -> None:
     lines = SourceLines()
     folder = len(facts.scripts) > 1
     if show_unknowns is None:
@@ -139,8 +156,10 @@ def _summary(result: Result, facts: Facts, by_path: dict[str, list[Finding]], ou
     with_findings = sum(1 for s in facts.scripts if by_path.get(s.path))
     clean = len(facts.scripts) - with_findings - not_checked
     extra = f", {not_checked} not checked" if not_checked else ""
-    out(f"\n[bold]summary[/bold]  {len(facts.scripts)} files checked: {with_findings} with findings, {clean} with no "
-        f"problems{extra}{'' if clean == 0 else ' (-v lists them)'}")
+    out(
+        f"\n[bold]summary[/bold]  {len(facts.scripts)} files checked: {with_findings} with findings, {clean} with no "
+        f"problems{extra}{'' if clean == 0 else ' (-v lists them)'}"
+    )
     out(f"  findings  {_severity_counts(result.findings)}")
     for i, (rule_id, n, severity, name) in enumerate(rule_counts(result.findings)):
         lead = "  by rule   " if i == 0 else "            "
@@ -159,8 +178,10 @@ def render_statistics(result: Result, console: Console) -> None:
 def _header(facts: Facts, out) -> None:
     stack = ", ".join(facts.stack.get(n).describe() for n in _STACK_SHOWN if facts.stack.get(n).version)
     launch = facts.launch.command if facts.launch.known else "not given (--launcher)"
-    out(f"[bold]precision-doctor {__version__}[/bold] · {len(facts.scripts)} script"
-        f"{'s' if len(facts.scripts) != 1 else ''}")
+    out(
+        f"[bold]precision-doctor {__version__}[/bold] · {len(facts.scripts)} script"
+        f"{'s' if len(facts.scripts) != 1 else ''}"
+    )
     out(f"machine: {markup(facts.machine.describe())}", soft_wrap=True)
     out(f"launch:  {markup(launch)}")
     out(f"stack:   {markup(stack)}", soft_wrap=True)
@@ -172,8 +193,11 @@ def _machine(facts: Facts, out) -> None:
         out(f"  node {markup(node.node_name)}  {markup(node.describe())}", soft_wrap=True)
     if not m.known:
         probed = " (ports, processes and environment were)" if m.host is not None else ""
-        out(f"  [dim]{markup(m.reason)}: the rules that need the GPUs are skipped{probed} (pass --target or "
-            f"--facts)[/dim]", soft_wrap=True)
+        out(
+            f"  [dim]{markup(m.reason)}: the rules that need the GPUs are skipped{probed} (pass --target or "
+            f"--facts)[/dim]",
+            soft_wrap=True,
+        )
         _host(m, out)
         return
     if m.driver_version:
@@ -188,8 +212,11 @@ def _machine(facts: Facts, out) -> None:
         if g.processes:
             extras.append(f"{len(g.processes)} process{'es' if len(g.processes) != 1 else ''}")
         extra = f" · {', '.join(extras)}" if extras else ""
-        out(f"  GPU {g.index}  {markup(g.name)} (sm_{g.capability[0]}{g.capability[1]}, "
-            f"{g.memory_total_mib / 1024:.0f} GiB{used}){markup(extra)}", soft_wrap=True)
+        out(
+            f"  GPU {g.index}  {markup(g.name)} (sm_{g.capability[0]}{g.capability[1]}, "
+            f"{g.memory_total_mib / 1024:.0f} GiB{used}){markup(extra)}",
+            soft_wrap=True,
+        )
     _host(m, out)
 
 
@@ -201,8 +228,10 @@ def _host(m, out) -> None:
             out(f"  busy ports: {markup(ports)}")
         if host.accelerate_config_path:
             mp = host.accelerate_config.get("mixed_precision", "not set")
-            out(f"  accelerate config: {markup(host.accelerate_config_path)} (mixed_precision: {markup(str(mp))})",
-                soft_wrap=True)
+            out(
+                f"  accelerate config: {markup(host.accelerate_config_path)} (mixed_precision: {markup(str(mp))})",
+                soft_wrap=True,
+            )
 
 
 def _job(facts: Facts, found: list[Finding], out, lines, fancy: bool, quiet: bool) -> None:
@@ -214,9 +243,11 @@ def _job(facts: Facts, found: list[Finding], out, lines, fancy: bool, quiet: boo
     if not quiet:
         gpus = job.gpus_per_node
         tasks = job.tasks_per_node if job.srun else 1
-        out(f"  {job.nodes} node{'s' if job.nodes != 1 else ''} × {tasks if tasks else '?'} task"
+        out(
+            f"  {job.nodes} node{'s' if job.nodes != 1 else ''} × {tasks if tasks else '?'} task"
             f"{'s' if tasks != 1 else ''}, {gpus if gpus is not None else '?'} GPUs per node"
-            + (f", partition {markup(job.directives['partition'].value)}" if "partition" in job.directives else ""))
+            + (f", partition {markup(job.directives['partition'].value)}" if "partition" in job.directives else "")
+        )
         if job.launch:
             out(f"  line {job.launch_line}: {'srun ' if job.srun else ''}{markup(job.launch)}", soft_wrap=True)
     for f in found:
@@ -227,34 +258,45 @@ _ENDED = {
     "stopped": "stopped where training starts ({at}), before any optimizer step",
     "steps done": "ran {steps} real optimizer step(s), then stopped",
     "finished": "ran to its end without reaching a training entry point (Trainer.train, Accelerator.prepare, "
-                "Optimizer.step)",
+    "Optimizer.step)",
     "exited": "exited with code {code} before reaching training",
     "raised": "raised before {where}",
     "timed out": "did not reach training before the timeout: ended with every process it started",
     "timed out after": "reached training ({at}) but did not end before the timeout: ended with every process it "
-                       "started",
+    "started",
     "crashed": "died without reporting (exit code {code})",
 }
 _LIVE_OK = ("stopped", "steps done")  # a script's "no problems found" needs these when it ran live
-_LIVE_SHORT = {"finished": "never reached training", "exited": "exited before training", "raised": "raised an error",
-               "timed out": "timed out", "crashed": "died without reporting"}
+_LIVE_SHORT = {
+    "finished": "never reached training",
+    "exited": "exited before training",
+    "raised": "raised an error",
+    "timed out": "timed out",
+    "crashed": "died without reporting",
+}
 
 
 def _live(live, result: Result, out) -> None:
     where = "the first optimizer step" if not live.optimizer_steps else f"step {live.optimizer_steps + 1}"
     ended = "timed out after" if live.ended == "timed out" and live.stopped_at else live.ended
-    text = _ENDED.get(ended, ended).format(at=live.stopped_at, steps=live.optimizer_steps, code=live.exit_code,
-                                           where=where)
+    text = _ENDED.get(ended, ended).format(
+        at=live.stopped_at, steps=live.optimizer_steps, code=live.exit_code, where=where
+    )
     log = f"; log: {markup(live.log_path)}" if live.log_path else ""
-    out(f"\n[bold]live run[/bold]  the script {markup(text)}  [dim]({live.wall_s:.1f} s, peak RSS "
-        f"{live.peak_rss_mib:.0f} MiB{log})[/dim]", soft_wrap=True)
+    out(
+        f"\n[bold]live run[/bold]  the script {markup(text)}  [dim]({live.wall_s:.1f} s, peak RSS "
+        f"{live.peak_rss_mib:.0f} MiB{log})[/dim]",
+        soft_wrap=True,
+    )
     for label, value in _live_rows(live):
         out(f"  {label:<12} {markup(value)}", soft_wrap=True)
     if live.losses:
         out(f"  losses: {markup(str(list(live.losses[:8])))}{' ...' if len(live.losses) > 8 else ''}")
     if live.error and not any(f.error and live.error.type in f.error for f in result.findings):
-        out(f"  [red]{markup(live.error.type)}: {markup(live.error.message[:300])}[/red] "
-            f"(no known cause: see the log)", soft_wrap=True)
+        out(
+            f"  [red]{markup(live.error.type)}: {markup(live.error.message[:300])}[/red] (no known cause: see the log)",
+            soft_wrap=True,
+        )
     for line in live.log_tail[-12:]:
         out(f"  [dim]| {markup(line[:220])}[/dim]", soft_wrap=True)
     for w in result.withdrawn:
@@ -274,27 +316,53 @@ def _live_rows(live) -> list[tuple[str, str]]:
         rows += [(f"  {prefix}", _counts(counts)) for prefix, counts in m.param_dtypes.items()]
         rows.append(("trainable", _counts(m.trainable_dtypes)))
         for name, a in m.peft.items():
-            rows.append(("adapters", f"{name}: {a.type} r={a.r} on {', '.join(a.target_modules) or '?'}"
-                         + (f"; modules_to_save {', '.join(a.modules_to_save)}" if a.modules_to_save else "")))
+            rows.append(
+                (
+                    "adapters",
+                    f"{name}: {a.type} r={a.r} on {', '.join(a.target_modules) or '?'}"
+                    + (f"; modules_to_save {', '.join(a.modules_to_save)}" if a.modules_to_save else ""),
+                )
+            )
         if m.quantized:
-            rows.append(("quantized", _counts(m.quantized) + (f"; compute {', '.join(m.compute_dtypes)}"
-                                                               if m.compute_dtypes else "")))
+            rows.append(
+                (
+                    "quantized",
+                    _counts(m.quantized) + (f"; compute {', '.join(m.compute_dtypes)}" if m.compute_dtypes else ""),
+                )
+            )
         if m.device_map:
             rows.append(("device map", ", ".join(sorted(set(m.device_map.values())))))
         rows.append(("devices", ", ".join(m.devices) or "?"))
     if live.trainer is not None:
         t = live.trainer
-        rows.append(("Trainer", f"n_gpu {t.n_gpu}, model parallel {t.is_model_parallel}, fp16 {t.fp16}, bf16 {t.bf16},"
-                                f" wraps in {t.wrap}, batch {t.train_batch_size}"))
+        rows.append(
+            (
+                "Trainer",
+                f"n_gpu {t.n_gpu}, model parallel {t.is_model_parallel}, fp16 {t.fp16}, bf16 {t.bf16},"
+                f" wraps in {t.wrap}, batch {t.train_batch_size}",
+            )
+        )
     if live.accelerator is not None:
         a = live.accelerator
-        rows.append(("Accelerator", f"mixed_precision {a.mixed_precision or 'no'}, GradScaler {a.scaler}, "
-                                    f"{a.distributed_type or 'no distribution'}, {a.num_processes} process(es)"))
+        rows.append(
+            (
+                "Accelerator",
+                f"mixed_precision {a.mixed_precision or 'no'}, GradScaler {a.scaler}, "
+                f"{a.distributed_type or 'no distribution'}, {a.num_processes} process(es)",
+            )
+        )
     if live.optimizer is not None:
         o = live.optimizer
-        rows.append(("optimizer", f"{o.class_name}: " + "; ".join(
-            _counts(g.dtypes) + (" (fused)" if g.fused else " (foreach)" if g.foreach else "") for g in o.groups)
-            + (f"; {o.state_dtype_mismatches} state tensors of another dtype" if o.state_dtype_mismatches else "")))
+        rows.append(
+            (
+                "optimizer",
+                f"{o.class_name}: "
+                + "; ".join(
+                    _counts(g.dtypes) + (" (fused)" if g.fused else " (foreach)" if g.foreach else "") for g in o.groups
+                )
+                + (f"; {o.state_dtype_mismatches} state tensors of another dtype" if o.state_dtype_mismatches else ""),
+            )
+        )
     return rows
 
 
@@ -318,8 +386,7 @@ def _finding(f: Finding, out, lines: SourceLines, fancy: bool) -> None:
             where = f"{e.location.path}:{e.location.line}" if e.location else (e.origin or "")
             source = lines.get(e.location.path, e.location.line) if e.location else ""
             excerpt = source or e.excerpt
-            out(f"      [cyan]{markup(where)}[/cyan]  {markup(excerpt)}  [dim]← {markup(e.note)}[/dim]",
-                soft_wrap=True)
+            out(f"      [cyan]{markup(where)}[/cyan]  {markup(excerpt)}  [dim]← {markup(e.note)}[/dim]", soft_wrap=True)
             for step in e.trail:
                 out(f"        [dim]via {markup(step)}[/dim]", soft_wrap=True)
     if f.error:
@@ -330,8 +397,9 @@ def _finding(f: Finding, out, lines: SourceLines, fancy: bool) -> None:
     if f.why:
         out(f"    [dim]why[/dim]  {markup(f.why)}", soft_wrap=True)
     if f.fix:
-        safety = {"safe": "[green]safe[/green]", "unsafe": "[yellow]review[/yellow]"}.get(f.fix.applicability,
-                                                                                        "display only")
+        safety = {"safe": "[green]safe[/green]", "unsafe": "[yellow]review[/yellow]"}.get(
+            f.fix.applicability, "display only"
+        )
         out(f"    [bold]fix[/bold]  {markup(f.fix.description)}  [{safety}]", soft_wrap=True)
         for edit in f.fix.edits:
             out(f"         {markup(edit.describe())}", soft_wrap=True)
@@ -349,11 +417,16 @@ def _unknowns(entries: list[UnknownEntry], out, listed: bool) -> None:
     kept = f"; they kept {', '.join(silenced)} silent" if silenced else ""
     where = f" in {len(files)} file{'s' if len(files) != 1 else ''}" if len(files) > 1 else ""
     if not listed:
-        out(f"\n[bold]unknown[/bold]  {len(entries)} value{'s' if len(entries) != 1 else ''}{where} the doctor cannot "
-            f"decide statically{kept} (--show-unknowns lists them)", soft_wrap=True)
+        out(
+            f"\n[bold]unknown[/bold]  {len(entries)} value{'s' if len(entries) != 1 else ''}{where} the doctor cannot "
+            f"decide statically{kept} (--show-unknowns lists them)",
+            soft_wrap=True,
+        )
         return
-    out(f"\n[bold]unknown[/bold] ({len(entries)}{where}): values the doctor cannot decide statically; rules that need "
-        f"them stay silent")
+    out(
+        f"\n[bold]unknown[/bold] ({len(entries)}{where}): values the doctor cannot decide statically; rules that need "
+        f"them stay silent"
+    )
     for path, items in files.items():
         if len(files) > 1:
             out(f"  [bold]{markup(path)}[/bold]")

@@ -8,7 +8,6 @@ listed unknown carries (a value the derivation, not the probe, gave up on) becom
 
 from __future__ import annotations
 
-
 from ..engine import Result
 from ..model.facts import Facts, Location
 from ..model.util import record
@@ -48,13 +47,18 @@ def unknown_entries(result: Result, facts: Facts, not_checked: bool = False) -> 
                 continue
             where = _key(u.location)
             listed.add(where)
-            seen[key] = UnknownEntry(u.what, u.reason, u.location.path if u.location else script.path,
-                                     u.location.line if u.location else None,
-                                     tuple(sorted(silenced.get(where, ()))) if where else ())
+            seen[key] = UnknownEntry(
+                u.what,
+                u.reason,
+                u.location.path if u.location else script.path,
+                u.location.line if u.location else None,
+                tuple(sorted(silenced.get(where, ()))) if where else (),
+            )
     for where, (fact, reason, loc) in derived_only.items():
         if where not in listed:
-            seen[("", reason, where)] = UnknownEntry(f"{fact.replace('_', ' ')} (derived)", reason, loc.path, loc.line,
-                                                    tuple(sorted(silenced[where])))
+            seen[("", reason, where)] = UnknownEntry(
+                f"{fact.replace('_', ' ')} (derived)", reason, loc.path, loc.line, tuple(sorted(silenced[where]))
+            )
     return sorted(seen.values(), key=lambda e: (e.path, e.line or 0, e.what))
 
 

@@ -10,8 +10,10 @@ from ..derive.optimizer import FP32_MATH, FUSED_MATH, optimizer_of
 from ..model.facts import CONDITIONAL, KNOWN, Call, MachineFacts, ScriptFacts, StackFacts, Value
 from ..model.findings import Edit, Fix
 
-_PURE_FP16 = ("fp16 weights trained without loss scaling underflow (PD204): NaN with a for-each AdamW, steps far "
-              "past the learning rate with a fused one.")
+_PURE_FP16 = (
+    "fp16 weights trained without loss scaling underflow (PD204): NaN with a for-each AdamW, steps far "
+    "past the learning rate with a fused one."
+)
 PURE_FP16_WARNING = f"Do not turn fp16 AMP off to silence this: {_PURE_FP16}"
 
 
@@ -43,12 +45,19 @@ def literal_edit(value: Value | None, new: str) -> Edit | None:
         return None
     literal = value.origins[-1]
     if literal.kind == "code" and literal.location is not None:
-        return Edit("replace_value", literal.location.path, literal.location.line, old=literal.detail, new=new,
-                    column=literal.location.column)
+        return Edit(
+            "replace_value",
+            literal.location.path,
+            literal.location.line,
+            old=literal.detail,
+            new=new,
+            column=literal.location.column,
+        )
     if literal.kind == "default" and value.location is not None and isinstance(value.value, (bool, int, float, str)):
         old = value.value if isinstance(value.value, str) and value.value.startswith("torch.") else repr(value.value)
-        return Edit("replace_value", value.location.path, value.location.line, old=old, new=new,
-                    column=value.location.column)
+        return Edit(
+            "replace_value", value.location.path, value.location.line, old=old, new=new, column=value.location.column
+        )
     return None
 
 
@@ -60,13 +69,20 @@ def set_kwarg(call: Call, name: str, new: str) -> Edit | None:
         if existing.state == KNOWN:
             return literal_edit(existing, new)
         if existing.state == CONDITIONAL and existing.location is not None:  # replace the hardware check itself
-            return Edit("replace_value", existing.location.path, existing.location.line, old=existing.text, new=new,
-                        column=existing.location.column)
+            return Edit(
+                "replace_value",
+                existing.location.path,
+                existing.location.line,
+                old=existing.text,
+                new=new,
+                column=existing.location.column,
+            )
         return None
     if any(v.text.startswith("**") for v in call.kwargs.values()) or call.text.startswith("(parsed"):
         return None
-    return Edit("set_kwarg", call.location.path, call.location.line, call=call.callee.rsplit(".", 1)[-1],
-                name=name, new=new)
+    return Edit(
+        "set_kwarg", call.location.path, call.location.line, call=call.callee.rsplit(".", 1)[-1], name=name, new=new
+    )
 
 
 def present(*maybe: Edit | None) -> tuple[Edit, ...]:
@@ -125,27 +141,39 @@ def keep_shared_source(fix: Fix, setup: Setup, script: ScriptFacts | None) -> Fi
     if at_source is None:
         return fix
     target = _edit_target(at_source)
-    index = next((i for i, e in enumerate(fix.edits) if e.kind == "replace_value" and _edit_target(e) == target),
-                 None)
+    index = next((i for i, e in enumerate(fix.edits) if e.kind == "replace_value" and _edit_target(e) == target), None)
     name = next((k for k in ("dtype", "torch_dtype") if k in load.kwargs and load.kwargs[k] is source), None)
     if name is None:
-        name = next((k for k in ("dtype", "torch_dtype") if k in load.kwargs and
-                     load.kwargs[k].location == source.location), None)
+        name = next(
+            (k for k in ("dtype", "torch_dtype") if k in load.kwargs and load.kwargs[k].location == source.location),
+            None,
+        )
     readers = _readers(script, setup, target) if index is not None and name is not None else []
     if not readers:
         return fix
     old = fix.edits[index]
-    at_call = Edit("set_kwarg", load.location.path, load.location.line, call=load.callee.rsplit(".", 1)[-1],
-                   name=name, new=old.new)
+    at_call = Edit(
+        "set_kwarg", load.location.path, load.location.line, call=load.callee.rsplit(".", 1)[-1], name=name, new=old.new
+    )
     origin = source.origins[-1] if source.origins else None
-    what = f"the {origin.detail}" if origin is not None and origin.kind == "default" else \
-        f"`{origin.detail if origin is not None else source.text}`"
+    what = (
+        f"the {origin.detail}"
+        if origin is not None and origin.kind == "default"
+        else f"`{origin.detail if origin is not None else source.text}`"
+    )
     where = f"{os.path.basename(old.path)}:{old.line}"
-    why = (f"{what} ({where}) is also read by {', '.join(map(_call_phrase, readers))}: {name}= is set at the "
-           f"trained model's load instead, so {'that call keeps' if len(readers) == 1 else 'those calls keep'} "
-           f"its value (changing {what} itself is the fallback)")
-    edits = fix.edits[:index] + (at_call,) + fix.edits[index + 1:]
-    return replace(fix, description=f"{fix.description.rstrip('.')}. {why[0].upper()}{why[1:]}", edits=edits, variants=(fix.edits, *fix.variants))
+    why = (
+        f"{what} ({where}) is also read by {', '.join(map(_call_phrase, readers))}: {name}= is set at the "
+        f"trained model's load instead, so {'that call keeps' if len(readers) == 1 else 'those calls keep'} "
+        f"its value (changing {what} itself is the fallback)"
+    )
+    edits = fix.edits[:index] + (at_call,) + fix.edits[index + 1 :]
+    return replace(
+        fix,
+        description=f"{fix.description.rstrip('.')}. {why[0].upper()}{why[1:]}",
+        edits=edits,
+        variants=(fix.edits, *fix.variants),
+    )
 
 
 def describe_trainable(setup: Setup) -> str:
@@ -155,8 +183,9 @@ def describe_trainable(setup: Setup) -> str:
     if setup.adapter_dtype.known:
         parts.append(f"LoRA adapters in {setup.adapter_dtype.value}")
     if setup.modules_to_save.value:
-        parts.append(f"modules_to_save copies ({', '.join(map(str, setup.modules_to_save.value))}) "
-                     f"in {setup.weights.value}")
+        parts.append(
+            f"modules_to_save copies ({', '.join(map(str, setup.modules_to_save.value))}) in {setup.weights.value}"
+        )
     return " and ".join(parts) or "adapters are trained"
 
 
@@ -165,27 +194,38 @@ def fp16_optimizer_symptom(setup: Setup, stack: StackFacts) -> tuple[str, str]:
     the measurements behind each case are in derive/optimizer.py."""
     opt = optimizer_of(setup, stack)
     if opt is None or not opt.math:
-        return ("small gradients underflow to zero",
-                "no exception: the loss stalls, or turns nan with an Adam-type optimizer")
+        return (
+            "small gradients underflow to zero",
+            "no exception: the loss stalls, or turns nan with an Adam-type optimizer",
+        )
     label = f"Trainer's {opt.name}" if setup.style == "trainer" else opt.name
     if opt.math == FUSED_MATH:
         label = label if "fused" in label else f"{label} (fused)"
-        return (f"small gradients and the second-moment state of {label} underflow, so its steps grow "
-                f"far past the learning rate",
-                "no exception: no NaN at first (the fused AdamW computes in fp32), but steps many times the "
-                "learning rate make the loss jump or diverge")
+        return (
+            f"small gradients and the second-moment state of {label} underflow, so its steps grow "
+            f"far past the learning rate",
+            "no exception: no NaN at first (the fused AdamW computes in fp32), but steps many times the "
+            "learning rate make the loss jump or diverge",
+        )
     if opt.math == FP32_MATH:
-        return (f"gradients too small for fp16 flush to zero and {label} never sees them",
-                f"no exception: {label} computes in fp32 with its own state, so no NaN, but every gradient below "
-                f"fp16's range (6e-8) is lost and the loss stalls or trains worse")
+        return (
+            f"gradients too small for fp16 flush to zero and {label} never sees them",
+            f"no exception: {label} computes in fp32 with its own state, so no NaN, but every gradient below "
+            f"fp16's range (6e-8) is lost and the loss stalls or trains worse",
+        )
     if opt.adam:
-        return (f"small gradients underflow and {label}'s update turns NaN",
-                "no exception: the weights turn nan at the first optimizer step, then loss: nan")
-    return (f"small gradients underflow to zero, so {label} stops updating those parameters",
-            "no exception: the loss stalls while the weights stop changing")
+        return (
+            f"small gradients underflow and {label}'s update turns NaN",
+            "no exception: the weights turn nan at the first optimizer step, then loss: nan",
+        )
+    return (
+        f"small gradients underflow to zero, so {label} stops updating those parameters",
+        "no exception: the loss stalls while the weights stop changing",
+    )
 
 
 # --- path-sensitive severity: an error claims the job dies on every path to training -------------------------
+
 
 def exclusive(a: Call, b: Call) -> bool:
     """The two calls never run together: they sit on opposite sides of one `if`."""

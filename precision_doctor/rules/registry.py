@@ -10,15 +10,14 @@ injects them. This module imports only the facts layer: checks import it, it imp
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import field
-from typing import Callable, Iterable
 
 from ..model.findings import Applicability, Draft, Phase, Severity
 from ..model.util import record
 
 # What a check may ask for, by parameter name.
-INJECTABLE = ("facts", "script", "setup", "machine", "stack", "launch", "live", "plan", "suppressions", "job",
-              "memory")
+INJECTABLE = ("facts", "script", "setup", "machine", "stack", "launch", "live", "plan", "suppressions", "job", "memory")
 # Facts a rule may declare it needs; without them it is skipped with the reason. "host": ports, processes and
 # environment, known without a GPU driver.
 NEEDABLE = ("machine", "live", "host")
@@ -101,13 +100,29 @@ class Rule:
 REGISTRY: dict[str, Rule] = {}
 
 
-def rule(id: str, name: str, *, severity: str, phase: str, summary: str, what: str, why: str, error: str,
-         fix: str, fires: list[Example], silent: list[Example], applicability: Applicability = Applicability.DISPLAY,
-         fix_safety: str = "", needs: tuple[str, ...] = (), escalates_to: str = "",
-         log: LogSignature = LogSignature(), related: tuple[str, ...] = ()) -> Callable:
+def rule(
+    id: str,
+    name: str,
+    *,
+    severity: str,
+    phase: str,
+    summary: str,
+    what: str,
+    why: str,
+    error: str,
+    fix: str,
+    fires: list[Example],
+    silent: list[Example],
+    applicability: Applicability = Applicability.DISPLAY,
+    fix_safety: str = "",
+    needs: tuple[str, ...] = (),
+    escalates_to: str = "",
+    log: LogSignature = LogSignature(),
+    related: tuple[str, ...] = (),
+) -> Callable:
     def register(func: Callable) -> Callable:
         code = func.__code__
-        params = code.co_varnames[:code.co_argcount]
+        params = code.co_varnames[: code.co_argcount]
         unknown = [p for p in params if p not in INJECTABLE]
         if unknown:
             raise TypeError(f"{func.__name__}: cannot inject {unknown}; use {INJECTABLE}")
@@ -117,11 +132,27 @@ def rule(id: str, name: str, *, severity: str, phase: str, summary: str, what: s
             raise ValueError(f"rule id {id} registered twice")
         if not fires or not silent:
             raise ValueError(f"{id}: a rule needs at least one firing example and one silent look-alike")
-        REGISTRY[id] = Rule(id=id, name=name, severity=Severity(severity), phase=Phase(phase), summary=summary,
-                            what=what, why=why, error=error, fix=fix, applicability=Applicability(applicability),
-                            fix_safety=fix_safety, fires=tuple(fires), silent=tuple(silent), needs=tuple(needs),
-                            escalates_to=Severity(escalates_to or severity), log=log, related=tuple(related),
-                            func=func, params=params)
+        REGISTRY[id] = Rule(
+            id=id,
+            name=name,
+            severity=Severity(severity),
+            phase=Phase(phase),
+            summary=summary,
+            what=what,
+            why=why,
+            error=error,
+            fix=fix,
+            applicability=Applicability(applicability),
+            fix_safety=fix_safety,
+            fires=tuple(fires),
+            silent=tuple(silent),
+            needs=tuple(needs),
+            escalates_to=Severity(escalates_to or severity),
+            log=log,
+            related=tuple(related),
+            func=func,
+            params=params,
+        )
         return func
 
     return register

@@ -12,7 +12,8 @@ import os
 import signal
 import sys
 from collections import deque
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from ..model.util import record
 
@@ -33,9 +34,15 @@ class Lost:
     reason: str
 
 
-def run_parallel(func: Callable[[Any], Any], items: Iterable[Any], jobs: int, chunk: int = 0,
-                 meanwhile: Callable[[], Any] | None = None, weights: list[float] | None = None,
-                 groups: list[Any] | None = None) -> list[Any]:
+def run_parallel(
+    func: Callable[[Any], Any],
+    items: Iterable[Any],
+    jobs: int,
+    chunk: int = 0,
+    meanwhile: Callable[[], Any] | None = None,
+    weights: list[float] | None = None,
+    groups: list[Any] | None = None,
+) -> list[Any]:
     """`[func(item) for item in items]` in up to `jobs` worker processes, in order; an item whose worker died
     is a `Lost`. An exception raised by `func` ends every worker and is raised here, as a plain call would.
     At most `chunk` items go to a worker at a time (default: about four rounds per worker), fewer as the work
@@ -79,8 +86,15 @@ class _Worker:
 
 
 class _Pool:
-    def __init__(self, func, items: list, jobs: int, chunk: int, weights: list[float] | None = None,
-                 groups: list[Any] | None = None):
+    def __init__(
+        self,
+        func,
+        items: list,
+        jobs: int,
+        chunk: int,
+        weights: list[float] | None = None,
+        groups: list[Any] | None = None,
+    ):
         # fork: no re-import per worker, and the worker's parent is this thread (what PDEATHSIG watches)
         import multiprocessing  # here: a check of one script starts no worker and needs none of it (~10 ms)
 
@@ -121,8 +135,12 @@ class _Pool:
             carried += self.weights[index]
         groups = self.groups
         if groups is not None and batch:  # on to the end of the last item's group, within twice the share and count
-            while self.queue and groups[self.queue[0]] == groups[batch[-1]] and len(batch) < 2 * self.chunk and \
-                    carried + self.weights[self.queue[0]] <= 2 * share:
+            while (
+                self.queue
+                and groups[self.queue[0]] == groups[batch[-1]]
+                and len(batch) < 2 * self.chunk
+                and carried + self.weights[self.queue[0]] <= 2 * share
+            ):
                 index = self.queue.popleft()
                 batch.append(index)
                 carried += self.weights[index]
@@ -200,8 +218,9 @@ class _Pool:
         culprit = worker.in_flight.popleft()  # the worker takes its batch in order: it died on the first left
         self.deaths[culprit] = self.deaths.get(culprit, 0) + 1
         if self.deaths[culprit] >= ATTEMPTS:
-            self.results[culprit] = Lost(f"the worker process checking it died {ATTEMPTS} times "
-                                         f"(last: {_how(worker.process.exitcode)})")
+            self.results[culprit] = Lost(
+                f"the worker process checking it died {ATTEMPTS} times (last: {_how(worker.process.exitcode)})"
+            )
         else:
             self.retries.appendleft([culprit])
         if worker.in_flight:

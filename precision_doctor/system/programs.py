@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 _CHECKED: list[str] = []  # real paths of the trees this run checks (each path's repository, else its folder)
 _REPOSITORIES: list[str] = []  # ... of those that are repositories
@@ -98,9 +98,19 @@ def find_program(name: str, environ: Mapping[str, str] | None = None) -> tuple[s
 
 # where the dynamic linker finds a driver's libraries besides LD_LIBRARY_PATH: its default folders, the driver images'
 # (NVIDIA's container runtime, WSL), and what /etc/ld.so.conf lists
-LIBRARY_FOLDERS = ("/usr/local/nvidia/lib64", "/usr/local/nvidia/lib", "/usr/lib/x86_64-linux-gnu",
-                   "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/lib/x86_64-linux-gnu",
-                   "/lib/aarch64-linux-gnu", "/lib64", "/lib", "/usr/lib/wsl/lib")
+LIBRARY_FOLDERS = (
+    "/usr/local/nvidia/lib64",
+    "/usr/local/nvidia/lib",
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/lib/x86_64-linux-gnu",
+    "/lib/aarch64-linux-gnu",
+    "/lib64",
+    "/lib",
+    "/usr/lib/wsl/lib",
+)
 
 
 def find_library(name: str, environ: Mapping[str, str] | None = None) -> tuple[str | None, str]:
@@ -143,7 +153,7 @@ def _ld_so_conf_folders(conf: str = "/etc/ld.so.conf", depth: int = 0) -> list[s
     for line in text.splitlines():
         line = line.split("#", 1)[0].strip()
         if line.startswith("include") and depth < 2:
-            for included in sorted(glob.glob(line[len("include"):].strip()))[:64]:
+            for included in sorted(glob.glob(line[len("include") :].strip()))[:64]:
                 out += _ld_so_conf_folders(included, depth + 1)
         elif line.startswith("/"):
             out.append(line)
@@ -155,11 +165,13 @@ def doctor_python(module: str, *args: str) -> list[str]:
     process did and nothing from the working directory (the child's own code may put a folder back on the path:
     live mode's child puts the script's)."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # holds precision_doctor/
-    boot = ("import os, sys\n"
-            "here = os.getcwd()\n"
-            "sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != here]\n"
-            f"sys.path.append({root!r}) if {root!r} not in sys.path else None\n"
-            "module = sys.argv.pop(1)\n"
-            "import runpy\n"
-            "runpy.run_module(module, run_name='__main__', alter_sys=True)\n")
+    boot = (
+        "import os, sys\n"
+        "here = os.getcwd()\n"
+        "sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != here]\n"
+        f"sys.path.append({root!r}) if {root!r} not in sys.path else None\n"
+        "module = sys.argv.pop(1)\n"
+        "import runpy\n"
+        "runpy.run_module(module, run_name='__main__', alter_sys=True)\n"
+    )
     return [sys.executable, "-c", boot, module, *args]

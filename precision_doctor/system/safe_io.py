@@ -43,8 +43,14 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def write_file(target: str | os.PathLike, data: bytes, *, what: str = "", unchanged_since: str | None = None,
-               new_mode: int | None = None) -> None:
+def write_file(
+    target: str | os.PathLike,
+    data: bytes,
+    *,
+    what: str = "",
+    unchanged_since: str | None = None,
+    new_mode: int | None = None,
+) -> None:
     """Write `data` to `target` by the rules above. `what` names the target in errors (default: the path);
     `unchanged_since` is the digest the current content must still have; `new_mode` the mode of a file that does
     not exist yet (default: 0o666 less the umask)."""
@@ -96,8 +102,10 @@ def read_bytes(path: str | os.PathLike, what: str = "") -> bytes:
 
 # --- the three ways to write ----------------------------------------------------------------------
 
-def _replace(real: str, data: bytes, st: os.stat_result | None, unchanged_since: str | None, what: str,
-             new_mode: int | None) -> None:
+
+def _replace(
+    real: str, data: bytes, st: os.stat_result | None, unchanged_since: str | None, what: str, new_mode: int | None
+) -> None:
     folder, name = os.path.split(real)
     folder = folder or "."
     _remove_stale_temps(folder, name)
@@ -184,6 +192,7 @@ def _own_descriptor(path: str) -> int | None:
 
 
 # --- helpers ---------------------------------------------------------------------------------------
+
 
 def _write_all(fd: int, data: bytes, at: int | None = None) -> None:
     view = memoryview(data)
@@ -345,14 +354,18 @@ class OwnFolder:
             return None
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise InputError(f"{path}: the doctor's state folder is a link or not a folder; remove it (the "
-                                 f"doctor never writes through a link)") from None
+                raise InputError(
+                    f"{path}: the doctor's state folder is a link or not a folder; remove it (the "
+                    f"doctor never writes through a link)"
+                ) from None
             raise InputError(_describe(f"state folder {path}", path, exc, folder=True)) from None
         owner = os.fstat(fd).st_uid
         if owner != os.geteuid():
             os.close(fd)
-            raise InputError(f"{path}: the doctor's state folder belongs to another user (uid {owner}); remove it "
-                             f"or set XDG_STATE_HOME to a folder of yours")
+            raise InputError(
+                f"{path}: the doctor's state folder belongs to another user (uid {owner}); remove it "
+                f"or set XDG_STATE_HOME to a folder of yours"
+            )
         return OwnFolder(fd, path)
 
     def names(self) -> list[str]:
@@ -395,8 +408,9 @@ class OwnFolder:
         temp = f".{name}.{TEMP_TAG}-{os.getpid()}-{secrets.token_hex(6)}.tmp"
         path = os.path.join(self.path, name)
         try:
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                         dir_fd=self.fd)
+            fd = os.open(
+                temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=self.fd
+            )
             try:
                 try:
                     _write_all(fd, data)

@@ -14,20 +14,25 @@ import os
 import stat
 import sys
 import tokenize
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from ..model.errors import InputError
 
 MAX_SOURCE_BYTES = 2 * 1024 * 1024  # a training script or a module it imports
 MAX_CONFIG_BYTES = 4 * 1024 * 1024  # pyproject.toml, requirements, accelerate YAML, DeepSpeed/model JSON
 
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 # non-blocking: opening a FIFO never waits for a writer, and no device becomes our controlling terminal
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | \
-    getattr(os, "O_CLOEXEC", 0)
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 class Unreadable(InputError):
@@ -78,8 +83,9 @@ def read_bytes_bounded(path: os.PathLike | str, limit: int, what: str = "file") 
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except OSError as exc:
-        raise Unreadable(path, os_reason(exc), "run the doctor as a user who can read it"
-                         if isinstance(exc, PermissionError) else "") from None
+        raise Unreadable(
+            path, os_reason(exc), "run the doctor as a user who can read it" if isinstance(exc, PermissionError) else ""
+        ) from None
     try:
         info = os.fstat(fd)  # what was opened, not what was checked a moment ago
         if not stat.S_ISREG(info.st_mode):
@@ -124,19 +130,24 @@ def read_prefix(path: os.PathLike | str, size: int) -> bytes:
 
 
 def _too_large(path, size: int, limit: int, what: str) -> Unreadable:
-    return Unreadable(path, f"{size / 2**20:.1f} MiB is too large for a {what} (limit {limit / 2**20:g} MiB)",
-                      "is it generated? pass the file that matters" if what == "training script" else "")
+    return Unreadable(
+        path,
+        f"{size / 2**20:.1f} MiB is too large for a {what} (limit {limit / 2**20:g} MiB)",
+        "is it generated? pass the file that matters" if what == "training script" else "",
+    )
 
 
-def read_text_bounded(path: os.PathLike | str, limit: int = MAX_CONFIG_BYTES, what: str = "config file",
-                      errors: str = "strict") -> str:
+def read_text_bounded(
+    path: os.PathLike | str, limit: int = MAX_CONFIG_BYTES, what: str = "config file", errors: str = "strict"
+) -> str:
     """A UTF-8 text file (JSON, TOML, YAML, requirements) of at most `limit` bytes; a BOM is dropped."""
     data = read_bytes_bounded(path, limit, what)
     try:
         return data.decode("utf-8-sig", errors)
     except UnicodeDecodeError as exc:
-        raise Unreadable(path, f"not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})",
-                         f"save the {what} as UTF-8") from None
+        raise Unreadable(
+            path, f"not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})", f"save the {what} as UTF-8"
+        ) from None
 
 
 _PROPOSED: dict[str, str] = {}  # real path -> text: what `fix` would write, checked before it is written
@@ -166,8 +177,11 @@ def read_source(path: os.PathLike | str, limit: int = MAX_SOURCE_BYTES) -> str:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as exc:
         _decode(path, data, "utf-8")  # undecodable first lines without a cookie: name the byte
-        raise Unreadable(path, f"bad encoding declaration ({exc.msg})",
-                         "Python refuses this file too: fix or remove the `# coding:` line") from None
+        raise Unreadable(
+            path,
+            f"bad encoding declaration ({exc.msg})",
+            "Python refuses this file too: fix or remove the `# coding:` line",
+        ) from None
     text = _decode(path, data, encoding)
     if "\x00" in text:
         raise Unreadable(path, "contains NUL bytes, so it is not Python source", "pass the training script")
@@ -178,13 +192,19 @@ def _decode(path, data: bytes, encoding: str) -> str:
     try:
         return data.decode(encoding)
     except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
+        line = data[: exc.start].count(b"\n") + 1
         name = "UTF-8" if encoding.replace("-sig", "") in ("utf-8", "utf8") else f"{encoding} (its coding line)"
-        raise Unreadable(f"{path}:{line}", f"not {name} (byte 0x{data[exc.start]:02x} at offset {exc.start})",
-                         "save the script as UTF-8") from None
+        raise Unreadable(
+            f"{path}:{line}",
+            f"not {name} (byte 0x{data[exc.start]:02x} at offset {exc.start})",
+            "save the script as UTF-8",
+        ) from None
     except LookupError as exc:  # a codec that is not a text encoding (rot13, ...)
-        raise Unreadable(path, f"bad encoding declaration ({exc})",
-                         "Python refuses this file too: fix or remove the `# coding:` line") from None
+        raise Unreadable(
+            path,
+            f"bad encoding declaration ({exc})",
+            "Python refuses this file too: fix or remove the `# coding:` line",
+        ) from None
 
 
 def parse_json(text: str | bytes) -> Any:

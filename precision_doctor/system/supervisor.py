@@ -208,7 +208,9 @@ class Tree:
 def main(argv: list[str]) -> int:
     watch_fd, pass_fd, separator, *command = argv
     if separator != "--" or not command:
-        print("usage: python -m precision_doctor.system.supervisor WATCH_FD PASS_FD -- COMMAND [ARGS...]", file=sys.stderr)
+        print(
+            "usage: python -m precision_doctor.system.supervisor WATCH_FD PASS_FD -- COMMAND [ARGS...]", file=sys.stderr
+        )
         return 2
     watch_fd, pass_fd = int(watch_fd), int(pass_fd)
     requested: list[int] = []

@@ -15,11 +15,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .sources import Unreadable, os_reason, read_text_bounded
 from ..model.util import record
+from .sources import Unreadable, os_reason, read_text_bounded
 
-SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", "env", ".env", "site-packages", "node_modules",
-             ".tox", ".nox", ".mypy_cache", ".pytest_cache", "build", "dist"}
+SKIP_DIRS = {
+    ".git",
+    ".hg",
+    ".svn",
+    "__pycache__",
+    ".venv",
+    "venv",
+    "env",
+    ".env",
+    "site-packages",
+    "node_modules",
+    ".tox",
+    ".nox",
+    ".mypy_cache",
+    ".pytest_cache",
+    "build",
+    "dist",
+}
 MAX_IGNORE_BYTES = 1024 * 1024  # a .gitignore or info/exclude file
 
 
@@ -118,10 +134,11 @@ def _git_dir(repo: str) -> str | None:
         return None
     if not first.startswith("gitdir:"):
         return None
-    git_dir = os.path.join(repo, first[len("gitdir:"):].strip())
+    git_dir = os.path.join(repo, first[len("gitdir:") :].strip())
     try:
-        common = read_text_bounded(os.path.join(git_dir, "commondir"), 64 * 1024, what="git file",
-                                   errors="replace").strip()
+        common = read_text_bounded(
+            os.path.join(git_dir, "commondir"), 64 * 1024, what="git file", errors="replace"
+        ).strip()
     except Unreadable:
         return git_dir
     return os.path.join(git_dir, common)

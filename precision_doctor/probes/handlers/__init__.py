@@ -22,7 +22,7 @@ from __future__ import annotations
 import ast
 import importlib
 import pkgutil
-from typing import Callable
+from collections.abc import Callable
 
 Resolve = Callable  # (resolver, node, scope, ctx, depth) -> Sym | None
 
@@ -37,11 +37,13 @@ class Registry:
 
     def add(self, module) -> None:
         resolve = module.resolve
-        for table, keys in ((self.calls, getattr(module, "CALLS", ())),
-                            (self.call_names, getattr(module, "CALL_NAMES", ())),
-                            (self.methods, getattr(module, "METHODS", ())),
-                            (self.values, getattr(module, "VALUES", ())),
-                            (self.compares, getattr(module, "COMPARES", ()))):
+        for table, keys in (
+            (self.calls, getattr(module, "CALLS", ())),
+            (self.call_names, getattr(module, "CALL_NAMES", ())),
+            (self.methods, getattr(module, "METHODS", ())),
+            (self.values, getattr(module, "VALUES", ())),
+            (self.compares, getattr(module, "COMPARES", ())),
+        ):
             for key in keys:
                 if key in table:
                     raise RuntimeError(f"{module.__name__} and {table[key].__module__} both handle {key!r}")
@@ -49,8 +51,11 @@ class Registry:
 
     def for_call(self, callee: str, node: ast.Call) -> list[Resolve]:
         """The handlers that may read this call, the most specific first."""
-        found = [self.calls.get(callee), self.call_names.get(callee.rsplit(".", 1)[-1]) if callee else None,
-                 self.methods.get(node.func.attr) if isinstance(node.func, ast.Attribute) else None]
+        found = [
+            self.calls.get(callee),
+            self.call_names.get(callee.rsplit(".", 1)[-1]) if callee else None,
+            self.methods.get(node.func.attr) if isinstance(node.func, ast.Attribute) else None,
+        ]
         return [h for h in found if h is not None]
 
     def for_value(self, qualified: str) -> Resolve | None:

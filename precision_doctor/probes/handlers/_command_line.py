@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
-BOOL_STRINGS = {"true": True, "1": True, "yes": True, "y": True, "t": True,
-                "false": False, "0": False, "no": False, "n": False, "f": False}
+BOOL_STRINGS = {
+    "true": True,
+    "1": True,
+    "yes": True,
+    "y": True,
+    "t": True,
+    "false": False,
+    "0": False,
+    "no": False,
+    "n": False,
+    "f": False,
+}
 
 
 def coerce(text: str, is_bool: bool) -> object:

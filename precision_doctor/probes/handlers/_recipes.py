@@ -30,8 +30,11 @@ def recipe_from_command_line(r, args: list[str]) -> dict | Dyn:
 
 
 def recipe_from_call(r, call: ast.Call, method: str, scope, ctx, depth) -> dict | Dyn:
-    arg = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg in ("json_file", "yaml_file",
-                                                                                          "args")), None)
+    arg = (
+        call.args[0]
+        if call.args
+        else next((k.value for k in call.keywords if k.arg in ("json_file", "yaml_file", "args")), None)
+    )
     if arg is None:
         return Dyn(f"{method}() without a file or dict")
     found = r.sym(arg, scope, ctx, depth)

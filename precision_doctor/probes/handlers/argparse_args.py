@@ -45,9 +45,12 @@ def _build(r, parser_name: str, scope: Scope, ctx) -> Namespace | Dyn:
     calls = r.call_nodes() if scope_nodes is None else [n for n in scope_nodes if isinstance(n, ast.Call)]
     assigns = r.nodes_of(ast.Assign) if scope_nodes is None else [n for n in scope_nodes if isinstance(n, ast.Assign)]
     for node in assigns:  # argument groups add options to the same parser
-        if isinstance(node.value, ast.Call) and \
-                isinstance(node.value.func, ast.Attribute) and node.value.func.attr in GROUP_METHODS and \
-                dotted(node.value.func.value) in receivers:
+        if (
+            isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Attribute)
+            and node.value.func.attr in GROUP_METHODS
+            and dotted(node.value.func.value) in receivers
+        ):
             for t in node.targets:
                 if dotted(t):
                     receivers.add(dotted(t))
@@ -55,8 +58,11 @@ def _build(r, parser_name: str, scope: Scope, ctx) -> Namespace | Dyn:
     defaults: dict[str, object] = {}
     sentinel = object()
     for node in calls:
-        if not (isinstance(node.func, ast.Attribute)
-                and node.func.attr == "add_argument" and dotted(node.func.value) in receivers):
+        if not (
+            isinstance(node.func, ast.Attribute)
+            and node.func.attr == "add_argument"
+            and dotted(node.func.value) in receivers
+        ):
             continue
         flags = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
         if not flags:

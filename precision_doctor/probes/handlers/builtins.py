@@ -46,8 +46,7 @@ def resolve(r, node, scope, ctx, depth):
     args = [r.sym(a, scope, ctx, depth) for a in node.args]
     if isinstance(owner, Known) and isinstance(owner.value, str) and all(isinstance(a, Known) for a in args):
         try:
-            return Known(getattr(owner.value, node.func.attr)(*[a.value for a in args]), owner.origins,
-                         owner.location)
+            return Known(getattr(owner.value, node.func.attr)(*[a.value for a in args]), owner.origins, owner.location)
         except Exception:
             return Dyn(f"{r.text(node)} fails at run time")
     return None

@@ -18,8 +18,14 @@ from ...system.sources import Unreadable, read_text_bounded
 from ..config_files import ConfigDoc, ConfigError, display, find_config, parse_config
 from ..symbols import DictSym, Dyn, Known, ObjSym
 
-FILE_LOADERS = {"yaml.safe_load", "yaml.load", "yaml.full_load", "yaml.unsafe_load", "json.load",
-                "omegaconf.OmegaConf.load"}
+FILE_LOADERS = {
+    "yaml.safe_load",
+    "yaml.load",
+    "yaml.full_load",
+    "yaml.unsafe_load",
+    "json.load",
+    "omegaconf.OmegaConf.load",
+}
 TEXT_LOADERS = {"json.loads", "omegaconf.OmegaConf.create"}
 JSON_ONLY = {"json.load", "json.loads"}
 OPENERS = {"open", "io.open", "pathlib.Path.open", "codecs.open"}
@@ -92,8 +98,11 @@ def _opened_path(r, arg, scope, ctx, depth):
         else:
             return found
     func = call.func
-    if isinstance(func, ast.Attribute) and func.attr in ("open", "read_text", "read") and \
-            isinstance(func.value, ast.Call):
+    if (
+        isinstance(func, ast.Attribute)
+        and func.attr in ("open", "read_text", "read")
+        and isinstance(func.value, ast.Call)
+    ):
         return _opened_path(r, func.value, scope, ctx, depth)
     name = r.qualified(func)
     if (name in OPENERS or name in ("pathlib.Path", "Path")) and call.args:

@@ -24,8 +24,11 @@ def resolve(r, node, scope, ctx, depth):
         name = r.sym(node.args[0], scope, ctx, depth) if node.args else None
         if not isinstance(name, Known) or not isinstance(name.value, str):
             return Dyn(f"environment variable {r.text(node.args[0]) if node.args else '?'}")
-        default = node.args[1] if len(node.args) > 1 else next(
-            (k.value for k in node.keywords if k.arg in ("default", "value")), None)
+        default = (
+            node.args[1]
+            if len(node.args) > 1
+            else next((k.value for k in node.keywords if k.arg in ("default", "value")), None)
+        )
         return _variable(r, node, name.value, default, scope, ctx, depth)
     if isinstance(node, ast.Subscript):
         key = node.slice
@@ -33,8 +36,9 @@ def resolve(r, node, scope, ctx, depth):
             return _variable(r, node, key.value, None, scope, ctx, depth)
         return None
     if isinstance(node, ast.Attribute) and r.qualified(node) == "sys.argv":
-        return Known([r.path] + list(ctx.script_args), (Origin("script-arg", "the script's command line"),),
-                     r.loc(node))
+        return Known(
+            [r.path] + list(ctx.script_args), (Origin("script-arg", "the script's command line"),), r.loc(node)
+        )
     return None
 
 
@@ -52,5 +56,8 @@ def _variable(r, node, name: str, default, scope, ctx, depth):
     if not isinstance(fallback, Known):
         return fallback
     why = f"not set in {source}" if env is not None else "the job's environment is not known here"
-    return Known(fallback.value, (Origin("env-default", f"with {name} unset: the default {fallback.value!r}; "
-                                                         f"{why}", r.loc(default)),), r.loc(default))
+    return Known(
+        fallback.value,
+        (Origin("env-default", f"with {name} unset: the default {fallback.value!r}; {why}", r.loc(default)),),
+        r.loc(default),
+    )

@@ -6,8 +6,8 @@ from __future__ import annotations
 import ast
 
 from ...model.facts import Predicate
-from ..symbols import GpuQuery, predicate_sym
 from ...model.python_source import literal
+from ..symbols import GpuQuery, predicate_sym
 
 BF16_HELPERS = {"is_torch_bf16_gpu_available", "is_bf16_available", "is_torch_bf16_available_on_device"}
 CAPABILITY = "torch.cuda.get_device_capability"
@@ -15,8 +15,13 @@ DEVICE_COUNT = "torch.cuda.device_count"
 # Unsloth's helper returns SUPPORTS_BFLOAT16: compute capability 8.0 or newer, emulation never counts
 NATIVE_BF16_HELPERS = {"unsloth.is_bfloat16_supported", "unsloth.models._utils.is_bfloat16_supported"}
 
-CALLS = {"torch.cuda.is_available", "torch.cuda.is_bf16_supported", "torch.backends.mps.is_available",
-         CAPABILITY, DEVICE_COUNT} | NATIVE_BF16_HELPERS
+CALLS = {
+    "torch.cuda.is_available",
+    "torch.cuda.is_bf16_supported",
+    "torch.backends.mps.is_available",
+    CAPABILITY,
+    DEVICE_COUNT,
+} | NATIVE_BF16_HELPERS
 CALL_NAMES = BF16_HELPERS
 VALUES = {f"{CAPABILITY}()"}  # torch.cuda.get_device_capability()[0]: the major version
 COMPARES = (GpuQuery,)
@@ -71,7 +76,7 @@ def _compare(r, node: ast.Compare, left: GpuQuery):
         number = literal(right)
     except Exception:
         return None
-    text = f"{r.text(node.left)} {r.text(node)[len(r.text(node.left)):]}".strip()
+    text = f"{r.text(node.left)} {r.text(node)[len(r.text(node.left)) :]}".strip()
     pred = None
     if left.what in ("capability_major", "capability"):
         if left.what == "capability_major" and isinstance(number, int):

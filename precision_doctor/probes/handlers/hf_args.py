@@ -14,8 +14,7 @@ from ._recipes import recipe_from_call, recipe_from_command_line
 PARSE_METHODS = {"parse_args_into_dataclasses", "parse_args_and_config"}  # these read the command line
 FILE_METHODS = {"parse_dict", "parse_yaml_file", "parse_json_file"}  # these read a file or dict at run time
 # TRL recipes: None unless the model config turns the feature on
-TRL_HELPERS = {"trl.get_peft_config": ("use_peft",),
-               "trl.get_quantization_config": ("load_in_4bit", "load_in_8bit")}
+TRL_HELPERS = {"trl.get_peft_config": ("use_peft",), "trl.get_quantization_config": ("load_in_4bit", "load_in_8bit")}
 
 METHODS = PARSE_METHODS | FILE_METHODS
 CALLS = set(TRL_HELPERS)
@@ -62,8 +61,14 @@ def _dataclasses(r, call: ast.Call, parser_node: ast.AST, scope, ctx, depth, met
         name = r.qualified(cls)
         fields, bools = dataclass_fields(r, name, cls)
         fields = {**fields, **{k: v for k, v in config.items() if k in fields or not fields}}
-        out.append(Namespace(apply_command_line(fields, bools, args), f"the {name.rsplit('.', 1)[-1]} fields",
-                             class_name=name, location=r.loc(call)))
+        out.append(
+            Namespace(
+                apply_command_line(fields, bools, args),
+                f"the {name.rsplit('.', 1)[-1]} fields",
+                class_name=name,
+                location=r.loc(call),
+            )
+        )
     return Seq(tuple(out))
 
 

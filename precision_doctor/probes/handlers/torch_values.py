@@ -9,8 +9,18 @@ from ...knowledge import dtypes
 from ...model.facts import Origin, TensorValue
 from ..symbols import Cond, Dyn, Known
 
-TENSOR_CREATORS = {"torch.randn", "torch.rand", "torch.zeros", "torch.ones", "torch.empty", "torch.full",
-                   "torch.tensor", "torch.linspace", "torch.randn_like", "torch.rand_like"}
+TENSOR_CREATORS = {
+    "torch.randn",
+    "torch.rand",
+    "torch.zeros",
+    "torch.ones",
+    "torch.empty",
+    "torch.full",
+    "torch.tensor",
+    "torch.linspace",
+    "torch.randn_like",
+    "torch.rand_like",
+}
 CAST_METHODS = {"half": dtypes.FLOAT16, "bfloat16": dtypes.BFLOAT16, "float": dtypes.FLOAT32, "to": None}
 
 CALLS = {"getattr", "torch.device", *TENSOR_CREATORS}
@@ -74,8 +84,9 @@ def _created(r, node, callee, scope, ctx, depth):
             return Dyn("a tensor whose dtype is computed at run time")
     if callee == "torch.tensor":
         data = node.args[0] if node.args else None
-        floats = data is not None and any(isinstance(n, ast.Constant) and isinstance(n.value, float)
-                                          for n in ast.walk(data))
+        floats = data is not None and any(
+            isinstance(n, ast.Constant) and isinstance(n.value, float) for n in ast.walk(data)
+        )
         return Known(TensorValue(dtypes.FLOAT32), (), r.loc(node)) if floats else Dyn("a tensor of run-time dtype")
     return Known(TensorValue(dtypes.FLOAT32), (), r.loc(node))
 

@@ -86,6 +86,7 @@ SCRIPT = ""
 
 # --- what the real objects say ---------------------------------------------------------------
 
+
 def _short_dtype(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
@@ -97,7 +98,7 @@ def _prefix(name: str) -> str:
     """`model.layers.3.self_attn.q_proj.weight` -> `model.layers`; `lm_head.weight` -> `lm_head`."""
     for wrapper in ("base_model.model.", "module."):
         if name.startswith(wrapper):
-            name = name[len(wrapper):]
+            name = name[len(wrapper) :]
     parts = name.split(".")
     out = []
     for p in parts[:-1]:
@@ -141,9 +142,12 @@ def model_facts(model) -> dict:
     peft_config = getattr(inner, "peft_config", None)
     if isinstance(peft_config, dict):
         for name, cfg in peft_config.items():
-            peft[name] = {"type": str(getattr(cfg, "peft_type", "")), "r": getattr(cfg, "r", None),
-                          "target_modules": sorted(map(str, getattr(cfg, "target_modules", None) or [])),
-                          "modules_to_save": sorted(map(str, getattr(cfg, "modules_to_save", None) or []))}
+            peft[name] = {
+                "type": str(getattr(cfg, "peft_type", "")),
+                "r": getattr(cfg, "r", None),
+                "target_modules": sorted(map(str, getattr(cfg, "target_modules", None) or [])),
+                "modules_to_save": sorted(map(str, getattr(cfg, "modules_to_save", None) or [])),
+            }
     return {
         "architecture": type(inner).__name__,
         "param_dtypes": {k: dict(v) for k, v in sorted(by_prefix.items())},
@@ -174,8 +178,12 @@ def optimizer_facts(opt) -> dict:
         groups.append({"dtypes": dict(dtypes), "foreach": g.get("foreach"), "fused": g.get("fused")})
     for p, state in getattr(inner, "state", {}).items():
         for k, v in state.items():
-            if k != "step" and hasattr(v, "dtype") and getattr(v, "is_floating_point", lambda: False)() \
-                    and v.dtype != p.dtype:
+            if (
+                k != "step"
+                and hasattr(v, "dtype")
+                and getattr(v, "is_floating_point", lambda: False)()
+                and v.dtype != p.dtype
+            ):
                 mismatched += 1
     return {"class_name": type(inner).__name__, "groups": groups, "state_dtype_mismatches": mismatched}
 
@@ -189,25 +197,34 @@ def trainer_facts(trainer) -> dict:
         wrap = "FSDP"
     elif getattr(args, "parallel_mode", None) is not None and "DISTRIBUTED" in str(args.parallel_mode):
         wrap = "DistributedDataParallel"
-    elif args.n_gpu > 1 and not getattr(trainer.model, "is_loaded_in_8bit", False) and \
-            not getattr(trainer.model, "is_loaded_in_4bit", False):
+    elif (
+        args.n_gpu > 1
+        and not getattr(trainer.model, "is_loaded_in_8bit", False)
+        and not getattr(trainer.model, "is_loaded_in_4bit", False)
+    ):
         wrap = "DataParallel"
-    return {"n_gpu": args.n_gpu,
-            "is_model_parallel": bool(getattr(trainer, "is_model_parallel", False)),
-            "fp16": bool(args.fp16), "bf16": bool(args.bf16), "wrap": wrap,
-            "train_batch_size": getattr(args, "train_batch_size", None),
-            "gradient_accumulation_steps": args.gradient_accumulation_steps,
-            "gradient_checkpointing": bool(args.gradient_checkpointing),
-            "gradient_checkpointing_kwargs": args.gradient_checkpointing_kwargs,
-            "max_steps": args.max_steps}
+    return {
+        "n_gpu": args.n_gpu,
+        "is_model_parallel": bool(getattr(trainer, "is_model_parallel", False)),
+        "fp16": bool(args.fp16),
+        "bf16": bool(args.bf16),
+        "wrap": wrap,
+        "train_batch_size": getattr(args, "train_batch_size", None),
+        "gradient_accumulation_steps": args.gradient_accumulation_steps,
+        "gradient_checkpointing": bool(args.gradient_checkpointing),
+        "gradient_checkpointing_kwargs": args.gradient_checkpointing_kwargs,
+        "max_steps": args.max_steps,
+    }
 
 
 def accelerator_facts(acc) -> dict:
     state = getattr(acc, "state", None)
-    return {"mixed_precision": str(getattr(acc, "mixed_precision", "")),
-            "scaler": getattr(acc, "scaler", None) is not None,
-            "distributed_type": str(getattr(state, "distributed_type", "")),
-            "num_processes": getattr(acc, "num_processes", None)}
+    return {
+        "mixed_precision": str(getattr(acc, "mixed_precision", "")),
+        "scaler": getattr(acc, "scaler", None) is not None,
+        "distributed_type": str(getattr(state, "distributed_type", "")),
+        "num_processes": getattr(acc, "num_processes", None),
+    }
 
 
 def _script_models(script: str) -> list:
@@ -235,6 +252,7 @@ def _loss_value(loss) -> float | None:
 
 
 # --- hooks ---------------------------------------------------------------------------------------
+
 
 def _patch_trainer(module) -> None:
     trainer_cls = getattr(module, "Trainer", None)
@@ -314,8 +332,11 @@ def _patch_optimizer(module) -> None:
             result = original_step(*a, **kw)
             REPORTER.optimizer_steps += 1
             REPORTER.step_ended()
-            if REPORTER.mode == "steps" and REPORTER.optimizer_steps >= REPORTER.steps \
-                    and "Trainer.train" != REPORTER.facts.get("stopped_at"):
+            if (
+                REPORTER.mode == "steps"
+                and REPORTER.optimizer_steps >= REPORTER.steps
+                and "Trainer.train" != REPORTER.facts.get("stopped_at")
+            ):
                 REPORTER.facts["optimizer_after"] = optimizer_facts(self)
                 raise StopTraining("steps done")
             return result
@@ -386,7 +407,9 @@ def _frames(exc: BaseException, script: str) -> list[dict]:
     for fs in traceback.extract_tb(exc.__traceback__):
         if fs.filename.endswith(os.path.join("live", "child.py")) or "runpy" in fs.filename:
             continue
-        keep = fs.filename == script or re.search(r"(torch|transformers|accelerate|peft|bitsandbytes|trl)/", fs.filename)
+        keep = fs.filename == script or re.search(
+            r"(torch|transformers|accelerate|peft|bitsandbytes|trl)/", fs.filename
+        )
         if keep:
             frames.append({"file": fs.filename, "line": fs.lineno, "function": fs.name, "code": fs.line or ""})
     return frames[-12:]
@@ -416,9 +439,12 @@ def main(argv: list[str]) -> int:
         outcome["exit_code"] = code
     except BaseException as exc:  # the diagnosis: keep type, message and the frames that matter
         outcome["ended"] = "raised"
-        outcome["error"] = {"type": type(exc).__name__, "message": str(exc)[:2000],
-                            "frames": _frames(exc, os.path.abspath(script)),
-                            "traceback": "".join(traceback.format_exception(exc))[-6000:]}
+        outcome["error"] = {
+            "type": type(exc).__name__,
+            "message": str(exc)[:2000],
+            "frames": _frames(exc, os.path.abspath(script)),
+            "traceback": "".join(traceback.format_exception(exc))[-6000:],
+        }
         traceback.print_exc()
     REPORTER.step_ended()  # the loss of a step that raised before the optimizer stepped
     outcome["optimizer_steps"] = REPORTER.optimizer_steps

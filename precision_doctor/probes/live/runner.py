@@ -15,13 +15,13 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ...model.errors import InputError
 from ...model.facts import LiveFacts
-from ...system.programs import doctor_python
 from ...model.redact import MIN_ENVIRONMENT_SECRET, REDACTED, environment_secrets, without_values
+from ...system.programs import doctor_python
 from ...system.sources import parse_json
 from ...system.supervisor import FORWARD_WAIT, GRACE, KILL_WAIT, become_subreaper, descendants, end_orphans
 
@@ -33,17 +33,34 @@ STEP_MARK = " · step "  # status lines: a log prints each phase once, not each 
 SUCCEEDED = ("stopped", "steps done")  # the log of such a run is removed
 
 
-def run_live(script: str, script_args: tuple[str, ...], steps: int = 0, timeout: float = 600.0,
-             status: Callable[[float, str], None] | None = None, env: dict | None = None) -> LiveFacts:
+def run_live(
+    script: str,
+    script_args: tuple[str, ...],
+    steps: int = 0,
+    timeout: float = 600.0,
+    status: Callable[[float, str], None] | None = None,
+    env: dict | None = None,
+) -> LiveFacts:
     path = Path(script)
     if not path.is_file():
         raise InputError(f"{script}: no such file; --live runs one training script")
     report_r, report_w = os.pipe()
     output_r, output_w = os.pipe()
     watch_r, watch_w = os.pipe()  # the doctor keeps watch_w (not inherited): its end of file means we are gone
-    cmd = doctor_python("precision_doctor.system.supervisor", str(watch_r), str(report_w), "--",
-                        *doctor_python("precision_doctor.probes.live.child", str(report_w), "steps" if steps else "stop",
-                                       str(steps), str(path), *script_args))
+    cmd = doctor_python(
+        "precision_doctor.system.supervisor",
+        str(watch_r),
+        str(report_w),
+        "--",
+        *doctor_python(
+            "precision_doctor.probes.live.child",
+            str(report_w),
+            "steps" if steps else "stop",
+            str(steps),
+            str(path),
+            *script_args,
+        ),
+    )
     child_env = dict(os.environ if env is None else env)
     child_env.setdefault("PYTHONUNBUFFERED", "1")
     secrets = environment_secrets(child_env)  # printed or raised by the script, they are redacted everywhere
@@ -56,8 +73,15 @@ def run_live(script: str, script_args: tuple[str, ...], steps: int = 0, timeout:
     with _Caught() as caught:
         started = time.monotonic()
         try:
-            proc = subprocess.Popen(cmd, stdout=output_w, stderr=output_w, stdin=subprocess.DEVNULL,
-                                    pass_fds=(watch_r, report_w), start_new_session=True, env=child_env)
+            proc = subprocess.Popen(
+                cmd,
+                stdout=output_w,
+                stderr=output_w,
+                stdin=subprocess.DEVNULL,
+                pass_fds=(watch_r, report_w),
+                start_new_session=True,
+                env=child_env,
+            )
         except BaseException:
             for fd in (report_r, output_r, watch_w):
                 os.close(fd)
@@ -67,8 +91,9 @@ def run_live(script: str, script_args: tuple[str, ...], steps: int = 0, timeout:
             for fd in (report_w, output_w, watch_r):
                 os.close(fd)
         try:
-            timed_out, wait_status, usage = _supervise(proc, timeout, started, caught, status,
-                                                       {report_r: reports.feed, output_r: log.write}, reports)
+            timed_out, wait_status, usage = _supervise(
+                proc, timeout, started, caught, status, {report_r: reports.feed, output_r: log.write}, reports
+            )
             wall = time.monotonic() - started  # the script's time: ending what escaped it comes after
         except BaseException:  # a failure of ours (stderr gone under the status line, ...): end the tree first
             _stop(proc)
@@ -96,18 +121,34 @@ def run_live(script: str, script_args: tuple[str, ...], steps: int = 0, timeout:
         tail: tuple[str, ...] = ()
     else:
         tail = _tail(log.path)
-    return LiveFacts.from_json(without_values({
-        "ended": ended, "stopped_at": facts.get("stopped_at", ""), "model": facts.get("model"),
-        "trainer": facts.get("trainer"), "accelerator": facts.get("accelerator"), "optimizer": facts.get("optimizer"),
-        "grad_scaler": facts.get("grad_scaler"), "error": outcome.get("error"),
-        "exit_code": outcome.get("exit_code", code if ended == "crashed" else None),
-        "optimizer_steps": outcome.get("optimizer_steps", 0), "losses": outcome.get("losses", reports.losses),
-        "loss_scales": outcome.get("loss_scales", ()), "log_path": log.path, "log_tail": tail,
-        "wall_s": round(wall, 2), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1)}, secrets))
+    return LiveFacts.from_json(
+        without_values(
+            {
+                "ended": ended,
+                "stopped_at": facts.get("stopped_at", ""),
+                "model": facts.get("model"),
+                "trainer": facts.get("trainer"),
+                "accelerator": facts.get("accelerator"),
+                "optimizer": facts.get("optimizer"),
+                "grad_scaler": facts.get("grad_scaler"),
+                "error": outcome.get("error"),
+                "exit_code": outcome.get("exit_code", code if ended == "crashed" else None),
+                "optimizer_steps": outcome.get("optimizer_steps", 0),
+                "losses": outcome.get("losses", reports.losses),
+                "loss_scales": outcome.get("loss_scales", ()),
+                "log_path": log.path,
+                "log_tail": tail,
+                "wall_s": round(wall, 2),
+                "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
+            },
+            secrets,
+        )
+    )
 
 
-def _supervise(proc: subprocess.Popen, timeout: float, started: float, caught: _Caught, status, streams: dict,
-               reports: _Reports):
+def _supervise(
+    proc: subprocess.Popen, timeout: float, started: float, caught: _Caught, status, streams: dict, reports: _Reports
+):
     """Read the child's pipes until the supervisor exits; never wait on end of file (a script may close its
     descriptors, or leave a process holding them), only on the process and the deadlines."""
     deadline = started + timeout
@@ -197,12 +238,13 @@ class _Reports:
             if isinstance(message.get("step"), int):
                 self.step = message["step"]
 
-
     def status(self) -> str:
         """The phase, with the step counter while --steps runs: "stepping · step 3/10"."""
         if not self.step:
             return self.phase
-        return f"{self.phase}{STEP_MARK}{self.step}/{self.steps}" if self.steps else f"{self.phase}{STEP_MARK}{self.step}"
+        return (
+            f"{self.phase}{STEP_MARK}{self.step}/{self.steps}" if self.steps else f"{self.phase}{STEP_MARK}{self.step}"
+        )
 
 
 class _CappedLog:

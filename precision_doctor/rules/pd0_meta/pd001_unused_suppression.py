@@ -7,7 +7,10 @@ from ..registry import Example, LogSignature, rule
 
 
 @rule(
-    "PD001", "unused-suppression", severity="info", phase="config",
+    "PD001",
+    "unused-suppression",
+    severity="info",
+    phase="config",
     summary="A `# precision-doctor: ignore[...]` comment that suppresses nothing.",
     what="A suppression comment whose rule did not fire on that line (fixed since, moved, or a typo in the id).",
     why="Stale suppressions hide the next real finding on that line and make the gate harder to trust.",
@@ -17,10 +20,14 @@ from ..registry import Example, LogSignature, rule
     fix_safety="Safe: it suppresses nothing.",
     log=LogSignature(from_logs=False),
     fires=[Example("import torch\nx = torch.zeros(3)  # precision-doctor: ignore[PD201]\n")],
-    silent=[Example("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
-                    "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float16)\n"
-                    "args = TrainingArguments('out', fp16=True)  # precision-doctor: ignore[PD201]\n"
-                    "Trainer(model=model, args=args).train()\n")],
+    silent=[
+        Example(
+            "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+            "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float16)\n"
+            "args = TrainingArguments('out', fp16=True)  # precision-doctor: ignore[PD201]\n"
+            "Trainer(model=model, args=args).train()\n"
+        )
+    ],
 )
 def unused_suppression(suppressions):
     """Runs after every other rule, on which comments silenced one of their findings (ruff's unused noqa)."""
@@ -31,8 +38,12 @@ def unused_suppression(suppressions):
             if rid != "*" and rid in suppressions.known and rid not in suppressions.enabled:
                 continue  # the rule is off: the comment may matter again when it is back on
             what = "every rule" if rid == "*" else rid
-            why = f"{rid} is not a rule" if rid != "*" and rid not in suppressions.known else \
-                "nothing fires on this line"
-            yield Draft(f"suppression of {what} matches nothing: {why}",
-                        evidence=(Evidence(s.location, "", "unused suppression"),),
-                        fix=Fix("remove the comment (or the id from it)", Applicability.SAFE), path=s.location.path)
+            why = (
+                f"{rid} is not a rule" if rid != "*" and rid not in suppressions.known else "nothing fires on this line"
+            )
+            yield Draft(
+                f"suppression of {what} matches nothing: {why}",
+                evidence=(Evidence(s.location, "", "unused suppression"),),
+                fix=Fix("remove the comment (or the id from it)", Applicability.SAFE),
+                path=s.location.path,
+            )

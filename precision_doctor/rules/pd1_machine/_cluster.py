@@ -1,4 +1,5 @@
-"""What the cluster rules share: the job script and the allocation it runs on (PD116-PD126): processes per node against the GPUs the job asks for,."""
+"""What the cluster rules share: the job script and the allocation it runs on (PD116-PD126): processes per node against
+the GPUs the job asks for,."""
 
 from __future__ import annotations
 
@@ -10,13 +11,17 @@ from ...model.findings import Evidence
 SPAWNERS = ("torchrun", "accelerate", "deepspeed")  # launchers that start one process per GPU themselves
 
 
-TRAIN = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
-          "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
-          "Trainer(model=model, args=TrainingArguments('out', bf16=True)).train()\n")
+TRAIN = (
+    "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+    "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
+    "Trainer(model=model, args=TrainingArguments('out', bf16=True)).train()\n"
+)
 
 
-LOOP = ("import torch\nmodel = torch.nn.Linear(8, 8).cuda()\nopt = torch.optim.AdamW(model.parameters())\n"
-         "for _ in range(10):\n    model(torch.randn(4, 8, device='cuda')).sum().backward()\n    opt.step()\n")
+LOOP = (
+    "import torch\nmodel = torch.nn.Linear(8, 8).cuda()\nopt = torch.optim.AdamW(model.parameters())\n"
+    "for _ in range(10):\n    model(torch.randn(4, 8, device='cuda')).sum().backward()\n    opt.step()\n"
+)
 
 
 def _job(*directives: str, body: str) -> str:
@@ -69,8 +74,11 @@ def _tasks(job: JobFacts) -> int | None:
 
 def gpus_evidence(job: JobFacts) -> Evidence:
     name = next((n for n in ("gpus-per-node", "gres", "gpus-per-task") if n in job.directives), "")
-    return directive(job, name, f"{job.gpus_per_node} GPUs per node") if name else \
-        launch_evidence(job, f"{job.gpus_per_node} GPUs per node")
+    return (
+        directive(job, name, f"{job.gpus_per_node} GPUs per node")
+        if name
+        else launch_evidence(job, f"{job.gpus_per_node} GPUs per node")
+    )
 
 
 def n_squared(job: JobFacts, launch: LaunchFacts) -> bool:

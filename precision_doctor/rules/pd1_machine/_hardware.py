@@ -1,4 +1,5 @@
-"""What the hardware rules share: what the GPU can do: bf16, tf32, fp8, FlashAttention, fp16 AMP without a GPU (PD101-PD107)."""
+"""What the hardware rules share: what the GPU can do: bf16, tf32, fp8, FlashAttention, fp16 AMP without a GPU
+(PD101-PD107)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, Tr
 
 
 def _trainer(load: str, args: str) -> str:
-    return (HEAD + f"model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.2-1B'{load})\n"
-            f"Trainer(model=model, args=TrainingArguments('out'{args})).train()\n")
+    return (
+        HEAD + f"model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.2-1B'{load})\n"
+        f"Trainer(model=model, args=TrainingArguments('out'{args})).train()\n"
+    )
 
 
 def pre_ampere(machine: MachineFacts) -> bool:

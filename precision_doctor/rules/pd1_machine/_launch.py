@@ -1,4 +1,5 @@
-"""What the launch rules share: the machine the job starts on and how it is launched: compute modes, stale contexts, ports, process."""
+"""What the launch rules share: the machine the job starts on and how it is launched: compute modes, stale contexts,
+ports, process."""
 
 from __future__ import annotations
 
@@ -7,20 +8,24 @@ import time
 from ...derive.launch import written_per_rank
 from ...model.facts import KNOWN, Call, GpuProcess, MachineFacts, ScriptFacts
 
-ACC = ("import torch\nfrom accelerate import Accelerator\n"
-        "accelerator = Accelerator()\nmodel = torch.nn.Linear(512, 512)\n")
+ACC = (
+    "import torch\nfrom accelerate import Accelerator\naccelerator = Accelerator()\nmodel = torch.nn.Linear(512, 512)\n"
+)
 
 
-ACC_LOOP = ("optimizer = torch.optim.AdamW(model.parameters())\n"
-             "model, optimizer = accelerator.prepare(model, optimizer)\n")
+ACC_LOOP = (
+    "optimizer = torch.optim.AdamW(model.parameters())\nmodel, optimizer = accelerator.prepare(model, optimizer)\n"
+)
 
 
 ACC_GOOD = ACC + ACC_LOOP
 
 
-TRAINER = ("import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
-            "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32{dm})\n"
-            "Trainer(model=model, args=TrainingArguments('out', fp16=True)).train()\n")
+TRAINER = (
+    "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+    "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32{dm})\n"
+    "Trainer(model=model, args=TrainingArguments('out', fp16=True)).train()\n"
+)
 
 
 def fixed_placements(script: ScriptFacts) -> list[tuple[Call, str]]:
@@ -38,8 +43,11 @@ def fixed_placements(script: ScriptFacts) -> list[tuple[Call, str]]:
                     out.append((c, f".to({v.value!r})"))
     for load in script.of("model_load"):
         v = load.kwarg("device_map")
-        if v.state == KNOWN and (v.value in ("cuda", "cuda:0", 0) or v.value in ({"": 0}, {"": "cuda:0"})) \
-                and not written_per_rank(v):
+        if (
+            v.state == KNOWN
+            and (v.value in ("cuda", "cuda:0", 0) or v.value in ({"": 0}, {"": "cuda:0"}))
+            and not written_per_rank(v)
+        ):
             out.append((load, f"device_map={v.text}"))
     return out
 
@@ -53,19 +61,23 @@ def age(p: GpuProcess, probed_at: float) -> str:
     facts: no clock is read here)."""
     if not p.started:
         return ""
-    started = time.strftime('%Y-%m-%d %H:%M', time.gmtime(p.started))
+    started = time.strftime("%Y-%m-%d %H:%M", time.gmtime(p.started))
     if not probed_at:
         return f", started {started} UTC"
     hours = (probed_at - p.started) / 3600
-    ago = f" ({hours / 24:.0f} days before the probe)" if hours >= 48 else \
-        f" ({hours:.0f} h before the probe)" if hours >= 1 else ""
+    ago = (
+        f" ({hours / 24:.0f} days before the probe)"
+        if hours >= 48
+        else f" ({hours:.0f} h before the probe)"
+        if hours >= 1
+        else ""
+    )
     return f", started {started} UTC{ago}"
 
 
 def describe_process(p: GpuProcess, machine: MachineFacts) -> str:
     who = "yours" if p.mine else (p.user or "owner unknown")
     cmd = p.command or "command unknown"
-    state = {"stopped": "stopped (T)", "zombie": "zombie (defunct)", "gone": "no longer exists"}.get(p.status,
-                                                                                                   p.status)
+    state = {"stopped": "stopped (T)", "zombie": "zombie (defunct)", "gone": "no longer exists"}.get(p.status, p.status)
     orphan = ", parent gone" if p.parent_alive is False else ""
     return f"pid {p.pid} ({cmd}; {who}; {state}{orphan}{age(p, machine.probed_at)})"

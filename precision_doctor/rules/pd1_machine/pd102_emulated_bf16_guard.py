@@ -4,9 +4,9 @@ emulated bf16."""
 from __future__ import annotations
 
 from ...derive import decide, evidence_of
+from ...knowledge.versions import at_least
 from ...model.facts import KNOWN, MachineFacts, Predicate, ScriptFacts, StackFacts, Value
 from ...model.findings import Applicability, Draft, Edit, Fix
-from ...knowledge.versions import at_least
 from .._common import (
     gpu_phrase,
 )
@@ -39,38 +39,52 @@ def _native(text: str) -> str:
 
 
 @rule(
-    "PD102", "emulated-bf16-guard", severity="warning", phase="first-step",
+    "PD102",
+    "emulated-bf16-guard",
+    severity="warning",
+    phase="first-step",
     summary="A `torch.cuda.is_bf16_supported()` guard answers True on pre-Ampere GPUs and picks emulated bf16.",
     what="A choice made with `torch.cuda.is_bf16_supported()` (or transformers' `is_torch_bf16_gpu_available()` / "
-         "accelerate's `is_bf16_available()`, which call it), on a target GPU older than Ampere.",
+    "accelerate's `is_bf16_available()`, which call it), on a target GPU older than Ampere.",
     why="Since torch 2.3 `is_bf16_supported()` defaults to `including_emulation=True`: it only checks that a bf16 "
-        "tensor can be created, which works on T4/V100/Titan RTX, so the guard chooses bf16 there — emulated, slow, "
-        "with kernel gaps. The usual \"bf16 if supported else fp16\" fix takes the wrong branch. A warning: the "
-        "guard answers True only where nothing refuses bf16 (torch >= 2.3), so the job runs, slowly.",
+    "tensor can be created, which works on T4/V100/Titan RTX, so the guard chooses bf16 there — emulated, slow, "
+    'with kernel gaps. The usual "bf16 if supported else fp16" fix takes the wrong branch. A warning: the '
+    "guard answers True only where nothing refuses bf16 (torch >= 2.3), so the job runs, slowly.",
     error="no refusal: bf16 runs emulated (slow), fused kernels fail with `... not implemented for 'BFloat16'`",
     fix="Ask the real question: `torch.cuda.is_bf16_supported(including_emulation=False)`, or "
-        "`torch.cuda.get_device_capability()[0] >= 8`.",
+    "`torch.cuda.get_device_capability()[0] >= 8`.",
     applicability=Applicability.SAFE,
     fix_safety="Safe: the guard then answers what it was written to ask.",
     needs=("machine",),
-    fires=[Example(HEAD + "bf16 = torch.cuda.is_bf16_supported()\n"
-                   "model = AutoModelForCausalLM.from_pretrained('gpt2', "
-                   "dtype=torch.bfloat16 if bf16 else torch.float32)\n"
-                   "Trainer(model=model, args=TrainingArguments('o', bf16=bf16, fp16=not bf16, "
-                   "per_device_train_batch_size=4)).train()\n",
-                   target="t4", note="bf16 where supported, decided by a guard")],
-    silent=[Example(HEAD + "bf16 = torch.cuda.is_bf16_supported(including_emulation=False)\n"
-                    "model = AutoModelForCausalLM.from_pretrained('gpt2', "
-                    "dtype=torch.bfloat16 if bf16 else torch.float32)\n"
-                    "Trainer(model=model, args=TrainingArguments('o', bf16=bf16, fp16=not bf16, "
-                    "per_device_train_batch_size=4)).train()\n",
-                    target="t4"),
-            Example(HEAD + "bf16 = torch.cuda.is_bf16_supported()\n"
-                    "model = AutoModelForCausalLM.from_pretrained('gpt2', "
-                    "dtype=torch.bfloat16 if bf16 else torch.float32)\n"
-                    "Trainer(model=model, args=TrainingArguments('o', bf16=bf16, fp16=not bf16, "
-                    "per_device_train_batch_size=4)).train()\n",
-                    target="a100")],
+    fires=[
+        Example(
+            HEAD + "bf16 = torch.cuda.is_bf16_supported()\n"
+            "model = AutoModelForCausalLM.from_pretrained('gpt2', "
+            "dtype=torch.bfloat16 if bf16 else torch.float32)\n"
+            "Trainer(model=model, args=TrainingArguments('o', bf16=bf16, fp16=not bf16, "
+            "per_device_train_batch_size=4)).train()\n",
+            target="t4",
+            note="bf16 where supported, decided by a guard",
+        )
+    ],
+    silent=[
+        Example(
+            HEAD + "bf16 = torch.cuda.is_bf16_supported(including_emulation=False)\n"
+            "model = AutoModelForCausalLM.from_pretrained('gpt2', "
+            "dtype=torch.bfloat16 if bf16 else torch.float32)\n"
+            "Trainer(model=model, args=TrainingArguments('o', bf16=bf16, fp16=not bf16, "
+            "per_device_train_batch_size=4)).train()\n",
+            target="t4",
+        ),
+        Example(
+            HEAD + "bf16 = torch.cuda.is_bf16_supported()\n"
+            "model = AutoModelForCausalLM.from_pretrained('gpt2', "
+            "dtype=torch.bfloat16 if bf16 else torch.float32)\n"
+            "Trainer(model=model, args=TrainingArguments('o', bf16=bf16, fp16=not bf16, "
+            "per_device_train_batch_size=4)).train()\n",
+            target="a100",
+        ),
+    ],
 )
 def emulated_bf16_guard(script: ScriptFacts, machine: MachineFacts, stack: StackFacts):
     if not pre_ampere(machine) or not at_least(stack, "torch", "2.3"):
@@ -84,10 +98,23 @@ def emulated_bf16_guard(script: ScriptFacts, machine: MachineFacts, stack: Stack
                 seen.add((p.text, call.location.path))
                 decided = decide(v, machine, stack)
                 chosen = decided.value if decided.state == KNOWN else "the bf16 branch"
-                yield Draft(f"{p.text} answers True on {gpu_phrase(machine)} (emulated bf16), so this guard picks "
-                            f"{chosen!s}",
-                            evidence=(evidence_of(v, f"{name}= chosen by {p.text}", call),),
-                            fix=Fix("ask for native bf16: torch.cuda.is_bf16_supported(including_emulation=False)",
-                                    applicability=Applicability.SAFE, edits=(Edit("replace_value", p.location.path, p.location.line,
-                                                           old=p.text, new=_native(p.text),
-                                                           column=p.location.column),) if p.location else ()))
+                yield Draft(
+                    f"{p.text} answers True on {gpu_phrase(machine)} (emulated bf16), so this guard picks {chosen!s}",
+                    evidence=(evidence_of(v, f"{name}= chosen by {p.text}", call),),
+                    fix=Fix(
+                        "ask for native bf16: torch.cuda.is_bf16_supported(including_emulation=False)",
+                        applicability=Applicability.SAFE,
+                        edits=(
+                            Edit(
+                                "replace_value",
+                                p.location.path,
+                                p.location.line,
+                                old=p.text,
+                                new=_native(p.text),
+                                column=p.location.column,
+                            ),
+                        )
+                        if p.location
+                        else (),
+                    ),
+                )

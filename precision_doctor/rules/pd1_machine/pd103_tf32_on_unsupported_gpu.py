@@ -16,7 +16,10 @@ from ._hardware import _trainer
 
 
 @rule(
-    "PD103", "tf32-on-unsupported-gpu", severity="error", phase="config",
+    "PD103",
+    "tf32-on-unsupported-gpu",
+    severity="error",
+    phase="config",
     summary="`tf32=True` on a GPU older than Ampere, or without a GPU: TrainingArguments refuses it.",
     what="`TrainingArguments(tf32=True)` / `--tf32 True` on compute capability < 8.0 or a CPU-only machine.",
     why="TF32 is an Ampere tensor-core format; TrainingArguments validates it in `__post_init__`.",
@@ -25,8 +28,13 @@ from ._hardware import _trainer
     applicability=Applicability.SAFE,
     fix_safety="Safe: TF32 does not exist there.",
     needs=("machine",),
-    fires=[Example(_trainer(", dtype=torch.float32", ", fp16=True, tf32=True"), target="t4",
-                   fixed=_trainer(", dtype=torch.float32", ", fp16=True, tf32=False"))],
+    fires=[
+        Example(
+            _trainer(", dtype=torch.float32", ", fp16=True, tf32=True"),
+            target="t4",
+            fixed=_trainer(", dtype=torch.float32", ", fp16=True, tf32=False"),
+        )
+    ],
     silent=[Example(_trainer(", dtype=torch.float32", ", bf16=True, tf32=True"), target="a100")],
 )
 def tf32_on_unsupported_gpu(script: ScriptFacts, machine: MachineFacts, stack: StackFacts):
@@ -36,6 +44,10 @@ def tf32_on_unsupported_gpu(script: ScriptFacts, machine: MachineFacts, stack: S
         v = decide(args.kwarg("tf32"), machine, stack)
         if v.is_(True):
             where = gpu_phrase(machine) or "a machine with no GPU"
-            yield Draft(f"tf32=True on {where}: TF32 needs an Ampere or newer GPU",
-                        evidence=(evidence_of(v, "tf32=True", args),),
-                        fix=Fix("drop tf32=True", applicability=Applicability.SAFE, edits=present(set_kwarg(args, "tf32", "False"))))
+            yield Draft(
+                f"tf32=True on {where}: TF32 needs an Ampere or newer GPU",
+                evidence=(evidence_of(v, "tf32=True", args),),
+                fix=Fix(
+                    "drop tf32=True", applicability=Applicability.SAFE, edits=present(set_kwarg(args, "tf32", "False"))
+                ),
+            )

@@ -12,25 +12,35 @@ from .._common import (
 )
 from ..registry import Example, LogSignature, rule
 
-_FP8_LOOP = ("from accelerate import Accelerator\nimport torch\nacc = Accelerator(mixed_precision='fp8')\n"
-             "model = torch.nn.Linear(8, 8)\nopt = torch.optim.AdamW(model.parameters())\n"
-             "model, opt = acc.prepare(model, opt)\n")
+_FP8_LOOP = (
+    "from accelerate import Accelerator\nimport torch\nacc = Accelerator(mixed_precision='fp8')\n"
+    "model = torch.nn.Linear(8, 8)\nopt = torch.optim.AdamW(model.parameters())\n"
+    "model, opt = acc.prepare(model, opt)\n"
+)
 
 
 @rule(
-    "PD104", "fp8-unsupported", severity="error", phase="first-step",
+    "PD104",
+    "fp8-unsupported",
+    severity="error",
+    phase="first-step",
     summary="FP8 requested on a GPU below compute capability 8.9 (Ada/Hopper).",
-    what="`Accelerator(mixed_precision=\"fp8\")`, `accelerate launch --mixed_precision fp8` or "
-         "`transformer_engine.pytorch.fp8_autocast(enabled=True)` on A100, V100, T4 or RTX 30xx.",
+    what='`Accelerator(mixed_precision="fp8")`, `accelerate launch --mixed_precision fp8` or '
+    "`transformer_engine.pytorch.fp8_autocast(enabled=True)` on A100, V100, T4 or RTX 30xx.",
     why="FP8 tensor cores exist from compute capability 8.9. Transformer Engine asserts; current accelerate warns and "
-        "silently trains in FP16 instead.",
+    "silently trains in FP16 instead.",
     error="AssertionError: Device compute capability 8.9 or higher required for FP8 execution.",
     fix="Use bf16 on Ampere; run FP8 only on sm_89+/sm_90 with transformer-engine or torchao installed.",
     applicability=Applicability.UNSAFE,
     fix_safety="Unsafe: changes the training precision.",
     needs=("machine",),
-    log=LogSignature(patterns=(r"compute capability 8\.9 or higher required for FP8", r"requires `transformer_engine` or `MS-AMP`",
-                           r"no FP8-compatible backend was installed")),
+    log=LogSignature(
+        patterns=(
+            r"compute capability 8\.9 or higher required for FP8",
+            r"requires `transformer_engine` or `MS-AMP`",
+            r"no FP8-compatible backend was installed",
+        )
+    ),
     fires=[Example(_FP8_LOOP, target="a100")],
     silent=[Example(_FP8_LOOP, target="h100")],
 )
@@ -40,16 +50,25 @@ def fp8_unsupported(script: ScriptFacts, setup: Setup, machine: MachineFacts, st
     g = machine.gpus[0]
     cap = Evidence(None, g.name, f"compute capability {g.capability[0]}.{g.capability[1]} < 8.9", "profile")
     if setup.amp.value == "fp8":
-        yield Draft(f"fp8 mixed precision on {gpu_phrase(machine)}: accelerate falls back to FP16 with a warning",
-                    evidence=setup.amp.evidence + (cap,), severity="warning",
-                    error="The current device has compute capability of (8, 0) which is insufficient for FP8 mixed "
-                          "precision training (requires a GPU Hopper/Ada Lovelace or higher, compute capability of "
-                          "8.9 or higher). Will use FP16 instead.",
-                    fix=Fix("use mixed_precision='bf16' on this GPU", applicability=Applicability.UNSAFE,
-                            edits=present(set_kwarg(setup.accelerator, "mixed_precision", "'bf16'"))
-                            if setup.accelerator is not None else ()))
+        yield Draft(
+            f"fp8 mixed precision on {gpu_phrase(machine)}: accelerate falls back to FP16 with a warning",
+            evidence=setup.amp.evidence + (cap,),
+            severity="warning",
+            error="The current device has compute capability of (8, 0) which is insufficient for FP8 mixed "
+            "precision training (requires a GPU Hopper/Ada Lovelace or higher, compute capability of "
+            "8.9 or higher). Will use FP16 instead.",
+            fix=Fix(
+                "use mixed_precision='bf16' on this GPU",
+                applicability=Applicability.UNSAFE,
+                edits=present(set_kwarg(setup.accelerator, "mixed_precision", "'bf16'"))
+                if setup.accelerator is not None
+                else (),
+            ),
+        )
     for c in script.of("fp8_autocast"):
         if not decide(c.kwarg("enabled"), machine, stack).is_(False):
-            yield Draft(f"fp8_autocast on {gpu_phrase(machine)}: Transformer Engine needs compute capability 8.9",
-                        evidence=(call_evidence(c, "FP8 autocast"), cap),
-                        fix=Fix("run FP8 only on Ada/Hopper; use bf16 autocast here", applicability=Applicability.UNSAFE))
+            yield Draft(
+                f"fp8_autocast on {gpu_phrase(machine)}: Transformer Engine needs compute capability 8.9",
+                evidence=(call_evidence(c, "FP8 autocast"), cap),
+                fix=Fix("run FP8 only on Ada/Hopper; use bf16 autocast here", applicability=Applicability.UNSAFE),
+            )

@@ -15,23 +15,34 @@ from ._hardware import _trainer, pre_ampere
 
 
 @rule(
-    "PD106", "flash-attn-on-pre-ampere", severity="error", phase="first-step",
+    "PD106",
+    "flash-attn-on-pre-ampere",
+    severity="error",
+    phase="first-step",
     summary="FlashAttention-2 on a GPU older than Ampere.",
-    what="`attn_implementation=\"flash_attention_2\"` with a target GPU of compute capability < 8.0.",
+    what='`attn_implementation="flash_attention_2"` with a target GPU of compute capability < 8.0.',
     why="FlashAttention-2 kernels are built for Ampere and newer only (Turing and Volta are not supported).",
     error="RuntimeError: FlashAttention only supports Ampere GPUs or newer.",
-    fix="Use `attn_implementation=\"sdpa\"` (or `\"eager\"`) on V100/T4/Titan RTX/RTX 20xx.",
+    fix='Use `attn_implementation="sdpa"` (or `"eager"`) on V100/T4/Titan RTX/RTX 20xx.',
     applicability=Applicability.SAFE,
     fix_safety="Safe: the same attention, another kernel.",
     needs=("machine",),
     log=LogSignature(patterns=(r"FlashAttention only supports Ampere GPUs or newer",)),
-    fires=[Example(_trainer(", dtype=torch.float16, attn_implementation='flash_attention_2'", ", fp16=True"),
-                   target="t4")],
-    silent=[Example(_trainer(", dtype=torch.float32, attn_implementation='sdpa'", ", fp16=True, per_device_train_batch_size=4")
-                    .replace("meta-llama/Llama-3.2-1B", "HuggingFaceTB/SmolLM2-135M"), target="t4",
-                    note="a model small enough for full fp32 training on a T4"),
-            Example(_trainer(", dtype=torch.bfloat16, attn_implementation='flash_attention_2'", ", bf16=True"),
-                    target="a10g")],
+    fires=[
+        Example(_trainer(", dtype=torch.float16, attn_implementation='flash_attention_2'", ", fp16=True"), target="t4")
+    ],
+    silent=[
+        Example(
+            _trainer(
+                ", dtype=torch.float32, attn_implementation='sdpa'", ", fp16=True, per_device_train_batch_size=4"
+            ).replace("meta-llama/Llama-3.2-1B", "HuggingFaceTB/SmolLM2-135M"),
+            target="t4",
+            note="a model small enough for full fp32 training on a T4",
+        ),
+        Example(
+            _trainer(", dtype=torch.bfloat16, attn_implementation='flash_attention_2'", ", bf16=True"), target="a10g"
+        ),
+    ],
 )
 def flash_attn_on_pre_ampere(script: ScriptFacts, machine: MachineFacts, stack: StackFacts):
     if not pre_ampere(machine):
@@ -39,7 +50,12 @@ def flash_attn_on_pre_ampere(script: ScriptFacts, machine: MachineFacts, stack: 
     for load in script.of("model_load"):
         v = decide(load.kwarg("attn_implementation"), machine, stack)
         if v.state == KNOWN and v.value in ("flash_attention_2", "flash_attention_3"):
-            yield Draft(f"{v.value} on {gpu_phrase(machine)}: FlashAttention needs an Ampere or newer GPU",
-                        evidence=(evidence_of(v, v.value, load),),
-                        fix=Fix("use attn_implementation='sdpa'", applicability=Applicability.SAFE,
-                                edits=present(set_kwarg(load, "attn_implementation", "'sdpa'"))))
+            yield Draft(
+                f"{v.value} on {gpu_phrase(machine)}: FlashAttention needs an Ampere or newer GPU",
+                evidence=(evidence_of(v, v.value, load),),
+                fix=Fix(
+                    "use attn_implementation='sdpa'",
+                    applicability=Applicability.SAFE,
+                    edits=present(set_kwarg(load, "attn_implementation", "'sdpa'")),
+                ),
+            )

@@ -3,37 +3,50 @@
 from __future__ import annotations
 
 from ...derive import LaunchPlan
+from ...knowledge.lightning import lightning_launch
 from ...model.facts import LaunchFacts, MachineFacts
 from ...model.findings import Applicability, Draft, Fix
-from ...knowledge.lightning import lightning_launch
 from .._common import gpu_phrase, present, set_kwarg
 from ..registry import Example, LogSignature, rule
 from ._launch import ACC_GOOD
 
-_LIGHTNING = ("import lightning as L\nfrom my_model import LitModel\n"
-              "trainer = L.Trainer(accelerator='gpu', devices={devices}, strategy='ddp', precision='bf16-mixed')\n"
-              "trainer.fit(LitModel())\n")
+_LIGHTNING = (
+    "import lightning as L\nfrom my_model import LitModel\n"
+    "trainer = L.Trainer(accelerator='gpu', devices={devices}, strategy='ddp', precision='bf16-mixed')\n"
+    "trainer.fit(LitModel())\n"
+)
 
 
 @rule(
-    "PD111", "more-processes-than-gpus", severity="error", phase="launch",
+    "PD111",
+    "more-processes-than-gpus",
+    severity="error",
+    phase="launch",
     summary="The launch starts more processes per node than there are visible GPUs.",
     what="`--nproc_per_node` / `--num_processes` larger than the GPUs the job can see (an 8-GPU command on a 4-GPU "
-         "node, a narrower CUDA_VISIBLE_DEVICES), or a Lightning `Trainer(devices=8)` / `Fabric(devices=8)` started "
-         "with plain python (Lightning starts one process per device itself).",
+    "node, a narrower CUDA_VISIBLE_DEVICES), or a Lightning `Trainer(devices=8)` / `Fabric(devices=8)` started "
+    "with plain python (Lightning starts one process per device itself).",
     why="Each rank selects GPU `local_rank`; ranks beyond the visible count ask for a device that does not exist. "
-        "Lightning checks the device ids it is given against the visible GPUs and refuses at `Trainer(...)`.",
+    "Lightning checks the device ids it is given against the visible GPUs and refuses at `Trainer(...)`.",
     error="RuntimeError: CUDA error: invalid device ordinal",
     fix="Set the process count to the visible GPU count (Lightning: `devices='auto'`).",
     applicability=Applicability.SAFE,
     fix_safety="Safe.",
     needs=("machine",),
     log=LogSignature(patterns=(r"invalid device ordinal", r"You requested gpu: \[")),
-    fires=[Example(ACC_GOOD, target="a100:4", launcher="torchrun --nproc_per_node 8 train.py"),
-           Example(_LIGHTNING.format(devices="8"), target="a100:4", launcher="python train.py",
-                   note="Lightning starts one process per device itself")],
-    silent=[Example(ACC_GOOD, target="a100:8", launcher="torchrun --nproc_per_node 8 train.py"),
-            Example(_LIGHTNING.format(devices="'auto'"), target="a100:4", launcher="python train.py")],
+    fires=[
+        Example(ACC_GOOD, target="a100:4", launcher="torchrun --nproc_per_node 8 train.py"),
+        Example(
+            _LIGHTNING.format(devices="8"),
+            target="a100:4",
+            launcher="python train.py",
+            note="Lightning starts one process per device itself",
+        ),
+    ],
+    silent=[
+        Example(ACC_GOOD, target="a100:8", launcher="torchrun --nproc_per_node 8 train.py"),
+        Example(_LIGHTNING.format(devices="'auto'"), target="a100:4", launcher="python train.py"),
+    ],
 )
 def more_processes_than_gpus(machine: MachineFacts, launch: LaunchFacts, plan: LaunchPlan):
     n, n_ev = plan.processes, plan.processes_evidence
@@ -49,16 +62,27 @@ def more_processes_than_gpus(machine: MachineFacts, launch: LaunchFacts, plan: L
     if lightning:
         trainer = plan.spawner_call  # Lightning checks the ids it is given against the visible GPUs itself
         asked = f"GPUs {ids}" if found is not None and found.device_ids else f"{n} GPUs"
-        yield Draft(f"{trainer.callee.rsplit('.', 1)[-1]}(devices=...) asks for {asked} but only {visible} "
-                    f"{'are' if visible != 1 else 'is'} visible ({gpu_phrase(machine)})", evidence=(n_ev,),
-                    error=f"MisconfigurationException: You requested gpu: {ids}\n But your machine only "
-                          f"has: {list(range(visible))}",
-                    fix=Fix(f"devices={visible}, or devices='auto' (every visible GPU)",
-                            applicability=Applicability.SAFE,
-                            edits=present(set_kwarg(trainer, "devices", "'auto'"))))
+        yield Draft(
+            f"{trainer.callee.rsplit('.', 1)[-1]}(devices=...) asks for {asked} but only {visible} "
+            f"{'are' if visible != 1 else 'is'} visible ({gpu_phrase(machine)})",
+            evidence=(n_ev,),
+            error=f"MisconfigurationException: You requested gpu: {ids}\n But your machine only "
+            f"has: {list(range(visible))}",
+            fix=Fix(
+                f"devices={visible}, or devices='auto' (every visible GPU)",
+                applicability=Applicability.SAFE,
+                edits=present(set_kwarg(trainer, "devices", "'auto'")),
+            ),
+        )
         return
-    yield Draft(f"{n} processes per node but only {visible} GPU{'s' if visible != 1 else ''} visible "
-                f"({gpu_phrase(machine)})", evidence=(n_ev,),
-                fix=Fix(f"launch {visible} processes", applicability=Applicability.SAFE,
-                        commands=(f"--nproc_per_node {visible}" if launch.launcher == "torchrun" else
-                                  f"--num_processes {visible}",)))
+    yield Draft(
+        f"{n} processes per node but only {visible} GPU{'s' if visible != 1 else ''} visible ({gpu_phrase(machine)})",
+        evidence=(n_ev,),
+        fix=Fix(
+            f"launch {visible} processes",
+            applicability=Applicability.SAFE,
+            commands=(
+                f"--nproc_per_node {visible}" if launch.launcher == "torchrun" else f"--num_processes {visible}",
+            ),
+        ),
+    )

@@ -13,32 +13,50 @@ _ACC_CUDA0 = ACC + "model = model.to('cuda:0')\n" + ACC_LOOP
 
 
 @rule(
-    "PD112", "ddp-ranks-share-one-gpu", severity="error", phase="wrap",
+    "PD112",
+    "ddp-ranks-share-one-gpu",
+    severity="error",
+    phase="wrap",
     summary="Under a multi-process launch every rank puts its work on cuda:0.",
     what="`torchrun`/`accelerate launch` with more than one process while the script places the model with "
-         "`\"cuda\"`, `\"cuda:0\"`, `.cuda()` or `device_map={\"\": 0}` and never calls `torch.cuda.set_device`.",
+    '`"cuda"`, `"cuda:0"`, `.cuda()` or `device_map={"": 0}` and never calls `torch.cuda.set_device`.',
     why="Every rank creates its context and copies its model on GPU 0: OOM there while the other GPUs idle, NCCL "
-        "refusing two ranks on one device, or a busy GPU in Exclusive_Process mode.",
+    "refusing two ranks on one device, or a busy GPU in Exclusive_Process mode.",
     error="torch.OutOfMemoryError on GPU 0, or NCCL error: Duplicate GPU detected",
-    fix="`torch.cuda.set_device(local_rank)` first and `torch.device(\"cuda\", local_rank)`; with accelerate use "
-        "`accelerator.device`; for from_pretrained `device_map={\"\": PartialState().process_index}` or "
-        "`{\"\": int(os.environ[\"LOCAL_RANK\"])}`.",
+    fix='`torch.cuda.set_device(local_rank)` first and `torch.device("cuda", local_rank)`; with accelerate use '
+    '`accelerator.device`; for from_pretrained `device_map={"": PartialState().process_index}` or '
+    '`{"": int(os.environ["LOCAL_RANK"])}`.',
     applicability=Applicability.UNSAFE,
     fix_safety="Unsafe: device logic is the script's own.",
-    related=('PD108', 'PD109'),
-    fires=[Example(_ACC_CUDA0, launcher="accelerate launch --num_processes 2 train.py", note="every rank on cuda:0"),
-           Example(TRAINER.format(dm=", device_map={'': 0}"), launcher="torchrun --nproc_per_node 4 train.py"),
-           Example("rank = 0\n" + TRAINER.format(dm=", device_map={'': rank}"),
-                   launcher="torchrun --nproc_per_node 4 train.py", note="named rank, but a constant")],
-    silent=[Example(ACC_GOOD, launcher="accelerate launch --num_processes 2 train.py"),
-            Example(_ACC_CUDA0, launcher="python train.py"),
-            Example("import os\n" + TRAINER.format(dm=", device_map={'': int(os.environ.get('LOCAL_RANK', 0))}"),
-                    launcher="torchrun --nproc_per_node 4 train.py",
-                    note="0 only with LOCAL_RANK unset: under torchrun each rank's own GPU"),
-            Example("import os\nlocal_rank = int(os.getenv('LOCAL_RANK', '0'))\n"
-                    + TRAINER.format(dm=", device_map={'': local_rank}"), launcher="torchrun --nproc_per_node 4 train.py"),
-            Example("import os, torch\ntorch.cuda.set_device(int(os.environ['LOCAL_RANK']))\n"
-                    "model = torch.nn.Linear(8, 8).cuda()\n", launcher="torchrun --nproc_per_node 2 train.py")],
+    related=("PD108", "PD109"),
+    fires=[
+        Example(_ACC_CUDA0, launcher="accelerate launch --num_processes 2 train.py", note="every rank on cuda:0"),
+        Example(TRAINER.format(dm=", device_map={'': 0}"), launcher="torchrun --nproc_per_node 4 train.py"),
+        Example(
+            "rank = 0\n" + TRAINER.format(dm=", device_map={'': rank}"),
+            launcher="torchrun --nproc_per_node 4 train.py",
+            note="named rank, but a constant",
+        ),
+    ],
+    silent=[
+        Example(ACC_GOOD, launcher="accelerate launch --num_processes 2 train.py"),
+        Example(_ACC_CUDA0, launcher="python train.py"),
+        Example(
+            "import os\n" + TRAINER.format(dm=", device_map={'': int(os.environ.get('LOCAL_RANK', 0))}"),
+            launcher="torchrun --nproc_per_node 4 train.py",
+            note="0 only with LOCAL_RANK unset: under torchrun each rank's own GPU",
+        ),
+        Example(
+            "import os\nlocal_rank = int(os.getenv('LOCAL_RANK', '0'))\n"
+            + TRAINER.format(dm=", device_map={'': local_rank}"),
+            launcher="torchrun --nproc_per_node 4 train.py",
+        ),
+        Example(
+            "import os, torch\ntorch.cuda.set_device(int(os.environ['LOCAL_RANK']))\n"
+            "model = torch.nn.Linear(8, 8).cuda()\n",
+            launcher="torchrun --nproc_per_node 2 train.py",
+        ),
+    ],
 )
 def ddp_ranks_share_one_gpu(script: ScriptFacts, plan: LaunchPlan):
     n, n_ev = plan.processes, plan.processes_evidence
@@ -48,12 +66,21 @@ def ddp_ranks_share_one_gpu(script: ScriptFacts, plan: LaunchPlan):
     if not placements:
         return
     acc = bool(script.of("accelerator"))
-    fix = ("use accelerator.device (accelerator.prepare places the model)" if acc else
-           "torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) at the start, then device = "
-           "torch.device('cuda', local_rank)")
+    fix = (
+        "use accelerator.device (accelerator.prepare places the model)"
+        if acc
+        else "torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) at the start, then device = "
+        "torch.device('cuda', local_rank)"
+    )
     for c, what in placements[:1]:
-        yield Draft(f"{n} ranks all place their work with {what}: every rank lands on GPU 0",
-                    evidence=(n_ev, call_evidence(c, f"{what}: the same GPU in every rank")),
-                    fix=Fix(fix, applicability=Applicability.UNSAFE,
-                            edits=present(set_kwarg(c, "device_map", '{"": int(os.environ["LOCAL_RANK"])}'))
-                            if c.kind == "model_load" else ()))
+        yield Draft(
+            f"{n} ranks all place their work with {what}: every rank lands on GPU 0",
+            evidence=(n_ev, call_evidence(c, f"{what}: the same GPU in every rank")),
+            fix=Fix(
+                fix,
+                applicability=Applicability.UNSAFE,
+                edits=present(set_kwarg(c, "device_map", '{"": int(os.environ["LOCAL_RANK"])}'))
+                if c.kind == "model_load"
+                else (),
+            ),
+        )

@@ -1,1 +1,2 @@
-"""PD2xx: precision: weights' dtype against AMP and its scaler, optimizer state, autocast, library keywords and defaults."""
+"""PD2xx: precision: weights' dtype against AMP and its scaler, optimizer state, autocast, library keywords and
+defaults."""

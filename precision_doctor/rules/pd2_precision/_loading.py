@@ -1,11 +1,12 @@
-"""What the loading rules share: loading and construction APIs: renamed keywords, and attention kernels against the weights' dtype and the."""
+"""What the loading rules share: loading and construction APIs: renamed keywords, and attention kernels against the
+weights' dtype and the."""
 
 from __future__ import annotations
 
 from ...derive.checkpoint import checkpoint_of
 from ...knowledge.families import ALL_ATTENTION
-from ...model.facts import ScriptFacts, StackFacts
 from ...knowledge.versions import at_least
+from ...model.facts import ScriptFacts, StackFacts
 
 HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
 

@@ -1,4 +1,5 @@
-"""What the precision rules share: precision flags against the weights' dtype: Trainer / TRL / Accelerator setups (PD201-PD204, PD209-PD212)."""
+"""What the precision rules share: precision flags against the weights' dtype: Trainer / TRL / Accelerator setups
+(PD201-PD204, PD209-PD212)."""
 
 from __future__ import annotations
 
@@ -13,22 +14,24 @@ HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, Tr
 
 
 def trainer_script(load_kwargs: str, args_kwargs: str, extra: str = "") -> str:
-    return (HEAD + extra +
-            f'model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-3.2-1B"{load_kwargs})\n'
-            f'args = TrainingArguments(output_dir="out"{args_kwargs})\n'
-            "Trainer(model=model, args=args).train()\n")
+    return (
+        HEAD + extra + f'model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-3.2-1B"{load_kwargs})\n'
+        f'args = TrainingArguments(output_dir="out"{args_kwargs})\n'
+        "Trainer(model=model, args=args).train()\n"
+    )
 
 
-LORA = ("from peft import LoraConfig, get_peft_model\n")
+LORA = "from peft import LoraConfig, get_peft_model\n"
 
 
 def lora_script(load_kwargs: str, args_kwargs: str, lora_kwargs: str = "", peft_kwargs: str = "") -> str:
-    return (HEAD + LORA +
-            f'model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-3.2-1B"{load_kwargs})\n'
-            f'config = LoraConfig(r=16, target_modules=["q_proj", "v_proj"]{lora_kwargs})\n'
-            f"model = get_peft_model(model, config{peft_kwargs})\n"
-            f'args = TrainingArguments(output_dir="out"{args_kwargs})\n'
-            "Trainer(model=model, args=args).train()\n")
+    return (
+        HEAD + LORA + f'model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-3.2-1B"{load_kwargs})\n'
+        f'config = LoraConfig(r=16, target_modules=["q_proj", "v_proj"]{lora_kwargs})\n'
+        f"model = get_peft_model(model, config{peft_kwargs})\n"
+        f'args = TrainingArguments(output_dir="out"{args_kwargs})\n'
+        "Trainer(model=model, args=args).train()\n"
+    )
 
 
 def fp16_amp_on_gpu(setup: Setup, machine: MachineFacts) -> bool:
@@ -56,16 +59,22 @@ def live_claim(live, dtype: str, scaler: bool, message: str) -> Draft | None:
     if not holders or scaler_on(live) != scaler:
         return None
     runs = "a GradScaler runs" if scaler else "no loss scaling runs"
-    return Draft(f"{message} (live: {', '.join(holders[:4])}; {runs})",
-                 evidence=(live_evidence(live, f"trainable {live_summary(live.model.trainable_dtypes)}"),),
-                 confidence="certain")
+    return Draft(
+        f"{message} (live: {', '.join(holders[:4])}; {runs})",
+        evidence=(live_evidence(live, f"trainable {live_summary(live.model.trainable_dtypes)}"),),
+        confidence="certain",
+    )
 
 
 def bad_loss(live, history, fix: str) -> Draft:
     step = history.first_bad_step
-    return Draft(f"the loss became {history.bad_loss} at step {step} of the live run",
-                 evidence=(live_evidence(live, f"losses: {list(live.losses[:step])[-5:]}"),),
-                 phase=Phase.LATER_STEPS, confidence=Confidence.LIKELY, fix=Fix(fix))
+    return Draft(
+        f"the loss became {history.bad_loss} at step {step} of the live run",
+        evidence=(live_evidence(live, f"losses: {list(live.losses[:step])[-5:]}"),),
+        phase=Phase.LATER_STEPS,
+        confidence=Confidence.LIKELY,
+        fix=Fix(fix),
+    )
 
 
 def _unique(evidence: tuple[Evidence, ...]) -> tuple[Evidence, ...]:

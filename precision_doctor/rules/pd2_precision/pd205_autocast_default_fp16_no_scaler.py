@@ -19,30 +19,43 @@ def _autocast_device(c: Call) -> str | None:
 
 
 @rule(
-    "PD205", "autocast-default-fp16-no-scaler", severity="warning", phase="later-steps",
+    "PD205",
+    "autocast-default-fp16-no-scaler",
+    severity="warning",
+    phase="later-steps",
     summary="CUDA autocast without dtype= runs in fp16, and no GradScaler protects it.",
-    what="`torch.autocast(\"cuda\")`, `torch.amp.autocast(device_type=\"cuda\")` or `torch.cuda.amp.autocast()` "
-         "with no `dtype=`, in a script that creates no GradScaler.",
+    what='`torch.autocast("cuda")`, `torch.amp.autocast(device_type="cuda")` or `torch.cuda.amp.autocast()` '
+    "with no `dtype=`, in a script that creates no GradScaler.",
     why="CUDA autocast defaults to float16; fp16 without loss scaling underflows (or overflows to NaN). A "
-        "`--dtype bfloat16` option the script never passes to autocast has no effect.",
+    "`--dtype bfloat16` option the script never passes to autocast has no effect.",
     error="no exception: loss plateaus early (underflowed gradients) or turns NaN",
-    fix="Pass `dtype=torch.bfloat16` on Ampere or newer, or keep fp16 and add `torch.amp.GradScaler(\"cuda\")`.",
+    fix='Pass `dtype=torch.bfloat16` on Ampere or newer, or keep fp16 and add `torch.amp.GradScaler("cuda")`.',
     applicability=Applicability.UNSAFE,
     fix_safety="Unsafe: bf16 needs an Ampere or newer GPU.",
     fires=[
-        Example(LOOP_HEAD + "for x in loader:\n    with torch.autocast('cuda'):\n        loss = model(x).sum()\n"
-                "    loss.backward()\n    opt.step()\n"),
-        Example(LOOP_HEAD + "for x in loader:\n    with torch.cuda.amp.autocast():\n        loss = model(x).sum()\n"
-                "    loss.backward()\n    opt.step()\n"),
+        Example(
+            LOOP_HEAD + "for x in loader:\n    with torch.autocast('cuda'):\n        loss = model(x).sum()\n"
+            "    loss.backward()\n    opt.step()\n"
+        ),
+        Example(
+            LOOP_HEAD + "for x in loader:\n    with torch.cuda.amp.autocast():\n        loss = model(x).sum()\n"
+            "    loss.backward()\n    opt.step()\n"
+        ),
     ],
     silent=[
-        Example(LOOP_HEAD + "for x in loader:\n    with torch.autocast('cuda', dtype=torch.bfloat16):\n"
-                "        loss = model(x).sum()\n    loss.backward()\n    opt.step()\n"),
-        Example(LOOP_HEAD + "scaler = torch.amp.GradScaler('cuda')\nfor x in loader:\n"
-                "    with torch.autocast('cuda'):\n        loss = model(x).sum()\n"
-                "    scaler.scale(loss).backward()\n    scaler.step(opt)\n    scaler.update()\n"),
-        Example(LOOP_HEAD + "for x in loader:\n    with torch.autocast('cpu'):\n        loss = model(x).sum()\n"
-                "    loss.backward()\n    opt.step()\n"),
+        Example(
+            LOOP_HEAD + "for x in loader:\n    with torch.autocast('cuda', dtype=torch.bfloat16):\n"
+            "        loss = model(x).sum()\n    loss.backward()\n    opt.step()\n"
+        ),
+        Example(
+            LOOP_HEAD + "scaler = torch.amp.GradScaler('cuda')\nfor x in loader:\n"
+            "    with torch.autocast('cuda'):\n        loss = model(x).sum()\n"
+            "    scaler.scale(loss).backward()\n    scaler.step(opt)\n    scaler.update()\n"
+        ),
+        Example(
+            LOOP_HEAD + "for x in loader:\n    with torch.autocast('cpu'):\n        loss = model(x).sum()\n"
+            "    loss.backward()\n    opt.step()\n"
+        ),
     ],
 )
 def autocast_default_fp16_no_scaler(setup: Setup, machine: MachineFacts, stack: StackFacts):
@@ -54,9 +67,21 @@ def autocast_default_fp16_no_scaler(setup: Setup, machine: MachineFacts, stack: 
         if decide(a.kwarg("enabled"), machine, stack).is_(False):
             continue
         new = a.callee.replace("torch.cuda.amp.autocast", "torch.amp.autocast")
-        yield Draft("CUDA autocast without dtype= computes in float16, and no GradScaler scales the loss",
-                    evidence=(call_evidence(a, "autocast dtype defaults to float16 on CUDA"),),
-                    fix=Fix("pass dtype=torch.bfloat16 (Ampere or newer), or add torch.amp.GradScaler('cuda')",
-                            applicability=Applicability.UNSAFE, edits=(Edit("set_kwarg", a.location.path, a.location.line,
-                                                    call=new.rsplit(".", 1)[-1], name="dtype",
-                                                    new="torch.bfloat16"),)))
+        yield Draft(
+            "CUDA autocast without dtype= computes in float16, and no GradScaler scales the loss",
+            evidence=(call_evidence(a, "autocast dtype defaults to float16 on CUDA"),),
+            fix=Fix(
+                "pass dtype=torch.bfloat16 (Ampere or newer), or add torch.amp.GradScaler('cuda')",
+                applicability=Applicability.UNSAFE,
+                edits=(
+                    Edit(
+                        "set_kwarg",
+                        a.location.path,
+                        a.location.line,
+                        call=new.rsplit(".", 1)[-1],
+                        name="dtype",
+                        new="torch.bfloat16",
+                    ),
+                ),
+            ),
+        )

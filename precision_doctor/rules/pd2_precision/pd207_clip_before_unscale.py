@@ -15,41 +15,50 @@ def _scaler_targets(script: ScriptFacts) -> set[str]:
 
 
 @rule(
-    "PD207", "clip-before-unscale", severity="warning", phase="later-steps",
+    "PD207",
+    "clip-before-unscale",
+    severity="warning",
+    phase="later-steps",
     summary="Gradients clipped while still multiplied by the loss scale.",
     what="`clip_grad_norm_` after `scaler.scale(loss).backward()` without `scaler.unscale_(optimizer)` in between.",
     why="Until unscale_, every gradient is multiplied by the loss scale (65536 at first): the norm is never what "
-        "max_norm means, so clipping either always or never triggers.",
+    "max_norm means, so clipping either always or never triggers.",
     error="no exception: clipping has no effect (or clips everything); flat learning curves",
     fix="Call `scaler.unscale_(optimizer)` right before clipping, then `scaler.step(optimizer)`; `scaler.update()`. "
-        "With accelerate use `accelerator.clip_grad_norm_` (it unscales).",
+    "With accelerate use `accelerator.clip_grad_norm_` (it unscales).",
     applicability=Applicability.SAFE,
     fix_safety="Safe: unscale_ before clipping is what GradScaler documents.",
     fires=[
-        Example(LOOP_HEAD + "scaler = torch.amp.GradScaler('cuda')\nfor x in loader:\n"
-                "    with torch.autocast('cuda', dtype=torch.float16):\n        loss = model(x).sum()\n"
-                "    scaler.scale(loss).backward()\n"
-                "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
-                "    scaler.step(opt)\n    scaler.update()\n",
-                fixed=LOOP_HEAD + "scaler = torch.amp.GradScaler('cuda')\nfor x in loader:\n"
-                "    with torch.autocast('cuda', dtype=torch.float16):\n        loss = model(x).sum()\n"
-                "    scaler.scale(loss).backward()\n    scaler.unscale_(opt)\n"
-                "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
-                "    scaler.step(opt)\n    scaler.update()\n"),
+        Example(
+            LOOP_HEAD + "scaler = torch.amp.GradScaler('cuda')\nfor x in loader:\n"
+            "    with torch.autocast('cuda', dtype=torch.float16):\n        loss = model(x).sum()\n"
+            "    scaler.scale(loss).backward()\n"
+            "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+            "    scaler.step(opt)\n    scaler.update()\n",
+            fixed=LOOP_HEAD + "scaler = torch.amp.GradScaler('cuda')\nfor x in loader:\n"
+            "    with torch.autocast('cuda', dtype=torch.float16):\n        loss = model(x).sum()\n"
+            "    scaler.scale(loss).backward()\n    scaler.unscale_(opt)\n"
+            "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+            "    scaler.step(opt)\n    scaler.update()\n",
+        ),
     ],
     silent=[
-        Example(LOOP_HEAD + "scaler = torch.amp.GradScaler('cuda')\nfor x in loader:\n"
-                "    with torch.autocast('cuda', dtype=torch.float16):\n        loss = model(x).sum()\n"
-                "    scaler.scale(loss).backward()\n    scaler.unscale_(opt)\n"
-                "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
-                "    scaler.step(opt)\n    scaler.update()\n"),
-        Example(LOOP_HEAD + "import sys\nuse_amp = sys.argv[1] == 'amp'\nscaler = torch.amp.GradScaler('cuda')\n"
-                "for x in loader:\n    loss = model(x).sum()\n    if use_amp:\n"
-                "        scaler.scale(loss).backward()\n        scaler.unscale_(opt)\n"
-                "        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
-                "        scaler.step(opt)\n        scaler.update()\n    else:\n        loss.backward()\n"
-                "        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n        opt.step()\n",
-                note="the clip in the else branch has no scaler on its path"),
+        Example(
+            LOOP_HEAD + "scaler = torch.amp.GradScaler('cuda')\nfor x in loader:\n"
+            "    with torch.autocast('cuda', dtype=torch.float16):\n        loss = model(x).sum()\n"
+            "    scaler.scale(loss).backward()\n    scaler.unscale_(opt)\n"
+            "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+            "    scaler.step(opt)\n    scaler.update()\n"
+        ),
+        Example(
+            LOOP_HEAD + "import sys\nuse_amp = sys.argv[1] == 'amp'\nscaler = torch.amp.GradScaler('cuda')\n"
+            "for x in loader:\n    loss = model(x).sum()\n    if use_amp:\n"
+            "        scaler.scale(loss).backward()\n        scaler.unscale_(opt)\n"
+            "        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+            "        scaler.step(opt)\n        scaler.update()\n    else:\n        loss.backward()\n"
+            "        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n        opt.step()\n",
+            note="the clip in the else branch has no scaler on its path",
+        ),
     ],
 )
 def clip_before_unscale(script: ScriptFacts, setup: Setup):
@@ -62,22 +71,42 @@ def clip_before_unscale(script: ScriptFacts, setup: Setup):
     for clip in setup.clips:
         if clip.receiver in accelerators:
             continue
-        before = [s for s in scale_calls if s.scope == clip.scope and s.location.line < clip.location.line
-                  and not exclusive(s, clip)]  # a clip on the branch without the scaler clips true gradients
+        before = [
+            s
+            for s in scale_calls
+            if s.scope == clip.scope and s.location.line < clip.location.line and not exclusive(s, clip)
+        ]  # a clip on the branch without the scaler clips true gradients
         if not before:
             continue
         last_scale = max(before, key=lambda s: s.location.line)
-        if any(u.scope == clip.scope and last_scale.location.line < u.location.line < clip.location.line
-               for u in unscales):
+        if any(
+            u.scope == clip.scope and last_scale.location.line < u.location.line < clip.location.line for u in unscales
+        ):
             continue
         scaler = last_scale.receiver
         # the optimizer as this scope writes it (`self.optimizer`), from its own scaler.step(...) call
-        steps = [m for m in setup.methods if m.receiver == scaler and m.callee.endswith(".step") and
-                 m.scope == clip.scope and m.args]
-        optimizer = steps[0].args[0].text if steps else \
-            setup.optimizers[0].target if setup.optimizers and setup.optimizers[0].target else "optimizer"
-        yield Draft("gradients are clipped while still multiplied by the loss scale (no unscale_ before clipping)",
-                    evidence=(call_evidence(last_scale, "loss scaled"), call_evidence(clip, "clipped before unscale_")),
-                    fix=Fix(f"call {scaler}.unscale_({optimizer}) right before clipping", applicability=Applicability.SAFE,
-                            edits=(Edit("insert_before", clip.location.path, clip.location.line,
-                                        new=f"{scaler}.unscale_({optimizer})"),)))
+        steps = [
+            m
+            for m in setup.methods
+            if m.receiver == scaler and m.callee.endswith(".step") and m.scope == clip.scope and m.args
+        ]
+        optimizer = (
+            steps[0].args[0].text
+            if steps
+            else setup.optimizers[0].target
+            if setup.optimizers and setup.optimizers[0].target
+            else "optimizer"
+        )
+        yield Draft(
+            "gradients are clipped while still multiplied by the loss scale (no unscale_ before clipping)",
+            evidence=(call_evidence(last_scale, "loss scaled"), call_evidence(clip, "clipped before unscale_")),
+            fix=Fix(
+                f"call {scaler}.unscale_({optimizer}) right before clipping",
+                applicability=Applicability.SAFE,
+                edits=(
+                    Edit(
+                        "insert_before", clip.location.path, clip.location.line, new=f"{scaler}.unscale_({optimizer})"
+                    ),
+                ),
+            ),
+        )

@@ -11,15 +11,18 @@ from ._precision import lora_script, trainer_script
 
 
 @rule(
-    "PD212", "pure-bf16-weights-no-master-copy", severity="info", phase="later-steps",
+    "PD212",
+    "pure-bf16-weights-no-master-copy",
+    severity="info",
+    phase="later-steps",
     summary="Full fine-tune with bf16 weights and bf16 optimizer state: tiny late updates round away.",
     what="All parameters trained in bfloat16 (`dtype=torch.bfloat16` + `bf16=True`, no adapters). A common, working "
-         "setup: reported for the trade-off only.",
+    "setup: reported for the trade-off only.",
     why="bf16 keeps 8 bits of mantissa: updates smaller than the weight's resolution are rounded away late in "
-        "training, which can stall the loss.",
+    "training, which can stall the loss.",
     error="no exception: the loss may stall late in training",
     fix="If it matters: fp32 master weights with bf16 autocast (load fp32, bf16=True), fp32 LoRA adapters, or a "
-        "Kahan-summation / stochastic-rounding optimizer.",
+    "Kahan-summation / stochastic-rounding optimizer.",
     applicability=Applicability.DISPLAY,
     fix_safety="Display only.",
     fires=[Example(trainer_script(", dtype=torch.bfloat16", ", bf16=True"))],
@@ -35,7 +38,11 @@ def pure_bf16_weights_no_master_copy(setup: Setup):
         return
     if setup.sharding.kind == "deepspeed":
         return  # DeepSpeed's optimizer keeps fp32 master partitions of bf16 weights
-    yield Draft("every parameter is trained in bfloat16 with no fp32 master copy",
-                evidence=setup.weights.evidence,
-                fix=Fix("optional: load in float32 and train with bf16 autocast (bf16=True), if memory allows",
-                        applicability=Applicability.UNSAFE))
+    yield Draft(
+        "every parameter is trained in bfloat16 with no fp32 master copy",
+        evidence=setup.weights.evidence,
+        fix=Fix(
+            "optional: load in float32 and train with bf16 autocast (bf16=True), if memory allows",
+            applicability=Applicability.UNSAFE,
+        ),
+    )

@@ -5,28 +5,39 @@ from __future__ import annotations
 
 from ...derive import call_evidence
 from ...derive.setup import DTYPE_KEYWORD_FROM
+from ...knowledge.versions import at_least
 from ...model.facts import ScriptFacts, StackFacts, VersionSource
 from ...model.findings import Applicability, Draft, Edit, Fix
-from ...knowledge.versions import at_least
 from ..registry import Example, rule
 from ._loading import HEAD
 
 
 @rule(
-    "PD214", "torch-dtype-kwarg-renamed", severity="warning", phase="load",
+    "PD214",
+    "torch-dtype-kwarg-renamed",
+    severity="warning",
+    phase="load",
     summary="`torch_dtype=` is deprecated in from_pretrained (transformers >= 4.56): use `dtype=`.",
     what="`from_pretrained(..., torch_dtype=...)` on transformers 4.56 or newer.",
     why="transformers 4.56 renamed the argument; v5 keeps `torch_dtype` as an alias that warns. The doctor treats "
-        "both spellings as one setting for every other rule.",
+    "both spellings as one setting for every other rule.",
     error="`torch_dtype` is deprecated! Use `dtype` instead!",
     fix="Rename the keyword: `dtype=...` (keep `torch_dtype` only for transformers < 4.56).",
     applicability=Applicability.SAFE,
     fix_safety="Safe: the same setting under its current name.",
-    fires=[Example(HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', torch_dtype=torch.float32)\n",
-                   fixed=HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n")],
-    silent=[Example(HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"),
-            Example(HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', torch_dtype=torch.float32)\n",
-                    versions={"transformers": "4.46.3"})],
+    fires=[
+        Example(
+            HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', torch_dtype=torch.float32)\n",
+            fixed=HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n",
+        )
+    ],
+    silent=[
+        Example(HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"),
+        Example(
+            HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', torch_dtype=torch.float32)\n",
+            versions={"transformers": "4.46.3"},
+        ),
+    ],
 )
 def torch_dtype_kwarg_renamed(script: ScriptFacts, stack: StackFacts):
     if not at_least(stack, "transformers", DTYPE_KEYWORD_FROM):
@@ -34,9 +45,22 @@ def torch_dtype_kwarg_renamed(script: ScriptFacts, stack: StackFacts):
     version = stack.get("transformers")
     for load in script.of("model_load"):
         if "torch_dtype" in load.kwargs and "dtype" not in load.kwargs:
-            yield Draft(f"torch_dtype= is deprecated on transformers {version.version} ({version.source}); "
-                        f"use dtype=", evidence=(call_evidence(load, "torch_dtype="),),
-                        fix=Fix("rename torch_dtype= to dtype=", applicability=Applicability.SAFE,
-                                edits=(Edit("rename_kwarg", load.location.path, load.location.line,
-                                            call=load.callee.rsplit(".", 1)[-1], old="torch_dtype", new="dtype"),)),
-                        confidence="likely" if version.source == VersionSource.ASSUMED else "certain")
+            yield Draft(
+                f"torch_dtype= is deprecated on transformers {version.version} ({version.source}); use dtype=",
+                evidence=(call_evidence(load, "torch_dtype="),),
+                fix=Fix(
+                    "rename torch_dtype= to dtype=",
+                    applicability=Applicability.SAFE,
+                    edits=(
+                        Edit(
+                            "rename_kwarg",
+                            load.location.path,
+                            load.location.line,
+                            call=load.callee.rsplit(".", 1)[-1],
+                            old="torch_dtype",
+                            new="dtype",
+                        ),
+                    ),
+                ),
+                confidence="likely" if version.source == VersionSource.ASSUMED else "certain",
+            )

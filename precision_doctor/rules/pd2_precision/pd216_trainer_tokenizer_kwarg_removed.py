@@ -12,28 +12,41 @@ from ._loading import HEAD
 
 
 @rule(
-    "PD216", "trainer-tokenizer-kwarg-removed", severity="error", phase="wrap",
+    "PD216",
+    "trainer-tokenizer-kwarg-removed",
+    severity="error",
+    phase="wrap",
     summary="`Trainer(tokenizer=...)` was removed in transformers 5: use `processing_class=`.",
     what="`Trainer(..., tokenizer=...)` (and the script's subclasses whose constructor is Trainer's, or passes "
-         "**kwargs on to it) on transformers 5 or newer, where the keyword no longer exists; a deprecation warning "
-         "on 4.46-4.57. The keyword's history is read from Trainer.__init__ of each release (the fields "
-         "keyword-not-accepted, PD217, judges every other keyword with).",
+    "**kwargs on to it) on transformers 5 or newer, where the keyword no longer exists; a deprecation warning "
+    "on 4.46-4.57. The keyword's history is read from Trainer.__init__ of each release (the fields "
+    "keyword-not-accepted, PD217, judges every other keyword with).",
     why="transformers 4.46 renamed the argument to `processing_class` (it also takes processors and image "
-        "processors) and 5.0 removed the old name, so the Trainer is never constructed.",
+    "processors) and 5.0 removed the old name, so the Trainer is never constructed.",
     error="TypeError: Trainer.__init__() got an unexpected keyword argument 'tokenizer'",
     fix="Pass the tokenizer as `processing_class=tokenizer`.",
     applicability=Applicability.SAFE,
     fix_safety="Safe: the same object under the current name.",
     log=LogSignature(patterns=(r"unexpected keyword argument 'tokenizer'",)),
-    fires=[Example(HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
-                   "Trainer(model=m, args=TrainingArguments('o'), tokenizer=tok).train()\n",
-                   fixed=HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
-                   "Trainer(model=m, args=TrainingArguments('o'), processing_class=tok).train()\n")],
-    silent=[Example(HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
-                    "Trainer(model=m, args=TrainingArguments('o'), processing_class=tok).train()\n"),
-            Example(HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
-                    "Trainer(model=m, args=TrainingArguments('o'), tokenizer=tok).train()\n",
-                    versions={"transformers": "4.44.2"})],
+    fires=[
+        Example(
+            HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
+            "Trainer(model=m, args=TrainingArguments('o'), tokenizer=tok).train()\n",
+            fixed=HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
+            "Trainer(model=m, args=TrainingArguments('o'), processing_class=tok).train()\n",
+        )
+    ],
+    silent=[
+        Example(
+            HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
+            "Trainer(model=m, args=TrainingArguments('o'), processing_class=tok).train()\n"
+        ),
+        Example(
+            HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
+            "Trainer(model=m, args=TrainingArguments('o'), tokenizer=tok).train()\n",
+            versions={"transformers": "4.44.2"},
+        ),
+    ],
 )
 def trainer_tokenizer_kwarg_removed(script: ScriptFacts, stack: StackFacts):
     version = stack.get("transformers")
@@ -52,15 +65,36 @@ def trainer_tokenizer_kwarg_removed(script: ScriptFacts, stack: StackFacts):
         # range is read as what a fresh install of it gets, the newest release it allows)
         assumed = removed and version.source == VersionSource.ASSUMED
         name = trainer.callee.rsplit(".", 1)[-1]
-        yield Draft(f"{name}(tokenizer=...) " + (f"no longer exists on transformers {version.version}"
-                                                   if removed else f"is deprecated on transformers {version.version}")
-                    + f" ({version.source}{'; not installed nor declared: pin it to be sure' if assumed else ''}); "
-                      f"use processing_class=",
-                    evidence=(call_evidence(trainer, "tokenizer="),),
-                    severity="" if removed and not assumed else "warning",
-                    error="" if removed else ("FutureWarning: `tokenizer` is deprecated and will be removed in "
-                                              "version 5.0.0 for `Trainer.__init__`. Use `processing_class` instead."),
-                    fix=Fix("rename tokenizer= to processing_class=", applicability=Applicability.SAFE,
-                            edits=(Edit("rename_kwarg", trainer.location.path, trainer.location.line, call=name,
-                                        old="tokenizer", new="processing_class"),)),
-                    confidence="likely" if version.source == VersionSource.ASSUMED else "certain")
+        yield Draft(
+            f"{name}(tokenizer=...) "
+            + (
+                f"no longer exists on transformers {version.version}"
+                if removed
+                else f"is deprecated on transformers {version.version}"
+            )
+            + f" ({version.source}{'; not installed nor declared: pin it to be sure' if assumed else ''}); "
+            f"use processing_class=",
+            evidence=(call_evidence(trainer, "tokenizer="),),
+            severity="" if removed and not assumed else "warning",
+            error=""
+            if removed
+            else (
+                "FutureWarning: `tokenizer` is deprecated and will be removed in "
+                "version 5.0.0 for `Trainer.__init__`. Use `processing_class` instead."
+            ),
+            fix=Fix(
+                "rename tokenizer= to processing_class=",
+                applicability=Applicability.SAFE,
+                edits=(
+                    Edit(
+                        "rename_kwarg",
+                        trainer.location.path,
+                        trainer.location.line,
+                        call=name,
+                        old="tokenizer",
+                        new="processing_class",
+                    ),
+                ),
+            ),
+            confidence="likely" if version.source == VersionSource.ASSUMED else "certain",
+        )

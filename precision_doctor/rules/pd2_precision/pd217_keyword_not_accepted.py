@@ -28,8 +28,13 @@ from ...model.facts import Call, ParsedArguments, ScriptFacts, StackFacts, Value
 from ...model.findings import Applicability, Draft, Edit, Evidence, Fix
 from ..registry import Example, LogSignature, rule
 
-_PHASE = {"training_args": "config", "bnb_config": "config", "peft_config": "config", "trainer": "wrap",
-          "model_load": "load"}
+_PHASE = {
+    "training_args": "config",
+    "bnb_config": "config",
+    "peft_config": "config",
+    "trainer": "wrap",
+    "model_load": "load",
+}
 
 
 # A rename whose value keeps its meaning only within a range: offered for review, not applied on its own.
@@ -37,8 +42,9 @@ _REVIEW_RENAMES = {"warmup_ratio": "warmup_steps takes a ratio only below 1 (an 
 
 
 # A log's "unexpected keyword argument" is this rule's, unless the keyword is one a specialised rule reports.
-_UNEXPECTED_KEYWORD = r"got an unexpected keyword argument '(?!(?:%s)')\w+'" % "|".join(
-    sorted({name for _, name in SPECIALISED}))
+_UNEXPECTED_KEYWORD = r"got an unexpected keyword argument '(?!(?:{})')\w+'".format(
+    "|".join(sorted({name for _, name in SPECIALISED}))
+)
 
 
 _ARGS = "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
@@ -56,8 +62,12 @@ def _judge_call(call: Call, script: ScriptFacts, stack: StackFacts):
     shown = call.callee.rsplit(".", 1)[-1] if not loader else "from_pretrained"
     unsloth_trainer = call.kind == "trainer" and cid.startswith("trl") and _imports_unsloth(script)
     for name, value in call.kwargs.items():
-        if name == "**" or name in got.names or (cid, name) in SPECIALISED or \
-                (_owner(cid, script, stack), name) in SPECIALISED:
+        if (
+            name == "**"
+            or name in got.names
+            or (cid, name) in SPECIALISED
+            or (_owner(cid, script, stack), name) in SPECIALISED
+        ):
             continue
         if unsloth_trainer and name == "tokenizer":
             continue  # `import unsloth` rebuilds TRL's trainers with a `tokenizer=` that feeds processing_class
@@ -68,15 +78,26 @@ def _judge_call(call: Call, script: ScriptFacts, stack: StackFacts):
         ignored = got.open == "ignores"
         new, history, same = _successor(cid, name, got, script, stack)
         cls = shown if not loader else _model_class(call, script)
-        message = (f"{shown}() {'ignores' if ignored else 'does not accept'} `{name}` on {how}" + history
-                   + (": the setting has no effect" if ignored else ""))
-        error = (f"Unused kwargs: ['{name}']. These kwargs are not used in <class "
-                 f"'transformers.utils.quantization_config.BitsAndBytesConfig'>." if ignored else
-                 f"TypeError: {cls}.__init__() got an unexpected keyword argument '{name}'")
-        yield Draft(message, evidence=(evidence_of(value, f"{name}=", call),), error=error, phase=_PHASE[call.kind],
-                    severity="warning" if ignored else severity,
-                    confidence="likely" if severity == "warning" else "certain",
-                    fix=_call_fix(call, name, value, new, same, shown, loader))
+        message = (
+            f"{shown}() {'ignores' if ignored else 'does not accept'} `{name}` on {how}"
+            + history
+            + (": the setting has no effect" if ignored else "")
+        )
+        error = (
+            f"Unused kwargs: ['{name}']. These kwargs are not used in <class "
+            f"'transformers.utils.quantization_config.BitsAndBytesConfig'>."
+            if ignored
+            else f"TypeError: {cls}.__init__() got an unexpected keyword argument '{name}'"
+        )
+        yield Draft(
+            message,
+            evidence=(evidence_of(value, f"{name}=", call),),
+            error=error,
+            phase=_PHASE[call.kind],
+            severity="warning" if ignored else severity,
+            confidence="likely" if severity == "warning" else "certain",
+            fix=_call_fix(call, name, value, new, same, shown, loader),
+        )
 
 
 def _imports_unsloth(script: ScriptFacts) -> bool:
@@ -93,8 +114,7 @@ def _guarded(call: Call) -> bool:
     """The script decides at run time whether this call runs on this release: it sits under a version (or
     signature) check, or in a try/except that may catch the TypeError and fall back."""
     in_try = call.in_branch and not call.branches  # the probe records the `if`s a call sits in, not its `try`s
-    return in_try or any(not b.test or any(word in b.test.lower() for word in _VERSION_TESTS)
-                         for b in call.branches)
+    return in_try or any(not b.test or any(word in b.test.lower() for word in _VERSION_TESTS) for b in call.branches)
 
 
 def _owner(cid: str, script: ScriptFacts, stack: StackFacts) -> str:
@@ -114,13 +134,33 @@ def _call_fix(call: Call, name: str, value: Value, new: str, same: bool, shown: 
     library = "transformers" if loader else ""
     if new:
         review = _REVIEW_RENAMES.get(name) or ("" if same else "a guess from the spelling")
-        edits = (Edit("rename_kwarg", call.location.path, call.location.line, call=shown, old=name, new=new,
-                      library=library),) if spelled_in_call else ()
-        return Fix(f"{name}= → {new}=" + (f" ({review})" if review else ""),
-                   applicability=Applicability.UNSAFE if review else Applicability.SAFE, edits=edits)
-    return Fix(f"remove {name}= (or pin the release that has it)", applicability=Applicability.UNSAFE,
-               edits=(Edit("remove_kwarg", call.location.path, call.location.line, call=shown, name=name,
-                           library=library),) if spelled_in_call else ())
+        edits = (
+            (
+                Edit(
+                    "rename_kwarg",
+                    call.location.path,
+                    call.location.line,
+                    call=shown,
+                    old=name,
+                    new=new,
+                    library=library,
+                ),
+            )
+            if spelled_in_call
+            else ()
+        )
+        return Fix(
+            f"{name}= → {new}=" + (f" ({review})" if review else ""),
+            applicability=Applicability.UNSAFE if review else Applicability.SAFE,
+            edits=edits,
+        )
+    return Fix(
+        f"remove {name}= (or pin the release that has it)",
+        applicability=Applicability.UNSAFE,
+        edits=(Edit("remove_kwarg", call.location.path, call.location.line, call=shown, name=name, library=library),)
+        if spelled_in_call
+        else (),
+    )
 
 
 def _from_dict(value: Value) -> bool:
@@ -148,8 +188,11 @@ def _judge_parsed(parsed: ParsedArguments, script: ScriptFacts, stack: StackFact
     options = set(parsed.options) | ({"env"} if trl and recipe else set())
     if not recipe:
         options |= {"help"}
-    unused = [k for k in parsed.keys if k not in fields and k not in options and
-              (recipe or not _command_line_accepts(k, fields | options))]
+    unused = [
+        k
+        for k in parsed.keys
+        if k not in fields and k not in options and (recipe or not _command_line_accepts(k, fields | options))
+    ]
     if not unused:
         return
     names = ", ".join(c.rsplit(".", 1)[-1] for c in parsed.classes)
@@ -168,13 +211,19 @@ def _judge_parsed(parsed: ParsedArguments, script: ScriptFacts, stack: StackFact
             new = new or close or ""
         shown = f"`{key}`" if recipe else f"--{key}"
         where = f"in {parsed.via}" if recipe else "on the command line"
-        yield Draft(f"{shown} {where} is not a field of {names} on {how}{hint}",
-                    evidence=(_parsed_evidence(value, key, parsed),
-                              Evidence(parsed.location, "", f"{parsed.method}()")),
-                    error=error, phase="config", severity=severity,
-                    confidence="likely" if severity == "warning" else "certain",
-                    fix=Fix((f"rename {shown} to `{new}`" if new else f"remove {shown}")
-                            + (f" in {value.location}" if value.location else ""), applicability=Applicability.DISPLAY))
+        yield Draft(
+            f"{shown} {where} is not a field of {names} on {how}{hint}",
+            evidence=(_parsed_evidence(value, key, parsed), Evidence(parsed.location, "", f"{parsed.method}()")),
+            error=error,
+            phase="config",
+            severity=severity,
+            confidence="likely" if severity == "warning" else "certain",
+            fix=Fix(
+                (f"rename {shown} to `{new}`" if new else f"remove {shown}")
+                + (f" in {value.location}" if value.location else ""),
+                applicability=Applicability.DISPLAY,
+            ),
+        )
 
 
 def _command_line_accepts(word: str, options: set[str]) -> bool:
@@ -199,11 +248,15 @@ def _parser_error(parsed: ParsedArguments, behaviour: str, unused: list[str]) ->
         return f"ValueError: Some specified arguments are not used by the HfArgumentParser: {words}"
     if behaviour == "raises":
         words = [w for k in unused for w in (f"--{k}", str(parsed.keys[k].value))]
-        return (f"ValueError: Unknown arguments from config file: {words}. Please remove them, add them to the "
-                f"dataclass, or set `fail_with_unknown_args=False`.")
+        return (
+            f"ValueError: Unknown arguments from config file: {words}. Please remove them, add them to the "
+            f"dataclass, or set `fail_with_unknown_args=False`."
+        )
     if behaviour == "raises_legacy":
-        return f"ValueError: Some specified config arguments are not used by the TrlParser: " \
-               f"{ {k: parsed.keys[k].value for k in unused} }"
+        return (
+            f"ValueError: Some specified config arguments are not used by the TrlParser: "
+            f"{ {k: parsed.keys[k].value for k in unused} }"
+        )
     return f"ValueError: Some keys are not used by the HfArgumentParser: {sorted(unused)}"
 
 
@@ -253,53 +306,76 @@ def _successor(cid: str, name: str, got: Accepted, script: ScriptFacts, stack: S
 
 
 @rule(
-    "PD217", "keyword-not-accepted", severity="error", phase="config",
+    "PD217",
+    "keyword-not-accepted",
+    severity="error",
+    phase="config",
     summary="A keyword or config key the library version in use does not accept: the job dies before training.",
     what="A keyword of `TrainingArguments` (and its subclasses, the script's own included), TRL's configs and "
-         "trainers, `ModelConfig`, `BitsAndBytesConfig`, peft's `LoraConfig`, `Trainer(...)` or `from_pretrained` "
-         "that the installed (or declared) release does not have; a key of a YAML/JSON recipe that "
-         "`HfArgumentParser` / `TrlParser --config` reads and no dataclass of the parser has; an option after `--` "
-         "that none has. Renamed keywords name their successor (`evaluation_strategy` -> `eval_strategy`, "
-         "`warmup_ratio` -> `warmup_steps`), typos the field they miss (`learning_rat` -> `learning_rate`).",
+    "trainers, `ModelConfig`, `BitsAndBytesConfig`, peft's `LoraConfig`, `Trainer(...)` or `from_pretrained` "
+    "that the installed (or declared) release does not have; a key of a YAML/JSON recipe that "
+    "`HfArgumentParser` / `TrlParser --config` reads and no dataclass of the parser has; an option after `--` "
+    "that none has. Renamed keywords name their successor (`evaluation_strategy` -> `eval_strategy`, "
+    "`warmup_ratio` -> `warmup_steps`), typos the field they miss (`learning_rat` -> `learning_rate`).",
     why="A dataclass's `__init__` refuses a keyword it has no field for; HfArgumentParser refuses unused recipe keys "
-        "and command-line options; from_pretrained hands an unknown keyword to the model's `__init__`. The fields "
-        "are each release's own: read from the installed package's source, else from a table generated from the "
-        "released wheels (transformers 4.36-5.23, TRL 0.9-1.16, peft 0.7-0.21, sentence-transformers 3.0-6.2). "
-        "BitsAndBytesConfig takes any keyword and ignores it: a warning, the setting has no effect. An assumed "
-        "version, or a declared range with releases that accept the keyword, gives a warning. `Trainer(tokenizer=)` "
-        "is PD216's, `from_pretrained(load_in_4bit=)` PD406's.",
+    "and command-line options; from_pretrained hands an unknown keyword to the model's `__init__`. The fields "
+    "are each release's own: read from the installed package's source, else from a table generated from the "
+    "released wheels (transformers 4.36-5.23, TRL 0.9-1.16, peft 0.7-0.21, sentence-transformers 3.0-6.2). "
+    "BitsAndBytesConfig takes any keyword and ignores it: a warning, the setting has no effect. An assumed "
+    "version, or a declared range with releases that accept the keyword, gives a warning. `Trainer(tokenizer=)` "
+    "is PD216's, `from_pretrained(load_in_4bit=)` PD406's.",
     error="TypeError: TrainingArguments.__init__() got an unexpected keyword argument 'warmup_ratio'",
-    fix="Use the keyword the version has (its new name), fix the typo, or pin the release the script was written "
-        "for.",
+    fix="Use the keyword the version has (its new name), fix the typo, or pin the release the script was written for.",
     applicability=Applicability.SAFE,
     fix_safety="Safe for a rename to the same setting; a typo's correction and a removal are for review.",
-    log=LogSignature(patterns=(_UNEXPECTED_KEYWORD,
-                               r"Some keys are not used by the HfArgumentParser",
-                               r"Some specified arguments are not used by the HfArgumentParser",
-                               r"Unknown arguments from config file",
-                               r"Some specified config arguments are not used by the TrlParser")),
+    log=LogSignature(
+        patterns=(
+            _UNEXPECTED_KEYWORD,
+            r"Some keys are not used by the HfArgumentParser",
+            r"Some specified arguments are not used by the HfArgumentParser",
+            r"Unknown arguments from config file",
+            r"Some specified config arguments are not used by the TrlParser",
+        )
+    ),
     related=("PD216", "PD406"),
-    fires=[Example(_ARGS + "args = TrainingArguments('out', warmup_ratio=0.1, bf16=True)\n"
-                   "Trainer(model=model, args=args).train()\n",
-                   fixed=_ARGS + "args = TrainingArguments('out', warmup_steps=0.1, bf16=True)\n"
-                   "Trainer(model=model, args=args).train()\n"),
-           Example(_ARGS + "args = TrainingArguments('out', evaluation_strategy='steps')\n"
-                   "Trainer(model=model, args=args).train()\n",
-                   fixed=_ARGS + "args = TrainingArguments('out', eval_strategy='steps')\n"
-                   "Trainer(model=model, args=args).train()\n",
-                   versions={"transformers": "4.57.1"}),
-           Example(_ARGS + "args = TrainingArguments('out', learning_rat=2e-5)\n"
-                   "Trainer(model=model, args=args).train()\n",
-                   note="a typo: the fix names the field it misses, for review")],
-    silent=[Example(_ARGS + "args = TrainingArguments('out', warmup_steps=0.1, bf16=True)\n"
-                    "Trainer(model=model, args=args).train()\n"),
-            Example(_ARGS + "args = TrainingArguments('out', warmup_ratio=0.1, bf16=True)\n"
-                    "Trainer(model=model, args=args).train()\n", versions={"transformers": "4.57.1"},
-                    note="4.x still has warmup_ratio"),
-            Example("from dataclasses import dataclass, field\n" + _ARGS +
-                    "@dataclass\nclass MyArgs(TrainingArguments):\n    lora_r: int = field(default=8)\n"
-                    "args = MyArgs('out', lora_r=16, eval_strategy='steps')\nTrainer(model=model, args=args).train()\n",
-                    note="a subclass's own field and an inherited one")],
+    fires=[
+        Example(
+            _ARGS + "args = TrainingArguments('out', warmup_ratio=0.1, bf16=True)\n"
+            "Trainer(model=model, args=args).train()\n",
+            fixed=_ARGS + "args = TrainingArguments('out', warmup_steps=0.1, bf16=True)\n"
+            "Trainer(model=model, args=args).train()\n",
+        ),
+        Example(
+            _ARGS + "args = TrainingArguments('out', evaluation_strategy='steps')\n"
+            "Trainer(model=model, args=args).train()\n",
+            fixed=_ARGS + "args = TrainingArguments('out', eval_strategy='steps')\n"
+            "Trainer(model=model, args=args).train()\n",
+            versions={"transformers": "4.57.1"},
+        ),
+        Example(
+            _ARGS + "args = TrainingArguments('out', learning_rat=2e-5)\nTrainer(model=model, args=args).train()\n",
+            note="a typo: the fix names the field it misses, for review",
+        ),
+    ],
+    silent=[
+        Example(
+            _ARGS + "args = TrainingArguments('out', warmup_steps=0.1, bf16=True)\n"
+            "Trainer(model=model, args=args).train()\n"
+        ),
+        Example(
+            _ARGS + "args = TrainingArguments('out', warmup_ratio=0.1, bf16=True)\n"
+            "Trainer(model=model, args=args).train()\n",
+            versions={"transformers": "4.57.1"},
+            note="4.x still has warmup_ratio",
+        ),
+        Example(
+            "from dataclasses import dataclass, field\n"
+            + _ARGS
+            + "@dataclass\nclass MyArgs(TrainingArguments):\n    lora_r: int = field(default=8)\n"
+            "args = MyArgs('out', lora_r=16, eval_strategy='steps')\nTrainer(model=model, args=args).train()\n",
+            note="a subclass's own field and an inherited one",
+        ),
+    ],
 )
 def keyword_not_accepted(script: ScriptFacts, stack: StackFacts):
     for call in script.of(*_PHASE):

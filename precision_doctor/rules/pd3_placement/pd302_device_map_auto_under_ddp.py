@@ -13,27 +13,39 @@ from ._placement import QLORA, per_rank
 
 
 @rule(
-    "PD302", "device-map-auto-under-ddp", severity="error", phase="wrap",
-    summary="`device_map=\"auto\"` (a model spread over GPUs) in a multi-process DDP, DeepSpeed or FSDP launch.",
-    what="`from_pretrained(..., device_map=\"auto\" | \"balanced\" | \"sequential\")` with `torchrun "
-         "--nproc_per_node N` / `accelerate launch --num_processes N` (N > 1).",
+    "PD302",
+    "device-map-auto-under-ddp",
+    severity="error",
+    phase="wrap",
+    summary='`device_map="auto"` (a model spread over GPUs) in a multi-process DDP, DeepSpeed or FSDP launch.',
+    what='`from_pretrained(..., device_map="auto" | "balanced" | "sequential")` with `torchrun '
+    "--nproc_per_node N` / `accelerate launch --num_processes N` (N > 1).",
     why="Each rank would hold a model split over every GPU; DDP needs one full replica per process on its own GPU, "
-        "and accelerate refuses the combination.",
+    "and accelerate refuses the combination.",
     error="ValueError: You can't train a model that has been loaded with `device_map='auto'` in any distributed "
-          "mode. Please rerun your script specifying `--num_processes=1` or by launching with `python "
-          "{{myscript.py}}`.",
-    fix="One replica per process: `device_map={\"\": PartialState().process_index}` or "
-        "`{\"\": int(os.environ[\"LOCAL_RANK\"])}`; or run one process with `python` for naive pipeline parallelism.",
+    "mode. Please rerun your script specifying `--num_processes=1` or by launching with `python "
+    "{{myscript.py}}`.",
+    fix='One replica per process: `device_map={"": PartialState().process_index}` or '
+    '`{"": int(os.environ["LOCAL_RANK"])}`; or run one process with `python` for naive pipeline parallelism.',
     applicability=Applicability.SAFE,
     fix_safety="Safe under DDP: each rank loads the whole model on its own GPU.",
-    fires=[Example(QLORA.format(device_map=", device_map='auto'", args=""),
-                   launcher="torchrun --nproc_per_node 2 train.py")],
-    silent=[Example(per_rank(QLORA.format(device_map=", device_map={'': 0}", args="")),
-                    launcher="torchrun --nproc_per_node 2 train.py", note="correct DDP QLoRA"),
-            Example(QLORA.format(device_map=", device_map='auto'", args=""), launcher="python train.py")],
+    fires=[
+        Example(
+            QLORA.format(device_map=", device_map='auto'", args=""), launcher="torchrun --nproc_per_node 2 train.py"
+        )
+    ],
+    silent=[
+        Example(
+            per_rank(QLORA.format(device_map=", device_map={'': 0}", args="")),
+            launcher="torchrun --nproc_per_node 2 train.py",
+            note="correct DDP QLoRA",
+        ),
+        Example(QLORA.format(device_map=", device_map='auto'", args=""), launcher="python train.py"),
+    ],
 )
-def device_map_auto_under_ddp(script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts,
-                              plan: LaunchPlan):
+def device_map_auto_under_ddp(
+    script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts, plan: LaunchPlan
+):
     n, n_ev = plan.multi_process, plan.processes_evidence
     if n <= 1:
         return
@@ -42,8 +54,12 @@ def device_map_auto_under_ddp(script: ScriptFacts, setup: Setup, machine: Machin
     for load in script.of("model_load"):
         v = decide(load.kwarg("device_map"), machine, stack)
         if device_map_kind(v) == "spread":
-            yield Draft(f"device_map={v.text} spreads the model over the GPUs, but {n} processes each load it",
-                        evidence=(evidence_of(v, f"device_map={v.text}", load), n_ev),
-                        fix=Fix("one full replica per process: device_map={'': int(os.environ['LOCAL_RANK'])}",
-                                applicability=Applicability.SAFE, edits=present(set_kwarg(load, "device_map",
-                                                            '{"": int(os.environ["LOCAL_RANK"])}'))))
+            yield Draft(
+                f"device_map={v.text} spreads the model over the GPUs, but {n} processes each load it",
+                evidence=(evidence_of(v, f"device_map={v.text}", load), n_ev),
+                fix=Fix(
+                    "one full replica per process: device_map={'': int(os.environ['LOCAL_RANK'])}",
+                    applicability=Applicability.SAFE,
+                    edits=present(set_kwarg(load, "device_map", '{"": int(os.environ["LOCAL_RANK"])}')),
+                ),
+            )

@@ -11,48 +11,93 @@ from ._placement import QLORA, per_rank
 
 
 @rule(
-    "PD303", "ddp-reentrant-checkpointing", severity="error", phase="first-step",
+    "PD303",
+    "ddp-reentrant-checkpointing",
+    severity="error",
+    phase="first-step",
     summary="Reentrant gradient checkpointing under DDP with unused parameters or adapters.",
     what="A multi-process DDP launch, gradient checkpointing with `use_reentrant=True` (the transformers 4 default), "
-         "and `ddp_find_unused_parameters=True` / `DistributedDataParallel(find_unused_parameters=True)` (common with "
-         "LoRA, whose frozen base leaves parameters unused) — which a Trainer sets itself for a PeftModel when "
-         "`ddp_find_unused_parameters` is unset.",
+    "and `ddp_find_unused_parameters=True` / `DistributedDataParallel(find_unused_parameters=True)` (common with "
+    "LoRA, whose frozen base leaves parameters unused) — which a Trainer sets itself for a PeftModel when "
+    "`ddp_find_unused_parameters` is unset.",
     why="Reentrant checkpointing runs a second backward inside the first; DDP's reducer then sees the same "
-        "parameters marked ready twice.",
+    "parameters marked ready twice.",
     error="RuntimeError: Expected to mark a variable ready only once. This error is caused by one of the following "
-          "reasons: 1) Use of a module parameter outside the `forward` function. 2) Reused parameters in multiple "
-          "reentrant backward passes.",
-    fix="`gradient_checkpointing_kwargs={\"use_reentrant\": False}` (Trainer argument or "
-        "`model.gradient_checkpointing_enable(...)`), and `ddp_find_unused_parameters=False`.",
+    "reasons: 1) Use of a module parameter outside the `forward` function. 2) Reused parameters in multiple "
+    "reentrant backward passes.",
+    fix='`gradient_checkpointing_kwargs={"use_reentrant": False}` (Trainer argument or '
+    "`model.gradient_checkpointing_enable(...)`), and `ddp_find_unused_parameters=False`.",
     applicability=Applicability.SAFE,
     fix_safety="Safe: non-reentrant checkpointing computes the same gradients.",
-    fires=[Example(per_rank(QLORA.format(device_map=", device_map={'': 0}",
-                                           args=", gradient_checkpointing=True, ddp_find_unused_parameters=True")),
-                   launcher="torchrun --nproc_per_node 2 train.py", versions={"transformers": "4.57.1"}),
-           Example(per_rank(QLORA.format(device_map=", device_map={'': 0}", args=", gradient_checkpointing=True")),
-                   launcher="torchrun --nproc_per_node 2 train.py", versions={"transformers": "4.57.1"},
-                   note="the Trainer turns find_unused_parameters on for a PeftModel, which is no PreTrainedModel"),
-           Example(per_rank(QLORA.format(device_map=", device_map={'': 0}",
-                                           args=", activation_checkpointing=True, "
-                                                "activation_checkpointing_kwargs={'use_reentrant': True}")),
-                   launcher="torchrun --nproc_per_node 2 train.py",
-                   note="transformers 5.24's names for gradient_checkpointing(_kwargs)")],
-    silent=[Example(per_rank(QLORA.format(device_map=", device_map={'': 0}",
-                                            args=", gradient_checkpointing=True, gradient_checkpointing_kwargs="
-                                                 "{'use_reentrant': False}")),
-                    launcher="torchrun --nproc_per_node 2 train.py", versions={"transformers": "4.57.1"}),
-            Example(per_rank(QLORA.format(device_map=", device_map={'': 0}", args=", gradient_checkpointing=True")),
-                    launcher="torchrun --nproc_per_node 2 train.py"),
-            Example(per_rank(QLORA.format(device_map=", device_map={'': 0}", args=", gradient_checkpointing=True, "
-                                                                                   "ddp_find_unused_parameters=False")),
-                    launcher="torchrun --nproc_per_node 2 train.py", versions={"transformers": "4.57.1"}),
-            Example(per_rank(QLORA.format(device_map=", device_map={'': 0}", args=", gradient_checkpointing=True, "
-                                            "deepspeed={'zero_optimization': {'stage': 2}}")),
-                    launcher="torchrun --nproc_per_node 2 train.py", versions={"transformers": "4.57.1"},
-                    note="DeepSpeed runs no DDP reducer")],
+    fires=[
+        Example(
+            per_rank(
+                QLORA.format(
+                    device_map=", device_map={'': 0}",
+                    args=", gradient_checkpointing=True, ddp_find_unused_parameters=True",
+                )
+            ),
+            launcher="torchrun --nproc_per_node 2 train.py",
+            versions={"transformers": "4.57.1"},
+        ),
+        Example(
+            per_rank(QLORA.format(device_map=", device_map={'': 0}", args=", gradient_checkpointing=True")),
+            launcher="torchrun --nproc_per_node 2 train.py",
+            versions={"transformers": "4.57.1"},
+            note="the Trainer turns find_unused_parameters on for a PeftModel, which is no PreTrainedModel",
+        ),
+        Example(
+            per_rank(
+                QLORA.format(
+                    device_map=", device_map={'': 0}",
+                    args=", activation_checkpointing=True, activation_checkpointing_kwargs={'use_reentrant': True}",
+                )
+            ),
+            launcher="torchrun --nproc_per_node 2 train.py",
+            note="transformers 5.24's names for gradient_checkpointing(_kwargs)",
+        ),
+    ],
+    silent=[
+        Example(
+            per_rank(
+                QLORA.format(
+                    device_map=", device_map={'': 0}",
+                    args=", gradient_checkpointing=True, gradient_checkpointing_kwargs={'use_reentrant': False}",
+                )
+            ),
+            launcher="torchrun --nproc_per_node 2 train.py",
+            versions={"transformers": "4.57.1"},
+        ),
+        Example(
+            per_rank(QLORA.format(device_map=", device_map={'': 0}", args=", gradient_checkpointing=True")),
+            launcher="torchrun --nproc_per_node 2 train.py",
+        ),
+        Example(
+            per_rank(
+                QLORA.format(
+                    device_map=", device_map={'': 0}",
+                    args=", gradient_checkpointing=True, ddp_find_unused_parameters=False",
+                )
+            ),
+            launcher="torchrun --nproc_per_node 2 train.py",
+            versions={"transformers": "4.57.1"},
+        ),
+        Example(
+            per_rank(
+                QLORA.format(
+                    device_map=", device_map={'': 0}",
+                    args=", gradient_checkpointing=True, deepspeed={'zero_optimization': {'stage': 2}}",
+                )
+            ),
+            launcher="torchrun --nproc_per_node 2 train.py",
+            versions={"transformers": "4.57.1"},
+            note="DeepSpeed runs no DDP reducer",
+        ),
+    ],
 )
-def ddp_reentrant_checkpointing(script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts,
-                                plan: LaunchPlan):
+def ddp_reentrant_checkpointing(
+    script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts, plan: LaunchPlan
+):
     n, n_ev = plan.multi_process, plan.processes_evidence
     if n <= 1 or setup.style not in ("trainer", "loop", "accelerate") or setup.sharding.kind in ("deepspeed", "fsdp"):
         return  # (DeepSpeed and FSDP run no DDP reducer: accelerate 1.15 accelerator.py:659-669, 1884-1898)
@@ -60,24 +105,44 @@ def ddp_reentrant_checkpointing(script: ScriptFacts, setup: Setup, machine: Mach
     on, reentrant, ev = gc.on, gc.reentrant, gc.evidence
     if not on or not reentrant:
         return
-    flag = decide(setup.training_args.kwarg("ddp_find_unused_parameters"), machine, stack) \
-        if setup.training_args is not None else None
+    flag = (
+        decide(setup.training_args.kwarg("ddp_find_unused_parameters"), machine, stack)
+        if setup.training_args is not None
+        else None
+    )
     unused = flag is not None and flag.is_(True)
-    unused = unused or any(decide(d.kwarg("find_unused_parameters"), machine, stack).is_(True)
-                           for d in script.of("ddp"))
+    unused = unused or any(
+        decide(d.kwarg("find_unused_parameters"), machine, stack).is_(True) for d in script.of("ddp")
+    )
     # Trainer turns find_unused_parameters off for a checkpointing PreTrainedModel, but a PeftModel is not one: with
     # ddp_find_unused_parameters unset it is on (transformers 5.24 trainer.py:749-756)
-    wrapped = setup.style == "trainer" and flag is not None and (flag.state == ABSENT or flag.is_(None)) and \
-        setup.peft.value and setup.peft.call is not None and setup.peft.call.kind in ("get_peft_model", "peft_load",
-                                                                                        "trainer")
+    wrapped = (
+        setup.style == "trainer"
+        and flag is not None
+        and (flag.state == ABSENT or flag.is_(None))
+        and setup.peft.value
+        and setup.peft.call is not None
+        and setup.peft.call.kind in ("get_peft_model", "peft_load", "trainer")
+    )
     if not unused and not wrapped:
         return  # Trainer turns find_unused_parameters off when checkpointing; reentrant then works
-    why = "find_unused_parameters=True" + (" (the Trainer's default for a PeftModel, which is no PreTrainedModel)"
-                                           if wrapped and not unused else "")
-    spelled = "activation_checkpointing_kwargs" if setup.training_args is not None and \
-        "activation_checkpointing_kwargs" in setup.training_args.kwargs else "gradient_checkpointing_kwargs"
-    edits = present(set_kwarg(setup.training_args, spelled, '{"use_reentrant": False}')) \
-        if setup.training_args is not None else ()
-    yield Draft(f"reentrant gradient checkpointing under {n}-process DDP with {why}: DDP marks parameters ready twice",
-                evidence=(n_ev,) + ev, fix=Fix("gradient_checkpointing_kwargs={'use_reentrant': False}", applicability=Applicability.SAFE,
-                                                edits=edits))
+    why = "find_unused_parameters=True" + (
+        " (the Trainer's default for a PeftModel, which is no PreTrainedModel)" if wrapped and not unused else ""
+    )
+    spelled = (
+        "activation_checkpointing_kwargs"
+        if setup.training_args is not None and "activation_checkpointing_kwargs" in setup.training_args.kwargs
+        else "gradient_checkpointing_kwargs"
+    )
+    edits = (
+        present(set_kwarg(setup.training_args, spelled, '{"use_reentrant": False}'))
+        if setup.training_args is not None
+        else ()
+    )
+    yield Draft(
+        f"reentrant gradient checkpointing under {n}-process DDP with {why}: DDP marks parameters ready twice",
+        evidence=(n_ev,) + ev,
+        fix=Fix(
+            "gradient_checkpointing_kwargs={'use_reentrant': False}", applicability=Applicability.SAFE, edits=edits
+        ),
+    )

@@ -4,33 +4,41 @@ stacks)."""
 from __future__ import annotations
 
 from ...derive import Setup, call_evidence, dtype_of_cast
+from ...knowledge.versions import at_least
 from ...model.facts import ScriptFacts, StackFacts
 from ...model.findings import Applicability, Draft, Fix
-from ...knowledge.versions import at_least
 from ..registry import Example, LogSignature, rule
 from ._quantization import qlora
 
 
 @rule(
-    "PD401", "quantized-model-cast-or-move", severity="error", phase="load",
+    "PD401",
+    "quantized-model-cast-or-move",
+    severity="error",
+    phase="load",
     summary="Casting a bitsandbytes 4/8-bit model to another dtype (or moving it, on old stacks).",
     what="`.half()`, `.float()`, `.bfloat16()`, `.to(torch.float16)` on a model loaded with "
-         "`BitsAndBytesConfig(load_in_4bit/8bit=True)`; `.to(\"cuda\")`/`.cuda()` too with bitsandbytes < 0.43.2 "
-         "(4-bit) or < 0.48 (8-bit).",
+    '`BitsAndBytesConfig(load_in_4bit/8bit=True)`; `.to("cuda")`/`.cuda()` too with bitsandbytes < 0.43.2 '
+    "(4-bit) or < 0.48 (8-bit).",
     why="The quantized weights are packed integers with their own compute dtype; transformers refuses to cast them.",
     error="ValueError: You cannot cast a bitsandbytes model in a new `dtype`. Make sure to load the model using "
-          "`from_pretrained` using the desired `dtype` by passing the correct `dtype` argument.",
+    "`from_pretrained` using the desired `dtype` by passing the correct `dtype` argument.",
     fix="Don't cast a quantized model: choose the non-quantized modules' dtype with `dtype=` at load time and the "
-        "compute dtype with `bnb_4bit_compute_dtype`; place it with `device_map`.",
+    "compute dtype with `bnb_4bit_compute_dtype`; place it with `device_map`.",
     applicability=Applicability.DISPLAY,
     fix_safety="Display only.",
-    log=LogSignature(patterns=(r"`\.to` is not supported for `4-bit` or `8-bit` bitsandbytes models",
-                           r"`\.half\(\)` is not supported for quantized model",
-                           r"`\.float\(\)` is not supported for quantized")),
-    fires=[Example(qlora(middle="model = model.half()\n")),
-           Example(qlora(middle="model.to(torch.bfloat16)\n"))],
-    silent=[Example(qlora()),
-            Example(qlora(middle="model = model.to('cuda')\n"), note="moving is allowed on current bitsandbytes")],
+    log=LogSignature(
+        patterns=(
+            r"`\.to` is not supported for `4-bit` or `8-bit` bitsandbytes models",
+            r"`\.half\(\)` is not supported for quantized model",
+            r"`\.float\(\)` is not supported for quantized",
+        )
+    ),
+    fires=[Example(qlora(middle="model = model.half()\n")), Example(qlora(middle="model.to(torch.bfloat16)\n"))],
+    silent=[
+        Example(qlora()),
+        Example(qlora(middle="model = model.to('cuda')\n"), note="moving is allowed on current bitsandbytes"),
+    ],
 )
 def quantized_model_cast_or_move(script: ScriptFacts, setup: Setup, stack: StackFacts):
     bits = setup.quantized.value
@@ -42,23 +50,34 @@ def quantized_model_cast_or_move(script: ScriptFacts, setup: Setup, stack: Stack
         method = c.callee.rsplit(".", 1)[-1]
         d = dtype_of_cast(c)
         if method in ("half", "float", "bfloat16") or d:
-            error = (f"ValueError: `.{method}()` is not supported for quantized model. Please use the model as it "
-                     f"is, since the model has already been casted to the correct `dtype`."
-                     if method in ("half", "float") else "")
-            yield Draft(f"the model is {bits} bitsandbytes-quantized and then cast with .{method}(...)",
-                        evidence=setup.quantized.evidence + (call_evidence(c, f".{method}() on a quantized model"),),
-                        error=error, fix=Fix("remove the cast; pick dtype= / bnb_4bit_compute_dtype at load time",
-                                             applicability=Applicability.UNSAFE))
+            error = (
+                f"ValueError: `.{method}()` is not supported for quantized model. Please use the model as it "
+                f"is, since the model has already been casted to the correct `dtype`."
+                if method in ("half", "float")
+                else ""
+            )
+            yield Draft(
+                f"the model is {bits} bitsandbytes-quantized and then cast with .{method}(...)",
+                evidence=setup.quantized.evidence + (call_evidence(c, f".{method}() on a quantized model"),),
+                error=error,
+                fix=Fix(
+                    "remove the cast; pick dtype= / bnb_4bit_compute_dtype at load time",
+                    applicability=Applicability.UNSAFE,
+                ),
+            )
         elif method in ("cuda", "to"):
             old_4 = bits == "4bit" and not at_least(stack, "bitsandbytes", "0.43.2")
             old_8 = bits == "8bit" and not at_least(stack, "bitsandbytes", "0.48")
             if old_4 or old_8:
                 bnb = stack.get("bitsandbytes")
-                yield Draft(f"moving a {bits} model with .{method}() needs a newer bitsandbytes "
-                            f"(have {bnb.version}, {bnb.source})",
-                            evidence=(call_evidence(c, "moved after quantized loading"),),
-                            error="ValueError: Calling `to()` is not supported for `4-bit` quantized models with the "
-                                  "installed version of bitsandbytes." if old_4 else
-                                  "ValueError: You need to install `pip install bitsandbytes>=0.48.0` if you want to "
-                                  "move a 8-bit model across devices using to().",
-                            fix=Fix("place it with device_map at load time instead", applicability=Applicability.UNSAFE))
+                yield Draft(
+                    f"moving a {bits} model with .{method}() needs a newer bitsandbytes "
+                    f"(have {bnb.version}, {bnb.source})",
+                    evidence=(call_evidence(c, "moved after quantized loading"),),
+                    error="ValueError: Calling `to()` is not supported for `4-bit` quantized models with the "
+                    "installed version of bitsandbytes."
+                    if old_4
+                    else "ValueError: You need to install `pip install bitsandbytes>=0.48.0` if you want to "
+                    "move a 8-bit model across devices using to().",
+                    fix=Fix("place it with device_map at load time instead", applicability=Applicability.UNSAFE),
+                )

@@ -4,34 +4,44 @@ whose inputs don't require grad."""
 from __future__ import annotations
 
 from ...derive import Setup, call_evidence
+from ...knowledge.versions import at_least
 from ...model.facts import MachineFacts, ScriptFacts, StackFacts
 from ...model.findings import Applicability, Draft, Edit, Fix
-from ...knowledge.versions import at_least
 from ..registry import Example, rule
 from ._quantization import qlora
 
 
 @rule(
-    "PD403", "kbit-gradient-checkpointing-no-input-grads", severity="error", phase="first-step",
+    "PD403",
+    "kbit-gradient-checkpointing-no-input-grads",
+    severity="error",
+    phase="first-step",
     summary="Reentrant gradient checkpointing over a frozen (k-bit) base whose inputs don't require grad.",
     what="A quantized base wrapped with `get_peft_model` without `prepare_model_for_kbit_training` or "
-         "`enable_input_require_grads()`, then trained with gradient checkpointing in its reentrant form (the "
-         "transformers <= 4.57 default). TRL's SFTTrainer with `peft_config` prepares the model itself.",
+    "`enable_input_require_grads()`, then trained with gradient checkpointing in its reentrant form (the "
+    "transformers <= 4.57 default). TRL's SFTTrainer with `peft_config` prepares the model itself.",
     why="Reentrant checkpointing only produces a graph when a block's inputs require grad; frozen embeddings give "
-        "inputs that don't, so the loss has no grad_fn. transformers 5 enables input grads itself.",
+    "inputs that don't, so the loss has no grad_fn. transformers 5 enables input grads itself.",
     error="RuntimeError: element 0 of tensors does not require grad and does not have a grad_fn",
     fix="`prepare_model_for_kbit_training(model, use_gradient_checkpointing=True)` before `get_peft_model`, or "
-        "`model.enable_input_require_grads()`, or `gradient_checkpointing_kwargs={\"use_reentrant\": False}`.",
+    '`model.enable_input_require_grads()`, or `gradient_checkpointing_kwargs={"use_reentrant": False}`.',
     applicability=Applicability.SAFE,
     fix_safety="Safe: prepares what the training needs.",
     fires=[Example(qlora(prep=False, args=", gradient_checkpointing=True"), versions={"transformers": "4.57.1"})],
-    silent=[Example(qlora(prep=True, args=", gradient_checkpointing=True"), versions={"transformers": "4.57.1"}),
-            Example(qlora(prep=False, args=", gradient_checkpointing=True")),
-            Example(qlora(prep=False, args=", gradient_checkpointing=True, gradient_checkpointing_kwargs="
-                                           "{'use_reentrant': False}"), versions={"transformers": "4.57.1"})],
+    silent=[
+        Example(qlora(prep=True, args=", gradient_checkpointing=True"), versions={"transformers": "4.57.1"}),
+        Example(qlora(prep=False, args=", gradient_checkpointing=True")),
+        Example(
+            qlora(
+                prep=False, args=", gradient_checkpointing=True, gradient_checkpointing_kwargs={'use_reentrant': False}"
+            ),
+            versions={"transformers": "4.57.1"},
+        ),
+    ],
 )
-def kbit_gradient_checkpointing_no_input_grads(script: ScriptFacts, setup: Setup, machine: MachineFacts,
-                                               stack: StackFacts):
+def kbit_gradient_checkpointing_no_input_grads(
+    script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts
+):
 
     if not setup.peft.value or setup.peft.call is None or setup.peft.call.kind != "get_peft_model":
         return
@@ -43,9 +53,20 @@ def kbit_gradient_checkpointing_no_input_grads(script: ScriptFacts, setup: Setup
         return
     base = "a k-bit base" if setup.quantized.value else "a frozen base"
     wrap = setup.peft.call
-    yield Draft(f"{base} gets LoRA adapters without prepare_model_for_kbit_training / enable_input_require_grads, "
-                f"and reentrant gradient checkpointing then finds no input that requires grad",
-                evidence=(call_evidence(wrap, "adapters on a frozen base"),) + ev,
-                fix=Fix("model = prepare_model_for_kbit_training(model) before get_peft_model", applicability=Applicability.SAFE,
-                        edits=(Edit("insert_before", wrap.location.path, wrap.location.line,
-                                    new="model = prepare_model_for_kbit_training(model)"),)))
+    yield Draft(
+        f"{base} gets LoRA adapters without prepare_model_for_kbit_training / enable_input_require_grads, "
+        f"and reentrant gradient checkpointing then finds no input that requires grad",
+        evidence=(call_evidence(wrap, "adapters on a frozen base"),) + ev,
+        fix=Fix(
+            "model = prepare_model_for_kbit_training(model) before get_peft_model",
+            applicability=Applicability.SAFE,
+            edits=(
+                Edit(
+                    "insert_before",
+                    wrap.location.path,
+                    wrap.location.line,
+                    new="model = prepare_model_for_kbit_training(model)",
+                ),
+            ),
+        ),
+    )

@@ -11,75 +11,113 @@ from ._quantization import HEAD, LORA, qlora
 _ADAPTERS_TRAIN = "    Trainer(model=model, args=TrainingArguments('o')).train()\n"
 
 
-_ADAPTERS_ON_SOME_PATHS = (HEAD + "def run(method):\n"
-                           "    q = BitsAndBytesConfig(load_in_4bit=True)\n"
-                           "    model = AutoModelForCausalLM.from_pretrained('gpt2', quantization_config=q)\n"
-                           "    if method == 'a':\n"
-                           "        model = get_peft_model(model, LoraConfig(r=8))\n"
-                           "    elif method == 'b':\n"
-                           "        model = get_peft_model(model, LoraConfig(r=16))\n"
-                           + _ADAPTERS_TRAIN + "import sys\nrun(sys.argv[1])\n")
+_ADAPTERS_ON_SOME_PATHS = (
+    HEAD + "def run(method):\n"
+    "    q = BitsAndBytesConfig(load_in_4bit=True)\n"
+    "    model = AutoModelForCausalLM.from_pretrained('gpt2', quantization_config=q)\n"
+    "    if method == 'a':\n"
+    "        model = get_peft_model(model, LoraConfig(r=8))\n"
+    "    elif method == 'b':\n"
+    "        model = get_peft_model(model, LoraConfig(r=16))\n" + _ADAPTERS_TRAIN + "import sys\nrun(sys.argv[1])\n"
+)
 
 
 @rule(
-    "PD404", "quantized-model-without-adapters", severity="error", phase="wrap",
+    "PD404",
+    "quantized-model-without-adapters",
+    severity="error",
+    phase="wrap",
     summary="Training a 4/8-bit model with no trainable adapters attached.",
     what="Trainer/SFTTrainer given a bitsandbytes-quantized model without `get_peft_model` / `peft_config` (or after "
-         "`merge_and_unload()`).",
+    "`merge_and_unload()`).",
     why="Quantized weights cannot be trained; transformers refuses a purely quantized model.",
     error="ValueError: You cannot perform fine-tuning on purely quantized models. Please attach trainable adapters on "
-          "top of the quantized model to correctly perform fine-tuning.",
+    "top of the quantized model to correctly perform fine-tuning.",
     fix="Attach adapters (`get_peft_model(model, LoraConfig(...))` or SFTTrainer `peft_config=`), or load without "
-        "quantization.",
+    "quantization.",
     applicability=Applicability.DISPLAY,
     fix_safety="Display only.",
-    fires=[Example(qlora(lora=False)),
-           Example(_ADAPTERS_ON_SOME_PATHS, note="a warning: adapters on the if and elif branches only, training on "
-                                                 "every path"),
-           Example(qlora().replace(LORA, LORA.replace("model = ", "peft_model = ", 1)),
-                   note="the adapters are bound to peft_model; the Trainer is given the quantized base")],
-    silent=[Example(qlora()),
-            Example(qlora().replace(LORA, LORA.replace("model = ", "peft_model = ", 1)).replace(
-                "Trainer(model=model", "Trainer(model=peft_model")),
-            Example(_ADAPTERS_ON_SOME_PATHS.replace("    if method == 'a':\n", "    if method == 'a':\n"
-                                                    "        model = get_peft_model(model, LoraConfig(r=8))\n"
-                                                    "        Trainer(model=model, args=TrainingArguments('o')).train()\n"
-                                                    "    if False:\n"),
-                    note="training only on the branch that attaches adapters")],
+    fires=[
+        Example(qlora(lora=False)),
+        Example(
+            _ADAPTERS_ON_SOME_PATHS, note="a warning: adapters on the if and elif branches only, training on every path"
+        ),
+        Example(
+            qlora().replace(LORA, LORA.replace("model = ", "peft_model = ", 1)),
+            note="the adapters are bound to peft_model; the Trainer is given the quantized base",
+        ),
+    ],
+    silent=[
+        Example(qlora()),
+        Example(
+            qlora()
+            .replace(LORA, LORA.replace("model = ", "peft_model = ", 1))
+            .replace("Trainer(model=model", "Trainer(model=peft_model")
+        ),
+        Example(
+            _ADAPTERS_ON_SOME_PATHS.replace(
+                "    if method == 'a':\n",
+                "    if method == 'a':\n"
+                "        model = get_peft_model(model, LoraConfig(r=8))\n"
+                "        Trainer(model=model, args=TrainingArguments('o')).train()\n"
+                "    if False:\n",
+            ),
+            note="training only on the branch that attaches adapters",
+        ),
+    ],
 )
 def quantized_model_without_adapters(script: ScriptFacts, setup: Setup):
     if setup.style != "trainer" or setup.quantized.value not in ("4bit", "8bit"):
         return
     wrapper = setup.peft.call if setup.peft.value else None
-    if wrapper is not None and wrapper.kind == "get_peft_model" and setup.followed and wrapper not in setup.chain \
-            and wrapper.target and wrapper.target not in setup.model_names:
+    if (
+        wrapper is not None
+        and wrapper.kind == "get_peft_model"
+        and setup.followed
+        and wrapper not in setup.chain
+        and wrapper.target
+        and wrapper.target not in setup.model_names
+    ):
         # `peft_model = get_peft_model(model, cfg)`, then `Trainer(model=model)`: the adapters are in `model`'s
         # modules, but the Trainer is given the quantized base, not a PeftModel, and refuses it
-        yield Draft(f"the model is {setup.quantized.value}-quantized and the Trainer is given it without its PeftModel "
-                    f"wrapper: get_peft_model's result is {wrapper.target}, not what the Trainer trains",
-                    evidence=setup.quantized.evidence + (call_evidence(wrapper, f"adapters: {wrapper.target}"),
-                                                         call_evidence(setup.trainer, "given the quantized base")),
-                    fix=Fix(f"give the Trainer {wrapper.target} (model={wrapper.target})",
-                            applicability=Applicability.UNSAFE))
+        yield Draft(
+            f"the model is {setup.quantized.value}-quantized and the Trainer is given it without its PeftModel "
+            f"wrapper: get_peft_model's result is {wrapper.target}, not what the Trainer trains",
+            evidence=setup.quantized.evidence
+            + (
+                call_evidence(wrapper, f"adapters: {wrapper.target}"),
+                call_evidence(setup.trainer, "given the quantized base"),
+            ),
+            fix=Fix(f"give the Trainer {wrapper.target} (model={wrapper.target})", applicability=Applicability.UNSAFE),
+        )
         return
     if setup.peft.value:
         return
-    attached = [c for c in script.of("get_peft_model") if c.branches and
-                (c.target in setup.model_names or not c.target)]
+    attached = [
+        c for c in script.of("get_peft_model") if c.branches and (c.target in setup.model_names or not c.target)
+    ]
     trained_on = {(br.line, br.taken) for br in setup.trainer.branches}
     if any((c.branches[-1].line, c.branches[-1].taken) in trained_on for c in attached):
         return  # training happens only on a path that attached adapters
     if attached:  # some paths attach adapters: the others are the finding, at most a warning
         where = "; ".join(c.branches[-1].describe() for c in attached[:3])
-        yield Draft(f"the model is {setup.quantized.value}-quantized and adapters are attached only when {where}: "
-                    f"on any other path that reaches training it is trained as it is",
-                    severity="warning",
-                    evidence=setup.quantized.evidence + tuple(call_evidence(c, "adapters on this branch only")
-                                                              for c in attached[:3]),
-                    fix=Fix("attach adapters on every path that trains (or train only where they are attached)",
-                            applicability=Applicability.UNSAFE))
+        yield Draft(
+            f"the model is {setup.quantized.value}-quantized and adapters are attached only when {where}: "
+            f"on any other path that reaches training it is trained as it is",
+            severity="warning",
+            evidence=setup.quantized.evidence
+            + tuple(call_evidence(c, "adapters on this branch only") for c in attached[:3]),
+            fix=Fix(
+                "attach adapters on every path that trains (or train only where they are attached)",
+                applicability=Applicability.UNSAFE,
+            ),
+        )
         return
-    yield Draft(f"the model is {setup.quantized.value}-quantized and no adapters are attached before training",
-                evidence=setup.quantized.evidence + (call_evidence(setup.trainer, "trained as it is"),),
-                fix=Fix("model = get_peft_model(model, LoraConfig(...)) before the Trainer (or peft_config=)",
-                        applicability=Applicability.UNSAFE))
+    yield Draft(
+        f"the model is {setup.quantized.value}-quantized and no adapters are attached before training",
+        evidence=setup.quantized.evidence + (call_evidence(setup.trainer, "trained as it is"),),
+        fix=Fix(
+            "model = get_peft_model(model, LoraConfig(...)) before the Trainer (or peft_config=)",
+            applicability=Applicability.UNSAFE,
+        ),
+    )

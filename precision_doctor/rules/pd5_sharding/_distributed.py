@@ -1,4 +1,5 @@
-"""What the distributed rules share: deepSpeed and FSDP: precision settings that disagree, ZeRO-3 with device maps, fp16 loss-scale collapse, and."""
+"""What the distributed rules share: deepSpeed and FSDP: precision settings that disagree, ZeRO-3 with device maps,
+fp16 loss-scale collapse, and."""
 
 from __future__ import annotations
 
@@ -11,8 +12,13 @@ from ...model.findings import Evidence
 HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
 
 
-def _script(ds: str, args: str = "", load: str = ", dtype=torch.float32", model: str = "meta-llama/Llama-3.1-8B",
-            order: str = "load-first") -> str:
+def _script(
+    ds: str,
+    args: str = "",
+    load: str = ", dtype=torch.float32",
+    model: str = "meta-llama/Llama-3.1-8B",
+    order: str = "load-first",
+) -> str:
     load_line = f"model = AutoModelForCausalLM.from_pretrained('{model}'{load})\n"
     args_line = f"args = TrainingArguments('out', deepspeed={ds}{args})\n"
     body = load_line + args_line if order == "load-first" else args_line + load_line

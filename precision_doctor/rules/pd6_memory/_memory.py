@@ -1,4 +1,5 @@
-"""What the memory rules share: memory preflight: will the job fit on its GPUs, and where does it run out (PD601-PD605)."""
+"""What the memory rules share: memory preflight: will the job fit on its GPUs, and where does it run out
+(PD601-PD605)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,11 @@ LOG = LogSignature(from_logs=False, error_is_signature=False)
 
 
 def trainer(model: str, args: str = "", load: str = "dtype=torch.bfloat16") -> str:
-    return (HEAD + f"model = AutoModelForCausalLM.from_pretrained('{model}', {load})\n"
-            f"args = TrainingArguments('out', bf16=True{', ' + args if args else ''})\n"
-            "Trainer(model=model, args=args, train_dataset=ds).train()\n")
+    return (
+        HEAD + f"model = AutoModelForCausalLM.from_pretrained('{model}', {load})\n"
+        f"args = TrainingArguments('out', bf16=True{', ' + args if args else ''})\n"
+        "Trainer(model=model, args=args, train_dataset=ds).train()\n"
+    )
 
 
 def gib(n: int) -> str:

@@ -3,7 +3,7 @@ fragmentation OOMs."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from ...derive import Setup
 from ...derive.memory import HEADROOM_WARNING
@@ -14,26 +14,40 @@ from ._memory import LOG, OOM, _evidence, advice, breakdown_text, gib, trained_p
 
 
 @rule(
-    "PD605", "memory-headroom-low", severity="warning", phase="first-step",
+    "PD605",
+    "memory-headroom-low",
+    severity="warning",
+    phase="first-step",
     summary="The job fits with less than 10% of the GPU's memory to spare: a longer batch or fragmentation OOMs.",
     what="The estimated peak per GPU (weights, gradients, optimizer state, activations, CUDA context, allocator "
-         "reserve) is within 10% of what the GPU has free.",
+    "reserve) is within 10% of what the GPU has free.",
     why="Sequence lengths vary batch to batch and the caching allocator fragments; a plan with no margin dies at a "
-        "random step.",
+    "random step.",
     error=OOM,
     fix="Leave a margin: a smaller per-device batch with gradient accumulation, or gradient checkpointing.",
     log=LOG,
-    fires=[Example(trainer("meta-llama/Llama-3.2-1B", "per_device_train_batch_size=4"), target="l4",
-                   note="bf16 weights, gradients and AdamW: 9.2 GiB; 4 x 1024 tokens of activations, the logits of "
-                        "a 128k vocabulary and the loss gradient: 12.6 GiB")],
-    silent=[Example(trainer("meta-llama/Llama-3.2-1B", "per_device_train_batch_size=1",
-                             load="dtype=torch.float32"), target="a100-80gb")],
+    fires=[
+        Example(
+            trainer("meta-llama/Llama-3.2-1B", "per_device_train_batch_size=4"),
+            target="l4",
+            note="bf16 weights, gradients and AdamW: 9.2 GiB; 4 x 1024 tokens of activations, the logits of "
+            "a 128k vocabulary and the loss gradient: 12.6 GiB",
+        )
+    ],
+    silent=[
+        Example(
+            trainer("meta-llama/Llama-3.2-1B", "per_device_train_batch_size=1", load="dtype=torch.float32"),
+            target="a100-80gb",
+        )
+    ],
 )
 def memory_headroom_low(setup: Setup, memory: Callable[[], MemoryPlan | str]):
     m = trained_plan(setup, memory())
-    if m is None or first_failure(m) or m.shape.parallelism.kind == "device-map" or \
-            m.headroom >= HEADROOM_WARNING:
+    if m is None or first_failure(m) or m.shape.parallelism.kind == "device-map" or m.headroom >= HEADROOM_WARNING:
         return
-    yield Draft(f"fits with {m.headroom:.0%} to spare: peak {gib(m.breakdown.peak)} of {gib(m.budget)}: "
-                f"{breakdown_text(m)}", evidence=_evidence(m, setup), fix=advice(m),
-                confidence="likely" if m.shape.assumed else "certain")
+    yield Draft(
+        f"fits with {m.headroom:.0%} to spare: peak {gib(m.breakdown.peak)} of {gib(m.budget)}: {breakdown_text(m)}",
+        evidence=_evidence(m, setup),
+        fix=advice(m),
+        confidence="likely" if m.shape.assumed else "certain",
+    )
