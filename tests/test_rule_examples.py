@@ -1,9 +1,12 @@
-"""Every rule's declared examples: each firing example fires, each look-alike stays silent."""
+"""Every rule's declared examples: each firing example fires, each look-alike stays silent, and a firing example
+whose finding carries a fix `fix` can apply declares the code that fix must produce (`fixed=`), as Fixit refuses an
+autofix without an expected result."""
 
 from pathlib import Path
 
 import pytest
 
+from precision_doctor.model.findings import Applicability
 from precision_doctor.rules.catalog import rules
 
 SNAPSHOTS = Path(__file__).resolve().parents[1] / "fixtures" / "allocations"
@@ -33,6 +36,15 @@ def test_rule_example(run_check, rule_id, expect, index, example):
         for f in hits:
             assert f.evidence and all(e.location is None or e.location.line > 0 for e in f.evidence)
             assert f.error and f.fix is not None
+        applicable = [
+            f
+            for f in hits
+            if f.fix.applicability != Applicability.DISPLAY
+            and any(Path(e.path).name == "train.py" for e in f.fix.edits)
+        ]
+        assert not applicable or example.fixed is not None, (
+            f"{rule_id} fires[{index}] carries a fix `fix` applies: declare fixed= (the code it must produce)"
+        )
     else:
         assert not hits, f"{rule_id} fired on its look-alike:\n{example.code}\n{[h.message for h in hits]}"
 

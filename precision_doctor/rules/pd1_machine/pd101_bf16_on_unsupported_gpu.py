@@ -114,15 +114,54 @@ def bf16_requests(setup: Setup, machine: MachineFacts, stack: StackFacts) -> tup
         )
     ),
     fires=[
-        Example(_trainer(", dtype=torch.float32", ", bf16=True"), target="v100"),
-        Example(_trainer(", dtype=torch.bfloat16", ", bf16=True"), target="titan-rtx"),
+        Example(
+            _trainer(", dtype=torch.float32", ", bf16=True"),
+            target="v100",
+            fixed=(
+                "import torch\n"
+                "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.2-1B',"
+                " dtype=torch.float32)\n"
+                "Trainer(model=model, args=TrainingArguments('out', bf16=False, fp16=True)).train()\n"
+            ),
+        ),
+        Example(
+            _trainer(", dtype=torch.bfloat16", ", bf16=True"),
+            target="titan-rtx",
+            fixed=(
+                "import torch\n"
+                "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.2-1B',"
+                " dtype=torch.float32)\n"
+                "Trainer(model=model, args=TrainingArguments('out', bf16=False, fp16=True)).train()\n"
+            ),
+        ),
         Example(
             _trainer(", dtype=torch.float32", ", bf16=True"),
             target="t4",
             versions={"torch": "2.2.2"},
             note="an error: torch < 2.3 refuses bf16 on sm_75",
+            fixed=(
+                "import torch\n"
+                "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.2-1B',"
+                " dtype=torch.float32)\n"
+                "Trainer(model=model, args=TrainingArguments('out', bf16=False, fp16=True)).train()\n"
+            ),
         ),
-        Example(_SFT, target="t4", note="SFTConfig turns bf16 on when fp16 is off: a default is a request"),
+        Example(
+            _SFT,
+            target="t4",
+            note="SFTConfig turns bf16 on when fp16 is off: a default is a request",
+            fixed=(
+                "import torch\n"
+                "from transformers import AutoModelForCausalLM\n"
+                "from trl import SFTConfig, SFTTrainer\n"
+                "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
+                "SFTTrainer(model=model, args=SFTConfig(output_dir='out', bf16=False, fp16=True),"
+                " train_dataset=None).train()\n"
+            ),
+        ),
     ],
     silent=[
         Example(_trainer(", dtype=torch.float32", ", bf16=True"), target="a100"),

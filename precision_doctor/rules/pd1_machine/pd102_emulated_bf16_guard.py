@@ -65,6 +65,15 @@ def _native(text: str) -> str:
             "per_device_train_batch_size=4)).train()\n",
             target="t4",
             note="bf16 where supported, decided by a guard",
+            fixed=(
+                "import torch\n"
+                "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                "bf16 = torch.cuda.is_bf16_supported(including_emulation=False)\n"
+                "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.bfloat16 if bf16 else"
+                " torch.float32)\n"
+                "Trainer(model=model, args=TrainingArguments('o', bf16=bf16, fp16=not bf16,"
+                " per_device_train_batch_size=4)).train()\n"
+            ),
         )
     ],
     silent=[

@@ -41,7 +41,20 @@ _FP8_LOOP = (
             r"no FP8-compatible backend was installed",
         )
     ),
-    fires=[Example(_FP8_LOOP, target="a100")],
+    fires=[
+        Example(
+            _FP8_LOOP,
+            target="a100",
+            fixed=(
+                "from accelerate import Accelerator\n"
+                "import torch\n"
+                "acc = Accelerator(mixed_precision='bf16')\n"
+                "model = torch.nn.Linear(8, 8)\n"
+                "opt = torch.optim.AdamW(model.parameters())\n"
+                "model, opt = acc.prepare(model, opt)\n"
+            ),
+        )
+    ],
     silent=[Example(_FP8_LOOP, target="h100")],
 )
 def fp8_unsupported(script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts):

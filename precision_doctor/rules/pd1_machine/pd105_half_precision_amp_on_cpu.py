@@ -35,7 +35,19 @@ from ._hardware import _trainer
     log=LogSignature(
         patterns=(r"can only be used on CUDA", r"User provided device_type of 'cuda', but CUDA is not available")
     ),
-    fires=[Example(_trainer(", dtype=torch.float32", ", fp16=True"), target="cpu")],
+    fires=[
+        Example(
+            _trainer(", dtype=torch.float32", ", fp16=True"),
+            target="cpu",
+            fixed=(
+                "import torch\n"
+                "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.2-1B',"
+                " dtype=torch.float32)\n"
+                "Trainer(model=model, args=TrainingArguments('out', fp16=False)).train()\n"
+            ),
+        )
+    ],
     silent=[
         Example(_trainer(", dtype=torch.float32", ", fp16=True"), target="a100"),
         Example(_trainer(", dtype=torch.float32", ", bf16=True, use_cpu=True"), target="cpu"),

@@ -29,7 +29,17 @@ from ._hardware import _trainer, pre_ampere
     needs=("machine",),
     log=LogSignature(patterns=(r"FlashAttention only supports Ampere GPUs or newer",)),
     fires=[
-        Example(_trainer(", dtype=torch.float16, attn_implementation='flash_attention_2'", ", fp16=True"), target="t4")
+        Example(
+            _trainer(", dtype=torch.float16, attn_implementation='flash_attention_2'", ", fp16=True"),
+            target="t4",
+            fixed=(
+                "import torch\n"
+                "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.2-1B',"
+                " dtype=torch.float16, attn_implementation='sdpa')\n"
+                "Trainer(model=model, args=TrainingArguments('out', fp16=True)).train()\n"
+            ),
+        )
     ],
     silent=[
         Example(

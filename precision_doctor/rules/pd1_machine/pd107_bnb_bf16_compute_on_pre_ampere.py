@@ -38,7 +38,18 @@ _QLORA_LOAD = (
     applicability=Applicability.SAFE,
     fix_safety="Safe: the compute dtype is not stored in the weights.",
     needs=("machine",),
-    fires=[Example(_QLORA_LOAD.format(compute="bfloat16"), target="t4")],
+    fires=[
+        Example(
+            _QLORA_LOAD.format(compute="bfloat16"),
+            target="t4",
+            fixed=(
+                "import torch\n"
+                "from transformers import BitsAndBytesConfig, AutoModelForCausalLM\n"
+                "q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.float16)\n"
+                "m = AutoModelForCausalLM.from_pretrained('gpt2', quantization_config=q)\n"
+            ),
+        )
+    ],
     silent=[Example(_QLORA_LOAD.format(compute="float16"), target="t4")],
 )
 def bnb_bf16_compute_on_pre_ampere(script: ScriptFacts, machine: MachineFacts, stack: StackFacts):

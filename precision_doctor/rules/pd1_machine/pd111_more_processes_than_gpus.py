@@ -41,6 +41,13 @@ _LIGHTNING = (
             target="a100:4",
             launcher="python train.py",
             note="Lightning starts one process per device itself",
+            fixed=(
+                "import lightning as L\n"
+                "from my_model import LitModel\n"
+                "trainer = L.Trainer(accelerator='gpu', devices='auto', strategy='ddp',"
+                " precision='bf16-mixed')\n"
+                "trainer.fit(LitModel())\n"
+            ),
         ),
     ],
     silent=[

@@ -31,11 +31,31 @@ _ACC_CUDA0 = ACC + "model = model.to('cuda:0')\n" + ACC_LOOP
     related=("PD108", "PD109"),
     fires=[
         Example(_ACC_CUDA0, launcher="accelerate launch --num_processes 2 train.py", note="every rank on cuda:0"),
-        Example(TRAINER.format(dm=", device_map={'': 0}"), launcher="torchrun --nproc_per_node 4 train.py"),
+        Example(
+            TRAINER.format(dm=", device_map={'': 0}"),
+            launcher="torchrun --nproc_per_node 4 train.py",
+            fixed=(
+                "import torch\n"
+                "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                "import os\n"
+                "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32, device_map={\"\":"
+                ' int(os.environ["LOCAL_RANK"])})\n'
+                "Trainer(model=model, args=TrainingArguments('out', fp16=True)).train()\n"
+            ),
+        ),
         Example(
             "rank = 0\n" + TRAINER.format(dm=", device_map={'': rank}"),
             launcher="torchrun --nproc_per_node 4 train.py",
             note="named rank, but a constant",
+            fixed=(
+                "import os\n"
+                "rank = 0\n"
+                "import torch\n"
+                "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32, device_map={\"\":"
+                ' int(os.environ["LOCAL_RANK"])})\n'
+                "Trainer(model=model, args=TrainingArguments('out', fp16=True)).train()\n"
+            ),
         ),
     ],
     silent=[

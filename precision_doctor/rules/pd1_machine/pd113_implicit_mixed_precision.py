@@ -32,8 +32,30 @@ from ._launch import ACC_GOOD
     fix_safety="Safe: makes the effective value explicit.",
     log=LogSignature(tells=(r"Mismatch dtype between input and weight",), tells_alone=0.4),
     fires=[
-        Example(ACC_GOOD, launcher="accelerate launch --mixed_precision bf16 train.py"),
-        Example(ACC_GOOD, env={"ACCELERATE_MIXED_PRECISION": "fp16"}),
+        Example(
+            ACC_GOOD,
+            launcher="accelerate launch --mixed_precision bf16 train.py",
+            fixed=(
+                "import torch\n"
+                "from accelerate import Accelerator\n"
+                "accelerator = Accelerator(mixed_precision='bf16')\n"
+                "model = torch.nn.Linear(512, 512)\n"
+                "optimizer = torch.optim.AdamW(model.parameters())\n"
+                "model, optimizer = accelerator.prepare(model, optimizer)\n"
+            ),
+        ),
+        Example(
+            ACC_GOOD,
+            env={"ACCELERATE_MIXED_PRECISION": "fp16"},
+            fixed=(
+                "import torch\n"
+                "from accelerate import Accelerator\n"
+                "accelerator = Accelerator(mixed_precision='fp16')\n"
+                "model = torch.nn.Linear(512, 512)\n"
+                "optimizer = torch.optim.AdamW(model.parameters())\n"
+                "model, optimizer = accelerator.prepare(model, optimizer)\n"
+            ),
+        ),
     ],
     silent=[
         Example(

@@ -53,8 +53,32 @@ NATIVE_BF16 = "torch.cuda.is_bf16_supported(including_emulation=False)"
     log=LogSignature(tells=(r"grad_scaler\.py", r"unscale_")),
     related=("PD204", "PD210"),
     fires=[
-        Example(trainer_script(", torch_dtype=torch.float16", ", fp16=True")),
-        Example(trainer_script(", dtype=torch.half", ", fp16=True, gradient_checkpointing=True"), target="titan-rtx"),
+        Example(
+            trainer_script(", torch_dtype=torch.float16", ", fp16=True"),
+            fixed=(
+                "import torch\n"
+                "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                'model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-3.2-1B",'
+                " torch_dtype=torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False)"
+                " else torch.float32)\n"
+                'args = TrainingArguments(output_dir="out", fp16=not'
+                " torch.cuda.is_bf16_supported(including_emulation=False),"
+                " bf16=torch.cuda.is_bf16_supported(including_emulation=False))\n"
+                "Trainer(model=model, args=args).train()\n"
+            ),
+        ),
+        Example(
+            trainer_script(", dtype=torch.half", ", fp16=True, gradient_checkpointing=True"),
+            target="titan-rtx",
+            fixed=(
+                "import torch\n"
+                "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                'model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-3.2-1B",'
+                " dtype=torch.float32)\n"
+                'args = TrainingArguments(output_dir="out", fp16=True, gradient_checkpointing=True)\n'
+                "Trainer(model=model, args=args).train()\n"
+            ),
+        ),
         Example(
             lora_script(", dtype=torch.float16", ", fp16=True", lora_kwargs=', modules_to_save=["lm_head"]'),
             note="modules_to_save copies stay fp16",

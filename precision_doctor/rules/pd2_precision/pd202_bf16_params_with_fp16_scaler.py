@@ -65,8 +65,29 @@ _TRL_QLORA = (
     fix_safety="Unsafe on pre-Ampere GPUs (bf16 is emulated there); safe on Ampere or newer.",
     related=("PD211",),
     fires=[
-        Example(trainer_script(", dtype=torch.bfloat16", ", fp16=True")),
-        Example(trainer_script(', torch_dtype="bfloat16"', ", fp16=True"), target="a100"),
+        Example(
+            trainer_script(", dtype=torch.bfloat16", ", fp16=True"),
+            fixed=(
+                "import torch\n"
+                "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                'model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-3.2-1B",'
+                " dtype=torch.bfloat16)\n"
+                'args = TrainingArguments(output_dir="out", fp16=False, bf16=True)\n'
+                "Trainer(model=model, args=args).train()\n"
+            ),
+        ),
+        Example(
+            trainer_script(', torch_dtype="bfloat16"', ", fp16=True"),
+            target="a100",
+            fixed=(
+                "import torch\n"
+                "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                'model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-3.2-1B",'
+                ' torch_dtype="bfloat16")\n'
+                'args = TrainingArguments(output_dir="out", fp16=False, bf16=True)\n'
+                "Trainer(model=model, args=args).train()\n"
+            ),
+        ),
         Example(
             "import torch\nfrom transformers import AutoModelForCausalLM\n"
             "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.bfloat16).cuda()\n"
@@ -80,6 +101,15 @@ _TRL_QLORA = (
             _FROM_CONFIG.format(dtype=""),
             target="a100",
             note="pretraining from scratch: from_config builds in the config's dtype (transformers >= 4.49)",
+            fixed=(
+                "import torch\n"
+                "from transformers import AutoConfig, AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                "config = AutoConfig.from_pretrained('meta-llama/Llama-3.2-1B')\n"
+                "model = AutoModelForCausalLM.from_config(config)\n"
+                "args = TrainingArguments(output_dir='out', fp16=False, per_device_train_batch_size=4,"
+                " bf16=True)\n"
+                "Trainer(model=model, args=args, train_dataset=ds).train()\n"
+            ),
         ),
         Example(
             _TRL_QLORA.format(flags="fp16=True"),

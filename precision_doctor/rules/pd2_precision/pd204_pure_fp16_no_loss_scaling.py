@@ -53,6 +53,15 @@ from ._precision import _unique, bad_loss, live_claim, lora_script, trainer_scri
             trainer_script(", dtype=torch.float16", ", fp16=False, bf16=False, gradient_checkpointing=True"),
             target="titan-rtx",
             note="turning fp16 AMP off on fp16 weights",
+            fixed=(
+                "import torch\n"
+                "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                'model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-3.2-1B",'
+                " dtype=torch.float32)\n"
+                'args = TrainingArguments(output_dir="out", fp16=True, bf16=False,'
+                " gradient_checkpointing=True)\n"
+                "Trainer(model=model, args=args).train()\n"
+            ),
         ),
         Example(
             "import torch\nfrom transformers import AutoModelForCausalLM\n"

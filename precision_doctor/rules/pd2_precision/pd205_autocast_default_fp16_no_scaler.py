@@ -35,11 +35,31 @@ def _autocast_device(c: Call) -> str | None:
     fires=[
         Example(
             LOOP_HEAD + "for x in loader:\n    with torch.autocast('cuda'):\n        loss = model(x).sum()\n"
-            "    loss.backward()\n    opt.step()\n"
+            "    loss.backward()\n    opt.step()\n",
+            fixed=(
+                "import torch\n"
+                "model = torch.nn.Linear(16, 4).cuda()\n"
+                "opt = torch.optim.AdamW(model.parameters(), lr=1e-3)\n"
+                "for x in loader:\n"
+                "    with torch.autocast('cuda', dtype=torch.bfloat16):\n"
+                "        loss = model(x).sum()\n"
+                "    loss.backward()\n"
+                "    opt.step()\n"
+            ),
         ),
         Example(
             LOOP_HEAD + "for x in loader:\n    with torch.cuda.amp.autocast():\n        loss = model(x).sum()\n"
-            "    loss.backward()\n    opt.step()\n"
+            "    loss.backward()\n    opt.step()\n",
+            fixed=(
+                "import torch\n"
+                "model = torch.nn.Linear(16, 4).cuda()\n"
+                "opt = torch.optim.AdamW(model.parameters(), lr=1e-3)\n"
+                "for x in loader:\n"
+                "    with torch.cuda.amp.autocast(dtype=torch.bfloat16):\n"
+                "        loss = model(x).sum()\n"
+                "    loss.backward()\n"
+                "    opt.step()\n"
+            ),
         ),
     ],
     silent=[

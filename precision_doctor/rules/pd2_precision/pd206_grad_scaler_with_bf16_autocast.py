@@ -41,7 +41,19 @@ def _enabled_scalers(setup: Setup, machine: MachineFacts, stack: StackFacts) -> 
         Example(
             LOOP_HEAD + "scaler = torch.amp.GradScaler('cuda')\nfor x in loader:\n"
             "    with torch.autocast('cuda', dtype=torch.bfloat16):\n        loss = model(x).sum()\n"
-            "    scaler.scale(loss).backward()\n    scaler.step(opt)\n    scaler.update()\n"
+            "    scaler.scale(loss).backward()\n    scaler.step(opt)\n    scaler.update()\n",
+            fixed=(
+                "import torch\n"
+                "model = torch.nn.Linear(16, 4).cuda()\n"
+                "opt = torch.optim.AdamW(model.parameters(), lr=1e-3)\n"
+                "scaler = torch.amp.GradScaler('cuda', enabled=(torch.bfloat16 == torch.float16))\n"
+                "for x in loader:\n"
+                "    with torch.autocast('cuda', dtype=torch.bfloat16):\n"
+                "        loss = model(x).sum()\n"
+                "    scaler.scale(loss).backward()\n"
+                "    scaler.step(opt)\n"
+                "    scaler.update()\n"
+            ),
         ),
     ],
     silent=[

@@ -31,11 +31,29 @@ from ._precision import trainer_script
     applicability=Applicability.SAFE,
     fix_safety="Safe: the training arguments could never be constructed.",
     fires=[
-        Example(trainer_script(", dtype=torch.float32", ", fp16=True, bf16=True")),
+        Example(
+            trainer_script(", dtype=torch.float32", ", fp16=True, bf16=True"),
+            fixed=(
+                "import torch\n"
+                "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                'model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-3.2-1B",'
+                " dtype=torch.float32)\n"
+                'args = TrainingArguments(output_dir="out", fp16=True, bf16=False)\n'
+                "Trainer(model=model, args=args).train()\n"
+            ),
+        ),
         Example(
             trainer_script(", dtype=torch.float32", ", fp16=True, bf16=torch.cuda.is_bf16_supported()"),
             target="t4",
             note="emulated bf16 makes the guard answer True on a T4",
+            fixed=(
+                "import torch\n"
+                "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                'model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-3.2-1B",'
+                " dtype=torch.float32)\n"
+                'args = TrainingArguments(output_dir="out", fp16=True, bf16=False)\n'
+                "Trainer(model=model, args=args).train()\n"
+            ),
         ),
         Example(
             "import argparse\nfrom trl import SFTConfig, SFTTrainer\n"

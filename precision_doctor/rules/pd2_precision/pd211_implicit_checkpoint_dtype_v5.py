@@ -29,7 +29,17 @@ from ._precision import lora_script, trainer_script
     fix_safety="Safe: restores the transformers 4 behaviour the script was written for.",
     related=("PD202",),
     fires=[
-        Example(trainer_script("", ", fp16=True")),
+        Example(
+            trainer_script("", ", fp16=True"),
+            fixed=(
+                "import torch\n"
+                "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                'model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-3.2-1B",'
+                " dtype=torch.float32)\n"
+                'args = TrainingArguments(output_dir="out", fp16=True)\n'
+                "Trainer(model=model, args=args).train()\n"
+            ),
+        ),
     ],
     silent=[
         Example(trainer_script(", dtype=torch.float32", ", fp16=True")),

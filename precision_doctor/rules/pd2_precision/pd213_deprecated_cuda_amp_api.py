@@ -29,7 +29,15 @@ from ._amp_loop import LOOP_HEAD
             LOOP_HEAD + "scaler = torch.cuda.amp.GradScaler()\n",
             fixed=LOOP_HEAD + "scaler = torch.amp.GradScaler('cuda')\n",
         ),
-        Example("import torch\nfrom torch.cuda.amp import autocast\nwith autocast(dtype=torch.bfloat16):\n    pass\n"),
+        Example(
+            "import torch\nfrom torch.cuda.amp import autocast\nwith autocast(dtype=torch.bfloat16):\n    pass\n",
+            fixed=(
+                "import torch\n"
+                "from torch.cuda.amp import autocast\n"
+                "with torch.amp.autocast('cuda', dtype=torch.bfloat16):\n"
+                "    pass\n"
+            ),
+        ),
     ],
     silent=[
         Example(LOOP_HEAD + "scaler = torch.amp.GradScaler('cuda')\n"),

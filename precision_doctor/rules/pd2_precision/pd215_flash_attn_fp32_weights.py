@@ -35,7 +35,17 @@ from ._loading import FLASH, HEAD, _unsupported
             HEAD + "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32, "
             "attn_implementation='flash_attention_2').cuda()\n"
             "opt = torch.optim.AdamW(model.parameters())\nfor b in loader:\n"
-            "    model(**b).loss.backward()\n    opt.step()\n"
+            "    model(**b).loss.backward()\n    opt.step()\n",
+            fixed=(
+                "import torch\n"
+                "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.bfloat16,"
+                " attn_implementation='flash_attention_2').cuda()\n"
+                "opt = torch.optim.AdamW(model.parameters())\n"
+                "for b in loader:\n"
+                "    model(**b).loss.backward()\n"
+                "    opt.step()\n"
+            ),
         ),
     ],
     silent=[

@@ -355,6 +355,11 @@ def _successor(cid: str, name: str, got: Accepted, script: ScriptFacts, stack: S
         Example(
             _ARGS + "args = TrainingArguments('out', learning_rat=2e-5)\nTrainer(model=model, args=args).train()\n",
             note="a typo: the fix names the field it misses, for review",
+            fixed=(
+                "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                "args = TrainingArguments('out', learning_rate=2e-5)\n"
+                "Trainer(model=model, args=args).train()\n"
+            ),
         ),
     ],
     silent=[

@@ -31,7 +31,22 @@ from ._placement import QLORA, per_rank
     fix_safety="Safe under DDP: each rank loads the whole model on its own GPU.",
     fires=[
         Example(
-            QLORA.format(device_map=", device_map='auto'", args=""), launcher="torchrun --nproc_per_node 2 train.py"
+            QLORA.format(device_map=", device_map='auto'", args=""),
+            launcher="torchrun --nproc_per_node 2 train.py",
+            fixed=(
+                "import torch\n"
+                "from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training\n"
+                "from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer,"
+                " TrainingArguments\n"
+                "import os\n"
+                "q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='nf4',"
+                " bnb_4bit_compute_dtype=torch.bfloat16)\n"
+                "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-7B', quantization_config=q,"
+                ' dtype=torch.bfloat16, device_map={"": int(os.environ["LOCAL_RANK"])})\n'
+                "model = prepare_model_for_kbit_training(model)\n"
+                "model = get_peft_model(model, LoraConfig(r=16, target_modules=['q_proj', 'v_proj']))\n"
+                "Trainer(model=model, args=TrainingArguments('out', bf16=True)).train()\n"
+            ),
         )
     ],
     silent=[

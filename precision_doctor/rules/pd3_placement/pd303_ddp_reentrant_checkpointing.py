@@ -39,12 +39,44 @@ from ._placement import QLORA, per_rank
             ),
             launcher="torchrun --nproc_per_node 2 train.py",
             versions={"transformers": "4.57.1"},
+            fixed=(
+                "import os, torch\n"
+                "local_rank = int(os.environ['LOCAL_RANK'])\n"
+                "from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training\n"
+                "from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer,"
+                " TrainingArguments\n"
+                "q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='nf4',"
+                " bnb_4bit_compute_dtype=torch.bfloat16)\n"
+                "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-7B', quantization_config=q,"
+                " dtype=torch.bfloat16, device_map={'': local_rank})\n"
+                "model = prepare_model_for_kbit_training(model)\n"
+                "model = get_peft_model(model, LoraConfig(r=16, target_modules=['q_proj', 'v_proj']))\n"
+                "Trainer(model=model, args=TrainingArguments('out', bf16=True,"
+                " gradient_checkpointing=True, ddp_find_unused_parameters=True,"
+                ' gradient_checkpointing_kwargs={"use_reentrant": False})).train()\n'
+            ),
         ),
         Example(
             per_rank(QLORA.format(device_map=", device_map={'': 0}", args=", gradient_checkpointing=True")),
             launcher="torchrun --nproc_per_node 2 train.py",
             versions={"transformers": "4.57.1"},
             note="the Trainer turns find_unused_parameters on for a PeftModel, which is no PreTrainedModel",
+            fixed=(
+                "import os, torch\n"
+                "local_rank = int(os.environ['LOCAL_RANK'])\n"
+                "from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training\n"
+                "from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer,"
+                " TrainingArguments\n"
+                "q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='nf4',"
+                " bnb_4bit_compute_dtype=torch.bfloat16)\n"
+                "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-7B', quantization_config=q,"
+                " dtype=torch.bfloat16, device_map={'': local_rank})\n"
+                "model = prepare_model_for_kbit_training(model)\n"
+                "model = get_peft_model(model, LoraConfig(r=16, target_modules=['q_proj', 'v_proj']))\n"
+                "Trainer(model=model, args=TrainingArguments('out', bf16=True,"
+                ' gradient_checkpointing=True, gradient_checkpointing_kwargs={"use_reentrant":'
+                " False})).train()\n"
+            ),
         ),
         Example(
             per_rank(
@@ -55,6 +87,22 @@ from ._placement import QLORA, per_rank
             ),
             launcher="torchrun --nproc_per_node 2 train.py",
             note="transformers 5.24's names for gradient_checkpointing(_kwargs)",
+            fixed=(
+                "import os, torch\n"
+                "local_rank = int(os.environ['LOCAL_RANK'])\n"
+                "from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training\n"
+                "from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer,"
+                " TrainingArguments\n"
+                "q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='nf4',"
+                " bnb_4bit_compute_dtype=torch.bfloat16)\n"
+                "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-7B', quantization_config=q,"
+                " dtype=torch.bfloat16, device_map={'': local_rank})\n"
+                "model = prepare_model_for_kbit_training(model)\n"
+                "model = get_peft_model(model, LoraConfig(r=16, target_modules=['q_proj', 'v_proj']))\n"
+                "Trainer(model=model, args=TrainingArguments('out', bf16=True,"
+                ' activation_checkpointing=True, activation_checkpointing_kwargs={"use_reentrant":'
+                " False})).train()\n"
+            ),
         ),
     ],
     silent=[

@@ -31,7 +31,24 @@ from ._quantization import qlora
     log=LogSignature(
         patterns=(r"Input type into Linear4bit is torch\.\w+, but bnb_4bit_compute_dtype=torch\.float32",)
     ),
-    fires=[Example(qlora(compute=""))],
+    fires=[
+        Example(
+            qlora(compute=""),
+            fixed=(
+                "import torch\n"
+                "from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training\n"
+                "from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer,"
+                " TrainingArguments\n"
+                "q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='nf4',"
+                " bnb_4bit_compute_dtype=torch.bfloat16)\n"
+                "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.1-8B',"
+                " quantization_config=q, dtype=torch.bfloat16, device_map={'': 0})\n"
+                "model = prepare_model_for_kbit_training(model)\n"
+                "model = get_peft_model(model, LoraConfig(r=16, target_modules=['q_proj', 'v_proj']))\n"
+                "Trainer(model=model, args=TrainingArguments('out', bf16=True)).train()\n"
+            ),
+        )
+    ],
     silent=[
         Example(qlora()),
         Example(

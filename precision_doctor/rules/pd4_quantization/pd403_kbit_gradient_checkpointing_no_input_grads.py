@@ -27,7 +27,26 @@ from ._quantization import qlora
     '`model.enable_input_require_grads()`, or `gradient_checkpointing_kwargs={"use_reentrant": False}`.',
     applicability=Applicability.SAFE,
     fix_safety="Safe: prepares what the training needs.",
-    fires=[Example(qlora(prep=False, args=", gradient_checkpointing=True"), versions={"transformers": "4.57.1"})],
+    fires=[
+        Example(
+            qlora(prep=False, args=", gradient_checkpointing=True"),
+            versions={"transformers": "4.57.1"},
+            fixed=(
+                "import torch\n"
+                "from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training\n"
+                "from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer,"
+                " TrainingArguments\n"
+                "q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='nf4',"
+                " bnb_4bit_compute_dtype=torch.bfloat16)\n"
+                "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.1-8B',"
+                " quantization_config=q, dtype=torch.bfloat16, device_map={'': 0})\n"
+                "model = prepare_model_for_kbit_training(model)\n"
+                "model = get_peft_model(model, LoraConfig(r=16, target_modules=['q_proj', 'v_proj']))\n"
+                "Trainer(model=model, args=TrainingArguments('out', bf16=True,"
+                " gradient_checkpointing=True)).train()\n"
+            ),
+        )
+    ],
     silent=[
         Example(qlora(prep=True, args=", gradient_checkpointing=True"), versions={"transformers": "4.57.1"}),
         Example(qlora(prep=False, args=", gradient_checkpointing=True")),

@@ -46,16 +46,42 @@ LOAD_IN_KWARGS_REFUSED_WITH_CONFIG = "4.38.0"
         )
     ),
     fires=[
-        Example(HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', load_in_4bit=True)\n"),
+        Example(
+            HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', load_in_4bit=True)\n",
+            fixed=(
+                "import torch\n"
+                "from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training\n"
+                "from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer,"
+                " TrainingArguments\n"
+                "m = AutoModelForCausalLM.from_pretrained('gpt2',"
+                " quantization_config=BitsAndBytesConfig(load_in_4bit=True))\n"
+            ),
+        ),
         Example(
             HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', load_in_8bit=True)\n",
             versions={"transformers": "4.44.0"},
+            fixed=(
+                "import torch\n"
+                "from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training\n"
+                "from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer,"
+                " TrainingArguments\n"
+                "m = AutoModelForCausalLM.from_pretrained('gpt2',"
+                " quantization_config=BitsAndBytesConfig(load_in_8bit=True))\n"
+            ),
         ),
         Example(
             HEAD + "q = BitsAndBytesConfig(load_in_4bit=True)\n"
             "m = AutoModelForCausalLM.from_pretrained('gpt2', load_in_4bit=True, quantization_config=q)\n",
             versions={"transformers": "4.38.0"},
             note="refused next to quantization_config from 4.38.0",
+            fixed=(
+                "import torch\n"
+                "from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training\n"
+                "from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer,"
+                " TrainingArguments\n"
+                "q = BitsAndBytesConfig(load_in_4bit=True)\n"
+                "m = AutoModelForCausalLM.from_pretrained('gpt2', quantization_config=q)\n"
+            ),
         ),
     ],
     silent=[
