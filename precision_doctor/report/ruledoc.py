@@ -58,14 +58,6 @@ def _indent(code: str) -> str:
     return "\n".join("    " + line for line in code.rstrip().splitlines()) + "\n"
 
 
-def rules_markdown(rules: list[Rule]) -> str:
-    """The README's rule table, generated from the registry (a test keeps the README in step)."""
-    rows = ["| id | name | severity | what it catches |", "|---|---|---|---|"]
-    for r in rules:
-        rows.append(f"| {r.id} | `{r.name}` | {severity_label(r)} | {r.summary.replace('|', '/')} |")
-    return "\n".join(rows)
-
-
 def rule_page(r: Rule) -> str:
     """A rule's page under docs/rules/, in ruff's sections (generated; a test keeps the files current)."""
     fires, silent = r.fires[0], r.silent[0]
