@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import field, replace
 from typing import Any
 
-from ..knowledge.launchers import ACCELERATE_OPTIONS, ACCELERATE_SWITCHES, DEFAULT_PORT, launcher_of
+from ..knowledge.launchers import ACCELERATE_OPTIONS, ACCELERATE_SWITCHES, DEFAULT_PORT, RECIPE_CLIS, launcher_of
 from ..knowledge.lightning import lightning_launch
 from ..model.facts import ABSENT, KNOWN, Call, LaunchFacts, Location, MachineFacts, Origin, Value
 from ..model.findings import Evidence
@@ -193,25 +193,24 @@ def plan_of_script(
 
 
 def plan_recipe(plan: LaunchPlan, imports: tuple[str, ...], launch: LaunchFacts, machine: MachineFacts) -> LaunchPlan:
-    """A recipe checked with no launch given runs as its tool's CLI, which starts one process per visible GPU where
-    there are several: `llamafactory-cli train` starts torchrun (NPROC_PER_NODE if set) on a free port (LLaMA-Factory
-    0.9.5 launcher.py:59-66); `axolotl train` starts `accelerate launch` (axolotl 0.19 cli/main.py:102), which with no
-    config of its own takes every GPU."""
-    tool = "llamafactory-cli" if "llama-factory" in imports else "axolotl" if "axolotl" in imports else ""
-    if not tool or launch.known or not machine.known or len(machine.gpus) < 2:
+    """A recipe checked with no launch given runs as its family's CLI (knowledge/launchers.py RECIPE_CLIS), which
+    starts one process per visible GPU where there are several."""
+    cli = next((RECIPE_CLIS[tag] for tag in RECIPE_CLIS if tag in imports), None)
+    if cli is None or launch.known or not machine.known or len(machine.gpus) < 2:
         return plan
     env = machine.host.env if machine.host is not None else {}
-    asked = env.get("NPROC_PER_NODE", "") if tool == "llamafactory-cli" else ""
+    asked = env.get(cli.processes_env, "") if cli.processes_env else ""
     n = int(asked) if asked.isdigit() else len(machine.gpus)
-    how = f"NPROC_PER_NODE={asked}" if asked.isdigit() else f"one per visible GPU ({machine.describe()})"
-    starts = "torchrun" if tool == "llamafactory-cli" else "accelerate launch"
+    how = f"{cli.processes_env}={asked}" if asked.isdigit() else f"one per visible GPU ({machine.describe()})"
     return replace(
         plan,
         processes=n,
-        spawner=tool,
+        spawner=cli.command,
         port_explicit=False,
-        port_source="a free port" if tool == "llamafactory-cli" else plan.port_source,
-        processes_evidence=Evidence(None, f"{tool} train", f"{n} processes: {tool} starts {starts}, {how}", "profile"),
+        port_source=cli.port_source or plan.port_source,
+        processes_evidence=Evidence(
+            None, f"{cli.command} train", f"{n} processes: {cli.command} starts {cli.starts}, {how}", "profile"
+        ),
     )
 
 

@@ -3,6 +3,8 @@ their defaults (the rendezvous port)."""
 
 from __future__ import annotations
 
+from ..model.util import record
+
 DEFAULT_PORT = 29500  # torchrun's, deepspeed's and a multi-process accelerate launch's rendezvous port
 
 # flag spellings each launcher accepts, mapped to the fact they set
@@ -45,6 +47,28 @@ ACCELERATE_OPTIONS = (
     "fsdp_reshard_after_forward",
     "fsdp_use_orig_params",
 )
+
+
+@record
+class RecipeCli:
+    """How a config family's own CLI runs a recipe checked with no launch given: the processes it starts."""
+
+    command: str  # as the report names it, "llamafactory-cli"
+    starts: str  # what it starts, "torchrun"
+    processes_env: str = ""  # the variable that sets its processes per node, "" when none does
+    port_source: str = ""  # where its rendezvous port comes from, "" for the launcher's default
+
+
+# keyed by the family's import tag in the facts (ScriptFacts.imports). With several visible GPUs each starts one
+# process per GPU: `llamafactory-cli train` starts torchrun (NPROC_PER_NODE if set) on a free port (LLaMA-Factory
+# 0.9.5 launcher.py:59-66); `axolotl train` starts `accelerate launch` (axolotl 0.19 cli/main.py:102), which with no
+# config of its own takes every GPU.
+RECIPE_CLIS = {
+    "llama-factory": RecipeCli(
+        "llamafactory-cli", "torchrun", processes_env="NPROC_PER_NODE", port_source="a free port"
+    ),
+    "axolotl": RecipeCli("axolotl", "accelerate launch"),
+}
 
 
 def launcher_of(words: list[str]) -> tuple[str | None, list[str]]:

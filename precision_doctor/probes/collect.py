@@ -33,7 +33,7 @@ from ..settings import excluded
 from ..system.pool import FORKS
 from ..system.sources import Unreadable, os_reason, parse_json, read_text_bounded, status
 from ..system.walk import python_files
-from .configs import is_config_path, probe_config
+from .config_families import is_config_path, probe_config
 from .installed_signatures import with_installed_signatures
 from .launch import launch_from_env, parse_launcher, with_accelerate_files
 from .script import one_run, probe_script

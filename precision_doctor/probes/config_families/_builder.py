@@ -1,0 +1,113 @@
+"""What every family's reader shares: the builder that turns a config into the calls its tool makes, each value
+pointing at the line that writes it or named as the tool's default."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ...model.call_kinds import CallKind
+from ...model.facts import CONDITIONAL, KNOWN, Call, Location, Origin, Predicate, ScriptFacts, Unknown, Value
+from ..config_files import ConfigDoc
+
+# transformers' is_torch_bf16_gpu_available(): native bf16 only (emulation does not count)
+NATIVE_BF16 = Predicate("bf16_supported", "is_torch_bf16_gpu_available()", emulation=False)
+
+
+class Builder:
+    def __init__(self, doc: ConfigDoc, family: str, version: str, path: Path):
+        self.doc = doc
+        self.family = family
+        self.version = version
+        self.path = path
+        self.calls: list[Call] = []
+        self.unknowns: list[Unknown] = []
+        self.via = f"{family} config"
+        self.first = Location(doc.path, min(doc.lines.values(), default=1))
+        self.last = Location(doc.path, max(doc.lines.values(), default=1))  # training starts once all is read
+
+    def written(self, key: str, meaning: Any = None) -> Value:
+        return self.doc.value(key, via=self.via, meaning=meaning)
+
+    def default(self, key: str, value: Any, note: str = "") -> Value:
+        """A value the tool sets itself: no line to point at (and nothing in the file for a fix to edit)."""
+        detail = note or f"{self.family} {self.version} default {key}: {value}"
+        return Value(state=KNOWN, value=value, text=f"{key} (not set)", origins=(Origin("default", detail),))
+
+    def setting(self, key: str, default: Any) -> Value:
+        return self.written(key) if self.doc.has(key) else self.default(key, default)
+
+    def where(self, *keys: str) -> Location:
+        for k in keys:
+            if self.doc.has(k):
+                return self.doc.location(k)
+        return self.first
+
+    def add(
+        self,
+        kind: CallKind,
+        callee: str,
+        at: Location,
+        kwargs: dict[str, Value] | None = None,
+        args: tuple[Value, ...] = (),
+        refs: dict[str, str] | None = None,
+        target: str = "",
+        receiver: str = "",
+    ) -> Call:
+        call = Call(
+            kind=kind,
+            callee=callee,
+            location=at,
+            scope="<module>",
+            target=target,
+            receiver=receiver,
+            args=args,
+            kwargs=kwargs or {},
+            text=f"(parsed from {self.doc.path} as {self.family} reads it)",
+            refs=refs or {},
+        )
+        self.calls.append(call)
+        return call
+
+    def facts(self) -> ScriptFacts:
+        from ..script import _deepspeed_configs
+
+        deepspeed, missing = _deepspeed_configs(self.path, self.calls)
+        return ScriptFacts(
+            path=self.doc.path,
+            calls=tuple(self.calls),
+            imports=(self.family.lower(),),
+            unknowns=tuple(self.unknowns) + tuple(missing),
+            files=(self.doc.path,),
+            deepspeed_configs=deepspeed,
+        )
+
+
+def gpu_decides(text: str, if_true: Value, if_false: Value) -> Value:
+    """A value decided by the GPU; no location, so no fix edits the YAML through it."""
+    return Value(
+        state=CONDITIONAL, text=text, predicate=NATIVE_BF16, if_true=if_true, if_false=if_false, origins=if_true.origins
+    )
+
+
+def weights_dtype(name: str, because: Value) -> Value:
+    """The weights' dtype the tool derives from a precision setting: evidence points at that setting."""
+    origins = tuple(
+        replace(o, detail=f"{o.detail}: the weights load in {name}") if o.kind == "config-file" else o
+        for o in because.origins
+    )
+    return replace(because, value=f"torch.{name}", origins=origins)
+
+
+def trained_model(b: Builder, load: Call, adapter: str, adapter_kwargs: dict[str, Value]) -> Call:
+    if adapter in ("lora", "qlora", "oft"):
+        return b.add(
+            CallKind.GET_PEFT_MODEL,
+            "peft.get_peft_model",
+            b.where("adapter", "finetuning_type"),
+            kwargs=adapter_kwargs,
+            refs={"0": load.key},
+            target="model",
+        )
+    return load

@@ -1,0 +1,145 @@
+"""Axolotl 0.18.0, recognised by `base_model` (`utils/config/__init__.py` `resolve_dtype`, `utils/schemas/config.py`
+field defaults): `bf16: auto` (the default) becomes True where `is_torch_bf16_gpu_available()` (native bf16, no
+emulation), else False with `fp16` turned on when unset; `bf16: true` turns `fp16` off; the weights load in
+bfloat16 (bf16/bfloat16), float16 (fp16/float16/load_in_8bit) or float32; LoRA adapters through peft's default.
+How `axolotl train` launches is in knowledge/launchers.py (RECIPE_CLIS)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ...model.call_kinds import CallKind
+from ...model.facts import KNOWN, Origin, ScriptFacts, Unknown, Value
+from ..config_files import ConfigDoc
+from ._builder import Builder, gpu_decides, trained_model, weights_dtype
+
+NAME = "Axolotl"
+VERSION = "0.18.0"
+
+
+def detects(doc: ConfigDoc) -> bool:
+    return doc.has("base_model")
+
+
+def build(b: Builder) -> ScriptFacts:
+    doc = b.doc
+    bf16_raw, fp16_raw = doc.get("bf16", default="auto"), doc.get("fp16")
+    float16, bfloat16, load_8bit = doc.get("float16"), doc.get("bfloat16"), doc.get("load_in_8bit")
+
+    def resolved(bf16_available: bool) -> tuple[Value, Value, Value]:
+        """bf16, fp16 and the weights' dtype as resolve_dtype leaves them on a GPU with or without bf16."""
+        bf16, fp16 = bf16_raw, fp16_raw
+        bf16_v = b.setting("bf16", "auto")
+        fp16_v = b.written("fp16") if doc.has("fp16") else b.default("fp16", None)
+        if not fp16 and bf16 == "auto":
+            bf16 = bf16_available
+            bf16_v = replace(bf16_v, value=bf16)
+            if not bf16_available and fp16 is None and not float16:
+                fp16 = True
+                fp16_v = replace(
+                    bf16_v,
+                    value=True,
+                    text=bf16_v.text,
+                    origins=bf16_v.origins
+                    + (Origin("default", "Axolotl turns fp16 on when bf16: auto finds no bf16"),),
+                )
+        if fp16 and bf16 == "auto":
+            bf16, bf16_v = False, replace(bf16_v, value=False)
+        if bf16 is True:
+            fp16, fp16_v = False, replace(bf16_v, value=False, text=bf16_v.text)
+        fp16_v = replace(fp16_v, value=bool(fp16))
+        bf16_v = replace(bf16_v, value=bool(bf16) if not isinstance(bf16, str) else bf16)
+        if bf16 or bfloat16:
+            weights = weights_dtype("bfloat16", bf16_v if bf16 else b.written("bfloat16"))
+        elif load_8bit or fp16 or float16:
+            source = b.written("load_in_8bit") if load_8bit else fp16_v if fp16 else b.written("float16")
+            weights = weights_dtype("float16", source)
+        else:
+            weights = weights_dtype(
+                "float32", b.default("torch_dtype", "float32", "Axolotl loads float32 without bf16/fp16")
+            )
+        return bf16_v, fp16_v, weights
+
+    if bf16_raw == "auto" and not fp16_raw:
+        on, off = resolved(True), resolved(False)
+        bf16, fp16, weights = (gpu_decides("bf16: auto", t, f) for t, f in zip(on, off, strict=False))
+    else:
+        bf16, fp16, weights = resolved(False)
+
+    base = b.written("base_model")
+    load_kwargs = {"dtype": weights}
+    if doc.get("flash_attention"):
+        load_kwargs["attn_implementation"] = b.written("flash_attention", meaning="flash_attention_2")
+    refs = {}
+    if doc.get("load_in_4bit") or doc.get("load_in_8bit"):
+        flag = "load_in_4bit" if doc.get("load_in_4bit") else "load_in_8bit"
+        bnb = b.add(
+            CallKind.BNB_CONFIG,
+            "transformers.BitsAndBytesConfig",
+            doc.location(flag),
+            kwargs={flag: b.written(flag), "bnb_4bit_compute_dtype": weights, **_axolotl_bnb_extras(b, flag)},
+            target="bnb_config",
+        )
+        refs["quantization_config"] = bnb.key
+        load_kwargs["quantization_config"] = Value(state=KNOWN, value="BitsAndBytesConfig", text=flag)
+    if doc.has("device_map"):
+        load_kwargs["device_map"] = b.written("device_map")
+    load = b.add(
+        CallKind.MODEL_LOAD,
+        "transformers.AutoModelForCausalLM.from_pretrained",
+        doc.location("base_model"),
+        kwargs=load_kwargs,
+        args=(base,),
+        refs=refs,
+        target="model",
+    )
+    adapter = str(doc.get("adapter") or "")
+    model = trained_model(b, load, adapter, {})
+    if adapter and adapter not in ("lora", "qlora"):
+        b.unknowns.append(
+            Unknown(f"adapter: {adapter}", "an adapter the doctor does not model", doc.location("adapter"))
+        )
+    args = {"fp16": fp16, "bf16": bf16}
+    for key in ("tf32", "gradient_checkpointing", "gradient_checkpointing_kwargs", "optimizer", "max_grad_norm"):
+        if doc.has(key) and doc.get(key) != "auto":
+            args["optim" if key == "optimizer" else key] = b.written(key)
+    if doc.has("deepspeed"):
+        args["deepspeed"] = b.written("deepspeed")
+    if doc.get("fsdp"):
+        fsdp = doc.get("fsdp")
+        args["fsdp"] = b.written("fsdp", meaning=" ".join(fsdp) if isinstance(fsdp, list) else fsdp)
+    training = b.add(
+        CallKind.TRAINING_ARGS,
+        "transformers.TrainingArguments",
+        b.where("bf16", "fp16", "base_model"),
+        kwargs=args,
+        target="training_args",
+    )
+    b.add(
+        CallKind.TRAINER,
+        "transformers.Trainer",
+        b.last,
+        refs={"model": model.key, "args": training.key},
+        target="trainer",
+    )
+    return b.facts()
+
+
+def _axolotl_bnb_extras(b: Builder, flag: str) -> dict[str, Value]:
+    """What Axolotl adds to the BitsAndBytesConfig it builds for `adapter: qlora` with 4-bit loading
+    (`loaders/model.py`, since axolotl#1428, 2024-03): double quantization, nf4 and a bfloat16 storage dtype, so
+    FSDP can flatten the 4-bit weights; `bnb_config_kwargs` entries win."""
+    extras: dict[str, Value] = {}
+    if flag == "load_in_4bit" and b.doc.get("adapter") == "qlora":
+        for key, value in (
+            ("bnb_4bit_use_double_quant", True),
+            ("bnb_4bit_quant_type", "nf4"),
+            ("bnb_4bit_quant_storage", "bfloat16"),
+        ):
+            extras[key] = b.default(key, value, f"{NAME} {VERSION} sets {key}={value} for qlora")
+    overrides = b.doc.get("bnb_config_kwargs")
+    if isinstance(overrides, dict):
+        for key in overrides:
+            if isinstance(key, str) and key.startswith(("bnb_4bit_", "llm_int8_")):
+                extras[key] = b.doc.value("bnb_config_kwargs", key, via=b.via)
+    return extras

@@ -1,0 +1,110 @@
+"""LLaMA-Factory 0.9.6.dev0, recognised by `model_name_or_path` with `stage`/`finetuning_type`/`template`
+(`hparams/parser.py`, `model/adapter.py`): `finetuning_type` defaults to lora; the weights load in the compute
+dtype (bf16 > fp16); trainable parameters are upcast to float32 unless `pure_bf16` (or ZeRO-3 without
+quantization), adapters included. How `llamafactory-cli train` launches is in knowledge/launchers.py (RECIPE_CLIS)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from ...model.call_kinds import CallKind
+from ...model.facts import KNOWN, ScriptFacts, Value
+from ..config_files import ConfigDoc
+from ._builder import Builder, trained_model, weights_dtype
+
+NAME = "LLaMA-Factory"
+VERSION = "0.9.6.dev0"
+
+
+def detects(doc: ConfigDoc) -> bool:
+    return doc.has("model_name_or_path") and any(doc.has(k) for k in ("stage", "finetuning_type", "template"))
+
+
+def build(b: Builder) -> ScriptFacts:
+    doc = b.doc
+    bf16, fp16, pure_bf16 = b.setting("bf16", False), b.setting("fp16", False), b.setting("pure_bf16", False)
+    finetuning = str(doc.get("finetuning_type", default="lora"))
+    quant_bits = doc.get("quantization_bit")
+    if bf16.value or pure_bf16.value:
+        weights = weights_dtype("bfloat16", bf16 if bf16.value else pure_bf16)
+    elif fp16.value:
+        weights = weights_dtype("float16", fp16)
+    else:  # infer_optim_dtype: the checkpoint's dtype where the GPU supports it
+        weights = replace(b.default("infer_dtype", "auto"), value="auto")
+    load_kwargs = {"dtype": weights}
+    refs = {}
+    if quant_bits in (4, 8):
+        flag = f"load_in_{quant_bits}bit"
+        bnb = b.add(
+            CallKind.BNB_CONFIG,
+            "transformers.BitsAndBytesConfig",
+            doc.location("quantization_bit"),
+            kwargs={flag: b.written("quantization_bit", meaning=True), "bnb_4bit_compute_dtype": weights},
+            target="bnb_config",
+        )
+        refs["quantization_config"] = bnb.key
+        load_kwargs["quantization_config"] = Value(state=KNOWN, value="BitsAndBytesConfig", text="quantization_bit")
+    load = b.add(
+        CallKind.MODEL_LOAD,
+        "transformers.AutoModelForCausalLM.from_pretrained",
+        doc.location("model_name_or_path"),
+        kwargs=load_kwargs,
+        args=(b.written("model_name_or_path"),),
+        refs=refs,
+        target="model",
+    )
+    zero3 = _zero3(doc)
+    upcast = not pure_bf16.value and not doc.get("use_badam") and not (quant_bits is None and zero3)
+    upcast_note = b.default(
+        "cast_trainable_params_to_fp32",
+        upcast,
+        f"{NAME} {VERSION} "
+        + (
+            "upcasts trainable parameters to float32"
+            if upcast
+            else "keeps trainable parameters in the load dtype (pure_bf16 / BAdam / ZeRO-3)"
+        ),
+    )
+    if finetuning in ("lora", "oft"):
+        model = trained_model(b, load, finetuning, {"autocast_adapter_dtype": upcast_note})
+    else:
+        model = load
+        if upcast and finetuning in ("full", "freeze") and quant_bits is None:  # quantized: refused before
+            model = b.add(
+                CallKind.CAST,
+                "model.float",
+                b.where("finetuning_type"),
+                refs={"self": load.key},
+                target="model",
+                receiver="model",
+            )
+    args = {"fp16": fp16, "bf16": bf16}
+    if pure_bf16.value and not bf16.value:  # pure bf16: the weights are bf16 and no AMP runs
+        args["bf16"] = replace(pure_bf16, value=False)
+    if doc.has("deepspeed"):
+        args["deepspeed"] = b.written("deepspeed")
+    if doc.has("tf32"):
+        args["tf32"] = b.written("tf32")
+    if doc.has("optim"):
+        args["optim"] = b.written("optim")
+    training = b.add(
+        CallKind.TRAINING_ARGS,
+        "transformers.Seq2SeqTrainingArguments",
+        b.where("bf16", "fp16", "model_name_or_path"),
+        kwargs=args,
+        target="training_args",
+    )
+    b.add(
+        CallKind.TRAINER,
+        "transformers.Seq2SeqTrainer",
+        b.last,
+        refs={"model": model.key, "args": training.key},
+        target="trainer",
+    )
+    return b.facts()
+
+
+def _zero3(doc: ConfigDoc) -> bool:
+    ds = doc.get("deepspeed")
+    return isinstance(ds, str) and "z3" in Path(ds).name.lower() or "zero3" in str(ds).lower()
