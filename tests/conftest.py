@@ -60,6 +60,26 @@ def check_code(
     return engine.run(facts), facts
 
 
+ALLOCATIONS = Path(__file__).resolve().parents[1] / "fixtures" / "allocations"
+
+
+def check_example(run_check, example):
+    """A rule's declared example checked with everything it declares: target, launch, versions, machine, live
+    facts, the job that launches it and the snapshot it is checked against."""
+    return run_check(
+        example.code,
+        target=example.target,
+        launcher=example.launcher,
+        script_args=example.script_args,
+        versions=example.versions,
+        machine=example.machine,
+        environ=example.env,
+        live=example.live,
+        job=example.job,
+        facts_file=str(ALLOCATIONS / f"{example.facts}.json") if example.facts else None,
+    )
+
+
 @pytest.fixture
 def run_check(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -9,7 +9,8 @@ import pytest
 from precision_doctor.model.findings import Applicability
 from precision_doctor.rules.catalog import rules
 
-SNAPSHOTS = Path(__file__).resolve().parents[1] / "fixtures" / "allocations"
+from .conftest import check_example
+
 CASES = [(r.id, "fires", i, ex) for r in rules() for i, ex in enumerate(r.fires)] + [
     (r.id, "silent", i, ex) for r in rules() for i, ex in enumerate(r.silent)
 ]
@@ -17,18 +18,7 @@ CASES = [(r.id, "fires", i, ex) for r in rules() for i, ex in enumerate(r.fires)
 
 @pytest.mark.parametrize("rule_id,expect,index,example", CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES])
 def test_rule_example(run_check, rule_id, expect, index, example):
-    result, _ = run_check(
-        example.code,
-        target=example.target,
-        launcher=example.launcher,
-        script_args=example.script_args,
-        versions=example.versions,
-        machine=example.machine,
-        environ=example.env,
-        live=example.live,
-        job=example.job,
-        facts_file=str(SNAPSHOTS / f"{example.facts}.json") if example.facts else None,
-    )
+    result, _ = check_example(run_check, example)
     assert not result.crashed, result.crashed
     hits = [f for f in result.findings if f.rule_id == rule_id]
     if expect == "fires":

@@ -16,24 +16,10 @@ from precision_doctor.fix.edits import EditFailed, apply_edits  # noqa: E402
 from precision_doctor.model.findings import Finding  # noqa: E402
 from precision_doctor.rules.catalog import rules  # noqa: E402
 
+from .conftest import check_example  # noqa: E402
+
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots" / "rules"
-ALLOCATIONS = Path(__file__).resolve().parents[1] / "fixtures" / "allocations"
 RULES = [r for r in rules() if r.fires]
-
-
-def _check(run_check, example):
-    return run_check(
-        example.code,
-        target=example.target,
-        launcher=example.launcher,
-        script_args=example.script_args,
-        versions=example.versions,
-        machine=example.machine,
-        environ=example.env,
-        live=example.live,
-        job=example.job,
-        facts_file=str(ALLOCATIONS / f"{example.facts}.json") if example.facts else None,
-    )
 
 
 def _diff(finding: Finding, folder: Path) -> list[str]:
@@ -77,7 +63,7 @@ def render(finding: Finding, folder: Path) -> str:
 def test_rule_snapshot(run_check, tmp_path, rule, update_golden):
     parts = []
     for index, example in enumerate(rule.fires):
-        result, _ = _check(run_check, example)
+        result, _ = check_example(run_check, example)
         hits = [f for f in result.findings if f.rule_id == rule.id]
         header = f"## fires[{index}]" + (f": {example.note}" if example.note else "")
         parts.append("\n".join([header, *(render(f, tmp_path) for f in hits)]))
