@@ -253,33 +253,23 @@ def without_values(obj: Any, values: tuple[str, ...]) -> Any:
 def shown_data(obj: Any) -> Any:
     """A JSON-like structure on its way into a report: redacted (redact_data), and every string's control characters
     but newlines and tabs shown as escapes, so that a report printed raw (`jq -r`) cannot drive a terminal."""
-    return _printable_strings(redact_data(obj))
+    return redact_data(obj, shown=True)
 
 
-def _printable_strings(obj: Any) -> Any:
-    if isinstance(obj, str):
-        return printable(obj, keep_newlines=True)
-    if isinstance(obj, dict):
-        return {k: _printable_strings(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_printable_strings(v) for v in obj]
-    return obj
-
-
-def redact_data(obj: Any, under_secret: bool = False) -> Any:
+def redact_data(obj: Any, under_secret: bool = False, shown: bool = False) -> Any:
     """A JSON-like structure with credentials redacted: every string under a secret-named key, and every
-    credential-shaped value anywhere. Keys, numbers and booleans are kept."""
+    credential-shaped value anywhere. Keys, numbers and booleans are kept. `shown`: each string also made printable
+    (shown_data), in the same walk."""
     if isinstance(obj, dict):
         return {
-            k: redact_data(v, k not in _STRUCTURAL and (under_secret or (isinstance(k, str) and secret_name(k))))
+            k: redact_data(v, k not in _STRUCTURAL and (under_secret or (isinstance(k, str) and secret_name(k))), shown)
             for k, v in obj.items()
         }
     if isinstance(obj, (list, tuple)):
-        return [redact_data(v, under_secret) for v in obj]
+        return [redact_data(v, under_secret, shown) for v in obj]
     if isinstance(obj, str):
-        if under_secret and _secret_value(obj):
-            return REDACTED
-        return redact_text(obj)
+        text = REDACTED if under_secret and _secret_value(obj) else redact_text(obj)
+        return printable(text, keep_newlines=True) if shown else text
     return obj
 
 
