@@ -5,14 +5,13 @@ read the diff, commit."""
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("libcst")
 
-from precision_doctor.fix.edits import EditFailed, apply_edits  # noqa: E402
+from precision_doctor.fix.edits import EditFailed, FileChange, apply_edits  # noqa: E402
 from precision_doctor.model.findings import Finding  # noqa: E402
 from precision_doctor.rules.catalog import rules  # noqa: E402
 
@@ -23,7 +22,7 @@ RULES = [r for r in rules() if r.fires]
 
 
 def _diff(finding: Finding, folder: Path) -> list[str]:
-    """The unified diff of the fix's edits, file by file, as `fix --diff` would show it."""
+    """The fix's edits, file by file, as the unified diff `fix --diff` prints (FileChange.diff)."""
     by_file: dict[str, list] = {}
     for edit in finding.fix.edits:
         by_file.setdefault(edit.path, []).append(edit)
@@ -36,10 +35,7 @@ def _diff(finding: Finding, folder: Path) -> list[str]:
             out.append(f"    (not applied: {exc})")
             continue
         name = str(Path(path).relative_to(folder)) if Path(path).is_absolute() else path
-        out += [
-            "    " + line.rstrip("\n")
-            for line in difflib.unified_diff(before.splitlines(True), after.splitlines(True), f"a/{name}", f"b/{name}")
-        ]
+        out += ["    " + line for line in FileChange(path, before, after).diff(name).splitlines()]
     return out
 
 
