@@ -13,7 +13,7 @@ import gc
 from dataclasses import field, replace
 
 from .derive import Derived, derive_setup, plan_launch
-from .derive.launch import plan_of_script
+from .derive.launch import LaunchPlan, plan_of_script
 from .derive.memory_plan import plan_memory_for
 from .derive.setup import Fact, Setup
 from .diagnose import match_exception
@@ -62,6 +62,7 @@ class Result:
     withdrawn: tuple[Withdrawn, ...] = ()
     silenced: tuple[Silenced, ...] = ()
     setups: dict[str, Setup] = field(default_factory=dict)  # each script judged in this process: its derived setup
+    plan: LaunchPlan | None = None  # the run's launch plan: processes per node and the rendezvous port
 
 
 @record
@@ -179,6 +180,7 @@ def _run(facts: Facts, policy: Policy | None, verdicts: tuple[ScriptVerdict | No
         tuple(withdrawn),
         tuple(unique(silenced, key=lambda s: s)),
         setups,
+        judge.plan,
     )
 
 

@@ -75,7 +75,7 @@ def test_unknown_target_and_bad_format():
     assert_one_line_error(doctor("check", SEED001, "--target", "tpu-v5"), "unknown GPU", "precision-doctor targets")
     assert_one_line_error(doctor("check", SEED001, "--format", "xml"), "--format")
     assert_one_line_error(doctor("check", SEED001, "--fail-on", "fatal"), "--fail-on")
-    assert_one_line_error(doctor("check", SEED001, "--launcher", "srun python"), "launcher")
+    assert_one_line_error(doctor("check", SEED001, "--launcher", "nohup"), "starts no command")
 
 
 def test_fail_on_levels():

@@ -3,12 +3,20 @@ comes from; what a `device_map` does with the model. Derived once per run, read 
 
 from __future__ import annotations
 
+import re
 from dataclasses import field, replace
 from typing import Any
 
-from ..knowledge.launchers import ACCELERATE_OPTIONS, ACCELERATE_SWITCHES, DEFAULT_PORT, RECIPE_CLIS, launcher_of
+from ..knowledge.launchers import (
+    ACCELERATE_OPTIONS,
+    ACCELERATE_SWITCHES,
+    DEFAULT_PORT,
+    FABRIC_DEFAULT_PORT,
+    RECIPE_CLIS,
+    launcher_of,
+)
 from ..knowledge.lightning import lightning_launch
-from ..model.facts import ABSENT, KNOWN, Call, LaunchFacts, Location, MachineFacts, Origin, Value
+from ..model.facts import ABSENT, DYNAMIC, KNOWN, Call, LaunchFacts, Location, MachineFacts, Origin, Value
 from ..model.findings import Evidence
 from ..model.util import MAX_PORT, record, shown_value, whole_number
 
@@ -27,6 +35,7 @@ class LaunchPlan:
     port_source: str
     spawner: str = ""  # "lightning": the script's Lightning Trainer / Fabric starts the processes itself
     spawner_call: Call | None = None  # ... and that call
+    free_port: bool = False  # the launcher finds a free port itself (llamafactory-cli with no MASTER_PORT)
 
     @property
     def multi_process(self) -> int:
@@ -144,9 +153,22 @@ def accelerate_settings(launch: LaunchFacts, machine: MachineFacts) -> dict[str,
     return out
 
 
+def one_process(launch: LaunchFacts, plan: LaunchPlan) -> str:
+    """Whether the job runs as one python process that sees every GPU: "yes" (launched so), "assumed" (no launch
+    given) or "no" (a launcher, several copies of python under srun / mpirun, or a launcher the doctor does not
+    know)."""
+    if launch.unknown_launcher:
+        return "no"
+    if not launch.known:
+        return "assumed"
+    return "yes" if launch.launcher == "python" and plan.multi_process == 1 else "no"
+
+
 def plan_launch(launch: LaunchFacts, machine: MachineFacts) -> LaunchPlan:
     n, n_ev = _num_processes(launch, machine)
     port, explicit, source = _rendezvous_port(launch, machine)
+    if launch.launcher == "llamafactory-cli" and not explicit:  # MASTER_PORT, else find_available_port()
+        return LaunchPlan(n, n_ev, port, False, "a free port llamafactory-cli finds", free_port=True)
     return LaunchPlan(n, n_ev, port, explicit, source)
 
 
@@ -214,15 +236,53 @@ def plan_recipe(plan: LaunchPlan, imports: tuple[str, ...], launch: LaunchFacts,
     )
 
 
+def job_env(launch: LaunchFacts, machine: MachineFacts) -> dict[str, str]:
+    """The launch variables the job starts with: this machine's (or the snapshot's), under those the launch
+    line sets (`CUDA_VISIBLE_DEVICES=0,1 torchrun ...`)."""
+    return {**(machine.host.env if machine.host else {}), **launch.env}
+
+
+ALL_GPUS = ("gpu", "auto", "-1", "all")  # `--nproc_per_node gpu`, `fabric run --devices auto`
+
+
 def _num_processes(launch: LaunchFacts, machine: MachineFacts) -> tuple[int | None, Evidence | None]:
+    """Processes per node: what the launcher starts (its flag, its config, its variable, else its own default),
+    times the copies srun / mpirun start of it."""
     if not launch.known:
         return None, None
+    n, evidence = _launcher_processes(launch, machine)
+    if n is None or launch.copies == 1:
+        return n, evidence
+    if launch.copies is None:
+        return None, None
+    layer = next((t for t in launch.through if t.startswith(("srun", "mpi", "orterun"))), "srun")
+    note = f"{n * launch.copies} processes: {layer} starts {launch.copies} copies of {launch.shown or launch.launcher}"
+    if evidence is not None:
+        note += f", each {evidence.note}"
+    return n * launch.copies, Evidence(None, launch.command, note, "launcher")
+
+
+def _launcher_processes(launch: LaunchFacts, machine: MachineFacts) -> tuple[int | None, Evidence | None]:
+    env = job_env(launch, machine)
+    gpus = len(machine.gpus) if machine.known else None
+    every = f"one per visible GPU ({machine.describe()})" if machine.known else ""
+
+    def all_gpus(why: str) -> tuple[int | None, Evidence | None]:
+        if gpus is None:
+            return None, None
+        n = max(gpus, 1)
+        return n, Evidence(None, launch.command, f"{n} processes: {why}, {every}", "profile")
+
     v = launch.num_processes
     if v.state == KNOWN and isinstance(v.value, int):
         origin = v.origins[0] if v.origins else Origin("launcher", launch.command)
         if v.location is not None:  # written in the accelerate config the launch reads
             return v.value, Evidence(v.location, v.text, f"{v.value} processes ({origin.detail})", origin.kind)
         return v.value, Evidence(None, launch.command, f"{v.value} processes ({origin.detail})", origin.kind)
+    if v.state == KNOWN and str(v.value).lower() in ALL_GPUS:
+        return all_gpus(v.text)
+    if v.state == KNOWN or v.state == DYNAMIC:
+        return None, None  # `--nproc_per_node $N`, `--devices 0,3`: not a count the doctor can read
     config = machine.host.accelerate_config if machine.host else {}
     if launch.launcher == "accelerate" and isinstance(config.get("num_processes"), int):
         n = config["num_processes"]
@@ -232,7 +292,48 @@ def _num_processes(launch: LaunchFacts, machine: MachineFacts) -> tuple[int | No
             f"num_processes: {n} in the accelerate config",
             "accelerate-config",
         )
+    if launch.launcher == "torchrun" and whole_number(env.get("PET_NPROC_PER_NODE", ""), 1, 1 << 10):
+        n = int(env["PET_NPROC_PER_NODE"])
+        return n, Evidence(None, launch.command, f"{n} processes (PET_NPROC_PER_NODE={n})", "env")
+    if launch.launcher == "accelerate" and not launch.config_file and not (machine.host and config):
+        # no config and no --num_processes: every visible GPU (accelerate commands/launch.py
+        # `_validate_launch_command`: `args.num_processes = torch.cuda.device_count()`)
+        return all_gpus("accelerate launch with no config and no --num_processes")
+    if launch.launcher == "deepspeed":
+        include = launch.options.get("include")
+        if include is not None and include.state == KNOWN:
+            slots = str(include.value).partition(":")[2]
+            if re.fullmatch(r"\d+(,\d+)*", slots):
+                n = len(slots.split(","))
+                return n, Evidence(None, launch.command, f"{n} processes (--include {include.value})", "launcher")
+        # no --num_gpus: every GPU of the node (deepspeed launcher/runner.py: the local resource pool)
+        return all_gpus("deepspeed with no --num_gpus")
+    if launch.launcher == "llamafactory-cli":
+        return _llamafactory_processes(launch, machine, env)
     return 1, Evidence(None, launch.command, "one process", "launcher")
+
+
+def _llamafactory_processes(
+    launch: LaunchFacts, machine: MachineFacts, env: dict[str, str]
+) -> tuple[int | None, Evidence | None]:
+    """`llamafactory-cli train` starts torchrun with NPROC_PER_NODE (default: every GPU) when FORCE_TORCHRUN is
+    set or more than one GPU is visible, else trains in its own process (LLaMA-Factory launcher.py `launch`)."""
+    forced = env.get("FORCE_TORCHRUN", "").lower() in ("1", "true", "y", "yes")
+    gpus = len(machine.gpus) if machine.known else None
+    if not forced and gpus is None:
+        return None, None
+    if not forced and gpus is not None and gpus <= 1:
+        return 1, Evidence(None, launch.command, f"one process: llamafactory-cli on {gpus} GPU", "profile")
+    asked = whole_number(env.get("NPROC_PER_NODE", ""), 1, 1 << 10)
+    if asked is not None:
+        how = f"NPROC_PER_NODE={asked}"
+        n = asked
+    elif gpus is not None:
+        how, n = f"one per visible GPU ({machine.describe()})", max(gpus, 1)
+    else:
+        return None, None
+    why = "FORCE_TORCHRUN is set" if forced else "more than one GPU is visible"
+    return n, Evidence(None, launch.command, f"{n} processes: llamafactory-cli starts torchrun ({why}), {how}", "env")
 
 
 def _rendezvous_port(launch: LaunchFacts, machine: MachineFacts) -> tuple[int, bool, str]:
@@ -240,13 +341,17 @@ def _rendezvous_port(launch: LaunchFacts, machine: MachineFacts) -> tuple[int, b
     v = launch.main_process_port
     if v.state == KNOWN and isinstance(v.value, int):
         return v.value, True, v.text
-    env = machine.host.env if machine.host else {}
-    port = whole_number(env.get("MASTER_PORT", ""), 1, MAX_PORT)
-    if port is not None:
-        return port, True, f"MASTER_PORT={env['MASTER_PORT']}"
+    env = job_env(launch, machine)
+    names = ("PET_MASTER_PORT", "MASTER_PORT") if launch.launcher == "torchrun" else ("MASTER_PORT",)
+    for name in names:
+        port = whole_number(env.get(name, ""), 1, MAX_PORT)
+        if port is not None:
+            return port, True, f"{name}={env[name]}"
     config = machine.host.accelerate_config if machine.host else {}
     if launch.launcher == "accelerate" and whole_number(str(config.get("main_process_port")), 1, MAX_PORT):
         return config["main_process_port"], True, "main_process_port in the accelerate config"
+    if launch.launcher == "fabric":
+        return FABRIC_DEFAULT_PORT, False, f"fabric run's default port {FABRIC_DEFAULT_PORT}"
     return DEFAULT_PORT, False, f"the default port {DEFAULT_PORT}"
 
 
@@ -284,16 +389,26 @@ _RANK_VARIABLES = ("LOCAL_RANK", "RANK", "LOCAL_PROCESS_INDEX", "SLURM_LOCALID",
 def command_with_option(launch: LaunchFacts, option: str) -> str:
     """The launch command with a launcher option set before the script, where the launcher reads its own
     options (`torchrun --nproc_per_node 2 --master_port 29501 finetune.py --lr 1e-4`); an earlier value of
-    the same option is replaced."""
+    the same option is replaced. The layers in front (`CUDA_VISIBLE_DEVICES=0,1 srun ...`) are kept; a launcher
+    that takes no options of its own (`llamafactory-cli`) gets a `MASTER_PORT=N`-style option as a prefix."""
     import shlex
 
     try:
         words = shlex.split(launch.command)
     except ValueError:
         return f"{launch.command} {option}"
-    _, rest = launcher_of(words)
-    head, rest = words[: len(words) - len(rest)], list(rest)
+    start = next((i for i in range(len(words)) if launcher_of(words[i:])[0] is not None), None)
+    if start is None:
+        return f"{launch.command} {option}"
+    if "=" in option.split()[0] and not option.startswith("-"):  # `MASTER_PORT=29501`: over an earlier one
+        name = option.split("=", 1)[0] + "="
+        return shlex.join([w for w in words[:start] if not w.startswith(name)] + [option] + words[start:])
     new = shlex.split(option)
+    if words[start].rsplit("/", 1)[-1] == "axolotl":  # its launcher's options go after `--`
+        cut = words.index("--") + 1 if "--" in words else len(words)
+        return shlex.join(words[:cut] + ([] if "--" in words else ["--"]) + new + words[cut:])
+    _, rest = launcher_of(words[start:])
+    head, rest = words[: len(words) - len(rest)], list(rest)
     name = new[0]
     script = next((i for i, w in enumerate(rest) if w.endswith(".py") or w == "-m"), len(rest))
     options, tail = rest[:script], rest[script:]

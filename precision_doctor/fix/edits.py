@@ -16,6 +16,7 @@ from ..model.findings import Edit
 from ..model.python_source import parse_quietly
 from ..model.util import python_lines, record
 from ..system import safe_io
+from ..system.notebooks import NotFound, is_notebook, notebook_code, written_back
 
 BOM = "\ufeff"
 
@@ -33,6 +34,7 @@ class SourceFile:
     path: str
     text: str
     bom: bool = False
+    container: str = ""  # a notebook's JSON (without the BOM): `text` is its code cells (system/notebooks.py)
 
 
 def read_source_file(path: str) -> SourceFile:
@@ -45,7 +47,13 @@ def read_source_file(path: str) -> SourceFile:
         text = data.decode("utf-8")  # no newline translation, unlike read_text
     except UnicodeDecodeError as exc:
         raise EditFailed(f"{path}: not UTF-8 (byte offset {exc.start}); nothing changed") from None
-    return SourceFile(path, text[1:] if bom else text, bom)
+    text = text[1:] if bom else text
+    if is_notebook(path):
+        try:
+            return SourceFile(path, notebook_code(text).text, bom, container=text)
+        except NotFound as exc:
+            raise EditFailed(f"{path}: {exc}; nothing changed") from None
+    return SourceFile(path, text, bom)
 
 
 @record
@@ -54,14 +62,22 @@ class FileChange:
     before: str  # the text without the BOM
     after: str
     bom: bool = False
+    container: str = ""  # a notebook's JSON as read: before/after are its code cells, written back into it
 
     @property
     def before_bytes(self) -> bytes:
-        return self._encode(self.before)
+        return self._encode(self.container or self.before)
 
     @property
     def after_bytes(self) -> bytes:
-        return self._encode(self.after)
+        return self._encode(self.file_after)
+
+    @property
+    def file_after(self) -> str:
+        """The file's text after the change (a notebook's JSON with its changed cells rewritten)."""
+        if not self.container:
+            return self.after
+        return written_back(self.container, notebook_code(self.container), self.after)
 
     def _encode(self, text: str) -> bytes:
         return ((BOM if self.bom else "") + text).encode("utf-8")
@@ -74,8 +90,8 @@ class FileChange:
         bom = BOM if self.bom else ""
         out = []
         for line in difflib.unified_diff(
-            python_lines(bom + self.before, keepends=True),
-            python_lines(bom + self.after, keepends=True),
+            python_lines(bom + (self.container or self.before), keepends=True),
+            python_lines(bom + self.file_after, keepends=True),
             fromfile=name,
             tofile=name,
         ):

@@ -122,6 +122,10 @@ class Session:
             self.originals[path] = read_source_file(path)
         return self.texts.get(path, self.originals[path].text)
 
+    def _container(self, path: str) -> str:
+        """A notebook's JSON as first read (its steps so far are in its code text)."""
+        return getattr(self.originals[path], "container", "")
+
     def _edited(self, texts: dict[str, str], edits) -> dict[str, str]:
         from .edits import apply_edits
 
@@ -169,7 +173,11 @@ class Session:
             group.append(new[0])
             applicability = stricter(applicability, new[0].fix.applicability)
             after = self.check(texts)
-        changes = [FileChange(p, self.text(p), t, self.originals[p].bom) for p, t in texts.items() if t != self.text(p)]
+        changes = [
+            FileChange(p, self.text(p), t, self.originals[p].bom, self._container(p))
+            for p, t in texts.items()
+            if t != self.text(p)
+        ]
         step = Step(group, changes, texts, after, applicability)
         if not changes:
             step.problem = "the edit changes nothing"
@@ -206,7 +214,7 @@ class Session:
         from .edits import FileChange
 
         return [
-            FileChange(p, self.originals[p].text, t, self.originals[p].bom)
+            FileChange(p, self.originals[p].text, t, self.originals[p].bom, self._container(p))
             for p, t in self.texts.items()
             if t != self.originals[p].text
         ]

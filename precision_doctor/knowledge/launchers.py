@@ -3,6 +3,8 @@ their defaults (the rendezvous port)."""
 
 from __future__ import annotations
 
+import re
+
 from ..model.util import record
 
 DEFAULT_PORT = 29500  # torchrun's, deepspeed's and a multi-process accelerate launch's rendezvous port
@@ -23,14 +25,28 @@ FLAGS = {
         "--master_port": "main_process_port",
         "--master-port": "main_process_port",
         "--nnodes": "num_machines",
+        "--rdzv_endpoint": "rdzv_endpoint",
+        "--rdzv-endpoint": "rdzv_endpoint",
+    },
+    "fabric": {
+        "--devices": "num_processes",
+        "--main-port": "main_process_port",
+        "--main_port": "main_process_port",
+        "--num-nodes": "num_machines",
+        "--num_nodes": "num_machines",
+        "--precision": "fabric_precision",
+        "--accelerator": "fabric_accelerator",
+        "--strategy": "fabric_strategy",
     },
     "deepspeed": {
         "--num_gpus": "num_processes",
         "--num-gpus": "num_processes",
         "--master_port": "main_process_port",
         "--num_nodes": "num_machines",
+        "--include": "include",
     },
 }
+FLAGS["tune"] = FLAGS["torchrun"]  # `tune run --nproc_per_node 2 RECIPE`: torchrun's own options
 BOOL_FLAGS = {"--multi_gpu", "--cpu", "--standalone", "--use_deepspeed", "--use_fsdp", "--debug", "-m"}
 
 # accelerate launch's DeepSpeed / FSDP options, which override its config file (derive/sharding.py reads them)
@@ -47,6 +63,94 @@ ACCELERATE_OPTIONS = (
     "fsdp_reshard_after_forward",
     "fsdp_use_orig_params",
 )
+
+
+# the variables a launch line, a job script or this machine sets that the derivation reads (the rest of an
+# environment is never recorded: ACCELERATE_*, NCCL_*, MASTER_ADDR and the like can hold hosts and credentials,
+# so what is kept is redacted). PET_*: torchrun reads each of its options from PET_<OPTION> (torch
+# distributed/argparse_util.py `env`); FORCE_TORCHRUN / NPROC_PER_NODE / NNODES: llamafactory-cli's.
+LAUNCH_VARIABLES = (
+    "CUDA_VISIBLE_DEVICES",
+    "MASTER_PORT",
+    "MASTER_ADDR",
+    "LOCAL_RANK",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "NNODES",
+    "NODE_RANK",
+    "FORCE_TORCHRUN",
+    "NPROC_PER_NODE",
+    "NCCL_SOCKET_IFNAME",
+    "ACCELERATE_MIXED_PRECISION",
+    "PET_NPROC_PER_NODE",
+    "PET_MASTER_PORT",
+    "PET_NNODES",
+)
+LAUNCH_VARIABLE_PREFIXES = ("ACCELERATE_", "NCCL_", "HF_", "PET_", "LT_")
+
+
+def launch_variable(name: str) -> bool:
+    """A variable the doctor records where a launch sets it."""
+    return name in LAUNCH_VARIABLES or name.startswith(LAUNCH_VARIABLE_PREFIXES)
+
+
+# commands that start the command after them unchanged: {name: (options that take a value, positional words
+# before the command)}; any other option word is a flag
+WRAPPERS: dict[str, tuple[frozenset[str], int]] = {
+    "nohup": (frozenset(), 0),
+    "time": (frozenset({"-o", "-f", "--output", "--format"}), 0),
+    "exec": (frozenset({"-a"}), 0),
+    "stdbuf": (frozenset({"-i", "-o", "-e", "--input", "--output", "--error"}), 0),
+    "nice": (frozenset({"-n", "--adjustment"}), 0),
+    "ionice": (frozenset({"-c", "-n", "--class", "--classdata"}), 0),
+    "timeout": (frozenset({"-s", "-k", "--signal", "--kill-after"}), 1),
+    "numactl": (
+        frozenset({"-N", "-m", "-C", "-p", "-i", "--cpunodebind", "--membind", "--physcpubind", "--preferred"}),
+        0,
+    ),
+    "taskset": (frozenset(), 1),
+    "caffeinate": (frozenset({"-t", "-w"}), 0),
+    "xvfb-run": (frozenset({"-n", "-s", "-e", "-f", "-p", "--server-args"}), 0),
+    "unbuffer": (frozenset(), 0),
+    "sudo": (frozenset({"-u", "-g", "-C", "-D", "-h", "-p", "-U", "-r", "-t", "--user", "--group"}), 0),
+}
+# environment managers that run the command after `run`: {name: options of `run` that take a value}
+RUNNERS: dict[str, frozenset[str]] = {
+    "uv": frozenset(
+        {"--with", "--python", "-p", "--group", "--extra", "--env-file", "--directory", "--project", "--package"}
+    ),
+    "poetry": frozenset({"-C", "--directory", "-P", "--project"}),
+    "pipenv": frozenset(),
+    "conda": frozenset({"-n", "--name", "-p", "--prefix", "--cwd"}),
+    "mamba": frozenset({"-n", "--name", "-p", "--prefix", "--cwd"}),
+    "micromamba": frozenset({"-n", "--name", "-p", "--prefix", "--cwd"}),
+    "pixi": frozenset({"-e", "--environment", "--manifest-path"}),
+    "hatch": frozenset(),
+    "pdm": frozenset(),
+}
+# mpirun / mpiexec (Open MPI, MPICH Hydra, Intel MPI): options and how many words each takes; an option not
+# listed is a flag. The process count per node is a per-node option, else -np on one node.
+MPI_LAUNCHERS = ("mpirun", "mpiexec", "orterun", "mpiexec.hydra")
+MPI_OPTIONS = {
+    **dict.fromkeys(("-np", "-n", "-c", "--np", "--n"), 1),
+    **dict.fromkeys(("-N", "--npernode", "-npernode", "-ppn", "--ppn", "-perhost", "--perhost"), 1),
+    **dict.fromkeys(("--map-by", "-map-by", "--bind-to", "-bind-to", "--rank-by", "-rank-by"), 1),
+    **dict.fromkeys(("-H", "--host", "-host", "--hostfile", "-hostfile", "--machinefile", "-machinefile"), 1),
+    **dict.fromkeys(("-f", "--default-hostfile", "-x", "-genvlist", "--prefix", "-wdir", "--wdir", "-wd"), 1),
+    **dict.fromkeys(("--output-filename", "-output-filename", "--tag-output-file", "-iface", "-bootstrap"), 1),
+    **dict.fromkeys(("--mca", "-mca", "--gmca", "-gmca", "-genv", "-env", "--env"), 2),
+}
+MPI_PER_NODE = ("-N", "--npernode", "-npernode", "-ppn", "--ppn", "-perhost", "--perhost")
+MPI_TOTAL = ("-np", "-n", "-c", "--np", "--n")
+MPI_HOSTS = ("-H", "--host", "-host", "--hostfile", "-hostfile", "--machinefile", "-machinefile", "-f")
+
+# the training subcommands of the frameworks' own CLIs, and the module each runs
+TRL_COMMANDS = ("sft", "dpo", "grpo", "kto", "reward", "rloo", "orpo", "cpo", "bco", "gkd", "ppo", "prm", "xpo")
+LLAMAFACTORY_CLIS = ("llamafactory-cli", "lmf")
+AXOLOTL_TRAINING = ("train", "preprocess", "evaluate")
+# `fabric run` / `lightning run model` (lightning fabric/cli.py): --devices defaults to "1", the port to 29400
+FABRIC_DEFAULT_PORT = 29400
 
 
 @record
@@ -71,18 +175,68 @@ RECIPE_CLIS = {
 }
 
 
+PYTHON_VALUE_OPTIONS = ("-X", "-W", "--check-hash-based-pycs")
+# modules `python -m` runs that are launchers themselves
+LAUNCHER_MODULES = {
+    "torch.distributed.run": "torchrun",
+    "torch.distributed.launch": "torchrun",
+    "accelerate.commands.launch": "accelerate",
+    "deepspeed.launcher.runner": "deepspeed",
+    "llamafactory.cli": "llamafactory-cli",
+    "llamafactory.launcher": "llamafactory-cli",
+}
+# modules that train from a recipe in one process (`accelerate launch -m axolotl.cli.train x.yml`)
+RECIPE_MODULES = ("axolotl.cli.train", "axolotl.cli.preprocess", "axolotl.cli.evaluate")
+
+
+def python_words(words: list[str]) -> tuple[str, str, list[str]]:
+    """`python [options] (-m MODULE | SCRIPT | -c CODE) args` as (kind, name, args): kind is "module", "script",
+    "code" or "" (an interactive python)."""
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if w == "-m" or (w.startswith("-m") and len(w) > 2 and not w.startswith("--")):
+            name = w[2:] if len(w) > 2 else (words[i + 1] if i + 1 < len(words) else "")
+            return "module", name, words[i + (1 if len(w) > 2 else 2) :]
+        if w == "-c" or (w.startswith("-c") and not w.startswith("--")):
+            return "code", "", words[i + (1 if len(w) > 2 else 2) :]
+        if w in PYTHON_VALUE_OPTIONS:
+            i += 2
+            continue
+        if w == "--" or not w.startswith("-") or w == "-":
+            start = i + 1 if w == "--" else i
+            return ("script", words[start], words[start + 1 :]) if start < len(words) else ("", "", [])
+        i += 1
+    return "", "", []
+
+
 def launcher_of(words: list[str]) -> tuple[str | None, list[str]]:
+    """The launcher a command starts (its name as the facts keep it) and the words after its own name."""
+    if not words:
+        return None, words
     head = words[0].rsplit("/", 1)[-1]
-    if head == "accelerate" and len(words) > 1 and words[1] == "launch":
+    second = words[1] if len(words) > 1 else ""
+    if head == "accelerate" and second == "launch":
         return "accelerate", words[2:]
-    if head in ("torchrun",):
+    if head == "torchrun":
         return "torchrun", words[1:]
     if head == "deepspeed":
         return "deepspeed", words[1:]
-    if head.startswith("python"):
-        if len(words) > 2 and words[1] == "-m" and words[2] in ("torch.distributed.run", "torch.distributed.launch"):
-            return "torchrun", words[3:]
-        if len(words) > 2 and words[1] == "-m" and words[2] == "accelerate.commands.launch":
-            return "accelerate", words[3:]
+    if head in LLAMAFACTORY_CLIS and second == "train":
+        return "llamafactory-cli", words[2:]
+    if head == "axolotl" and second in AXOLOTL_TRAINING:
+        return "axolotl", words[1:]
+    if head == "trl" and second in TRL_COMMANDS:
+        return "trl", words[1:]
+    if head == "tune" and second == "run":
+        return "tune", words[2:]
+    if head == "fabric" and second == "run":
+        return "fabric", words[2:]
+    if head == "lightning" and second == "run" and len(words) > 2 and words[2] == "model":
+        return "fabric", words[3:]
+    if re.fullmatch(r"python(\d+(\.\d+)?)?[mtd]?(\.exe)?", head) or head in ("ipython",):
+        kind, name, _ = python_words(words[1:])
+        if kind == "module" and name in LAUNCHER_MODULES:
+            return LAUNCHER_MODULES[name], words[words.index(name, 1) + 1 :] if name in words else []
         return "python", words[1:]
     return None, words

@@ -162,6 +162,7 @@ class Unknown:
     reason: str
     location: Location | None = None
     hardware: bool = False  # decided by the GPU: unknown only while the machine is
+    launch: bool = False  # the launch itself: every rule that reads it stays silent
 
 
 @record
@@ -429,6 +430,28 @@ class LaunchFacts:
     deepspeed_config: dict[str, Any] = field(default_factory=dict)
     deepspeed_config_path: str = ""
     unknowns: tuple[Unknown, ...] = ()
+    # the command as the doctor read it: the launcher as typed ("llamafactory-cli train", "axolotl train (accelerate
+    # launch)"), what it runs (a script, a recipe or a module, as written), the environment it sets (`VAR=value`,
+    # `env`, `mpirun -x`; launch variables only, redacted), the layers around it (`nohup`, `srun (2 tasks per
+    # node)`), and the copies of the launcher each node starts (srun tasks, mpirun ranks; None: unknown, and why)
+    shown: str = ""
+    script: str = ""
+    module: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    through: tuple[str, ...] = ()
+    copies: int | None = 1
+    copies_reason: str = ""
+    job_file: str = ""  # `sbatch FILE`: the job script, read as a job (probes/jobscript.py)
+    job_options: dict[str, str] = field(default_factory=dict)
+    unknown_launcher: str = ""  # the command's name when it is no launcher the doctor knows
+
+    def describe(self) -> str:
+        """The launch as the report's header names it."""
+        if self.unknown_launcher:
+            return f"launcher `{self.unknown_launcher}` is not known: processes per node unknown"
+        if not self.known:
+            return "not given (--launcher)"
+        return self.shown or self.launcher
 
 
 class VersionSource(StrEnum):

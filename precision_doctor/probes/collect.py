@@ -7,6 +7,7 @@ accelerate config), a named `--target` profile, or a `--facts` snapshot taken on
 from __future__ import annotations
 
 import os
+import re
 import stat
 import time
 from collections.abc import Callable, Mapping
@@ -19,6 +20,7 @@ from ..model.facts import (
     Allocation,
     Facts,
     JobFacts,
+    JobSetting,
     LaunchFacts,
     MachineFacts,
     MachineOrigin,
@@ -374,23 +376,71 @@ def gather_machine(
 
 
 def job_of(
-    paths: list[str], partitions: Mapping[str, Mapping], system: System = System()
+    paths: list[str],
+    partitions: Mapping[str, Mapping],
+    system: System = System(),
+    submitted_with: Mapping[str, str] | None = None,
 ) -> tuple[list[str], JobFacts | None, LaunchFacts]:
-    """The job script among `paths` (at most one), read, with the training script it runs put in its place."""
+    """The job script among `paths` (at most one), read, with the training script it runs put in its place.
+    `submitted_with`: the options of the `sbatch` line that queues it, which override its #SBATCH lines."""
     from .jobscript import is_job_script, partition_gpu, read_job
 
-    jobs = [p for p in paths if os.path.isfile(p) and is_job_script(p)]
+    if submitted_with is not None and paths and not os.path.isfile(paths[0]):
+        raise InputError(f"sbatch {paths[0]}: no such job script here; run the check where you run sbatch")
+    queued = paths[0] if submitted_with is not None and paths else None  # whatever sbatch is given is a job
+    jobs = [p for p in paths if os.path.isfile(p) and (p == queued or is_job_script(p))]
     if not jobs:
         return paths, None, LaunchFacts(known=False)
     if len(jobs) > 1:
         raise InputError(f"{jobs[0]} and {jobs[1]}: check one job script at a time")
     job, launch = read_job(jobs[0], display=_display(Path(jobs[0])))
+    if submitted_with:
+        given = {k: JobSetting(v, 0) for k, v in submitted_with.items()}
+        job = replace(job, directives={**job.directives, **given})
     gpu, _, source = partition_gpu(job, partitions, system.scheduler)
     job = replace(job, partition_gpu=gpu, partition_source=source)
     rest = [p for p in paths if p != jobs[0]]
     if job.script.endswith(".py") and not any(os.path.realpath(p) == os.path.realpath(job.script) for p in rest):
         rest.append(job.script)
     return rest, job, launch
+
+
+def launched_paths(launch: LaunchFacts) -> list[str]:
+    """What a launch line runs, as a path to check: its script or recipe, else its module's file here."""
+    if launch.script and (launch.script.endswith((".py", ".yaml", ".yml", ".json")) or os.path.isfile(launch.script)):
+        return [launch.script]
+    found = module_file(launch.module) if launch.module else None
+    return [str(found)] if found is not None else []
+
+
+def module_file(module: str, base: str = ".") -> Path | None:
+    """`python -m pkg.train`'s file in this folder: pkg/train.py, or pkg/train/__main__.py."""
+    if not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", module):
+        return None
+    stem = Path(base, *module.split("."))
+    for candidate in (stem.with_suffix(".py"), stem / "__main__.py"):
+        if os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+def with_module_found(launch: LaunchFacts) -> LaunchFacts:
+    """A launch of `-m MODULE` (no recipe) whose module is not in this folder: listed as unknown."""
+    if not launch.module or launch.script or module_file(launch.module) is not None:
+        return launch
+    reason = f"{launch.module} is not a module in this folder (run the check where the job runs)"
+    return replace(launch, unknowns=(*launch.unknowns, Unknown(f"-m {launch.module}", reason)))
+
+
+def visible_to_launch(machine: MachineFacts, launch: LaunchFacts) -> MachineFacts:
+    """The GPUs the launch line's CUDA_VISIBLE_DEVICES leaves a --target or snapshot machine (this machine's
+    probe applied it already)."""
+    visible = launch.env.get("CUDA_VISIBLE_DEVICES")
+    if visible is None or not machine.known or machine.origin == MachineOrigin.THIS_MACHINE:
+        return machine
+    from .gpu import select_visible
+
+    return replace(machine, gpus=tuple(select_visible(list(machine.gpus), visible)))
 
 
 PARALLEL_FROM = 32  # scripts; below this, starting workers costs more than it saves
@@ -464,14 +514,21 @@ def _gather(
     from ..system.programs import distrust
 
     distrust(paths)  # before anything may start a program: none from these trees
-    paths, job, job_launch = job_of(paths, partitions or {}, system)
+    given = parse_launcher(launcher) if launcher else None
+    if given is not None and given.launcher == "sbatch":  # `--launcher "sbatch job.sbatch"`: the job it queues
+        paths = [given.job_file, *paths]
+    elif given is not None and not paths:  # `--launcher "torchrun ... train.py"` alone: check what it runs,
+        paths = launched_paths(given)  # reporting what it cannot judge as not checked, never refusing it
+        keep_going = True
+    queued = given.job_options if given is not None and given.launcher == "sbatch" else None
+    paths, job, job_launch = job_of(paths, partitions or {}, system, queued)
     entries = _expand(paths, exclude, root) if paths or job is None else []
     if keep_going or len(entries) > 1:
         entries = [(p, False) for p, _ in entries]
     files = [p for p, _ in entries]
     env = os.environ if environ is None else environ
-    if launcher:
-        launch = parse_launcher(launcher)
+    if given is not None and given.launcher != "sbatch":
+        launch = with_module_found(given)
     elif job is not None:
         launch = job_launch
     elif not target and not facts_file:  # the doctor may itself run under torchrun / accelerate launch
@@ -479,10 +536,12 @@ def _gather(
     else:
         launch = LaunchFacts(known=False)
     args = tuple(script_args) or launch.script_args
-    machine, snapshot_stack = gather_machine(target, facts_file, launch, env, system, job)
+    machine_env = {**env, **launch.env} if launch.env else env  # `CUDA_VISIBLE_DEVICES=0,1 torchrun ...`
+    machine, snapshot_stack = gather_machine(target, facts_file, launch, machine_env, system, job)
+    machine = visible_to_launch(machine, launch)
     if job is None:  # a job's launch read its files from the job's folder already
         launch = with_accelerate_files(launch, machine.host)
-    script_env = script_environment(machine, env)
+    script_env = script_environment(machine, machine_env)
     resolver = None
     if stack_overrides is not None or snapshot_stack is None:
         resolver = StackResolver(stack_overrides, training_environment(python, env))

@@ -11,25 +11,13 @@ from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from ..knowledge.launchers import LAUNCH_VARIABLES
 from ..model.facts import BusyPort, GpuProcess, HostFacts
 from ..model.redact import ACCELERATE_CONFIG_KEYS, describe_command, keep_read_keys, redact_text
 from ..model.util import MAX_PORT, record, whole_number
 from ..system.sources import Unreadable, is_regular_file, read_text_bounded
 
 PORTS_TO_CHECK = tuple(range(29500, 29511))
-# The launch variables the rules read or a reader of the report needs to place it; nothing else of the
-# environment is recorded (ACCELERATE_*, NCCL_*, MASTER_ADDR and the like can hold hosts and credentials).
-ENV_NAMES = (
-    "CUDA_VISIBLE_DEVICES",
-    "MASTER_PORT",
-    "LOCAL_RANK",
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "ACCELERATE_MIXED_PRECISION",
-    "MASTER_ADDR",
-    "NCCL_SOCKET_IFNAME",
-)
 _STATUS = {
     "zombie": "zombie",
     "stopped": "stopped",
@@ -43,7 +31,7 @@ _STATUS = {
 
 
 def launch_env(environ: Mapping[str, str]) -> dict[str, str]:
-    return {k: redact_text(environ[k])[:200] for k in sorted(ENV_NAMES) if k in environ}
+    return {k: redact_text(environ[k])[:200] for k in sorted(LAUNCH_VARIABLES) if k in environ}
 
 
 def describe_processes(pids: Iterable[int], psutil: Any = None, me: str | None = None) -> dict[int, GpuProcess]:

@@ -16,59 +16,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from ..knowledge.launchers import DEFAULT_PORT, launcher_of
+from ..knowledge.launchers import DEFAULT_PORT, launch_variable, launcher_of
 from ..model.errors import InputError
 from ..model.facts import KNOWN, JobFacts, JobSetting, LaunchFacts, Origin, Unknown, Value
 from ..model.redact import redact_text
 from ..system.sources import Unreadable, read_text_bounded, status
+from .command_words import peel, slurm_options
 from .launch import parse_launcher, with_accelerate_files
 from .shell_arithmetic import MAX_EXPRESSION, evaluate
 
 JOB_SUFFIXES = (".sbatch", ".slurm", ".sh", ".bash", ".job")
-# the launch variables a job script's exports are read for; the rest of its environment is not recorded
-ENV_PREFIXES = ("ACCELERATE_", "NCCL_", "HF_")
-ENV_NAMES = (
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "CUDA_VISIBLE_DEVICES",
-    "WORLD_SIZE",
-    "NNODES",
-    "NODE_RANK",
-    "FORCE_TORCHRUN",
-    "NPROC_PER_NODE",
-)
-_SHORT = {
-    "N": "nodes",
-    "n": "ntasks",
-    "c": "cpus-per-task",
-    "p": "partition",
-    "C": "constraint",
-    "G": "gpus",
-    "J": "job-name",
-    "t": "time",
-    "o": "output",
-    "e": "error",
-    "A": "account",
-    "q": "qos",
-    "w": "nodelist",
-    "D": "chdir",
-}
-_FLAG_OPTIONS = {
-    "exclusive",
-    "overlap",
-    "label",
-    "unbuffered",
-    "kill-on-bad-exit",
-    "verbose",
-    "quiet",
-    "no-kill",
-    "requeue",
-    "hold",
-    "wait",
-    "overcommit",
-    "spread-job",
-}
-_SHORT_FLAGS = {"l", "u", "K", "v", "Q", "O", "H", "W"}
 _VAR = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_]\w*)(?::?-(?P<default>[^}]*))?\}|(?P<plain>[A-Za-z_]\w*))")
 _NAME = re.compile(r"(?<![#\w])\$?\b([A-Za-z_]\w*)\b")  # a name in arithmetic; `ff` in `16#ff` is digits
 _ASSIGNMENT = re.compile(r"^(export\s+)?(?P<name>[A-Za-z_]\w*)=(?P<value>.*)$")
@@ -134,38 +91,6 @@ def _without_comment(text: str) -> str:
         elif c == "#" and starts:
             return text[:i]
     return text
-
-
-def _options(words: list[str]) -> tuple[dict[str, str], list[str]]:
-    """Scheduler options (`--nodes=2`, `--nodes 2`, `-N2`, `-N 2`, `--exclusive`) and the words after them."""
-    out: dict[str, str] = {}
-    i = 0
-    while i < len(words):
-        w = words[i]
-        if w.startswith("--"):
-            name, eq, value = w[2:].partition("=")
-            if eq or name in _FLAG_OPTIONS:
-                out[name] = value if eq else "yes"
-                i += 1
-            else:
-                out[name] = words[i + 1] if i + 1 < len(words) else ""
-                i += 2
-            continue
-        if w.startswith("-") and len(w) > 1:
-            letter = w[1]
-            if letter in _SHORT_FLAGS:
-                i += 1
-                continue
-            name = _SHORT.get(letter, letter)
-            if len(w) > 2:
-                out[name] = w[2:].lstrip("=")
-                i += 1
-            else:
-                out[name] = words[i + 1] if i + 1 < len(words) else ""
-                i += 2
-            continue
-        break
-    return out, words[i:]
 
 
 MAX_VALUE = 64 * 1024  # characters one expansion may give; past it the value is unknown
@@ -277,10 +202,6 @@ def _slurm_variables(directives: dict[str, JobSetting], folder: str) -> dict[str
     return known
 
 
-def _recorded(name: str) -> bool:
-    return name in ENV_NAMES or name.startswith(ENV_PREFIXES)
-
-
 def read_job(path: str, display: str | None = None) -> tuple[JobFacts, LaunchFacts]:
     """The job script's facts and the launch they describe (the launcher part read by `parse_launcher`)."""
     try:
@@ -298,7 +219,7 @@ def read_job(path: str, display: str | None = None) -> tuple[JobFacts, LaunchFac
     for index, (number, line) in enumerate(lines):
         stripped = line.strip()
         if stripped.startswith("#SBATCH"):
-            opts, _ = _options(_words(stripped[len("#SBATCH") :]) or [])
+            opts, _ = slurm_options(_words(stripped[len("#SBATCH") :]) or [])
             directives.update({k: JobSetting(v, number) for k, v in opts.items()})
         elif stripped and not stripped.startswith("#"):
             body_start = index
@@ -312,14 +233,14 @@ def read_job(path: str, display: str | None = None) -> tuple[JobFacts, LaunchFac
         if single and ("$(" in single.group("value").replace("$((", "") or "`" in single.group("value")):
             name = single.group("name")  # set by a command at run time: known to be set, value unknown
             expander.vars[name] = None
-            if _recorded(name):
+            if launch_variable(name):
                 env[name] = JobSetting(redact_text(single.group("value"))[:200], number)
             continue
         if single and "$((" in single.group("value"):  # arithmetic: shlex would split it at its spaces
             name = single.group("name")
             value, complete = expander.expand(single.group("value").strip("\"'"))
             expander.vars[name] = value if complete else None
-            if _recorded(name):
+            if launch_variable(name):
                 env[name] = JobSetting(redact_text(value if complete else single.group("value"))[:200], number)
             continue
         words = _words(line)
@@ -335,7 +256,7 @@ def read_job(path: str, display: str | None = None) -> tuple[JobFacts, LaunchFac
                 name, _, raw = w.partition("=")
                 value, complete = expander.expand(raw)
                 expander.vars[name] = value if complete else None
-                if _recorded(name):
+                if launch_variable(name):
                     env[name] = JobSetting(redact_text(value if complete else raw)[:200], number)
             continue
         if words[0] == "cd" and len(words) == 2:
@@ -347,7 +268,7 @@ def read_job(path: str, display: str | None = None) -> tuple[JobFacts, LaunchFac
             continue
         launch_words, prefix_env, srun, srun_options = found
         for name, value in prefix_env.items():
-            if _recorded(name):
+            if launch_variable(name):
                 env[name] = JobSetting(redact_text(value)[:200], number)
         job = JobFacts(
             path=display,
@@ -446,38 +367,21 @@ def _rendezvous_port(launch: list[str]) -> str:
 
 
 def _launch_in(line: str, expander: _Expander):
-    """(launcher words, VAR=value prefixes, through srun, srun's options) when the line launches training."""
+    """(launcher words, VAR=value prefixes, through srun, srun's options) when the line launches training: the
+    layers in front (`exec`, `nohup`, `env`, `srun`, `bash -c`) read as a launch line's are (command_words.py)."""
     expanded, _ = expander.expand(line)
     words = _words(expanded)
     if not words:
         return None
-    if words[0] in ("exec", "time", "nohup"):
-        words = words[1:]
-    prefix: dict[str, str] = {}
-    while words and re.match(r"^[A-Za-z_]\w*=", words[0]):
-        name, _, value = words.pop(0).partition("=")
-        prefix[name] = value
-    srun, srun_options = False, {}
-    if words and words[0].rsplit("/", 1)[-1] == "srun":
-        srun = True
-        srun_options, words = _options(words[1:])
-        while words and re.match(r"^[A-Za-z_]\w*=", words[0]):
-            name, _, value = words.pop(0).partition("=")
-            prefix[name] = value
-    if words and words[0] in ("bash", "sh") and len(words) > 2 and words[1] == "-c":
-        inner = _words(words[2])
-        words = inner or words
-    if not words:
-        return None
-    launcher, _ = launcher_of(words)
-    if launcher is None:
+    peeled = peel(words)
+    if not peeled.words or launcher_of(peeled.words)[0] is None:
         return None
     keep = {
         k: v
-        for k, v in srun_options.items()
+        for k, v in peeled.srun_options.items()
         if k in ("nodes", "ntasks", "ntasks-per-node", "gpus-per-task", "gpus", "gres", "gpus-per-node")
     }
-    return words, prefix, srun, keep
+    return peeled.words, peeled.env, peeled.srun, keep
 
 
 def _with_script(job: JobFacts, words: list[str], cwd: str, unknowns: list[Unknown]) -> tuple[JobFacts, LaunchFacts]:
@@ -507,6 +411,7 @@ def _with_script(job: JobFacts, words: list[str], cwd: str, unknowns: list[Unkno
 def _with_job_environment(job: JobFacts, launch: LaunchFacts) -> LaunchFacts:
     """What the exports add to the launch: the rendezvous port, the mixed precision, one process per srun task."""
     where = Origin("job-script", job.path)
+    launch = replace(launch, env={**{k: v.value for k, v in job.env.items()}, **launch.env})
     port = job.env.get("MASTER_PORT")
     if launch.main_process_port.state != KNOWN and port and port.value.isdigit():
         launch = replace(

@@ -37,6 +37,7 @@ from ..model.facts import (
 from ..model.python_source import no_source_warnings
 from ..model.redact import MODEL_CONFIG_KEYS, keep_read_keys
 from ..model.util import unique
+from ..system.notebooks import is_notebook
 from ..system.sources import (
     Unreadable,
     is_regular_file,
@@ -816,11 +817,13 @@ def _collect_own(
     _PROBED[0] += 1
     collector = _Collector(shown, text, tree, script_args, environ)
     collector.collect()
+    skipped = text.count("  # notebook line ") if is_notebook(path) else 0
+    notebook = (Unknown("notebook", f"{skipped} IPython line(s) (`!shell`, `%magic`) not read"),) if skipped else ()
     own = ScriptFacts(
         path=shown,
         calls=tuple(collector.calls),
         imports=tuple(collector.imports.modules),
-        unknowns=tuple(collector.unknowns),
+        unknowns=tuple(collector.unknowns) + notebook,
         suppressions=tuple(read_suppressions(shown, text)),
         classes=local_classes(collector.r),
         parsed=parsed_arguments(collector.r, collector.of(ast.Call)),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from ..model.redact import markup
+from .lines import PLACES
 
 
 def render_diagnoses(found, findings, name: str, console: Console, related) -> None:
@@ -25,7 +26,7 @@ def render_diagnoses(found, findings, name: str, console: Console, related) -> N
         out(f"   [bold]fix[/bold]    {markup(d.rule.fix)}", soft_wrap=True)
         mine = [f for f in findings if f.rule_id in related(d.rule.id)]
         for f in mine[:3]:
-            where = f"{f.locations[0].path}:{f.locations[0].line}" if f.locations else f.path
+            where = PLACES.place(f.locations[0].path, f.locations[0].line) if f.locations else f.path
             out(
                 f"   [bold]in the script[/bold]  {f.rule_id} at [cyan]{markup(where)}[/cyan]: {markup(f.message)}",
                 soft_wrap=True,

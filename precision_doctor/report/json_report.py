@@ -9,9 +9,16 @@ from ..model.facts import Facts, _to_jsonable
 from ..model.findings import SEVERITIES, Finding
 from ..model.redact import shown_data
 from ..model.strict_json import dumps
+from .lines import PLACES
 from .unknowns import unknown_entries
 
 SCHEMA_VERSION = 1
+
+
+def _place(path: str, line: int) -> dict:
+    """`line`, and for a notebook `cell` with `line` counted in that cell."""
+    cell = PLACES.cell(path, line)
+    return {"line": cell[1], "cell": cell[0]} if cell else {"line": line}
 
 
 def finding_json(f: Finding) -> dict:
@@ -23,16 +30,16 @@ def finding_json(f: Finding) -> dict:
         "phase": f.phase,
         "message": f.message,
         "path": f.path,
-        "locations": [{"path": loc.path, "line": loc.line, "column": loc.column} for loc in f.locations],
+        "locations": [{"path": loc.path, **_place(loc.path, loc.line), "column": loc.column} for loc in f.locations],
         "evidence": [
             {
                 "path": e.location.path if e.location else None,
-                "line": e.location.line if e.location else None,
+                **(_place(e.location.path, e.location.line) if e.location else {"line": None}),
                 "column": e.location.column if e.location else None,
                 "excerpt": e.excerpt,
                 "note": e.note,
                 "origin": e.origin,
-                "via": list(e.trail),
+                "via": [PLACES.in_text(step) for step in e.trail],
             }
             for e in f.evidence
         ],
@@ -48,6 +55,21 @@ def finding_json(f: Finding) -> dict:
             "commands": list(f.fix.commands),
             "notes": list(f.fix.notes),
         },
+    }
+
+
+def launch_json(result: Result, facts: Facts) -> dict:
+    """The launch as given and as understood: the launcher, the layers around it, the processes per node."""
+    launch = facts.launch
+    plan = result.plan
+    return {
+        "command": launch.command or None,
+        "understood": launch.known,
+        "launcher": launch.launcher or None,
+        "as": launch.describe(),
+        "through": list(launch.through),
+        "processes_per_node": plan.processes if plan is not None and launch.known else None,
+        "unknown_launcher": launch.unknown_launcher or None,
     }
 
 
@@ -70,6 +92,7 @@ def render(result: Result, facts: Facts, include_facts: bool = False) -> str:
         ],
         "summary": counts,
         "files": {"checked": len(facts.scripts), "with_findings": len({f.path for f in result.findings if f.path})},
+        "launch": launch_json(result, facts),
     }
     if include_facts:  # the engine judged every script here, keeping each one's setup
         doc["facts"] = facts.to_json()

@@ -9,7 +9,7 @@ from ..engine import Result
 from ..model.facts import Facts
 from ..model.findings import SEVERITIES, SEVERITY_RANK, Finding
 from ..model.redact import MARKUP_TAG, markup, printable
-from .lines import SourceLines
+from .lines import PLACES, SourceLines
 from .unknowns import NOT_CHECKED, UnknownEntry, by_file, unknown_entries
 
 if TYPE_CHECKING:  # a plain report is written without rich (cli._report_console)
@@ -93,7 +93,7 @@ def _render(
     if show_unknowns is None:
         show_unknowns = not folder
     if not quiet:
-        _header(facts, out)
+        _header(facts, out, result)
     by_path: dict[str, list[Finding]] = {}
     for f in result.findings:
         by_path.setdefault(f.path, []).append(f)
@@ -175,9 +175,23 @@ def render_statistics(result: Result, console: Console) -> None:
     _emit(out, console, console.is_terminal and not console.no_color)
 
 
-def _header(facts: Facts, out) -> None:
+def launch_line(facts: Facts, result: Result | None) -> str:
+    """The launch as given, then how the doctor understood it: `torchrun --nproc_per_node 2 train.py (torchrun,
+    2 processes per node)`."""
+    launch = facts.launch
+    if not launch.known:
+        return launch.describe() if not launch.command else f"{launch.command} ({launch.describe()})"
+    plan = result.plan if result is not None else None
+    if plan is None or plan.processes is None:
+        count = "processes per node unknown"
+    else:
+        count = f"{plan.processes} process{'es' if plan.processes != 1 else ''} per node"
+    return f"{launch.command} ({launch.describe()}, {count})"
+
+
+def _header(facts: Facts, out, result: Result | None = None) -> None:
     stack = ", ".join(facts.stack.get(n).describe() for n in _STACK_SHOWN if facts.stack.get(n).version)
-    launch = facts.launch.command if facts.launch.known else "not given (--launcher)"
+    launch = launch_line(facts, result)
     out(
         f"[bold]precision-doctor {__version__}[/bold] · {len(facts.scripts)} script"
         f"{'s' if len(facts.scripts) != 1 else ''}"
@@ -383,12 +397,12 @@ def _finding(f: Finding, out, lines: SourceLines, fancy: bool) -> None:
     if f.evidence:
         out("    [dim]evidence[/dim]")
         for e in f.evidence:
-            where = f"{e.location.path}:{e.location.line}" if e.location else (e.origin or "")
+            where = lines.place(e.location.path, e.location.line) if e.location else (e.origin or "")
             source = lines.get(e.location.path, e.location.line) if e.location else ""
             excerpt = source or e.excerpt
             out(f"      [cyan]{markup(where)}[/cyan]  {markup(excerpt)}  [dim]← {markup(e.note)}[/dim]", soft_wrap=True)
             for step in e.trail:
-                out(f"        [dim]via {markup(step)}[/dim]", soft_wrap=True)
+                out(f"        [dim]via {markup(PLACES.in_text(step))}[/dim]", soft_wrap=True)
     if f.error:
         survives = f.error.lower().startswith(("no exception", "no error", "no refusal"))  # numerically broken
         lead = "the job dies" if f.severity == "error" and not survives else "what the job shows"
@@ -431,8 +445,8 @@ def _unknowns(entries: list[UnknownEntry], out, listed: bool) -> None:
         if len(files) > 1:
             out(f"  [bold]{markup(path)}[/bold]")
         for e in items:
-            at = f"{path}:{e.line}" if e.line else path
-            at = f":{e.line}" if len(files) > 1 and e.line else at
+            at = PLACES.place(path, e.line)
+            at = at[len(path) :] if len(files) > 1 and e.line else at
             quiet_rules = f"  [dim](silences {', '.join(e.silences)})[/dim]" if e.silences else ""
             indent = "    " if len(files) > 1 else "  "
             out(f"{indent}[cyan]{markup(at)}[/cyan]  {markup(e.what)}: {markup(e.reason)}{quiet_rules}", soft_wrap=True)

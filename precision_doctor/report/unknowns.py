@@ -12,6 +12,7 @@ from ..engine import Result
 from ..model.facts import Facts, Location
 from ..model.util import record
 
+LAUNCH_PATH = "(launch command)"  # where the launch's own unknowns are listed
 NOT_CHECKED = "not checked"  # the unknown a folder run records for a file it could not read: shown on its line
 
 
@@ -52,7 +53,12 @@ def unknown_entries(result: Result, facts: Facts, not_checked: bool = False) -> 
                 u.reason,
                 u.location.path if u.location else script.path,
                 u.location.line if u.location else None,
-                tuple(sorted(silenced.get(where, ()))) if where else (),
+                _launch_rules(result) if u.launch else tuple(sorted(silenced.get(where, ()))) if where else (),
+            )
+    for u in facts.launch.unknowns:  # the launch's own, where no script carries them (none was checked)
+        if not any((u.what, u.reason) == key[:2] for key in seen):
+            seen[(u.what, u.reason, LAUNCH_PATH)] = UnknownEntry(
+                u.what, u.reason, LAUNCH_PATH, None, _launch_rules(result) if u.launch else ()
             )
     for where, (fact, reason, loc) in derived_only.items():
         if where not in listed:
@@ -60,6 +66,14 @@ def unknown_entries(result: Result, facts: Facts, not_checked: bool = False) -> 
                 f"{fact.replace('_', ' ')} (derived)", reason, loc.path, loc.line, tuple(sorted(silenced[where]))
             )
     return sorted(seen.values(), key=lambda e: (e.path, e.line or 0, e.what))
+
+
+def _launch_rules(result: Result) -> tuple[str, ...]:
+    """The rules that read the launch (its facts or its plan) and found nothing: silent for want of it."""
+    from ..rules.registry import REGISTRY
+
+    fired = {f.rule_id for f in result.findings}
+    return tuple(sorted(r.id for r in REGISTRY.values() if {"launch", "plan"} & set(r.params) and r.id not in fired))
 
 
 def by_file(entries: list[UnknownEntry]) -> dict[str, list[UnknownEntry]]:

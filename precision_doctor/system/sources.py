@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..model.errors import InputError
+from .notebooks import NotebookCode, NotFound, is_notebook, notebook_code
 
 MAX_SOURCE_BYTES = 2 * 1024 * 1024  # a training script or a module it imports
 MAX_CONFIG_BYTES = 4 * 1024 * 1024  # pyproject.toml, requirements, accelerate YAML, DeepSpeed/model JSON
@@ -170,6 +171,8 @@ def read_source(path: os.PathLike | str, limit: int = MAX_SOURCE_BYTES) -> str:
     would refuse (unknown or contradictory encoding, bytes the encoding cannot decode, NUL bytes) is refused."""
     if _PROPOSED and os.path.realpath(path) in _PROPOSED:
         return _PROPOSED[os.path.realpath(path)]
+    if is_notebook(path):  # its code cells, as one Python text (notebooks.py)
+        return read_notebook(path).text
     data = read_bytes_bounded(path, limit, "training script")
     if not data.strip():
         raise Unreadable(path, "the file is empty", "pass the training script itself")
@@ -186,6 +189,26 @@ def read_source(path: os.PathLike | str, limit: int = MAX_SOURCE_BYTES) -> str:
     if "\x00" in text:
         raise Unreadable(path, "contains NUL bytes, so it is not Python source", "pass the training script")
     return text
+
+
+MAX_NOTEBOOK_BYTES = 64 * 1024 * 1024  # outputs (plots, logs) make notebooks far larger than their code
+
+
+def read_notebook(path: os.PathLike | str) -> NotebookCode:
+    """A notebook's code cells; Unreadable with the reason when it is no notebook the doctor reads."""
+    data = read_bytes_bounded(path, MAX_NOTEBOOK_BYTES, "notebook")
+    raw = _decode(path, data, "utf-8-sig")
+    try:
+        code = notebook_code(raw)
+    except NotFound as exc:
+        raise Unreadable(path, str(exc), "open and save it in Jupyter, or check the code as a .py file") from None
+    if not code.text.strip():
+        raise Unreadable(path, "the notebook has no code cells", "pass the training notebook itself")
+    if len(code.text) > MAX_SOURCE_BYTES:
+        raise Unreadable(path, f"code cells over {MAX_SOURCE_BYTES // (1024 * 1024)} MiB", "pass the training code")
+    if "\x00" in code.text:
+        raise Unreadable(path, "a code cell contains NUL bytes, so it is not Python source", "pass the notebook")
+    return code
 
 
 def _decode(path, data: bytes, encoding: str) -> str:

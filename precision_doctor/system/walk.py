@@ -58,6 +58,9 @@ class _Rules:
         return self.spec.check_file(rel + "/" if is_dir else rel).include
 
 
+WALKED_SUFFIXES = (".py", ".ipynb")  # scripts and notebooks; recipes and job scripts are found by content
+
+
 def python_files(folder: Path) -> Walk:
     """Every .py entry under `folder` (sorted, depth first) that git would list, skipping SKIP_DIRS, virtual
     environments and, outside a repository, hidden folders. Raises Unreadable when `folder` cannot be listed."""
@@ -83,7 +86,7 @@ def python_files(folder: Path) -> Walk:
             is_dir = _is_real_dir(entry)
             if is_dir and _skipped_folder(entry, in_repo=bool(repo)):
                 continue
-            if not is_dir and not entry.name.endswith(".py"):
+            if not is_dir and not entry.name.endswith(WALKED_SUFFIXES):
                 continue
             if _ignored(rules, entry.path, is_dir):
                 continue

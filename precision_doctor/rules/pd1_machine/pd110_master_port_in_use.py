@@ -55,7 +55,7 @@ from ._launch import ACC_GOOD
 )
 def master_port_in_use(machine: MachineFacts, launch: LaunchFacts, stack: StackFacts, plan: LaunchPlan):
     lightning = plan.spawner == "lightning"  # Lightning's own launcher: MASTER_PORT, else a free port it finds
-    if machine.host is None or launch.standalone:
+    if machine.host is None or launch.standalone or plan.free_port:
         return
     if not lightning and (not launch.known or launch.launcher == "python"):
         return
@@ -80,6 +80,7 @@ def master_port_in_use(machine: MachineFacts, launch: LaunchFacts, stack: StackF
         "accelerate": f"--main_process_port {free}",
         "torchrun": f"--master_port {free}",
         "deepspeed": f"--master_port {free}",
+        "fabric": f"--main-port {free}",
     }.get(launch.launcher, f"MASTER_PORT={free}")
     if lightning:
         flag = f"MASTER_PORT={free}"

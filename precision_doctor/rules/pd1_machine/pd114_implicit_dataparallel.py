@@ -4,6 +4,7 @@ nn.DataParallel."""
 from __future__ import annotations
 
 from ...derive import LaunchPlan, Setup, call_evidence
+from ...derive.launch import one_process
 from ...model.facts import LaunchFacts, MachineFacts, StackFacts
 from ...model.findings import Applicability, Draft, Evidence, Fix
 from .._common import gpu_phrase
@@ -51,8 +52,8 @@ def implicit_dataparallel(
 ):
     if setup.style != "trainer" or len(machine.gpus) < 2 or plan.spawner:
         return  # (a tool that starts a process per GPU itself: llamafactory-cli, Lightning)
-    if launch.known and launch.launcher != "python":
-        return
+    if one_process(launch, plan) == "no":
+        return  # another launcher, or several copies of python (`mpirun -np 2 python`): DDP ranks, if any
     if setup.placement.trainer_wrap != "DataParallel" or setup.placement.dataparallel_crash_reasons:
         return  # no wrap, or one that crashes: PD301 reports that
     n = len(machine.gpus)

@@ -3,7 +3,8 @@ the replicas break it."""
 
 from __future__ import annotations
 
-from ...derive import Setup, call_evidence
+from ...derive import LaunchPlan, Setup, call_evidence
+from ...derive.launch import one_process
 from ...derive.live import live_evidence
 from ...model.facts import LaunchFacts, MachineFacts, MachineOrigin
 from ...model.findings import Applicability, Draft, Evidence, Fix
@@ -123,11 +124,11 @@ def _live_dataparallel(live):
         ),
     ],
 )
-def dataparallel_over_device_map(setup: Setup, machine: MachineFacts, launch: LaunchFacts, live):
+def dataparallel_over_device_map(setup: Setup, machine: MachineFacts, launch: LaunchFacts, live, plan: LaunchPlan):
     if live is not None and live.trainer and machine.origin == MachineOrigin.THIS_MACHINE:
         yield from _live_dataparallel(live)  # Trainer's own decision, on this machine's GPUs
         return
-    if setup.style != "trainer" or len(machine.gpus) < 2 or (launch.known and launch.launcher != "python"):
+    if setup.style != "trainer" or len(machine.gpus) < 2 or one_process(launch, plan) == "no":
         return
     wrap = setup.placement.trainer_wrap
     if (

@@ -1,0 +1,310 @@
+"""A launch command's outer layers, as the shell and each layer would read them: `VAR=value` prefixes and `env`
+(the job's environment), wrappers that start the next command unchanged (`nohup`, `time`, `exec`, `stdbuf`,
+`uv run` ...), `bash -c "..."`, and the schedulers that start several copies of it (`srun`, `mpirun`), or queue a
+job script (`sbatch FILE`). What is left is the launcher's own words (probes/launch.py reads them).
+
+Nothing is run; the words are the ones `shlex` splits.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import field
+
+from ..knowledge.launchers import (
+    MPI_HOSTS,
+    MPI_LAUNCHERS,
+    MPI_OPTIONS,
+    MPI_PER_NODE,
+    MPI_TOTAL,
+    RUNNERS,
+    WRAPPERS,
+    launch_variable,
+    launcher_of,
+)
+from ..model.redact import redact_text
+from ..model.util import MAX_GPUS_PER_NODE, record, whole_number
+
+ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*=")
+MAX_LAYERS = 32  # `nohup nohup nohup ...`: no real command has more
+
+# scheduler options (srun, sbatch): short letters to their long names, and options that take no value
+SLURM_SHORT = {
+    "N": "nodes",
+    "n": "ntasks",
+    "c": "cpus-per-task",
+    "p": "partition",
+    "C": "constraint",
+    "G": "gpus",
+    "J": "job-name",
+    "t": "time",
+    "o": "output",
+    "e": "error",
+    "A": "account",
+    "q": "qos",
+    "w": "nodelist",
+    "D": "chdir",
+}
+SLURM_FLAGS = {
+    "exclusive",
+    "overlap",
+    "label",
+    "unbuffered",
+    "kill-on-bad-exit",
+    "verbose",
+    "quiet",
+    "no-kill",
+    "requeue",
+    "hold",
+    "wait",
+    "overcommit",
+    "spread-job",
+    "pty",
+}
+SLURM_SHORT_FLAGS = {"l", "u", "K", "v", "Q", "O", "H", "W"}
+
+
+def slurm_options(words: list[str]) -> tuple[dict[str, str], list[str]]:
+    """Scheduler options (`--nodes=2`, `--nodes 2`, `-N2`, `-N 2`, `--exclusive`) and the words after them."""
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if w == "--":
+            return out, words[i + 1 :]
+        if w.startswith("--"):
+            name, eq, value = w[2:].partition("=")
+            if eq or name in SLURM_FLAGS:
+                out[name] = value if eq else "yes"
+                i += 1
+            else:
+                out[name] = words[i + 1] if i + 1 < len(words) else ""
+                i += 2
+            continue
+        if w.startswith("-") and len(w) > 1:
+            letter = w[1]
+            if letter in SLURM_SHORT_FLAGS:
+                i += 1
+                continue
+            name = SLURM_SHORT.get(letter, letter)
+            if len(w) > 2:
+                out[name] = w[2:].lstrip("=")
+                i += 1
+            else:
+                out[name] = words[i + 1] if i + 1 < len(words) else ""
+                i += 2
+            continue
+        break
+    return out, words[i:]
+
+
+@record
+class Peeled:
+    """A command with its outer layers read: the launcher's words, and what the layers add."""
+
+    words: list[str]
+    env: dict[str, str] = field(default_factory=dict)  # set for the job (recorded names only, redacted)
+    through: tuple[str, ...] = ()  # the layers, outermost first: "nohup", "srun (2 tasks per node)"
+    # copies of the launcher each node starts (srun tasks, mpirun ranks); None: unknown, with the reason
+    copies: int | None = 1
+    copies_reason: str = ""
+    srun: bool = False
+    srun_options: dict[str, str] = field(default_factory=dict)
+    job_file: str = ""  # `sbatch FILE`: the job script it queues
+    job_options: dict[str, str] = field(default_factory=dict)  # sbatch's own options, over the #SBATCH lines
+    job_args: tuple[str, ...] = ()
+
+
+def peel(words: list[str]) -> Peeled:
+    """Read the layers in front of the launcher, outermost first."""
+    env: dict[str, str] = {}
+    through: list[str] = []
+    copies: int | None = 1
+    reason = ""
+    srun, srun_options = False, dict[str, str]()
+    words = list(words)
+    for _ in range(MAX_LAYERS):
+        if not words:
+            break
+        head = words[0].rsplit("/", 1)[-1]
+        if ASSIGNMENT.match(words[0]):
+            _assign(env, words.pop(0))
+            continue
+        if head == "env":
+            words = _env_command(words[1:], env)
+            through.append("env")
+            continue
+        if head in WRAPPERS:
+            takes, positional = WRAPPERS[head]
+            words = _after_options(words[1:], takes, positional)
+            through.append(head)
+            continue
+        if head in RUNNERS and len(words) > 1 and words[1] == "run":
+            words = _after_options(words[2:], RUNNERS[head], 0)
+            through.append(f"{head} run")
+            continue
+        if head in ("bash", "sh", "zsh") and len(words) > 2 and words[1] in ("-c", "-lc", "-l", "-ic"):
+            script = words[2] if words[1] != "-l" else (words[3] if len(words) > 3 and words[2] == "-c" else "")
+            try:
+                inner = shlex.split(script, comments=True)
+            except ValueError:
+                break
+            segments = _segments(inner)
+            if not segments:
+                break
+            # `cd /work && torchrun ...`: the part that launches (the last one when none does)
+            words = next((seg for seg in reversed(segments) if launcher_of(peel(seg).words)[0]), segments[-1])
+            continue
+        if head == "srun":
+            srun = True
+            srun_options, words = slurm_options(words[1:])
+            n, why = _srun_tasks(srun_options)
+            copies = None if copies is None or n is None else copies * n
+            reason = reason or why
+            through.append(f"srun ({n} task{'s' if n != 1 else ''} per node)" if n else "srun")
+            continue
+        if head in MPI_LAUNCHERS:
+            n, why, words = _mpi(words[1:], env)
+            copies = None if copies is None or n is None else copies * n
+            reason = reason or why
+            through.append(f"{head} ({n} process{'es' if n != 1 else ''} per node)" if n else head)
+            continue
+        if head == "sbatch":
+            options, rest = slurm_options(words[1:])
+            return Peeled(
+                words=[],
+                env=env,
+                through=(*through, "sbatch"),
+                job_file=rest[0] if rest else "",
+                job_options=options,
+                job_args=tuple(rest[1:]),
+            )
+        break
+    return Peeled(words, env, tuple(through), copies, reason, srun, srun_options)
+
+
+def _segments(words: list[str]) -> list[list[str]]:
+    """A `bash -c` command list split at `&&`, `||` and `;` (as words or ending one)."""
+    out: list[list[str]] = [[]]
+    for w in words:
+        if w in ("&&", "||", ";"):
+            out.append([])
+        elif w.endswith(";") and w != ";":
+            out[-1].append(w[:-1])
+            out.append([])
+        else:
+            out[-1].append(w)
+    return [seg for seg in out if seg]
+
+
+def _assign(env: dict[str, str], word: str) -> None:
+    name, _, value = word.partition("=")
+    if launch_variable(name):
+        env[name] = redact_text(value)[:200]
+
+
+def _env_command(words: list[str], env: dict[str, str]) -> list[str]:
+    """`env [-i] [-u NAME] [-C DIR] [NAME=value ...] command`."""
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if w in ("-u", "--unset", "-C", "--chdir", "-S", "--split-string"):
+            if w in ("-u", "--unset") and i + 1 < len(words):
+                env.pop(words[i + 1], None)
+            i += 2
+            continue
+        if w in ("-i", "--ignore-environment", "-"):
+            env.clear()
+            i += 1
+            continue
+        if w.startswith("-") and not ASSIGNMENT.match(w):
+            i += 1
+            continue
+        if ASSIGNMENT.match(w):
+            _assign(env, w)
+            i += 1
+            continue
+        break
+    return words[i:]
+
+
+def _after_options(words: list[str], takes_value: frozenset[str], positional: int) -> list[str]:
+    """The words after a wrapper's own options and its positional words (`timeout 2h`, `taskset 0-3`)."""
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if w == "--":
+            i += 1
+            break
+        if not w.startswith("-") or w == "-":
+            break
+        name = w.partition("=")[0]
+        if name in takes_value and "=" not in w:
+            i += 2
+        elif len(w) > 2 and not w.startswith("--") and w[:2] in takes_value:  # `-oL`: the value attached
+            i += 1
+        else:
+            i += 1
+    return words[i + positional :]
+
+
+def _srun_tasks(options: dict[str, str]) -> tuple[int | None, str]:
+    """Tasks srun starts on each node: --ntasks-per-node, else --ntasks over --nodes, else one."""
+    per_node = options.get("ntasks-per-node", "")
+    if per_node:
+        n = whole_number(per_node, 1, MAX_GPUS_PER_NODE * 64)
+        return (n, "") if n is not None else (None, f"srun --ntasks-per-node {per_node}: not a number")
+    total = options.get("ntasks", "")
+    if not total:
+        return 1, ""
+    nodes_raw = options.get("nodes", "1").split("-")[0]
+    n_total = whole_number(total, 1, 1 << 20)
+    nodes = whole_number(nodes_raw, 1, 1 << 20)
+    if n_total is None or nodes is None:
+        return None, f"srun --ntasks {total} --nodes {options.get('nodes', '1')}: not numbers"
+    if n_total % nodes:
+        return None, f"srun --ntasks {total} over {nodes} nodes: uneven tasks per node"
+    return n_total // nodes, ""
+
+
+def _mpi(words: list[str], env: dict[str, str]) -> tuple[int | None, str, list[str]]:
+    """mpirun's ranks on each node and the program words: a per-node option (-N, -ppn, --map-by ppr:N:node),
+    else -np on one node; -np over a host list, or no count (all slots), is unknown."""
+    per_node = total = None
+    hosts = False
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if w == "--":
+            i += 1
+            break
+        if not w.startswith("-"):
+            break
+        name, eq, inline = w.partition("=")
+        arity = MPI_OPTIONS.get(name, 0)
+        values = [inline] if eq else words[i + 1 : i + 1 + arity]
+        if name in MPI_PER_NODE and values:
+            per_node = values[0]
+        elif name in MPI_TOTAL and values:
+            total = values[0]
+        elif name in ("--map-by", "-map-by") and values:
+            match = re.match(r"ppr:(\d+):node", values[0])
+            per_node = match.group(1) if match else per_node
+        elif name in MPI_HOSTS:
+            hosts = True
+        elif name == "-x" and values and "=" in values[0]:
+            _assign(env, values[0])
+        elif name in ("-genv", "-env", "--env") and len(values) == 2:
+            _assign(env, f"{values[0]}={values[1]}")
+        i += 1 if eq else 1 + arity
+    program = words[i:]
+    if per_node is not None:
+        n = whole_number(per_node, 1, MAX_GPUS_PER_NODE * 64)
+        return n, "" if n is not None else f"mpirun ranks per node {per_node!r}: not a number", program
+    if total is None:
+        return None, "mpirun with no -np starts one rank per slot: ranks per node unknown", program
+    if hosts:
+        return None, f"mpirun -np {total} over a host list: ranks per node unknown", program
+    n = whole_number(total, 1, MAX_GPUS_PER_NODE * 64)
+    return n, "" if n is not None else f"mpirun -np {total!r}: not a number", program

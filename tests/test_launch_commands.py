@@ -1,0 +1,218 @@
+"""Every launch command users type: understood with its own defaults, the same job the same whichever way it is
+started, and a launcher the doctor does not know named in the report, never refused."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from precision_doctor import engine
+from precision_doctor.knowledge.versions import CURRENT
+from precision_doctor.probes.collect import gather
+from precision_doctor.probes.launch import parse_launcher
+from precision_doctor.report.json_report import render
+
+from .conftest import machine_probes
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "fixtures" / "configs"
+# a Trainer script: fp16 weights under fp16 AMP (PD201 on any launch), device_map="auto" (PD302 under DDP ranks)
+TRAIN = (
+    "import torch\n"
+    "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+    "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32, device_map='auto')\n"
+    "Trainer(model=model, args=TrainingArguments('out', fp16=True)).train()\n"
+)
+JOB = "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --gres=gpu:2\nsrun torchrun --nproc_per_node 2 train.py\n"
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """A folder as a user's: a script, a module run with -m, recipes of three families and a job script."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(TRAIN)
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "train.py").write_text(TRAIN)
+    shutil.copy(CONFIGS / "llamafactory" / "seed001_titan_bf16_lora.yaml", tmp_path / "lf.yaml")
+    shutil.copy(CONFIGS / "axolotl" / "seed001_titan_full_ft.yml", tmp_path / "ax.yml")
+    (tmp_path / "sft.yaml").write_text("model_name_or_path: gpt2\ndataset_name: x\nbf16: true\noutput_dir: out\n")
+    (tmp_path / "job.sbatch").write_text(JOB)
+    return tmp_path
+
+
+def check(launcher, paths=(), target="a100:2", machine=None, environ=None):
+    facts = gather(
+        list(paths),
+        target=target if machine is None else None,
+        launcher=launcher,
+        stack_overrides=dict(CURRENT),
+        **machine_probes(machine, environ),
+    )
+    return engine.run(facts), facts
+
+
+# (the command, the processes per node it starts on two A100s)
+COMMANDS = [
+    ("python train.py", 1),
+    ("torchrun --nproc_per_node 2 train.py", 2),
+    ("accelerate launch --num_processes 2 train.py", 2),
+    ("deepspeed --num_gpus 2 train.py", 2),
+    ("python -m torch.distributed.run --nproc_per_node 2 train.py", 2),
+    ("srun torchrun --nproc_per_node 2 train.py", 2),
+    ("srun python train.py", 1),
+    ("mpirun -np 2 python train.py", 2),
+    ("CUDA_VISIBLE_DEVICES=0,1 torchrun --nproc_per_node 2 train.py", 2),
+    ("env NCCL_DEBUG=INFO torchrun --nproc_per_node 2 train.py", 2),
+    ("nohup python train.py", 1),
+    ("fabric run --devices 2 train.py", 2),
+    ("llamafactory-cli train lf.yaml", 2),
+    ("FORCE_TORCHRUN=1 NPROC_PER_NODE=1 llamafactory-cli train lf.yaml", 1),
+    ("axolotl train ax.yml", 2),
+    ("trl sft --config sft.yaml", 2),
+    ("tune run --nproc_per_node 2 full_finetune_distributed --config sft.yaml", 2),
+    ("sbatch job.sbatch", 2),
+    ("python -m pkg.train", 1),
+    ("mylauncher go train.py", None),
+]
+
+
+@pytest.mark.parametrize("command,processes", COMMANDS, ids=[c for c, _ in COMMANDS])
+def test_every_launch_command_gives_a_report(project, command, processes):
+    result, facts = check(command)
+    report = json.loads(render(result, facts))
+    assert report["launch"]["processes_per_node"] == processes, report["launch"]
+    if processes is None:
+        assert report["launch"]["unknown_launcher"] == "mylauncher"
+        assert any("launcher `mylauncher`" in u["what"] and "PD111" in u["silences"] for u in report["unknowns"])
+    else:
+        assert report["launch"]["understood"], report["launch"]
+    assert report["files"]["checked"] >= (0 if command.startswith("tune") else 1)
+
+
+def test_same_job_three_ways_same_findings(project):
+    def seen(launcher):
+        result, _ = check(launcher, ["train.py"])
+        return {(f.rule_id, f.message) for f in result.findings}
+
+    ways = [
+        "torchrun --nproc_per_node 2 train.py",
+        "python -m torch.distributed.run --nproc-per-node=2 train.py",
+        "nohup env NCCL_DEBUG=INFO srun --ntasks-per-node=1 torchrun --nproc_per_node 2 train.py",
+    ]
+    first = seen(ways[0])
+    assert "PD302" in {rule for rule, _ in first}  # device_map="auto" under two DDP ranks
+    assert all(seen(way) == first for way in ways[1:])
+
+
+def test_a_recipe_launched_three_ways_same_findings(project):
+    def seen(launcher):
+        result, _ = check(launcher, ["lf.yaml"], target="titan-rtx:2")
+        return {(f.rule_id, f.message) for f in result.findings}
+
+    alone = seen(None)  # no launch given: llamafactory-cli's own, one process per GPU
+    assert alone
+    assert seen("llamafactory-cli train lf.yaml") == alone
+    assert seen("FORCE_TORCHRUN=1 lmf train lf.yaml") == alone
+
+
+def test_visible_devices_on_the_line_narrow_the_gpus(project):
+    result, _ = check("CUDA_VISIBLE_DEVICES=0 torchrun --nproc_per_node 2 train.py", ["train.py"])
+    assert "PD111" in {f.rule_id for f in result.findings}  # two processes, one GPU left visible
+    result, _ = check("torchrun --nproc_per_node 2 train.py", ["train.py"])
+    assert "PD111" not in {f.rule_id for f in result.findings}
+
+
+def test_srun_tasks_times_the_launcher_processes(project):
+    result, _ = check("srun --ntasks-per-node 2 torchrun --nproc_per_node 2 train.py", ["train.py"])
+    assert result.plan.processes == 4
+    assert "PD111" in {f.rule_id for f in result.findings}
+
+
+def test_one_python_on_two_gpus_is_dataparallel_but_two_copies_are_not(project):
+    (project / "plain.py").write_text(TRAIN.replace(", device_map='auto'", ""))
+    result, _ = check("nohup python plain.py", ["plain.py"])
+    assert "PD114" in {f.rule_id for f in result.findings}
+    result, _ = check("mpirun -np 2 python plain.py", ["plain.py"])
+    assert not {"PD114", "PD301"} & {f.rule_id for f in result.findings}
+
+
+def test_llamafactory_cli_finds_a_free_port_unless_master_port_is_set(project):
+    machine = "l40s_2x_exclusive_stopped"  # 29500 is taken on this node
+    result, _ = check("llamafactory-cli train lf.yaml", machine=machine)
+    assert "PD110" not in {f.rule_id for f in result.findings}
+    result, _ = check("MASTER_PORT=29500 llamafactory-cli train lf.yaml", machine=machine)
+    found = [f for f in result.findings if f.rule_id == "PD110"]
+    assert found
+    fixed = found[0].fix.commands[0]
+    assert fixed.startswith("MASTER_PORT=") and "MASTER_PORT=29500" not in fixed and "llamafactory-cli" in fixed
+
+
+def test_a_module_not_in_the_folder_is_unknown(project):
+    result, facts = check("python -m nowhere.train", ["train.py"])
+    assert any("nowhere.train" in u.what for u in facts.scripts[0].unknowns)
+
+
+def test_sbatch_options_override_the_job_scripts(project):
+    _, facts = check("sbatch --gres=gpu:4 job.sbatch")
+    assert facts.job is not None and facts.job.gpus_per_node == 4
+    assert facts.scripts and facts.scripts[0].path.endswith("train.py")
+
+
+@pytest.mark.parametrize(
+    "command,launcher,through",
+    [
+        ("time -p torchrun train.py", "torchrun", ("time",)),
+        ("stdbuf -oL -eL python train.py", "python", ("stdbuf",)),
+        ("timeout --signal=INT 2h python train.py", "python", ("timeout",)),
+        ("exec accelerate launch train.py", "accelerate", ("exec",)),
+        ("uv run --with peft torchrun train.py", "torchrun", ("uv run",)),
+        ("conda run -n ml --no-capture-output python train.py", "python", ("conda run",)),
+        ('bash -c "cd /work && torchrun --nproc-per-node=4 train.py"', "torchrun", ()),
+        ("mpiexec -n 4 -ppn 2 -genv NCCL_DEBUG INFO python train.py", "python", ("mpiexec (2 processes per node)",)),
+        ("lightning run model --devices auto train.py", "fabric", ()),
+        ("python3.11 -u -X dev train.py --bf16", "python", ()),
+    ],
+)
+def test_layers_in_front_of_the_launcher(command, launcher, through):
+    launch = parse_launcher(command)
+    assert launch.known and launch.launcher == launcher
+    assert launch.through == through
+    assert launch.script == "train.py"
+
+
+def test_launch_line_environment_is_the_jobs():
+    launch = parse_launcher("HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz1234 MASTER_PORT=29600 MY_VAR=1 torchrun train.py")
+    assert launch.env.get("MASTER_PORT") == "29600"
+    assert "MY_VAR" not in launch.env  # only launch variables are recorded
+    assert "hf_abcdefghijklmnopqrstuvwxyz1234" not in launch.env.get("HF_TOKEN", "")
+
+
+def test_axolotl_launcher_choice_and_its_arguments():
+    launch = parse_launcher("axolotl train ax.yml --launcher torchrun --micro-batch-size 2 -- --nproc_per_node 4")
+    assert launch.launcher == "torchrun" and launch.num_processes.value == 4
+    assert launch.script == "ax.yml" and launch.script_args == ("--micro-batch-size", "2")
+
+
+def test_unknown_launcher_is_not_refused_by_the_cli(project):
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "precision_doctor",
+            "check",
+            "--target",
+            "a100:2",
+            "--launcher",
+            "mylauncher go train.py",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=project,
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode in (0, 1), done.stderr
+    assert "launcher `mylauncher` is not known" in done.stdout

@@ -1,0 +1,151 @@
+"""Jupyter notebooks: their code cells checked as the script they are, findings placed at cell and line, IPython
+lines skipped and counted, and `fix` writing only the cells it changes back into the notebook's JSON."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from precision_doctor import engine
+from precision_doctor.knowledge.versions import CURRENT
+from precision_doctor.model.errors import InputError
+from precision_doctor.probes.collect import gather
+from precision_doctor.report.json_report import render
+
+from .conftest import machine_probes
+
+SETUP = [
+    "!pip install -q transformers peft\n",
+    "%matplotlib inline\n",
+    "import torch\n",
+    "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments",
+]
+LOAD = ["model = AutoModelForCausalLM.from_pretrained(\n", "    'gpt2',\n", "    dtype=torch.{dtype},\n", ")"]
+TRAIN = [
+    "args = TrainingArguments(output_dir='out', fp16=True, per_device_train_batch_size=4)\n",
+    "trainer = Trainer(model=model, args=args)\n",
+    "trainer.train()",
+]
+
+
+def notebook(dtype="float16", indent=1, markdown_code="model.half()"):
+    cells = [
+        {"cell_type": "markdown", "metadata": {}, "source": ["# Fine-tune\n", f"    {markdown_code}\n"]},
+        {
+            "cell_type": "code",
+            "execution_count": 1,
+            "metadata": {"id": "setup"},
+            "outputs": [{"output_type": "stream", "name": "stdout", "text": ["Successfully installed peft\n"]}],
+            "source": SETUP,
+        },
+        {
+            "cell_type": "code",
+            "execution_count": 2,
+            "metadata": {},
+            "outputs": [],
+            "source": [line.format(dtype=dtype) for line in LOAD],
+        },
+        {"cell_type": "raw", "metadata": {}, "source": ["model.half()"]},
+        {
+            "cell_type": "code",
+            "execution_count": 3,
+            "metadata": {"collapsed": False},
+            "outputs": [
+                {"output_type": "execute_result", "data": {"text/plain": ["TrainOutput(...)"]}, "metadata": {}}
+            ],
+            "source": ["%%time\n", "!nvidia-smi"],
+        },
+        {"cell_type": "code", "execution_count": 4, "metadata": {}, "outputs": [], "source": TRAIN},
+    ]
+    doc = {"cells": cells, "metadata": {"kernelspec": {"name": "python3"}}, "nbformat": 4, "nbformat_minor": 5}
+    return json.dumps(doc, indent=indent, ensure_ascii=False) + "\n"
+
+
+def check(paths, target="t4"):
+    facts = gather([str(p) for p in paths], target=target, stack_overrides=dict(CURRENT), **machine_probes())
+    return engine.run(facts), facts
+
+
+def test_a_buggy_notebooks_error_is_found_at_its_cell_and_line(tmp_path):
+    nb = tmp_path / "train.ipynb"
+    nb.write_text(notebook("float16"))
+    result, facts = check([nb])
+    report = json.loads(render(result, facts))
+    errors = [f for f in report["findings"] if f["id"] == "PD201"]
+    assert errors, report["findings"]
+    weights = next(e for e in errors[0]["evidence"] if "float16" in e["note"])
+    assert (weights["cell"], weights["line"]) == (3, 3)  # the third cell, its third line: dtype=torch.float16
+    skipped = [u for u in report["unknowns"] if u["what"] == "notebook"]
+    assert skipped and skipped[0]["reason"].startswith("4 IPython line(s)")  # 2 lines + a %%time cell of 2
+
+
+def test_its_correct_twin_is_clean(tmp_path):
+    nb = tmp_path / "train.ipynb"
+    nb.write_text(notebook("float32"))  # fp32 weights under fp16 AMP; markdown and raw cells say model.half()
+    result, _ = check([nb])
+    assert [f.rule_id for f in result.findings if f.severity == "error"] == []
+
+
+def test_text_and_concise_reports_name_the_cell(tmp_path):
+    nb = tmp_path / "train.ipynb"
+    nb.write_text(notebook("float16"))
+    done = subprocess.run(
+        [sys.executable, "-m", "precision_doctor", "check", "--target", "t4", "--format", "concise", str(nb)],
+        capture_output=True,
+        text=True,
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 1, done.stderr
+    assert f"{nb}:cell 3:3:" in done.stdout
+
+
+@pytest.mark.parametrize("indent", [1, 2])
+def test_fix_round_trips_a_notebook_with_outputs(tmp_path, monkeypatch, indent):
+    monkeypatch.chdir(tmp_path)
+    nb = tmp_path / "train.ipynb"
+    before = notebook("float16", indent=indent).replace("dtype=torch.float16", "torch_dtype=torch.float16")
+    nb.write_text(before)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "precision_doctor",
+            "fix",
+            "--target",
+            "t4",
+            "--select",
+            "PD214",
+            "--yes",
+            "train.ipynb",
+        ],
+        capture_output=True,
+        text=True,
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "XDG_STATE_HOME": str(tmp_path / "state")},
+    )
+    assert "applied 1 fix" in done.stdout, (done.stdout, done.stderr)
+    after = nb.read_text()
+    old, new = json.loads(before), json.loads(after)
+    assert [c.get("outputs") for c in new["cells"]] == [c.get("outputs") for c in old["cells"]]
+    assert new["metadata"] == old["metadata"]
+    assert "".join(new["cells"][2]["source"]).count("dtype=torch.float16") == 1
+    assert "torch_dtype" not in after
+    changed = [(a, b) for a, b in zip(before.splitlines(), after.splitlines(), strict=True) if a != b]
+    assert len(changed) == 1  # every other byte as it was: one source line rewritten in place
+    result, _ = check([nb])
+    assert "PD214" not in {f.rule_id for f in result.findings}
+
+
+def test_a_notebook_that_cannot_be_read_is_not_checked_with_its_reason(tmp_path):
+    (tmp_path / "broken.ipynb").write_text('{"cells": [')
+    (tmp_path / "old.ipynb").write_text('{"worksheets": [], "nbformat": 3}')
+    (tmp_path / "train.ipynb").write_text(notebook("float16"))
+    result, facts = check([tmp_path])
+    reasons = {
+        s.path.rsplit("/", 1)[-1]: [u.reason for u in s.unknowns if u.what == "not checked"] for s in facts.scripts
+    }
+    assert "not valid notebook JSON" in reasons["broken.ipynb"][0]
+    assert "nbformat 3" in reasons["old.ipynb"][0]
+    assert reasons["train.ipynb"] == []
+    with pytest.raises(InputError, match="not valid notebook JSON"):
+        check([tmp_path / "broken.ipynb"])
