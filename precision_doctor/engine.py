@@ -143,6 +143,35 @@ def run(facts: Facts, policy: Policy | None = None, verdicts: tuple[ScriptVerdic
 
 
 def _run(facts: Facts, policy: Policy | None, verdicts: tuple[ScriptVerdict | None, ...] | None) -> Result:
+    if not facts.jobs:
+        return _run_one(facts, policy, verdicts)
+    # a folder's job scripts, each its own run; a finding two runs share (a module both import) is listed once
+    results = [_run_one(replace(facts, jobs=()), policy, verdicts)] + [_job_run(run, policy) for run in facts.jobs]
+    main = results[0]
+    return Result(
+        tuple(sorted(unique([f for r in results for f in r.findings], key=_same), key=Finding.sort_key)),
+        main.skipped,
+        tuple(unique([c for r in results for c in r.crashed], key=lambda c: (c.rule_id, c.reason))),
+        tuple(w for r in results for w in r.withdrawn),
+        tuple(unique([x for r in results for x in r.silenced], key=lambda x: x)),
+        {k: v for r in results for k, v in r.setups.items()},
+        main.plan,
+    )
+
+
+def _job_run(run: Facts, policy: Policy | None) -> Result:
+    """A job's run: its findings on the launch and the machine (no file) are the job script's."""
+    result = _run(run, policy, None)
+    if run.job is None:
+        return result
+    return replace(result, findings=tuple(f if f.path else replace(f, path=run.job.path) for f in result.findings))
+
+
+def _same(f: Finding) -> tuple:
+    return (f.rule_id, f.message, f.locations)
+
+
+def _run_one(facts: Facts, policy: Policy | None, verdicts: tuple[ScriptVerdict | None, ...] | None) -> Result:
     policy = policy or Policy()
     judge = Judge(facts, policy, keep_setups=True)
     chosen = judge.chosen

@@ -35,9 +35,10 @@ def test_missing_file(tmp_path):
     assert_one_line_error(doctor("check", str(tmp_path / "nope.py")), "no such file")
 
 
-def test_directory_without_python_files(tmp_path):
+def test_directory_without_training_code(tmp_path):
     (tmp_path / "notes.txt").write_text("hi")
-    assert_one_line_error(doctor("check", str(tmp_path)), "no Python files")
+    (tmp_path / "environment.yml").write_text("name: ml\n")  # YAML that is no recipe
+    assert_one_line_error(doctor("check", str(tmp_path)), "no training code")
 
 
 def test_syntax_error_says_where(tmp_path):

@@ -178,6 +178,7 @@ class CheckpointSource(StrEnum):
 
     LOCAL = "local"  # config.json in the directory the script names
     HF_CACHE = "hf-cache"  # the Hugging Face cache on this machine, read offline
+    GIVEN = "given"  # a config.json the user named (--model-config) for a model the job downloads
     TABLE = "table"  # the table shipped with the doctor (precision_doctor/data/checkpoints.json)
     UNKNOWN = "unknown"
 
@@ -255,6 +256,7 @@ class ScriptFacts:
     unknowns: tuple[Unknown, ...] = ()
     local_configs: dict[str, dict] = field(default_factory=dict)  # model path -> its config.json
     files: tuple[str, ...] = ()  # the script and the local modules it imports
+    configs_read: tuple[str, ...] = ()  # the recipes its values come from (a folder run judges them with it)
     suppressions: tuple[Suppression, ...] = ()
     deepspeed_configs: dict[str, dict] = field(default_factory=dict)  # deepspeed="ds.json" -> its contents
     stack: StackFacts | None = None  # the versions this script trains with (its project's); None: the run's
@@ -731,6 +733,16 @@ class Facts:
     stack: StackFacts
     live: LiveFacts | None = None
     job: JobFacts | None = None  # the batch job script that launches the scripts
+    # the job scripts a folder run found, each checked as its own run: its launch, its partition's machine, the
+    # scripts it runs (which the folder run then does not judge again without their launch)
+    jobs: tuple[Facts, ...] = ()
+
+    @property
+    def all_scripts(self) -> tuple[ScriptFacts, ...]:
+        """The scripts of this run and of the job runs inside it, each once."""
+        seen = {s.path for s in self.scripts}
+        extra = [s for run in self.jobs for s in run.all_scripts if s.path not in seen]
+        return self.scripts + tuple(extra)
 
     def to_json(self) -> dict:
         return _to_jsonable(self)

@@ -34,8 +34,9 @@ from ..model.util import MAX_GPUS_PER_NODE, record
 from ..settings import excluded
 from ..system.pool import FORKS
 from ..system.sources import Unreadable, os_reason, parse_json, read_text_bounded, status
-from ..system.walk import python_files
-from .config_families import is_config_path, probe_config
+from ..system.walk import CODE_SUFFIXES, python_files
+from .config_families import CONFIG_SUFFIXES, family_of, is_config_path, probe_config
+from .config_files import ConfigError, read_config
 from .installed_signatures import with_installed_signatures
 from .launch import launch_from_env, parse_launcher, with_accelerate_files
 from .script import one_run, probe_script
@@ -64,13 +65,37 @@ def _expand(paths: list[str], exclude: tuple[str, ...] = (), root: str = ".") ->
         if not stat.S_ISDIR(info.st_mode):
             out.append((p, True))  # whatever it is, reading it says what is wrong with it
             continue
-        walk = python_files(p)
-        found = [f for f in walk.files if not excluded(f, exclude, root)]
+        walk = python_files(p, FOLDER_SUFFIXES)
+        found = [f for f in walk.files if not excluded(f, exclude, root) and checked_in_folder(f)]
         unlisted = [d for d, _ in walk.unlisted if not excluded(d, exclude, root)]
         if not found and not unlisted:
-            raise InputError(f"{raw}: a directory with no Python files; pass a training script or a folder of them")
+            raise InputError(
+                f"{raw}: a directory with no training code (Python files, notebooks, recipes); pass a training "
+                f"script or a folder of them"
+            )
         out.extend((f, False) for f in found + unlisted)
     return _once_each(out)
+
+
+# what a folder run reads: code, and the recipes and job scripts among these files (recognised by content)
+JOB_FILE_SUFFIXES = (".sbatch", ".slurm")
+FOLDER_SUFFIXES = (*CODE_SUFFIXES, *CONFIG_SUFFIXES, *JOB_FILE_SUFFIXES)
+MAX_RECIPE_BYTES = 512 * 1024  # a recipe is a page of settings; larger YAML/JSON is data
+
+
+def checked_in_folder(path: Path) -> bool:
+    """Code, a recipe of a family the doctor knows (Axolotl, LLaMA-Factory, accelerate), or a SLURM job script.
+    Any other YAML/JSON (`.github/` workflows, `environment.yml`, data) is no recipe and is passed over."""
+    if path.suffix in CODE_SUFFIXES:
+        return True
+    try:
+        if os.path.getsize(path) > MAX_RECIPE_BYTES:
+            return False
+        if not is_config_path(path):
+            return "#SBATCH" in read_text_bounded(path, MAX_RECIPE_BYTES, what="job script", errors="replace")
+        return family_of(read_config(path, str(path))) is not None
+    except (OSError, InputError, ConfigError):
+        return False
 
 
 def _once_each(entries: list[tuple[Path, bool]]) -> list[tuple[Path, bool]]:
@@ -523,6 +548,30 @@ def _gather(
     queued = given.job_options if given is not None and given.launcher == "sbatch" else None
     paths, job, job_launch = job_of(paths, partitions or {}, system, queued)
     entries = _expand(paths, exclude, root) if paths or job is None else []
+    job_runs: tuple[Facts, ...] = ()
+    found_jobs = [p for p, named in entries if not named and p.suffix in JOB_FILE_SUFFIXES]
+    if found_jobs:  # each job script a folder holds is its own run: its launch, its partition, what it runs
+        job_runs = tuple(
+            gather(
+                [str(j)],
+                target,
+                None,
+                (),
+                stack_overrides,
+                facts_file,
+                environ,
+                system,
+                1,
+                exclude,
+                root,
+                partitions,
+                python,
+                keep_going=True,
+            )
+            for j in found_jobs
+        )
+        launched = {os.path.realpath(r.job.script) for r in job_runs if r.job is not None and r.job.script}
+        entries = [(p, n) for p, n in entries if p not in found_jobs and os.path.realpath(p) not in launched]
     if keep_going or len(entries) > 1:
         entries = [(p, False) for p, _ in entries]
     files = [p for p, _ in entries]
@@ -568,6 +617,16 @@ def _gather(
             scripts, verdicts, trains, stacks = _judge_all(
                 entries, args, jobs, script_env, _Finish(launch.unknowns, resolver), judge
             )
+    if len(scripts) > 1:  # a recipe a script reads is judged with that script, not again alone
+        driven = {c for s in scripts for c in s.configs_read}
+        keep = [not (is_config_path(Path(s.path)) and os.path.normpath(s.path) in driven) for s in scripts]
+        if not all(keep):
+            scripts = tuple(s for s, k in zip(scripts, keep, strict=True) if k)
+            trains = [t for t, k in zip(trains, keep, strict=True) if k]
+            verdicts = None if verdicts is None else tuple(v for v, k in zip(verdicts, keep, strict=True) if k)
+            files = [f for f, k in zip(files, keep, strict=True) if k]
+            if judge is not None:
+                stacks = [x for x, k in zip(stacks, keep, strict=True) if k]
     # nothing could be checked: the input was bad (exit 2), however many files it named, unless the run was asked to
     # go on (pre-commit staging only empty __init__.py files passes)
     if not keep_going and scripts and all(_not_checked(s) for s in scripts):
@@ -590,12 +649,14 @@ def _gather(
                 )
                 scripts, verdicts, stacks = scripts + more, verdicts + more_verdicts, stacks + more_stacks
     if resolver is None:  # the node's versions, not this laptop's
-        return Facts(scripts=scripts, machine=machine, launch=launch, stack=snapshot_stack, job=job), verdicts
+        return Facts(
+            scripts=scripts, machine=machine, launch=launch, stack=snapshot_stack, job=job, jobs=job_runs
+        ), verdicts
     if judge is None:
         scripts, stack = _stacks(scripts, files, resolver)
     else:  # the workers gave each script its stack
         stack = _run_stack(stacks, resolver)
-    return Facts(scripts=scripts, machine=machine, launch=launch, stack=stack, job=job), verdicts
+    return Facts(scripts=scripts, machine=machine, launch=launch, stack=stack, job=job, jobs=job_runs), verdicts
 
 
 def script_environment(machine: MachineFacts, environ: Mapping[str, str]) -> tuple[dict | None, str]:

@@ -976,4 +976,17 @@ def _probe_script(path: Path, script_args: tuple[str, ...], display: str | None,
         checkpoints=probe_checkpoints(path, calls),
         classes=classes,
         parsed=tuple(parsed),
+        configs_read=_configs_read(calls, files),
     )
+
+
+def _configs_read(calls: list[Call], files: list[str]) -> tuple[str, ...]:
+    """The config files the script's values were read from (`yaml.safe_load`, a parser's `--config`)."""
+    found = {
+        os.path.normpath(o.location.path)
+        for c in calls
+        for v in (*c.args, *c.kwargs.values())
+        for o in v.origins
+        if o.kind == "config-file" and o.location is not None
+    }
+    return tuple(sorted(found - {os.path.normpath(f) for f in files}))

@@ -91,12 +91,17 @@ def render(result: Result, facts: Facts, include_facts: bool = False) -> str:
             {"id": w.rule_id, "message": w.message, "path": w.path, "reason": w.reason} for w in result.withdrawn
         ],
         "summary": counts,
-        "files": {"checked": len(facts.scripts), "with_findings": len({f.path for f in result.findings if f.path})},
+        "files": {
+            "checked": len(facts.all_scripts) + len(facts.jobs),
+            "with_findings": len({f.path for f in result.findings if f.path}),
+        },
         "launch": launch_json(result, facts),
     }
     if include_facts:  # the engine judged every script here, keeping each one's setup
         doc["facts"] = facts.to_json()
-        doc["setups"] = {s.path: _to_jsonable(result.setups[s.path]) for s in facts.scripts}
+        doc["setups"] = {
+            s.path: _to_jsonable(result.setups[s.path]) for s in facts.all_scripts if s.path in result.setups
+        }
     return dumps(shown_data(doc), indent=2, default=_plain)
 
 

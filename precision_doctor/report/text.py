@@ -89,7 +89,7 @@ def _render(
     show_unknowns: bool | None = None,
 ) -> None:
     lines = SourceLines()
-    folder = len(facts.scripts) > 1
+    folder = len(facts.all_scripts) + len(facts.jobs) > 1
     if show_unknowns is None:
         show_unknowns = not folder
     if not quiet:
@@ -106,11 +106,12 @@ def _render(
             _machine(facts, out)
         for f in machine_findings:
             _finding(f, out, lines, fancy)
-    if facts.job is not None:
-        _job(facts, by_path.get(facts.job.path, []), out, lines, fancy, quiet)
+    for run in (facts, *facts.jobs):  # the job script, or each one a folder holds
+        if run.job is not None:
+            _job(run, by_path.get(run.job.path, []), out, lines, fancy, quiet)
     if facts.live is not None and (not quiet or facts.live.ended not in ("stopped", "steps done")):
         _live(facts.live, result, out)  # a run that never reached training is news even with --quiet
-    scripts = list(facts.scripts)
+    scripts = list(facts.all_scripts)
     if folder:  # the files with the worst findings first; the order of the walk among equals
         order = {s.path: i for i, s in enumerate(scripts)}
         scripts.sort(key=lambda s: (_worst(by_path.get(s.path, [])), -len(by_path.get(s.path, [])), order[s.path]))
@@ -152,12 +153,13 @@ def rule_counts(findings) -> list[tuple[str, int, str, str]]:
 
 
 def _summary(result: Result, facts: Facts, by_path: dict[str, list[Finding]], out) -> None:
-    not_checked = sum(1 for s in facts.scripts if any(u.what == NOT_CHECKED for u in s.unknowns))
-    with_findings = sum(1 for s in facts.scripts if by_path.get(s.path))
-    clean = len(facts.scripts) - with_findings - not_checked
+    scripts = facts.all_scripts
+    not_checked = sum(1 for s in scripts if any(u.what == NOT_CHECKED for u in s.unknowns))
+    with_findings = sum(1 for s in scripts if by_path.get(s.path))
+    clean = len(scripts) - with_findings - not_checked
     extra = f", {not_checked} not checked" if not_checked else ""
     out(
-        f"\n[bold]summary[/bold]  {len(facts.scripts)} files checked: {with_findings} with findings, {clean} with no "
+        f"\n[bold]summary[/bold]  {len(scripts)} files checked: {with_findings} with findings, {clean} with no "
         f"problems{extra}{'' if clean == 0 else ' (-v lists them)'}"
     )
     out(f"  findings  {_severity_counts(result.findings)}")
@@ -193,8 +195,9 @@ def _header(facts: Facts, out, result: Result | None = None) -> None:
     stack = ", ".join(facts.stack.get(n).describe() for n in _STACK_SHOWN if facts.stack.get(n).version)
     launch = launch_line(facts, result)
     out(
-        f"[bold]precision-doctor {__version__}[/bold] · {len(facts.scripts)} script"
-        f"{'s' if len(facts.scripts) != 1 else ''}"
+        f"[bold]precision-doctor {__version__}[/bold] · {len(facts.all_scripts)} script"
+        f"{'s' if len(facts.all_scripts) != 1 else ''}"
+        + (f", {len(facts.jobs)} job script{'s' if len(facts.jobs) != 1 else ''}" if facts.jobs else "")
     )
     out(f"machine: {markup(facts.machine.describe())}", soft_wrap=True)
     out(f"launch:  {markup(launch)}")
@@ -416,7 +419,7 @@ def _finding(f: Finding, out, lines: SourceLines, fancy: bool) -> None:
         )
         out(f"    [bold]fix[/bold]  {markup(f.fix.description)}  [{safety}]", soft_wrap=True)
         for edit in f.fix.edits:
-            out(f"         {markup(edit.describe())}", soft_wrap=True)
+            out(f"         {markup(PLACES.in_text(edit.describe()))}", soft_wrap=True)
         for cmd in f.fix.commands:
             out(f"         $ {markup(cmd)}", soft_wrap=True)
         for note in f.fix.notes:

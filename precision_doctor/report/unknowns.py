@@ -39,7 +39,7 @@ def unknown_entries(result: Result, facts: Facts, not_checked: bool = False) -> 
             derived_only.setdefault(_key(loc), (s.fact, s.reason, loc))
     seen: dict[tuple, UnknownEntry] = {}
     listed: set[tuple] = set()
-    for script in facts.scripts:
+    for script in facts.all_scripts:
         for u in script.unknowns:
             if (u.what == NOT_CHECKED and not not_checked) or (u.hardware and facts.machine.known):
                 continue

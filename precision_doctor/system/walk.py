@@ -41,7 +41,7 @@ MAX_IGNORE_BYTES = 1024 * 1024  # a .gitignore or info/exclude file
 
 @dataclass
 class Walk:
-    files: list[Path] = field(default_factory=list)  # .py entries that are not folders, in walk order
+    files: list[Path] = field(default_factory=list)  # entries with the suffixes asked for, in walk order
     unlisted: list[tuple[Path, str]] = field(default_factory=list)  # folders that could not be listed, and why
 
 
@@ -58,10 +58,10 @@ class _Rules:
         return self.spec.check_file(rel + "/" if is_dir else rel).include
 
 
-WALKED_SUFFIXES = (".py", ".ipynb")  # scripts and notebooks; recipes and job scripts are found by content
+CODE_SUFFIXES = (".py", ".ipynb")  # scripts and notebooks
 
 
-def python_files(folder: Path) -> Walk:
+def python_files(folder: Path, suffixes: tuple[str, ...] = CODE_SUFFIXES) -> Walk:
     """Every .py entry under `folder` (sorted, depth first) that git would list, skipping SKIP_DIRS, virtual
     environments and, outside a repository, hidden folders. Raises Unreadable when `folder` cannot be listed."""
     top = os.path.abspath(folder)
@@ -86,7 +86,7 @@ def python_files(folder: Path) -> Walk:
             is_dir = _is_real_dir(entry)
             if is_dir and _skipped_folder(entry, in_repo=bool(repo)):
                 continue
-            if not is_dir and not entry.name.endswith(WALKED_SUFFIXES):
+            if not is_dir and not entry.name.endswith(suffixes):
                 continue
             if _ignored(rules, entry.path, is_dir):
                 continue
