@@ -40,6 +40,15 @@ CONFIG_FROM_ROW = {
     "mistral": _llama_like,
     "qwen2": _llama_like,
     "qwen3": _llama_like,
+    "phi3": _llama_like,
+    "smollm3": _llama_like,
+    "olmo2": _llama_like,
+    "qwen3_moe": lambda r: {
+        **_llama_like(r),
+        "moe_intermediate_size": r["intermediate_size"],  # a MoE row's intermediate_size is one expert's width
+        "num_experts": r["experts"],
+        "num_experts_per_tok": r["experts_per_token"],
+    },
     "falcon": _falcon,
     "gpt2": lambda r: dict(n_embd=r["hidden_size"], n_layer=r["layers"], n_head=r["heads"], vocab_size=r["vocab_size"]),
     "opt": lambda r: dict(

@@ -51,6 +51,14 @@ def register(sub) -> None:
         help='the launch command, e.g. "accelerate launch --num_processes 2 --mixed_precision bf16"',
     )
     check.add_argument(
+        "--model-config",
+        action="append",
+        default=[],
+        metavar="[ID=]PATH",
+        help="the config.json (or its folder) of a model the job downloads, when it is not in the Hugging Face "
+        "cache here nor in the doctor's table; ID= names the model id it is for (repeatable)",
+    )
+    check.add_argument(
         "--python",
         metavar="PATH",
         help="the training environment's python (its installed versions are read, it is never run; "
@@ -144,10 +152,12 @@ def run_check(opts, script_args: tuple[str, ...]) -> int:
 
     from .. import engine
     from ..model.findings import SEVERITY_RANK
+    from ..probes.checkpoint import give_model_configs
     from ..probes.collect import gather_judged
 
     settings = settings_for(opts)
     root = os.path.dirname(settings.source) if settings.source else "."
+    give_model_configs(opts.model_config)
     # workers judge the scripts they probe, unless the report shows the facts the rules read or a live run
     # adds to them (then every script's facts come back whole and are judged here)
     judge_with = None if opts.live or opts.include_facts else (lambda run: engine.Judge(run, settings.policy))

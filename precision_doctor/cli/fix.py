@@ -37,6 +37,7 @@ def register(sub) -> None:
         ("--python", {"metavar": "PATH"}),
     ):
         fix.add_argument(flag, help="as for check", **kw)
+    fix.add_argument("--model-config", action="append", default=[], metavar="[ID=]PATH", help="as for check")
     fix.set_defaults(
         fail_on=None,
         jobs=1,
@@ -55,6 +56,7 @@ def run_fix_command(opts, script_args: tuple[str, ...]) -> int:
     import os
 
     from ..fix.session import run_engine_check, run_fix
+    from ..probes.checkpoint import give_model_configs
     from ..probes.collect import gather
 
     if opts.undo:
@@ -65,6 +67,7 @@ def run_fix_command(opts, script_args: tuple[str, ...]) -> int:
         raise InputError("fix: name the training scripts to fix (or --undo)")
     settings = settings_for(opts)
     root = os.path.dirname(settings.source) if settings.source else "."
+    give_model_configs(opts.model_config)
 
     def facts():
         return gather(

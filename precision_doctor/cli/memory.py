@@ -16,6 +16,9 @@ def register(sub) -> None:
     memory.add_argument("--target", metavar="NAME[:COUNT]", help="the GPU the job runs on, e.g. a100:4")
     memory.add_argument("--facts", metavar="FILE", help="a machine snapshot instead of this machine")
     memory.add_argument("--launcher", metavar="CMD", help="the launch command (processes per node)")
+    memory.add_argument(
+        "--model-config", action="append", default=[], metavar="[ID=]PATH", help="as for check: a model's config.json"
+    )
     memory.add_argument("--format", dest="fmt", choices=("text", "json"), default="text")
     memory.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
     memory.add_argument("--no-color", action="store_true", help="plain text even on a terminal")
@@ -23,9 +26,11 @@ def register(sub) -> None:
 
 def run_memory(opts, script_args: tuple[str, ...]) -> int:
     from ..derive import derive_memory
+    from ..probes.checkpoint import give_model_configs
     from ..probes.collect import gather
     from ..report.memory import render_json, render_text
 
+    give_model_configs(opts.model_config)
     facts = gather(
         opts.paths, target=opts.target, launcher=opts.launcher, script_args=script_args, facts_file=opts.facts, jobs=1
     )

@@ -323,6 +323,7 @@ _MODEL_SHAPE_KEYS = {
         "vocab_size",
         "tie_word_embeddings",
         "num_local_experts",
+        "moe_intermediate_size",
         "num_experts",
         "n_routed_experts",
         "num_experts_per_tok",

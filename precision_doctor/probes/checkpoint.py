@@ -18,6 +18,7 @@ from typing import Any
 
 from ..knowledge import dtypes
 from ..knowledge.families import ARCHITECTURE_SHAPES, attention_support, tied_by_default
+from ..model.errors import InputError
 from ..model.facts import KNOWN, Call, CheckpointFacts, CheckpointSource, model_source
 from ..model.redact import MODEL_CONFIG_KEYS, keep_read_keys
 from ..model.util import record
@@ -61,6 +62,11 @@ def checkpoint_facts(model_id: str, bases: tuple[Path, ...], environ: Mapping[st
     found = _from_cache(model_id, environ)
     if found is not None:
         return found
+    given = GIVEN_CONFIGS.get(model_id) or GIVEN_CONFIGS.get("")
+    if given is not None:
+        cfg = _read_json(given)
+        if cfg is not None:
+            return from_config(model_id, CheckpointSource.GIVEN, f"--model-config {given}", cfg)
     row = shipped_table().get(model_id) or shipped_table().get(model_id.lower())
     if row is not None:
         return _from_row(model_id, row)
@@ -68,8 +74,33 @@ def checkpoint_facts(model_id: str, bases: tuple[Path, ...], environ: Mapping[st
         model_id,
         CheckpointSource.UNKNOWN,
         "no config.json next to the script, not in the Hugging Face cache on this machine, not "
-        "in the doctor's table of popular checkpoints",
+        "in the doctor's table of popular checkpoints (give its config.json: --model-config ID=PATH)",
     )
+
+
+# `--model-config [ID=]PATH`: the config.json of a model the job downloads, by model id ("" for every model id
+# found nowhere else). Set once per run by the command line, before the scripts are probed.
+GIVEN_CONFIGS: dict[str, Path] = {}
+
+
+def give_model_configs(specs: list[str] | tuple[str, ...]) -> None:
+    """Read `--model-config` values; a path that is no model config.json is bad input."""
+    GIVEN_CONFIGS.clear()
+    for spec in specs:
+        model_id, _, raw = spec.partition("=") if "=" in spec else ("", "", spec)  # ids hold no `=`
+        path = Path(raw).expanduser()
+        path = path / "config.json" if path.is_dir() else path
+        try:
+            cfg = parse_json(read_text_bounded(path, what="model config"))
+        except Unreadable as exc:
+            raise InputError(
+                f"--model-config {spec}: {exc.reason}; give a model's config.json (or its folder)"
+            ) from None
+        except ValueError:
+            raise InputError(f"--model-config {spec}: not valid JSON; give a model's config.json") from None
+        if not isinstance(cfg, dict) or not ("model_type" in cfg or "architectures" in cfg):
+            raise InputError(f"--model-config {spec}: no model_type or architectures: not a model's config.json")
+        GIVEN_CONFIGS[model_id] = path
 
 
 def hub_cache_dir(environ: Mapping[str, str]) -> Path:
@@ -252,6 +283,9 @@ def from_config(
     if dims["kv_heads"] is None and dims["heads"]:
         multi_query = merged.get("multi_query") is True and not merged.get("new_decoder_architecture")
         dims["kv_heads"] = 1 if multi_query else dims["heads"]
+    expert_width = merged.get("moe_intermediate_size")
+    if dims["experts"] and isinstance(expert_width, int) and 0 < expert_width <= _LARGEST["intermediate_size"]:
+        dims["intermediate_size"] = expert_width  # Qwen-MoE, DeepSeek, OLMoE: each expert's own width
     if dims["intermediate_size"] is None and dims["hidden_size"]:
         dims["intermediate_size"] = 4 * dims["hidden_size"]  # GPT-2, BLOOM, Falcon: n_inner None means 4 * hidden
     tied = merged.get("tie_word_embeddings")
