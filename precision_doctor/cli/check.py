@@ -59,6 +59,12 @@ def register(sub) -> None:
         "cache here nor in the doctor's table; ID= names the model id it is for (repeatable)",
     )
     check.add_argument(
+        "--hub",
+        action="store_true",
+        help="fetch the config.json and safetensors index of a model found nowhere here nor in the doctor's table "
+        "from the Hugging Face Hub ($HF_ENDPOINT, $HF_TOKEN), kept for the next run; off by default: no network",
+    )
+    check.add_argument(
         "--python",
         metavar="PATH",
         help="the training environment's python (its installed versions are read, it is never run; "
@@ -157,7 +163,7 @@ def run_check(opts, script_args: tuple[str, ...]) -> int:
 
     settings = settings_for(opts)
     root = os.path.dirname(settings.source) if settings.source else "."
-    give_model_configs(opts.model_config)
+    give_model_configs(opts.model_config, hub=opts.hub)
     # workers judge the scripts they probe, unless the report shows the facts the rules read or a live run
     # adds to them (then every script's facts come back whole and are judged here)
     judge_with = None if opts.live or opts.include_facts else (lambda run: engine.Judge(run, settings.policy))

@@ -38,6 +38,7 @@ def register(sub) -> None:
     ):
         fix.add_argument(flag, help="as for check", **kw)
     fix.add_argument("--model-config", action="append", default=[], metavar="[ID=]PATH", help="as for check")
+    fix.add_argument("--hub", action="store_true", help="as for check")
     fix.set_defaults(
         fail_on=None,
         jobs=1,
@@ -67,7 +68,7 @@ def run_fix_command(opts, script_args: tuple[str, ...]) -> int:
         raise InputError("fix: name the training scripts to fix (or --undo)")
     settings = settings_for(opts)
     root = os.path.dirname(settings.source) if settings.source else "."
-    give_model_configs(opts.model_config)
+    give_model_configs(opts.model_config, hub=opts.hub)
 
     def facts():
         return gather(

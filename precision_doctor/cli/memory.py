@@ -19,6 +19,7 @@ def register(sub) -> None:
     memory.add_argument(
         "--model-config", action="append", default=[], metavar="[ID=]PATH", help="as for check: a model's config.json"
     )
+    memory.add_argument("--hub", action="store_true", help="as for check: fetch an unknown model's config")
     memory.add_argument("--format", dest="fmt", choices=("text", "json"), default="text")
     memory.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
     memory.add_argument("--no-color", action="store_true", help="plain text even on a terminal")
@@ -30,7 +31,7 @@ def run_memory(opts, script_args: tuple[str, ...]) -> int:
     from ..probes.collect import gather
     from ..report.memory import render_json, render_text
 
-    give_model_configs(opts.model_config)
+    give_model_configs(opts.model_config, hub=opts.hub)
     facts = gather(
         opts.paths, target=opts.target, launcher=opts.launcher, script_args=script_args, facts_file=opts.facts, jobs=1
     )

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,39 +21,16 @@ from pathlib import Path
 from ..model.errors import InputError
 from ..system import safe_io
 from ..system.safe_io import OwnFolder
+from ..system.state import APP, checked_state_home, state_home
 
-APP = "precision-doctor"
 UNDO = "undo"
 MANIFEST = "manifest.json"
 FILES = "files"
 _PROJECT_MARKERS = ("pyproject.toml", ".git")
 
 
-def state_home(environ: Mapping[str, str] | None = None) -> str:
-    """$XDG_STATE_HOME (when absolute, as the XDG spec asks), else ~/.local/state."""
-    environ = os.environ if environ is None else environ
-    xdg = environ.get("XDG_STATE_HOME", "")
-    return xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".local", "state")
-
-
 def undo_folder_path() -> str:
     return os.path.join(state_home(), APP, UNDO)
-
-
-def _checked_state_home() -> str:
-    """The state home, refused when it lies in a repository being checked or stood in (XDG_STATE_HOME=$PWD/.state):
-    undo data found there could have been written by whoever wrote the repository."""
-    from ..system.programs import inside, untrusted_repositories
-
-    home = state_home()
-    real = os.path.realpath(os.path.join(home, APP))
-    repository = next((r for r in untrusted_repositories() if inside(real, [r])), None)
-    if repository is not None:
-        raise InputError(
-            f"the doctor's state folder {os.path.join(home, APP)} is inside the repository {repository}: "
-            f"it keeps its state outside what it checks; set XDG_STATE_HOME to a folder outside it"
-        )
-    return home
 
 
 def project_root(path: Path) -> Path:
@@ -132,7 +108,7 @@ class Backup:
                 return
             run.remove(MANIFEST)
             run.remove(FILES, folder=True)
-        with OwnFolder.open(_checked_state_home(), (APP, UNDO), create=False) or _NullFolder(None) as runs:
+        with OwnFolder.open(checked_state_home(), (APP, UNDO), create=False) or _NullFolder(None) as runs:
             if runs is not None:
                 runs.remove(self.stamp, folder=True)
         self.manifest = {}
@@ -145,7 +121,7 @@ class Backup:
         return "precision-doctor fix --undo " + " ".join(shlex.quote(f) for f in self.folders())
 
     def _folder(self, create: bool) -> OwnFolder:
-        return _NullFolder.around(OwnFolder.open(_checked_state_home(), (APP, UNDO, self.stamp), create))
+        return _NullFolder.around(OwnFolder.open(checked_state_home(), (APP, UNDO, self.stamp), create))
 
 
 class _NullFolder:
@@ -201,7 +177,7 @@ def undo(targets: list[str], force: bool, say) -> int:
 
 
 def _open_run(stamp: str) -> OwnFolder:
-    run = OwnFolder.open(_checked_state_home(), (APP, UNDO, stamp), create=False)
+    run = OwnFolder.open(checked_state_home(), (APP, UNDO, stamp), create=False)
     if run is None:
         raise InputError(f"fix --undo: {os.path.join(undo_folder_path(), stamp)}: no such undo folder")
     return run
@@ -221,7 +197,7 @@ def _run_for(target: str) -> str:
     if not exists:
         raise InputError(f"fix --undo {shown}: no such file or folder; pass the folder `fix` printed")
     root = str(project_root(Path(os.path.realpath(path))))
-    with OwnFolder.open(_checked_state_home(), (APP, UNDO), create=False) or _NullFolder(None) as runs:
+    with OwnFolder.open(checked_state_home(), (APP, UNDO), create=False) or _NullFolder(None) as runs:
         stamps = runs.names() if runs is not None else []
     for stamp in sorted(stamps, reverse=True):
         if stamp.startswith("."):

@@ -180,6 +180,7 @@ class CheckpointSource(StrEnum):
     HF_CACHE = "hf-cache"  # the Hugging Face cache on this machine, read offline
     GIVEN = "given"  # a config.json the user named (--model-config) for a model the job downloads
     TABLE = "table"  # the table shipped with the doctor (precision_doctor/data/checkpoints.json)
+    HUB = "hub"  # fetched from the Hugging Face Hub with --hub (config.json and safetensors index only)
     UNKNOWN = "unknown"
 
 

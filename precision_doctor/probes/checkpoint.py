@@ -70,6 +70,21 @@ def checkpoint_facts(model_id: str, bases: tuple[Path, ...], environ: Mapping[st
     row = shipped_table().get(model_id) or shipped_table().get(model_id.lower())
     if row is not None:
         return _from_row(model_id, row)
+    if HUB[0] and not model_id.startswith((".", "/", "~")):
+        from .hub import fetch_model_files
+
+        fetched = fetch_model_files(model_id, environ)
+        if fetched.config is None:
+            return CheckpointFacts(model_id, CheckpointSource.UNKNOWN, fetched.reason)
+        index = fetched.index or {}
+        total = index.get("metadata", {}).get("total_size") if isinstance(index.get("metadata"), dict) else None
+        return from_config(
+            model_id,
+            CheckpointSource.HUB,
+            f"{fetched.url}, fetched with --hub",
+            fetched.config,
+            total if isinstance(total, int) and total > 0 else None,
+        )
     return CheckpointFacts(
         model_id,
         CheckpointSource.UNKNOWN,
@@ -81,11 +96,13 @@ def checkpoint_facts(model_id: str, bases: tuple[Path, ...], environ: Mapping[st
 # `--model-config [ID=]PATH`: the config.json of a model the job downloads, by model id ("" for every model id
 # found nowhere else). Set once per run by the command line, before the scripts are probed.
 GIVEN_CONFIGS: dict[str, Path] = {}
+HUB = [False]  # `--hub`: fetch the config of a model found nowhere else (hub.py)
 
 
-def give_model_configs(specs: list[str] | tuple[str, ...]) -> None:
-    """Read `--model-config` values; a path that is no model config.json is bad input."""
+def give_model_configs(specs: list[str] | tuple[str, ...], hub: bool = False) -> None:
+    """Read `--model-config` values (a path that is no model config.json is bad input) and `--hub`."""
     GIVEN_CONFIGS.clear()
+    HUB[0] = hub
     for spec in specs:
         model_id, _, raw = spec.partition("=") if "=" in spec else ("", "", spec)  # ids hold no `=`
         path = Path(raw).expanduser()
