@@ -158,7 +158,8 @@ def walk_py(folder: Path) -> list[str]:
             for d in dirs
             if d not in SKIP_DIRS and not d.startswith(".") and not (Path(here) / d / "pyvenv.cfg").exists()
         )
-        found += [_norm(os.path.relpath(Path(here) / f, folder)) for f in sorted(files) if f.endswith(".py")]
+        code = [f for f in sorted(files) if f.endswith((".py", ".ipynb"))]
+        found += [_norm(os.path.relpath(Path(here) / f, folder)) for f in code]
     return found
 
 

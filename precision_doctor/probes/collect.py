@@ -130,8 +130,8 @@ def _probe(path: Path, named: bool, args: tuple[str, ...], environ: tuple = (Non
     try:
         if not named and os.path.isdir(path) and not os.path.islink(path):  # a subfolder the walk could not list
             raise Unreadable(path, f"the folder cannot be listed ({_listing_problem(path)})")
-        if is_config_path(path):  # `check recipe.yaml`: the config as its tool runs it (a walk finds only .py)
-            return probe_config(path, _display(path))
+        if is_config_path(path):  # `check recipe.yaml`: the config as its tool runs it, launch-line settings over it
+            return probe_config(path, _display(path), args)
         return probe_script(path, args, display=_display(path), environ=environ)
     except InputError as exc:
         if named:

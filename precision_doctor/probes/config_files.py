@@ -39,6 +39,22 @@ class ConfigDoc:
     data: dict
     lines: dict[tuple, int] = field(default_factory=dict)  # ("optim", "lr") -> 12
     line_offset: int = 0  # a string inside a script: its first line's number in the script, minus one
+    given: dict[tuple, str] = field(default_factory=dict)  # key paths set on the launch line, and how they were
+
+    def overridden(self, values: dict[tuple, tuple[Any, str]]) -> ConfigDoc:
+        """The config with these key paths set from the command line ({("lr",): (1e-5, "lr=1e-5")}), as the
+        tool's CLI merges them over the file."""
+        import copy
+
+        data = copy.deepcopy(self.data)
+        for keys, (value, _) in values.items():
+            node = data
+            for k in keys[:-1]:
+                node = node.setdefault(k, {}) if isinstance(node.get(k), dict) or k not in node else {}
+            node[keys[-1]] = value
+        return ConfigDoc(
+            self.path, data, self.lines, self.line_offset, {**self.given, **{k: w for k, (_, w) in values.items()}}
+        )
 
     def has(self, *keys: str) -> bool:
         return self.get(*keys, default=_MISSING) is not _MISSING
@@ -59,6 +75,14 @@ class ConfigDoc:
         `recipe.yaml:12 bf16: true ← --config recipe.yaml`. `meaning`, when given, is what the written value
         stands for (`bf16: auto` -> False on this GPU)."""
         written = self.get(*keys)
+        if tuple(keys) in self.given:  # set on the launch line: no line of the file to point at (or to edit)
+            words = self.given[tuple(keys)]
+            return Value(
+                state=KNOWN,
+                value=written if meaning is None else meaning,
+                text=f"{keys[-1]}: {shown_value(redact_data(written) if secret_name(keys[-1]) else written)}",
+                origins=(Origin("script-arg", f"{words} on the command line"),),
+            )
         return config_value(self.location(*keys), keys[-1], written, written if meaning is None else meaning, via)
 
 

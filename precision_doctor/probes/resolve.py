@@ -14,6 +14,8 @@ from math import inf as _INF
 
 from ..model.facts import CONDITIONAL, DYNAMIC, KNOWN, Location, Origin, Predicate, TensorValue, Value
 from ..model.util import python_lines
+from .cli_functions import entry_of
+from .cli_functions import parameter as cli_parameter
 from .handlers import REGISTRY
 from .scopes import TOGETHER, Assignment, Scope, ScopeIndex, dotted
 from .symbols import (
@@ -424,7 +426,11 @@ class Resolver:
         return self._settled(key, ctx, lambda: self._passed(name, scope, ctx, depth))
 
     def _passed(self, name: str, scope: Scope, ctx: Context, depth: int) -> Sym:
-        """A parameter's value: what every call site passes, when they agree."""
+        """A parameter's value: what every call site passes, when they agree; for a function a command-line
+        library calls (click, typer, fire, jsonargparse), what it makes of the job's arguments."""
+        entry = entry_of(self, scope)
+        if entry is not None:
+            return cli_parameter(self, entry, name, scope, ctx, depth)
         position, default = scope.params[name]
         fname = scope.name.rsplit(".", 1)[-1]
         passed = []
@@ -517,8 +523,101 @@ class Resolver:
                     if name in other.assigns:
                         events = other.assigns[name]
                         return self._latest(events, len(events), other, (), ctx, depth, name)
+        if isinstance(node.value, ast.Name) and node.value.id in self.index.classes:  # `Config.model_name`
+            shadowed, _ = scope.before(node.value.id, getattr(node, "lineno", 10**9))
+            found = None if shadowed else self.class_attribute(node.value.id, node.attr, ctx, depth)
+            if found is not None:
+                return found
         base = self.sym(node.value, scope, ctx, depth)
         return self.member(base, node.attr, node, ctx, depth)
+
+    def class_attribute(
+        self,
+        class_name: str,
+        attr: str,
+        ctx: Context,
+        depth: int,
+        call: ast.Call | None = None,
+        call_scope: Scope | None = None,
+    ) -> Sym | None:
+        """An attribute of a class this file defines (or of its local bases), as the class sets it: a class-level
+        value or dataclass field default (`field(default=...)`), a dataclass field passed by position, or what
+        `__init__` assigns to `self.<attr>` from its parameters (the call's argument, else the default). None when
+        the class is not this file's or does not set it."""
+        cls = self.index.classes.get(class_name.rsplit(".", 1)[-1])
+        seen: set[str] = set()
+        fields: list[str] = []  # dataclass fields in order, bases first (for positional arguments)
+        chain = []
+        while cls is not None and cls.name not in seen and len(seen) < 16:
+            seen.add(cls.name)
+            chain.append(cls)
+            cls = next((self.index.classes.get(dotted(b)) for b in cls.bases if dotted(b) in self.index.classes), None)
+        for klass in reversed(chain):
+            fields.extend(
+                st.target.id for st in klass.body if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)
+            )
+        for klass in chain:
+            init = next((st for st in klass.body if isinstance(st, ast.FunctionDef) and st.name == "__init__"), None)
+            if init is not None:
+                found = self._set_by_init(init, attr, ctx, depth, call, call_scope)
+                if found is not None:
+                    return found
+            for st in klass.body:
+                if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and st.target.id == attr:
+                    if call is not None and attr in fields and fields.index(attr) < len(call.args) and init is None:
+                        return self.sym(call.args[fields.index(attr)], call_scope or self.index.module, ctx, depth)
+                    if st.value is None:
+                        return None
+                    return self._field_default(st.value, attr, ctx, depth)
+                if isinstance(st, ast.Assign) and any(isinstance(t, ast.Name) and t.id == attr for t in st.targets):
+                    return self.sym(st.value, self.index.module, ctx, depth)
+        return None
+
+    def _field_default(self, value: ast.AST, attr: str, ctx: Context, depth: int) -> Sym:
+        """A dataclass field's default: `= X`, `field(default=X)`; a default_factory is made at run time."""
+        if isinstance(value, ast.Call) and dotted(value.func).rsplit(".", 1)[-1] == "field":
+            for kw in value.keywords:
+                if kw.arg == "default":
+                    return self.sym(kw.value, self.index.module, ctx, depth)
+            return Dyn(f"{attr} is made by a default_factory when the class is built")
+        return self.sym(value, self.index.module, ctx, depth)
+
+    def _set_by_init(
+        self, init: ast.FunctionDef, attr: str, ctx: Context, depth: int, call: ast.Call | None, call_scope
+    ) -> Sym | None:
+        """What `__init__` assigns to self.<attr>: a parameter as the call passes it (else its default)."""
+        target = f"self.{attr}"
+        value = next(
+            (
+                st.value
+                for st in init.body
+                if isinstance(st, (ast.Assign, ast.AnnAssign))
+                and any(dotted(t) == target for t in (st.targets if isinstance(st, ast.Assign) else [st.target]))
+                and st.value is not None
+            ),
+            None,
+        )
+        if value is None:
+            return None
+        params = [a.arg for a in init.args.args]
+        if isinstance(value, ast.Name) and value.id in params:
+            if call is not None:
+                for kw in call.keywords:
+                    if kw.arg == value.id:
+                        return self.sym(kw.value, call_scope or self.index.module, ctx, depth)
+                position = params.index(value.id) - 1  # after self
+                if 0 <= position < len(call.args) and not isinstance(call.args[position], ast.Starred):
+                    return self.sym(call.args[position], call_scope or self.index.module, ctx, depth)
+                if any(kw.arg is None for kw in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
+                    return Dyn(f"{attr} may be passed to {init.name}() through *args or **kwargs")
+            defaults = init.args.defaults
+            index = params.index(value.id) - (len(params) - len(defaults))
+            if 0 <= index < len(defaults):
+                return self.sym(defaults[index], self.index.module, ctx, depth)
+            return Dyn(f"{attr} is a required argument of the class")
+        if isinstance(value, ast.Constant):
+            return self.sym(value, self.index.module, ctx, depth)
+        return None
 
     def member(self, base: Sym, attr: str, node: ast.AST, ctx: Context, depth: int) -> Sym:
         if isinstance(base, Namespace):
@@ -534,6 +633,9 @@ class Resolver:
                     inner = self.sym(kw.value, base.scope, ctx, depth)
                     if isinstance(inner, DictSym) and attr in inner.items:
                         return inner.items[attr]
+            found = self.class_attribute(base.callee, attr, ctx, depth, base.call, base.scope)
+            if found is not None:  # a config class of this file: its field's default, or what __init__ sets
+                return found
             return Dyn(f"{attr} is not passed to {base.callee}() and takes its default")
         if isinstance(base, DictSym) and attr in base.items:  # a loaded config read as `cfg.optim.lr` (OmegaConf)
             return base.items[attr]

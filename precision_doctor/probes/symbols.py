@@ -7,6 +7,7 @@ Known values carry where they came from; the rest say why they are not (yet) a v
 from __future__ import annotations
 
 import ast
+from typing import Any
 
 from ..model.facts import Location, Origin, Predicate
 
@@ -39,6 +40,9 @@ class Known(_Symbol):
     """A constant the script really writes (or a default, or a command-line argument)."""
 
     __slots__ = ("value", "origins", "location")
+    value: Any
+    origins: tuple[Origin, ...]
+    location: Location | None
 
     def __init__(self, value: object, origins: tuple[Origin, ...] = (), location: Location | None = None):
         _set(self, "value", value)
@@ -81,6 +85,8 @@ class DictSym(_Symbol):
     """A dict whose string keys are known; values are symbols."""
 
     __slots__ = ("items", "location")
+    items: dict[str, Any]
+    location: Location | None
 
     def __init__(self, items: dict[str, Sym], location: Location | None = None):
         _set(self, "items", items)

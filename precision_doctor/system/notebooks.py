@@ -40,11 +40,9 @@ def is_notebook(path: object) -> bool:
 
 def notebook_code(raw: str) -> NotebookCode:
     """The code cells of a notebook's JSON as one Python text."""
-    from .sources import parse_json
-
     try:
-        data = parse_json(raw)
-    except ValueError as exc:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # RecursionError: nesting deeper than the parser goes
         raise NotFound(f"not valid notebook JSON ({type(exc).__name__})") from None
     if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
         old = isinstance(data, dict) and "worksheets" in data

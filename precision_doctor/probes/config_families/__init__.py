@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from ...model.errors import InputError
 from ...model.facts import ScriptFacts
@@ -32,8 +33,10 @@ def family_of(doc: ConfigDoc) -> ModuleType | None:
     return next((family for family in FAMILIES if family.detects(doc)), None)
 
 
-def probe_config(path: Path, shown: str) -> ScriptFacts:
-    """A config's facts; InputError when it cannot be read or is no family the doctor knows."""
+def probe_config(path: Path, shown: str, args: tuple[str, ...] = ()) -> ScriptFacts:
+    """A config's facts; InputError when it cannot be read or is no family the doctor knows. `args`: the words
+    after it on the launch line, which its tool's CLI merges over it (`llamafactory-cli train x.yaml lr=1e-5`,
+    `axolotl train x.yml --micro-batch-size 2`)."""
     try:
         doc = read_config(path, shown)
     except Unreadable:
@@ -53,4 +56,43 @@ def probe_config(path: Path, shown: str) -> ScriptFacts:
             f"model_name_or_path with stage/finetuning_type; accelerate: compute_environment); "
             f"pass a training script or one of those configs"
         )
+    if args:
+        doc = doc.overridden(launch_overrides(args))
     return family.build(Builder(doc, family.NAME, family.VERSION, path))
+
+
+def launch_overrides(args: tuple[str, ...]) -> dict[tuple, tuple[Any, str]]:
+    """Settings on the launch line as a recipe's CLI reads them: `key=value` and `a.b=value` (LLaMA-Factory's
+    OmegaConf.from_cli), `--key value` / `--key=value` with dashes for underscores (Axolotl's options)."""
+    out: dict[tuple, tuple[Any, str]] = {}
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word.startswith("--") and len(word) > 2:
+            name, eq, raw = word[2:].partition("=")
+            if not eq and i + 1 < len(args) and not args[i + 1].startswith("--"):
+                raw, i = args[i + 1], i + 1
+                word = f"{word} {raw}"
+            elif not eq:
+                raw = "true"
+            out[(name.replace("-", "_"),)] = (_scalar(raw), word)
+        elif "=" in word and not word.startswith("-"):
+            key, _, raw = word.partition("=")
+            out[tuple(key.split("."))] = (_scalar(raw), word)
+        i += 1
+    return out
+
+
+def _scalar(raw: str) -> Any:
+    """A command-line value as YAML reads it: true/false, null, numbers (`2e-5`), else the text."""
+    lowered = raw.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("null", "none", "~"):
+        return None
+    for convert in (int, float):
+        try:
+            return convert(raw)
+        except ValueError:
+            pass
+    return raw

@@ -142,6 +142,21 @@ def _from_file(r, node, name: str, json_only: bool):
     return doc_symbol(doc, f"{r.path}:{node.lineno} {r.text(node.func)}(...)")
 
 
+def load_config_file(r, path: Path, via: str) -> DictSym | Dyn:
+    """A YAML/JSON file at a known path (Hydra's configs) as the resolver's dict, read once per script."""
+    key = ("config-file", str(path))
+    doc = r.memo.get(key)
+    if doc is None:
+        try:
+            doc = parse_config(read_text_bounded(path), display(path))
+        except Unreadable as exc:
+            return Dyn(f"{display(path)}: {exc.reason}")
+        except ConfigError as exc:
+            return Dyn(f"{display(path)}: {exc}")
+        r.memo[key] = doc
+    return doc_symbol(doc, via)
+
+
 def doc_symbol(doc: ConfigDoc, via: str) -> DictSym:
     """A loaded config as the resolver's dict, each value known with the line that writes it."""
     return _mapping(doc, doc.data, (), via)
