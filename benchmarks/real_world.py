@@ -45,7 +45,7 @@ def doctor_env() -> dict[str, str]:
     return env
 
 
-def run_check(paths: list[str], cwd: Path, target: str | None, jobs: int | None) -> dict:
+def run_check(paths: list[str], cwd: Path, target: str | None, jobs: int | None, facts: bool = False) -> dict:
     """One `check` run: its parsed report, exit code, wall seconds, and the error line when it gave no report."""
     cmd = [
         sys.executable,
@@ -61,6 +61,8 @@ def run_check(paths: list[str], cwd: Path, target: str | None, jobs: int | None)
     ]
     if target:
         cmd += ["--target", target]
+    if facts:  # the folder run: the files it checked and the stack it judged by
+        cmd += ["--include-facts"]
     if jobs:
         cmd += ["--jobs", str(jobs)]
     start = time.perf_counter()
@@ -220,7 +222,7 @@ def compare(folder_findings: dict[str, list[dict]], single: dict[str, dict]) -> 
 
 
 def gather(folder: Path, target: str | None, jobs: int | None, limit: int | None) -> dict:
-    folder_run = run_check(["."], folder, target, jobs)
+    folder_run = run_check(["."], folder, target, jobs, facts=True)
     report = folder_run["report"]
     files = checked_files(report) or walk_py(folder)
     files = sorted(dict.fromkeys(files))

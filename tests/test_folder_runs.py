@@ -90,3 +90,30 @@ def test_a_job_script_in_a_folder_is_its_own_run(tmp_path, monkeypatch):
     assert "PD302" in by_path["train.py"]  # device_map="auto" under the job's DDP ranks, judged once
     assert len([f for f in result.findings if f.rule_id == "PD302"]) == 1
     assert "PD302" not in by_path.get("other.py", set())  # the script no job launches: one process
+
+
+def test_recipes_of_a_format_the_doctor_does_not_model_are_listed_not_hidden(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(TRAINER.format(dm=""))
+    (tmp_path / "v1.yaml").write_text("model: Qwen/Qwen3-0.6B\nmodel_class: llm\ntrainer: {}\n")
+    _, facts, report = check(tmp_path)
+    reasons = {Path(u["path"]).name: u["reason"] for u in report["unknowns"] if u["what"] == "not checked"}
+    assert "LLaMA-Factory v1" in reasons["v1.yaml"]
+
+
+TRL_RECIPE = (
+    "model_name_or_path: Qwen/Qwen2.5-0.5B\ntorch_dtype: bfloat16\nattn_implementation: flash_attention_2\n"
+    "dataset_name: trl-lib/Capybara\nbf16: true\nper_device_train_batch_size: 2\noutput_dir: out\n"
+)
+
+
+def test_trl_recipes_are_checked_as_trls_script_reads_them(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "sft.yaml").write_text(TRL_RECIPE)
+    result, facts, _ = check(tmp_path, target="t4")
+    assert checked(facts) == {"sft.yaml"}
+    found = {f.rule_id for f in result.findings}
+    assert "PD106" in found  # FlashAttention-2 needs Ampere: a T4 refuses it
+    result, _, _ = check(tmp_path, target="a100")
+    assert not {f.rule_id for f in result.findings if f.severity == "error"}

@@ -344,3 +344,37 @@ def test_unsloth_full_finetuning_in_fp16_trains_float32_weights(tmp_path):
     assert "PD201" not in fired(full)
     plain, _ = check_code(tmp_path, UNSLOTH_FULL.format(extra="load_in_4bit=False, dtype=torch.float16"), target="t4")
     assert "PD201" in fired(plain)
+
+
+UNSLOTH_SFT = (
+    "{imports}from trl import SFTConfig, SFTTrainer\n"
+    "from transformers import AutoModelForCausalLM\n"
+    "model = AutoModelForCausalLM.from_pretrained('gpt2')\n"
+    "SFTTrainer(model=model, args=SFTConfig(output_dir='out'), max_seq_length=2048, train_dataset=None).train()\n"
+)
+
+
+def test_trl_keywords_under_unsloth_are_warnings_not_errors(run_check):
+    """Unsloth rebuilds TRL's trainers and configs at import (unsloth/models/rl.py) and its notebooks pass
+    `max_seq_length=` to SFTTrainer on TRL releases that dropped it: without Unsloth that is a TypeError."""
+    plain, _ = run_check(UNSLOTH_SFT.format(imports=""), versions={"trl": "0.22.2"})
+    assert [f.severity for f in plain.findings if f.rule_id == "PD217"] == ["error"]
+    patched, _ = run_check(UNSLOTH_SFT.format(imports="import unsloth\n"), versions={"trl": "0.22.2"})
+    found = [f for f in patched.findings if f.rule_id == "PD217"]
+    assert found and all(f.severity == "warning" for f in found) and "Unsloth" in found[0].message
+
+
+GRPO_LORA = (
+    "from peft import LoraConfig, get_peft_model\nfrom transformers import AutoModelForCausalLM\n"
+    "from trl import GRPOConfig, GRPOTrainer\n"
+    "model = get_peft_model(AutoModelForCausalLM.from_pretrained('gpt2'), LoraConfig(r=16))\n"
+    "GRPOTrainer(model=model, reward_funcs=[len], args=GRPOConfig(output_dir='out', bf16=True)).train()\n"
+)
+
+
+@pytest.mark.parametrize("trl,fires", [("0.14.0", False), ("0.22.0", True)])
+def test_trl_turns_gradient_checkpointing_on_from_0_22(run_check, trl, fires):
+    """TRL's configs default gradient_checkpointing to True from 0.22.0 (sft_config.py, grpo_config.py); on
+    transformers 4.x that is the reentrant form, which finds no input requiring grad on a frozen base."""
+    result, _ = run_check(GRPO_LORA, target="a100", versions={"trl": trl, "transformers": "4.56.2"})
+    assert ("PD403" in {f.rule_id for f in result.findings}) is fires

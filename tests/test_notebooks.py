@@ -149,3 +149,50 @@ def test_a_notebook_that_cannot_be_read_is_not_checked_with_its_reason(tmp_path)
     assert reasons["train.ipynb"] == []
     with pytest.raises(InputError, match="not valid notebook JSON"):
         check([tmp_path / "broken.ipynb"])
+
+
+def test_shell_lines_continued_on_indented_lines_are_skipped(tmp_path):
+    nb = json.loads(notebook("float16"))
+    nb["cells"][1]["source"] = [
+        "!torchrun --nproc_per_node 2 train.py \\\n",
+        "    --lr 1e-4 \\\n",
+        "    --bf16\n",
+    ] + SETUP
+    path = tmp_path / "train.ipynb"
+    path.write_text(json.dumps(nb))
+    result, facts = check([path])
+    assert "PD201" in {f.rule_id for f in result.findings}  # read, not refused for the continuation's indent
+    assert any(u.reason.startswith("7 IPython line(s)") for u in facts.scripts[0].unknowns)
+
+
+def test_a_syntax_error_names_its_cell(tmp_path):
+    nb = json.loads(notebook("float16"))
+    nb["cells"][5]["source"] = ["args = TrainingArguments(output_dir='out' fp16=True)\n"]
+    path = tmp_path / "train.ipynb"
+    path.write_text(json.dumps(nb))
+    with pytest.raises(InputError, match=r"train\.ipynb:cell 6:1:\d+: syntax error"):
+        check([path])
+
+
+PINNED = [
+    "from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments\n",
+    "tok = AutoTokenizer.from_pretrained('gpt2')\n",
+    "model = AutoModelForCausalLM.from_pretrained('gpt2')\n",
+    "Trainer(model=model, args=TrainingArguments('out'), tokenizer=tok).train()",
+]
+
+
+@pytest.mark.parametrize("install,fires", [("transformers==4.11.3", False), ("-U transformers", True)])
+def test_a_notebooks_own_pip_pins_are_the_versions_it_runs(tmp_path, install, fires):
+    cells = [
+        {"cell_type": "code", "metadata": {}, "outputs": [], "source": [f"!pip install -q {install} datasets\n"]},
+        {"cell_type": "code", "metadata": {}, "outputs": [], "source": PINNED},
+    ]
+    path = tmp_path / "train.ipynb"
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    facts = gather([str(path)], target="t4", **machine_probes())  # the environment's versions, then the pins
+    result = engine.run(facts)
+    # Trainer(tokenizer=) is gone in transformers 5; 4.11.3, which the notebook installs, has it
+    assert ("PD216" in {f.rule_id for f in result.findings}) is fires
+    if not fires:
+        assert facts.scripts[0].stack.get("transformers").version == "4.11.3"

@@ -112,6 +112,9 @@ def _trainer_wrap(setup: Setup, visible_gpus: int, exempt_4bit: bool) -> str:
     return "DataParallel"
 
 
+# TRL's configs (SFT, DPO, GRPO, KTO) turn gradient checkpointing on by default from 0.22.0 (sft_config.py:111
+# `gradient_checkpointing: bool = field(default=True, ...)`); before, TrainingArguments' False
+TRL_CHECKPOINTING_DEFAULT = "0.22"
 # TRL's configs default gradient_checkpointing_kwargs to use_reentrant=False from 0.27.0 (sft_config.py:287; from
 # 0.28 in the trainers, 1.16 sft_trainer.py:1079-1081), where transformers (before 5.0) would choose True.
 TRL_NON_REENTRANT = "0.27"
@@ -125,7 +128,7 @@ def _checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, sta
     args = setup.training_args
     if args is not None:
         gc = decide(_either(args, "activation_checkpointing", "gradient_checkpointing"), machine, stack)
-        trl_default = setup.trl and gc.state == ABSENT
+        trl_default = setup.trl and gc.state == ABSENT and at_least(stack, "trl", TRL_CHECKPOINTING_DEFAULT)
         if gc.is_(True) or trl_default:
             on = by_args = True
             evidence.append(

@@ -172,6 +172,8 @@ RECIPE_CLIS = {
         "llamafactory-cli", "torchrun", processes_env="NPROC_PER_NODE", port_source="a free port"
     ),
     "axolotl": RecipeCli("axolotl", "accelerate launch"),
+    # `trl sft --config x.yaml` (trl cli/accelerate_launcher.py); not "trl", which every TRL script imports
+    "trl recipe": RecipeCli("trl", "accelerate launch"),
 }
 
 

@@ -81,6 +81,8 @@ def _expand(paths: list[str], exclude: tuple[str, ...] = (), root: str = ".") ->
 JOB_FILE_SUFFIXES = (".sbatch", ".slurm")
 FOLDER_SUFFIXES = (*CODE_SUFFIXES, *CONFIG_SUFFIXES, *JOB_FILE_SUFFIXES)
 MAX_RECIPE_BYTES = 512 * 1024  # a recipe is a page of settings; larger YAML/JSON is data
+# a key every recipe family the doctor knows writes (its detection reads more), LLaMA-Factory v1's included
+RECIPE_KEYS = ("base_model", "model_name_or_path", "compute_environment", "distributed_type", "model_class")
 
 
 def checked_in_folder(path: Path) -> bool:
@@ -91,9 +93,13 @@ def checked_in_folder(path: Path) -> bool:
     try:
         if os.path.getsize(path) > MAX_RECIPE_BYTES:
             return False
+        text = read_text_bounded(path, MAX_RECIPE_BYTES, what="recipe", errors="replace")
         if not is_config_path(path):
-            return "#SBATCH" in read_text_bounded(path, MAX_RECIPE_BYTES, what="job script", errors="replace")
-        return family_of(read_config(path, str(path))) is not None
+            return "#SBATCH" in text
+        if not any(key in text for key in RECIPE_KEYS):  # most YAML/JSON of a repository: not parsed at all
+            return False
+        doc = read_config(path, str(path))
+        return family_of(doc) is not None or (doc.has("model") and doc.has("model_class"))  # v1: "not checked"
     except (OSError, InputError, ConfigError):
         return False
 

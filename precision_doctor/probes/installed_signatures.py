@@ -49,9 +49,14 @@ def with_installed_signatures(
     out = []
     for script in scripts:
         wanted = wanted_ids(script)
+        # only the libraries the script runs at their installed release (a notebook's own `pip install` may pin
+        # another: its table signatures at that release judge it)
+        here = (
+            {n: v for n, v in installed.items() if script.stack.get(n).version == v} if script.stack is not None else {}
+        )
         found = (
-            installed_signatures(site_dirs, tuple(sorted(installed.items())), frozenset(wanted))
-            if wanted and script.stack is not None
+            installed_signatures(site_dirs, tuple(sorted(here.items())), frozenset(wanted))
+            if wanted and script.stack is not None and here
             else {}
         )
         out.append(replace(script, stack=replace(script.stack, signatures=found)) if found else script)

@@ -37,7 +37,7 @@ from ..model.facts import (
 from ..model.python_source import no_source_warnings
 from ..model.redact import MODEL_CONFIG_KEYS, keep_read_keys
 from ..model.util import unique
-from ..system.notebooks import is_notebook
+from ..system.notebooks import cell_line, is_notebook
 from ..system.sources import (
     Unreadable,
     is_regular_file,
@@ -117,7 +117,9 @@ def parse(path: Path, text: str) -> ast.Module:
         with no_source_warnings():
             return ast.parse(text, filename=str(path))
     except SyntaxError as exc:
-        where = f"{path}:{exc.lineno or 0}:{exc.offset or 0}"
+        cell = cell_line(text, exc.lineno or 0) if is_notebook(path) else None
+        line = f"cell {cell[0]}:{cell[1]}" if cell else str(exc.lineno or 0)
+        where = f"{path}:{line}:{exc.offset or 0}"
         raise InputError(f"{where}: syntax error: {exc.msg}; the doctor reads scripts Python can parse") from None
     except (RecursionError, MemoryError) as exc:  # CPython's parser gives up on ~3,000 levels of nesting
         raise InputError(

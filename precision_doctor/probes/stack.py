@@ -18,8 +18,9 @@ from pathlib import Path
 from ..knowledge.versions import CURRENT, TRAINER_SKIPS_DP_FOR_4BIT
 from ..model.facts import LibraryBehaviour, PackageVersion, StackFacts, VersionSource
 from ..model.util import record
+from ..system.notebooks import is_notebook
 from ..system.sources import Unreadable, is_regular_file, read_prefix, read_text_bounded
-from .versions import TRACKED, canonical_name, declared_for
+from .versions import TRACKED, canonical_name, declared_for, notebook_requirements
 
 _ML_STACK = ("torch", "transformers")  # an environment without either is not where training runs
 
@@ -229,15 +230,20 @@ class StackResolver:
             # only what neither --stack nor the environment decides is read from the project's files
             wanted = () if self.overrides else tuple(n for n in TRACKED if n not in self.installed)
             found = self._by_folder[folder] = self._stack(declared_for(script, wanted))
+        if is_notebook(script) and not self.overrides:  # what its own `!pip install` lines install
+            pins = notebook_requirements(Path(script))
+            pinned = {n for n, d in pins.items() if d.spec}  # `pip install x` keeps an installed x
+            if pins:
+                return self._stack({**declared_for(script, TRACKED), **pins}, over_installed=pinned)
         return found
 
-    def _stack(self, declared: dict) -> StackFacts:
+    def _stack(self, declared: dict, over_installed: set[str] | frozenset[str] = frozenset()) -> StackFacts:
         packages: dict[str, PackageVersion] = {}
         where = self.environment.folder if self.environment else ""
         for name in TRACKED:
             if name in self.overrides:
                 packages[name] = PackageVersion(name, self.overrides[name], VersionSource.GIVEN)
-            elif name in self.installed:
+            elif name in self.installed and name not in over_installed:
                 packages[name] = PackageVersion(name, self.installed[name], VersionSource.INSTALLED, origin=where)
             elif name in declared:
                 decl = declared[name]

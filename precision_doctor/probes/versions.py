@@ -174,6 +174,64 @@ def _parse(text: str, file: str) -> Declared | None:
     return Declared(canonical_name(req.name), str(req.specifier), file)
 
 
+_PIP_VALUE_OPTIONS = {
+    "-r",
+    "--requirement",
+    "-c",
+    "--constraint",
+    "-i",
+    "--index-url",
+    "--extra-index-url",
+    "-f",
+    "--find-links",
+    "-t",
+    "--target",
+    "--prefix",
+    "--root",
+    "-e",
+    "--editable",
+    "--python",
+    "-p",
+}
+
+
+def notebook_requirements(path: Path, names: tuple[str, ...] = TRACKED) -> dict[str, Declared]:
+    """What a notebook's own `!pip install` / `%pip install` lines install (`transformers==4.11.3`,
+    `"trl<0.9"`): the versions it runs with, whatever the machine it is checked on has."""
+    from ..system.sources import read_notebook
+
+    try:
+        lines = read_notebook(path).magics
+    except (Unreadable, OSError):
+        return {}
+    found: dict[str, Declared] = {}
+    where = f"{path.name} (pip install)"
+    for line in lines:
+        words = re.findall(r"\"[^\"]*\"|'[^']*'|\S+", line.strip().lstrip("!%"))
+        words = [w.strip("\"'") for w in words]
+        if "install" not in words or not any(w in ("pip", "pip3", "uv") or w.endswith("/pip") for w in words):
+            continue
+        skip = False
+        for word in words[words.index("install") + 1 :]:
+            if skip:
+                skip = False
+                continue
+            if word in _PIP_VALUE_OPTIONS:
+                skip = True
+                continue
+            if word.startswith("-") or word in ("&&", ";", "|"):
+                if word in ("&&", ";", "|"):
+                    break
+                continue
+            named = _NAME.match(word)
+            if named is None or canonical_name(named.group(1)) not in names:
+                continue
+            decl = _parse(word, where)
+            if decl is not None:
+                found[decl.name] = decl  # a later install wins
+    return found
+
+
 MAX_REQUIREMENT_LINE = 8 * 1024
 
 

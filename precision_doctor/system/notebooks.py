@@ -59,11 +59,14 @@ def notebook_code(raw: str) -> NotebookCode:
         out.append(f"# %% [cell {number}]\n")
         lines = _source(cell.get("source")).splitlines()
         whole = bool(lines) and lines[0].lstrip().startswith("%%")  # a cell magic: the cell is not Python
+        continuing, indent = False, ""  # a `!cmd \\` line goes on in the next line, whatever its indent
         for line in lines:
-            if whole or _MAGIC.search(line):
-                indent = "" if whole else line[: len(line) - len(line.lstrip())]
+            if whole or continuing or _MAGIC.search(line):
+                if not continuing:
+                    indent = "" if whole else line[: len(line) - len(line.lstrip())]
                 out.append(f"{indent}pass  # notebook line {len(magics)}\n")
                 magics.append(line)
+                continuing = not whole and line.rstrip().endswith("\\")
             else:
                 out.append(line + "\n")
     return NotebookCode("".join(out), tuple(magics))

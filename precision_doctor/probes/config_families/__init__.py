@@ -18,10 +18,10 @@ from ...model.errors import InputError
 from ...model.facts import ScriptFacts
 from ...system.sources import Unreadable
 from ..config_files import ConfigDoc, ConfigError, read_config
-from . import accelerate, axolotl, llamafactory
+from . import accelerate, axolotl, llamafactory, trl
 from ._builder import Builder
 
-FAMILIES: tuple[ModuleType, ...] = (axolotl, llamafactory, accelerate)  # the first whose keys match
+FAMILIES: tuple[ModuleType, ...] = (axolotl, llamafactory, trl, accelerate)  # the first whose keys match
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
 
 
@@ -42,7 +42,7 @@ def probe_config(path: Path, shown: str, args: tuple[str, ...] = ()) -> ScriptFa
     except Unreadable:
         raise
     except ConfigError as exc:
-        raise InputError(f"{shown}: {exc}; pass an Axolotl, LLaMA-Factory or accelerate config") from None
+        raise InputError(f"{shown}: {exc}; pass an Axolotl, LLaMA-Factory, TRL or accelerate config") from None
     family = family_of(doc)
     if family is None and doc.has("model") and doc.has("model_class"):
         raise InputError(
@@ -53,7 +53,8 @@ def probe_config(path: Path, shown: str, args: tuple[str, ...] = ()) -> ScriptFa
     if family is None:
         raise InputError(
             f"{shown}: not a config the doctor recognises (Axolotl: base_model; LLaMA-Factory: "
-            f"model_name_or_path with stage/finetuning_type; accelerate: compute_environment); "
+            f"model_name_or_path with stage/finetuning_type; TRL: model_name_or_path with dataset_name; "
+            f"accelerate: compute_environment); "
             f"pass a training script or one of those configs"
         )
     if args:

@@ -60,7 +60,8 @@ def _judge_call(call: Call, script: ScriptFacts, stack: StackFacts):
     loader = cid == LOADER
     known_to_loader = set(table()["classes"][LOADER]["names"]) if loader else set()
     shown = call.callee.rsplit(".", 1)[-1] if not loader else "from_pretrained"
-    unsloth_trainer = call.kind == "trainer" and cid.startswith("trl") and _imports_unsloth(script)
+    unsloth_trl = cid.startswith("trl") and _imports_unsloth(script)
+    unsloth_trainer = call.kind == "trainer" and unsloth_trl
     for name, value in call.kwargs.items():
         if (
             name == "**"
@@ -74,6 +75,9 @@ def _judge_call(call: Call, script: ScriptFacts, stack: StackFacts):
         if loader and name not in known_to_loader:
             continue  # any other keyword may be an attribute of the model's config: not judged
         severity, doubt = _verdict(cid, name, got, script, stack)
+        if unsloth_trl:  # Unsloth's rebuilt TRL trainers and configs add keywords of their own (vllm_sampling_params,
+            # max_seq_length kept for old notebooks): what TRL's release lacks may still be taken
+            severity, doubt = "warning", "Unsloth rebuilds TRL's trainers and configs, which may accept it"
         how = _versions(_packages(got), stack, doubt)
         ignored = got.open == "ignores"
         new, history, same = _successor(cid, name, got, script, stack)
@@ -101,8 +105,9 @@ def _judge_call(call: Call, script: ScriptFacts, stack: StackFacts):
 
 
 def _imports_unsloth(script: ScriptFacts) -> bool:
-    """Unsloth patches every TRL trainer when imported (`unsloth/models/rl.py` PatchFastRL, run by
-    `unsloth/models/llama.py` at import): the rebuilt `__init__` takes `tokenizer=` again."""
+    """Unsloth patches every TRL trainer and config when imported (`unsloth/models/rl.py` PatchFastRL, run by
+    `unsloth/models/llama.py` at import): the rebuilt `__init__` takes `tokenizer=` again, and its configs add
+    fields of Unsloth's own."""
     return any(m == "unsloth" or m.startswith("unsloth.") for m in script.imports)
 
 

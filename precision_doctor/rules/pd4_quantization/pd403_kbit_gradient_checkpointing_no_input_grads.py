@@ -49,6 +49,14 @@ from ._quantization import qlora
     ],
     silent=[
         Example(qlora(prep=True, args=", gradient_checkpointing=True"), versions={"transformers": "4.57.1"}),
+        Example(
+            "from unsloth import FastLanguageModel\nfrom trl import SFTConfig, SFTTrainer\n"
+            "model, tok = FastLanguageModel.from_pretrained('unsloth/llama-3-8b-bnb-4bit', load_in_4bit=True)\n"
+            "model = FastLanguageModel.get_peft_model(model, r=16, use_gradient_checkpointing='unsloth')\n"
+            "SFTTrainer(model=model, args=SFTConfig(output_dir='out'), train_dataset=None).train()\n",
+            versions={"transformers": "4.57.1"},
+            note="Unsloth's get_peft_model prepares the model itself",
+        ),
         Example(qlora(prep=False, args=", gradient_checkpointing=True")),
         Example(
             qlora(
@@ -64,6 +72,8 @@ def kbit_gradient_checkpointing_no_input_grads(
 
     if not setup.peft.value or setup.peft.call is None or setup.peft.call.kind != "get_peft_model":
         return
+    if setup.peft.call.callee.startswith("unsloth."):
+        return  # Unsloth's get_peft_model prepares the model for training itself (input grads, its checkpointing)
     if at_least(stack, "transformers", "5.0") or script.of("prepare_kbit", "input_grads"):
         return
     gc = setup.placement.checkpointing
