@@ -100,6 +100,37 @@ def weights_dtype(name: str, because: Value) -> Value:
     return replace(because, value=f"torch.{name}", origins=origins)
 
 
+def model_load(
+    b: Builder, weights: Value, quantized: tuple[str, Value, Location] | None = None, extra: dict | None = None
+) -> Call:
+    """The model load a recipe's tool makes from `model_name_or_path`: in `weights`' dtype, through a
+    BitsAndBytesConfig (`load_in_4bit`/`load_in_8bit`: (flag, its value, where it is set), the load dtype as the
+    compute dtype) when quantized."""
+    kwargs: dict[str, Value] = {"dtype": weights, **(extra or {})}
+    refs = {}
+    if quantized is not None:
+        flag, value, where = quantized
+        bnb = b.add(
+            CallKind.BNB_CONFIG,
+            "transformers.BitsAndBytesConfig",
+            where,
+            kwargs={flag: value, "bnb_4bit_compute_dtype": weights},
+            target="bnb_config",
+        )
+        refs["quantization_config"] = bnb.key
+        key = value.text.split(":", 1)[0]  # the recipe's own key: `quantization_bit`, `load_in_4bit`
+        kwargs["quantization_config"] = Value(state=KNOWN, value="BitsAndBytesConfig", text=key)
+    return b.add(
+        CallKind.MODEL_LOAD,
+        "transformers.AutoModelForCausalLM.from_pretrained",
+        b.doc.location("model_name_or_path"),
+        kwargs=kwargs,
+        args=(b.written("model_name_or_path"),),
+        refs=refs,
+        target="model",
+    )
+
+
 def trained_model(b: Builder, load: Call, adapter: str, adapter_kwargs: dict[str, Value]) -> Call:
     if adapter in ("lora", "qlora", "oft"):
         return b.add(

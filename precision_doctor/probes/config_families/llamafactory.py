@@ -9,9 +9,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from ...model.call_kinds import CallKind
-from ...model.facts import KNOWN, ScriptFacts, Value
+from ...model.facts import ScriptFacts
 from ..config_files import ConfigDoc
-from ._builder import Builder, trained_model, weights_dtype
+from ._builder import Builder, model_load, trained_model, weights_dtype
 
 NAME = "LLaMA-Factory"
 VERSION = "0.9.6.dev0"
@@ -32,28 +32,9 @@ def build(b: Builder) -> ScriptFacts:
         weights = weights_dtype("float16", fp16)
     else:  # infer_optim_dtype: the checkpoint's dtype where the GPU supports it
         weights = replace(b.default("infer_dtype", "auto"), value="auto")
-    load_kwargs = {"dtype": weights}
-    refs = {}
-    if quant_bits in (4, 8):
-        flag = f"load_in_{quant_bits}bit"
-        bnb = b.add(
-            CallKind.BNB_CONFIG,
-            "transformers.BitsAndBytesConfig",
-            doc.location("quantization_bit"),
-            kwargs={flag: b.written("quantization_bit", meaning=True), "bnb_4bit_compute_dtype": weights},
-            target="bnb_config",
-        )
-        refs["quantization_config"] = bnb.key
-        load_kwargs["quantization_config"] = Value(state=KNOWN, value="BitsAndBytesConfig", text="quantization_bit")
-    load = b.add(
-        CallKind.MODEL_LOAD,
-        "transformers.AutoModelForCausalLM.from_pretrained",
-        doc.location("model_name_or_path"),
-        kwargs=load_kwargs,
-        args=(b.written("model_name_or_path"),),
-        refs=refs,
-        target="model",
-    )
+    bits = f"load_in_{quant_bits}bit" if quant_bits in (4, 8) else ""
+    quantized = (bits, b.written("quantization_bit", meaning=True), doc.location("quantization_bit")) if bits else None
+    load = model_load(b, weights, quantized)
     zero3 = _zero3(doc)
     upcast = not pure_bf16.value and not doc.get("use_badam") and not (quant_bits is None and zero3)
     upcast_note = b.default(

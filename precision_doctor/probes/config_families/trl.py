@@ -14,7 +14,7 @@ from dataclasses import replace
 from ...model.call_kinds import CallKind
 from ...model.facts import KNOWN, ScriptFacts, Value
 from ..config_files import ConfigDoc
-from ._builder import Builder, trained_model, weights_dtype
+from ._builder import Builder, model_load, trained_model, weights_dtype
 
 NAME = "TRL"
 VERSION = "1.10.0"
@@ -55,30 +55,9 @@ def build(b: Builder) -> ScriptFacts:
         weights = Value(state=KNOWN, value="auto", text=f"{key}: {written}", origins=b.written(key).origins)
     else:
         weights = weights_dtype(written, b.written(key) if key else b.default("dtype", "float32"))
-    load_kwargs = {"dtype": weights}
-    if doc.has("attn_implementation"):
-        load_kwargs["attn_implementation"] = b.written("attn_implementation")
-    refs = {}
+    extra = {"attn_implementation": b.written("attn_implementation")} if doc.has("attn_implementation") else {}
     bits = "load_in_4bit" if doc.get("load_in_4bit") else "load_in_8bit" if doc.get("load_in_8bit") else ""
-    if bits:
-        bnb = b.add(
-            CallKind.BNB_CONFIG,
-            "transformers.BitsAndBytesConfig",
-            doc.location(bits),
-            kwargs={bits: b.written(bits), "bnb_4bit_compute_dtype": weights},
-            target="bnb_config",
-        )
-        refs["quantization_config"] = bnb.key
-        load_kwargs["quantization_config"] = Value(state=KNOWN, value="BitsAndBytesConfig", text=bits)
-    load = b.add(
-        CallKind.MODEL_LOAD,
-        "transformers.AutoModelForCausalLM.from_pretrained",
-        doc.location("model_name_or_path"),
-        kwargs=load_kwargs,
-        args=(b.written("model_name_or_path"),),
-        refs=refs,
-        target="model",
-    )
+    load = model_load(b, weights, (bits, b.written(bits), doc.location(bits)) if bits else None, extra)
     model = trained_model(b, load, "lora", {}) if doc.get("use_peft") else load
     training = b.add(
         CallKind.TRAINING_ARGS,
