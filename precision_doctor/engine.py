@@ -168,6 +168,7 @@ def _job_run(run: Facts, policy: Policy | None) -> Result:
 
 
 def _same(f: Finding) -> tuple:
+    """What makes two findings one: the rule, the message and the places (a module two scripts import)."""
     return (f.rule_id, f.message, f.locations)
 
 
@@ -196,7 +197,7 @@ def _run_one(facts: Facts, policy: Policy | None, verdicts: tuple[ScriptVerdict 
     if facts.live is not None:
         findings.extend(_live_exception(facts, policy))
     findings = [f for f in findings if not policy.ignored_in(f.rule_id, f.path)]
-    findings, use = _suppress(unique(findings, key=lambda f: (f.rule_id, f.message, f.locations)), facts, chosen)
+    findings, use = _suppress(unique(findings, key=_same), facts, chosen)
     for r in chosen:
         if r.after_findings:
             findings.extend(_stamp(r, d, "") for d in r.func(**_inject(r, facts, derived, None, use)))

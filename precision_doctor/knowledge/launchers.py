@@ -237,8 +237,8 @@ def launcher_of(words: list[str]) -> tuple[str | None, list[str]]:
     if head == "lightning" and second == "run" and len(words) > 2 and words[2] == "model":
         return "fabric", words[3:]
     if re.fullmatch(r"python(\d+(\.\d+)?)?[mtd]?(\.exe)?", head) or head in ("ipython",):
-        kind, name, _ = python_words(words[1:])
+        kind, name, args = python_words(words[1:])
         if kind == "module" and name in LAUNCHER_MODULES:
-            return LAUNCHER_MODULES[name], words[words.index(name, 1) + 1 :] if name in words else []
+            return LAUNCHER_MODULES[name], args
         return "python", words[1:]
     return None, words

@@ -64,9 +64,8 @@ def checkpoint_facts(model_id: str, bases: tuple[Path, ...], environ: Mapping[st
         return found
     given = GIVEN_CONFIGS.get(model_id) or GIVEN_CONFIGS.get("")
     if given is not None:
-        cfg = _read_json(given)
-        if cfg is not None:
-            return from_config(model_id, CheckpointSource.GIVEN, f"--model-config {given}", cfg)
+        path, cfg = given
+        return from_config(model_id, CheckpointSource.GIVEN, f"--model-config {path}", cfg)
     row = shipped_table().get(model_id) or shipped_table().get(model_id.lower())
     if row is not None:
         return _from_row(model_id, row)
@@ -95,7 +94,7 @@ def checkpoint_facts(model_id: str, bases: tuple[Path, ...], environ: Mapping[st
 
 # `--model-config [ID=]PATH`: the config.json of a model the job downloads, by model id ("" for every model id
 # found nowhere else). Set once per run by the command line, before the scripts are probed.
-GIVEN_CONFIGS: dict[str, Path] = {}
+GIVEN_CONFIGS: dict[str, tuple[Path, dict]] = {}  # read (and checked) once
 HUB = [False]  # `--hub`: fetch the config of a model found nowhere else (hub.py)
 
 
@@ -117,7 +116,7 @@ def give_model_configs(specs: list[str] | tuple[str, ...], hub: bool = False) ->
             raise InputError(f"--model-config {spec}: not valid JSON; give a model's config.json") from None
         if not isinstance(cfg, dict) or not ("model_type" in cfg or "architectures" in cfg):
             raise InputError(f"--model-config {spec}: no model_type or architectures: not a model's config.json")
-        GIVEN_CONFIGS[model_id] = path
+        GIVEN_CONFIGS[model_id] = (path, cfg)
 
 
 def hub_cache_dir(environ: Mapping[str, str]) -> Path:

@@ -36,8 +36,6 @@ class Option:
     default: ast.AST | None  # None: no default written
     is_bool: bool = False
     negations: tuple[str, ...] = ()
-    where: ast.AST | None = None  # the decorator or parameter that declares it
-    required: bool = False
 
 
 @record
@@ -120,8 +118,7 @@ def _click_options(r, node, decorators) -> dict[str, Option]:
         default = kw.get("default")
         if default is None and (is_flag or negations):
             default = ast.Constant(False)
-        required = _value(kw.get("required")) is True
-        out[param] = Option(tuple(names), default, is_bool, tuple(negations), d, required)
+        out[param] = Option(tuple(names), default, is_bool, tuple(negations))
     return out
 
 
@@ -150,8 +147,8 @@ def _typer_options(node) -> dict[str, Option]:
         if isinstance(written, ast.Constant) and written.value is Ellipsis:
             written = None
         on = [n.split("/")[0] for n in names] or [_flag(arg.arg)]
-        off = [n.split("/")[1] for n in names if "/" in n] or ([f"--no-{arg.arg.replace('_', '-')}"] if is_bool else [])
-        out[arg.arg] = Option(tuple(on), written, is_bool, tuple(off), arg, written is None)
+        off = [n.split("/")[1] for n in names if "/" in n] or (["--no-" + _flag(arg.arg)[2:]] if is_bool else [])
+        out[arg.arg] = Option(tuple(on), written, is_bool, tuple(off))
     return out
 
 
@@ -164,7 +161,7 @@ def _python_options(node, kind: str) -> dict[str, Option]:
         )
         names = (f"--{arg.arg}", _flag(arg.arg))
         negations = (f"--no{arg.arg}",) if kind == "fire" and is_bool else ()
-        out[arg.arg] = Option(tuple(dict.fromkeys(names)), default, is_bool, negations, arg, default is None)
+        out[arg.arg] = Option(tuple(dict.fromkeys(names)), default, is_bool, negations)
     return out
 
 

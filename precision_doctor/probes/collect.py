@@ -36,7 +36,7 @@ from ..system.pool import FORKS
 from ..system.sources import Unreadable, os_reason, parse_json, read_text_bounded, status
 from ..system.walk import CODE_SUFFIXES, python_files
 from .config_families import CONFIG_SUFFIXES, family_of, is_config_path, probe_config
-from .config_files import ConfigError, read_config
+from .config_files import ConfigError, parse_config
 from .installed_signatures import with_installed_signatures
 from .launch import launch_from_env, parse_launcher, with_accelerate_files
 from .script import one_run, probe_script
@@ -90,15 +90,13 @@ def checked_in_folder(path: Path) -> bool:
     Any other YAML/JSON (`.github/` workflows, `environment.yml`, data) is no recipe and is passed over."""
     if path.suffix in CODE_SUFFIXES:
         return True
-    try:
-        if os.path.getsize(path) > MAX_RECIPE_BYTES:
-            return False
+    try:  # (a file past MAX_RECIPE_BYTES is refused by the bounded read: data, not a recipe)
         text = read_text_bounded(path, MAX_RECIPE_BYTES, what="recipe", errors="replace")
         if not is_config_path(path):
             return "#SBATCH" in text
         if not any(key in text for key in RECIPE_KEYS):  # most YAML/JSON of a repository: not parsed at all
             return False
-        doc = read_config(path, str(path))
+        doc = parse_config(text, str(path))
         return family_of(doc) is not None or (doc.has("model") and doc.has("model_class"))  # v1: "not checked"
     except (OSError, InputError, ConfigError):
         return False
@@ -560,18 +558,15 @@ def _gather(
         job_runs = tuple(
             gather(
                 [str(j)],
-                target,
-                None,
-                (),
-                stack_overrides,
-                facts_file,
-                environ,
-                system,
-                1,
-                exclude,
-                root,
-                partitions,
-                python,
+                target=target,
+                stack_overrides=stack_overrides,
+                facts_file=facts_file,
+                environ=environ,
+                system=system,
+                exclude=exclude,
+                root=root,
+                partitions=partitions,
+                python=python,
                 keep_going=True,
             )
             for j in found_jobs

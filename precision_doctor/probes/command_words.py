@@ -229,24 +229,29 @@ def _env_command(words: list[str], env: dict[str, str]) -> list[str]:
     return words[i:]
 
 
-def _after_options(words: list[str], takes_value: frozenset[str], positional: int) -> list[str]:
-    """The words after a wrapper's own options and its positional words (`timeout 2h`, `taskset 0-3`)."""
+def _own_options(words: list[str], arity) -> tuple[list[tuple[str, list[str]]], list[str]]:
+    """A command's own options, each with the words it takes (`arity(name)`, or its `=value`), and the words
+    after them: the command it starts. `--` ends the options."""
+    found: list[tuple[str, list[str]]] = []
     i = 0
     while i < len(words):
         w = words[i]
         if w == "--":
-            i += 1
-            break
+            return found, words[i + 1 :]
         if not w.startswith("-") or w == "-":
             break
-        name = w.partition("=")[0]
-        if name in takes_value and "=" not in w:
-            i += 2
-        elif len(w) > 2 and not w.startswith("--") and w[:2] in takes_value:  # `-oL`: the value attached
-            i += 1
-        else:
-            i += 1
-    return words[i + positional :]
+        name, eq, inline = w.partition("=")
+        taken = 0 if eq else arity(name)
+        found.append((name, [inline] if eq else words[i + 1 : i + 1 + taken]))
+        i += 1 + taken
+    return found, words[i:]
+
+
+def _after_options(words: list[str], takes_value: frozenset[str], positional: int) -> list[str]:
+    """The words after a wrapper's own options and its positional words (`timeout 2h`, `taskset 0-3`); an
+    option with its value attached (`-oL`) is one word."""
+    _, rest = _own_options(words, lambda name: 1 if name in takes_value else 0)
+    return rest[positional:]
 
 
 def _srun_tasks(options: dict[str, str]) -> tuple[int | None, str]:
@@ -273,17 +278,8 @@ def _mpi(words: list[str], env: dict[str, str]) -> tuple[int | None, str, list[s
     else -np on one node; -np over a host list, or no count (all slots), is unknown."""
     per_node = total = None
     hosts = False
-    i = 0
-    while i < len(words):
-        w = words[i]
-        if w == "--":
-            i += 1
-            break
-        if not w.startswith("-"):
-            break
-        name, eq, inline = w.partition("=")
-        arity = MPI_OPTIONS.get(name, 0)
-        values = [inline] if eq else words[i + 1 : i + 1 + arity]
+    options, program = _own_options(words, lambda name: MPI_OPTIONS.get(name, 0))
+    for name, values in options:
         if name in MPI_PER_NODE and values:
             per_node = values[0]
         elif name in MPI_TOTAL and values:
@@ -297,8 +293,6 @@ def _mpi(words: list[str], env: dict[str, str]) -> tuple[int | None, str, list[s
             _assign(env, values[0])
         elif name in ("-genv", "-env", "--env") and len(values) == 2:
             _assign(env, f"{values[0]}={values[1]}")
-        i += 1 if eq else 1 + arity
-    program = words[i:]
     if per_node is not None:
         n = whole_number(per_node, 1, MAX_GPUS_PER_NODE * 64)
         return n, "" if n is not None else f"mpirun ranks per node {per_node!r}: not a number", program

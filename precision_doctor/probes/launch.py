@@ -63,7 +63,7 @@ def parse_launcher(command: str, source: str = LAUNCHER_OPTION) -> LaunchFacts:
         raise InputError(f"{source}: {command!r} starts no command; give the launch command after its prefixes")
     launch = _launcher_facts(peeled.words, command, source)
     launch = replace(launch, **layers) if launch.known or launch.unknown_launcher else launch
-    if peeled.srun or peeled.through:
+    if peeled.through:  # `nohup`, `srun (2 tasks per node)`, ...
         launch = replace(launch, shown=" ".join((*peeled.through, launch.shown)))
     return launch
 

@@ -15,7 +15,7 @@ import re
 from ..model.util import record
 
 NOTEBOOK_SUFFIX = ".ipynb"
-_MARK = re.compile(r"^# %% \[cell (\d+)\]$")
+_MARK = re.compile(r"^# %% \[cell (\d+)\]$", re.M)  # a line of its own (`findall` over the whole text too)
 _MAGIC_MARK = re.compile(r"^(\s*)pass  # notebook line (\d+)$")
 _MAGIC = re.compile(r"^\s*(!|%|\w+\s*=\s*[!%])|\?\s*$")
 
@@ -99,7 +99,7 @@ def written_back(raw: str, code: NotebookCode, edited: str) -> str:
             current = cells.setdefault(int(found.group(1)), [])
             continue
         if current is None:  # an edit above the first cell (an import added at the top): the first cell's
-            current = cells.setdefault(min((int(m) for m in _MARK_NUMBERS.findall(edited)), default=1), [])
+            current = cells.setdefault(min((int(m) for m in _MARK.findall(edited)), default=1), [])
         magic = _MAGIC_MARK.match(line.rstrip("\r\n"))
         if magic and int(magic.group(2)) < len(code.magics):
             line = code.magics[int(magic.group(2))] + "\n"
@@ -121,9 +121,6 @@ def written_back(raw: str, code: NotebookCode, edited: str) -> str:
         last = end
     out.append(raw[last:])
     return "".join(out)
-
-
-_MARK_NUMBERS = re.compile(r"^# %% \[cell (\d+)\]$", re.M)
 
 
 def _as_json(source: str, written: str, as_list: bool) -> str:
