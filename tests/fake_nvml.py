@@ -138,6 +138,10 @@ class _FakeProcess:
         return self.row.get("ppid", 1)
 
 
+# The moment every machine fixture is probed at, so process ages in reports never depend on today's date.
+FIXTURE_PROBED_AT = 1764000000.0  # 2025-11-24 16:00 UTC
+
+
 def load_machine(name: str) -> dict:
     return json.loads((MACHINES / f"{name}.json").read_text())
 
@@ -163,7 +167,11 @@ def fake_system(name: str) -> tuple[System, dict]:
         return tuple(ports), tuple(found)
 
     return System(
-        nvml=FakeNVML(spec["nvml"]), psutil=psutil, check_ports=check_ports, scheduler=NO_SCHEDULER
+        nvml=FakeNVML(spec["nvml"]),
+        psutil=psutil,
+        check_ports=check_ports,
+        scheduler=NO_SCHEDULER,
+        clock=lambda: FIXTURE_PROBED_AT,
     ), spec.get("env", {})
 
 

@@ -291,7 +291,8 @@ def test_a_process_that_forks_on_and_exits_after_killing_the_supervisor_is_ended
             while True:
                 if os.fork():
                     os._exit(0)
-                open({str(pidfile)!r}, "w").write(str(os.getpid()))
+                open({str(pidfile)!r} + ".tmp", "w").write(str(os.getpid()))
+                os.rename({str(pidfile)!r} + ".tmp", {str(pidfile)!r})  # whole, even if killed mid-write
                 time.sleep(0.001)
         time.sleep(300)
     """)

@@ -160,6 +160,7 @@ class System:
     psutil: Any = None  # the psutil module
     check_ports: Callable | None = None  # ports -> (checked, busy)
     scheduler: Callable | None = None  # `scontrol` arguments -> its output ("" when unreachable)
+    clock: Callable[[], float] = time.time  # when the machine is probed: process ages are measured from it
 
 
 def this_machine(environ: Mapping[str, str], launch: LaunchFacts, system: System = System()) -> MachineFacts:
@@ -179,7 +180,7 @@ def this_machine(environ: Mapping[str, str], launch: LaunchFacts, system: System
         visible=environ.get("CUDA_VISIBLE_DEVICES"),
         processes=lambda pids: describe_processes(pids, psutil=system.psutil, me=host.user),
     )
-    return replace(machine, host=host, probed_at=time.time())
+    return replace(machine, host=host, probed_at=system.clock())
 
 
 @record
