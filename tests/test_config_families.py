@@ -18,10 +18,16 @@ from .conftest import machine_probes
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "fixtures" / "configs"
 
-# (config, target, rules that must fire); the `_fixed` twin on the same target fires no error
+# The stack of the seeds' era: torch.cuda.is_bf16_supported() answers for native bf16 only before torch 2.3
+TORCH_2_2 = {"torch": "2.2.2"}
+
+# (config, target, rules that must fire[, versions]); the `_fixed` twin on the same target fires no error
 CASES = [
     ("axolotl/seed000_deepspeed_precision.yml", "a100", {"PD501"}),
-    ("axolotl/seed001_titan_full_ft.yml", "titan-rtx", {"PD201"}),  # bf16: auto falls back to fp16 weights + AMP
+    # bf16: auto falls back to fp16 weights + AMP where transformers' check answers False
+    ("axolotl/seed001_titan_full_ft.yml", "titan-rtx", {"PD201"}, TORCH_2_2),
+    # ... and picks emulated bf16 where it counts emulation (torch >= 2.3, transformers >= 4.35)
+    ("axolotl/seed001_titan_full_ft.yml", "titan-rtx", {"PD102"}),
     ("axolotl/seed002_fp16_device_map.yml", "t4", {"PD201"}),
     ("axolotl/seed003_qwen2vl_4bit.yml", "rtx-6000-ada:2", {"PD404"}),
     ("axolotl/seed004_v100_bf16.yml", "v100", {"PD101", "PD103", "PD106"}),
@@ -34,8 +40,9 @@ CASES = [
 ]
 
 
-def run(rel, target):
-    facts = gather([str(CONFIGS / rel)], target=target, stack_overrides=CURRENT, **machine_probes())
+def run(rel, target, versions=None):
+    stack = {**CURRENT, **(versions or {})}
+    facts = gather([str(CONFIGS / rel)], target=target, stack_overrides=stack, **machine_probes())
     return engine.run(facts)
 
 
@@ -44,11 +51,12 @@ def twin(rel: str) -> str:
     return str(path.with_name(path.stem + "_fixed" + path.suffix))
 
 
-@pytest.mark.parametrize("rel,target,must", CASES, ids=[c[0] for c in CASES])
-def test_config_story_fires_and_its_twin_is_clean(rel, target, must):
-    fired = {f.rule_id for f in run(rel, target).findings}
+@pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{'-'.join(sorted(c[2]))}" for c in CASES])
+def test_config_story_fires_and_its_twin_is_clean(case):
+    rel, target, must, versions = (*case, None) if len(case) == 3 else case
+    fired = {f.rule_id for f in run(rel, target, versions).findings}
     assert must <= fired, f"missing {must - fired}; got {sorted(fired)}"
-    clean = run(twin(rel), target)
+    clean = run(twin(rel), target, versions)
     assert not [f for f in clean.findings if f.severity == "error"], [f.message for f in clean.findings]
     assert not must & {f.rule_id for f in clean.findings}
 
@@ -144,12 +152,16 @@ fsdp_config:
 def test_axolotl_qlora_under_fsdp_gets_the_storage_dtype_axolotl_sets(tmp_path):
     """Axolotl builds QLoRA's BitsAndBytesConfig with bnb_4bit_quant_storage=bfloat16 itself, so its FSDP QLoRA
     examples are fine where bf16 is on; on a GPU where `bf16: auto` falls back to fp16 the bf16 storage sits
-    beside fp16 weights, which FSDP cannot flatten into one FlatParameter."""
+    beside fp16 weights (torch < 2.3, where transformers' check answers for native bf16 only), which FSDP cannot
+    flatten into one FlatParameter."""
     path = tmp_path / "qlora-fsdp.yml"
     path.write_text(QLORA_FSDP)
     on_a100 = engine.run(gather([str(path)], target="a100", stack_overrides=CURRENT, **machine_probes()))
     assert "PD504" not in {f.rule_id for f in on_a100.findings}
     on_t4 = engine.run(gather([str(path)], target="t4", stack_overrides=CURRENT, **machine_probes()))
+    assert "PD504" not in {f.rule_id for f in on_t4.findings}  # auto picks (emulated) bf16 on current stacks
+    stack = {**CURRENT, **TORCH_2_2}
+    on_t4 = engine.run(gather([str(path)], target="t4", stack_overrides=stack, **machine_probes()))
     pd504 = next(f for f in on_t4.findings if f.rule_id == "PD504")
     assert "bnb_4bit_quant_storage=bfloat16 beside float16 weights" in pd504.message
     assert "uniform dtype" in pd504.error and "uint8" not in pd504.message
@@ -182,7 +194,7 @@ def test_a_llamafactory_v1_config_is_named_as_such_and_refused_with_exit_2(tmp_p
 def test_a_named_config_is_read_as_its_tool_runs_it_among_other_paths(tmp_path, extra):
     """`check cfg.yml train.py` or `check --keep-going cfg.yml` (pre-commit): the config is still a config, not
     a Python file that does not parse."""
-    config = CONFIGS / "axolotl/seed001_titan_full_ft.yml"
+    config = CONFIGS / "axolotl/seed002_fp16_device_map.yml"
     script = tmp_path / "train.py"
     script.write_text("print('no training here')\n")
     args = [str(script) if a == "SCRIPT" else a for a in extra]
@@ -195,7 +207,7 @@ def test_a_named_config_is_read_as_its_tool_runs_it_among_other_paths(tmp_path, 
             str(config),
             *args,
             "--target",
-            "titan-rtx",
+            "t4",
             "--format",
             "concise",
         ],

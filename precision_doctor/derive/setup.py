@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ..knowledge import dtypes
+from ..knowledge import bf16_checks, dtypes
 from ..knowledge.versions import at_least
 from ..model.facts import (
     ABSENT,
@@ -35,7 +35,6 @@ from ..model.util import record
 from .checkpoint import checkpoint_of, describe_source
 from .launch import Sharding
 
-TORCH_EMULATES_BF16 = "2.3"  # torch.cuda.is_bf16_supported(including_emulation=True) from this release on
 # from_pretrained / from_config take `dtype=` from 4.56 (PR #39782; `torch_dtype=` warns from then on); before, only
 # `torch_dtype=`, and a `dtype=` reaches the model's __init__: TypeError
 DTYPE_KEYWORD_FROM = "4.56"
@@ -54,11 +53,7 @@ def evaluate(p: Predicate, machine: MachineFacts, stack: StackFacts) -> bool | N
     if p.kind == "mps_available":
         return False
     if p.kind == "bf16_supported":
-        if gpu is None:
-            return False
-        if gpu.native_bf16:
-            return True
-        return p.emulation and at_least(stack, "torch", TORCH_EMULATES_BF16)
+        return bf16_checks.answers(gpu, stack, p.asked, p.emulation)
     if p.kind == "capability_at_least":
         return gpu is not None and gpu.capability >= tuple(p.number)
     if p.kind == "gpu_count_at_least":
@@ -81,7 +76,7 @@ def decide(v: Value, machine: MachineFacts, stack: StackFacts) -> Value:
     branch = decide(v.if_true if answer else v.if_false, machine, stack)
     note = f"{v.predicate.text} is {answer} on {machine.describe()}"
     if v.predicate.kind == "bf16_supported" and answer and machine.gpus and not machine.gpus[0].native_bf16:
-        note += " (emulated bf16: the default including_emulation=True)"
+        note += " " + bf16_checks.emulated_note(v.predicate.asked)
     return replace(
         branch, origins=branch.origins + (Origin("profile", note, v.location),), location=branch.location or v.location
     )

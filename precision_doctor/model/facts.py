@@ -55,6 +55,9 @@ class Predicate:
     kind: str
     text: str
     emulation: bool = True  # bf16_supported: True is torch's default (including_emulation=True)
+    asked: str = (
+        "torch"  # bf16_supported: whose check answers (knowledge/bf16_checks.py: torch|transformers|capability)
+    )
     number: tuple[int, ...] = ()  # capability_at_least (major, minor) / gpu_count_at_least (n,)
     parts: tuple[Predicate, ...] = ()
     location: Location | None = None  # where the check is written

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..knowledge import bf16_checks
 from ..knowledge.lightning import (
     MIXED,
 )
@@ -124,7 +125,10 @@ def _entry(mapping: Value, key: str) -> Value:
 
 # Unsloth's `is_bfloat16_supported()`: SUPPORTS_BFLOAT16, set from the compute capability (major >= 8), no emulation
 UNSLOTH_BF16 = Predicate(
-    "bf16_supported", "Unsloth's is_bfloat16_supported() (compute capability 8.0 or newer)", emulation=False
+    "bf16_supported",
+    "Unsloth's is_bfloat16_supported() (compute capability 8.0 or newer)",
+    emulation=False,
+    asked=bf16_checks.CAPABILITY,
 )
 _UNSLOTH_POSITIONAL = ("model_name", "max_seq_length", "dtype", "load_in_4bit")
 

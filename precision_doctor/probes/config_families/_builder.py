@@ -7,12 +7,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ...knowledge import bf16_checks
 from ...model.call_kinds import CallKind
 from ...model.facts import CONDITIONAL, KNOWN, Call, Location, Origin, Predicate, ScriptFacts, Unknown, Value
 from ..config_files import ConfigDoc
 
-# transformers' is_torch_bf16_gpu_available(): native bf16 only (emulation does not count)
-NATIVE_BF16 = Predicate("bf16_supported", "is_torch_bf16_gpu_available()", emulation=False)
+# The check recipe tools ask (`bf16: auto`): transformers' is_torch_bf16_gpu_available(), which emulates on
+# transformers >= 4.35 with torch >= 2.3 (knowledge/bf16_checks.py)
+TRANSFORMERS_BF16 = Predicate("bf16_supported", "is_torch_bf16_gpu_available()", asked=bf16_checks.TRANSFORMERS)
 
 
 class Builder:
@@ -87,7 +89,12 @@ class Builder:
 def gpu_decides(text: str, if_true: Value, if_false: Value) -> Value:
     """A value decided by the GPU; no location, so no fix edits the YAML through it."""
     return Value(
-        state=CONDITIONAL, text=text, predicate=NATIVE_BF16, if_true=if_true, if_false=if_false, origins=if_true.origins
+        state=CONDITIONAL,
+        text=text,
+        predicate=TRANSFORMERS_BF16,
+        if_true=if_true,
+        if_false=if_false,
+        origins=if_true.origins,
     )
 
 

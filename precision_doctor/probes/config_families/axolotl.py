@@ -1,6 +1,7 @@
 """Axolotl 0.18.0, recognised by `base_model` (`utils/config/__init__.py` `resolve_dtype`, `utils/schemas/config.py`
-field defaults): `bf16: auto` (the default) becomes True where `is_torch_bf16_gpu_available()` (native bf16, no
-emulation), else False with `fp16` turned on when unset; `bf16: true` turns `fp16` off; the weights load in
+field defaults): `bf16: auto` (the default) becomes True where `is_torch_bf16_gpu_available()` answers True (on
+pre-Ampere GPUs too with transformers >= 4.35 and torch >= 2.3: knowledge/bf16_checks.py), else False with `fp16`
+turned on when unset; `bf16: true` turns `fp16` off; the weights load in
 bfloat16 (bf16/bfloat16), float16 (fp16/float16/load_in_8bit) or float32; LoRA adapters through peft's default.
 How `axolotl train` launches is in knowledge/launchers.py (RECIPE_CLIS)."""
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import ast
 
+from ...knowledge import bf16_checks
 from ...model.facts import Predicate
 from ...model.python_source import literal
 from ..symbols import GpuQuery, predicate_sym
 
+TRANSFORMERS_HELPER = "is_torch_bf16_gpu_available"
 BF16_HELPERS = {"is_torch_bf16_gpu_available", "is_bf16_available", "is_torch_bf16_available_on_device"}
 CAPABILITY = "torch.cuda.get_device_capability"
 DEVICE_COUNT = "torch.cuda.device_count"
@@ -53,7 +55,7 @@ def _predicate(r, node: ast.Call, callee: str) -> Predicate | None:
     if callee == "torch.backends.mps.is_available":
         return Predicate("mps_available", text)
     if callee in NATIVE_BF16_HELPERS:
-        return Predicate("bf16_supported", text, emulation=False, location=r.loc(node))
+        return Predicate("bf16_supported", text, emulation=False, asked=bf16_checks.CAPABILITY, location=r.loc(node))
     if callee == "torch.cuda.is_bf16_supported" or callee.rsplit(".", 1)[-1] in BF16_HELPERS:
         emulation = True  # torch's default: including_emulation=True
         for kw in node.keywords:
@@ -61,7 +63,8 @@ def _predicate(r, node: ast.Call, callee: str) -> Predicate | None:
                 emulation = bool(kw.value.value)
         if node.args and isinstance(node.args[0], ast.Constant) and callee == "torch.cuda.is_bf16_supported":
             emulation = bool(node.args[0].value)
-        return Predicate("bf16_supported", text, emulation=emulation, location=r.loc(node))
+        asked = bf16_checks.TRANSFORMERS if callee.rsplit(".", 1)[-1] == TRANSFORMERS_HELPER else bf16_checks.TORCH
+        return Predicate("bf16_supported", text, emulation=emulation, asked=asked, location=r.loc(node))
     return None
 
 

@@ -4,8 +4,7 @@ Titan RTX, RTX 20xx)."""
 from __future__ import annotations
 
 from ...derive import Setup, decide, evidence_of
-from ...knowledge import dtypes
-from ...knowledge.versions import at_least
+from ...knowledge import bf16_checks, dtypes
 from ...model.facts import KNOWN, MachineFacts, ScriptFacts, StackFacts
 from ...model.findings import Applicability, Draft, Edit, Evidence, Fix
 from .._common import (
@@ -21,11 +20,8 @@ from .._common import (
 from ..registry import Example, LogSignature, rule
 from ._hardware import _trainer, pre_ampere
 
-# From torch 2.3 `torch.cuda.is_bf16_supported()` answers True on pre-Ampere GPUs (including_emulation=True), and
-# transformers' `is_torch_bf16_gpu_available` and accelerate's bf16 check gate on it: nothing refuses bf16 there
-# (FAILURES.md "Version facts", checked against torch 2.13 / transformers 5.23 / accelerate 1.15). Before it, they
-# refuse `bf16=True` / `mixed_precision="bf16"` at start-up.
-TORCH_STOPS_REFUSING_BF16 = "2.3"
+# Whether the job's libraries refuse bf16 at start-up there is knowledge/bf16_checks.refusal: nothing refuses it
+# with torch >= 2.3 and transformers >= 4.35 (FAILURES.md "Version facts").
 
 
 # Scripts that run on another device than a CUDA GPU: their bf16 is not the GPU's question.
@@ -60,9 +56,10 @@ _LOOP_CPU_BF16 = (
 
 
 def _decided_by_guard(evidence: tuple[Evidence, ...]) -> bool:
-    """Every request was chosen by a hardware guard (PD102's finding); a library default alone is a request."""
+    """Every request was chosen by a hardware guard that counts emulation (PD102's finding: a script's guard, or a
+    recipe tool's `bf16: auto`); a library default alone is a request."""
     chosen = [e for e in evidence if e.origin != "default"]
-    return bool(chosen) and all(e.origin == "profile" for e in chosen)
+    return bool(chosen) and all(e.origin == "profile" or bf16_checks.EMULATED in e.note for e in chosen)
 
 
 def bf16_requests(setup: Setup, machine: MachineFacts, stack: StackFacts) -> tuple[Evidence, ...]:
@@ -150,6 +147,19 @@ def bf16_requests(setup: Setup, machine: MachineFacts, stack: StackFacts) -> tup
             ),
         ),
         Example(
+            _trainer(", torch_dtype=torch.float32", ", bf16=True"),
+            target="t4",
+            versions={"transformers": "4.34.1"},
+            note="an error: transformers < 4.35 refuses bf16 below compute capability 8.0",
+            fixed=(
+                "import torch\n"
+                "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.2-1B',"
+                " torch_dtype=torch.float32)\n"
+                "Trainer(model=model, args=TrainingArguments('out', bf16=False, fp16=True)).train()\n"
+            ),
+        ),
+        Example(
             _SFT,
             target="t4",
             note="SFTConfig turns bf16 on when fp16 is off: a default is a request",
@@ -196,18 +206,14 @@ def bf16_on_unsupported_gpu(script: ScriptFacts, setup: Setup, machine: MachineF
             edits.append(edit)
     g = machine.gpus[0]
     torch = stack.get("torch")
-    refused = (
-        setup.amp.value == "bf16"
-        and setup.style in ("trainer", "accelerate")
-        and not at_least(stack, "torch", TORCH_STOPS_REFUSING_BF16)
-    )
+    refused = bf16_checks.refusal(g, stack, setup.style) if setup.amp.value == "bf16" else ""
     bug_calls = (
         setup.amp.call if setup.amp.value == "bf16" else None,
         setup.weights.call if setup.weights.value == dtypes.BFLOAT16 else None,
     ) + setup.casts
     path = only_on_some_paths(bug_calls, setup_entry(setup))
     outcome = (
-        f"torch {torch.version} ({torch.source}) refuses bf16 mixed precision there"
+        f"{refused}: the job stops at start-up"
         if refused
         else f"on torch {torch.version} ({torch.source}) it runs emulated, slowly, and kernels without a bf16 "
         f"version fail"
