@@ -240,3 +240,34 @@ def test_llamafactory_cli_starts_a_process_per_gpu():
     )
     assert "PD114" not in {f.rule_id for f in engine.run(axolotl).findings}
     assert derive(axolotl).plan_for(axolotl.scripts[0].path).processes == 8
+
+
+AXOLOTL_FP8 = "base_model: meta-llama/Llama-3.2-1B\nbf16: true\nfp8: true\ntorch_compile: true\n"
+LLAMAFACTORY_FP8 = (
+    "model_name_or_path: meta-llama/Llama-3.2-1B\nstage: sft\nfinetuning_type: full\nbf16: true\nfp8: true\n"
+)
+
+
+@pytest.mark.parametrize(
+    "text,target,expected",
+    [
+        (AXOLOTL_FP8, "a100", "error"),  # Axolotl's check_fp8: capability >= 9.0, before anything loads
+        (AXOLOTL_FP8, "l40s", "error"),  # ... so an Ada card is refused too, although it has fp8 tensor cores
+        (AXOLOTL_FP8, "h100", None),
+        (AXOLOTL_FP8.replace("fp8: true", "fp8: false"), "a100", None),
+        (LLAMAFACTORY_FP8, "a100", "warning"),  # accelerate falls back to fp16 with a warning below 8.9
+        (LLAMAFACTORY_FP8, "l40s", None),
+        (LLAMAFACTORY_FP8.replace("fp8: true\n", ""), "t4", None),
+    ],
+    ids=["axolotl-a100", "axolotl-l40s", "axolotl-h100", "axolotl-off", "lf-a100", "lf-l40s", "lf-off"],
+)
+def test_fp8_in_a_recipe_is_judged_by_its_tool_s_own_gpu_check(tmp_path, text, target, expected):
+    path = tmp_path / ("recipe.yml" if "base_model" in text else "recipe.yaml")
+    path.write_text(text)
+    result = engine.run(gather([str(path)], target=target, stack_overrides=CURRENT, **machine_probes()))
+    found = [f for f in result.findings if f.rule_id == "PD104"]
+    assert [f.severity for f in found] == ([expected] if expected else [])
+    if found:
+        assert found[0].evidence[0].location.line == (3 if "base_model" in text else 5)  # the fp8 line
+    if expected == "error":
+        assert found[0].error == "ValueError: fp8 requested, but fp8 is not supported on this GPU"

@@ -737,6 +737,13 @@ def _amp(
             return Fact(unknown=fp16.unknown or bf16.unknown), fp16, bf16
         if fp16.value and bf16.value:  # the arguments never construct (PD209): no mode to reason about
             return Fact(unknown="fp16 and bf16 are both on"), fp16, bf16
+        fp8 = decide(args_call.kwarg("fp8"), machine, stack)
+        if fp8.is_(True):  # a recipe tool's own argument: it builds the Accelerator with mixed_precision="fp8"
+            return (
+                Fact("fp8", (evidence_of(fp8, "fp8=True: Accelerator(mixed_precision='fp8')", args_call),)),
+                fp16,
+                bf16,
+            )
         mode = "fp16" if fp16.value else "bf16" if bf16.value else "no"
         ev = fp16.evidence if fp16.value else bf16.evidence if bf16.value else fp16.evidence + bf16.evidence
         # (a deepspeed= config of its own: transformers fills its "auto" precision from the flags before accelerate

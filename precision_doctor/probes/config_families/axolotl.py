@@ -104,6 +104,8 @@ def build(b: Builder) -> ScriptFacts:
     for key in ("tf32", "gradient_checkpointing", "gradient_checkpointing_kwargs", "optimizer", "max_grad_norm"):
         if doc.has(key) and doc.get(key) != "auto":
             args["optim" if key == "optimizer" else key] = b.written(key)
+    if doc.get("fp8"):  # AxolotlTrainingArguments.fp8: the Accelerator gets mixed_precision="fp8"
+        args["fp8"] = b.written("fp8")
     if doc.has("deepspeed"):
         args["deepspeed"] = b.written("deepspeed")
     if doc.get("fsdp"):

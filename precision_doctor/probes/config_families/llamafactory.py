@@ -63,6 +63,8 @@ def build(b: Builder) -> ScriptFacts:
     args = {"fp16": fp16, "bf16": bf16}
     if pure_bf16.value and not bf16.value:  # pure bf16: the weights are bf16 and no AMP runs
         args["bf16"] = replace(pure_bf16, value=False)
+    if doc.get("fp8"):  # Fp8Arguments.fp8: ACCELERATE_MIXED_PRECISION=fp8 (train/fp8_utils.py)
+        args["fp8"] = b.written("fp8")
     if doc.has("deepspeed"):
         args["deepspeed"] = b.written("deepspeed")
     if doc.has("tf32"):
