@@ -96,7 +96,7 @@ class Judge:
         self.facts = facts
         self.keep_setups = keep_setups
         self.chosen = [r for r in rules() if (policy or Policy()).enabled(r.id)]
-        self.plan = plan_launch(facts.launch, facts.machine)
+        self.plan = plan_launch(facts.launch, facts.machine, facts.stack)
         self.runnable = [(i, r) for i, r in enumerate(self.chosen) if not r.after_findings and not _missing(r, facts)]
 
     def __call__(self, script: ScriptFacts) -> ScriptVerdict:

@@ -87,7 +87,7 @@ def derive_memory(facts: Facts) -> dict[str, tuple[Setup, MemoryPlan | str]]:
 
 
 def derive(facts: Facts) -> Derived:
-    plan = plan_launch(facts.launch, facts.machine)
+    plan = plan_launch(facts.launch, facts.machine, facts.stack)
     setups = {s.path: derive_setup(s, facts) for s in facts.scripts}
     scripts = {s.path: s for s in facts.scripts}
     plans = {

@@ -13,10 +13,23 @@ from ..knowledge.launchers import (
     DEFAULT_PORT,
     FABRIC_DEFAULT_PORT,
     RECIPE_CLIS,
+    TORCHRUN_FREE_PORT_FROM,
     launcher_of,
+    torchrun_picks_free_port,
 )
 from ..knowledge.lightning import lightning_launch
-from ..model.facts import ABSENT, DYNAMIC, KNOWN, Call, LaunchFacts, Location, MachineFacts, Origin, Value
+from ..model.facts import (
+    ABSENT,
+    DYNAMIC,
+    KNOWN,
+    Call,
+    LaunchFacts,
+    Location,
+    MachineFacts,
+    Origin,
+    StackFacts,
+    Value,
+)
 from ..model.findings import Evidence
 from ..model.util import MAX_PORT, record, shown_value, whole_number
 
@@ -164,11 +177,18 @@ def one_process(launch: LaunchFacts, plan: LaunchPlan) -> str:
     return "yes" if launch.launcher == "python" and plan.multi_process == 1 else "no"
 
 
-def plan_launch(launch: LaunchFacts, machine: MachineFacts) -> LaunchPlan:
+def plan_launch(launch: LaunchFacts, machine: MachineFacts, stack: StackFacts) -> LaunchPlan:
     n, n_ev = _num_processes(launch, machine)
     port, explicit, source = _rendezvous_port(launch, machine)
     if launch.launcher == "llamafactory-cli" and not explicit:  # MASTER_PORT, else find_available_port()
         return LaunchPlan(n, n_ev, port, False, "a free port llamafactory-cli finds", free_port=True)
+    if launch.launcher == "torchrun" and not explicit and launch.num_machines <= 1:
+        torch = stack.get("torch")
+        if torchrun_picks_free_port(stack):
+            return LaunchPlan(
+                n, n_ev, port, False, f"a free port torchrun picks on one node (torch {torch.version})", free_port=True
+            )
+        source = f"torchrun's default with torch {torch.version}; a free port from {TORCHRUN_FREE_PORT_FROM}"
     return LaunchPlan(n, n_ev, port, explicit, source)
 
 
@@ -342,7 +362,7 @@ def _rendezvous_port(launch: LaunchFacts, machine: MachineFacts) -> tuple[int, b
     if v.state == KNOWN and isinstance(v.value, int):
         return v.value, True, v.text
     env = job_env(launch, machine)
-    names = ("PET_MASTER_PORT", "MASTER_PORT") if launch.launcher == "torchrun" else ("MASTER_PORT",)
+    names = ("PET_MASTER_PORT",) if launch.launcher == "torchrun" else ("MASTER_PORT",)  # torchrun: its PET_ only
     for name in names:
         port = whole_number(env.get(name, ""), 1, MAX_PORT)
         if port is not None:

@@ -5,9 +5,17 @@ from __future__ import annotations
 
 import re
 
+from ..model.facts import StackFacts
 from ..model.util import record
+from .versions import at_least
 
 DEFAULT_PORT = 29500  # torchrun's, deepspeed's and a multi-process accelerate launch's rendezvous port
+
+# torchrun on one node with no port given (no --master_port, PET_MASTER_PORT or --rdzv_endpoint; it never reads
+# MASTER_PORT): a static rendezvous on 29500 up to torch 2.11; from 2.12.0 (pytorch#175699, `run()` in
+# torch/distributed/run.py) a c10d store on a port the OS picks. Read from the 2.11.0 and 2.12.0 wheels.
+TORCHRUN_FREE_PORT_FROM = "2.12"
+TORCHRUN_DEFAULT = "torchrun-default"  # a job script's launch with no port written: decided by the job's torch
 
 # flag spellings each launcher accepts, mapped to the fact they set
 FLAGS = {
@@ -242,3 +250,8 @@ def launcher_of(words: list[str]) -> tuple[str | None, list[str]]:
             return LAUNCHER_MODULES[name], args
         return "python", words[1:]
     return None, words
+
+
+def torchrun_picks_free_port(stack: StackFacts) -> bool:
+    """Whether a single-node torchrun with no port given listens on a free port (else on 29500)."""
+    return at_least(stack, "torch", TORCHRUN_FREE_PORT_FROM)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from ..knowledge.launchers import DEFAULT_PORT, launch_variable, launcher_of
+from ..knowledge.launchers import DEFAULT_PORT, TORCHRUN_DEFAULT, launch_variable, launcher_of
 from ..model.errors import InputError
 from ..model.facts import KNOWN, JobFacts, JobSetting, LaunchFacts, Origin, Unknown, Value
 from ..model.redact import redact_text
@@ -363,7 +363,9 @@ def _rendezvous_port(launch: list[str]) -> str:
         return str(DEFAULT_PORT)
     if launcher == "accelerate" and values.get("--num_processes", "1") not in ("", "1"):
         return str(DEFAULT_PORT)
-    return ""  # torchrun on one node picks a free port (as PD110 reads it); python listens on none
+    if launcher == "torchrun":
+        return TORCHRUN_DEFAULT  # 29500 or a free port, by the job's torch (PD119 decides)
+    return ""  # python listens on none
 
 
 def _launch_in(line: str, expander: _Expander):

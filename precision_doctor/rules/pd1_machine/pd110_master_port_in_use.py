@@ -20,8 +20,9 @@ from ._launch import ACC_GOOD
     what="A multi-process launch whose rendezvous port (`--main_process_port`, `--master_port`, `MASTER_PORT`, the "
     "accelerate config, else 29500) is in use on this node.",
     why="The rendezvous store listens on that port; a second listener fails. torchrun with an explicit port and "
-    "multi-node jobs die; accelerate >= 1.8 on one node warns and falls back; torchrun on one node without "
-    "--master_port picks a free port itself.",
+    "multi-node jobs die; accelerate >= 1.8 on one node warns and falls back; torchrun on one node with no port "
+    "given (no --master_port, PET_MASTER_PORT or --rdzv_endpoint) listens on 29500 up to torch 2.11 and picks a "
+    "free port from torch 2.12 (pytorch#175699); it never reads MASTER_PORT.",
     error="RuntimeError: The server socket has failed to listen on any local network address. port: 29500, "
     "useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use",
     fix="Use another port: `accelerate launch --main_process_port 29501`, `torchrun --master_port 29501` (or "
@@ -42,9 +43,35 @@ from ._launch import ACC_GOOD
             ACC_GOOD,
             machine="l40s_2x_exclusive_stopped",
             launcher="torchrun --nproc_per_node 2 --master_port 29500 train.py",
-        )
+        ),
+        Example(
+            ACC_GOOD,
+            machine="l40s_2x_exclusive_stopped",
+            launcher="torchrun --nproc_per_node 2 train.py",
+            versions={"torch": "2.11.0"},
+            note="no port given: a static rendezvous on 29500 up to torch 2.11",
+        ),
+        Example(
+            ACC_GOOD,
+            machine="l40s_2x_exclusive_stopped",
+            launcher="MASTER_PORT=29501 torchrun --nproc_per_node 2 train.py",
+            versions={"torch": "2.11.0"},
+            note="torchrun reads PET_MASTER_PORT, never MASTER_PORT",
+        ),
     ],
     silent=[
+        Example(
+            ACC_GOOD,
+            machine="l40s_2x_exclusive_stopped",
+            launcher="torchrun --nproc_per_node 2 train.py",
+            note="no port given on torch >= 2.12: torchrun picks a free one",
+        ),
+        Example(
+            ACC_GOOD,
+            machine="l40s_2x_exclusive_stopped",
+            launcher="PET_MASTER_PORT=29501 torchrun --nproc_per_node 2 train.py",
+            versions={"torch": "2.11.0"},
+        ),
         Example(
             ACC_GOOD,
             machine="l40s_2x_exclusive_stopped",
@@ -66,8 +93,6 @@ def master_port_in_use(machine: MachineFacts, launch: LaunchFacts, stack: StackF
     if not isinstance(state, BusyPort) or (lightning and not explicit):
         return
     multi_node = launch.num_machines > 1
-    if launch.launcher == "torchrun" and not explicit and not multi_node:
-        return  # torchrun picks a free port on a single node
     recovers = launch.launcher == "accelerate" and not multi_node and at_least(stack, "accelerate", "1.8")
     holder = ""
     commands = []

@@ -3,7 +3,8 @@ it."""
 
 from __future__ import annotations
 
-from ...model.facts import JobFacts, LaunchFacts
+from ...knowledge.launchers import DEFAULT_PORT, TORCHRUN_DEFAULT, torchrun_picks_free_port
+from ...model.facts import JobFacts, LaunchFacts, StackFacts
 from ...model.findings import Applicability, Draft, Fix
 from ..registry import Example, rule
 from ._cluster import LOOP, _at, _flag, _job, launch_evidence
@@ -57,6 +58,12 @@ def _sweep(first: str, second: str) -> str:
         ),
         Example(
             LOOP,
+            job=_sweep("", ""),
+            versions={"torch": "2.11.0"},
+            note="no port given: both on torchrun's 29500 up to torch 2.11",
+        ),
+        Example(
+            LOOP,
             job=_job(
                 "--nodes=1",
                 "--gres=gpu:8",
@@ -68,6 +75,7 @@ def _sweep(first: str, second: str) -> str:
         ),
     ],
     silent=[
+        Example(LOOP, job=_sweep("", ""), note="no port given on torch >= 2.12: each picks a free one"),
         Example(
             LOOP,
             job=_job(
@@ -114,11 +122,13 @@ def _sweep(first: str, second: str) -> str:
         ),
     ],
 )
-def job_fixed_master_port(job: JobFacts, launch: LaunchFacts):
+def job_fixed_master_port(job: JobFacts, launch: LaunchFacts, stack: StackFacts):
     if job is None or not launch.known:
         return
     by_port: dict[tuple[str, int], list[int]] = {}
     for line, port, group in job.background:
+        if port == TORCHRUN_DEFAULT:
+            port = "" if torchrun_picks_free_port(stack) else f"{DEFAULT_PORT} (torchrun's default before torch 2.12)"
         if port:
             by_port.setdefault((port, group), []).append(line)
     clash = next(((port, lines) for (port, _), lines in by_port.items() if len(lines) > 1), None)
@@ -139,7 +149,7 @@ def job_fixed_master_port(job: JobFacts, launch: LaunchFacts):
             ),
             fix=Fix(
                 "give each launch its own port (`--master_port $((MASTER_PORT + 1))` for the second), or "
-                "leave torchrun's unset on one node, where it picks a free one"
+                "`torchrun --standalone` on one node, which picks a free one (torch >= 2.1)"
             ),
         )
         return
