@@ -271,3 +271,30 @@ def test_pd302_still_speaks_under_zero3_when_zero3_does_not_reach_the_load(run_c
     )
     fired = {f.rule_id for f in result.findings}
     assert "PD502" not in fired and "PD302" in fired, fired
+
+
+ZERO3_FILE_CONFIG = (
+    "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\ndeepspeed_config:\n"
+    "  deepspeed_config_file: ds_z3.json\n  zero3_init_flag: true\nnum_processes: 2\n"
+)
+LOAD = "model = AutoModelForCausalLM.from_pretrained('m', dtype=torch.bfloat16, device_map='auto')\n"
+ARGS = "args = TrainingArguments('out', bf16=True)\n"
+HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+
+
+@pytest.mark.parametrize("args_first", [True, False], ids=["args-then-load", "load-then-args"])
+def test_zero3_named_by_the_accelerate_config_s_json_decides_the_device_map_verdict(tmp_path, monkeypatch, args_first):
+    """ZeRO-3 from `deepspeed_config_file` in the accelerate config: built before the load, the arguments register
+    it and from_pretrained refuses any device map (PD502); built after, accelerate refuses the spread model in a
+    distributed mode (PD302). Either way the fix drops the map: a per-rank one is not what ZeRO-3 wants."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "config.yaml").write_text(ZERO3_FILE_CONFIG)
+    (tmp_path / "ds_z3.json").write_text('{"zero_optimization": {"stage": 3}, "bf16": {"enabled": "auto"}}')
+    body = ARGS + LOAD if args_first else LOAD + ARGS
+    (tmp_path / "train.py").write_text(HEAD + body + "Trainer(model=model, args=args).train()\n")
+    result, _ = check("train.py", "accelerate launch --config_file config.yaml train.py", target="a100:2")
+    found = {f.rule_id: f for f in result.findings if f.severity == "error"}
+    expected = "PD502" if args_first else "PD302"
+    assert set(found) == {expected}
+    assert "drop device_map=" in found[expected].fix.description
+    assert "LOCAL_RANK" not in found[expected].fix.description

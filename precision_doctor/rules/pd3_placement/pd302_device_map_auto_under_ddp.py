@@ -6,7 +6,7 @@ from __future__ import annotations
 from ...derive import LaunchPlan, Setup, decide, device_map_kind, evidence_of
 from ...derive.sharding import zero3_shards_the_load
 from ...model.facts import MachineFacts, ScriptFacts, StackFacts
-from ...model.findings import Applicability, Draft, Fix
+from ...model.findings import Applicability, Draft, Edit, Fix
 from .._common import present, set_kwarg
 from ..registry import Example, rule
 from ._placement import QLORA, per_rank
@@ -47,7 +47,21 @@ from ._placement import QLORA, per_rank
                 "model = get_peft_model(model, LoraConfig(r=16, target_modules=['q_proj', 'v_proj']))\n"
                 "Trainer(model=model, args=TrainingArguments('out', bf16=True)).train()\n"
             ),
-        )
+        ),
+        Example(
+            "import torch\n"
+            "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', dtype=torch.bfloat16, device_map='auto')\n"
+            "Trainer(model=model, args=TrainingArguments('out', bf16=True)).train()\n",
+            launcher="accelerate launch --use_deepspeed --zero_stage 3 --num_processes 2 train.py",
+            note="ZeRO-3 from the launch, registered after the load: drop the map, never a per-rank one",
+            fixed=(
+                "import torch\n"
+                "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                "model = AutoModelForCausalLM.from_pretrained('m', dtype=torch.bfloat16)\n"
+                "Trainer(model=model, args=TrainingArguments('out', bf16=True)).train()\n"
+            ),
+        ),
     ],
     silent=[
         Example(
@@ -66,15 +80,36 @@ def device_map_auto_under_ddp(
         return
     if setup is not None and zero3_shards_the_load(setup, stack):
         return  # ZeRO-3 refuses any device_map at load (PD502, whose fix removes it): a per-rank map is no cure
+    zero3 = setup is not None and setup.sharding.kind == "deepspeed" and setup.sharding.stage == 3
     for load in script.of("model_load"):
         v = decide(load.kwarg("device_map"), machine, stack)
         if device_map_kind(v) == "spread":
             yield Draft(
-                f"device_map={v.text} spreads the model over the GPUs, but {n} processes each load it",
-                evidence=(evidence_of(v, f"device_map={v.text}", load), n_ev),
-                fix=Fix(
+                f"device_map={v.text} spreads the model over the GPUs, but {n} processes each load it"
+                + (
+                    " (ZeRO-3 is registered only when the training arguments are built, after this load)"
+                    if zero3
+                    else ""
+                ),
+                evidence=(evidence_of(v, f"device_map={v.text}", load), n_ev)
+                + (setup.sharding.evidence[-1:] if zero3 else ()),
+                fix=_zero3_fix(load)
+                if zero3
+                else Fix(
                     "one full replica per process: device_map={'': int(os.environ['LOCAL_RANK'])}",
                     applicability=Applicability.SAFE,
                     edits=present(set_kwarg(load, "device_map", '{"": int(os.environ["LOCAL_RANK"])}')),
                 ),
             )
+
+
+def _zero3_fix(load) -> Fix:
+    """Under ZeRO-3 the ranks share the model by partitioning it: no device map at all, each rank loads to the
+    CPU and DeepSpeed moves its shard to its GPU (a per-rank map would put a full replica on every GPU first)."""
+    shown = load.callee.rsplit(".", 1)[-1]
+    return Fix(
+        "drop device_map=: ZeRO-3 partitions the model over the ranks",
+        applicability=Applicability.SAFE,
+        edits=(Edit("remove_kwarg", load.location.path, load.location.line, call=shown, name="device_map"),),
+        notes=("Build the training arguments before loading to load under zero.Init, which never holds a full copy.",),
+    )
