@@ -128,7 +128,11 @@ def _checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, sta
     args = setup.training_args
     if args is not None:
         gc = decide(_either(args, "activation_checkpointing", "gradient_checkpointing"), machine, stack)
-        trl_default = setup.trl and gc.state == ABSENT and at_least(stack, "trl", TRL_CHECKPOINTING_DEFAULT)
+        # only TRL's own config classes default it on: a plain TrainingArguments handed to a TRL trainer is turned
+        # into one from its to_dict() (sft_trainer.py:929-934), which carries its gradient_checkpointing=False
+        trl_default = (
+            args.callee.startswith("trl.") and gc.state == ABSENT and at_least(stack, "trl", TRL_CHECKPOINTING_DEFAULT)
+        )
         if gc.is_(True) or trl_default:
             on = by_args = True
             evidence.append(

@@ -45,10 +45,29 @@ from ._quantization import qlora
                 "Trainer(model=model, args=TrainingArguments('out', bf16=True,"
                 " gradient_checkpointing=True)).train()\n"
             ),
-        )
+        ),
+        Example(
+            qlora(prep=False)
+            .replace("Trainer(", "SFTTrainer(")
+            .replace("TrainingArguments('out', bf16=True)", "SFTConfig(output_dir='out', bf16=True)")
+            .replace("import torch\n", "import torch\nfrom trl import SFTConfig, SFTTrainer\n"),
+            versions={"transformers": "4.57.1", "trl": "0.24.0"},
+            note="SFTConfig turns gradient checkpointing on by default from trl 0.22",
+            fixed=qlora(prep=True)
+            .replace("Trainer(", "SFTTrainer(")
+            .replace("TrainingArguments('out', bf16=True)", "SFTConfig(output_dir='out', bf16=True)")
+            .replace("import torch\n", "import torch\nfrom trl import SFTConfig, SFTTrainer\n"),
+        ),
     ],
     silent=[
         Example(qlora(prep=True, args=", gradient_checkpointing=True"), versions={"transformers": "4.57.1"}),
+        Example(
+            qlora(prep=False)
+            .replace("Trainer(", "SFTTrainer(")
+            .replace("import torch\n", "import torch\nfrom trl import SFTTrainer\n"),
+            versions={"transformers": "4.57.1", "trl": "0.24.0"},
+            note="a plain TrainingArguments given to SFTTrainer keeps its gradient_checkpointing=False",
+        ),
         Example(
             "from unsloth import FastLanguageModel\nfrom trl import SFTConfig, SFTTrainer\n"
             "model, tok = FastLanguageModel.from_pretrained('unsloth/llama-3-8b-bnb-4bit', load_in_4bit=True)\n"
