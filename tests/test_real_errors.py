@@ -704,3 +704,19 @@ def test_pd303_a_peft_model_under_trainer_ddp_with_reentrant_checkpointing(tiny_
         versions={"transformers": transformers.__version__},
     )
     assert ("PD303" in {f.rule_id for f in result.findings}) is dies
+
+
+def test_pd604_bitsandbytes_refuses_a_device_map_with_cpu_modules():
+    """transformers' 4-bit quantizer checks the device map accelerate inferred: CPU modules are refused unless
+    llm_int8_enable_fp32_cpu_offload=True. PD604 predicts the same error and the same escape."""
+    from transformers import BitsAndBytesConfig
+    from transformers.quantizers.quantizer_bnb_4bit import Bnb4BitHfQuantizer
+
+    from precision_doctor.rules.pd6_memory.pd604_device_map_auto_offloads import BNB_REFUSES_OFFLOAD
+
+    spilled = {"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": "cpu", "lm_head": "cpu"}
+    with pytest.raises(ValueError) as refused:
+        Bnb4BitHfQuantizer(BitsAndBytesConfig(load_in_4bit=True)).validate_environment(device_map=spilled)
+    assert BNB_REFUSES_OFFLOAD.startswith(f"ValueError: {str(refused.value)[:200]}")
+    allowed = BitsAndBytesConfig(load_in_4bit=True, llm_int8_enable_fp32_cpu_offload=True)
+    Bnb4BitHfQuantizer(allowed).validate_environment(device_map=spilled)  # accepted: the slow path PD604 warns of
