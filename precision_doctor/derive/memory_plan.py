@@ -21,7 +21,7 @@ from .checkpoint import checkpoint_of
 from .launch import LaunchPlan, device_map_kind
 from .memory import MIB, WHISPER_MAX_LABELS, Breakdown, Parallelism, TrainingShape, estimate, source_frames
 from .optimizer import optimizer_of
-from .setup import Setup, decide
+from .setup import Setup, decide, other_device
 
 DEFAULT_BATCH = 8  # TrainingArguments.per_device_train_batch_size
 TRL_MAX_LENGTH = 1024  # SFTConfig.max_length
@@ -79,6 +79,8 @@ def plan_memory(
     """The plan, or why there is none."""
     if setup.model_load is None:
         return "no model load found"
+    if other_device(script):
+        return f"the script is written for {other_device(script)}: the GPU's memory is not its limit"
     checkpoint = checkpoint_of(setup.model_load, script)
     if checkpoint is None or not checkpoint.parameters:
         return "the checkpoint's size is not known" + _why_unknown(setup.model_load, script)

@@ -40,6 +40,18 @@ from .launch import Sharding
 DTYPE_KEYWORD_FROM = "4.56"
 
 
+# Scripts written for another device than a CUDA GPU: the target GPU's questions (bf16, memory) are not theirs.
+_OTHER_DEVICE_IMPORTS = ("torch_xla", "intel_extension_for_pytorch")
+
+
+def other_device(script: ScriptFacts) -> str:
+    """The non-CUDA device a script is written for, from its imports ("" for none)."""
+    for name in script.imports:
+        if name.split(".", 1)[0] in _OTHER_DEVICE_IMPORTS:
+            return "a TPU (torch_xla)" if name.startswith("torch_xla") else "an Intel CPU (intel_extension_for_pytorch)"
+    return ""
+
+
 # --- hardware predicates ----------------------------------------------------------------------
 
 

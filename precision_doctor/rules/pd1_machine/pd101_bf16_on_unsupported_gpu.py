@@ -4,6 +4,7 @@ Titan RTX, RTX 20xx)."""
 from __future__ import annotations
 
 from ...derive import Setup, decide, evidence_of
+from ...derive.setup import other_device
 from ...knowledge import bf16_checks, dtypes
 from ...model.facts import KNOWN, MachineFacts, ScriptFacts, StackFacts
 from ...model.findings import Applicability, Draft, Edit, Evidence, Fix
@@ -22,18 +23,6 @@ from ._hardware import _trainer, pre_ampere
 
 # Whether the job's libraries refuse bf16 at start-up there is knowledge/bf16_checks.refusal: nothing refuses it
 # with torch >= 2.3 and transformers >= 4.35 (FAILURES.md "Version facts").
-
-
-# Scripts that run on another device than a CUDA GPU: their bf16 is not the GPU's question.
-_OTHER_DEVICE_IMPORTS = ("torch_xla", "intel_extension_for_pytorch")
-
-
-def _other_device(script: ScriptFacts) -> str:
-    """The non-CUDA device a script is written for, from its imports ("" for none)."""
-    for name in script.imports:
-        if name.split(".", 1)[0] in _OTHER_DEVICE_IMPORTS:
-            return "a TPU (torch_xla)" if name.startswith("torch_xla") else "an Intel CPU (intel_extension_for_pytorch)"
-    return ""
 
 
 def _cpu_autocast(c) -> bool:
@@ -190,7 +179,7 @@ def bf16_requests(setup: Setup, machine: MachineFacts, stack: StackFacts) -> tup
     ],
 )
 def bf16_on_unsupported_gpu(script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts):
-    if not setup.trains or not pre_ampere(machine) or _other_device(script):
+    if not setup.trains or not pre_ampere(machine) or other_device(script):
         return
     asks = bf16_requests(setup, machine, stack)
     if not asks or _decided_by_guard(asks):  # a bf16 chosen by an emulating guard is PD102's finding
