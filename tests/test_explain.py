@@ -64,6 +64,23 @@ def test_real_cpu_tracebacks(rule_id):
     assert top(proc.stderr)[0] == rule_id, (top(proc.stderr), proc.stderr[-500:])
 
 
+# The same mismatch the other way round (float32 weights, half tensors), as torch 2.x words it per op
+HALF_INTO_FLOAT = {
+    "bmm": "import torch\ntorch.bmm(torch.randn(1, 2, 2), torch.randn(1, 2, 2).half())",
+    "conv": "import torch\ntorch.nn.Conv1d(4, 4, 1)(torch.randn(1, 4, 3).half())",
+    "lstm": "import torch\ntorch.nn.LSTM(4, 4)(torch.randn(2, 1, 4).half())",
+    "linear": "import torch\ntorch.nn.Linear(4, 4)(torch.randn(2, 4).half())",
+}
+
+
+@pytest.mark.parametrize("op", sorted(HALF_INTO_FLOAT))
+def test_half_tensors_into_float_weights_are_named(op):
+    pytest.importorskip("torch")
+    proc = subprocess.run([sys.executable, "-c", HALF_INTO_FLOAT[op]], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0, proc.stdout
+    assert top(proc.stderr)[:1] == ["PD208"], (top(proc.stderr), proc.stderr[-300:])
+
+
 SEED_LOGS = {
     "seed000": (
         """UserWarning: Mismatch dtype between input and weight: input dtype = c10::BFloat16, weight dtype = float

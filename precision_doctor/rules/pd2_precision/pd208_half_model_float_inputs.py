@@ -16,7 +16,9 @@ from ..registry import Example, LogSignature, rule
     phase="first-step",
     summary="A model cast to fp16/bf16 is fed float32 tensors with no autocast.",
     what="`model.half()` / `.bfloat16()` / `.to(torch.float16)` in a hand-written loop, called on tensors the script "
-    "builds as float32 (`torch.randn`, `.float()`, float `torch.tensor`) with no autocast around it.",
+    "builds as float32 (`torch.randn`, `.float()`, float `torch.tensor`) with no autocast around it. In a log, "
+    "also the reverse (`expected scalar type Float but found Half`): float32 weights given half tensors — a "
+    "`.half()` input, one module cast on its own, a half output fed to a float32 module outside autocast.",
     why="Linear and conv layers need input and weight in one dtype; only autocast casts the inputs for you.",
     error="RuntimeError: mat1 and mat2 must have the same dtype, but got Float and Half",
     fix="Don't hand-cast the model: keep fp32 weights and use autocast (or Trainer fp16/bf16); if a half model is "
@@ -27,8 +29,10 @@ from ..registry import Example, LogSignature, rule
         patterns=(
             r"mat1 and mat2 must have the same dtype",
             r"expected mat1 and mat2 to have the same dtype",
-            r"Input type \(.*\) and weight type \(.*\) should be the same",
+            r"Input type \(.*\) and (weight|bias) type \(.*\) should be the same",
+            r"RNN input dtype \(.*\) does not match weight dtype",
             r"expected scalar type (Half|BFloat16) but found Float",
+            r"expected scalar type Float but found (Half|BFloat16)",  # the reverse: fp32 weights, half inputs
         ),
         proven=0.6,
         yields_to=("PD301",),
