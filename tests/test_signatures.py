@@ -656,3 +656,13 @@ def test_trainer_tokenizer_is_an_error_only_where_every_release_refuses_it(tmp_p
     assert assumed.severity == "warning" and "assumed" in assumed.message
     [ranged] = pd216(_project(tmp_path / "ranged", TOKENIZER, "transformers>=4.46\n"))
     assert ranged.severity == "error"
+
+
+def test_a_span_from_the_oldest_release_read_is_not_called_its_start():
+    """The table starts at transformers 4.36: a keyword it finds there may be much older, so the message says
+    "up to" rather than naming 4.36 as where the keyword begins."""
+    from precision_doctor.knowledge.signatures import describe_spans
+
+    assert describe_spans("transformers", "4.36-5.1") == "transformers up to 5.1"
+    assert describe_spans("transformers", "4.40-4.50") == "transformers 4.40-4.50"
+    assert describe_spans("transformers", "4.36-4.40,4.45-4.47") == "transformers up to 4.40,4.45-4.47"

@@ -116,10 +116,46 @@ def _indices(package: str, spans: str) -> frozenset[int]:
 
 
 def describe_spans(package: str, spans: str) -> str:
-    """ "4.36-5.14" -> "transformers 4.36-5.14"; an open end names the newest release read."""
+    """ "4.40-5.14" -> "transformers 4.40-5.14"; an open end names the newest release read, and a span from the
+    oldest release read says "up to": the keyword may be older than the table ("4.36-5.1" -> "up to 5.1")."""
     minors = _minors(package)
-    shown = ",".join(s + (minors[-1] if s.endswith("-") else "") for s in spans.split(","))
-    return f"{package} {shown}"
+    shown = []
+    for s in spans.split(","):
+        first, _, last = s.partition("-")
+        last = (last or minors[-1]) if "-" in s else first
+        shown.append(
+            f"up to {last}"
+            if minors and first == minors[0] and last != first
+            else f"{first}-{last}"
+            if last != first
+            else first
+        )
+    return f"{package} {','.join(shown)}"
+
+
+# Keywords a release removed in favour of a value of another one (the table's renames are name-for-name):
+# transformers 5.2.0 dropped `group_by_length` for `train_sampling_strategy="group_by_length"` (training_args.py
+# `train_sampling_strategy` choices random|sequential|group_by_length|batch_rebalance).
+MOVED_INTO_VALUE = {
+    ("transformers.TrainingArguments", "group_by_length"): ("train_sampling_strategy", "group_by_length")
+}
+
+
+def moved_into_value(cid: str, name: str, local: dict[str, ClassFacts] | None = None) -> tuple[str, str] | None:
+    """(keyword, value) that now carries what `name` set on this class or a base, per MOVED_INTO_VALUE."""
+    stack, seen = [cid], set()
+    while stack:
+        current = stack.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        if (current, name) in MOVED_INTO_VALUE:
+            return MOVED_INTO_VALUE[(current, name)]
+        if local and current in local:
+            stack += [class_id(b) or b.rsplit(".", 1)[-1] for b in local[current].bases]
+        else:
+            stack += list((table()["classes"].get(current) or {}).get("bases", {}))
+    return None
 
 
 # --- what a class accepts ----------------------------------------------------------------------

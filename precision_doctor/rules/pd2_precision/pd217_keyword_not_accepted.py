@@ -17,6 +17,7 @@ from ...knowledge.signatures import (
     describe_spans,
     former_name,
     local_id,
+    moved_into_value,
     releases_in_range,
     rename_of,
     spans_of,
@@ -26,6 +27,7 @@ from ...knowledge.signatures import (
 )
 from ...model.facts import Call, ParsedArguments, ScriptFacts, StackFacts, Value, VersionSource
 from ...model.findings import Applicability, Draft, Edit, Evidence, Fix
+from .._common import present, set_kwarg
 from ..registry import Example, LogSignature, rule
 
 _PHASE = {
@@ -137,6 +139,15 @@ def _model_class(call: Call, script: ScriptFacts) -> str:
 def _call_fix(call: Call, name: str, value: Value, new: str, same: bool, shown: str, loader: bool) -> Fix:
     spelled_in_call = not _from_dict(value)  # `**cfg`: the keyword is a key of the dict, not of the call
     library = "transformers" if loader else ""
+    if "=" in new:  # moved into a value of another keyword: True sets it, False was the default anyway
+        keyword, _, setting = new.partition("=")
+        remove = Edit("remove_kwarg", call.location.path, call.location.line, call=shown, name=name, library=library)
+        if value.is_(False) and spelled_in_call:
+            return Fix(f"remove {name}=False (the default)", applicability=Applicability.SAFE, edits=(remove,))
+        edits = (remove, *present(set_kwarg(call, keyword, setting))) if value.is_(True) and spelled_in_call else ()
+        return Fix(
+            f"{name}=True → {new}", applicability=Applicability.SAFE if edits else Applicability.DISPLAY, edits=edits
+        )
     if new:
         review = _REVIEW_RENAMES.get(name) or ("" if same else "a guess from the spelling")
         edits = (
@@ -299,6 +310,9 @@ def _successor(cid: str, name: str, got: Accepted, script: ScriptFacts, stack: S
     new = rename_of(cid, name, script.classes)
     if new and new in got.names:
         return new, f": renamed to `{new}`", True
+    moved = moved_into_value(cid, name, script.classes)
+    if moved and moved[0] in got.names:
+        return f"{moved[0]}={moved[1]!r}", f": it became `{moved[0]}={moved[1]!r}`", True
     spans = spans_of(cid, name, script.classes)
     if spans is not None:
         package, releases = spans
@@ -344,6 +358,12 @@ def _successor(cid: str, name: str, got: Accepted, script: ScriptFacts, stack: S
     ),
     related=("PD216", "PD406"),
     fires=[
+        Example(
+            _ARGS + "args = TrainingArguments('out', group_by_length=True)\nTrainer(model=None, args=args).train()\n",
+            note="transformers 5.2 moved it into train_sampling_strategy: the fix keeps the behaviour",
+            fixed=_ARGS + "args = TrainingArguments('out', train_sampling_strategy='group_by_length')\n"
+            "Trainer(model=None, args=args).train()\n",
+        ),
         Example(
             _ARGS + "args = TrainingArguments('out', warmup_ratio=0.1, bf16=True)\n"
             "Trainer(model=model, args=args).train()\n",
