@@ -271,3 +271,22 @@ def test_fp8_in_a_recipe_is_judged_by_its_tool_s_own_gpu_check(tmp_path, text, t
         assert found[0].evidence[0].location.line == (3 if "base_model" in text else 5)  # the fp8 line
     if expected == "error":
         assert found[0].error == "ValueError: fp8 requested, but fp8 is not supported on this GPU"
+
+
+@pytest.mark.parametrize(
+    "line,fires",
+    [
+        ("attn_implementation: flash_attention_2", True),
+        ("flash_attention: true", True),  # the legacy flag Axolotl maps to flash_attention_2
+        ("attn_implementation: sdpa", False),
+        ("sdp_attention: true", False),
+    ],
+)
+def test_axolotl_attention_setting_reaches_the_model_load(tmp_path, line, fires):
+    path = tmp_path / "recipe.yml"
+    path.write_text(f"base_model: meta-llama/Llama-3.2-1B\nadapter: lora\nbf16: false\nfp16: true\n{line}\n")
+    result = engine.run(gather([str(path)], target="t4", stack_overrides=CURRENT, **machine_probes()))
+    found = [f for f in result.findings if f.rule_id == "PD106"]
+    assert bool(found) == fires
+    if fires:
+        assert found[0].evidence[0].location.line == 5

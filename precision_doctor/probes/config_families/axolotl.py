@@ -69,8 +69,9 @@ def build(b: Builder) -> ScriptFacts:
 
     base = b.written("base_model")
     load_kwargs = {"dtype": weights}
-    if doc.get("flash_attention"):
-        load_kwargs["attn_implementation"] = b.written("flash_attention", meaning="flash_attention_2")
+    attention = _attention(b)
+    if attention is not None:
+        load_kwargs["attn_implementation"] = attention
     refs = {}
     if doc.get("load_in_4bit") or doc.get("load_in_8bit"):
         flag = "load_in_4bit" if doc.get("load_in_4bit") else "load_in_8bit"
@@ -126,6 +127,30 @@ def build(b: Builder) -> ScriptFacts:
         target="trainer",
     )
     return b.facts()
+
+
+# Axolotl's legacy attention flags and what `normalize_attn_implementation` maps them to (utils/schemas/enums.py
+# LEGACY_ATTN_FLAG_TO_IMPL, in its priority order); `attn_implementation` itself is passed to from_pretrained
+# (loaders/model.py `_set_attention_config`; "fp8" loads as sdpa and is swapped after loading).
+_LEGACY_ATTENTION = {
+    "xformers_attention": "xformers",
+    "sage_attention": "sage",
+    "flex_attention": "flex_attention",
+    "flash_attention": "flash_attention_2",
+    "sdp_attention": "sdpa",
+    "eager_attention": "eager",
+}
+
+
+def _attention(b: Builder) -> Value | None:
+    doc = b.doc
+    written = doc.get("attn_implementation")
+    if isinstance(written, str) and written:
+        return b.written("attn_implementation", meaning="sdpa" if written == "fp8" else written)
+    for flag, implementation in _LEGACY_ATTENTION.items():
+        if doc.get(flag):
+            return b.written(flag, meaning=implementation)
+    return None
 
 
 def _axolotl_bnb_extras(b: Builder, flag: str) -> dict[str, Value]:
