@@ -589,6 +589,22 @@ def _trainable_cast(script: ScriptFacts, attach: Call, names) -> Fact | None:
     return None
 
 
+def _merged_before_training(script: ScriptFacts, wrapper: Call | None, trainer: Call | None, names) -> Call | None:
+    """peft's `merge_and_unload()` / `unload()` on the trained model after its adapters were attached and before
+    the trainer is built (same file, in that order): the model handed on is the base without adapters."""
+    if wrapper is None or trainer is None or wrapper.kind == "training_args":
+        return None
+    for c in script.of("merge_adapters"):
+        same_file = c.location.path == wrapper.location.path == trainer.location.path
+        if (
+            same_file
+            and wrapper.location.line <= c.location.line < trainer.location.line
+            and (c.target in names or c.receiver in names or c.receiver == wrapper.target)
+        ):
+            return c
+    return None
+
+
 def _peft(
     script: ScriptFacts,
     chain: tuple[Call, ...],
@@ -620,6 +636,17 @@ def _peft(
         config_call = by_key.get(trainer.refs.get("peft_config", ""))
     if not peft.value:
         return peft, Fact(), Fact(())
+    merged = _merged_before_training(script, peft.call, trainer, names)
+    if merged is not None:  # the base the Trainer gets has its adapters folded in and removed: nothing to train
+        return (
+            Fact(
+                False,
+                (call_evidence(merged, f"{merged.callee.rsplit('.', 1)[-1]}() removes the adapters"),),
+                call=merged,
+            ),
+            Fact(),
+            Fact(()),
+        )
     w = peft.call
     peft_version = stack.get("peft")
     opt_out = w.kwarg("autocast_adapter_dtype") if w.kind in ("get_peft_model", "peft_load") else Value(state=ABSENT)

@@ -42,6 +42,7 @@ class CallKind(StrEnum):
     PEFT_WRAP_POLICY = "peft_wrap_policy"  # peft's fsdp_auto_wrap_policy(model): LoRA leaves as their own FSDP units
     CAST = "cast"
     GC_ENABLE = "gc_enable"
+    MERGE_ADAPTERS = "merge_adapters"  # peft's merge_and_unload() / unload(): the adapters leave the model
     INPUT_GRADS = "input_grads"
     METHOD = "method"  # a training-loop method: scaler.scale(), loss.backward(), optimizer.step(), ...
     PREPARE = "prepare"
@@ -292,6 +293,7 @@ RECOGNISERS: tuple[Recogniser, ...] = (
     Recogniser(CallKind.CAST, methods=CAST_METHODS),
     Recogniser(CallKind.ADD_ADAPTER, methods={"add_adapter"}),
     Recogniser(CallKind.GC_ENABLE, methods={"gradient_checkpointing_enable", "activation_checkpointing_enable"}),
+    Recogniser(CallKind.MERGE_ADAPTERS, methods={"merge_and_unload", "unload"}),
     Recogniser(CallKind.INPUT_GRADS, methods={"enable_input_require_grads"}),
     Recogniser(CallKind.METHOD, methods=LOOP_METHODS),
     Recogniser(CallKind.PREPARE, methods={"prepare", "prepare_model", "prepare_optimizer"}),

@@ -38,6 +38,10 @@ _ADAPTERS_ON_SOME_PATHS = (
     applicability=Applicability.DISPLAY,
     fix_safety="Display only.",
     fires=[
+        Example(
+            qlora(middle="").replace(LORA, LORA + "model = model.merge_and_unload()\n"),
+            note="adapters merged away before training",
+        ),
         Example(qlora(lora=False)),
         Example(
             _ADAPTERS_ON_SOME_PATHS, note="a warning: adapters on the if and elif branches only, training on every path"
@@ -48,6 +52,10 @@ _ADAPTERS_ON_SOME_PATHS = (
         ),
     ],
     silent=[
+        Example(
+            qlora(middle="") + "model.merge_and_unload().save_pretrained('merged')\n",
+            note="merged after training, to save",
+        ),
         Example(qlora()),
         Example(
             qlora()
@@ -92,6 +100,19 @@ def quantized_model_without_adapters(script: ScriptFacts, setup: Setup):
         )
         return
     if setup.peft.value:
+        return
+    merge = setup.peft.call if setup.peft.call is not None and setup.peft.call.kind == "merge_adapters" else None
+    if merge is not None:
+        method = merge.callee.rsplit(".", 1)[-1]
+        yield Draft(
+            f"the model is {setup.quantized.value}-quantized and {method}() folds its adapters in and removes them "
+            "before training: the Trainer gets the quantized base alone",
+            evidence=setup.quantized.evidence + setup.peft.evidence + (call_evidence(setup.trainer, "given the base"),),
+            fix=Fix(
+                f"train the PeftModel and call {method}() after trainer.train() (to save a merged model)",
+                applicability=Applicability.UNSAFE,
+            ),
+        )
         return
     attached = [
         c for c in script.of("get_peft_model") if c.branches and (c.target in setup.model_names or not c.target)
