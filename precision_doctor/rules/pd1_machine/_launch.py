@@ -29,17 +29,22 @@ TRAINER = (
 
 
 def fixed_placements(script: ScriptFacts) -> list[tuple[Call, str]]:
-    """Places the script pins work to one GPU for every rank: "cuda", "cuda:0", .cuda(), device_map={"": 0}. A
-    value written from a rank (`{"": int(os.environ.get("LOCAL_RANK", 0))}`, `{"": local_rank}`) reads 0 only with
-    the launcher's variable unset: under the launch, each rank's own GPU."""
+    """Places the script pins work to GPU 0 in every rank: "cuda:0", device_map={"": 0}, and "cuda" / .cuda() (the
+    current device) before any rank has chosen its own (`torch.cuda.set_device`, or `Accelerator()`, whose state
+    sets each rank's device). A value written from a rank (`{"": int(os.environ.get("LOCAL_RANK", 0))}`,
+    `{"": local_rank}`) reads 0 only with the launcher's variable unset: under the launch, each rank's own GPU."""
     out = []
+    setters = script.of("set_device") + script.of("accelerator")
     for c in script.of("cast"):
         method = c.callee.rsplit(".", 1)[-1]
         if method == "cuda" and not c.args:
-            out.append((c, ".cuda()"))
+            if not _device_chosen_before(c, setters):
+                out.append((c, ".cuda()"))
         elif method == "to":
             for v in list(c.args) + [c.kwargs[k] for k in ("device",) if k in c.kwargs]:
-                if v.state == KNOWN and v.value in ("cuda", "cuda:0") and not written_per_rank(v):
+                if v.state != KNOWN or written_per_rank(v):
+                    continue
+                if v.value == "cuda:0" or (v.value == "cuda" and not _device_chosen_before(c, setters)):
                     out.append((c, f".to({v.value!r})"))
     for load in script.of("model_load"):
         v = load.kwarg("device_map")
@@ -52,8 +57,15 @@ def fixed_placements(script: ScriptFacts) -> list[tuple[Call, str]]:
     return out
 
 
-def ranks_pick_their_gpu(script: ScriptFacts) -> bool:
-    return bool(script.of("set_device"))
+def _device_chosen_before(c: Call, setters: list[Call]) -> bool:
+    """Whether a rank's device may already be set when `c` runs: a setter earlier in the same scope, or one in
+    another scope (order unknown: not judged). False only where every setter comes later in c's own scope."""
+    for s in setters:
+        if s.location.path != c.location.path or s.scope != c.scope:
+            return True
+        if (s.location.line, s.location.column) < (c.location.line, c.location.column):
+            return True
+    return False
 
 
 def age(p: GpuProcess, probed_at: float) -> str:

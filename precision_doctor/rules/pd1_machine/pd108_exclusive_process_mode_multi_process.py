@@ -7,7 +7,7 @@ from ...derive import LaunchPlan, call_evidence
 from ...model.facts import MachineFacts, ScriptFacts
 from ...model.findings import Applicability, Draft, Evidence, Fix
 from ..registry import Example, LogSignature, rule
-from ._launch import ACC_GOOD, describe_process, fixed_placements, ranks_pick_their_gpu
+from ._launch import ACC_GOOD, describe_process, fixed_placements
 
 
 @rule(
@@ -58,7 +58,7 @@ def exclusive_process_mode(script: ScriptFacts, machine: MachineFacts, plan: Lau
                 ),
             )
     placements = fixed_placements(script)
-    if n and n > 1 and placements and not ranks_pick_their_gpu(script):
+    if n and n > 1 and placements:
         c, what = placements[0]
         yield Draft(
             f"{n} processes on Exclusive_Process GPUs, and every rank creates its context with {what}: "

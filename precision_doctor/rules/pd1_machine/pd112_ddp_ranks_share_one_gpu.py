@@ -7,7 +7,7 @@ from ...model.facts import ScriptFacts
 from ...model.findings import Applicability, Draft, Fix
 from .._common import present, set_kwarg
 from ..registry import Example, rule
-from ._launch import ACC, ACC_GOOD, ACC_LOOP, TRAINER, fixed_placements, ranks_pick_their_gpu
+from ._launch import ACC, ACC_GOOD, ACC_LOOP, TRAINER, fixed_placements
 
 _ACC_CUDA0 = ACC + "model = model.to('cuda:0')\n" + ACC_LOOP
 
@@ -19,7 +19,8 @@ _ACC_CUDA0 = ACC + "model = model.to('cuda:0')\n" + ACC_LOOP
     phase="wrap",
     summary="Under a multi-process launch every rank puts its work on cuda:0.",
     what="`torchrun`/`accelerate launch` with more than one process while the script places the model with "
-    '`"cuda"`, `"cuda:0"`, `.cuda()` or `device_map={"": 0}` and never calls `torch.cuda.set_device`.',
+    '`"cuda:0"` or `device_map={"": 0}`, or with `"cuda"` / `.cuda()` before the rank chose its device '
+    "(`torch.cuda.set_device`, or `Accelerator()`, which sets it).",
     why="Every rank creates its context and copies its model on GPU 0: OOM there while the other GPUs idle, NCCL "
     "refusing two ranks on one device, or a busy GPU in Exclusive_Process mode.",
     error="torch.OutOfMemoryError on GPU 0, or NCCL error: Duplicate GPU detected",
@@ -31,6 +32,12 @@ _ACC_CUDA0 = ACC + "model = model.to('cuda:0')\n" + ACC_LOOP
     related=("PD108", "PD109"),
     fires=[
         Example(_ACC_CUDA0, launcher="accelerate launch --num_processes 2 train.py", note="every rank on cuda:0"),
+        Example(
+            "import os, torch\nmodel = torch.nn.Linear(8, 8).cuda()\n"
+            "torch.cuda.set_device(int(os.environ['LOCAL_RANK']))\n",
+            launcher="torchrun --nproc_per_node 2 train.py",
+            note="the model is placed before the rank sets its device",
+        ),
         Example(
             TRAINER.format(dm=", device_map={'': 0}"),
             launcher="torchrun --nproc_per_node 4 train.py",
@@ -60,6 +67,11 @@ _ACC_CUDA0 = ACC + "model = model.to('cuda:0')\n" + ACC_LOOP
     ],
     silent=[
         Example(ACC_GOOD, launcher="accelerate launch --num_processes 2 train.py"),
+        Example(
+            ACC + "model = model.to('cuda')\n" + ACC_LOOP,
+            launcher="accelerate launch --num_processes 2 train.py",
+            note="'cuda' after Accelerator(): its state has set each rank's device",
+        ),
         Example(_ACC_CUDA0, launcher="python train.py"),
         Example(
             "import os\n" + TRAINER.format(dm=", device_map={'': int(os.environ.get('LOCAL_RANK', 0))}"),
@@ -80,7 +92,7 @@ _ACC_CUDA0 = ACC + "model = model.to('cuda:0')\n" + ACC_LOOP
 )
 def ddp_ranks_share_one_gpu(script: ScriptFacts, plan: LaunchPlan):
     n, n_ev = plan.processes, plan.processes_evidence
-    if not n or n <= 1 or ranks_pick_their_gpu(script):
+    if not n or n <= 1:
         return
     placements = fixed_placements(script)
     if not placements:
