@@ -83,12 +83,14 @@ def test_a_pinned_transformers_5_is_an_error(tmp_path):
     assert "transformers 5.20.0 (declared" in finding.message
 
 
-def test_a_range_whose_older_releases_accept_it_is_a_warning(tmp_path):
-    """`transformers>=4.40`: a fresh install gets the newest release, which refuses the keyword, but the range
-    also holds the 4.x releases that accept it: not known to die on every path."""
+def test_a_range_is_judged_as_a_fresh_install_and_names_the_pin_that_keeps_the_call(tmp_path):
+    """`transformers>=4.40`: a fresh install (what a CI gate or a new cluster image does) gets the newest release,
+    which refuses the keyword: an error, as PD216 and PD406 read a range. The range's older releases that accept
+    it are named, with the pin that keeps the call, beside the fix that changes it."""
     [finding] = pd217(_project(tmp_path, WARMUP, "transformers>=4.40\n"))
-    assert finding.severity == "warning" and finding.confidence == "likely"
-    assert "other releases the range allows accept it" in finding.message
+    assert finding.severity == "error" and finding.confidence == "certain"
+    assert "a fresh install of transformers>=4.40 gets" in finding.message
+    assert "pin transformers<=5.14.1" in finding.message  # warmup_ratio's last release in the table
 
 
 def test_an_assumed_version_is_a_warning_that_says_so(tmp_path):
@@ -585,11 +587,10 @@ def test_a_keyword_the_script_passes_only_on_releases_that_have_it_is_silent(run
     assert [f.message.split("`")[1] for f in pd217(result)] == ["evaluation_strategy"]
 
 
-def test_a_declared_requirement_without_a_range_is_a_warning(tmp_path):
-    """`transformers` alone in requirements.txt: a fresh install gets the newest release, but any release may be the
-    one the job runs with."""
+def test_a_declared_requirement_without_a_range_is_judged_as_a_fresh_install(tmp_path):
+    """`transformers` alone in requirements.txt: a fresh install gets the newest release, as for any range."""
     [finding] = pd217(_project(tmp_path, WARMUP, "transformers\naccelerate\n"))
-    assert finding.severity == "warning"
+    assert finding.severity == "error" and "a fresh install of transformers gets" in finding.message
 
 
 def test_a_trl_config_that_moved_to_experimental_and_back_is_read(run_check):

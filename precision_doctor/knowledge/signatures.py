@@ -397,6 +397,11 @@ def suggestion(name: str, names: Iterable[str]) -> str | None:
 # --- how sure: the versions a declared range allows ----------------------------------------------
 
 
+def release_of(package: str, index: int) -> str:
+    """The release the table read for its `index`-th minor (oldest first)."""
+    return table()["releases"][package][_minors(package)[index]]
+
+
 def releases_in_range(package: str, version: PackageVersion) -> list[int]:
     """The table's releases a declared range allows (`transformers>=4.40`, or `transformers` with no range: all),
     newest last; [] when the version is a pin, installed, given, or the range cannot be read."""

@@ -18,6 +18,7 @@ from ...knowledge.signatures import (
     former_name,
     local_id,
     moved_into_value,
+    release_of,
     releases_in_range,
     rename_of,
     spans_of,
@@ -215,8 +216,9 @@ def _judge_parsed(parsed: ParsedArguments, script: ScriptFacts, stack: StackFact
     error = _parser_error(parsed, behaviour, unused)
     for key in unused:
         value = parsed.keys[key]
-        doubts = [d for _, d in (_verdict(cid, key, got, script, stack) for cid, got in parts) if d]
-        severity = "warning" if doubts else "error"
+        verdicts = [_verdict(cid, key, got, script, stack) for cid, got in parts]
+        doubts = [d for _, d in verdicts if d]
+        severity = "warning" if any(s == "warning" for s, _ in verdicts) else "error"
         how = _versions([p for _, got in parts for p in _packages(got)], stack, doubts[0] if doubts else "")
         found = [_successor(cid, key, got, script, stack) for cid, got in parts]
         new = next((f[0] for f in found if f[0]), "")
@@ -277,8 +279,10 @@ def _parser_error(parsed: ParsedArguments, behaviour: str, unused: list[str]) ->
 
 
 def _verdict(cid: str, name: str, got: Accepted, script: ScriptFacts, stack: StackFacts) -> tuple[str, str]:
-    """(severity, doubt): an error when every version the script can run with refuses the keyword; a warning, and
-    why, when a version is only assumed or a declared range also holds releases that accept it."""
+    """(severity, note): an error when the version the script runs with refuses the keyword — a declared range is
+    what a fresh install of it gets, the newest release it allows (as PD216 and PD406 read it), and the note names
+    the last release in the range that accepts it, the pin that keeps the call; a warning, and why, when the
+    version is only assumed or newer than the table."""
     packages = _packages(got)
     if any(stack.get(p).source == VersionSource.ASSUMED for p in packages):
         return "warning", "not installed nor declared: pin it to be sure"
@@ -287,10 +291,18 @@ def _verdict(cid: str, name: str, got: Accepted, script: ScriptFacts, stack: Sta
     if newer:
         return "warning", f"newer than the {newer[0]} releases the doctor's table was built from"
     for package in packages:
-        for i in releases_in_range(package, stack.get(package)):
-            other = accepted(cid, Versions(stack).with_release(package, i), script.classes)
-            if other is not None and name in other.names:
-                return "warning", "other releases the range allows accept it"
+        takes = [
+            i
+            for i in releases_in_range(package, stack.get(package))
+            if name in getattr(accepted(cid, Versions(stack).with_release(package, i), script.classes), "names", ())
+        ]
+        if takes:
+            version = stack.get(package)
+            last = release_of(package, max(takes))
+            return "error", (
+                f"a fresh install of {package}{version.spec} gets {version.version}; up to {last} the range accepts "
+                f"it: change the call, or pin {package}<={last}"
+            )
     return "error", ""
 
 
@@ -341,7 +353,8 @@ def _successor(cid: str, name: str, got: Accepted, script: ScriptFacts, stack: S
     "are each release's own: read from the installed package's source, else from a table generated from the "
     "released wheels (transformers 4.36-5.23, TRL 0.9-1.16, peft 0.7-0.21, sentence-transformers 3.0-6.2). "
     "BitsAndBytesConfig takes any keyword and ignores it: a warning, the setting has no effect. An assumed "
-    "version, or a declared range with releases that accept the keyword, gives a warning. `Trainer(tokenizer=)` "
+    "version gives a warning; a declared range is what a fresh install gets, its newest release (as PD216 and "
+    "PD406 read it), and the message names the range's last release that accepts the keyword. `Trainer(tokenizer=)` "
     "is PD216's, `from_pretrained(load_in_4bit=)` PD406's.",
     error="TypeError: TrainingArguments.__init__() got an unexpected keyword argument 'warmup_ratio'",
     fix="Use the keyword the version has (its new name), fix the typo, or pin the release the script was written for.",
