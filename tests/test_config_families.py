@@ -290,3 +290,35 @@ def test_axolotl_attention_setting_reaches_the_model_load(tmp_path, line, fires)
     assert bool(found) == fires
     if fires:
         assert found[0].evidence[0].location.line == 5
+
+
+AX_DDP = (
+    "base_model: meta-llama/Llama-3.2-1B\nadapter: lora\nbf16: true\ndevice_map: auto\ngradient_checkpointing: true\n"
+    "gradient_checkpointing_kwargs:\n  use_reentrant: true\n"
+)
+
+
+def _run_recipe(tmp_path, name, text, launcher=None, target="a100:2"):
+    path = tmp_path / name
+    path.write_text(text)
+    facts = gather([str(path)], target=target, launcher=launcher, stack_overrides=CURRENT, **machine_probes())
+    return {f.rule_id for f in engine.run(facts).findings if f.severity == "error"}
+
+
+def test_axolotl_places_each_rank_and_turns_unused_parameter_search_off(tmp_path):
+    """Under several processes Axolotl replaces device_map by {"": LOCAL_RANK} (normalize_config) and passes
+    ddp_find_unused_parameters=False (core/builders/causal.py): no spread-model error, no reentrant-DDP error.
+    The recipe that turns the search on gets PD303 back."""
+    assert not _run_recipe(tmp_path, "ax.yml", AX_DDP) & {"PD302", "PD303", "PD114"}
+    assert "PD303" in _run_recipe(tmp_path, "ax.yml", AX_DDP + "ddp_find_unused_parameters: true\n")
+
+
+def test_llamafactory_qlora_stores_4bit_weights_in_the_compute_dtype_for_fsdp(tmp_path):
+    """LLaMA-Factory builds QLoRA's BitsAndBytesConfig with bnb_4bit_quant_storage=compute_dtype, so FSDP can
+    flatten it (model/model_utils/quantization.py): no PD504 under an FSDP launch."""
+    text = (
+        "model_name_or_path: meta-llama/Llama-3.2-1B\nstage: sft\nfinetuning_type: lora\nquantization_bit: 4\n"
+        "bf16: true\n"
+    )
+    launcher = "accelerate launch --use_fsdp --num_processes 2 -m llamafactory.cli train lf.yaml"
+    assert "PD504" not in _run_recipe(tmp_path, "lf.yaml", text, launcher)

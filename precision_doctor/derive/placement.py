@@ -23,13 +23,18 @@ TRAINER_4BIT_EXEMPTION_RELEASE = "5.6"
 TRAINER_AUTOCAST_LEFT_TO_ACCELERATE = "4.30.0"
 
 
+AXOLOTL = "axolotl"  # the import tag of an Axolotl recipe (probes/config_families)
+
+
 def derive_placement(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack: StackFacts) -> Placement:
     load = setup.model_load
     kind = device_map_kind(decide(load.kwarg("device_map"), machine, stack)) if load else "none"
     exempt, source = trainer_exempts_4bit(stack)
     return Placement(
         device_map=kind,
-        trainer_wrap=_trainer_wrap(setup, len(machine.gpus), exempt),
+        # Axolotl marks the model model-parallel when one process sees several GPUs (loaders/model.py
+        # `_apply_post_lora_load_setup`: is_parallelizable / model_parallel): Trainer never wraps it in DataParallel
+        trainer_wrap="none" if AXOLOTL in script.imports else _trainer_wrap(setup, len(machine.gpus), exempt),
         exempts_4bit=exempt,
         exempts_4bit_source=source,
         dataparallel_crash_reasons=_dataparallel_crash_reasons(setup, kind, exempt, source, stack),

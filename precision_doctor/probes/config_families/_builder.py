@@ -108,7 +108,11 @@ def weights_dtype(name: str, because: Value) -> Value:
 
 
 def model_load(
-    b: Builder, weights: Value, quantized: tuple[str, Value, Location] | None = None, extra: dict | None = None
+    b: Builder,
+    weights: Value,
+    quantized: tuple[str, Value, Location] | None = None,
+    extra: dict | None = None,
+    bnb_extra: dict | None = None,
 ) -> Call:
     """The model load a recipe's tool makes from `model_name_or_path`: in `weights`' dtype, through a
     BitsAndBytesConfig (`load_in_4bit`/`load_in_8bit`: (flag, its value, where it is set), the load dtype as the
@@ -121,7 +125,7 @@ def model_load(
             CallKind.BNB_CONFIG,
             "transformers.BitsAndBytesConfig",
             where,
-            kwargs={flag: value, "bnb_4bit_compute_dtype": weights},
+            kwargs={flag: value, "bnb_4bit_compute_dtype": weights, **(bnb_extra or {})},
             target="bnb_config",
         )
         refs["quantization_config"] = bnb.key

@@ -105,6 +105,13 @@ def build(b: Builder) -> ScriptFacts:
     for key in ("tf32", "gradient_checkpointing", "gradient_checkpointing_kwargs", "optimizer", "max_grad_norm"):
         if doc.has(key) and doc.get(key) != "auto":
             args["optim" if key == "optimizer" else key] = b.written(key)
+    # under DDP Axolotl passes bool(ddp_find_unused_parameters): False unless the recipe sets it
+    # (core/builders/causal.py, "handle ddp")
+    args["ddp_find_unused_parameters"] = (
+        replace(b.written("ddp_find_unused_parameters"), value=bool(doc.get("ddp_find_unused_parameters")))
+        if doc.has("ddp_find_unused_parameters")
+        else b.default("ddp_find_unused_parameters", False, "Axolotl passes False under DDP unless the recipe sets it")
+    )
     if doc.get("fp8"):  # AxolotlTrainingArguments.fp8: the Accelerator gets mixed_precision="fp8"
         args["fp8"] = b.written("fp8")
     if doc.has("deepspeed"):

@@ -34,7 +34,10 @@ def build(b: Builder) -> ScriptFacts:
         weights = replace(b.default("infer_dtype", "auto"), value="auto")
     bits = f"load_in_{quant_bits}bit" if quant_bits in (4, 8) else ""
     quantized = (bits, b.written("quantization_bit", meaning=True), doc.location("quantization_bit")) if bits else None
-    load = model_load(b, weights, quantized)
+    # 4-bit: the quantized weights are stored in the compute dtype, "crucial for fsdp+qlora"
+    # (model/model_utils/quantization.py, BitsAndBytesConfig(bnb_4bit_quant_storage=compute_dtype))
+    storage = {"bnb_4bit_quant_storage": weights} if quant_bits == 4 else None
+    load = model_load(b, weights, quantized, bnb_extra=storage)
     zero3 = _zero3(doc)
     upcast = not pure_bf16.value and not doc.get("use_badam") and not (quant_bits is None and zero3)
     upcast_note = b.default(

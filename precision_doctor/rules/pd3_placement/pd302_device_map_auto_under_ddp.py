@@ -4,6 +4,7 @@ or FSDP launch."""
 from __future__ import annotations
 
 from ...derive import LaunchPlan, Setup, decide, device_map_kind, evidence_of
+from ...derive.placement import AXOLOTL
 from ...derive.sharding import zero3_shards_the_load
 from ...model.facts import MachineFacts, ScriptFacts, StackFacts
 from ...model.findings import Applicability, Draft, Edit, Fix
@@ -76,8 +77,8 @@ def device_map_auto_under_ddp(
     script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts, plan: LaunchPlan
 ):
     n, n_ev = plan.multi_process, plan.processes_evidence
-    if n <= 1:
-        return
+    if n <= 1 or AXOLOTL in script.imports:
+        return  # Axolotl replaces any device_map by {"": LOCAL_RANK} when WORLD_SIZE != 1 (normalize_config)
     if setup is not None and zero3_shards_the_load(setup, stack):
         return  # ZeRO-3 refuses any device_map at load (PD502, whose fix removes it): a per-rank map is no cure
     zero3 = setup is not None and setup.sharding.kind == "deepspeed" and setup.sharding.stage == 3
