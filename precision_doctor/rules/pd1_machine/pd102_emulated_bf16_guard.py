@@ -98,16 +98,6 @@ def _native(text: str) -> str:
     ],
     silent=[
         Example(
-            HEAD + "from transformers.utils import is_torch_bf16_gpu_available\n"
-            "bf16 = is_torch_bf16_gpu_available()\n"
-            "model = AutoModelForCausalLM.from_pretrained('gpt2', "
-            "torch_dtype=torch.bfloat16 if bf16 else torch.float32)\n"
-            "Trainer(model=model, args=TrainingArguments('o', bf16=bf16, fp16=not bf16)).train()\n",
-            target="t4",
-            versions={"transformers": "4.34.1"},
-            note="transformers < 4.35 answers for native bf16 only (compute capability >= 8)",
-        ),
-        Example(
             HEAD + "bf16 = torch.cuda.is_bf16_supported(including_emulation=False)\n"
             "model = AutoModelForCausalLM.from_pretrained('gpt2', "
             "dtype=torch.bfloat16 if bf16 else torch.float32)\n"
@@ -122,6 +112,16 @@ def _native(text: str) -> str:
             "Trainer(model=model, args=TrainingArguments('o', bf16=bf16, fp16=not bf16, "
             "per_device_train_batch_size=4)).train()\n",
             target="a100",
+        ),
+        Example(
+            HEAD + "from transformers.utils import is_torch_bf16_gpu_available\n"
+            "bf16 = is_torch_bf16_gpu_available()\n"
+            "model = AutoModelForCausalLM.from_pretrained('gpt2', "
+            "torch_dtype=torch.bfloat16 if bf16 else torch.float32)\n"
+            "Trainer(model=model, args=TrainingArguments('o', bf16=bf16, fp16=not bf16)).train()\n",
+            target="t4",
+            versions={"transformers": "4.34.1"},
+            note="transformers < 4.35 answers for native bf16 only (compute capability >= 8)",
         ),
     ],
 )

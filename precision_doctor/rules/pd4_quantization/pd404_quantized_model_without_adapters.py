@@ -52,10 +52,6 @@ _ADAPTERS_ON_SOME_PATHS = (
         ),
     ],
     silent=[
-        Example(
-            qlora(middle="") + "model.merge_and_unload().save_pretrained('merged')\n",
-            note="merged after training, to save",
-        ),
         Example(qlora()),
         Example(
             qlora()
@@ -71,6 +67,10 @@ _ADAPTERS_ON_SOME_PATHS = (
                 "    if False:\n",
             ),
             note="training only on the branch that attaches adapters",
+        ),
+        Example(
+            qlora(middle="") + "model.merge_and_unload().save_pretrained('merged')\n",
+            note="merged after training, to save",
         ),
     ],
 )

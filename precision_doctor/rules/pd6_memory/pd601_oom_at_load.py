@@ -26,19 +26,19 @@ from ._memory import LOG, OOM, _evidence, advice, breakdown_text, gib, trained_p
     fires=[Example(trainer("meta-llama/Meta-Llama-3-70B", load="dtype=torch.bfloat16"), target="a100-80gb")],
     silent=[
         Example(
+            trainer(
+                "meta-llama/Meta-Llama-3-8B",
+                "per_device_train_batch_size=1, gradient_checkpointing=True, optim='adamw_bnb_8bit'",
+            ),
+            target="h100",
+        ),
+        Example(
             "import torch\nimport torch_xla.core.xla_model as xm\n"
             "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
             "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.1-8B', dtype=torch.bfloat16)\n"
             "Trainer(model=model, args=TrainingArguments('out', bf16=True)).train()\n",
             target="t4",
             note="a TPU script (torch_xla): the GPU's memory is not its limit",
-        ),
-        Example(
-            trainer(
-                "meta-llama/Meta-Llama-3-8B",
-                "per_device_train_batch_size=1, gradient_checkpointing=True, optim='adamw_bnb_8bit'",
-            ),
-            target="h100",
         ),
     ],
 )
