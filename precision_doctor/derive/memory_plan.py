@@ -79,8 +79,9 @@ def plan_memory(
     """The plan, or why there is none."""
     if setup.model_load is None:
         return "no model load found"
-    if other_device(script):
-        return f"the script is written for {other_device(script)}: the GPU's memory is not its limit"
+    device = other_device(script)
+    if device:
+        return f"the script is written for {device}: the GPU's memory is not its limit"
     checkpoint = checkpoint_of(setup.model_load, script)
     if checkpoint is None or not checkpoint.parameters:
         return "the checkpoint's size is not known" + _why_unknown(setup.model_load, script)

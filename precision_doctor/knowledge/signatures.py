@@ -13,7 +13,7 @@ doctor, read once; nothing here looks at the user's files.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
 
@@ -143,19 +143,7 @@ MOVED_INTO_VALUE = {
 
 def moved_into_value(cid: str, name: str, local: dict[str, ClassFacts] | None = None) -> tuple[str, str] | None:
     """(keyword, value) that now carries what `name` set on this class or a base, per MOVED_INTO_VALUE."""
-    stack, seen = [cid], set()
-    while stack:
-        current = stack.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        if (current, name) in MOVED_INTO_VALUE:
-            return MOVED_INTO_VALUE[(current, name)]
-        if local and current in local:
-            stack += [class_id(b) or b.rsplit(".", 1)[-1] for b in local[current].bases]
-        else:
-            stack += list((table()["classes"].get(current) or {}).get("bases", {}))
-    return None
+    return next((MOVED_INTO_VALUE[(c, name)] for c in _lineage(cid, local) if (c, name) in MOVED_INTO_VALUE), None)
 
 
 # --- what a class accepts ----------------------------------------------------------------------
@@ -365,24 +353,31 @@ def rename_of(
     return None
 
 
-def former_name(cid: str, name: str, local: dict[str, ClassFacts] | None = None) -> str | None:
-    """The older spelling of a renamed keyword (`eval_strategy` -> `evaluation_strategy`), for a release that
-    predates the new name."""
-    stack: list[str] = [cid]
-    seen: set[str] = set()
+def _lineage(cid: str, local: dict[str, ClassFacts] | None = None) -> Iterator[str]:
+    """The class and every base it inherits from, each once: the script's own classes through their written bases,
+    the library's through the table's."""
+    stack, seen = [cid], set()
     while stack:
         current = stack.pop()
         if current in seen:
             continue
         seen.add(current)
+        yield current
         if local and current in local:
             stack += [class_id(b) or b.rsplit(".", 1)[-1] for b in local[current].bases]
+        else:
+            stack += list((table()["classes"].get(current) or {}).get("bases", {}))
+
+
+def former_name(cid: str, name: str, local: dict[str, ClassFacts] | None = None) -> str | None:
+    """The older spelling of a renamed keyword (`eval_strategy` -> `evaluation_strategy`), for a release that
+    predates the new name."""
+    for current in _lineage(cid, local):
+        if local and current in local:
             continue
-        entry = table()["classes"].get(current) or {}
-        for old, new in entry.get("renames", {}).items():
+        for old, new in (table()["classes"].get(current) or {}).get("renames", {}).items():
             if new == name:
                 return old
-        stack += list(entry.get("bases", {}))
     return None
 
 

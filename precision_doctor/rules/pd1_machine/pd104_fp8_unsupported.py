@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ...derive import Setup, call_evidence, decide
+from ...derive.placement import AXOLOTL
 from ...model.facts import MachineFacts, ScriptFacts, StackFacts
 from ...model.findings import Applicability, Draft, Evidence, Fix
 from .._common import (
@@ -66,7 +67,7 @@ def fp8_unsupported(script: ScriptFacts, setup: Setup, machine: MachineFacts, st
     if not machine.gpus:
         return
     g = machine.gpus[0]
-    if setup.amp.value == "fp8" and "axolotl" in script.imports and g.capability < AXOLOTL_FP8_FROM:
+    if setup.amp.value == "fp8" and AXOLOTL in script.imports and g.capability < AXOLOTL_FP8_FROM:
         yield Draft(
             f"fp8: true on {gpu_phrase(machine)}: Axolotl refuses fp8 below compute capability 9.0 when it "
             "validates the config",
