@@ -180,3 +180,100 @@ def test_recipe_settings_on_the_launch_line(tmp_path, monkeypatch, family, name,
     assert (rule in rules(result)) is fires
     if "--bf16" in launch:  # the evidence names the launch line, not a line of the recipe
         assert any(e.origin == "script-arg" for f in result.findings if f.rule_id == rule for e in f.evidence)
+
+
+LIGHTNING_CLI = (
+    "import torch\nfrom lightning.pytorch import LightningModule\nfrom lightning.pytorch.cli import LightningCLI\n"
+    "from transformers import AutoModelForCausalLM\n\n"
+    "class LitLM(LightningModule):\n"
+    "    def __init__(self, model_name: str = 'gpt2', dtype: str = 'float32'):\n"
+    "        super().__init__()\n"
+    "        self.model = AutoModelForCausalLM.from_pretrained(model_name, dtype=getattr(torch, dtype))\n\n"
+    "    def training_step(self, batch, batch_idx):\n        return self.model(**batch).loss\n\n"
+    "    def configure_optimizers(self):\n        return torch.optim.AdamW(self.parameters(), lr=1e-5)\n\n"
+    "def main():\n    LightningCLI(LitLM{extra})\n\n"
+    "if __name__ == '__main__':\n    main()\n"
+)
+
+
+@pytest.fixture
+def lightning_configs(tmp_path):
+    (tmp_path / "half.yaml").write_text(
+        "trainer:\n  accelerator: gpu\n  precision: 16-mixed\nmodel:\n  dtype: float16\n"
+    )
+    (tmp_path / "top.yaml").write_text(
+        "fit:\n  trainer:\n    precision: 16-mixed\n  model:\n    class_path: LitLM\n    init_args:\n"
+        "      dtype: float16\n"
+    )
+    (tmp_path / "eight.yaml").write_text("trainer:\n  accelerator: gpu\n  devices: 8\n  strategy: ddp\n")
+
+
+@pytest.mark.parametrize(
+    "extra,launch,fired,absent",
+    [
+        # the config after the subcommand: fp16 weights (model section) under 16-mixed's GradScaler
+        ("", "python train.py fit --config half.yaml", {"PD201"}, set()),
+        ("", "python train.py fit --config half.yaml --trainer.precision bf16-mixed", set(), {"PD201"}),
+        ("", "python train.py fit -c half.yaml --model.dtype=float32", set(), {"PD201"}),
+        # a config before the subcommand holds it as a key
+        ("", "python train.py --config top.yaml fit", {"PD201"}, set()),
+        # trainer_defaults, overridden by nothing, with the model's dtype from the launch line
+        (", trainer_defaults={'precision': '16-mixed'}", "python train.py fit --model.dtype float16", {"PD201"}, set()),
+        (", trainer_defaults={'precision': '16-mixed'}", "python train.py fit", set(), {"PD201"}),
+        # devices the node does not have: Lightning's own refusal
+        ("", "python train.py fit --config eight.yaml", {"PD111"}, set()),
+        ("", "python train.py fit --config eight.yaml --trainer.devices 4", set(), {"PD111"}),
+        # default_config_files, under the launch line's settings
+        (", parser_kwargs={'default_config_files': ['half.yaml']}", "python train.py fit", {"PD201"}, set()),
+        (
+            ", parser_kwargs={'fit': {'default_config_files': ['half.yaml']}}",
+            "python train.py fit --model.dtype bfloat16 --trainer.precision bf16-mixed",
+            set(),
+            {"PD201"},
+        ),
+        # run=False: no subcommand, args= replaces the launch line
+        (", run=False, args=['--config', 'half.yaml']", "python train.py", {"PD201"}, set()),
+    ],
+)
+def test_lightning_cli_builds_its_classes_from_configs_and_the_launch_line(
+    run_check, lightning_configs, extra, launch, fired, absent
+):
+    result, _ = run_check(LIGHTNING_CLI.format(extra=extra), target="a100:4", launcher=launch)
+    assert fired <= rules(result), sorted(rules(result))
+    assert not absent & rules(result), sorted(rules(result))
+
+
+def test_lightning_cli_points_at_the_config_line(run_check, lightning_configs):
+    result, _ = run_check(LIGHTNING_CLI.format(extra=""), target="a100", launcher="python train.py fit -c half.yaml")
+    finding = next(f for f in result.findings if f.rule_id == "PD201")
+    places = {(Path(e.location.path).name, e.location.line) for e in finding.evidence if e.location}
+    assert ("half.yaml", 3) in places and ("half.yaml", 5) in places, places
+
+
+def test_lightning_cli_without_a_launch_line_says_what_it_assumed(run_check):
+    result, facts = run_check(LIGHTNING_CLI.format(extra=""), target="a100")
+    reasons = [u.reason for s in facts.scripts for u in s.unknowns if u.what == "LightningCLI's Trainer settings"]
+    assert reasons and "launch line" in reasons[0]
+
+
+LIGHTNING_HPARAMS = (
+    "import torch\nfrom lightning.pytorch import LightningModule\nfrom lightning.pytorch.cli import LightningCLI\n"
+    "from transformers import AutoModelForCausalLM\n\n"
+    "class LitLM(LightningModule):\n"
+    "    def __init__(self, model_name: str = 'gpt2'):\n"
+    "        super().__init__()\n        self.save_hyperparameters()\n\n"
+    "    def configure_model(self):\n"
+    "        self.model = AutoModelForCausalLM.from_pretrained(self.hparams.model_name)\n\n"
+    "    def training_step(self, batch, batch_idx):\n        return self.model(**batch).loss\n\n"
+    "    def configure_optimizers(self):\n        return torch.optim.AdamW(self.parameters(), lr=1e-5)\n\n"
+    "LightningCLI(LitLM)\n"
+)
+
+
+def test_a_model_id_from_lightning_cli_reaches_the_memory_rules_through_hparams(run_check):
+    launch = "python train.py fit --model.model_name meta-llama/Llama-2-7b-hf --trainer.precision bf16-mixed"
+    result, facts = run_check(LIGHTNING_HPARAMS, target="a100-40gb", launcher=launch)
+    assert "meta-llama/Llama-2-7b-hf" in facts.scripts[0].checkpoints
+    assert {"PD602", "PD603"} & rules(result)
+    result, _ = run_check(LIGHTNING_HPARAMS, target="a100-40gb", launcher="python train.py fit")
+    assert not {"PD602", "PD603"} & rules(result)

@@ -146,6 +146,12 @@ LIGHTNING_CLASSES = {
     "lightning_fabric.Fabric",
 }  # probes/frameworks.py
 CLIPPERS = {"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_", "torch.nn.utils.clip_grad_norm"}
+# LightningCLI builds the Trainer, the LightningModule and the DataModule from the job's arguments and configs
+LIGHTNING_CLI_CLASSES = {
+    "lightning.pytorch.cli.LightningCLI",
+    "pytorch_lightning.cli.LightningCLI",
+    "pytorch_lightning.utilities.cli.LightningCLI",  # Lightning 1.x
+}
 
 
 def is_trl_config(qualified: str) -> bool:

@@ -20,7 +20,7 @@ from .handlers._command_line import BOOL_STRINGS, coerce
 from .scopes import Scope, dotted
 from .symbols import DictSym, Dyn, Known
 
-KINDS = ("click", "typer", "fire", "jsonargparse")
+KINDS = ("click", "typer", "fire", "jsonargparse", "lightning")
 _RUNNERS = {  # module-level calls that run a function as a command line
     "typer.run": "typer",
     "fire.Fire": "fire",
@@ -43,18 +43,27 @@ class Entry:
     kind: str
     options: dict[str, Option] = field(default_factory=dict)  # by parameter name
     hydra: ast.Call | None = None  # `@hydra.main(config_path=..., config_name=...)`
+    cli: tuple[ast.Call, str] | None = None  # the LightningCLI call that builds the class, and its section
 
 
 def entry_of(r, scope: Scope) -> Entry | None:
     """The command-line library that calls this function with the job's arguments, and how it spells each
     parameter; None when none does."""
     node = scope.node
-    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or scope.class_name:
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    if scope.class_name and node.name != "__init__":
         return None
     key = ("cli-entry", id(node))
     if key not in r.memo:
-        r.memo[key] = _entry(r, node)
+        r.memo[key] = _class_entry(r, node, scope.class_name) if scope.class_name else _entry(r, node)
     return r.memo[key]
+
+
+def _class_entry(r, node: ast.FunctionDef | ast.AsyncFunctionDef, class_name: str) -> Entry | None:
+    """A LightningModule / DataModule that LightningCLI builds: its `__init__` arguments come from the settings."""
+    built = lightning_cli_class(r, class_name.rsplit(".", 1)[-1])
+    return Entry("lightning", _python_options(node, "jsonargparse"), cli=built) if built else None
 
 
 def _entry(r, node: ast.FunctionDef | ast.AsyncFunctionDef) -> Entry | None:
@@ -189,6 +198,8 @@ def parameter(r, entry: Entry, name: str, scope: Scope, ctx, depth: int):
         if name != first:
             return Dyn(f"{name} of {scope.name}() is not the config Hydra passes")
         return hydra_config(r, entry.hydra, scope, ctx, depth)
+    if entry.kind == "lightning":
+        return cli_class_argument(r, entry, name, scope, ctx, depth)
     option = entry.options.get(name)
     if option is None:
         return Dyn(f"{name} of {scope.name}() is a {entry.kind} argument the doctor does not read")
@@ -318,3 +329,194 @@ def _set_path(items: dict, keys: list[str], value) -> None:
             node[key] = inner
         node = inner.items
     node[keys[-1]] = value
+
+
+# --- LightningCLI ---------------------------------------------------------------------------------------------
+
+LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test", "predict")
+_CLI_SECTIONS = ("trainer", "model", "data")
+_CLASS_ARGUMENTS = {"model": (0, "model_class"), "data": (1, "datamodule_class")}
+
+
+@record
+class CliSettings:
+    """What LightningCLI gives the classes it builds: each section's settings (`trainer`, `model`, `data`) merged
+    as jsonargparse merges them, and what could not be read."""
+
+    sections: dict[str, dict]
+    unknowns: tuple[str, ...] = ()
+    from_launch: bool = False  # the launch line (or args=) named a subcommand, a config or a setting
+
+
+def is_lightning_cli(r, node: ast.Call) -> bool:
+    """`LightningCLI(...)`, or a class of the file built on it (`class MyCLI(LightningCLI)`)."""
+    from ..model.call_kinds import LIGHTNING_CLI_CLASSES
+
+    qualified = r.qualified(node.func)
+    if qualified in LIGHTNING_CLI_CLASSES:
+        return True
+    cls = r.index.classes.get(dotted(node.func)) if isinstance(node.func, ast.Name) else None
+    return cls is not None and any(r.qualified(b) in LIGHTNING_CLI_CLASSES for b in cls.bases)
+
+
+def lightning_cli_settings(r, node: ast.Call, ctx, depth: int = 0) -> CliSettings:
+    """LightningCLI's settings in jsonargparse's order, later winning: `trainer_defaults=`, the
+    `default_config_files` of `parser_kwargs=`, then the arguments (`args=`, else the launch line's) in the order
+    written: `--config FILE` (before the subcommand its `fit:` section, after it the file itself), `--trainer FILE`,
+    `--trainer.precision 16-mixed`. With `run=False` there is no subcommand."""
+    key = ("lightning-cli", id(node))
+    if key in r.memo:
+        return r.memo[key]
+    scope = r.scope_of(node)
+    kw = {k.arg: k.value for k in node.keywords if k.arg}
+    sections: dict[str, dict] = {name: {} for name in _CLI_SECTIONS}
+    unknowns: list[str] = []
+    run = r.sym(kw["run"], scope, ctx, depth) if "run" in kw else Known(True)
+    with_subcommand = not (isinstance(run, Known) and run.value is False)
+    if "trainer_defaults" in kw:
+        found = r.sym(kw["trainer_defaults"], scope, ctx, depth)
+        if isinstance(found, DictSym):
+            _merge(sections["trainer"], found.items)
+        else:
+            unknowns.append(f"trainer_defaults= of LightningCLI(): {getattr(found, 'reason', 'not a dict')}")
+    words: list[str] = list(ctx.script_args)
+    from_launch = bool(words)
+    if "args" in kw:
+        given = r.sym(kw["args"], scope, ctx, depth)
+        if isinstance(given, Known) and isinstance(given.value, (list, tuple)):
+            words, from_launch = [str(w) for w in given.value], True
+        elif isinstance(given, DictSym):
+            words, from_launch = [], True
+            _merge_config(sections, given, None)
+        elif not (isinstance(given, Known) and given.value is None):
+            unknowns.append(f"args= of LightningCLI(): {getattr(given, 'reason', 'not a list of arguments')}")
+    subcommand = next((w for w in words if w in LIGHTNING_SUBCOMMANDS), None) if with_subcommand else None
+    for file in _default_config_files(r, kw.get("parser_kwargs"), subcommand, scope, ctx, depth):
+        _merge_config(sections, _config(r, file, node, unknowns), None)
+    level_top = with_subcommand
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if level_top and word == subcommand:
+            level_top = False
+            i += 1
+            continue
+        name, eq, inline = word.partition("=")
+        if not name.startswith("-"):
+            i += 1
+            continue
+        takes_value = name in ("--config", "-c") or name.lstrip("-").split(".", 1)[0] in _CLI_SECTIONS
+        raw = inline if eq else (words[i + 1] if takes_value and i + 1 < len(words) else "")
+        i += 1 if eq or not takes_value else 2
+        if name in ("--config", "-c"):
+            loaded = _config(r, raw, node, unknowns)
+            _merge_config(sections, loaded, subcommand if level_top else None)
+            continue
+        path = name.lstrip("-").split(".")
+        if path[0] not in _CLI_SECTIONS:
+            continue
+        if len(path) == 1:
+            if raw.endswith((".yaml", ".yml", ".json")):
+                loaded = _config(r, raw, node, unknowns)
+                if isinstance(loaded, DictSym):
+                    _merge(sections[path[0]], loaded.items)
+            continue
+        origin = Origin("script-arg", f"{name} {raw} on the command line" if not eq else f"{word} on the command line")
+        _set_path(sections[path[0]], path[1:], Known(coerce(raw, raw.lower() in BOOL_STRINGS), (origin,)))
+    found = CliSettings(sections, tuple(unknowns), from_launch)
+    r.memo[key] = found
+    return found
+
+
+def _default_config_files(r, parser_kwargs, subcommand, scope, ctx, depth) -> list[str]:
+    """`parser_kwargs={"default_config_files": [...]}`, or the subcommand's own (`{"fit": {...}}`)."""
+    if parser_kwargs is None:
+        return []
+    found = r.sym(parser_kwargs, scope, ctx, depth)
+    if not isinstance(found, DictSym):
+        return []
+    items = found.items
+    if subcommand and isinstance(items.get(subcommand), DictSym):
+        items = {**items, **items[subcommand].items}
+    files = items.get("default_config_files")
+    if isinstance(files, Known) and isinstance(files.value, (list, tuple)):
+        return [str(f) for f in files.value]
+    return []
+
+
+def _config(r, name: str, node: ast.Call, unknowns: list[str]) -> DictSym | None:
+    from .config_files import find_config
+    from .handlers.config_loaders import load_config_file
+
+    path = find_config(name, (Path(r.path).parent, Path.cwd())) if name else None
+    if path is None:
+        unknowns.append(
+            f"LightningCLI config {name or '(none named)'} is not here (looked next to the script and "
+            "in the working directory)"
+        )
+        return None
+    loaded = load_config_file(r, path, f"{r.path}:{node.lineno} LightningCLI --config")
+    if isinstance(loaded, Dyn):
+        unknowns.append(getattr(loaded, "reason", "cannot be read"))
+        return None
+    return loaded
+
+
+def _merge_config(sections: dict[str, dict], config: DictSym | None, subcommand: str | None) -> None:
+    """A config's sections into the settings; a config given before the subcommand holds it as a key."""
+    if config is None:
+        return
+    items = config.items
+    if subcommand is not None:
+        inner = items.get(subcommand)
+        items = inner.items if isinstance(inner, DictSym) else {}
+    for name in _CLI_SECTIONS:
+        if isinstance(items.get(name), DictSym):
+            _merge(sections[name], items[name].items)
+
+
+def _merge(into: dict, items: dict) -> None:
+    """jsonargparse's merge: nested mappings key by key, anything else replaced."""
+    for k, v in items.items():
+        held = into.get(k)
+        if isinstance(v, DictSym) and isinstance(held, DictSym):
+            merged = dict(held.items)
+            _merge(merged, v.items)
+            into[k] = DictSym(merged, v.location)
+        else:
+            into[k] = v
+
+
+def lightning_cli_class(r, class_name: str) -> tuple[ast.Call, str] | None:
+    """The LightningCLI call that builds this class (`LightningCLI(LitModel, DataModule)`) and the section that
+    holds its `__init__`'s arguments."""
+    for call in r.call_nodes():
+        if not is_lightning_cli(r, call):
+            continue
+        for section, (position, keyword) in _CLASS_ARGUMENTS.items():
+            given = call.args[position] if len(call.args) > position else None
+            given = next((k.value for k in call.keywords if k.arg == keyword), given)
+            if given is not None and dotted(given) == class_name:
+                return call, section
+    return None
+
+
+def cli_class_argument(r, entry: Entry, name: str, scope: Scope, ctx, depth: int):
+    """An `__init__` argument of a class LightningCLI builds: its `init_args` (or the section's own key) in the
+    merged settings, else its default."""
+    assert entry.cli is not None
+    call, section = entry.cli
+    settings = lightning_cli_settings(r, call, ctx, depth).sections[section]
+    init_args = settings.get("init_args")
+    holder = init_args.items if isinstance(init_args, DictSym) else settings
+    found = holder.get(name)
+    if found is not None:
+        return found
+    option = entry.options.get(name)
+    if option is None or option.default is None:
+        return Dyn(f"{name} of {scope.name}() is set by LightningCLI's `{section}` settings and none is given")
+    d = r.sym(option.default, scope.parent or scope, ctx, depth)
+    if isinstance(d, Known):
+        where = r.loc(option.default)
+        return Known(d.value, (Origin("default", f"default of {name} (LightningCLI {section})", where),), where)
+    return d

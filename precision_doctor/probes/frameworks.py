@@ -61,7 +61,7 @@ def lightning_as_accelerator(call: Call) -> tuple[Call, list[Unknown]]:
         v,
         value=mode,
         location=None,
-        origins=v.origins + (Origin("code", f"Lightning precision={v.value!r} is {mode} mixed precision"),),
+        origins=v.origins + (Origin("code", f"Lightning precision={v.value!r} is {mode} mixed precision", v.location),),
     )
     return replace(call, kwargs={**call.kwargs, "mixed_precision": meaning}), []
 

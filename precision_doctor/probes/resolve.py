@@ -518,6 +518,11 @@ class Resolver:
                 if end:
                     return self._latest(events, end, s, node, ctx, depth, name)
                 s = s.parent
+            if name.startswith("self.hparams.") and name.count(".") == 2 and scope.class_name:
+                # Lightning's save_hyperparameters(): the `__init__` arguments the module was built with
+                init = next((s for s in self._scopes_of_class(scope.class_name) if s.name.endswith("__init__")), None)
+                if init is not None and node.attr in init.params:
+                    return self._param(node.attr, init, ctx, depth)
             if name.startswith("self.") and scope.class_name:
                 for other in self._scopes_of_class(scope.class_name):
                     if name in other.assigns:

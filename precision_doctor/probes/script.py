@@ -48,6 +48,7 @@ from ..system.sources import (
     worth_reading,
 )
 from .checkpoint import probe_checkpoints
+from .cli_functions import is_lightning_cli, lightning_cli_settings
 from .config_files import read_deepspeed_config
 from .frameworks import read_frameworks
 from .keywords import local_classes, parsed_arguments
@@ -251,9 +252,43 @@ class _Collector:
             if not callee and isinstance(node.func, ast.Attribute):
                 callee = f"<expr>.{node.func.attr}"  # a method of a call result: model = load().half()
             self._add(node, kind, callee or self.r.text(node.func))
+        self._lightning_cli_trainers()
         self._loop_bindings()
         self._link_refs()
         self._apply_attribute_overrides()
+
+    def _lightning_cli_trainers(self) -> None:
+        """`LightningCLI(...)` builds a Trainer from its settings: recorded as that Trainer call, each setting
+        pointing at the config line or launch-line word that gives it."""
+        ctx = Context(self.r.script_args)
+        for node in self.of(ast.Call):
+            if not is_lightning_cli(self.r, node):
+                continue
+            settings = lightning_cli_settings(self.r, node, ctx)
+            where = self.r.loc(node)
+            for reason in settings.unknowns:
+                self.unknowns.append(Unknown("LightningCLI's Trainer settings", reason, where))
+            if not settings.from_launch:
+                self.unknowns.append(
+                    Unknown(
+                        "LightningCLI's Trainer settings",
+                        "they come from the launch line (`fit --config FILE`, `--trainer.precision ...`) and none is "
+                        "given: trainer_defaults and Lightning's defaults assumed; pass the launch with --launcher",
+                        where,
+                    )
+                )
+            kwargs = {k: _cli_value(self.r, f"trainer.{k}", v, where) for k, v in settings.sections["trainer"].items()}
+            qualified = self.r.qualified(node.func)
+            package = "pytorch_lightning" if qualified.startswith("pytorch_lightning") else "lightning.pytorch"
+            call = Call(
+                kind=CallKind.ACCELERATOR,
+                callee=f"{package}.Trainer",
+                location=where,
+                scope=self.index.scope_at(node).name,
+                kwargs=kwargs,
+                text="(the Trainer LightningCLI builds)",
+            )
+            self.calls.append(call)
 
     def _own_method(self, node: ast.Call) -> Scope | None:
         """`self.evaluate()` in a method of a class that defines `evaluate`, or inherits it from a class of the
@@ -668,6 +703,43 @@ _SUPPRESSION = re.compile(r"#\s*precision-doctor:\s*ignore\b(?:\[([^\]]*)\])?")
 # about another problem on the line, and a crash at the first step should not vanish with it.
 _NOQA = re.compile(r"#\s*noqa\s*:\s*([A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*)", re.I)
 _OUR_CODE = re.compile(r"PD[0-9]{3}$")
+
+
+def _cli_value(r: Resolver, name: str, sym, where: Location) -> Value:
+    """A LightningCLI setting as a call's keyword value; a `class_path`/`init_args` mapping reads as the
+    constructor it names (`DeepSpeedStrategy(stage=3)`)."""
+    if isinstance(sym, Known):
+        return Value(
+            state=KNOWN,
+            value=sym.value,
+            text=f"{name}: {sym.value}",
+            origins=sym.origins or (Origin("config", name, where),),
+            location=sym.location or where,
+        )
+    if isinstance(sym, DictSym):
+        plain = {k: v.value for k, v in sym.items.items() if isinstance(v, Known)}
+        init = sym.items.get("init_args")
+        if isinstance(plain.get("class_path"), str):
+            arguments = (
+                {k: v.value for k, v in init.items.items() if isinstance(v, Known)} if isinstance(init, DictSym) else {}
+            )
+            constructor = str(plain["class_path"]).rsplit(".", 1)[-1]
+            text = f"{constructor}({', '.join(f'{k}={v!r}' for k, v in arguments.items())})"
+            return Value(
+                state=KNOWN,
+                value={"class_path": plain["class_path"], "init_args": arguments},
+                text=text,
+                origins=(Origin("config", f"{name}: {text}", sym.location or where),),
+                location=sym.location or where,
+            )
+        return Value(
+            state=KNOWN,
+            value=plain,
+            text=f"{name}: {plain}",
+            origins=(Origin("config", name, sym.location or where),),
+            location=sym.location or where,
+        )
+    return Value(state="dynamic", text=name, location=where, reason=getattr(sym, "reason", "cannot be followed"))
 
 
 def read_suppressions(path: str, text: str) -> list[Suppression]:
