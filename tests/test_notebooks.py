@@ -100,6 +100,29 @@ def test_text_and_concise_reports_name_the_cell(tmp_path):
     assert f"{nb}:cell 3:3:" in done.stdout
 
 
+@pytest.mark.parametrize("indent", [1, 2, None])
+def test_sarif_and_github_point_at_the_notebooks_own_json_line(tmp_path, monkeypatch, indent):
+    """Code scanning and pull-request annotations show the `.ipynb` file itself: the line is the JSON line that
+    holds the code (one string per source line as Jupyter saves it, or the one line of a compact file), and the
+    cell and its line are named in the message."""
+    monkeypatch.chdir(tmp_path)
+    nb = tmp_path / "train.ipynb"
+    nb.write_text(notebook("float16", indent=indent))
+    raw_lines = nb.read_text().splitlines()
+    expected = next(i for i, text in enumerate(raw_lines, 1) if "dtype=torch.float16" in text)
+    env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
+    base = [sys.executable, "-m", "precision_doctor", "check", "--target", "t4", "train.ipynb"]
+    sarif = subprocess.run([*base, "--format", "sarif"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert sarif.returncode == 1, sarif.stderr
+    result = next(r for r in json.loads(sarif.stdout)["runs"][0]["results"] if r["ruleId"] == "PD201")
+    places = [result["locations"][0], *result.get("relatedLocations", [])]
+    weights = next(p for p in places if "cell 3, line 3" in p.get("message", {}).get("text", ""))
+    assert weights["physicalLocation"]["region"]["startLine"] == expected
+    github = subprocess.run([*base, "--format", "github"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    line = next(li for li in github.stdout.splitlines() if "PD201" in li)
+    assert f",line={expected}," in line and "::cell 3, line 3: " in line, line
+
+
 @pytest.mark.parametrize("indent", [1, 2])
 def test_fix_round_trips_a_notebook_with_outputs(tmp_path, monkeypatch, indent):
     monkeypatch.chdir(tmp_path)

@@ -12,8 +12,8 @@ from ..model.facts import Location
 from ..model.findings import Finding
 from ..model.redact import printable, redact_text
 from ..model.util import python_lines
-from ..system.notebooks import cell_line, is_notebook
-from ..system.sources import read_notebook
+from ..system.notebooks import cell_line, file_line, is_notebook
+from ..system.sources import read_notebook, read_notebook_json
 
 
 class SourceLines:
@@ -22,6 +22,7 @@ class SourceLines:
 
     def __init__(self):
         self._cache: dict[str, list[str]] = {}
+        self._json: dict[str, str] = {}
 
     def _lines(self, path: str) -> list[str]:
         if path not in self._cache:
@@ -41,6 +42,20 @@ class SourceLines:
     def cell(self, path: str, line: int) -> tuple[int, int] | None:
         """A notebook line's (cell, line in the cell); None for any other file."""
         return cell_line("\n".join(self._lines(path)), line) if is_notebook(path) else None
+
+    def file_line(self, path: str, line: int) -> int:
+        """The line of the file itself: for a notebook, the line of its JSON that holds this code line (what a
+        code-scanning UI or a pull request's diff shows); the line unchanged for any other file, or when the
+        notebook cannot be followed."""
+        found = self.cell(path, line)
+        if found is None:
+            return line
+        if path not in self._json:
+            try:
+                self._json[path] = read_notebook_json(path)
+            except (OSError, InputError):
+                self._json[path] = ""
+        return file_line(self._json[path], *found) or line
 
     def place(self, path: str, line: int | None, column: int | None = None) -> str:
         """`train.py:12` (`:12:5` with the column), `nb.ipynb:cell 3:4` for a notebook."""
@@ -97,9 +112,11 @@ def render_github(result: Result) -> str:
             + (f"\nFix: {f.fix.description}" if f.fix else "")
         )
         cell = PLACES.cell(loc.path, loc.line)
-        line = cell[1] if cell else loc.line  # a notebook's: the line in its cell (GitHub shows the JSON)
+        line = PLACES.file_line(loc.path, loc.line)  # a notebook's: the line of its JSON (GitHub shows the file)
+        if cell:
+            message = f"cell {cell[0]}, line {cell[1]}: {message}"
         props = (
-            f"file={_escape_property(printable(loc.path))},line={line},col={loc.column},"
+            f"file={_escape_property(printable(loc.path))},line={line},col={1 if cell else loc.column},"
             f"title={_escape_property(f'{f.rule_id} {f.name}')}"
         )
         out.append(f"::{_GITHUB_LEVEL[f.severity]} {props}::{_escape_data(printable(redact_text(message), True))}")

@@ -56,7 +56,13 @@ def _artifact(path: str) -> dict:
     return {"uri": Path(path).as_posix(), "uriBaseId": SRCROOT}
 
 
-def _location(path: str, line: int, column: int, message: str = "") -> dict:
+def _location(path: str, line: int, column: int, message: str = "", lines: SourceLines | None = None) -> dict:
+    """A place in a file; a notebook's code line is given as the line of its JSON that holds it (what the
+    viewer shows), the cell and its line named in the message."""
+    cell = lines.cell(path, line) if lines is not None else None
+    if cell is not None and lines is not None:
+        line, column = lines.file_line(path, line), 1
+        message = f"cell {cell[0]}, line {cell[1]}" + (f": {message}" if message else "")
     loc = {
         "physicalLocation": {
             "artifactLocation": _artifact(path),
@@ -89,11 +95,13 @@ def _result(f: Finding, index: dict[str, int], lines: SourceLines, seen: dict[st
         "level": LEVEL[f.severity],
         "message": {"text": text},
         "locations": [
-            _location(primary.path, primary.line, primary.column) if primary else _location(f.path or ".", 1, 1)
+            _location(primary.path, primary.line, primary.column, lines=lines)
+            if primary
+            else _location(f.path or ".", 1, 1)
         ],
         "properties": {"confidence": f.confidence, "phase": f.phase},
     }
-    related = [_location(e.location.path, e.location.line, e.location.column, e.note) for e in located[1:]]
+    related = [_location(e.location.path, e.location.line, e.location.column, e.note, lines) for e in located[1:]]
     if related:
         for i, r in enumerate(related):
             r["id"] = i

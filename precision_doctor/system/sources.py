@@ -194,10 +194,14 @@ def read_source(path: os.PathLike | str, limit: int = MAX_SOURCE_BYTES) -> str:
 MAX_NOTEBOOK_BYTES = 64 * 1024 * 1024  # outputs (plots, logs) make notebooks far larger than their code
 
 
+def read_notebook_json(path: os.PathLike | str) -> str:
+    """A notebook file's JSON text, bounded."""
+    return _decode(path, read_bytes_bounded(path, MAX_NOTEBOOK_BYTES, "notebook"), "utf-8-sig")
+
+
 def read_notebook(path: os.PathLike | str) -> NotebookCode:
     """A notebook's code cells; Unreadable with the reason when it is no notebook the doctor reads."""
-    data = read_bytes_bounded(path, MAX_NOTEBOOK_BYTES, "notebook")
-    raw = _decode(path, data, "utf-8-sig")
+    raw = read_notebook_json(path)
     try:
         code = notebook_code(raw)
     except NotFound as exc:
