@@ -43,6 +43,7 @@ CONFIG_FROM_ROW = {
     "phi3": _llama_like,
     "smollm3": _llama_like,
     "olmo2": _llama_like,
+    "granite": _llama_like,
     "qwen3_moe": lambda r: {
         **_llama_like(r),
         "moe_intermediate_size": r["intermediate_size"],  # a MoE row's intermediate_size is one expert's width
