@@ -76,6 +76,7 @@ def check_example(run_check, example):
         environ=example.env,
         live=example.live,
         job=example.job,
+        name=example.name,
         facts_file=str(ALLOCATIONS / f"{example.facts}.json") if example.facts else None,
     )
 

@@ -35,6 +35,7 @@ def _fixable_examples():
                     result, _ = check_code(
                         Path(d),
                         ex.code,
+                        name=ex.name,
                         target=ex.target,
                         launcher=ex.launcher,
                         script_args=ex.script_args,

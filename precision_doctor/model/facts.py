@@ -253,6 +253,17 @@ class ParsedArguments:
 
 
 @record
+class RecipeFacts:
+    """A recipe as its framework reads it (Axolotl, LLaMA-Factory): every setting written, by dotted key path
+    (`fsdp_config.offload_params`), each pointing at the line that writes it or the launch-line word that sets it.
+    What the framework itself refuses or warns about is judged from these (knowledge/recipe_checks)."""
+
+    family: str
+    version: str  # the framework release whose behaviour the reader mirrors
+    settings: dict[str, Value] = field(default_factory=dict)
+
+
+@record
 class ScriptFacts:
     path: str
     calls: tuple[Call, ...] = ()
@@ -267,6 +278,7 @@ class ScriptFacts:
     checkpoints: dict[str, CheckpointFacts] = field(default_factory=dict)  # model id or path -> what it is
     classes: dict[str, ClassFacts] = field(default_factory=dict)  # the classes it defines, by name
     parsed: tuple[ParsedArguments, ...] = ()  # what its argument parsers are given
+    recipe: RecipeFacts | None = None  # a recipe checked as itself: its settings as written
 
     def of(self, *kinds: str) -> list[Call]:
         if len(kinds) == 1:
@@ -819,6 +831,7 @@ for _cls in (
     ClassFacts,
     ParsedArguments,
     Signature,
+    RecipeFacts,
     ScriptFacts,
     GpuProcess,
     Gpu,

@@ -19,7 +19,8 @@ class Profile:
 # Totals as nvidia-smi prints them on R510+ drivers, from its output quoted in public threads: A100-40GB
 # bottlerocket-os/bottlerocket-core-kit#834, A100-80GB allenai/PeerRead#40, RTX 3090 noonghunna/club-3090#1127, A10
 # mayooot/detect-gpu#3, A10G NVIDIA/DCGM#232, RTX 4090 RLinf/RLinf#255, L40S gpustack/gpustack#301, V100-32GB
-# Wan-Video/Wan2.1#5; the others from published training logs; the H200 read here (2026-11-27). Drivers before
+# Wan-Video/Wan2.1#5; the others from published training logs (B200: nvidia-smi tables on drivers 570 and 595 in
+# public experiment logs, 183359MiB each); the H200 read here (2026-11-27). Drivers before
 # R510 print the total less the driver's reserve (T4 15109, A100-40GB 40536); the A10 with ECC off, the A6000
 # and RTX 6000 Ada with ECC on print other figures (24564, 46068).
 PROFILES: tuple[Profile, ...] = (
@@ -41,6 +42,7 @@ PROFILES: tuple[Profile, ...] = (
     Profile("rtx-6000-ada", "NVIDIA RTX 6000 Ada Generation", (8, 9), 49140),
     Profile("h100", "NVIDIA H100 80GB HBM3", (9, 0), 81559),
     Profile("h200", "NVIDIA H200", (9, 0), 143771),
+    Profile("b200", "NVIDIA B200", (10, 0), 183359),
 )
 
 CPU_TARGET = "cpu"

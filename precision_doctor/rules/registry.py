@@ -39,6 +39,7 @@ class Example:
     fixed: str | None = None  # firing examples: the code `fix --yes --unsafe` must turn it into
     job: str | None = None  # a SLURM job script (job.sbatch) that launches the code, saved as train.py beside it
     facts: str | None = None  # a snapshot (fixtures/allocations/NAME.json, a multi-node one) given as --facts
+    name: str = "train.py"  # the file the code is saved as: `config.yml` for a recipe
 
 
 @record

@@ -9,7 +9,18 @@ from typing import Any
 
 from ...knowledge import bf16_checks
 from ...model.call_kinds import CallKind
-from ...model.facts import CONDITIONAL, KNOWN, Call, Location, Origin, Predicate, ScriptFacts, Unknown, Value
+from ...model.facts import (
+    CONDITIONAL,
+    KNOWN,
+    Call,
+    Location,
+    Origin,
+    Predicate,
+    RecipeFacts,
+    ScriptFacts,
+    Unknown,
+    Value,
+)
 from ..config_files import ConfigDoc
 
 # The check recipe tools ask (`bf16: auto`): transformers' is_torch_bf16_gpu_available(), which emulates on
@@ -83,7 +94,18 @@ class Builder:
             unknowns=tuple(self.unknowns) + tuple(missing),
             files=(self.doc.path,),
             deepspeed_configs=deepspeed,
+            recipe=RecipeFacts(self.family, self.version, self.settings()),
         )
+
+    def settings(self) -> dict[str, Value]:
+        """Every setting the recipe writes, by dotted key path (a mapping too, as a whole), as written (launch-line
+        overrides included)."""
+        out: dict[str, Value] = {}
+        paths = set(self.doc.lines) | set(self.doc.given)
+        for path in sorted(paths, key=lambda p: (len(p), p)):
+            if all(isinstance(k, str) for k in path) and self.doc.has(*path):
+                out[".".join(path)] = self.doc.value(*path, via=self.via)
+        return out
 
 
 def gpu_decides(text: str, if_true: Value, if_false: Value) -> Value:

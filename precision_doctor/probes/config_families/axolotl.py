@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ...knowledge.recipe_checks.axolotl import LEGACY_ATTENTION
 from ...model.call_kinds import CallKind
 from ...model.facts import KNOWN, Origin, ScriptFacts, Unknown, Value
 from ..config_files import ConfigDoc
@@ -136,25 +137,12 @@ def build(b: Builder) -> ScriptFacts:
     return b.facts()
 
 
-# Axolotl's legacy attention flags and what `normalize_attn_implementation` maps them to (utils/schemas/enums.py
-# LEGACY_ATTN_FLAG_TO_IMPL, in its priority order); `attn_implementation` itself is passed to from_pretrained
-# (loaders/model.py `_set_attention_config`; "fp8" loads as sdpa and is swapped after loading).
-_LEGACY_ATTENTION = {
-    "xformers_attention": "xformers",
-    "sage_attention": "sage",
-    "flex_attention": "flex_attention",
-    "flash_attention": "flash_attention_2",
-    "sdp_attention": "sdpa",
-    "eager_attention": "eager",
-}
-
-
 def _attention(b: Builder) -> Value | None:
     doc = b.doc
     written = doc.get("attn_implementation")
     if isinstance(written, str) and written:
         return b.written("attn_implementation", meaning="sdpa" if written == "fp8" else written)
-    for flag, implementation in _LEGACY_ATTENTION.items():
+    for flag, implementation in LEGACY_ATTENTION.items():
         if doc.get(flag):
             return b.written(flag, meaning=implementation)
     return None

@@ -1,0 +1,80 @@
+"""A recipe check and the view of a recipe it reads (see the package's docstring)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import field
+
+from ...model.facts import KNOWN, Gpu, RecipeFacts, StackFacts, Value
+from ...model.util import record
+from .. import bf16_checks
+from ..versions import at_least
+
+
+class RecipeView:
+    """A recipe's settings as a check reads them, with the machine and stack the framework would see."""
+
+    def __init__(
+        self,
+        recipe: RecipeFacts,
+        gpu: Gpu | None,
+        stack: StackFacts,
+        sharding: str = "",
+        zero_stage: int | None = None,
+    ):
+        self.recipe = recipe
+        self.gpu = gpu
+        self.stack = stack
+        self.sharding = sharding  # "deepspeed" | "fsdp" | "": how the job is sharded, wherever that is set
+        self.zero_stage = zero_stage  # the DeepSpeed config's ZeRO stage, when the recipe names a readable one
+
+    def value(self, key: str) -> Value | None:
+        return self.recipe.settings.get(key)
+
+    def get(self, key: str, default: object = None) -> object:
+        """The setting as written (a dotted path for nested keys); `default` when absent or not a plain value."""
+        found = self.recipe.settings.get(key)
+        return found.value if found is not None and found.state == KNOWN else default
+
+    def has(self, key: str) -> bool:
+        return key in self.recipe.settings
+
+    def any_of(self, *keys: str) -> bool:
+        return any(self.get(k) for k in keys)
+
+    def under(self, prefix: str) -> bool:
+        """Whether any setting is written under `prefix` (`fsdp_config`): the block exists."""
+        return any(k == prefix or k.startswith(prefix + ".") for k in self.recipe.settings)
+
+    def torch_at_least(self, version: str) -> bool:
+        return at_least(self.stack, "torch", version)
+
+    def bf16_answer(self) -> bool:
+        """transformers' is_torch_bf16_gpu_available() on this GPU and stack (what `bf16: auto` asks)."""
+        return bf16_checks.answers(self.gpu, self.stack, bf16_checks.TRANSFORMERS)
+
+
+@record
+class RecipeCheck:
+    """One check a framework runs on a recipe, mirrored."""
+
+    family: str  # "Axolotl" | "LLaMA-Factory"
+    source: str  # the file and lines mirrored, at the release the family's reader names
+    action: str  # "refuses" | "warns"
+    message: str  # the framework's own message (what the user would see)
+    keys: tuple[str, ...]  # the settings it reads: shown as evidence where the recipe writes them
+    test: Callable[[RecipeView], bool]
+    fix: str
+    fires: str  # a recipe (YAML) the framework refuses or warns about
+    accepted: str  # its twin, accepted without that message
+    target: str = "a100"  # the GPU both examples are checked on
+    gpu: bool = False  # the check asks the GPU: silent while the GPU is unknown
+    consequence: str = ""  # for a warning: what the job does if it goes ahead
+    truth: str = ""  # where the framework's check is wrong for the hardware, what is true
+    versions: dict[str, str] = field(default_factory=dict)  # stack overrides for the firing example
+    files: dict[str, str] = field(default_factory=dict)  # files beside both examples (a DeepSpeed config)
+    accepted_target: str = ""  # the GPU the accepted twin is checked on, when not `target`
+
+    @property
+    def id(self) -> str:
+        return f"{self.family}:{self.source}"

@@ -1,0 +1,475 @@
+"""Axolotl 0.18.0 (commit 067b021) as it validates a recipe: the in-domain checks of `utils/schemas/validation.py`,
+`utils/schemas/config.py` and `utils/schemas/peft.py` (file:line at that commit), and the attention names its legacy
+flags map to. docs/peer_checks.md lists every check and which rule mirrors it."""
+
+from __future__ import annotations
+
+from ._check import RecipeCheck, RecipeView
+
+FAMILY = "Axolotl"
+_V = "src/axolotl/utils/schemas/validation.py"
+_C = "src/axolotl/utils/schemas/config.py"
+_PF = "src/axolotl/utils/schemas/peft.py"
+
+# `normalize_attn_implementation` (config.py:1527; utils/schemas/enums.py LEGACY_ATTN_FLAG_TO_IMPL, in its priority
+# order): what each deprecated flag becomes; `attn_implementation` itself is passed to from_pretrained ("fp8" loads
+# as sdpa)
+LEGACY_ATTENTION = {
+    "xformers_attention": "xformers",
+    "sage_attention": "sage",
+    "flex_attention": "flex_attention",
+    "flash_attention": "flash_attention_2",
+    "sdp_attention": "sdpa",
+    "eager_attention": "eager",
+}
+# check_compute_capability_w_sageattn's allow-list (config.py:1811-1822)
+SAGE_CAPABILITIES = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_120")
+EIGHT_BIT_BNB_OPTIMIZERS = ("adamw_8bit", "adamw_bnb_8bit")
+
+_BASE = "base_model: meta-llama/Llama-3.2-1B\nmicro_batch_size: 2\ngradient_accumulation_steps: 4\n"
+_LORA = _BASE + "adapter: lora\nlora_r: 16\nlora_target_linear: true\nbf16: true\n"
+_QLORA = _BASE + "adapter: qlora\nload_in_4bit: true\nlora_r: 16\nlora_target_linear: true\nbf16: true\n"
+_FSDP = _BASE + "bf16: true\nfsdp_config:\n  offload_params: false\n  state_dict_type: FULL_STATE_DICT\n"
+
+
+def attention(v: RecipeView) -> str:
+    """The attention implementation Axolotl settles on: `attn_implementation`, else the first legacy flag set."""
+    written = v.get("attn_implementation")
+    if isinstance(written, str) and written:
+        return written
+    return next((name for flag, name in LEGACY_ATTENTION.items() if v.get(flag)), "")
+
+
+def fsdp_version(v: RecipeView) -> str:
+    """`_resolve_fsdp_version` (validation.py:884-888): the top-level key, else fsdp_config's, else 1."""
+    found = v.get("fsdp_version")
+    if found is None:
+        found = v.get("fsdp_config.fsdp_version", v.get("fsdp_config.version", 1))
+    return str(found)
+
+
+def fsdp(v: RecipeView) -> bool:
+    return v.under("fsdp_config") or bool(v.get("fsdp"))
+
+
+def _reentrant(v: RecipeView) -> object:
+    return v.get("gradient_checkpointing_kwargs.use_reentrant")
+
+
+def _qlora_without_4bit(v: RecipeView) -> bool:
+    if v.get("adapter") != "qlora" or v.get("merge_lora"):
+        return False
+    return bool(v.get("load_in_8bit") or v.get("gptq") or not v.get("load_in_4bit"))
+
+
+def _bf16_on(v: RecipeView) -> bool:
+    """`bf16`/`bfloat16` after `resolve_dtype`: `auto` (the default) is what transformers' check answers."""
+    bf16 = v.get("bf16", "auto")
+    if bf16 == "auto":
+        return v.get("fp16") is not True and v.bf16_answer()
+    return bool(bf16 or v.get("bfloat16"))
+
+
+def _compute_capability(v: RecipeView) -> str:
+    return v.gpu.sm if v.gpu is not None else ""
+
+
+CHECKS: tuple[RecipeCheck, ...] = (
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:443-450",
+        "refuses",
+        "fp8_enable_fsdp_float8_all_gather requires FSDP2 (fsdp_version: 2) to be used.",
+        ("fp8_enable_fsdp_float8_all_gather", "fsdp_version", "fsdp_config.fsdp_version"),
+        lambda v: bool(v.get("fp8_enable_fsdp_float8_all_gather")) and fsdp_version(v) != "2",
+        fix="set `fsdp_version: 2` (float8 all-gather is an FSDP2 feature), or drop "
+        "`fp8_enable_fsdp_float8_all_gather`",
+        fires=_FSDP + "fp8: true\nfp8_enable_fsdp_float8_all_gather: true\n",
+        accepted=_FSDP + "fsdp_version: 2\nfp8: true\nfp8_enable_fsdp_float8_all_gather: true\n",
+        target="h100",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:454-467",
+        "refuses",
+        "`use_reentrant` must be false when used with partially frozen model.",
+        ("unfrozen_parameters", "gradient_checkpointing_kwargs.use_reentrant"),
+        lambda v: bool(v.get("unfrozen_parameters")) and _reentrant(v) is True,
+        fix="set `gradient_checkpointing_kwargs: {use_reentrant: false}`: reentrant checkpointing gives no "
+        "gradient to trainable layers whose inputs come from frozen ones (transformers#21381)",
+        fires=_BASE + "bf16: true\ngradient_checkpointing: true\ngradient_checkpointing_kwargs:\n"
+        "  use_reentrant: true\nunfrozen_parameters:\n  - ^lm_head.weight$\n",
+        accepted=_BASE + "bf16: true\ngradient_checkpointing: true\ngradient_checkpointing_kwargs:\n"
+        "  use_reentrant: false\nunfrozen_parameters:\n  - ^lm_head.weight$\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:626-644",
+        "warns",
+        "qlora + zero3 with use_reentrant: false may result in a CheckpointError about recomputed values",
+        ("adapter", "gradient_checkpointing_kwargs.use_reentrant", "deepspeed"),
+        lambda v: (
+            v.get("adapter") == "qlora"
+            and _reentrant(v) is False
+            and isinstance(v.get("deepspeed"), str)
+            and "zero3" in str(v.get("deepspeed"))
+        ),
+        consequence="torch.utils.checkpoint.CheckpointError: Recomputed values for the following tensors have "
+        "different metadata than during the forward pass.",
+        fix="use reentrant checkpointing (`use_reentrant: true`) with QLoRA under ZeRO-3",
+        fires=_QLORA + "deepspeed: deepspeed_configs/zero3_bf16.json\ngradient_checkpointing: true\n"
+        "gradient_checkpointing_kwargs:\n  use_reentrant: false\n",
+        accepted=_QLORA + "deepspeed: deepspeed_configs/zero3_bf16.json\ngradient_checkpointing: true\n"
+        "gradient_checkpointing_kwargs:\n  use_reentrant: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1224-1229",
+        "refuses",
+        "deepspeed and fsdp cannot be used together.",
+        ("deepspeed", "fsdp"),
+        lambda v: bool(v.get("deepspeed")) and bool(v.get("fsdp")),
+        fix="choose one: drop `fsdp` (and its fsdp_config) or drop `deepspeed`",
+        fires=_BASE + "bf16: true\ndeepspeed: deepspeed_configs/zero2.json\nfsdp:\n  - full_shard\n  - auto_wrap\n",
+        accepted=_BASE + "bf16: true\ndeepspeed: deepspeed_configs/zero2.json\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1139-1154",
+        "refuses",
+        "FSDP2 not compatible with adamw_8bit, use `adamw_torch_8bit` instead",
+        ("optimizer", "fsdp_version", "fsdp_config.fsdp_version"),
+        lambda v: v.under("fsdp_config") and v.get("optimizer") in EIGHT_BIT_BNB_OPTIMIZERS and fsdp_version(v) == "2",
+        fix="use `optimizer: adamw_torch_8bit` (torchao's 8-bit AdamW shards under FSDP2; bitsandbytes' CUDA ops "
+        "fail on DTensor parameters)",
+        fires=_FSDP + "fsdp_version: 2\noptimizer: adamw_8bit\n",
+        accepted=_FSDP + "fsdp_version: 2\noptimizer: adamw_torch_8bit\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1126-1137",
+        "refuses",
+        "FSDP Offload not compatible with adamw_8bit",
+        ("optimizer", "fsdp_config.offload_params", "fsdp_version"),
+        lambda v: (
+            v.under("fsdp_config")
+            and "8bit" in str(v.get("optimizer") or "")
+            and bool(v.get("fsdp_config.offload_params"))
+            and fsdp_version(v) != "2"
+        ),
+        fix="keep the optimizer state on the GPU (`offload_params: false`), move to `fsdp_version: 2`, or use a "
+        "32-bit optimizer",
+        fires=_BASE + "bf16: true\nfsdp_config:\n  offload_params: true\noptimizer: adamw_8bit\n",
+        accepted=_BASE + "bf16: true\nfsdp_config:\n  offload_params: true\noptimizer: adamw_torch_fused\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1050-1065",
+        "refuses",
+        "FSDP1 does not support disabling cpu_offload_pin_memory, please set `fsdp_version` to 2",
+        ("fsdp_config.cpu_offload_pin_memory", "fsdp_version", "fsdp_config.offload_params"),
+        lambda v: (
+            v.get("fsdp_config.cpu_offload_pin_memory") is False
+            and (str(v.get("fsdp_version")) != "2" or not v.get("fsdp_config.offload_params"))
+        ),
+        fix="set `fsdp_version: 2` and `offload_params: true` with `cpu_offload_pin_memory: false`, or drop it",
+        fires=_BASE + "bf16: true\nfsdp_config:\n  offload_params: true\n  cpu_offload_pin_memory: false\n",
+        accepted=_BASE + "bf16: true\nfsdp_version: 2\nfsdp_config:\n  offload_params: true\n"
+        "  cpu_offload_pin_memory: false\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1067-1081",
+        "refuses",
+        "FSDP2 does not support load_in_8bit or load_in_4bit with dpo. Please use DeepSpeed or set `fsdp_version` "
+        "to 1.",
+        ("fsdp_version", "rl", "load_in_8bit", "load_in_4bit"),
+        lambda v: (
+            v.get("fsdp_version") == 2
+            and v.get("rl") in ("dpo", "kto", "orpo", "ipo")
+            and bool(v.get("load_in_8bit") or v.get("load_in_4bit"))
+        ),
+        fix="train this preference recipe with DeepSpeed, or `fsdp_version: 1`, or without k-bit loading",
+        fires=_QLORA + "rl: dpo\nfsdp_version: 2\nfsdp_config:\n  offload_params: false\n",
+        accepted=_QLORA + "rl: dpo\nfsdp_version: 1\nfsdp_config:\n  offload_params: false\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1212-1222",
+        "refuses",
+        "max_memory and gpu_memory_limit are mutually exclusive and cannot be used together.",
+        ("max_memory", "gpu_memory_limit"),
+        lambda v: v.has("max_memory") and v.has("gpu_memory_limit"),
+        fix="keep one of `max_memory` and `gpu_memory_limit`",
+        fires=_LORA + "gpu_memory_limit: 20GiB\nmax_memory:\n  0: 20GiB\n",
+        accepted=_LORA + "gpu_memory_limit: 20GiB\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1231-1239",
+        "refuses",
+        "model_quantization_config and load_in_8bit or load_in_4bit cannot be used together.",
+        ("model_quantization_config", "load_in_8bit", "load_in_4bit"),
+        lambda v: v.under("model_quantization_config") and bool(v.get("load_in_8bit") or v.get("load_in_4bit")),
+        fix="quantize one way: drop `load_in_4bit`/`load_in_8bit` or `model_quantization_config`",
+        fires=_QLORA + "model_quantization_config: Mxfp4Config\n",
+        accepted=_QLORA,
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_PF}:215-223",
+        "refuses",
+        "Require cfg.load_in_4bit to be True for qlora",
+        ("adapter", "load_in_4bit", "load_in_8bit", "gptq"),
+        _qlora_without_4bit,
+        fix="QLoRA trains LoRA adapters over a 4-bit base: set `load_in_4bit: true` (and not 8-bit or GPTQ), or "
+        "use `adapter: lora`",
+        fires=_BASE + "adapter: qlora\nload_in_8bit: true\nlora_r: 16\nbf16: true\n",
+        accepted=_QLORA,
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_PF}:240-250",
+        "refuses",
+        "lora_dropout must be 0 when lora_target_parameters is set. PEFT's ParamWrapper does not support "
+        "lora_dropout != 0.",
+        ("lora_target_parameters", "lora_dropout"),
+        lambda v: bool(v.get("lora_target_parameters")) and bool(v.get("lora_dropout")),
+        fix="set `lora_dropout: 0` with `lora_target_parameters`",
+        fires=_LORA + "lora_dropout: 0.05\nlora_target_parameters:\n  - mlp.experts.gate_up_proj\n",
+        accepted=_LORA + "lora_dropout: 0.0\nlora_target_parameters:\n  - mlp.experts.gate_up_proj\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:585-590",
+        "refuses",
+        "lr_groups and loraplus_lr_ratio cannot be used together.",
+        ("lr_groups", "loraplus_lr_ratio"),
+        lambda v: bool(v.get("lr_groups")) and bool(v.get("loraplus_lr_ratio")),
+        fix="use LoRA+ (`loraplus_lr_ratio`) or `lr_groups`, not both",
+        fires=_LORA + "loraplus_lr_ratio: 16\nlr_groups:\n  - name: embeddings\n    modules: [embed_tokens]\n"
+        "    lr: 0.00001\n",
+        accepted=_LORA + "loraplus_lr_ratio: 16\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:614-618",
+        "refuses",
+        "Fused modules are not supported with LoRA/QLoRA",
+        ("adapter", "flash_attn_fuse_mlp"),
+        lambda v: v.get("adapter") in ("lora", "qlora") and bool(v.get("flash_attn_fuse_mlp")),
+        fix="drop `flash_attn_fuse_mlp` (fused MLP modules hide the projections LoRA targets)",
+        fires=_LORA + "flash_attn_fuse_mlp: true\n",
+        accepted=_LORA,
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:646-659",
+        "refuses",
+        "lora_mlp_kernel, lora_qkv_kernel, and lora_o_kernel are not compatible with 8-bit LoRA a the moment.",
+        ("lora_mlp_kernel", "lora_qkv_kernel", "lora_o_kernel", "adapter", "load_in_8bit"),
+        lambda v: (
+            v.any_of("lora_mlp_kernel", "lora_qkv_kernel", "lora_o_kernel")
+            and v.get("adapter") == "lora"
+            and bool(v.get("load_in_8bit"))
+        ),
+        fix="turn the LoRA kernels off for an 8-bit base, or load it in 4-bit (QLoRA)",
+        fires=_BASE + "adapter: lora\nload_in_8bit: true\nlora_r: 16\nlora_mlp_kernel: true\n",
+        accepted=_BASE + "adapter: lora\nload_in_8bit: true\nlora_r: 16\nlora_mlp_kernel: false\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:205-212",
+        "refuses",
+        "scaling_softmax requires flex attention. Add `attn_implementation: flex_attention` to your config.",
+        ("scaling_softmax", "attn_implementation"),
+        lambda v: bool(v.get("scaling_softmax")) and attention(v) != "flex_attention",
+        fix="set `attn_implementation: flex_attention` with `scaling_softmax`",
+        fires=_LORA + "scaling_softmax: true\nattn_implementation: sdpa\n",
+        accepted=_LORA + "scaling_softmax: true\nattn_implementation: flex_attention\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_C}:1550-1555",
+        "refuses",
+        "attn_implementation='sdpa' cannot be combined with legacy attention flags (flash_attention). The legacy "
+        "flags are deprecated — set only `attn_implementation`.",
+        ("attn_implementation", *LEGACY_ATTENTION),
+        lambda v: bool(v.get("attn_implementation")) and v.any_of(*LEGACY_ATTENTION),
+        fix="keep only `attn_implementation` and delete the legacy flag",
+        fires=_LORA + "attn_implementation: sdpa\nflash_attention: true\n",
+        accepted=_LORA + "attn_implementation: sdpa\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1006-1034",
+        "refuses",
+        "Only one cross entropy optimization can be enabled at a time.",
+        ("cut_cross_entropy", "chunked_cross_entropy", "liger_cross_entropy", "liger_fused_linear_cross_entropy"),
+        lambda v: (
+            sum(
+                bool(v.get(k))
+                for k in (
+                    "cut_cross_entropy",
+                    "chunked_cross_entropy",
+                    "liger_cross_entropy",
+                    "liger_fused_linear_cross_entropy",
+                )
+            )
+            > 1
+        ),
+        fix="keep one cross-entropy kernel",
+        fires=_LORA + "cut_cross_entropy: true\nliger_fused_linear_cross_entropy: true\n",
+        accepted=_LORA + "cut_cross_entropy: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1444-1448",
+        "refuses",
+        "activation_offloading requires gradient_checkpointing",
+        ("activation_offloading", "gradient_checkpointing"),
+        lambda v: bool(v.get("activation_offloading")) and not v.get("gradient_checkpointing"),
+        fix="turn on `gradient_checkpointing` with `activation_offloading`",
+        fires=_LORA + "activation_offloading: true\n",
+        accepted=_LORA + "gradient_checkpointing: true\nactivation_offloading: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:889-903",
+        "refuses",
+        "Muon optimizer is currently incompatible with DeepSpeed",
+        ("optimizer", "deepspeed", "fsdp_version"),
+        lambda v: v.get("optimizer") == "muon" and (bool(v.get("deepspeed")) or (fsdp(v) and fsdp_version(v) != "2")),
+        fix="train Muon under DDP or FSDP2 (`fsdp_version: 2`)",
+        fires=_BASE + "bf16: true\noptimizer: muon\ndeepspeed: deepspeed_configs/zero2.json\n",
+        accepted=_BASE + "bf16: true\noptimizer: muon\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:947-964",
+        "refuses",
+        "flash_adamw optimizer is incompatible with DeepSpeed. Flash optimizers only support DDP and FSDP2.",
+        ("optimizer", "deepspeed", "fsdp_version"),
+        lambda v: (
+            str(v.get("optimizer") or "").startswith("flash_")
+            and (bool(v.get("deepspeed")) or (fsdp(v) and fsdp_version(v) != "2"))
+        ),
+        fix="train flash optimizers under DDP or FSDP2 (`fsdp_version: 2`)",
+        fires=_BASE + "bf16: true\noptimizer: flash_adamw\nfsdp_config:\n  offload_params: false\n",
+        accepted=_BASE + "bf16: true\noptimizer: flash_adamw\nfsdp_version: 2\nfsdp_config:\n  offload_params: false\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_C}:1660-1674",
+        "refuses",
+        "fp32_norms requires fsdp_version: 2. FSDP1's flat-param dtype uniformity constraint is incompatible with "
+        "keeping norms in fp32 while decoder layers run in bf16.",
+        ("fp32_norms", "fsdp_version"),
+        lambda v: bool(v.get("fp32_norms")) and (not v.under("fsdp_config") or fsdp_version(v) != "2"),
+        fix="use `fp32_norms` under FSDP2 only (`fsdp_version: 2` with an fsdp_config)",
+        fires=_FSDP + "fp32_norms: true\n",
+        accepted=_FSDP + "fsdp_version: 2\nfp32_norms: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_C}:2113-2128",
+        "refuses",
+        "FSDP2 is not supported on torch version < 2.7.0",
+        ("fsdp_version", "fsdp_config"),
+        lambda v: v.under("fsdp_config") and str(v.get("fsdp_version")) == "2" and not v.torch_at_least("2.7"),
+        fix="install torch >= 2.7 for FSDP2, or use `fsdp_version: 1`",
+        fires=_FSDP + "fsdp_version: 2\n",
+        accepted=_FSDP + "fsdp_version: 1\n",
+        versions={"torch": "2.6.0"},
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_C}:2023-2038",
+        "refuses",
+        "Flex attention is not supported on torch version < 2.6.0",
+        ("attn_implementation", "flex_attention"),
+        lambda v: attention(v) == "flex_attention" and not v.torch_at_least("2.6"),
+        fix="install torch >= 2.6 for flex attention, or use `attn_implementation: sdpa`",
+        fires=_LORA + "attn_implementation: flex_attention\n",
+        accepted=_LORA + "attn_implementation: sdpa\n",
+        versions={"torch": "2.5.1"},
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_C}:1810-1822",
+        "refuses",
+        "SageAttention supports compute capability between sm_80 and sm_120. Please use a different attention "
+        "implementation.",
+        ("attn_implementation", "sage_attention"),
+        lambda v: attention(v) == "sage" and _compute_capability(v) not in SAGE_CAPABILITIES,
+        fix="use `attn_implementation: sdpa` on this GPU",
+        fires=_LORA + "attn_implementation: sage\nsample_packing: true\n",
+        accepted=_LORA + "attn_implementation: sdpa\nsample_packing: true\n",
+        target="t4",
+        gpu=True,
+        truth="the check is an allow-list: it also refuses sm_87 (Jetson Orin) and sm_100/sm_103 (B200, GB200), "
+        "which SageAttention's own kernels support",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_C}:1824-1852",
+        "refuses",
+        "attn_implementation=fp8 requires compute capability sm_90 or higher (Hopper+).",
+        ("attn_implementation",),
+        lambda v: (
+            attention(v) == "fp8"
+            and ((v.gpu is not None and v.gpu.capability < (9, 0)) or not v.torch_at_least("2.11"))
+        ),
+        fix="use fp8 attention on Hopper or newer with torch >= 2.11; `attn_implementation: sdpa` elsewhere",
+        fires=_LORA + "attn_implementation: fp8\n",
+        accepted=_LORA + "attn_implementation: fp8\n",
+        target="a100",
+        accepted_target="h100",
+        gpu=True,
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_C}:1794-1808",
+        "warns",
+        "sample_packing & torch sdpa with bf16 is unsupported may results in 0.0 loss. This may work on H100s.",
+        ("sample_packing", "attn_implementation", "sdp_attention", "bf16", "bfloat16"),
+        lambda v: (
+            bool(v.get("sample_packing"))
+            and attention(v) == "sdpa"
+            and _bf16_on(v)
+            and _compute_capability(v) != "sm_90"
+        ),
+        consequence="the loss may read 0.0 from the first step: packed bf16 rows through SDPA's kernels",
+        fix="use `attn_implementation: flash_attention_2` (or flex_attention) with sample_packing, or pack off",
+        fires=_LORA + "sample_packing: true\nattn_implementation: sdpa\n",
+        accepted=_LORA + "sample_packing: true\nattn_implementation: flash_attention_2\n",
+        target="a100",
+        gpu=True,
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_C}:1698-1709",
+        "warns",
+        "We recommend turning on `pad_to_sequence_len` for SageAttention without packing. The loss has been "
+        "observed to explode otherwise.",
+        ("attn_implementation", "sample_packing", "pad_to_sequence_len"),
+        lambda v: attention(v) == "sage" and not v.get("sample_packing") and not v.get("pad_to_sequence_len"),
+        consequence="the loss has been observed to explode",
+        fix="set `pad_to_sequence_len: true` (or `sample_packing: true`) with SageAttention",
+        fires=_LORA + "attn_implementation: sage\n",
+        accepted=_LORA + "attn_implementation: sage\npad_to_sequence_len: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_C}:1711-1718",
+        "warns",
+        "SageAttention full finetuning has been observed to drop loss to 0. Monitor the loss, or switch to "
+        "LoRA/QLoRA or another attention method.",
+        ("attn_implementation", "adapter"),
+        lambda v: attention(v) == "sage" and not v.get("adapter"),
+        consequence="the loss has been observed to drop to 0",
+        fix="train LoRA/QLoRA with SageAttention, or use another attention for a full fine-tune",
+        fires=_BASE + "bf16: true\nattn_implementation: sage\nsample_packing: true\n",
+        accepted=_BASE + "bf16: true\nattn_implementation: flash_attention_2\nsample_packing: true\n",
+    ),
+)

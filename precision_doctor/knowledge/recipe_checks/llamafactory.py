@@ -1,0 +1,245 @@
+"""LLaMA-Factory 0.9.6.dev0 (commit ff6d4d1) as it validates a recipe: the in-domain refusals of
+`hparams/parser.py`, `hparams/finetuning_args.py` and `model/model_utils/quantization.py` (file:line at that
+commit). `finetuning_type` defaults to lora and `stage` to sft (finetuning_args.py:460-467). docs/peer_checks.md
+lists every check and which rule mirrors it."""
+
+from __future__ import annotations
+
+from ._check import RecipeCheck, RecipeView
+
+FAMILY = "LLaMA-Factory"
+_PR = "src/llamafactory/hparams/parser.py"
+_FA = "src/llamafactory/hparams/finetuning_args.py"
+_QU = "src/llamafactory/model/model_utils/quantization.py"
+
+_BASE = (
+    "model_name_or_path: meta-llama/Llama-3.2-1B\nstage: sft\ndo_train: true\ndataset: alpaca_en_demo\n"
+    "template: llama3\noutput_dir: saves/llama3-1b\nper_device_train_batch_size: 2\nbf16: true\n"
+)
+_LORA = _BASE + "finetuning_type: lora\nlora_target: all\n"
+_QLORA = _LORA + "quantization_bit: 4\n"
+ZERO3 = '{"zero_optimization": {"stage": 3}, "bf16": {"enabled": "auto"}, "train_micro_batch_size_per_gpu": "auto"}\n'
+ZERO2 = '{"zero_optimization": {"stage": 2}, "bf16": {"enabled": "auto"}, "train_micro_batch_size_per_gpu": "auto"}\n'
+
+
+def _finetuning(v: RecipeView) -> str:
+    return str(v.get("finetuning_type", "lora"))
+
+
+def _quantized(v: RecipeView) -> bool:
+    return v.get("quantization_bit") is not None
+
+
+def _adapters(v: RecipeView) -> list[str]:
+    """`adapter_name_or_path` as ModelArguments splits it (a comma-separated string)."""
+    found = v.get("adapter_name_or_path")
+    return [a.strip() for a in str(found).split(",")] if found else []
+
+
+def _zero3(v: RecipeView) -> bool:
+    return v.sharding == "deepspeed" and v.zero_stage == 3
+
+
+CHECKS: tuple[RecipeCheck, ...] = (
+    RecipeCheck(
+        FAMILY,
+        f"{_PR}:232-233",
+        "refuses",
+        "Adapter is only valid for the LoRA method.",
+        ("adapter_name_or_path", "finetuning_type"),
+        lambda v: bool(_adapters(v)) and _finetuning(v) != "lora",
+        fix="load an adapter only with `finetuning_type: lora` (merge it into the base first for full or freeze)",
+        fires=_BASE + "finetuning_type: full\nadapter_name_or_path: saves/llama3-1b/lora\n",
+        accepted=_LORA + "adapter_name_or_path: saves/llama3-1b/lora\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_PR}:239-240",
+        "refuses",
+        "Please use scripts/pissa_init.py to initialize PiSSA for a quantized model.",
+        ("quantization_bit", "pissa_init"),
+        lambda v: _quantized(v) and bool(v.get("pissa_init")),
+        fix="initialise PiSSA with scripts/pissa_init.py and train from its output, or drop `quantization_bit`",
+        fires=_QLORA + "pissa_init: true\n",
+        accepted=_LORA + "pissa_init: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_PR}:242-243",
+        "refuses",
+        "Cannot resize embedding layers of a quantized model.",
+        ("quantization_bit", "resize_vocab"),
+        lambda v: _quantized(v) and bool(v.get("resize_vocab")),
+        fix="resize the vocabulary on an unquantized model, or drop `resize_vocab`",
+        fires=_QLORA + "resize_vocab: true\n",
+        accepted=_LORA + "resize_vocab: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_PR}:245-249",
+        "refuses",
+        "Cannot create new adapter upon a quantized model.",
+        ("quantization_bit", "adapter_name_or_path", "create_new_adapter"),
+        lambda v: _quantized(v) and bool(_adapters(v)) and bool(v.get("create_new_adapter")),
+        fix="continue training the given adapter (drop `create_new_adapter`), or merge it into an unquantized base",
+        fires=_QLORA + "adapter_name_or_path: saves/llama3-1b/lora\ncreate_new_adapter: true\n",
+        accepted=_QLORA + "adapter_name_or_path: saves/llama3-1b/lora\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_PR}:245-249",
+        "refuses",
+        "Quantized model only accepts a single adapter. Merge them first.",
+        ("quantization_bit", "adapter_name_or_path"),
+        lambda v: _quantized(v) and len(_adapters(v)) > 1,
+        fix="merge the adapters into one (llamafactory-cli export) before training on a quantized base",
+        fires=_QLORA + "adapter_name_or_path: saves/a,saves/b\n",
+        accepted=_QLORA + "adapter_name_or_path: saves/a\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_PR}:492-493",
+        "refuses",
+        "Cannot use device map for quantized models in training.",
+        ("quantization_device_map", "do_train"),
+        lambda v: bool(v.get("do_train")) and v.get("quantization_device_map") == "auto",
+        fix="drop `quantization_device_map: auto` for training (LLaMA-Factory places a quantized model on each "
+        "rank's own GPU)",
+        fires=_QLORA + "quantization_device_map: auto\n",
+        accepted=_QLORA,
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_PR}:495-496",
+        "refuses",
+        "Please use scripts/pissa_init.py to initialize PiSSA in DeepSpeed ZeRO-3.",
+        ("pissa_init", "deepspeed"),
+        lambda v: bool(v.get("pissa_init")) and _zero3(v),
+        fix="initialise PiSSA with scripts/pissa_init.py first, or train under ZeRO-2",
+        fires=_LORA + "pissa_init: true\ndeepspeed: ds_z3_config.json\n",
+        accepted=_LORA + "pissa_init: true\ndeepspeed: ds_z2_config.json\n",
+        files={"ds_z3_config.json": ZERO3, "ds_z2_config.json": ZERO2},
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_PR}:502-503",
+        "refuses",
+        "`pure_bf16` is incompatible with DeepSpeed ZeRO-3.",
+        ("pure_bf16", "deepspeed"),
+        lambda v: bool(v.get("pure_bf16")) and _zero3(v),
+        fix="use `bf16: true` (mixed precision) under ZeRO-3, or pure_bf16 under ZeRO-2",
+        fires=_LORA + "pure_bf16: true\ndeepspeed: ds_z3_config.json\n",
+        accepted=_LORA + "pure_bf16: true\ndeepspeed: ds_z2_config.json\n",
+        files={"ds_z3_config.json": ZERO3, "ds_z2_config.json": ZERO2},
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_PR}:518-519",
+        "refuses",
+        "GaLore and APOLLO are incompatible with DeepSpeed yet.",
+        ("deepspeed", "use_galore", "use_apollo"),
+        lambda v: bool(v.get("deepspeed")) and bool(v.get("use_galore") or v.get("use_apollo")),
+        fix="train GaLore/APOLLO without DeepSpeed",
+        fires=_BASE + "finetuning_type: full\nuse_galore: true\ndeepspeed: ds_z2_config.json\n",
+        accepted=_BASE + "finetuning_type: full\nuse_galore: true\n",
+        files={"ds_z2_config.json": ZERO2},
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_PR}:521-527",
+        "refuses",
+        "FP8 training is not compatible with quantization. Please disable one of them.",
+        ("fp8", "quantization_bit"),
+        lambda v: bool(v.get("fp8")) and _quantized(v) and not (v.get("use_mca") or v.get("use_megatron_bridge")),
+        fix="train fp8 on an unquantized base, or drop `fp8` for QLoRA",
+        fires=_QLORA + "fp8: true\n",
+        accepted=_LORA + "fp8: true\n",
+        target="h100",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_PR}:532-533",
+        "refuses",
+        "Unsloth is incompatible with DeepSpeed ZeRO-3.",
+        ("use_unsloth", "deepspeed"),
+        lambda v: bool(v.get("use_unsloth")) and _zero3(v),
+        fix="use Unsloth without DeepSpeed ZeRO-3",
+        fires=_LORA + "use_unsloth: true\ndeepspeed: ds_z3_config.json\n",
+        accepted=_LORA + "use_unsloth: true\n",
+        files={"ds_z3_config.json": ZERO3},
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_PR}:418-423",
+        "refuses",
+        "`neat_packing` cannot be set as True except SFT.",
+        ("neat_packing", "stage"),
+        lambda v: bool(v.get("neat_packing")) and str(v.get("stage", "sft")) != "sft",
+        fix="use `neat_packing` with `stage: sft` only",
+        fires=_LORA.replace("stage: sft", "stage: pt") + "neat_packing: true\n",
+        accepted=_LORA + "neat_packing: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_QU}:197-199",
+        "refuses",
+        "Only 4-bit quantized model can use fsdp+qlora or auto device map.",
+        ("quantization_bit", "deepspeed", "quantization_device_map"),
+        lambda v: (
+            v.get("quantization_bit") == 8
+            and str(v.get("quantization_method", "bnb")) in ("bnb", "bitsandbytes")
+            and (_zero3(v) or v.sharding == "fsdp" or v.get("quantization_device_map") == "auto")
+        ),
+        fix="quantize to 4 bits (`quantization_bit: 4`) under ZeRO-3/FSDP",
+        fires=_LORA + "quantization_bit: 8\ndeepspeed: ds_z3_config.json\n",
+        accepted=_LORA + "quantization_bit: 4\ndeepspeed: ds_z3_config.json\n",
+        files={"ds_z3_config.json": ZERO3},
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_FA}:612-613",
+        "refuses",
+        "`use_llama_pro` is only valid for Freeze or LoRA training.",
+        ("use_llama_pro", "finetuning_type"),
+        lambda v: bool(v.get("use_llama_pro")) and _finetuning(v) == "full",
+        fix="use LLaMA Pro with `finetuning_type: freeze` or lora",
+        fires=_BASE + "finetuning_type: full\nuse_llama_pro: true\n",
+        accepted=_BASE + "finetuning_type: freeze\nuse_llama_pro: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_FA}:615-616",
+        "refuses",
+        "Cannot use LoRA with GaLore, APOLLO or BAdam together.",
+        ("finetuning_type", "use_galore", "use_apollo", "use_badam"),
+        lambda v: _finetuning(v) == "lora" and v.any_of("use_galore", "use_apollo", "use_badam"),
+        fix="GaLore, APOLLO and BAdam train the full model: set `finetuning_type: full`, or drop them for LoRA",
+        fires=_LORA + "use_galore: true\n",
+        accepted=_BASE + "finetuning_type: full\nuse_galore: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_FA}:618-619",
+        "refuses",
+        "Cannot use GaLore, APOLLO or BAdam together.",
+        ("use_galore", "use_apollo", "use_badam"),
+        lambda v: sum(bool(v.get(k)) for k in ("use_galore", "use_apollo", "use_badam")) > 1,
+        fix="keep one of GaLore, APOLLO and BAdam",
+        fires=_BASE + "finetuning_type: full\nuse_galore: true\nuse_apollo: true\n",
+        accepted=_BASE + "finetuning_type: full\nuse_apollo: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_FA}:624-635",
+        "refuses",
+        "`use_dora` is only valid for LoRA training.",
+        ("finetuning_type", "loraplus_lr_ratio", "use_rslora", "use_dora", "pissa_init"),
+        lambda v: (
+            _finetuning(v) != "lora"
+            and (v.get("loraplus_lr_ratio") is not None or v.any_of("use_rslora", "use_dora", "pissa_init"))
+        ),
+        fix="LoRA+, rsLoRA, DoRA and PiSSA are LoRA options: use them with `finetuning_type: lora`",
+        fires=_BASE + "finetuning_type: full\nuse_dora: true\n",
+        accepted=_LORA + "use_dora: true\n",
+    ),
+)

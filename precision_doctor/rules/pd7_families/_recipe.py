@@ -1,0 +1,40 @@
+"""What PD701 and PD702 share: the recipe checks of a script's framework that hold, with their evidence."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ...derive import Setup, evidence_of
+from ...knowledge.recipe_checks import RecipeCheck, RecipeView, checks_for
+from ...model.facts import MachineFacts, ScriptFacts, StackFacts
+from ...model.findings import Evidence
+
+
+def holding(
+    script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts, action: str
+) -> Iterator[tuple[RecipeCheck, tuple[Evidence, ...]]]:
+    """Each check of this action that holds on the recipe, with the settings it read as evidence (and the GPU or
+    torch release where the check asks them). A check that asks the GPU is silent while no GPU is known."""
+    recipe = script.recipe
+    if recipe is None:
+        return
+    gpu = machine.gpus[0] if machine.gpus else None
+    sharding = setup.sharding
+    view = RecipeView(recipe, gpu, stack, sharding.kind, sharding.stage if sharding.kind == "deepspeed" else None)
+    for check in checks_for(recipe.family):
+        if check.action != action or (check.gpu and gpu is None) or not check.test(view):
+            continue
+        evidence = tuple(
+            evidence_of(recipe.settings[key], f"{key}: {recipe.settings[key].value!r}")
+            for key in check.keys
+            if key in recipe.settings
+        )
+        if check.gpu and gpu is not None:
+            evidence += (Evidence(None, gpu.name, f"compute capability {gpu.sm}", "profile"),)
+        if sharding.kind == "deepspeed" and sharding.stage is not None and "deepspeed" in check.keys:
+            evidence += (Evidence(None, "DeepSpeed config", f"ZeRO stage {sharding.stage}", "config-file"),)
+        yield check, evidence
+
+
+def source_line(check: RecipeCheck, version: str) -> str:
+    return f"{check.family} {version} {check.source}"

@@ -1,0 +1,62 @@
+"""PD702 framework-warns-recipe: the recipe's framework warns, when it reads the recipe, that the run may fail."""
+
+from __future__ import annotations
+
+from ...derive import Setup
+from ...knowledge.recipe_checks import axolotl
+from ...model.facts import MachineFacts, ScriptFacts, StackFacts
+from ...model.findings import Applicability, Draft, Fix
+from ..registry import Example, LogSignature, rule
+from ._recipe import holding, source_line
+
+_PACKED_SDPA_BF16 = next(c for c in axolotl.CHECKS if c.message.startswith("sample_packing & torch sdpa"))
+_QLORA_ZERO3 = next(c for c in axolotl.CHECKS if c.message.startswith("qlora + zero3"))
+
+
+@rule(
+    "PD702",
+    "framework-warns-recipe",
+    severity="warning",
+    phase="first-step",
+    summary="The recipe's framework warns, when it reads the recipe, that this combination may fail or mislead.",
+    what="A combination Axolotl or LLaMA-Factory lets through with a warning in its start-up log that says the "
+    "run may fail: sample packing through SDPA in bf16 off Hopper (the loss may read 0.0), QLoRA under ZeRO-3 "
+    "with non-reentrant checkpointing (CheckpointError), SageAttention without padding or for a full fine-tune "
+    "(loss explodes or drops to 0).",
+    why="A warning among thousands of start-up lines is read after the run has failed or wasted its GPU hours. "
+    "Each check is mirrored from the framework's source at the release its reader names.",
+    error="<what the framework says may happen: a 0.0 loss, a CheckpointError, an exploding loss>",
+    fix="Change the recipe as the finding says.",
+    applicability=Applicability.DISPLAY,
+    log=LogSignature(
+        patterns=(
+            r"sample_packing & torch sdpa with bf16 is unsupported",
+            r"qlora \+ zero3 with use_reentrant: false may result in a CheckpointError",
+        ),
+        from_logs=False,
+    ),
+    fires=[
+        Example(_PACKED_SDPA_BF16.fires, target=_PACKED_SDPA_BF16.target, name="config.yml"),
+        Example(_QLORA_ZERO3.fires, target=_QLORA_ZERO3.target, name="config.yml"),
+    ],
+    silent=[
+        Example(_PACKED_SDPA_BF16.accepted, target=_PACKED_SDPA_BF16.target, name="config.yml"),
+        Example(_QLORA_ZERO3.accepted, target=_QLORA_ZERO3.target, name="config.yml"),
+        Example(_PACKED_SDPA_BF16.fires, target="h100", name="config.yml", note="Hopper: Axolotl does not warn"),
+    ],
+)
+def framework_warns_recipe(script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts):
+    recipe = script.recipe
+    if recipe is None:
+        return
+    for check, evidence in holding(script, setup, machine, stack, "warns"):
+        yield Draft(
+            f"{check.family} warns when it reads this recipe: {check.message}",
+            evidence=evidence,
+            error=check.consequence or check.message,
+            fix=Fix(
+                check.fix,
+                Applicability.DISPLAY,
+                notes=(f"mirrored from {source_line(check, recipe.version)}",),
+            ),
+        )
