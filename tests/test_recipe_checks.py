@@ -20,7 +20,11 @@ def _check(tmp_path, monkeypatch, check, recipe, target, versions):
     for name, text in check.files.items():
         (tmp_path / name).write_text(text, encoding="utf-8")
     result, _ = check_code(tmp_path, recipe, target=target, name="config.yml", versions={**CURRENT, **versions})
-    return [f for f in result.findings if f.rule_id == RULE[check.action] and check.message[:40] in f.message]
+    return [
+        f
+        for f in result.findings
+        if f.rule_id == RULE[check.action] and any(check.source in note for note in f.fix.notes)
+    ]
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=[c.id.rsplit("/", 1)[-1] for c in CHECKS])
@@ -64,3 +68,95 @@ def test_recipe_keys_given_on_the_launch_line_are_judged(tmp_path, monkeypatch):
     for launch, refused in (("axolotl train config.yml", True), ("axolotl train config.yml --load-in-4bit", False)):
         result, _ = check_code(tmp_path, recipe, target="a100", name="config.yml", launcher=launch)
         assert bool([f for f in result.findings if f.rule_id == "PD701"]) is refused, launch
+
+
+_BASE = "base_model: meta-llama/Llama-3.2-1B\nmicro_batch_size: 2\ngradient_accumulation_steps: 4\nbf16: true\n"
+_QLORA = _BASE + "adapter: qlora\nlora_r: 16\n"
+
+
+def _refusals(tmp_path, monkeypatch, recipe, target="a100", launcher=None, versions=None):
+    monkeypatch.chdir(tmp_path)
+    result, _ = check_code(
+        tmp_path, recipe, target=target, name="config.yml", launcher=launcher, versions={**CURRENT, **(versions or {})}
+    )
+    return [f.message.split(": ", 1)[1] for f in result.findings if f.rule_id in ("PD701", "PD702")]
+
+
+# Recipes written the ways users write them, with what Axolotl 0.18.0's validators do with each (checked by
+# loading its schema at 067b021): pydantic runs "before" validators in reverse order of definition, so the float8
+# all-gather check and the FSDP2 torch floor see the recipe as written, the pin-memory and FSDP2 + RL checks see
+# it after fsdp_config's version moved to the top and its `fsdp_` prefixes went; "after" validators see typed
+# fields; a key left blank is null.
+AXOLOTL_AS_WRITTEN = [
+    # blank keys are not set
+    (_BASE + "optimizer: muon\nfsdp:\nfsdp_config:\n", []),
+    (_BASE + "fsdp_version: 2\noptimizer: adamw_bnb_8bit\nfsdp_config:\n", []),
+    (_BASE + "adapter: lora\ngpu_memory_limit: 20GiB\nmax_memory:\n", []),
+    (_QLORA + "load_in_4bit: true\nmodel_quantization_config:\n", []),
+    # the FSDP version written inside fsdp_config, as `version`, or with the legacy prefix
+    (
+        _BASE + "fsdp_config:\n  fsdp_version: 2\n  offload_params: true\n  cpu_offload_pin_memory: false\n",
+        [],
+    ),
+    (_BASE + "fsdp_config:\n  version: 2\n  offload_params: true\n  cpu_offload_pin_memory: false\n", []),
+    (
+        _BASE + "fsdp_version: 2\nfsdp_config:\n  fsdp_offload_params: true\n  cpu_offload_pin_memory: false\n",
+        [],
+    ),
+    (
+        _BASE + "fsdp_config:\n  fsdp_offload_params: true\n  fsdp_cpu_offload_pin_memory: false\n",
+        ["FSDP1 does not support disabling cpu_offload_pin_memory"],
+    ),
+    (_BASE + "fsdp_config:\n  fsdp_offload_params: true\noptimizer: adamw_8bit\n", ["FSDP Offload not compatible"]),
+    (
+        _BASE + "fsdp_version: 2\nfsdp_config:\n  offload_params: false\n  cpu_offload_pin_memory: false\n",
+        ["disabling cpu_offload_pin_memory requires enabling offload_params"],
+    ),
+    # the float8 all-gather check reads the top-level key as written, before it is normalised
+    (
+        _BASE + "fp8: true\nfp8_enable_fsdp_float8_all_gather: true\nfsdp_config:\n  fsdp_version: 2\n",
+        ["fp8_enable_fsdp_float8_all_gather requires FSDP2"],
+    ),
+    (
+        _BASE + "fp8: true\nfp8_enable_fsdp_float8_all_gather: true\nfsdp_version: '2'\nfsdp_config:\n"
+        "  reshard_after_forward: true\n",
+        ["fp8_enable_fsdp_float8_all_gather requires FSDP2"],
+    ),
+    # FSDP2 + preference training + k-bit, the version from fsdp_config
+    (_QLORA + "load_in_4bit: true\nrl: dpo\nfsdp_config:\n  version: 2\n", ["FSDP2 does not support load_in_8bit"]),
+    # typed fields in the after-validators
+    (_QLORA + "load_in_4bit: 'false'\n", ["Require cfg.load_in_4bit to be True for qlora"]),
+    (_BASE + "adapter: lora\nlora_dropout: '0.0'\nlora_target_parameters:\n  - mlp.experts.gate_up_proj\n", []),
+    # each branch its own message
+    (_QLORA + "load_in_8bit: true\n", ["Can't load qlora in 8bit"]),
+    (_QLORA + "load_in_4bit: true\nmerge_lora: true\n", ["Can't merge qlora if loaded in 4bit"]),
+    (
+        _BASE + "optimizer: flash_lion\nfsdp_config:\n  offload_params: false\n",
+        ["flash_lion optimizer is only compatible with FSDP2"],
+    ),
+    (_BASE + "fp32_norms: true\n", ["fp32_norms requires FSDP to be enabled"]),
+]
+
+
+@pytest.mark.parametrize("recipe,expected", AXOLOTL_AS_WRITTEN, ids=[str(i) for i in range(len(AXOLOTL_AS_WRITTEN))])
+def test_axolotl_checks_read_the_recipe_as_each_validator_sees_it(tmp_path, monkeypatch, recipe, expected):
+    said = _refusals(tmp_path, monkeypatch, recipe)
+    assert len(said) == len(expected), said
+    for message, start in zip(said, expected, strict=True):
+        assert message.startswith(start), (message, start)
+
+
+def test_no_flag_on_the_launch_line_turns_a_boolean_off(tmp_path, monkeypatch):
+    """Axolotl's CLI has `--flag/--no-flag` for every boolean field (cli/utils/args.py)."""
+    recipe = _QLORA + "load_in_4bit: true\n"
+    assert _refusals(tmp_path, monkeypatch, recipe, launcher="axolotl train config.yml") == []
+    said = _refusals(tmp_path, monkeypatch, recipe, launcher="axolotl train config.yml --no-load-in-4bit")
+    assert said == ["Require cfg.load_in_4bit to be True for qlora"]
+
+
+def test_llamafactory_names_the_lora_only_option_that_is_set(tmp_path, monkeypatch):
+    recipe = (
+        "model_name_or_path: meta-llama/Llama-3.2-1B\nstage: sft\ndo_train: true\nfinetuning_type: full\n"
+        "dataset: alpaca_en_demo\ntemplate: llama3\noutput_dir: out\nbf16: true\nuse_rslora: true\n"
+    )
+    assert _refusals(tmp_path, monkeypatch, recipe) == ["`use_rslora` is only valid for LoRA training."]

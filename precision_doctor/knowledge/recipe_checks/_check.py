@@ -10,6 +10,9 @@ from ...model.util import record
 from .. import bf16_checks
 from ..versions import at_least
 
+_TRUE = ("true", "t", "yes", "y", "on", "1")  # pydantic's lax bool strings
+_FALSE = ("false", "f", "no", "n", "off", "0")
+
 
 class RecipeView:
     """A recipe's settings as a check reads them, with the machine and stack the framework would see."""
@@ -37,14 +40,28 @@ class RecipeView:
         return found.value if found is not None and found.state == KNOWN else default
 
     def has(self, key: str) -> bool:
-        return key in self.recipe.settings
+        """Written with a value (a key left blank, `max_memory:`, reads as null: not set)."""
+        return self.get(key) is not None
 
     def any_of(self, *keys: str) -> bool:
         return any(self.get(k) for k in keys)
 
-    def under(self, prefix: str) -> bool:
-        """Whether any setting is written under `prefix` (`fsdp_config`): the block exists."""
-        return any(k == prefix or k.startswith(prefix + ".") for k in self.recipe.settings)
+    def typed(self, key: str, default: object = None) -> object:
+        """The setting as a pydantic field in lax mode makes it (what an "after" validator sees): "false", "no",
+        "0" ... are False, "true", "yes", "1" ... True, a number written as a string is that number."""
+        found = self.get(key, default)
+        if isinstance(found, str):
+            lowered = found.strip().lower()
+            if lowered in _TRUE:
+                return True
+            if lowered in _FALSE:
+                return False
+            for convert in (int, float):
+                try:
+                    return convert(lowered)
+                except ValueError:
+                    pass
+        return found
 
     def torch_at_least(self, version: str) -> bool:
         return at_least(self.stack, "torch", version)
@@ -61,7 +78,7 @@ class RecipeCheck:
     family: str  # "Axolotl" | "LLaMA-Factory"
     source: str  # the file and lines mirrored, at the release the family's reader names
     action: str  # "refuses" | "warns"
-    message: str  # the framework's own message (what the user would see)
+    message: str  # the framework's own message (what the user would see); `says` gives the branch that fires
     keys: tuple[str, ...]  # the settings it reads: shown as evidence where the recipe writes them
     test: Callable[[RecipeView], bool]
     fix: str
@@ -74,6 +91,10 @@ class RecipeCheck:
     versions: dict[str, str] = field(default_factory=dict)  # stack overrides for the firing example
     files: dict[str, str] = field(default_factory=dict)  # files beside both examples (a DeepSpeed config)
     accepted_target: str = ""  # the GPU the accepted twin is checked on, when not `target`
+    says: Callable[[RecipeView], str] | None = None  # the message of the branch that fires, when it has several
+
+    def message_for(self, view: RecipeView) -> str:
+        return self.says(view) if self.says is not None else self.message
 
     @property
     def id(self) -> str:

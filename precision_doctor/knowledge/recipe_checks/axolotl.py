@@ -40,34 +40,127 @@ def attention(v: RecipeView) -> str:
     return next((name for flag, name in LEGACY_ATTENTION.items() if v.get(flag)), "")
 
 
-def fsdp_version(v: RecipeView) -> str:
-    """`_resolve_fsdp_version` (validation.py:884-888): the top-level key, else fsdp_config's, else 1."""
+# Pydantic runs a model's "before" validators in reverse order of definition, so some of Axolotl's checks see the
+# recipe as written and others see it after `check_fsdp_version_in_fsdp_config` (validation.py:1105-1124) moved
+# fsdp_config's `version`/`fsdp_version` to the top level and `check_fsdp_config_kwargs_prefix` (1083-1103) dropped
+# the `fsdp_` prefix of fsdp_config's keys; "after" validators see typed fields (`v.typed`). Each check reads the
+# view its validator sees.
+
+
+def fsdp_config(v: RecipeView) -> dict:
+    """fsdp_config after the prefix normaliser: `fsdp_offload_params` reads as `offload_params`."""
+    found = v.get("fsdp_config")
+    if not isinstance(found, dict):
+        return {}
+    return {
+        (k[len("fsdp_") :] if isinstance(k, str) and k.startswith("fsdp_") and k != "fsdp_version" else k): value
+        for k, value in found.items()
+    }
+
+
+def fsdp_version_normalised(v: RecipeView) -> object:
+    """`fsdp_version` once normalised: the top-level key, else fsdp_config's `version` / `fsdp_version`, else 1
+    where an fsdp_config is given (the value as written: "2" stays a string)."""
     found = v.get("fsdp_version")
-    if found is None:
-        found = v.get("fsdp_config.fsdp_version", v.get("fsdp_config.version", 1))
-    return str(found)
+    config = v.get("fsdp_config")
+    if not found and isinstance(config, dict) and config:
+        found = config.get("version") or config.get("fsdp_version")
+    if not found and config:
+        found = 1
+    return found
+
+
+def fsdp_version(v: RecipeView) -> str:
+    """What the after-validators compare, `str(self.fsdp_version)` (an int field: "2" parses as 2)."""
+    found = fsdp_version_normalised(v)
+    return str(found).strip() if found is not None else "None"
 
 
 def fsdp(v: RecipeView) -> bool:
-    return v.under("fsdp_config") or bool(v.get("fsdp"))
+    return bool(v.get("fsdp") or v.get("fsdp_config"))
 
 
 def _reentrant(v: RecipeView) -> object:
     return v.get("gradient_checkpointing_kwargs.use_reentrant")
 
 
-def _qlora_without_4bit(v: RecipeView) -> bool:
-    if v.get("adapter") != "qlora" or v.get("merge_lora"):
-        return False
-    return bool(v.get("load_in_8bit") or v.get("gptq") or not v.get("load_in_4bit"))
+def _qlora_refusal(v: RecipeView) -> str:
+    """validate_qlora (peft.py:201-224): the message a qlora recipe gets, if any."""
+    if v.get("adapter") != "qlora":
+        return ""
+    if v.typed("merge_lora"):
+        if v.typed("load_in_8bit"):
+            return "Can't merge qlora if loaded in 8bit"
+        if v.typed("gptq"):
+            return "Can't merge qlora if gptq"
+        if v.typed("load_in_4bit"):
+            return "Can't merge qlora if loaded in 4bit"
+        return ""
+    if v.typed("load_in_8bit"):
+        return "Can't load qlora in 8bit"
+    if v.typed("gptq"):
+        return "Can't load qlora if gptq"
+    if not v.typed("load_in_4bit"):
+        return "Require cfg.load_in_4bit to be True for qlora"
+    return ""
+
+
+def _pin_memory_refusal(v: RecipeView) -> str:
+    """check_fsdp2_cpu_offload_pin_memory (validation.py:1050-1065), after both normalisers."""
+    config = fsdp_config(v)
+    if not v.get("fsdp_config") or config.get("cpu_offload_pin_memory") is not False:
+        return ""
+    if str(fsdp_version_normalised(v)) != "2":
+        return "FSDP1 does not support disabling cpu_offload_pin_memory, please set `fsdp_version` to 2"
+    if not config.get("offload_params"):
+        return "disabling cpu_offload_pin_memory requires enabling offload_params"
+    return ""
+
+
+def _sharded_optimizer_refusal(v: RecipeView, name: str) -> str:
+    """check_muon_deepspeed_fsdp / check_flashoptim_deepspeed_fsdp (validation.py:889-903, 947-964)."""
+    if v.get("deepspeed"):
+        if name == "muon":
+            return "Muon optimizer is currently incompatible with DeepSpeed"
+        return f"{name} optimizer is incompatible with DeepSpeed. Flash optimizers only support DDP and FSDP2."
+    if fsdp(v) and fsdp_version(v) != "2":
+        if name == "muon":
+            return "Muon optimizer is only compatible with FSDP2. Set fsdp_version: 2 to use Muon with FSDP."
+        return f"{name} optimizer is only compatible with FSDP2. Set fsdp_version: 2 to use flash optimizers with FSDP."
+    return ""
+
+
+def _fp32_norms_refusal(v: RecipeView) -> str:
+    if not v.typed("fp32_norms"):
+        return ""
+    if v.get("fsdp_config") is None:
+        return "fp32_norms requires FSDP to be enabled (fsdp_config block must be set)."
+    if fsdp_version(v) != "2":
+        return (
+            "fp32_norms requires fsdp_version: 2. FSDP1's flat-param dtype uniformity constraint is incompatible "
+            "with keeping norms in fp32 while decoder layers run in bf16."
+        )
+    return ""
+
+
+def _fp8_attention_refusal(v: RecipeView) -> str:
+    if attention(v) != "fp8":
+        return ""
+    if v.gpu is not None and v.gpu.capability < (9, 0):
+        return f"attn_implementation=fp8 requires compute capability sm_90 or higher (Hopper+). Detected {v.gpu.sm!r}."
+    if not v.torch_at_least("2.11"):
+        return "attn_implementation=fp8 requires PyTorch >= 2.11.0."
+    return ""
 
 
 def _bf16_on(v: RecipeView) -> bool:
-    """`bf16`/`bfloat16` after `resolve_dtype`: `auto` (the default) is what transformers' check answers."""
-    bf16 = v.get("bf16", "auto")
+    """Whether the run trains in bf16: `bf16: auto` (the default) is what transformers' check answers, unless fp16
+    is set. Axolotl's own packing warning runs while `bf16` is still `auto`, so it also warns for an fp16 recipe;
+    the doctor warns only where bf16 really runs."""
+    bf16 = v.typed("bf16", "auto")
     if bf16 == "auto":
-        return v.get("fp16") is not True and v.bf16_answer()
-    return bool(bf16 or v.get("bfloat16"))
+        return v.typed("fp16") is not True and v.bf16_answer()
+    return bool(bf16 or v.typed("bfloat16"))
 
 
 def _compute_capability(v: RecipeView) -> str:
@@ -81,7 +174,7 @@ CHECKS: tuple[RecipeCheck, ...] = (
         "refuses",
         "fp8_enable_fsdp_float8_all_gather requires FSDP2 (fsdp_version: 2) to be used.",
         ("fp8_enable_fsdp_float8_all_gather", "fsdp_version", "fsdp_config.fsdp_version"),
-        lambda v: bool(v.get("fp8_enable_fsdp_float8_all_gather")) and fsdp_version(v) != "2",
+        lambda v: bool(v.get("fp8_enable_fsdp_float8_all_gather")) and v.get("fsdp_version") != 2,
         fix="set `fsdp_version: 2` (float8 all-gather is an FSDP2 feature), or drop "
         "`fp8_enable_fsdp_float8_all_gather`",
         fires=_FSDP + "fp8: true\nfp8_enable_fsdp_float8_all_gather: true\n",
@@ -139,9 +232,12 @@ CHECKS: tuple[RecipeCheck, ...] = (
         "refuses",
         "FSDP2 not compatible with adamw_8bit, use `adamw_torch_8bit` instead",
         ("optimizer", "fsdp_version", "fsdp_config.fsdp_version"),
-        lambda v: v.under("fsdp_config") and v.get("optimizer") in EIGHT_BIT_BNB_OPTIMIZERS and fsdp_version(v) == "2",
+        lambda v: (
+            bool(v.get("fsdp_config")) and v.get("optimizer") in EIGHT_BIT_BNB_OPTIMIZERS and fsdp_version(v) == "2"
+        ),
         fix="use `optimizer: adamw_torch_8bit` (torchao's 8-bit AdamW shards under FSDP2; bitsandbytes' CUDA ops "
         "fail on DTensor parameters)",
+        says=lambda v: f"FSDP2 not compatible with {v.get('optimizer')}, use `adamw_torch_8bit` instead",
         fires=_FSDP + "fsdp_version: 2\noptimizer: adamw_8bit\n",
         accepted=_FSDP + "fsdp_version: 2\noptimizer: adamw_torch_8bit\n",
     ),
@@ -152,13 +248,14 @@ CHECKS: tuple[RecipeCheck, ...] = (
         "FSDP Offload not compatible with adamw_8bit",
         ("optimizer", "fsdp_config.offload_params", "fsdp_version"),
         lambda v: (
-            v.under("fsdp_config")
+            bool(v.get("fsdp_config"))
             and "8bit" in str(v.get("optimizer") or "")
-            and bool(v.get("fsdp_config.offload_params"))
+            and bool(fsdp_config(v).get("offload_params"))
             and fsdp_version(v) != "2"
         ),
         fix="keep the optimizer state on the GPU (`offload_params: false`), move to `fsdp_version: 2`, or use a "
         "32-bit optimizer",
+        says=lambda v: f"FSDP Offload not compatible with {v.get('optimizer')}",
         fires=_BASE + "bf16: true\nfsdp_config:\n  offload_params: true\noptimizer: adamw_8bit\n",
         accepted=_BASE + "bf16: true\nfsdp_config:\n  offload_params: true\noptimizer: adamw_torch_fused\n",
     ),
@@ -168,11 +265,9 @@ CHECKS: tuple[RecipeCheck, ...] = (
         "refuses",
         "FSDP1 does not support disabling cpu_offload_pin_memory, please set `fsdp_version` to 2",
         ("fsdp_config.cpu_offload_pin_memory", "fsdp_version", "fsdp_config.offload_params"),
-        lambda v: (
-            v.get("fsdp_config.cpu_offload_pin_memory") is False
-            and (str(v.get("fsdp_version")) != "2" or not v.get("fsdp_config.offload_params"))
-        ),
+        lambda v: bool(_pin_memory_refusal(v)),
         fix="set `fsdp_version: 2` and `offload_params: true` with `cpu_offload_pin_memory: false`, or drop it",
+        says=_pin_memory_refusal,
         fires=_BASE + "bf16: true\nfsdp_config:\n  offload_params: true\n  cpu_offload_pin_memory: false\n",
         accepted=_BASE + "bf16: true\nfsdp_version: 2\nfsdp_config:\n  offload_params: true\n"
         "  cpu_offload_pin_memory: false\n",
@@ -185,11 +280,15 @@ CHECKS: tuple[RecipeCheck, ...] = (
         "to 1.",
         ("fsdp_version", "rl", "load_in_8bit", "load_in_4bit"),
         lambda v: (
-            v.get("fsdp_version") == 2
+            fsdp_version_normalised(v) == 2
             and v.get("rl") in ("dpo", "kto", "orpo", "ipo")
             and bool(v.get("load_in_8bit") or v.get("load_in_4bit"))
         ),
         fix="train this preference recipe with DeepSpeed, or `fsdp_version: 1`, or without k-bit loading",
+        says=lambda v: (
+            f"FSDP2 does not support load_in_8bit or load_in_4bit with {v.get('rl')}. Please use DeepSpeed or set "
+            "`fsdp_version` to 1."
+        ),
         fires=_QLORA + "rl: dpo\nfsdp_version: 2\nfsdp_config:\n  offload_params: false\n",
         accepted=_QLORA + "rl: dpo\nfsdp_version: 1\nfsdp_config:\n  offload_params: false\n",
     ),
@@ -210,7 +309,7 @@ CHECKS: tuple[RecipeCheck, ...] = (
         "refuses",
         "model_quantization_config and load_in_8bit or load_in_4bit cannot be used together.",
         ("model_quantization_config", "load_in_8bit", "load_in_4bit"),
-        lambda v: v.under("model_quantization_config") and bool(v.get("load_in_8bit") or v.get("load_in_4bit")),
+        lambda v: bool(v.get("model_quantization_config")) and bool(v.get("load_in_8bit") or v.get("load_in_4bit")),
         fix="quantize one way: drop `load_in_4bit`/`load_in_8bit` or `model_quantization_config`",
         fires=_QLORA + "model_quantization_config: Mxfp4Config\n",
         accepted=_QLORA,
@@ -221,9 +320,10 @@ CHECKS: tuple[RecipeCheck, ...] = (
         "refuses",
         "Require cfg.load_in_4bit to be True for qlora",
         ("adapter", "load_in_4bit", "load_in_8bit", "gptq"),
-        _qlora_without_4bit,
+        lambda v: bool(_qlora_refusal(v)),
         fix="QLoRA trains LoRA adapters over a 4-bit base: set `load_in_4bit: true` (and not 8-bit or GPTQ), or "
         "use `adapter: lora`",
+        says=_qlora_refusal,
         fires=_BASE + "adapter: qlora\nload_in_8bit: true\nlora_r: 16\nbf16: true\n",
         accepted=_QLORA,
     ),
@@ -234,7 +334,7 @@ CHECKS: tuple[RecipeCheck, ...] = (
         "lora_dropout must be 0 when lora_target_parameters is set. PEFT's ParamWrapper does not support "
         "lora_dropout != 0.",
         ("lora_target_parameters", "lora_dropout"),
-        lambda v: bool(v.get("lora_target_parameters")) and bool(v.get("lora_dropout")),
+        lambda v: bool(v.get("lora_target_parameters")) and bool(v.typed("lora_dropout")),
         fix="set `lora_dropout: 0` with `lora_target_parameters`",
         fires=_LORA + "lora_dropout: 0.05\nlora_target_parameters:\n  - mlp.experts.gate_up_proj\n",
         accepted=_LORA + "lora_dropout: 0.0\nlora_target_parameters:\n  - mlp.experts.gate_up_proj\n",
@@ -257,7 +357,7 @@ CHECKS: tuple[RecipeCheck, ...] = (
         "refuses",
         "Fused modules are not supported with LoRA/QLoRA",
         ("adapter", "flash_attn_fuse_mlp"),
-        lambda v: v.get("adapter") in ("lora", "qlora") and bool(v.get("flash_attn_fuse_mlp")),
+        lambda v: v.get("adapter") in ("lora", "qlora") and bool(v.typed("flash_attn_fuse_mlp")),
         fix="drop `flash_attn_fuse_mlp` (fused MLP modules hide the projections LoRA targets)",
         fires=_LORA + "flash_attn_fuse_mlp: true\n",
         accepted=_LORA,
@@ -283,7 +383,7 @@ CHECKS: tuple[RecipeCheck, ...] = (
         "refuses",
         "scaling_softmax requires flex attention. Add `attn_implementation: flex_attention` to your config.",
         ("scaling_softmax", "attn_implementation"),
-        lambda v: bool(v.get("scaling_softmax")) and attention(v) != "flex_attention",
+        lambda v: bool(v.typed("scaling_softmax")) and attention(v) != "flex_attention",
         fix="set `attn_implementation: flex_attention` with `scaling_softmax`",
         fires=_LORA + "scaling_softmax: true\nattn_implementation: sdpa\n",
         accepted=_LORA + "scaling_softmax: true\nattn_implementation: flex_attention\n",
@@ -328,7 +428,7 @@ CHECKS: tuple[RecipeCheck, ...] = (
         "refuses",
         "activation_offloading requires gradient_checkpointing",
         ("activation_offloading", "gradient_checkpointing"),
-        lambda v: bool(v.get("activation_offloading")) and not v.get("gradient_checkpointing"),
+        lambda v: bool(v.typed("activation_offloading")) and not v.typed("gradient_checkpointing"),
         fix="turn on `gradient_checkpointing` with `activation_offloading`",
         fires=_LORA + "activation_offloading: true\n",
         accepted=_LORA + "gradient_checkpointing: true\nactivation_offloading: true\n",
@@ -339,8 +439,9 @@ CHECKS: tuple[RecipeCheck, ...] = (
         "refuses",
         "Muon optimizer is currently incompatible with DeepSpeed",
         ("optimizer", "deepspeed", "fsdp_version"),
-        lambda v: v.get("optimizer") == "muon" and (bool(v.get("deepspeed")) or (fsdp(v) and fsdp_version(v) != "2")),
+        lambda v: v.get("optimizer") == "muon" and bool(_sharded_optimizer_refusal(v, "muon")),
         fix="train Muon under DDP or FSDP2 (`fsdp_version: 2`)",
+        says=lambda v: _sharded_optimizer_refusal(v, "muon"),
         fires=_BASE + "bf16: true\noptimizer: muon\ndeepspeed: deepspeed_configs/zero2.json\n",
         accepted=_BASE + "bf16: true\noptimizer: muon\n",
     ),
@@ -352,9 +453,10 @@ CHECKS: tuple[RecipeCheck, ...] = (
         ("optimizer", "deepspeed", "fsdp_version"),
         lambda v: (
             str(v.get("optimizer") or "").startswith("flash_")
-            and (bool(v.get("deepspeed")) or (fsdp(v) and fsdp_version(v) != "2"))
+            and bool(_sharded_optimizer_refusal(v, str(v.get("optimizer"))))
         ),
         fix="train flash optimizers under DDP or FSDP2 (`fsdp_version: 2`)",
+        says=lambda v: _sharded_optimizer_refusal(v, str(v.get("optimizer"))),
         fires=_BASE + "bf16: true\noptimizer: flash_adamw\nfsdp_config:\n  offload_params: false\n",
         accepted=_BASE + "bf16: true\noptimizer: flash_adamw\nfsdp_version: 2\nfsdp_config:\n  offload_params: false\n",
     ),
@@ -365,8 +467,9 @@ CHECKS: tuple[RecipeCheck, ...] = (
         "fp32_norms requires fsdp_version: 2. FSDP1's flat-param dtype uniformity constraint is incompatible with "
         "keeping norms in fp32 while decoder layers run in bf16.",
         ("fp32_norms", "fsdp_version"),
-        lambda v: bool(v.get("fp32_norms")) and (not v.under("fsdp_config") or fsdp_version(v) != "2"),
+        lambda v: bool(_fp32_norms_refusal(v)),
         fix="use `fp32_norms` under FSDP2 only (`fsdp_version: 2` with an fsdp_config)",
+        says=_fp32_norms_refusal,
         fires=_FSDP + "fp32_norms: true\n",
         accepted=_FSDP + "fsdp_version: 2\nfp32_norms: true\n",
     ),
@@ -376,7 +479,7 @@ CHECKS: tuple[RecipeCheck, ...] = (
         "refuses",
         "FSDP2 is not supported on torch version < 2.7.0",
         ("fsdp_version", "fsdp_config"),
-        lambda v: v.under("fsdp_config") and str(v.get("fsdp_version")) == "2" and not v.torch_at_least("2.7"),
+        lambda v: bool(v.get("fsdp_config")) and str(v.get("fsdp_version")) == "2" and not v.torch_at_least("2.7"),
         fix="install torch >= 2.7 for FSDP2, or use `fsdp_version: 1`",
         fires=_FSDP + "fsdp_version: 2\n",
         accepted=_FSDP + "fsdp_version: 1\n",
@@ -416,11 +519,9 @@ CHECKS: tuple[RecipeCheck, ...] = (
         "refuses",
         "attn_implementation=fp8 requires compute capability sm_90 or higher (Hopper+).",
         ("attn_implementation",),
-        lambda v: (
-            attention(v) == "fp8"
-            and ((v.gpu is not None and v.gpu.capability < (9, 0)) or not v.torch_at_least("2.11"))
-        ),
+        lambda v: bool(_fp8_attention_refusal(v)),
         fix="use fp8 attention on Hopper or newer with torch >= 2.11; `attn_implementation: sdpa` elsewhere",
+        says=_fp8_attention_refusal,
         fires=_LORA + "attn_implementation: fp8\n",
         accepted=_LORA + "attn_implementation: fp8\n",
         target="a100",
@@ -434,7 +535,7 @@ CHECKS: tuple[RecipeCheck, ...] = (
         "sample_packing & torch sdpa with bf16 is unsupported may results in 0.0 loss. This may work on H100s.",
         ("sample_packing", "attn_implementation", "sdp_attention", "bf16", "bfloat16"),
         lambda v: (
-            bool(v.get("sample_packing"))
+            bool(v.typed("sample_packing"))
             and attention(v) == "sdpa"
             and _bf16_on(v)
             and _compute_capability(v) != "sm_90"
@@ -453,7 +554,7 @@ CHECKS: tuple[RecipeCheck, ...] = (
         "We recommend turning on `pad_to_sequence_len` for SageAttention without packing. The loss has been "
         "observed to explode otherwise.",
         ("attn_implementation", "sample_packing", "pad_to_sequence_len"),
-        lambda v: attention(v) == "sage" and not v.get("sample_packing") and not v.get("pad_to_sequence_len"),
+        lambda v: attention(v) == "sage" and not v.typed("sample_packing") and not v.typed("pad_to_sequence_len"),
         consequence="the loss has been observed to explode",
         fix="set `pad_to_sequence_len: true` (or `sample_packing: true`) with SageAttention",
         fires=_LORA + "attn_implementation: sage\n",

@@ -22,6 +22,16 @@ ZERO3 = '{"zero_optimization": {"stage": 3}, "bf16": {"enabled": "auto"}, "train
 ZERO2 = '{"zero_optimization": {"stage": 2}, "bf16": {"enabled": "auto"}, "train_micro_batch_size_per_gpu": "auto"}\n'
 
 
+# `flash_attn` as configure_attn_implementation (model/model_utils/attention.py:65-99) turns it into the attention
+# transformers loads: auto keeps transformers' default; fa2/fa3 are used only when flash-attn is installed, else
+# the default is kept with a warning (attention.py:77-90).
+FLASH_ATTN = {"disabled": "eager", "sdpa": "sdpa", "fa2": "flash_attention_2", "fa3": "flash_attention_3"}
+FLASH_ATTN_IF_INSTALLED = (
+    "LLaMA-Factory uses FlashAttention only where flash-attn is installed, else keeps the default attention "
+    "(model_utils/attention.py:77-90)"
+)
+
+
 def _finetuning(v: RecipeView) -> str:
     return str(v.get("finetuning_type", "lora"))
 
@@ -34,6 +44,15 @@ def _adapters(v: RecipeView) -> list[str]:
     """`adapter_name_or_path` as ModelArguments splits it (a comma-separated string)."""
     found = v.get("adapter_name_or_path")
     return [a.strip() for a in str(found).split(",")] if found else []
+
+
+def _lora_only_option(v: RecipeView) -> str:
+    """The first LoRA-only option set on a recipe that is not LoRA, in FinetuningArguments' order (FA:624-635)."""
+    if _finetuning(v) == "lora":
+        return ""
+    if v.get("loraplus_lr_ratio") is not None:
+        return "loraplus_lr_ratio"
+    return next((k for k in ("use_rslora", "use_dora", "pissa_init") if v.get(k)), "")
 
 
 def _zero3(v: RecipeView) -> bool:
@@ -188,7 +207,9 @@ CHECKS: tuple[RecipeCheck, ...] = (
         lambda v: (
             v.get("quantization_bit") == 8
             and str(v.get("quantization_method", "bnb")) in ("bnb", "bitsandbytes")
-            and (_zero3(v) or v.sharding == "fsdp" or v.get("quantization_device_map") == "auto")
+            # the FSDP branch asks transformers' is_fsdp_enabled(), true only with FSDP_CPU_RAM_EFFICIENT_LOADING=1:
+            # not judged here
+            and (_zero3(v) or v.get("quantization_device_map") == "auto")
         ),
         fix="quantize to 4 bits (`quantization_bit: 4`) under ZeRO-3/FSDP",
         fires=_LORA + "quantization_bit: 8\ndeepspeed: ds_z3_config.json\n",
@@ -234,11 +255,9 @@ CHECKS: tuple[RecipeCheck, ...] = (
         "refuses",
         "`use_dora` is only valid for LoRA training.",
         ("finetuning_type", "loraplus_lr_ratio", "use_rslora", "use_dora", "pissa_init"),
-        lambda v: (
-            _finetuning(v) != "lora"
-            and (v.get("loraplus_lr_ratio") is not None or v.any_of("use_rslora", "use_dora", "pissa_init"))
-        ),
+        lambda v: bool(_lora_only_option(v)),
         fix="LoRA+, rsLoRA, DoRA and PiSSA are LoRA options: use them with `finetuning_type: lora`",
+        says=lambda v: f"`{_lora_only_option(v)}` is only valid for LoRA training.",
         fires=_BASE + "finetuning_type: full\nuse_dora: true\n",
         accepted=_LORA + "use_dora: true\n",
     ),

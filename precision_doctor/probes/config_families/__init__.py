@@ -71,6 +71,10 @@ def launch_overrides(args: tuple[str, ...]) -> dict[tuple, tuple[Any, str]]:
         word = args[i]
         if word.startswith("--") and len(word) > 2:
             name, eq, raw = word[2:].partition("=")
+            if not eq and name.startswith("no-"):  # Axolotl's --no-flag for a boolean field (cli/utils/args.py)
+                out[(name[3:].replace("-", "_"),)] = (False, word)
+                i += 1
+                continue
             if not eq and i + 1 < len(args) and not args[i + 1].startswith("--"):
                 raw, i = args[i + 1], i + 1
                 word = f"{word} {raw}"

@@ -12,9 +12,10 @@ from ...model.findings import Evidence
 
 def holding(
     script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts, action: str
-) -> Iterator[tuple[RecipeCheck, tuple[Evidence, ...]]]:
-    """Each check of this action that holds on the recipe, with the settings it read as evidence (and the GPU or
-    torch release where the check asks them). A check that asks the GPU is silent while no GPU is known."""
+) -> Iterator[tuple[RecipeCheck, str, tuple[Evidence, ...]]]:
+    """Each check of this action that holds on the recipe, with the framework's message for it and the settings it
+    read as evidence (and the GPU where the check asks it). A check that asks the GPU is silent while no GPU is
+    known."""
     recipe = script.recipe
     if recipe is None:
         return
@@ -33,7 +34,7 @@ def holding(
             evidence += (Evidence(None, gpu.name, f"compute capability {gpu.sm}", "profile"),)
         if sharding.kind == "deepspeed" and sharding.stage is not None and "deepspeed" in check.keys:
             evidence += (Evidence(None, "DeepSpeed config", f"ZeRO stage {sharding.stage}", "config-file"),)
-        yield check, evidence
+        yield check, check.message_for(view), evidence
 
 
 def source_line(check: RecipeCheck, version: str) -> str:

@@ -36,6 +36,7 @@ _DEEPSPEED_AND_FSDP = next(c for c in axolotl.CHECKS if c.message.startswith("de
             rf"{msg}"
             for msg in (
                 r"Require cfg\.load_in_4bit to be True for qlora",
+                r"Can't (load|merge) qlora (in|if)",
                 r"deepspeed and fsdp cannot be used together",
                 r"FSDP2 not compatible with adamw_(bnb_)?8bit",
                 r"fp8_enable_fsdp_float8_all_gather requires FSDP2",
@@ -58,11 +59,11 @@ def framework_refuses_recipe(script: ScriptFacts, setup: Setup, machine: Machine
     recipe = script.recipe
     if recipe is None:
         return
-    for check, evidence in holding(script, setup, machine, stack, "refuses"):
-        message = f"{check.family} refuses this recipe when it reads it: {check.message}"
+    for check, said, evidence in holding(script, setup, machine, stack, "refuses"):
+        message = f"{check.family} refuses this recipe when it reads it: {said}"
         if check.truth:
             message += f" (its check is stricter than the hardware: {check.truth})"
-        error = f"Value error, {check.message}" if check.family == axolotl.FAMILY else f"ValueError: {check.message}"
+        error = f"Value error, {said}" if check.family == axolotl.FAMILY else f"ValueError: {said}"
         yield Draft(
             message,
             evidence=evidence,

@@ -49,11 +49,11 @@ def framework_warns_recipe(script: ScriptFacts, setup: Setup, machine: MachineFa
     recipe = script.recipe
     if recipe is None:
         return
-    for check, evidence in holding(script, setup, machine, stack, "warns"):
+    for check, said, evidence in holding(script, setup, machine, stack, "warns"):
         yield Draft(
-            f"{check.family} warns when it reads this recipe: {check.message}",
+            f"{check.family} warns when it reads this recipe: {said}",
             evidence=evidence,
-            error=check.consequence or check.message,
+            error=check.consequence or said,
             fix=Fix(
                 check.fix,
                 Applicability.DISPLAY,
