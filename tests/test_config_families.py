@@ -322,3 +322,82 @@ def test_llamafactory_qlora_stores_4bit_weights_in_the_compute_dtype_for_fsdp(tm
     )
     launcher = "accelerate launch --use_fsdp --num_processes 2 -m llamafactory.cli train lf.yaml"
     assert "PD504" not in _run_recipe(tmp_path, "lf.yaml", text, launcher)
+
+
+LF_ATTENTION = (
+    "model_name_or_path: meta-llama/Llama-3.2-1B\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
+    "lora_target: all\ndataset: alpaca_en_demo\ntemplate: llama3\noutput_dir: out\nfp16: true\n"
+    "flash_attn: {attn}\n"
+)
+
+
+@pytest.mark.parametrize(
+    "attn,target,severity",
+    [
+        ("fa2", "t4", "warning"),  # fails where flash-attn is installed; LLaMA-Factory falls back without it
+        ("fa3", "t4", "warning"),
+        ("fa2", "a10g", None),  # Ampere: FlashAttention runs
+        ("sdpa", "t4", None),
+        ("disabled", "t4", None),
+        ("auto", "t4", None),  # transformers' own default
+    ],
+)
+def test_llamafactory_flash_attn_is_the_attention_it_asks_for(tmp_path, attn, target, severity):
+    path = tmp_path / "lf.yaml"
+    path.write_text(LF_ATTENTION.format(attn=attn))
+    facts = gather([str(path)], target=target, stack_overrides=CURRENT, **machine_probes())
+    load = next(c for c in facts.scripts[0].calls if c.kind == "model_load")
+    expected = {"fa2": "flash_attention_2", "fa3": "flash_attention_3", "sdpa": "sdpa", "disabled": "eager"}
+    assert load.kwarg("attn_implementation").value == expected.get(attn, None)
+    pd106 = [f for f in engine.run(facts).findings if f.rule_id == "PD106"]
+    assert [f.severity for f in pd106] == ([severity] if severity else [])
+    if pd106:
+        assert "attention.py:77-90" in " ".join(e.note for e in pd106[0].evidence)
+
+
+AXOLOTL_DDP_GC = (
+    "base_model: {base}\nadapter: lora\nlora_r: 16\nlora_target_linear: true\nbf16: true\nmicro_batch_size: 2\n"
+    "gradient_accumulation_steps: 4\ngradient_checkpointing: true\n{extra}"
+)
+
+
+@pytest.mark.parametrize(
+    "base,extra,fires",
+    [
+        # Axolotl sets use_reentrant: True itself (utils/config/__init__.py:377-383); with find_unused on, LoRA under
+        # DDP dies marking parameters ready twice
+        ("meta-llama/Llama-3.2-1B", "ddp_find_unused_parameters: true\n", True),
+        # Axolotl passes find_unused False under DDP unless the recipe sets it: reentrant then trains
+        ("meta-llama/Llama-3.2-1B", "", False),
+        (
+            "meta-llama/Llama-3.2-1B",
+            "ddp_find_unused_parameters: true\ngradient_checkpointing_kwargs:\n  use_reentrant: false\n",
+            False,
+        ),
+        # Gemma 4 is forced non-reentrant (and find_unused on): utils/config/__init__.py:390-415
+        ("google/gemma-4-26B-A4B", "ddp_find_unused_parameters: true\n", False),
+        ("google/gemma-4-26B-A4B", "", False),
+    ],
+)
+def test_axolotl_checkpointing_defaults_under_ddp(tmp_path, monkeypatch, base, extra, fires):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "cfg.yml"
+    path.write_text(AXOLOTL_DDP_GC.format(base=base, extra=extra))
+    facts = gather(
+        [str(path)], target="a100:2", launcher="axolotl train cfg.yml", stack_overrides=CURRENT, **machine_probes()
+    )
+    found = [f for f in engine.run(facts).findings if f.rule_id == "PD303"]
+    assert bool(found) is fires, [f.message for f in found]
+    if found:
+        assert any("sets use_reentrant: True" in e.note and e.location.line == 8 for e in found[0].evidence)
+
+
+def test_axolotl_replaces_a_recipes_device_map_under_several_processes(tmp_path, monkeypatch):
+    """`device_map: {"": 0}` in a recipe is replaced by each rank's own GPU when Axolotl runs several processes."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "cfg.yml"
+    path.write_text(AXOLOTL_DDP_GC.format(base="meta-llama/Llama-3.2-1B", extra='device_map:\n  "": 0\n'))
+    facts = gather(
+        [str(path)], target="a100:2", launcher="axolotl train cfg.yml", stack_overrides=CURRENT, **machine_probes()
+    )
+    assert not [f for f in engine.run(facts).findings if f.rule_id in ("PD112", "PD302")]

@@ -7,7 +7,9 @@ How `axolotl train` launches is in knowledge/launchers.py (RECIPE_CLIS)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 from ...knowledge.recipe_checks.axolotl import LEGACY_ATTENTION
 from ...model.call_kinds import CallKind
@@ -106,11 +108,42 @@ def build(b: Builder) -> ScriptFacts:
     for key in ("tf32", "gradient_checkpointing", "gradient_checkpointing_kwargs", "optimizer", "max_grad_norm"):
         if doc.has(key) and doc.get(key) != "auto":
             args["optim" if key == "optimizer" else key] = b.written(key)
+    gemma4 = _gemma4(b)
+    written_kwargs = doc.get("gradient_checkpointing_kwargs")
+    reentrant = None
+    if (
+        doc.get("gradient_checkpointing")
+        and doc.get("unfrozen_parameters") is None
+        and written_kwargs is None
+        and doc.get("rl") is None
+    ):  # utils/config/__init__.py:377-383: reentrant checkpointing unless the recipe says otherwise
+        reentrant = True, "sets use_reentrant: True when gradient checkpointing is on and the recipe gives none"
+    if (
+        doc.get("gradient_checkpointing")
+        and gemma4
+        and not (isinstance(written_kwargs, dict) and written_kwargs.get("use_reentrant") is False)
+    ):  # utils/config/__init__.py:390-399: Gemma 4 is forced non-reentrant
+        reentrant = False, "forces use_reentrant: False for Gemma 4"
+    if reentrant is not None:
+        forced = b.default(
+            "gradient_checkpointing_kwargs",
+            {**(written_kwargs if isinstance(written_kwargs, dict) else {}), "use_reentrant": reentrant[0]},
+            f"{NAME} {VERSION} {reentrant[1]}",
+        )  # shown at the line that turns checkpointing on
+        args["gradient_checkpointing_kwargs"] = replace(
+            forced, location=doc.location("gradient_checkpointing"), text="gradient_checkpointing: true"
+        )
     # under DDP Axolotl passes bool(ddp_find_unused_parameters): False unless the recipe sets it
     # (core/builders/causal.py, "handle ddp")
     args["ddp_find_unused_parameters"] = (
         replace(b.written("ddp_find_unused_parameters"), value=bool(doc.get("ddp_find_unused_parameters")))
         if doc.has("ddp_find_unused_parameters")
+        else b.default(
+            "ddp_find_unused_parameters",
+            True,
+            f"{NAME} {VERSION} turns ddp_find_unused_parameters on for Gemma 4 (utils/config/__init__.py:400-415)",
+        )
+        if gemma4 and not doc.get("activation_offloading")
         else b.default("ddp_find_unused_parameters", False, "Axolotl passes False under DDP unless the recipe sets it")
     )
     if doc.get("fp8"):  # AxolotlTrainingArguments.fp8: the Accelerator gets mixed_precision="fp8"
@@ -135,6 +168,23 @@ def build(b: Builder) -> ScriptFacts:
         target="trainer",
     )
     return b.facts()
+
+
+def _gemma4(b: Builder) -> bool:
+    """Whether the base model is Gemma 4, whose `model_config_type` Axolotl special-cases: by a local checkpoint's
+    config.json, else by its id (the hub config is not read offline)."""
+    base = b.doc.get("base_model")
+    if not isinstance(base, str):
+        return False
+    config = (b.path.parent / base / "config.json") if not base.startswith(("/", "~")) else Path(base) / "config.json"
+    try:
+        model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type") if config.is_file() else None
+    except (OSError, ValueError, AttributeError):
+        model_type = None
+    if model_type is not None:
+        return model_type in ("gemma4", "gemma4_unified")
+    name = base.rsplit("/", 1)[-1].lower().replace("_", "-")
+    return name.startswith(("gemma-4", "gemma4"))
 
 
 def _attention(b: Builder) -> Value | None:

@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from ...knowledge.recipe_checks.llamafactory import FLASH_ATTN, FLASH_ATTN_IF_INSTALLED
 from ...model.call_kinds import CallKind
-from ...model.facts import ScriptFacts
+from ...model.facts import Origin, ScriptFacts
 from ..config_files import ConfigDoc
 from ._builder import Builder, model_load, trained_model, weights_dtype
 
@@ -37,7 +38,7 @@ def build(b: Builder) -> ScriptFacts:
     # 4-bit: the quantized weights are stored in the compute dtype, "crucial for fsdp+qlora"
     # (model/model_utils/quantization.py, BitsAndBytesConfig(bnb_4bit_quant_storage=compute_dtype))
     storage = {"bnb_4bit_quant_storage": weights} if quant_bits == 4 else None
-    load = model_load(b, weights, quantized, bnb_extra=storage)
+    load = model_load(b, weights, quantized, extra=_attention(b), bnb_extra=storage)
     zero3 = _zero3(doc)
     upcast = not pure_bf16.value and not doc.get("use_badam") and not (quant_bits is None and zero3)
     upcast_note = b.default(
@@ -89,6 +90,18 @@ def build(b: Builder) -> ScriptFacts:
         target="trainer",
     )
     return b.facts()
+
+
+def _attention(b: Builder) -> dict:
+    """`flash_attn` as the attention implementation LLaMA-Factory asks transformers for (none for `auto`)."""
+    written = b.doc.get("flash_attn")
+    implementation = FLASH_ATTN.get(str(written)) if written is not None else None
+    if implementation is None:
+        return {}
+    value = b.written("flash_attn", meaning=implementation)
+    if implementation.startswith("flash_attention"):
+        value = replace(value, origins=value.origins + (Origin("default", FLASH_ATTN_IF_INSTALLED),))
+    return {"attn_implementation": value}
 
 
 def _zero3(doc: ConfigDoc) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from ...derive.launch import written_per_rank
+from ...derive.placement import AXOLOTL
 from ...model.facts import KNOWN, Call, GpuProcess, MachineFacts, ScriptFacts
 
 ACC = (
@@ -46,7 +47,10 @@ def fixed_placements(script: ScriptFacts) -> list[tuple[Call, str]]:
                     continue
                 if v.value == "cuda:0" or (v.value == "cuda" and not _device_chosen_before(c, setters)):
                     out.append((c, f".to({v.value!r})"))
-    for load in script.of("model_load"):
+    # Axolotl replaces a recipe's device_map with {"": LOCAL_RANK} whenever it runs more than one process
+    # (utils/config/__init__.py:139-147, 221-222)
+    loads = [] if AXOLOTL in script.imports else script.of("model_load")
+    for load in loads:
         v = load.kwarg("device_map")
         if (
             v.state == KNOWN

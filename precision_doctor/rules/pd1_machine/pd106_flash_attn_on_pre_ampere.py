@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ...derive import decide, evidence_of
+from ...knowledge.recipe_checks.llamafactory import FLASH_ATTN_IF_INSTALLED
 from ...model.facts import KNOWN, MachineFacts, ScriptFacts, StackFacts
 from ...model.findings import Applicability, Draft, Fix
 from .._common import (
@@ -60,8 +61,16 @@ def flash_attn_on_pre_ampere(script: ScriptFacts, machine: MachineFacts, stack: 
     for load in script.of("model_load"):
         v = decide(load.kwarg("attn_implementation"), machine, stack)
         if v.state == KNOWN and v.value in ("flash_attention_2", "flash_attention_3"):
+            # LLaMA-Factory falls back to the default attention where flash-attn is not installed
+            if_installed = any(o.detail == FLASH_ATTN_IF_INSTALLED for o in v.origins)
             yield Draft(
-                f"{v.value} on {gpu_phrase(machine)}: FlashAttention needs an Ampere or newer GPU",
+                f"{v.value} on {gpu_phrase(machine)}: FlashAttention needs an Ampere or newer GPU"
+                + (
+                    " (the job fails where flash-attn is installed; without it LLaMA-Factory keeps the default)"
+                    if if_installed
+                    else ""
+                ),
+                severity="warning" if if_installed else None,
                 evidence=(evidence_of(v, v.value, load),),
                 fix=Fix(
                     "use attn_implementation='sdpa'",
