@@ -720,3 +720,22 @@ def test_pd604_bitsandbytes_refuses_a_device_map_with_cpu_modules():
     assert BNB_REFUSES_OFFLOAD.startswith(f"ValueError: {str(refused.value)[:200]}")
     allowed = BitsAndBytesConfig(load_in_4bit=True, llm_int8_enable_fp32_cpu_offload=True)
     Bnb4BitHfQuantizer(allowed).validate_environment(device_map=spilled)  # accepted: the slow path PD604 warns of
+
+
+def test_pd505_trainer_refuses_fsdp_in_one_plain_process(tiny_llama, run_check, tmp_path):
+    """Trainer checks FSDP against the launch in its constructor: one plain python process has no process group,
+    and it refuses with the message PD505 gives for the same script launched that way."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_llama)
+    args = transformers.TrainingArguments(str(tmp_path / "out"), fsdp="full_shard", use_cpu=True, report_to=[])
+    with pytest.raises(ValueError) as err:
+        transformers.Trainer(model=model, args=args)
+    code = (
+        "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+        f"model = AutoModelForCausalLM.from_pretrained({str(tiny_llama)!r})\n"
+        "args = TrainingArguments('out', fsdp='full_shard')\nTrainer(model=model, args=args).train()\n"
+    )
+    result, _ = run_check(code, target="a100:2", launcher="python train.py")
+    finding = next(f for f in result.findings if f.rule_id == "PD505")
+    assert finding.error == f"ValueError: {err.value}"
+    clean, _ = run_check(code, target="a100:2", launcher="torchrun --nproc_per_node 2 train.py")
+    assert "PD505" not in {f.rule_id for f in clean.findings}
