@@ -160,3 +160,21 @@ def test_llamafactory_names_the_lora_only_option_that_is_set(tmp_path, monkeypat
         "dataset: alpaca_en_demo\ntemplate: llama3\noutput_dir: out\nbf16: true\nuse_rslora: true\n"
     )
     assert _refusals(tmp_path, monkeypatch, recipe) == ["`use_rslora` is only valid for LoRA training."]
+
+
+def test_galore_takes_transformers_default_optimizer_as_the_installed_release_sets_it(tmp_path, monkeypatch):
+    """LLaMA-Factory's GaLore/APOLLO build their optimizer only from adamw_torch (and a few 8-bit ones): the
+    installed transformers' default on this torch is what the check assumes, and the message is what
+    LLaMA-Factory's f-string prints for it."""
+    transformers = pytest.importorskip("transformers")
+    from precision_doctor.knowledge.recipe_checks.llamafactory import GALORE_OPTIMIZERS
+
+    default = transformers.TrainingArguments(str(tmp_path / "out"), report_to=[]).optim
+    assert default.value == "adamw_torch_fused" and default.value not in GALORE_OPTIMIZERS
+    recipe = (
+        "model_name_or_path: meta-llama/Llama-3.2-1B\nstage: sft\ndo_train: true\nfinetuning_type: full\n"
+        "dataset: alpaca_en_demo\ntemplate: llama3\noutput_dir: out\nbf16: true\nuse_galore: true\n"
+    )
+    assert _refusals(tmp_path, monkeypatch, recipe) == [f"Unknown optim: {default}."]
+    # before torch 2.8 the default is adamw_torch, which GaLore takes
+    assert _refusals(tmp_path, monkeypatch, recipe, versions={"torch": "2.7.1"}) == []

@@ -92,6 +92,7 @@ class RecipeCheck:
     files: dict[str, str] = field(default_factory=dict)  # files beside both examples (a DeepSpeed config)
     accepted_target: str = ""  # the GPU the accepted twin is checked on, when not `target`
     says: Callable[[RecipeView], str] | None = None  # the message of the branch that fires, when it has several
+    raises: str = "ValueError"  # the exception the framework raises (DeprecationWarning, NotImplementedError, ...)
 
     def message_for(self, view: RecipeView) -> str:
         return self.says(view) if self.says is not None else self.message

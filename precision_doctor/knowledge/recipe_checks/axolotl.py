@@ -167,6 +167,134 @@ def _compute_capability(v: RecipeView) -> str:
     return v.gpu.sm if v.gpu is not None else ""
 
 
+# the attention backends Axolotl packs samples with (utils/schemas/enums.py ATTN_IMPLS_SUPPORTING_PACKING), and
+# those that isolate packed samples (config.py `attn_decontaminates_packing`: these, sdpa and eager)
+PACKING_ATTENTION = (
+    "flash_attention_2",
+    "flash_attention_3",
+    "flex_attention",
+    "xformers",
+    "sage",
+    "kernels-community/flash-attn2",
+    "kernels-community/flash-attn3",
+    "kernels-community/sage-attention",
+)
+CANONICAL_ATTENTION = (
+    "eager",
+    "sdpa",
+    "flash_attention_2",
+    "flash_attention_3",
+    "flex_attention",
+    "xformers",
+    "sage",
+    "fp8",
+)
+SHORT_ATTENTION = {"flash": "flash_attention_2", "flex": "flex_attention", "sdp": "sdpa"}
+
+
+def _decontaminates(v: RecipeView) -> bool:
+    return attention(v) in PACKING_ATTENTION or attention(v) in ("sdpa", "eager")
+
+
+def _qgalore_refusal(v: RecipeView) -> str:
+    """check_qgalore (validation.py:905-945)."""
+    if v.get("adapter"):
+        return (
+            "q_galore_adamw8bit operates on full-precision parameters and is incompatible with "
+            f"adapter='{v.get('adapter')}'. Remove the adapter setting or pick a different optimizer."
+        )
+    if v.get("deepspeed"):
+        return "q_galore_adamw8bit is not yet validated with DeepSpeed. Use DDP or FSDP2 with use_orig_params=True."
+    if fsdp(v):
+        if fsdp_version(v) != "2":
+            return "q_galore_adamw8bit requires FSDP2. Set fsdp_version: 2."
+        if fsdp_config(v).get("use_orig_params") is not True:
+            return (
+                "q_galore_adamw8bit requires fsdp_config.use_orig_params=True so that per-parameter projection "
+                "state survives FSDP sharding."
+            )
+    return ""
+
+
+def _batch_flattening_refusal(v: RecipeView) -> str:
+    """check_batch_flattening_fa (validation.py:966-982); `auto` is resolved, never refused."""
+    flattening = v.typed("batch_flattening")
+    if not flattening or flattening == "auto":
+        return ""
+    if attention(v) not in PACKING_ATTENTION:
+        return (
+            "batch_flattening requires a varlen-capable attention backend (e.g., attn_implementation: "
+            "flash_attention_2)."
+        )
+    if v.typed("sample_packing"):
+        return "batch_flattening not compatible with sample_packing"
+    return ""
+
+
+def _selective_checkpointing_refusal(v: RecipeView) -> str:
+    """check_selective_checkpointing (validation.py:1450-1481), before Axolotl adds its own reentrant default."""
+    if not v.typed("selective_checkpointing") and not v.get("selective_checkpointing"):
+        return ""
+    if not v.typed("gradient_checkpointing"):
+        return "selective_checkpointing requires gradient_checkpointing"
+    if _reentrant(v):
+        return (
+            "selective_checkpointing requires non-reentrant checkpointing (gradient_checkpointing_kwargs."
+            "use_reentrant: false)"
+        )
+    offloading = v.get("activation_offloading")
+    if offloading and offloading != "hidden_states":
+        return (
+            "selective_checkpointing is only compatible with activation_offloading: hidden_states (or false); the "
+            "TRL offloader paths bypass HF gradient checkpointing"
+        )
+    return ""
+
+
+def _attention_name_refusal(v: RecipeView) -> str:
+    """validate_attn_implementation (config.py:1590-1615): canonical names and hub kernel paths only."""
+    written = v.get("attn_implementation")
+    if written is None or (isinstance(written, str) and (written in CANONICAL_ATTENTION or "/" in written)):
+        return ""
+    if not isinstance(written, str):
+        return f"attn_implementation must be a string, got {type(written).__name__}"
+    if written in SHORT_ATTENTION:
+        return (
+            f"attn_implementation={written!r} is not accepted. Use the canonical name "
+            f"{SHORT_ATTENTION[written]!r} instead."
+        )
+    return f"attn_implementation={written!r} is not a recognized backend."
+
+
+def _qat_refusal(v: RecipeView) -> str:
+    """check_qat_config (config.py:2084-2111)."""
+    if not v.get("qat"):
+        return ""
+    if v.get("peft"):
+        return "QAT and PEFT cannot be used together."
+    if v.get("load_in_8bit"):
+        return "QAT and load_in_8bit cannot be used together."
+    if v.get("load_in_4bit"):
+        return "QAT and load_in_4bit cannot be used together."
+    if not v.torch_at_least("2.6"):
+        return "QAT is not supported on torch version < 2.6.0"
+    return ""
+
+
+def _moe_quantization_refusal(v: RecipeView) -> str:
+    """check_quantize_moe_experts (config.py:1874-1897); the ROCm branch is not judged."""
+    if v.get("lora_target_linear"):
+        return (
+            "lora_target_linear is not compatible with quantize_moe_experts. Use lora_target_parameters to target "
+            "expert weights instead."
+        )
+    if v.get("adapter") not in ("lora", "qlora"):
+        return "quantize_moe_experts requires adapter: lora or qlora"
+    if not (v.get("load_in_4bit") or v.get("load_in_8bit")):
+        return "quantize_moe_experts requires load_in_4bit or load_in_8bit"
+    return ""
+
+
 CHECKS: tuple[RecipeCheck, ...] = (
     RecipeCheck(
         FAMILY,
@@ -572,5 +700,335 @@ CHECKS: tuple[RecipeCheck, ...] = (
         fix="train LoRA/QLoRA with SageAttention, or use another attention for a full fine-tune",
         fires=_BASE + "bf16: true\nattn_implementation: sage\nsample_packing: true\n",
         accepted=_BASE + "bf16: true\nattn_implementation: flash_attention_2\nsample_packing: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:186-203",
+        "warns",
+        "`sample_packing` without an attention backend does not handle cross-sample decontamination. Set "
+        "`attn_implementation` to a packing-capable backend (e.g. flash_attention_2).",
+        ("sample_packing", "attn_implementation"),
+        lambda v: bool(v.typed("sample_packing")) and not _decontaminates(v),
+        consequence="packed samples attend to each other's tokens: each example learns from its neighbours",
+        fix="set `attn_implementation: flash_attention_2` (or flex_attention, sdpa, eager) with sample_packing",
+        says=lambda v: (
+            f"`sample_packing` with `attn_implementation={attention(v)!r}` does not handle cross-sample "
+            "decontamination."
+            if attention(v)
+            else "`sample_packing` without an attention backend does not handle cross-sample decontamination."
+        ),
+        fires=_LORA + "sample_packing: true\n",
+        accepted=_LORA + "sample_packing: true\nattn_implementation: flash_attention_2\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:592-603",
+        "refuses",
+        "`unfrozen_parameters` used with `peft_layers_to_transform` can have unexpected behavior.",
+        ("adapter", "peft_layers_to_transform", "unfrozen_parameters"),
+        lambda v: bool(v.get("adapter") and v.get("peft_layers_to_transform") and v.get("unfrozen_parameters")),
+        fix="restrict the adapter with `peft_layers_to_transform` or unfreeze with `unfrozen_parameters`, not both",
+        fires=_LORA + "peft_layers_to_transform: [0, 1]\nunfrozen_parameters:\n  - ^lm_head.weight$\n",
+        accepted=_LORA + "peft_layers_to_transform: [0, 1]\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:605-612",
+        "refuses",
+        "peft_layers_pattern requires peft_layers_to_transform to be set",
+        ("peft_layers_pattern", "peft_layers_to_transform"),
+        lambda v: bool(v.get("peft_layers_pattern")) and not v.get("peft_layers_to_transform"),
+        fix="give `peft_layers_to_transform` with `peft_layers_pattern`",
+        fires=_LORA + "peft_layers_pattern: layers\n",
+        accepted=_LORA + "peft_layers_pattern: layers\npeft_layers_to_transform: [0, 1]\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:620-624",
+        "refuses",
+        "LoRA/QLoRA is not supported with use_onebitllms",
+        ("use_onebitllms", "adapter"),
+        lambda v: bool(v.typed("use_onebitllms")) and v.get("adapter") in ("lora", "qlora"),
+        fix="train onebitllms without a LoRA adapter",
+        fires=_LORA + "use_onebitllms: true\n",
+        accepted=_LORA,
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:667-680",
+        "refuses",
+        "lora_mlp_kernel, lora_qkv_kernel, and lora_o_kernel are not compatible with trust_remote_code. Please "
+        "disable trust_remote_code or explicitly set lora_*_kernel to false.",
+        ("lora_mlp_kernel", "lora_qkv_kernel", "lora_o_kernel", "trust_remote_code"),
+        lambda v: v.any_of("lora_mlp_kernel", "lora_qkv_kernel", "lora_o_kernel") and bool(v.get("trust_remote_code")),
+        fix="turn the LoRA kernels off for a remote-code model, or drop `trust_remote_code`",
+        fires=_LORA + "trust_remote_code: true\nlora_qkv_kernel: true\n",
+        accepted=_LORA + "trust_remote_code: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:686-691",
+        "refuses",
+        "`sample_packing: true` does not work with RLHF training",
+        ("sample_packing", "rl"),
+        # KTO's own check (defined after it, so run before it) refuses packing with its own message
+        lambda v: bool(v.get("sample_packing")) and bool(v.get("rl")) and v.get("rl") != "kto",
+        fix="turn `sample_packing` off for preference / RL training",
+        fires=_LORA + "rl: dpo\nsample_packing: true\n",
+        accepted=_LORA + "rl: dpo\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:693-702",
+        "refuses",
+        "sample_packing is not supported with kto",
+        ("rl", "sample_packing", "eval_sample_packing"),
+        lambda v: v.get("rl") == "kto" and bool(v.get("sample_packing") or v.get("eval_sample_packing")),
+        fix="turn `sample_packing` and `eval_sample_packing` off for KTO",
+        fires=_LORA + "rl: kto\nremove_unused_columns: false\nsample_packing: true\n",
+        accepted=_LORA + "rl: kto\nremove_unused_columns: false\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:905-945",
+        "refuses",
+        "q_galore_adamw8bit requires FSDP2. Set fsdp_version: 2.",
+        ("optimizer", "adapter", "deepspeed", "fsdp_version", "fsdp_config.use_orig_params"),
+        lambda v: v.get("optimizer") == "q_galore_adamw8bit" and bool(_qgalore_refusal(v)),
+        fix="Q-GaLore trains the full model: no adapter, no DeepSpeed; under FSDP, FSDP2 with use_orig_params: true",
+        says=_qgalore_refusal,
+        fires=_BASE + "bf16: true\noptimizer: q_galore_adamw8bit\nfsdp_config:\n  offload_params: false\n",
+        accepted=_BASE + "bf16: true\noptimizer: q_galore_adamw8bit\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:966-982",
+        "refuses",
+        "batch_flattening requires a varlen-capable attention backend (e.g., attn_implementation: flash_attention_2).",
+        ("batch_flattening", "attn_implementation", "sample_packing"),
+        lambda v: bool(_batch_flattening_refusal(v)),
+        fix="use batch_flattening with flash_attention_2 / flex_attention and without sample_packing, or "
+        "`batch_flattening: auto`",
+        says=_batch_flattening_refusal,
+        fires=_LORA + "batch_flattening: true\nattn_implementation: sdpa\n",
+        accepted=_LORA + "batch_flattening: true\nattn_implementation: flash_attention_2\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1396-1400",
+        "refuses",
+        "FSDP is not supported for falcon models",
+        ("base_model", "fsdp"),
+        lambda v: "falcon" in str(v.get("base_model") or "").lower() and bool(v.get("fsdp")),
+        fix="train Falcon with DeepSpeed or DDP",
+        fires="base_model: tiiuae/falcon-7b\nmicro_batch_size: 1\ngradient_accumulation_steps: 4\nbf16: true\n"
+        "fsdp:\n  - full_shard\n  - auto_wrap\n",
+        accepted="base_model: tiiuae/falcon-7b\nmicro_batch_size: 1\ngradient_accumulation_steps: 4\nbf16: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1402-1408",
+        "refuses",
+        "gradient_checkpointing is not supported for MPT models",
+        ("base_model", "gradient_checkpointing"),
+        lambda v: "mpt" in str(v.get("base_model") or "").lower() and bool(v.typed("gradient_checkpointing")),
+        fix="turn gradient checkpointing off for MPT",
+        fires="base_model: mosaicml/mpt-7b\nmicro_batch_size: 1\ngradient_accumulation_steps: 4\nbf16: true\n"
+        "gradient_checkpointing: true\n",
+        accepted="base_model: mosaicml/mpt-7b\nmicro_batch_size: 1\ngradient_accumulation_steps: 4\nbf16: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1410-1423",
+        "refuses",
+        "gradient_checkpointing for nemotron_h requires sample_packing: true.",
+        ("base_model", "gradient_checkpointing", "sample_packing"),
+        lambda v: (
+            "nemotron-h" in str(v.get("base_model") or "").lower()
+            and bool(v.typed("gradient_checkpointing"))
+            and not v.typed("sample_packing")
+        ),
+        fix="turn on `sample_packing` with gradient checkpointing for Nemotron-H",
+        fires="base_model: nvidia/Nemotron-H-8B-Base-8K\nmicro_batch_size: 1\ngradient_accumulation_steps: 4\n"
+        "bf16: true\ngradient_checkpointing: true\n",
+        accepted="base_model: nvidia/Nemotron-H-8B-Base-8K\nmicro_batch_size: 1\ngradient_accumulation_steps: 4\n"
+        "bf16: true\ngradient_checkpointing: true\nsample_packing: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1450-1481",
+        "refuses",
+        "selective_checkpointing requires gradient_checkpointing",
+        ("selective_checkpointing", "gradient_checkpointing", "gradient_checkpointing_kwargs.use_reentrant"),
+        lambda v: bool(_selective_checkpointing_refusal(v)),
+        fix="selective checkpointing is non-reentrant gradient checkpointing: turn `gradient_checkpointing` on with "
+        "`use_reentrant: false`",
+        says=_selective_checkpointing_refusal,
+        fires=_LORA + "selective_checkpointing: true\n",
+        accepted=_LORA + "gradient_checkpointing: true\nselective_checkpointing: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1496-1514",
+        "refuses",
+        "activation_offloading: hidden_states with reentrant checkpointing is incompatible with "
+        "`unfrozen_parameters` (partially frozen model).",
+        ("activation_offloading", "gradient_checkpointing_kwargs.use_reentrant", "unfrozen_parameters"),
+        lambda v: (
+            v.get("activation_offloading") == "hidden_states"
+            and bool(_reentrant(v))
+            and bool(v.get("unfrozen_parameters"))
+        ),
+        fix="use non-reentrant checkpointing (`use_reentrant: false`, the default for hidden_states offloading)",
+        fires=_BASE + "bf16: true\ngradient_checkpointing: true\nactivation_offloading: hidden_states\n"
+        "gradient_checkpointing_kwargs:\n  use_reentrant: true\nunfrozen_parameters:\n  - ^lm_head.weight$\n",
+        accepted=_BASE + "bf16: true\ngradient_checkpointing: true\nactivation_offloading: hidden_states\n"
+        "unfrozen_parameters:\n  - ^lm_head.weight$\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1543-1552",
+        "refuses",
+        "FSDP cpu_ram_efficient_loading is not supported for Mxfp4Config model quantization.",
+        ("model_quantization_config", "fsdp_config.cpu_ram_efficient_loading"),
+        lambda v: (
+            v.get("model_quantization_config") == "Mxfp4Config"
+            and isinstance(v.get("fsdp_config"), dict)
+            and v.get("fsdp_config.cpu_ram_efficient_loading") is True
+        ),
+        fix="set `cpu_ram_efficient_loading: false` for an MXFP4 model under FSDP",
+        fires=_LORA + "model_quantization_config: Mxfp4Config\nfsdp_version: 2\nfsdp_config:\n"
+        "  cpu_ram_efficient_loading: true\n",
+        accepted=_LORA + "model_quantization_config: Mxfp4Config\nfsdp_version: 2\nfsdp_config:\n"
+        "  cpu_ram_efficient_loading: false\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1775-1783",
+        "refuses",
+        "tensor_parallel_size is not supported with paged_adamw_8bit, adamw_8bit, and adamw_bnb_8bit optimizers",
+        ("tensor_parallel_size", "optimizer"),
+        lambda v: (
+            isinstance(v.typed("tensor_parallel_size"), (int, float))
+            and v.typed("tensor_parallel_size") > 1  # type: ignore[operator]
+            and v.get("optimizer") in ("paged_adamw_8bit", *EIGHT_BIT_BNB_OPTIMIZERS)
+        ),
+        fix="use a 32-bit optimizer (or adamw_torch_8bit) with tensor parallelism",
+        fires=_BASE + "bf16: true\ntensor_parallel_size: 2\noptimizer: adamw_8bit\n",
+        accepted=_BASE + "bf16: true\ntensor_parallel_size: 2\noptimizer: adamw_torch_fused\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_C}:1577-1588",
+        "refuses",
+        "large_head_attention must be one of ['auto', 'sdpa', 'triton_flash']",
+        ("large_head_attention",),
+        lambda v: (
+            v.get("large_head_attention") is not None
+            and str(v.get("large_head_attention")).lower() not in ("auto", "sdpa", "triton_flash")
+        ),
+        fix="`large_head_attention` is one of auto, sdpa, triton_flash",
+        says=lambda v: (
+            "large_head_attention must be one of ['auto', 'sdpa', 'triton_flash'], got "
+            f"{v.get('large_head_attention')!r}"
+        ),
+        fires=_LORA + "large_head_attention: triton\n",
+        accepted=_LORA + "large_head_attention: triton_flash\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_C}:1590-1615",
+        "refuses",
+        "attn_implementation='flash' is not accepted. Use the canonical name 'flash_attention_2' instead.",
+        ("attn_implementation",),
+        lambda v: bool(_attention_name_refusal(v)),
+        fix="write the canonical name: eager, sdpa, flash_attention_2, flash_attention_3, flex_attention, "
+        "xformers, sage, fp8, or a hub kernel path",
+        says=_attention_name_refusal,
+        fires=_LORA + "attn_implementation: flash\n",
+        accepted=_LORA + "attn_implementation: flash_attention_2\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_C}:2005-2021",
+        "refuses",
+        "ADOPT optimizer is incompatible with torch version < 2.5.1",
+        ("optimizer",),
+        lambda v: "adopt" in str(v.get("optimizer") or "") and not v.torch_at_least("2.5.1"),
+        fix="install torch >= 2.5.1 for ADOPT, or use another optimizer",
+        fires=_LORA + "optimizer: adopt_adamw\n",
+        accepted=_LORA + "optimizer: adamw_torch_fused\n",
+        versions={"torch": "2.4.1"},
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_C}:2084-2111",
+        "refuses",
+        "QAT and load_in_4bit cannot be used together.",
+        ("qat", "peft", "load_in_8bit", "load_in_4bit"),
+        lambda v: bool(_qat_refusal(v)),
+        fix="quantization-aware training trains the full model in high precision: no k-bit loading, no `peft:` "
+        "block, torch >= 2.6",
+        says=_qat_refusal,
+        fires=_QLORA + "qat:\n  weight_dtype: int4\n",
+        accepted=_BASE + "bf16: true\nqat:\n  weight_dtype: int4\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_C}:1874-1897",
+        "refuses",
+        "quantize_moe_experts requires load_in_4bit or load_in_8bit",
+        ("quantize_moe_experts", "lora_target_linear", "adapter", "load_in_4bit", "load_in_8bit"),
+        lambda v: bool(v.get("quantize_moe_experts")) and bool(_moe_quantization_refusal(v)),
+        fix="quantize_moe_experts needs a LoRA/QLoRA adapter over a 4- or 8-bit base, with lora_target_parameters "
+        "(not lora_target_linear)",
+        says=_moe_quantization_refusal,
+        fires=_BASE + "bf16: true\nadapter: lora\nquantize_moe_experts: true\n",
+        accepted=_BASE + "bf16: true\nadapter: qlora\nload_in_4bit: true\nquantize_moe_experts: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_C}:1539-1548",
+        "refuses",
+        "gemma4_hybrid_attn_impl requires attn_implementation=flash_attention_2 (sliding-window layers run under FA2).",
+        ("gemma4_hybrid_attn_impl", "attn_implementation"),
+        lambda v: (
+            bool(v.get("gemma4_hybrid_attn_impl"))
+            and bool(v.get("attn_implementation"))
+            and v.get("attn_implementation") != "flash_attention_2"
+        ),
+        fix="leave `attn_implementation` unset (Axolotl picks flash_attention_2) or set flash_attention_2",
+        fires=_LORA + "gemma4_hybrid_attn_impl: true\nattn_implementation: sdpa\n",
+        accepted=_LORA + "gemma4_hybrid_attn_impl: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        "src/axolotl/utils/schemas/deprecated.py:127-140",
+        "refuses",
+        "`s2_attention` (shifted-sparse attention) is no longer supported.",
+        ("s2_attention", "flash_attn_rms_norm"),
+        lambda v: bool(v.get("s2_attention") or v.get("flash_attn_rms_norm")),
+        fix="remove the setting: Axolotl no longer supports it",
+        says=lambda v: (
+            "`s2_attention` (shifted-sparse attention) is no longer supported."
+            if v.get("s2_attention")
+            else "`flash_attn_rms_norm` is no longer supported."
+        ),
+        fires=_LORA + "s2_attention: true\n",
+        accepted=_LORA,
+        raises="DeprecationWarning",
+    ),
+    RecipeCheck(
+        FAMILY,
+        "src/axolotl/utils/schemas/fsdp.py:84-89",
+        "refuses",
+        "fsdp_config.min_num_params is required when auto_wrap_policy is SIZE_BASED_WRAP",
+        ("fsdp_config.auto_wrap_policy", "fsdp_config.min_num_params"),
+        lambda v: (
+            fsdp_config(v).get("auto_wrap_policy") == "SIZE_BASED_WRAP" and fsdp_config(v).get("min_num_params") is None
+        ),
+        fix="give `min_num_params` with SIZE_BASED_WRAP, or wrap by layer class (TRANSFORMER_BASED_WRAP)",
+        fires=_FSDP + "  auto_wrap_policy: SIZE_BASED_WRAP\n",
+        accepted=_FSDP + "  auto_wrap_policy: SIZE_BASED_WRAP\n  min_num_params: 100000000\n",
     ),
 )

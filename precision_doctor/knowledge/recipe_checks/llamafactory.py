@@ -59,6 +59,61 @@ def _zero3(v: RecipeView) -> bool:
     return v.sharding == "deepspeed" and v.zero_stage == 3
 
 
+def _method(v: RecipeView) -> str:
+    """quantization_method, bitsandbytes by default (QuantizationMethod.BNB)."""
+    return str(v.get("quantization_method", "bnb")).lower().replace("bitsandbytes", "bnb")
+
+
+def _hqq_refusal(v: RecipeView) -> str:
+    if v.get("quantization_bit") not in (8, 6, 5, 4, 3, 2, 1):
+        return "HQQ only accepts 1/2/3/4/5/6/8-bit quantization."
+    if _zero3(v):
+        return "HQQ quantization is incompatible with DeepSpeed ZeRO-3 or FSDP."
+    return ""
+
+
+def _eetq_refusal(v: RecipeView) -> str:
+    if v.get("quantization_bit") != 8:
+        return "EETQ only accepts 8-bit quantization."
+    if _zero3(v):
+        return "EETQ quantization is incompatible with DeepSpeed ZeRO-3 or FSDP."
+    return ""
+
+
+# transformers' default `optim` is adamw_torch_fused with torch >= 2.8 (training_args.py, from 4.55.0, LLaMA-Factory's
+# floor), adamw_torch before; GaLore builds its optimizer only from these (trainer_utils.py:239-246), APOLLO only
+# from adamw_torch (326-333)
+GALORE_OPTIMIZERS = ("adamw_torch", "adamw_bnb_8bit", "adamw_8bit", "paged_adamw_8bit", "adafactor")
+FUSED_DEFAULT_FROM_TORCH = "2.8"
+
+
+def _optimizer(v: RecipeView) -> str:
+    written = v.get("optim")
+    if written:
+        return str(written)
+    return "adamw_torch_fused" if v.torch_at_least(FUSED_DEFAULT_FROM_TORCH) else "adamw_torch"
+
+
+def _low_rank_optimizer_refusal(v: RecipeView) -> str:
+    """The NotImplementedError, with `optim` as TrainingArguments holds it (an OptimizerNames member, which an
+    f-string prints by name on Python >= 3.11)."""
+    optim = _optimizer(v)
+    unknown = (v.get("use_galore") and optim not in GALORE_OPTIMIZERS) or (
+        not v.get("use_galore") and v.get("use_apollo") and optim != "adamw_torch"
+    )
+    return f"Unknown optim: OptimizerNames.{optim.upper()}." if unknown else ""
+
+
+def _layerwise_refusal(v: RecipeView) -> str:
+    if v.get("gradient_accumulation_steps", 1) == 1 or _low_rank_optimizer_refusal(v):
+        return ""
+    if v.get("use_galore") and v.get("galore_layerwise"):
+        return "Per-layer GaLore does not support gradient accumulation."
+    if not v.get("use_galore") and v.get("use_apollo") and v.get("apollo_layerwise"):
+        return "Per-layer APOLLO does not support gradient accumulation."
+    return ""
+
+
 CHECKS: tuple[RecipeCheck, ...] = (
     RecipeCheck(
         FAMILY,
@@ -260,5 +315,127 @@ CHECKS: tuple[RecipeCheck, ...] = (
         says=lambda v: f"`{_lora_only_option(v)}` is only valid for LoRA training.",
         fires=_BASE + "finetuning_type: full\nuse_dora: true\n",
         accepted=_LORA + "use_dora: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_FA}:621-622",
+        "refuses",
+        "Cannot use PiSSA for current training stage.",
+        ("pissa_init", "stage", "pref_loss"),
+        lambda v: (
+            bool(v.get("pissa_init"))
+            and (
+                v.get("stage") in ("ppo", "kto")
+                or (v.get("stage") == "dpo" and v.get("pref_loss", "sigmoid") not in ("orpo", "simpo"))
+            )
+        ),
+        fix="PiSSA works without a reference model: use it for SFT, or DPO with `pref_loss: orpo` / `simpo`",
+        fires=_LORA.replace("stage: sft", "stage: dpo") + "pissa_init: true\n",
+        accepted=_LORA.replace("stage: sft", "stage: dpo") + "pissa_init: true\npref_loss: simpo\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_QU}:191-192",
+        "refuses",
+        "Bitsandbytes only accepts 4-bit or 8-bit quantization.",
+        ("quantization_bit", "quantization_method"),
+        lambda v: _quantized(v) and _method(v) == "bnb" and v.get("quantization_bit") not in (4, 8),
+        fix="bitsandbytes quantizes to 4 or 8 bits: `quantization_bit: 4`",
+        fires=_LORA + "quantization_bit: 2\n",
+        accepted=_QLORA,
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_QU}:206-211",
+        "refuses",
+        "HQQ only accepts 1/2/3/4/5/6/8-bit quantization.",
+        ("quantization_method", "quantization_bit", "deepspeed"),
+        lambda v: _quantized(v) and _method(v) == "hqq" and bool(_hqq_refusal(v)),
+        fix="HQQ takes 1-6 or 8 bits and cannot run under ZeRO-3",
+        says=_hqq_refusal,
+        fires=_LORA + "quantization_method: hqq\nquantization_bit: 7\n",
+        accepted=_LORA + "quantization_method: hqq\nquantization_bit: 4\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_QU}:218-223",
+        "refuses",
+        "EETQ only accepts 8-bit quantization.",
+        ("quantization_method", "quantization_bit", "deepspeed"),
+        lambda v: _quantized(v) and _method(v) == "eetq" and bool(_eetq_refusal(v)),
+        fix="EETQ takes 8 bits and cannot run under ZeRO-3",
+        says=_eetq_refusal,
+        fires=_LORA + "quantization_method: eetq\nquantization_bit: 4\n",
+        accepted=_LORA + "quantization_method: eetq\nquantization_bit: 8\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_PR}:454-455",
+        "refuses",
+        "PPO training is incompatible with S^2-Attn.",
+        ("stage", "shift_attn"),
+        lambda v: v.get("stage") == "ppo" and bool(v.get("shift_attn")),
+        fix="drop `shift_attn` for PPO",
+        fires=_LORA.replace("stage: sft", "stage: ppo") + "reward_model: saves/rm\nshift_attn: true\n",
+        accepted=_LORA.replace("stage: sft", "stage: ppo") + "reward_model: saves/rm\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_PR}:535-536",
+        "refuses",
+        "KTransformers is incompatible with DeepSpeed ZeRO-3.",
+        ("use_kt", "deepspeed"),
+        lambda v: bool(v.get("use_kt")) and _zero3(v),
+        fix="run KTransformers without DeepSpeed ZeRO-3",
+        fires=_LORA + "use_kt: true\ndeepspeed: ds_z3_config.json\n",
+        accepted=_LORA + "use_kt: true\n",
+        files={"ds_z3_config.json": ZERO3},
+    ),
+    RecipeCheck(
+        FAMILY,
+        "src/llamafactory/model/adapter.py:276-284",
+        "refuses",
+        "KTransformers only supports LoRA finetuning.",
+        ("use_kt", "use_unsloth", "finetuning_type"),
+        lambda v: (
+            (bool(v.get("use_kt")) and _finetuning(v) in ("oft",))
+            or (bool(v.get("use_unsloth")) and _finetuning(v) == "oft")
+        ),
+        fix="KTransformers and Unsloth train LoRA adapters: `finetuning_type: lora`",
+        says=lambda v: (
+            "KTransformers only supports LoRA finetuning."
+            if v.get("use_kt")
+            else "Unsloth is currently not supported for OFT."
+        ),
+        fires=_BASE + "finetuning_type: oft\nuse_unsloth: true\n",
+        accepted=_LORA + "use_unsloth: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        "src/llamafactory/train/trainer_utils.py:239-246",
+        "refuses",
+        "Unknown optim: OptimizerNames.ADAMW_TORCH_FUSED.",
+        ("use_galore", "use_apollo", "optim"),
+        lambda v: bool(_low_rank_optimizer_refusal(v)),
+        fix="set `optim: adamw_torch` (GaLore also takes adamw_8bit, paged_adamw_8bit, adafactor): transformers' "
+        "default optimizer on torch >= 2.8 is adamw_torch_fused, which LLaMA-Factory's GaLore/APOLLO do not know",
+        says=_low_rank_optimizer_refusal,
+        fires=_BASE + "finetuning_type: full\nuse_galore: true\n",
+        accepted=_BASE + "finetuning_type: full\nuse_galore: true\noptim: adamw_torch\n",
+        raises="NotImplementedError",
+    ),
+    RecipeCheck(
+        FAMILY,
+        "src/llamafactory/train/trainer_utils.py:248-251",
+        "refuses",
+        "Per-layer GaLore does not support gradient accumulation.",
+        ("use_galore", "galore_layerwise", "use_apollo", "apollo_layerwise", "gradient_accumulation_steps"),
+        lambda v: bool(_layerwise_refusal(v)),
+        fix="set `gradient_accumulation_steps: 1` with layer-wise GaLore/APOLLO",
+        says=_layerwise_refusal,
+        fires=_BASE + "finetuning_type: full\nuse_galore: true\ngalore_layerwise: true\noptim: adamw_torch\n"
+        "gradient_accumulation_steps: 8\n",
+        accepted=_BASE + "finetuning_type: full\nuse_galore: true\ngalore_layerwise: true\noptim: adamw_torch\n"
+        "gradient_accumulation_steps: 1\n",
     ),
 )

@@ -63,7 +63,9 @@ def framework_refuses_recipe(script: ScriptFacts, setup: Setup, machine: Machine
         message = f"{check.family} refuses this recipe when it reads it: {said}"
         if check.truth:
             message += f" (its check is stricter than the hardware: {check.truth})"
-        error = f"Value error, {said}" if check.family == axolotl.FAMILY else f"ValueError: {said}"
+        # pydantic wraps an Axolotl validator's ValueError as "Value error, ..."; other exceptions pass through
+        axolotl_value_error = check.family == axolotl.FAMILY and check.raises == "ValueError"
+        error = f"Value error, {said}" if axolotl_value_error else f"{check.raises}: {said}"
         yield Draft(
             message,
             evidence=evidence,
