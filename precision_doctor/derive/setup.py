@@ -614,11 +614,13 @@ def _peft(
     stack: StackFacts,
     names: set[str] | frozenset[str] = frozenset(),
 ) -> tuple[Fact, Fact, Fact]:
-    wrappers = [c for c in chain if c.kind in ("get_peft_model", "peft_load")]
+    # a wrapper on a branch the code never takes attaches nothing (`if use_lora:` with False at every call)
+    wrappers = [c for c in chain if c.kind in ("get_peft_model", "peft_load") and not c.never_runs]
     if not wrappers:  # the file's one get_peft_model: it injects the adapters into the model it is given, in place
-        wrappers = script.of("get_peft_model") if len(script.of("get_peft_model")) == 1 else []
+        live = [c for c in script.of("get_peft_model") if not c.never_runs]
+        wrappers = live if len(live) == 1 else []
     if not wrappers:
-        wrappers = [c for c in script.of("add_adapter") if c.receiver in names]
+        wrappers = [c for c in script.of("add_adapter") if c.receiver in names and not c.never_runs]
     config_call = None
     peft = Fact(False)
     if wrappers:

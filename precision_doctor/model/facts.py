@@ -103,6 +103,9 @@ class Branch:
     line: int
     taken: bool  # True: the if's body (or the try body); False: its else (or an except handler)
     test: str = ""  # the condition as written, shortened
+    # the code decides it: True when this side runs on every run, False when on none (the condition reads only
+    # literals, such as a parameter every call site passes the same constant); None when the run decides
+    decided: bool | None = None
 
     def describe(self) -> str:
         if not self.test:
@@ -132,6 +135,11 @@ class Call:
     @property
     def key(self) -> str:
         return f"{self.location.path}:{self.location.line}:{self.location.column}:{self.callee}"
+
+    @property
+    def never_runs(self) -> bool:
+        """On a branch the code never takes (a condition every run decides the other way): dead code."""
+        return any(b.decided is False for b in self.branches)
 
     def kwarg(self, name: str) -> Value:
         return self.kwargs.get(name) or absent(f"{name} not passed")

@@ -538,7 +538,26 @@ class _Collector:
         text = plain_text(test) or ast.unparse(test)
         if text.replace("'", '"') == '__name__ == "__main__"':
             return _MAIN_GUARD
-        return Branch(test.lineno, bool(step[2]), text if len(text) <= 60 else text[:57] + "...")
+        taken = bool(step[2])
+        value = self._decided(test)
+        return Branch(
+            test.lineno,
+            taken,
+            text if len(text) <= 60 else text[:57] + "...",
+            decided=None if value is None else value == taken,
+        )
+
+    def _decided(self, test: ast.expr) -> bool | None:
+        """The condition's truth when the code alone fixes it: every value it reads is a literal written in the
+        code (a constant, a parameter every call site passes the same literal). Parser defaults, the launch line,
+        the environment and the GPU leave it to the run."""
+        sym = self.r.sym(test, self.index.scope_at(test), Context(self.r.script_args))
+        if not isinstance(sym, Known) or not all(o.kind == "code" for o in sym.origins):
+            return None
+        try:
+            return bool(sym.value)
+        except Exception:  # an object whose truth the doctor cannot take
+            return None
 
     def _link_refs(self) -> None:
         """Point each argument that evaluates to a recorded call at that call."""

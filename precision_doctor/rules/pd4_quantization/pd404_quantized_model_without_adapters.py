@@ -11,6 +11,16 @@ from ._quantization import HEAD, LORA, qlora
 _ADAPTERS_TRAIN = "    Trainer(model=model, args=TrainingArguments('o')).train()\n"
 
 
+_BUILD = (
+    HEAD + "def build(name, use_lora):\n"
+    "    q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.bfloat16)\n"
+    "    model = AutoModelForCausalLM.from_pretrained(name, quantization_config=q)\n"
+    "    if use_lora:\n"
+    "        model = get_peft_model(model, LoraConfig(r=16, target_modules=['q_proj', 'v_proj']))\n"
+    "    return model\n\n"
+    "model = build('meta-llama/Llama-3.2-1B', use_lora={lora})\n"
+    "Trainer(model=model, args=TrainingArguments('out', bf16=True)).train()\n"
+)
 _ADAPTERS_ON_SOME_PATHS = (
     HEAD + "def run(method):\n"
     "    q = BitsAndBytesConfig(load_in_4bit=True)\n"
@@ -50,6 +60,7 @@ _ADAPTERS_ON_SOME_PATHS = (
             qlora().replace(LORA, LORA.replace("model = ", "peft_model = ", 1)),
             note="the adapters are bound to peft_model; the Trainer is given the quantized base",
         ),
+        Example(_BUILD.format(lora="False"), note="the only call passes use_lora=False: the branch never runs"),
     ],
     silent=[
         Example(qlora()),
@@ -72,6 +83,7 @@ _ADAPTERS_ON_SOME_PATHS = (
             qlora(middle="") + "model.merge_and_unload().save_pretrained('merged')\n",
             note="merged after training, to save",
         ),
+        Example(_BUILD.format(lora="True"), note="every call passes use_lora=True: adapters on every run"),
     ],
 )
 def quantized_model_without_adapters(script: ScriptFacts, setup: Setup):
@@ -115,7 +127,9 @@ def quantized_model_without_adapters(script: ScriptFacts, setup: Setup):
         )
         return
     attached = [
-        c for c in script.of("get_peft_model") if c.branches and (c.target in setup.model_names or not c.target)
+        c
+        for c in script.of("get_peft_model")
+        if c.branches and not c.never_runs and (c.target in setup.model_names or not c.target)
     ]
     trained_on = {(br.line, br.taken) for br in setup.trainer.branches}
     if any((c.branches[-1].line, c.branches[-1].taken) in trained_on for c in attached):
