@@ -404,6 +404,22 @@ def written_per_rank(v: Value) -> bool:
 
 
 _RANK_VARIABLES = ("LOCAL_RANK", "RANK", "LOCAL_PROCESS_INDEX", "SLURM_LOCALID", "SLURM_PROCID")
+# the rank among every process of the job (torchrun, accelerate, srun, Open MPI, Intel MPI / MPICH): GPU ids only on
+# the first node; the per-node ranks are LOCAL_RANK, SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID
+GLOBAL_RANK_VARIABLES = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+_ENV_NAMED = re.compile(r"^(\w+)=|^with (\w+) unset|environment variable (\w+) \(")
+
+
+def environment_variables(v: Value) -> tuple[str, ...]:
+    """The environment variables a value is read from: its origins (`RANK=3 in ...`, `with RANK unset ...`) or,
+    for a read with no default, the reason it is unknown (`environment variable RANK (unknown until ...`)."""
+    texts = [o.detail for o in v.origins if o.kind in ("env", "env-default")] + ([v.reason] if v.reason else [])
+    found: list[str] = []
+    for text in texts:
+        for match in _ENV_NAMED.finditer(text) if "environment variable" in text else [_ENV_NAMED.match(text)]:
+            if match:
+                found.append(next(g for g in match.groups() if g))
+    return tuple(dict.fromkeys(found))
 
 
 def command_with_option(launch: LaunchFacts, option: str) -> str:

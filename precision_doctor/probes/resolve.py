@@ -189,9 +189,14 @@ class Resolver:
             )
         if isinstance(sym, DictSym):
             plain, missing = _plain_dict(sym)
-            if missing:
+            if missing is not None:
+                inner = sym.items.get(missing.split(".", 1)[0])
+                why = getattr(inner, "reason", "") if not isinstance(inner, DictSym) else ""
                 return Value(
-                    state=DYNAMIC, text=text, location=where, reason=f"key {missing!r} of the dict is not a constant"
+                    state=DYNAMIC,
+                    text=text,
+                    location=where,
+                    reason=f"key {missing!r} of the dict is not a constant" + (f" ({why})" if why else ""),
                 )
             read = tuple(
                 o
@@ -268,7 +273,29 @@ class Resolver:
             return self._subscript(node, scope, ctx, depth)
         if isinstance(node, ast.NamedExpr):
             return self.sym(node.value, scope, ctx, depth)
+        if isinstance(node, ast.JoinedStr):
+            return self._fstring(node, scope, ctx, depth)
         return Dyn(f"{self.text(node)[:60]} is computed at run time")
+
+    def _fstring(self, node: ast.JoinedStr, scope: Scope, ctx: Context, depth: int) -> Sym:
+        """f"cuda:{local_rank}": the text when every part is known, keeping where each came from (an environment
+        variable's origin among them); else what makes it run-time."""
+        text: list[str] = []
+        origins: list[Origin] = []
+        for part in node.values:
+            if isinstance(part, ast.Constant) and isinstance(part.value, str):
+                text.append(part.value)
+                continue
+            if not isinstance(part, ast.FormattedValue) or part.format_spec is not None or part.conversion != -1:
+                return Dyn(f"{self.text(node)[:60]} is computed at run time")
+            inner = self.sym(part.value, scope, ctx, depth)
+            if not isinstance(inner, Known) or not isinstance(inner.value, (str, int, float, bool)):
+                reason = getattr(inner, "reason", "")
+                return Dyn(f"{self.text(node)[:60]} is computed at run time" + (f" ({reason})" if reason else ""))
+            text.append(str(inner.value))
+            origins.extend(o for o in inner.origins if o.kind != "code")
+        where = self.loc(node)
+        return Known("".join(text), (*origins, Origin("code", self.text(node), where)), where)
 
     def _dict(self, node: ast.Dict, scope: Scope, ctx: Context, depth: int) -> Sym:
         items = {}
@@ -1004,20 +1031,21 @@ def _plain(v: object) -> object:
     return repr(v)
 
 
-def _plain_dict(sym: DictSym) -> tuple[dict, str]:
-    """A dict of constants (nested dicts too), or the first key whose value is not one."""
+def _plain_dict(sym: DictSym) -> tuple[dict, str | None]:
+    """A dict of constants (nested dicts too), or the first key whose value is not one (None: every value is;
+    the key may be "", as in device_map={"": rank})."""
     out = {}
     for k, v in sym.items.items():
         if isinstance(v, DictSym):
             inner, missing = _plain_dict(v)
-            if missing:
+            if missing is not None:
                 return {}, f"{k}.{missing}"
             out[k] = inner
         elif isinstance(v, Known):
             out[k] = _plain(v.value)
         else:
             return {}, k
-    return out, ""
+    return out, None
 
 
 def _same(a: Sym, b: Sym) -> bool:

@@ -68,11 +68,15 @@ def _device(r, node, scope, ctx, depth):
     """torch.device("cuda", 0) is its string form "cuda:0"."""
     if not node.args:
         return None
-    parts = [r.sym(a, scope, ctx, depth) for a in node.args[:2]]
+    given = list(node.args[:2]) + [k.value for k in node.keywords if k.arg == "index"][: 2 - len(node.args[:2])]
+    parts = [r.sym(a, scope, ctx, depth) for a in given]
     if all(isinstance(p, Known) for p in parts):
         text = ":".join(str(p.value) for p in parts)
-        return Known(text, parts[0].origins, parts[0].location)
-    return Dyn(f"{r.text(node)} names a device only known at run time")
+        # the index's origins too: torch.device("cuda", local_rank) is written per rank
+        extra = tuple(o for p in parts[1:] for o in p.origins if o.kind != "code")
+        return Known(text, extra + parts[0].origins, parts[0].location)
+    reason = next((getattr(p, "reason", "") for p in parts if not isinstance(p, Known)), "")
+    return Dyn(f"{r.text(node)} names a device only known at run time" + (f" ({reason})" if reason else ""))
 
 
 def _created(r, node, callee, scope, ctx, depth):
