@@ -60,3 +60,29 @@ def test_a_slurm_job_over_two_nodes_reads_its_nodes_from_the_job(run_check):
     code = SCRIPT.format(read=READS["slurm"], load="", place="torch.cuda.set_device(r)\n")
     result, _ = run_check(code, target="a100:4", job=job)
     assert "PD127" in {f.rule_id for f in result.findings}
+
+
+WARM_UP = (
+    "import torch\nfrom accelerate import Accelerator\n{before}accelerator = Accelerator()\n{after}"
+    "model = torch.nn.Linear(512, 512)\nopt = torch.optim.AdamW(model.parameters())\n"
+    "model, opt = accelerator.prepare(model, opt)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "factory",
+    ["torch.randn(1024, 1024, device='cuda')", "torch.zeros(8, device='cuda:0')", "torch.empty(8, device=0)"],
+)
+def test_a_tensor_made_on_the_gpu_before_the_rank_chose_its_own(run_check, factory):
+    """Each rank opens a CUDA context on GPU 0: wasted memory there (a warning), refused in Exclusive_Process mode
+    (an error); made after Accelerator() chose the rank's GPU, 'cuda' is the rank's own."""
+    launch = "accelerate launch --num_processes 2 train.py"
+    code = WARM_UP.format(before=f"warm = {factory}\n", after="")
+    result, _ = run_check(code, target="a100:2", launcher=launch)
+    assert [f.severity for f in result.findings if f.rule_id == "PD112"] == ["warning"]
+    result, _ = run_check(code, machine="l40s_2x_exclusive_stopped", launcher=launch)
+    assert "error" in [f.severity for f in result.findings if f.rule_id == "PD112"]
+    later = WARM_UP.format(before="", after=f"warm = {factory}\n")
+    result, _ = run_check(later, target="a100:2", launcher=launch)
+    fired = {f.rule_id for f in result.findings}
+    assert ("PD112" in fired) is ("cuda:0" in factory or "device=0" in factory)

@@ -739,3 +739,24 @@ def test_pd505_trainer_refuses_fsdp_in_one_plain_process(tiny_llama, run_check, 
     assert finding.error == f"ValueError: {err.value}"
     clean, _ = run_check(code, target="a100:2", launcher="torchrun --nproc_per_node 2 train.py")
     assert "PD505" not in {f.rule_id for f in clean.findings}
+
+
+def test_pd401_deepspeeds_fp16_cast_of_a_quantized_model(tiny_llama, run_check):
+    """DeepSpeed's fp16 engine calls `module.half()` on the model it is given (0.18.0 runtime/engine.py:1306-1309);
+    a real 4-bit model on the CPU refuses it with the message PD401 gives, and a PeftModel over it is cast by torch
+    without complaint (the twin)."""
+    pytest.importorskip("bitsandbytes")
+    peft = pytest.importorskip("peft")
+    quant = transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.float16)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        tiny_llama, quantization_config=quant, device_map={"": "cpu"}
+    )
+    with pytest.raises(ValueError) as err:
+        model.half()
+    wrapped = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    wrapped.half()  # the twin: torch casts the PeftModel's floating tensors one by one
+
+    code = get_rule("PD401").fires[2].code
+    result, _ = run_check(code, target="a100:2", launcher="deepspeed --num_gpus 2 train.py")
+    finding = next(f for f in result.findings if f.rule_id == "PD401")
+    assert finding.error == f"ValueError: {err.value}"

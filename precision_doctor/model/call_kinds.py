@@ -26,6 +26,7 @@ class CallKind(StrEnum):
     FSDP = "fsdp"
     FSDP_MIXED_PRECISION = "fsdp_mixed_precision"
     HF_DEEPSPEED_CONFIG = "hf_deepspeed_config"
+    DEEPSPEED_INITIALIZE = "deepspeed_initialize"  # deepspeed.initialize(model=..., config=...): the raw engine
     DDP = "ddp"
     FP8_AUTOCAST = "fp8_autocast"
     BNB_CONFIG = "bnb_config"
@@ -41,6 +42,7 @@ class CallKind(StrEnum):
     CONFIG_LOAD = "config_load"  # AutoConfig.from_pretrained(id): the shape (and dtype) from_config builds
     PEFT_WRAP_POLICY = "peft_wrap_policy"  # peft's fsdp_auto_wrap_policy(model): LoRA leaves as their own FSDP units
     CAST = "cast"
+    TENSOR_ON_DEVICE = "tensor_on_device"  # torch.randn(..., device="cuda"): a tensor made on a device
     GC_ENABLE = "gc_enable"
     MERGE_ADAPTERS = "merge_adapters"  # peft's merge_and_unload() / unload(): the adapters leave the model
     INPUT_GRADS = "input_grads"
@@ -170,6 +172,28 @@ def is_trainer_class(qualified: str) -> bool:
 # --- the table ---------------------------------------------------------------------------------
 
 
+# torch's tensor factories (a `device=` keyword makes the tensor there, and the process's CUDA context with it)
+TENSOR_CREATORS = frozenset(
+    {
+        "torch.randn",
+        "torch.rand",
+        "torch.randint",
+        "torch.zeros",
+        "torch.ones",
+        "torch.empty",
+        "torch.full",
+        "torch.tensor",
+        "torch.arange",
+        "torch.linspace",
+        "torch.randn_like",
+        "torch.rand_like",
+        "torch.zeros_like",
+        "torch.ones_like",
+        "torch.empty_like",
+    }
+)
+
+
 class CallSite:
     """What the table looks at: the call as the probe read it, without the AST."""
 
@@ -272,6 +296,8 @@ RECOGNISERS: tuple[Recogniser, ...] = (
     Recogniser(CallKind.FSDP, last={"FullyShardedDataParallel", "FSDP", "fully_shard"}, prefixes=("torch",)),
     Recogniser(CallKind.FSDP_MIXED_PRECISION, last={"MixedPrecision"}, prefixes=("torch",)),
     Recogniser(CallKind.HF_DEEPSPEED_CONFIG, last={"HfDeepSpeedConfig"}),
+    Recogniser(CallKind.DEEPSPEED_INITIALIZE, names={"deepspeed.initialize"}),
+    Recogniser(CallKind.TENSOR_ON_DEVICE, names=TENSOR_CREATORS, when=lambda s: "device" in s.keywords),
     Recogniser(CallKind.DDP, last={"DistributedDataParallel"}, prefixes=("torch",)),
     Recogniser(CallKind.FP8_AUTOCAST, last={"fp8_autocast"}, prefixes=("transformer_engine",)),
     # names re-exported under many modules

@@ -17,6 +17,7 @@ from ..model.util import python_lines
 from .cli_functions import entry_of
 from .cli_functions import parameter as cli_parameter
 from .handlers import REGISTRY
+from .handlers.torch_values import loop_item
 from .scopes import TOGETHER, Assignment, Scope, ScopeIndex, dotted
 from .symbols import (
     UNRESOLVED,
@@ -432,6 +433,10 @@ class Resolver:
 
     def _evaluate_assignment(self, a: Assignment, scope: Scope, ctx: Context, depth: int) -> Sym:
         if a.value is None:
+            if isinstance(a.node, (ast.For, ast.AsyncFor)):
+                found = loop_item(self, a.node, a.index, scope, ctx, depth)
+                if found is not None:
+                    return found
             return Dyn(f"{a.name} is set by a loop or an augmented assignment (line {a.line})")
         inner = self.sym(a.value, scope, ctx, depth)
         if a.index is not None:

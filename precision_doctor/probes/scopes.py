@@ -27,6 +27,16 @@ class Assignment:
     node: ast.AST | None = None
 
 
+def _bind_loop_targets(scope: Scope, loop: ast.For | ast.AsyncFor, chain: tuple) -> None:
+    """`for x, y in loader:` binds each name to the loop, with its position in the batch (a pipeline the doctor
+    reads gives it a value: probes/handlers/torch_values.loop_item)."""
+    elts = loop.target.elts if isinstance(loop.target, (ast.Tuple, ast.List)) else [loop.target]
+    for i, elt in enumerate(elts):
+        position = i if len(elts) > 1 else None
+        for name in names_in(elt):
+            scope.add(Assignment(name, loop.lineno, None, chain, index=position, node=loop))
+
+
 @dataclass
 class Scope:
     name: str  # qualified: "<module>", "main", "Trainer.load"
@@ -329,8 +339,7 @@ class ScopeIndex:
                 inside = state.enter(("loop", id(stmt), True))
                 self.loop_lines[id(stmt)] = stmt.lineno
                 if kind is not ast.While:
-                    for name in names_in(stmt.target):
-                        state.scope.add(Assignment(name, stmt.lineno, None, inside.chain))
+                    _bind_loop_targets(state.scope, stmt, inside.chain)
                 self._statements(stmt.body, _State(inside.scope, inside.chain, inside.class_name, inside.loops + 1))
                 self._statements(stmt.orelse, inside)
             elif kind is ast.AugAssign:
@@ -419,8 +428,7 @@ class ScopeIndex:
 
         def bind_targets() -> None:
             if isinstance(node, (ast.For, ast.AsyncFor)):
-                for name in names_in(node.target):
-                    state.scope.add(Assignment(name, node.lineno, None, inside.chain))
+                _bind_loop_targets(state.scope, node, inside.chain)
 
         body_state = _State(inside.scope, inside.chain, inside.class_name, inside.loops + 1)
         return [(header, state), bind_targets] + _block(node.body, body_state) + _block(node.orelse, inside)

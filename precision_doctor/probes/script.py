@@ -937,9 +937,14 @@ def _deepspeed_configs(script: Path, calls: list[Call]) -> tuple[dict[str, dict]
     found: dict[str, dict] = {}
     missing: list[Unknown] = []
     for call in calls:
-        if call.kind not in ("training_args", "hf_deepspeed_config"):
+        if call.kind not in ("training_args", "hf_deepspeed_config", "deepspeed_initialize"):
             continue
-        v = call.kwarg("deepspeed") if call.kind == "training_args" else (call.args[0] if call.args else None)
+        if call.kind == "training_args":
+            v = call.kwarg("deepspeed")
+        elif call.kind == "deepspeed_initialize":
+            v = call.kwarg("config") if "config" in call.kwargs else call.kwarg("config_params")
+        else:
+            v = call.args[0] if call.args else None
         if v is None or v.state != KNOWN or not isinstance(v.value, str) or v.value in found:
             continue
         for base in (script.parent, Path.cwd()):

@@ -121,6 +121,9 @@ class ObjSym(_Symbol):
     """The result of a call: attribute access reads the call's keyword arguments."""
 
     __slots__ = ("call", "scope", "callee")
+    call: ast.Call
+    scope: Any  # scopes.Scope
+    callee: str
 
     def __init__(self, call: ast.Call, scope: object, callee: str):
         _set(self, "call", call)

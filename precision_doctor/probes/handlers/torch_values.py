@@ -6,22 +6,26 @@ from __future__ import annotations
 import ast
 
 from ...knowledge import dtypes
+from ...model.call_kinds import TENSOR_CREATORS as _ALL_CREATORS
 from ...model.facts import Origin, TensorValue
-from ..symbols import Cond, Dyn, Known
+from ..symbols import Cond, Dyn, Known, ObjSym
 
-TENSOR_CREATORS = {
-    "torch.randn",
-    "torch.rand",
-    "torch.zeros",
-    "torch.ones",
-    "torch.empty",
-    "torch.full",
-    "torch.tensor",
-    "torch.linspace",
-    "torch.randn_like",
-    "torch.rand_like",
+# the factories whose tensor is float32 unless told otherwise (randint/arange make integers, *_like copy their input)
+TENSOR_CREATORS = _ALL_CREATORS - {
+    "torch.randint",
+    "torch.arange",
+    "torch.zeros_like",
+    "torch.ones_like",
+    "torch.empty_like",
 }
-CAST_METHODS = {"half": dtypes.FLOAT16, "bfloat16": dtypes.BFLOAT16, "float": dtypes.FLOAT32, "to": None}
+CAST_METHODS = {
+    "half": dtypes.FLOAT16,
+    "bfloat16": dtypes.BFLOAT16,
+    "float": dtypes.FLOAT32,
+    "to": None,
+    "cuda": None,  # a move keeps the dtype
+    "cpu": None,
+}
 
 CALLS = {"getattr", "torch.device", *TENSOR_CREATORS}
 METHODS = set(CAST_METHODS)
@@ -101,7 +105,7 @@ def _cast(r, node, scope, ctx, depth):
     if not (isinstance(inner, Known) and isinstance(inner.value, TensorValue)):
         return None
     method = node.func.attr
-    target = CAST_METHODS[method]
+    target = CAST_METHODS[method] or inner.value.dtype
     if method == "to":
         target = inner.value.dtype  # .to(device) keeps the dtype
         for a in list(node.args) + [k.value for k in node.keywords if k.arg == "dtype"]:
@@ -110,9 +114,57 @@ def _cast(r, node, scope, ctx, depth):
                 target = dtypes.from_string(d.value)
             elif not isinstance(d, Known) and not _looks_like_device(a):
                 return Dyn("a tensor cast to a run-time dtype")
-    return Known(TensorValue(target), (), r.loc(node))
+    # a move keeps the dtype and where it came from (a DataLoader's float32 images); a cast makes its own
+    kept = inner.origins if target == inner.value.dtype else ()
+    return Known(TensorValue(target), kept, r.loc(node))
 
 
 def _looks_like_device(node: ast.AST) -> bool:
     text = ast.unparse(node)
     return "device" in text or "cuda" in text or "cpu" in text
+
+
+# --- batches a data pipeline yields ------------------------------------------------------------------------------
+
+DATALOADERS = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
+# torchvision transforms that end in float32 images: ToTensor(), or v2's ToDtype(torch.float32)
+_FLOAT_IMAGES = ("ToTensor()", "ToDtype(torch.float32")
+_HALF_TEXT = ("float16", "half", "bfloat16")
+
+
+def loop_item(r, loop: ast.For | ast.AsyncFor, index: int | None, scope, ctx, depth):
+    """`for images, labels in loader:` over a DataLoader of a torchvision dataset whose transform ends in float32
+    tensors (ToTensor()): the images are float32. None when the pipeline is anything else."""
+    if index != 0:
+        return None
+    it = r.sym(loop.iter, scope, ctx, depth)
+    if not (isinstance(it, ObjSym) and it.callee in DATALOADERS):
+        return None
+    given = it.call.args[0] if it.call.args else next((k.value for k in it.call.keywords if k.arg == "dataset"), None)
+    if given is None:
+        return None
+    dataset = r.sym(given, it.scope, ctx, depth)
+    if not (isinstance(dataset, ObjSym) and dataset.callee.startswith("torchvision.datasets.")):
+        return None
+    transform = next((k.value for k in dataset.call.keywords if k.arg == "transform"), None)
+    if transform is None:
+        return None
+    text = _source_of(r, transform, dataset.scope, ctx, depth)
+    if not any(t in text for t in _FLOAT_IMAGES) or any(t in text for t in _HALF_TEXT):
+        return None
+    where = r.loc(loop)
+    name = dataset.callee.rsplit(".", 1)[-1]
+    return Known(
+        TensorValue(dtypes.FLOAT32),
+        (Origin("code", f"{name} with {text[:60]}: float32 images from the DataLoader", r.loc(transform)),),
+        where,
+    )
+
+
+def _source_of(r, node: ast.AST, scope, ctx, depth) -> str:
+    """The transform as written, following one name to what it is assigned (`transform = transforms.Compose(...)`)."""
+    if isinstance(node, ast.Name):
+        events, end = scope.before(node.id, getattr(node, "lineno", 10**9))
+        if end and events[end - 1].value is not None:
+            return ast.unparse(events[end - 1].value)
+    return ast.unparse(node)

@@ -36,6 +36,11 @@ def fixed_placements(script: ScriptFacts) -> list[tuple[Call, str]]:
     `{"": local_rank}`) reads 0 only with the launcher's variable unset: under the launch, each rank's own GPU."""
     out = []
     setters = script.of("set_device") + script.of("accelerator")
+    for c in script.of("tensor_on_device"):  # torch.randn(..., device="cuda"): a warm-up, a buffer
+        v = c.kwarg("device")
+        if v.state == KNOWN and not written_per_rank(v):
+            if v.value in ("cuda:0", 0) or (v.value == "cuda" and not _device_chosen_before(c, setters)):
+                out.append((c, f"{c.callee.rsplit('.', 1)[-1]}(device={v.value!r})"))
     for c in script.of("cast"):
         method = c.callee.rsplit(".", 1)[-1]
         if method == "cuda" and not c.args:

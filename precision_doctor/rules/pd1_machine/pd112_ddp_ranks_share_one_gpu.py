@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...derive import LaunchPlan, call_evidence
-from ...model.facts import ScriptFacts
+from ...model.facts import MachineFacts, ScriptFacts
 from ...model.findings import Applicability, Draft, Fix
 from .._common import present, set_kwarg
 from ..registry import Example, rule
@@ -64,6 +64,13 @@ _ACC_CUDA0 = ACC + "model = model.to('cuda:0')\n" + ACC_LOOP
                 "Trainer(model=model, args=TrainingArguments('out', fp16=True)).train()\n"
             ),
         ),
+        Example(
+            "import torch\nfrom accelerate import Accelerator\nwarm = torch.randn(1024, 1024, device='cuda')\n"
+            "accelerator = Accelerator()\nmodel = torch.nn.Linear(512, 512)\n"
+            "opt = torch.optim.AdamW(model.parameters())\nmodel, opt = accelerator.prepare(model, opt)\n",
+            launcher="accelerate launch --num_processes 2 train.py",
+            note="a warning: a warm-up tensor before Accelerator() chose each rank's GPU",
+        ),
     ],
     silent=[
         Example(ACC_GOOD, launcher="accelerate launch --num_processes 2 train.py"),
@@ -88,15 +95,49 @@ _ACC_CUDA0 = ACC + "model = model.to('cuda:0')\n" + ACC_LOOP
             "model = torch.nn.Linear(8, 8).cuda()\n",
             launcher="torchrun --nproc_per_node 2 train.py",
         ),
+        Example(
+            "import torch\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
+            "warm = torch.randn(1024, 1024, device=accelerator.device)\nmodel = torch.nn.Linear(512, 512)\n"
+            "opt = torch.optim.AdamW(model.parameters())\nmodel, opt = accelerator.prepare(model, opt)\n",
+            launcher="accelerate launch --num_processes 2 train.py",
+        ),
+        Example(
+            "import torch\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
+            "warm = torch.randn(1024, 1024, device='cuda')\nmodel = torch.nn.Linear(512, 512)\n"
+            "opt = torch.optim.AdamW(model.parameters())\nmodel, opt = accelerator.prepare(model, opt)\n",
+            launcher="accelerate launch --num_processes 2 train.py",
+            note="after Accelerator(): 'cuda' is the rank's own GPU",
+        ),
     ],
 )
-def ddp_ranks_share_one_gpu(script: ScriptFacts, plan: LaunchPlan):
+def ddp_ranks_share_one_gpu(script: ScriptFacts, plan: LaunchPlan, machine: MachineFacts):
     n, n_ev = plan.processes, plan.processes_evidence
     if not n or n <= 1:
         return
     placements = fixed_placements(script)
     if not placements:
         return
+    work = [p for p in placements if p[0].kind != "tensor_on_device"]
+    if not work:  # only a tensor made on the device (a warm-up, a buffer) before the rank chose its GPU
+        c, what = placements[0]
+        exclusive = any(g.compute_mode == "Exclusive_Process" for g in machine.gpus)
+        yield Draft(
+            f"{n} ranks each make a tensor with {what} before choosing their GPU: every rank opens a CUDA context "
+            "on GPU 0"
+            + (", which Exclusive_Process mode refuses to a second process" if exclusive else " and keeps it there"),
+            severity=None if exclusive else "warning",
+            evidence=(n_ev, call_evidence(c, f"{what}: GPU 0 in every rank")),
+            error="CUDA error: CUDA-capable device(s) is/are busy or unavailable"
+            if exclusive
+            else "no error: each rank holds a CUDA context (some hundreds of MiB) on GPU 0",
+            fix=Fix(
+                "choose the rank's GPU first (torch.cuda.set_device(local_rank), or Accelerator()), then make the "
+                "tensor on it (device=accelerator.device)",
+                applicability=Applicability.UNSAFE,
+            ),
+        )
+        return
+    placements = work
     acc = bool(script.of("accelerator"))
     fix = (
         "use accelerator.device (accelerator.prepare places the model)"

@@ -68,6 +68,15 @@ from ..registry import Example, LogSignature, rule
 def half_model_float_inputs(script: ScriptFacts, setup: Setup):
     if setup.style == "trainer" or setup.autocasts or not dtypes.is_half(setup.weights.value):
         return
+    half = "Half" if setup.weights.value == dtypes.FLOAT16 else "BFloat16"
+    # a torchvision network meets the input at a convolution (aten Convolution.cpp's parameter check), a
+    # transformer at a matmul
+    conv = any("torchvision.models" in c.text for c in script.of("cast") if c.target in setup.model_names)
+    error = (
+        f"RuntimeError: Input type (float) and weight type (c10::{half}) should be the same"
+        if conv
+        else f"RuntimeError: mat1 and mat2 must have the same dtype, but got Float and {half}"
+    )
     for call in script.of("call_var"):
         if call.callee not in setup.model_names:
             continue
@@ -78,11 +87,11 @@ def half_model_float_inputs(script: ScriptFacts, setup: Setup):
                     f"with no autocast",
                     evidence=setup.weights.evidence
                     + (evidence_of(v, "float32 input", call), call_evidence(call, "forward call")),
-                    error="RuntimeError: mat1 and mat2 must have the same dtype, but got Float and "
-                    + ("Half" if setup.weights.value == dtypes.FLOAT16 else "BFloat16"),
+                    error=error,
                     fix=Fix(
-                        f"cast the input: {v.text}.to({call.callee}.dtype), or keep fp32 weights and "
-                        f"use torch.autocast",
+                        f"cast the input: {v.text}.to("
+                        + (f"torch.{setup.weights.value}" if conv else f"{call.callee}.dtype")
+                        + "), or keep fp32 weights and use torch.autocast",
                         applicability=Applicability.UNSAFE,
                     ),
                 )

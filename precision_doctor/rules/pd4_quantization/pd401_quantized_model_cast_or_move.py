@@ -10,6 +10,16 @@ from ...model.findings import Applicability, Draft, Fix
 from ..registry import Example, LogSignature, rule
 from ._quantization import qlora
 
+_DEEPSPEED = (
+    "import deepspeed\nimport torch\nfrom peft import LoraConfig, get_peft_model\n"
+    "from transformers import AutoModelForCausalLM, BitsAndBytesConfig\n"
+    "bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.float16)\n"
+    "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.2-1B', quantization_config=bnb)\n"
+    "{wrap}"
+    "config = {{'train_micro_batch_size_per_gpu': 4, 'fp16': {{'enabled': True}}}}\n"
+    "engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)\n"
+)
+
 
 @rule(
     "PD401",
@@ -34,10 +44,18 @@ from ._quantization import qlora
             r"`\.float\(\)` is not supported for quantized",
         )
     ),
-    fires=[Example(qlora(middle="model = model.half()\n")), Example(qlora(middle="model.to(torch.bfloat16)\n"))],
+    fires=[
+        Example(qlora(middle="model = model.half()\n")),
+        Example(qlora(middle="model.to(torch.bfloat16)\n")),
+        Example(_DEEPSPEED.format(wrap=""), note="DeepSpeed's fp16 engine casts the module with .half()"),
+    ],
     silent=[
         Example(qlora()),
         Example(qlora(middle="model = model.to('cuda')\n"), note="moving is allowed on current bitsandbytes"),
+        Example(
+            _DEEPSPEED.format(wrap="model = get_peft_model(model, LoraConfig(r=8))\n"),
+            note="the PeftModel is cast by torch, tensor by tensor",
+        ),
     ],
 )
 def quantized_model_cast_or_move(script: ScriptFacts, setup: Setup, stack: StackFacts):
@@ -81,3 +99,34 @@ def quantized_model_cast_or_move(script: ScriptFacts, setup: Setup, stack: Stack
                     "move a 8-bit model across devices using to().",
                     fix=Fix("place it with device_map at load time instead", applicability=Applicability.UNSAFE),
                 )
+    yield from _deepspeed_casts(script, setup, bits)
+
+
+def _deepspeed_casts(script: ScriptFacts, setup: Setup, bits: str):
+    """`deepspeed.initialize(model=quantized_model, config={"fp16": {"enabled": True}})`: the engine casts the
+    module it is given with `.half()` (DeepSpeed 0.18.0 runtime/engine.py:1306-1309, `_configure_distributed_model`;
+    bf16 calls `.bfloat16()`, which transformers leaves to torch), and transformers refuses `.half()` on a quantized
+    model. A PeftModel given instead is cast by torch, tensor by tensor."""
+    by_key = {c.key: c for c in script.calls}
+    for c in script.of("deepspeed_initialize"):
+        given = by_key.get(c.refs.get("model", ""))
+        if given is None or setup.model_load is None or given.key != setup.model_load.key:
+            continue
+        written = c.kwarg("config") if "config" in c.kwargs else c.kwarg("config_params")
+        config = written.value if written.state == "known" else None
+        if isinstance(config, str):
+            config = script.deepspeed_configs.get(config)
+        fp16 = config.get("fp16") if isinstance(config, dict) else None
+        if not (isinstance(fp16, dict) and fp16.get("enabled") is True):
+            continue
+        yield Draft(
+            f"the model is {bits} bitsandbytes-quantized and deepspeed.initialize() with fp16 enabled casts the "
+            "module it is given with .half()",
+            evidence=setup.quantized.evidence + (call_evidence(c, "DeepSpeed fp16: module.half()"),),
+            error="ValueError: `.half()` is not supported for quantized model. Please use the model as it is, since "
+            "the model has already been casted to the correct `dtype`.",
+            fix=Fix(
+                "give DeepSpeed the PeftModel (get_peft_model(model, LoraConfig(...))) rather than the quantized base",
+                applicability=Applicability.UNSAFE,
+            ),
+        )
