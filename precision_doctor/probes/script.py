@@ -467,6 +467,8 @@ class _Collector:
                     )
                 )
         receiver = dotted(node.func.value) if isinstance(node.func, ast.Attribute) else ""
+        if isinstance(node.func, ast.Attribute) and not receiver:
+            receiver = self._shallow_copy_of(node.func.value)
         line_text = self.lines[node.lineno - 1].strip() if node.lineno <= len(self.lines) else ""
         where = self.index.state(node)
         chain = where.chain if where is not None else ()
@@ -515,6 +517,18 @@ class _Collector:
                     Unknown(f"{name}= of {callee.rsplit('.', 1)[-1]}()", value.reason, value.location or call.location)
                 )
         return call
+
+    def _shallow_copy_of(self, expr: ast.AST) -> str:
+        """`copy.copy(model).half()`: a shallow copy of a module shares its parameters (the same `_parameters`
+        dict), so a cast of the copy casts the original: the call's receiver is the original."""
+        if (
+            isinstance(expr, ast.Call)
+            and self.r.qualified(expr.func) == "copy.copy"
+            and len(expr.args) == 1
+            and not expr.keywords
+        ):
+            return dotted(expr.args[0])
+        return ""
 
     def _branches(self, chain: tuple) -> tuple[Branch, ...]:
         """The `if` branches of a call's branch chain, from its scope's root (the __main__ guard always runs)."""

@@ -79,6 +79,18 @@ from ._precision import _unique, bad_loss, live_claim, lora_script, trainer_scri
             note="fp32 weights under fp16 AMP, small enough to train in full on a Titan RTX",
         ),
         Example(lora_script(", dtype=torch.float16", ""), note="fp32 adapters on a frozen fp16 base"),
+        Example(
+            "import torch\nfrom peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training\n"
+            "from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments\n"
+            "q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.float16)\n"
+            "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.2-1B', quantization_config=q, "
+            "dtype=torch.float16)\n"
+            "model = prepare_model_for_kbit_training(model)\n"
+            "model = get_peft_model(model, LoraConfig(r=16, target_modules=['q_proj', 'v_proj']))\n"
+            "Trainer(model=model, args=TrainingArguments('out', per_device_train_batch_size=4)).train()\n",
+            target="t4",
+            note="a 4-bit base with peft's fp32 adapters and no AMP: nothing trains in fp16",
+        ),
     ],
 )
 def pure_fp16_no_loss_scaling(script, setup: Setup, machine: MachineFacts, stack: StackFacts, live):
