@@ -15,11 +15,18 @@ CHECKS = list(axolotl.CHECKS) + list(llamafactory.CHECKS)
 RULE = {"refuses": "PD701", "warns": "PD702"}
 
 
-def _check(tmp_path, monkeypatch, check, recipe, target, versions):
+def _check(tmp_path, monkeypatch, check, recipe, target, versions, launcher=None):
     monkeypatch.chdir(tmp_path)
     for name, text in check.files.items():
         (tmp_path / name).write_text(text, encoding="utf-8")
-    result, _ = check_code(tmp_path, recipe, target=target, name="config.yml", versions={**CURRENT, **versions})
+    result, _ = check_code(
+        tmp_path,
+        recipe,
+        target=target,
+        name="config.yml",
+        versions={**CURRENT, **versions},
+        launcher=launcher or check.launcher or None,
+    )
     return [
         f
         for f in result.findings
@@ -40,7 +47,9 @@ def test_the_firing_recipe_is_reported_with_the_frameworks_source(tmp_path, monk
 
 @pytest.mark.parametrize("check", CHECKS, ids=[c.id.rsplit("/", 1)[-1] for c in CHECKS])
 def test_the_accepted_twin_is_not(tmp_path, monkeypatch, check):
-    found = _check(tmp_path, monkeypatch, check, check.accepted, check.accepted_target or check.target, {})
+    found = _check(
+        tmp_path, monkeypatch, check, check.accepted, check.accepted_target or check.target, {}, check.accepted_launcher
+    )
     assert not found, found[0].message
 
 
@@ -178,3 +187,22 @@ def test_galore_takes_transformers_default_optimizer_as_the_installed_release_se
     assert _refusals(tmp_path, monkeypatch, recipe) == [f"Unknown optim: {default}."]
     # before torch 2.8 the default is adamw_torch, which GaLore takes
     assert _refusals(tmp_path, monkeypatch, recipe, versions={"torch": "2.7.1"}) == []
+
+
+@pytest.mark.parametrize(
+    "launcher,refused",
+    [
+        ("llamafactory-cli train config.yml", True),  # one GPU: llamafactory-cli trains in its own process
+        ("FORCE_TORCHRUN=1 llamafactory-cli train config.yml", False),
+        ("torchrun --nproc_per_node 1 src/train.py config.yml", False),
+        (None, None),  # no launch given: not judged
+    ],
+)
+def test_llamafactory_deepspeed_needs_a_distributed_launch(tmp_path, monkeypatch, launcher, refused):
+    recipe = (
+        "model_name_or_path: meta-llama/Llama-3.2-1B\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
+        "dataset: alpaca_en_demo\ntemplate: llama3\noutput_dir: out\nbf16: true\ndeepspeed: ds.json\n"
+    )
+    (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 2}}\n')
+    said = _refusals(tmp_path, monkeypatch, recipe, target="a100:1", launcher=launcher)
+    assert ("Please use `FORCE_TORCHRUN=1` to launch DeepSpeed training." in said) is bool(refused)

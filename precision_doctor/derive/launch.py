@@ -227,6 +227,27 @@ def plan_script(plan: LaunchPlan, trainer: Call | None, launch: LaunchFacts, mac
     return replace(plan, processes=n, processes_evidence=evidence, spawner="lightning", spawner_call=trainer)
 
 
+def distributed(launch: LaunchFacts, plan: LaunchPlan, machine: MachineFacts) -> bool | None:
+    """Whether the training process runs under a process group (transformers' ParallelMode.DISTRIBUTED: a
+    launcher set LOCAL_RANK), even as one process: torchrun and deepspeed always; llamafactory-cli when it starts
+    torchrun (FORCE_TORCHRUN or several GPUs); accelerate when it starts several processes; plain python, one
+    process, never. None when the launch (or the machine a recipe's own CLI would see) is not known."""
+    if not launch.known:  # a recipe's own CLI on several GPUs starts torchrun; otherwise the launch decides
+        return True if plan.spawner else None
+    if launch.unknown_launcher:
+        return None
+    if launch.launcher in ("torchrun", "deepspeed"):
+        return True
+    if launch.launcher == "llamafactory-cli":
+        forced = job_env(launch, machine).get("FORCE_TORCHRUN", "").lower() in ("1", "true", "y", "yes")
+        return None if plan.processes is None else plan.processes > 1 or forced
+    if launch.launcher == "accelerate":
+        return True if (plan.processes or 1) > 1 else None
+    if launch.launcher == "python":
+        return False if plan.multi_process == 1 and launch.copies == 1 else None
+    return None
+
+
 def plan_of_script(
     plan: LaunchPlan, accelerator: Call | None, imports: tuple[str, ...], launch: LaunchFacts, machine: MachineFacts
 ) -> LaunchPlan:

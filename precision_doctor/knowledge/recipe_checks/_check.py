@@ -24,12 +24,16 @@ class RecipeView:
         stack: StackFacts,
         sharding: str = "",
         zero_stage: int | None = None,
+        distributed: bool | None = None,
+        gpu_count: int = 0,
     ):
         self.recipe = recipe
         self.gpu = gpu
         self.stack = stack
         self.sharding = sharding  # "deepspeed" | "fsdp" | "": how the job is sharded, wherever that is set
         self.zero_stage = zero_stage  # the DeepSpeed config's ZeRO stage, when the recipe names a readable one
+        self.distributed = distributed  # under a process group (derive.launch.distributed); None: launch unknown
+        self.gpu_count = gpu_count  # GPUs the machine shows (0: not known)
 
     def value(self, key: str) -> Value | None:
         return self.recipe.settings.get(key)
@@ -91,6 +95,8 @@ class RecipeCheck:
     versions: dict[str, str] = field(default_factory=dict)  # stack overrides for the firing example
     files: dict[str, str] = field(default_factory=dict)  # files beside both examples (a DeepSpeed config)
     accepted_target: str = ""  # the GPU the accepted twin is checked on, when not `target`
+    launcher: str = ""  # how both examples are launched ("" : not given)
+    accepted_launcher: str = ""  # how the accepted twin is launched, when not `launcher`
     says: Callable[[RecipeView], str] | None = None  # the message of the branch that fires, when it has several
     raises: str = "ValueError"  # the exception the framework raises (DeprecationWarning, NotImplementedError, ...)
 

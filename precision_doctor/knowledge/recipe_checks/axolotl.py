@@ -1031,4 +1031,23 @@ CHECKS: tuple[RecipeCheck, ...] = (
         fires=_FSDP + "  auto_wrap_policy: SIZE_BASED_WRAP\n",
         accepted=_FSDP + "  auto_wrap_policy: SIZE_BASED_WRAP\n  min_num_params: 100000000\n",
     ),
+    RecipeCheck(
+        FAMILY,
+        f"{_C}:1854-1872",
+        "refuses",
+        "lora_mlp_kernel, lora_qkv_kernel, and lora_o_kernel are not compatible with FSDP1.",
+        ("lora_mlp_kernel", "lora_qkv_kernel", "lora_o_kernel", "lora_embedding_kernel", "fsdp_config"),
+        # reads the machine's GPU count and the recipe as written (a config.py "before" validator)
+        lambda v: (
+            v.any_of("lora_mlp_kernel", "lora_qkv_kernel", "lora_o_kernel", "lora_embedding_kernel")
+            and v.gpu_count > 1
+            and v.has("fsdp_config")
+            and str(v.get("fsdp_version")) != "2"
+        ),
+        fix="use the LoRA kernels under FSDP2 (`fsdp_version: 2`), or turn them off",
+        fires=_LORA + "lora_mlp_kernel: true\nfsdp_config:\n  offload_params: false\n",
+        accepted=_LORA + "lora_mlp_kernel: true\nfsdp_version: 2\nfsdp_config:\n  offload_params: false\n",
+        target="a100:2",
+        gpu=True,
+    ),
 )

@@ -55,6 +55,20 @@ def _lora_only_option(v: RecipeView) -> str:
     return next((k for k in ("use_rslora", "use_dora", "pissa_init") if v.get(k)), "")
 
 
+def _distributed_refusal(v: RecipeView) -> str:
+    """What a distributed run refuses of the memory-saving optimizers (parser.py:505-516)."""
+    if v.get("use_galore") and v.get("galore_layerwise"):
+        return "Distributed training does not support layer-wise GaLore."
+    if v.get("use_apollo") and v.get("apollo_layerwise"):
+        return "Distributed training does not support layer-wise APOLLO."
+    if v.get("use_badam"):
+        if v.get("badam_mode", "layer") == "ratio":
+            return "Radio-based BAdam does not yet support distributed training, use layer-wise BAdam."
+        if not _zero3(v):
+            return "Layer-wise BAdam only supports DeepSpeed ZeRO-3 training."
+    return ""
+
+
 def _zero3(v: RecipeView) -> bool:
     return v.sharding == "deepspeed" and v.zero_stage == 3
 
@@ -437,5 +451,35 @@ CHECKS: tuple[RecipeCheck, ...] = (
         "gradient_accumulation_steps: 8\n",
         accepted=_BASE + "finetuning_type: full\nuse_galore: true\ngalore_layerwise: true\noptim: adamw_torch\n"
         "gradient_accumulation_steps: 1\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_PR}:471-472",
+        "refuses",
+        "Please use `FORCE_TORCHRUN=1` to launch DeepSpeed training.",
+        ("deepspeed",),
+        lambda v: bool(v.get("deepspeed")) and v.distributed is False,
+        fix="launch DeepSpeed distributed: FORCE_TORCHRUN=1 llamafactory-cli train ... (one GPU too), or torchrun",
+        fires=_LORA + "deepspeed: ds_z2_config.json\n",
+        accepted=_LORA + "deepspeed: ds_z2_config.json\n",
+        target="a100:1",
+        launcher="llamafactory-cli train config.yml",
+        accepted_launcher="FORCE_TORCHRUN=1 llamafactory-cli train config.yml",
+        files={"ds_z2_config.json": ZERO2},
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_PR}:505-516",
+        "refuses",
+        "Distributed training does not support layer-wise GaLore.",
+        ("use_galore", "galore_layerwise", "use_apollo", "apollo_layerwise", "use_badam", "badam_mode", "deepspeed"),
+        lambda v: v.distributed is True and bool(_distributed_refusal(v)),
+        fix="train layer-wise GaLore/APOLLO and ratio BAdam on one process (no torchrun), or turn layer-wise off "
+        "for DDP; layer-wise BAdam needs ZeRO-3",
+        says=_distributed_refusal,
+        fires=_BASE + "finetuning_type: full\nuse_galore: true\ngalore_layerwise: true\noptim: adamw_torch\n",
+        accepted=_BASE + "finetuning_type: full\nuse_galore: true\noptim: adamw_torch\n",
+        target="a100:2",
+        launcher="llamafactory-cli train config.yml",
     ),
 )

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ...derive import Setup, evidence_of
+from ...derive import LaunchPlan, Setup, evidence_of
+from ...derive.launch import distributed
 from ...knowledge.recipe_checks import RecipeCheck, RecipeView, checks_for
-from ...model.facts import MachineFacts, ScriptFacts, StackFacts
+from ...model.facts import LaunchFacts, MachineFacts, ScriptFacts, StackFacts
 from ...model.findings import Evidence
 
 
 def holding(
-    script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts, action: str
+    script: ScriptFacts,
+    setup: Setup,
+    machine: MachineFacts,
+    stack: StackFacts,
+    action: str,
+    launch: LaunchFacts | None = None,
+    plan: LaunchPlan | None = None,
 ) -> Iterator[tuple[RecipeCheck, str, tuple[Evidence, ...]]]:
     """Each check of this action that holds on the recipe, with the framework's message for it and the settings it
     read as evidence (and the GPU where the check asks it). A check that asks the GPU is silent while no GPU is
@@ -21,7 +28,16 @@ def holding(
         return
     gpu = machine.gpus[0] if machine.gpus else None
     sharding = setup.sharding
-    view = RecipeView(recipe, gpu, stack, sharding.kind, sharding.stage if sharding.kind == "deepspeed" else None)
+    spread = distributed(launch, plan, machine) if launch is not None and plan is not None else None
+    view = RecipeView(
+        recipe,
+        gpu,
+        stack,
+        sharding.kind,
+        sharding.stage if sharding.kind == "deepspeed" else None,
+        distributed=spread,
+        gpu_count=len(machine.gpus) if machine.known else 0,
+    )
     for check in checks_for(recipe.family):
         if check.action != action or (check.gpu and gpu is None) or not check.test(view):
             continue

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ...derive import Setup
+from ...derive import LaunchPlan, Setup
 from ...knowledge.recipe_checks import axolotl
-from ...model.facts import MachineFacts, ScriptFacts, StackFacts
+from ...model.facts import LaunchFacts, MachineFacts, ScriptFacts, StackFacts
 from ...model.findings import Applicability, Draft, Fix
 from ..registry import Example, LogSignature, rule
 from ._recipe import holding, source_line
@@ -55,11 +55,13 @@ _DEEPSPEED_AND_FSDP = next(c for c in axolotl.CHECKS if c.message.startswith("de
         Example(_DEEPSPEED_AND_FSDP.accepted, target=_DEEPSPEED_AND_FSDP.target, name="config.yml"),
     ],
 )
-def framework_refuses_recipe(script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts):
+def framework_refuses_recipe(
+    script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts, launch: LaunchFacts, plan: LaunchPlan
+):
     recipe = script.recipe
     if recipe is None:
         return
-    for check, said, evidence in holding(script, setup, machine, stack, "refuses"):
+    for check, said, evidence in holding(script, setup, machine, stack, "refuses", launch, plan):
         message = f"{check.family} refuses this recipe when it reads it: {said}"
         if check.truth:
             message += f" (its check is stricter than the hardware: {check.truth})"

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ...derive import Setup
+from ...derive import LaunchPlan, Setup
 from ...knowledge.recipe_checks import axolotl
-from ...model.facts import MachineFacts, ScriptFacts, StackFacts
+from ...model.facts import LaunchFacts, MachineFacts, ScriptFacts, StackFacts
 from ...model.findings import Applicability, Draft, Fix
 from ..registry import Example, LogSignature, rule
 from ._recipe import holding, source_line
@@ -45,11 +45,13 @@ _QLORA_ZERO3 = next(c for c in axolotl.CHECKS if c.message.startswith("qlora + z
         Example(_PACKED_SDPA_BF16.fires, target="h100", name="config.yml", note="Hopper: Axolotl does not warn"),
     ],
 )
-def framework_warns_recipe(script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts):
+def framework_warns_recipe(
+    script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts, launch: LaunchFacts, plan: LaunchPlan
+):
     recipe = script.recipe
     if recipe is None:
         return
-    for check, said, evidence in holding(script, setup, machine, stack, "warns"):
+    for check, said, evidence in holding(script, setup, machine, stack, "warns", launch, plan):
         yield Draft(
             f"{check.family} warns when it reads this recipe: {said}",
             evidence=evidence,
