@@ -190,6 +190,13 @@ CANONICAL_ATTENTION = (
     "fp8",
 )
 SHORT_ATTENTION = {"flash": "flash_attention_2", "flex": "flex_attention", "sdp": "sdpa"}
+# ATTN_IMPLS_USING_FLASH_LIB (enums.py): the backends context parallelism's ring attention runs on
+FLASH_LIB_ATTENTION = (
+    "flash_attention_2",
+    "flash_attention_3",
+    "kernels-community/flash-attn2",
+    "kernels-community/flash-attn3",
+)
 
 
 def _decontaminates(v: RecipeView) -> bool:
@@ -292,6 +299,79 @@ def _moe_quantization_refusal(v: RecipeView) -> str:
         return "quantize_moe_experts requires adapter: lora or qlora"
     if not (v.get("load_in_4bit") or v.get("load_in_8bit")):
         return "quantize_moe_experts requires load_in_4bit or load_in_8bit"
+    return ""
+
+
+def _number(v: RecipeView, key: str, default: float = 1) -> float:
+    """A numeric setting as written (a number in a string too), else `default`."""
+    found = v.typed(key, default)
+    return found if isinstance(found, (int, float)) and not isinstance(found, bool) else default
+
+
+def _relora_refusal(v: RecipeView) -> str:
+    """check_relora (validation.py:1580-1611); an adapter a plugin registers is not judged."""
+    if not v.get("jagged_restart_steps"):
+        return "jagged_restart_steps must be set to use ReLoRA"
+    if not v.get("adapter"):
+        return "cfg.adapter must support ReLoRA to use ReLoRA restart semantics"
+    if fsdp(v):
+        return "fsdp not supported with ReLoRA"
+    if v.get("deepspeed"):
+        return "deepspeed not supported with ReLoRA"
+    if v.get("lr_scheduler") == "one_cycle":
+        return "ReLoRA is not compatible with the one_cycle scheduler"
+    if v.typed("flash_attn_fuse_mlp"):
+        return "Fused modules are not supported with ReLoRA"
+    return ""
+
+
+def _context_parallel_refusal(v: RecipeView) -> str:
+    """The context-parallel checks (validation.py:1652-1663), `sequence_parallel_degree` being its old name; the
+    GLM DSA kernels bring their own and are not judged."""
+    size = v.typed("context_parallel_size") or v.typed("sequence_parallel_degree") or 1
+    if not isinstance(size, (int, float)) or size <= 1 or v.get("use_glm_dsa_kernels"):
+        return ""
+    if attention(v) not in FLASH_LIB_ATTENTION:
+        return (
+            "context_parallel_size > 1 requires flash attention (attn_implementation: flash_attention_2 or "
+            "flash_attention_3)."
+        )
+    batch = v.typed("micro_batch_size", 1)
+    if v.typed("sample_packing") and isinstance(batch, (int, float)) and batch > 1:
+        return "micro_batch_size must be set to 1 when sample_packing is enabled due to a `ring-flash-attn` requirement"
+    return ""
+
+
+def _invalid_patterns(v: RecipeView) -> list[str]:
+    """check_lora_target_modules_regex (config.py:1732-1751): entries Python's re refuses."""
+    import re
+
+    written = v.get("lora_target_modules")
+    if not isinstance(written, list):
+        return []
+    invalid = []
+    for pattern in written:
+        if isinstance(pattern, str):
+            try:
+                re.compile(pattern)
+            except re.error:
+                invalid.append(pattern)
+    return invalid
+
+
+# validate_ao_dtype (quantization.py:12-28)
+TORCHAO_DTYPES = ("int4", "int8", "float8_e4m3fn", "fp8", "float8", "nvfp4", "mxfp4")
+
+
+def _torchao_dtype_refusal(v: RecipeView) -> str:
+    for block in ("qat", "quantization"):
+        for field in ("weight_dtype", "activation_dtype"):
+            written = v.get(f"{block}.{field}")
+            if written is not None and written not in TORCHAO_DTYPES:
+                return (
+                    f"Invalid dtype: '{written}'. Must be one of: ['int4', 'int8', 'float8_e4m3fn', 'nvfp4', "
+                    "'mxfp4', 'fp8', 'float8']"
+                )
     return ""
 
 
@@ -909,8 +989,7 @@ CHECKS: tuple[RecipeCheck, ...] = (
         "tensor_parallel_size is not supported with paged_adamw_8bit, adamw_8bit, and adamw_bnb_8bit optimizers",
         ("tensor_parallel_size", "optimizer"),
         lambda v: (
-            isinstance(v.typed("tensor_parallel_size"), (int, float))
-            and v.typed("tensor_parallel_size") > 1  # type: ignore[operator]
+            _number(v, "tensor_parallel_size") > 1
             and v.get("optimizer") in ("paged_adamw_8bit", *EIGHT_BIT_BNB_OPTIMIZERS)
         ),
         fix="use a 32-bit optimizer (or adamw_torch_8bit) with tensor parallelism",
@@ -1049,5 +1128,106 @@ CHECKS: tuple[RecipeCheck, ...] = (
         accepted=_LORA + "lora_mlp_kernel: true\nfsdp_version: 2\nfsdp_config:\n  offload_params: false\n",
         target="a100:2",
         gpu=True,
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1580-1611",
+        "refuses",
+        "jagged_restart_steps must be set to use ReLoRA",
+        ("relora", "jagged_restart_steps", "adapter", "fsdp_config", "deepspeed", "lr_scheduler"),
+        lambda v: bool(v.typed("relora")) and bool(_relora_refusal(v)),
+        fix="ReLoRA restarts LoRA adapters: give `jagged_restart_steps`, a lora/qlora adapter, no FSDP or "
+        "DeepSpeed, no one_cycle scheduler, no fused MLP",
+        says=_relora_refusal,
+        fires=_LORA + "relora: true\n",
+        accepted=_LORA + "relora: true\njagged_restart_steps: 100\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1188-1206",
+        "refuses",
+        "DeepCompile is only supported with DeepSpeed",
+        ("deepcompile", "deepspeed"),
+        lambda v: bool(v.get("deepcompile")) and not v.get("deepspeed"),
+        fix="DeepCompile compiles DeepSpeed's engine: give a `deepspeed` config, or drop `deepcompile`",
+        fires=_LORA + "deepcompile: true\n",
+        accepted=_LORA,
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1652-1663",
+        "refuses",
+        "context_parallel_size > 1 requires flash attention (attn_implementation: flash_attention_2 or "
+        "flash_attention_3).",
+        ("context_parallel_size", "sequence_parallel_degree", "attn_implementation", "sample_packing"),
+        lambda v: bool(_context_parallel_refusal(v)),
+        fix="context parallelism runs ring flash attention: `attn_implementation: flash_attention_2`, and "
+        "`micro_batch_size: 1` with sample_packing",
+        says=_context_parallel_refusal,
+        fires=_LORA + "context_parallel_size: 2\nattn_implementation: sdpa\n",
+        accepted=_LORA + "context_parallel_size: 2\nattn_implementation: flash_attention_2\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:703-714",
+        "refuses",
+        "GRPO + SP + Liger not currently supported",
+        ("rl", "trl.use_liger_loss", "context_parallel_size"),
+        lambda v: (
+            v.get("rl") == "grpo" and bool(v.get("trl.use_liger_loss")) and _number(v, "context_parallel_size") > 1
+        ),
+        fix="turn off `trl.use_liger_loss` for GRPO with context parallelism",
+        fires=_LORA + "rl: grpo\ntrl:\n  use_liger_loss: true\ncontext_parallel_size: 2\n"
+        "attn_implementation: flash_attention_2\n",
+        accepted=_LORA + "rl: grpo\ntrl:\n  use_liger_loss: false\ncontext_parallel_size: 2\n"
+        "attn_implementation: flash_attention_2\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_C}:1732-1751",
+        "refuses",
+        "lora_target_modules contains invalid regex pattern(s)",
+        ("lora_target_modules",),
+        lambda v: bool(_invalid_patterns(v)),
+        fix="write each lora_target_modules entry as a valid Python regex or a plain module name",
+        says=lambda v: (
+            f"lora_target_modules contains invalid regex pattern(s): {_invalid_patterns(v)}. Please "
+            "provide valid Python regex patterns or plain module name strings."
+        ),
+        fires=_LORA + "lora_target_modules:\n  - q_proj\n  - '*.v_proj'\n",
+        accepted=_LORA + "lora_target_modules:\n  - q_proj\n  - '.*v_proj'\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        "src/axolotl/utils/schemas/quantization.py:12-28",
+        "refuses",
+        "Invalid dtype: 'int2'. Must be one of: ['int4', 'int8', 'float8_e4m3fn', 'nvfp4', 'mxfp4', 'fp8', 'float8']",
+        ("qat.weight_dtype", "qat.activation_dtype", "quantization.weight_dtype", "quantization.activation_dtype"),
+        lambda v: bool(_torchao_dtype_refusal(v)),
+        fix="use one of int4, int8, float8_e4m3fn (fp8, float8), nvfp4, mxfp4",
+        says=_torchao_dtype_refusal,
+        fires=_BASE + "bf16: true\nqat:\n  weight_dtype: int2\n",
+        accepted=_BASE + "bf16: true\nqat:\n  weight_dtype: int4\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_PF}:189-198",
+        "refuses",
+        "Adapter 'dora' is not built in and was not registered by a plugin. Add the plugin that provides this "
+        "adapter to `plugins:`.",
+        ("adapter", "plugins"),
+        # with plugins listed, one may register it: not judged
+        lambda v: (
+            bool(v.get("adapter"))
+            and v.get("adapter") not in ("lora", "qlora", "llama-adapter")
+            and not v.get("plugins")
+        ),
+        fix="use `adapter: lora` (DoRA is `peft_use_dora: true` on it) or list the plugin that provides the adapter",
+        says=lambda v: (
+            f"Adapter '{v.get('adapter')}' is not built in and was not registered by a plugin. Add the "
+            "plugin that provides this adapter to `plugins:`."
+        ),
+        fires=_BASE + "bf16: true\nadapter: dora\n",
+        accepted=_BASE + "bf16: true\nadapter: lora\npeft_use_dora: true\n",
     ),
 )
