@@ -1,0 +1,92 @@
+"""`precision-doctor memory --model ID` with the job's settings and no script: the same breakdown and verdict a
+script gets, a table over GPUs with --compare, offline for the shipped table and a local config folder, one line
+and exit 2 for what it cannot judge, and nothing written where it runs."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+ENV = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HF_HUB_CACHE": "/nonexistent"}
+QLORA_8B = ["--model", "meta-llama/Llama-3.1-8B", "--batch", "4", "--seq", "2048", "--qlora", "--amp", "bf16"]
+
+
+def memory(tmp_path, *args):
+    return subprocess.run(
+        [sys.executable, "-m", "precision_doctor", "memory", *args],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=tmp_path,
+    )
+
+
+def test_a_model_and_its_settings_get_the_breakdown_and_verdict(tmp_path):
+    done = memory(tmp_path, *QLORA_8B, "--checkpointing", "--target", "a10g")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert out.startswith("--model meta-llama/Llama-3.1-8B\n")
+    assert "LoRA r=16" in out and "4bit" in out and "batch 4 x 2048 tokens" in out and "checkpointing on" in out
+    assert "will not fit" in out and "largest per_device_train_batch_size that fits: 3" in out
+    assert "train.py" not in out  # the script the flags describe is the doctor's own
+    assert list(tmp_path.iterdir()) == []  # nothing written where it runs
+
+
+def test_the_settings_change_the_estimate_as_they_would_in_a_script(tmp_path):
+    def peak(*extra):
+        done = memory(tmp_path, *QLORA_8B, "--target", "a100-80gb", "--format", "json", *extra)
+        assert done.returncode == 0, done.stderr
+        (entry,) = json.loads(done.stdout)["scripts"]
+        assert entry["path"] == "--model meta-llama/Llama-3.1-8B"
+        return entry["per_gpu_bytes"]["peak"]
+
+    assert peak("--checkpointing") < peak()
+
+
+def test_compare_says_which_gpus_fit_and_at_what_batch(tmp_path):
+    done = memory(tmp_path, *QLORA_8B, "--checkpointing", "--compare", "t4,a10g,a100-80gb", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    rows = {r["target"]: r for r in json.loads(done.stdout)["targets"]}
+    assert set(rows) == {"t4", "a10g", "a100-80gb"}
+    assert not rows["t4"]["fits"] and rows["a100-80gb"]["fits"]
+    assert rows["t4"]["largest_batch"] < rows["a10g"]["largest_batch"] < rows["a100-80gb"]["largest_batch"]
+    text = memory(tmp_path, *QLORA_8B, "--checkpointing", "--compare", "t4,a100-80gb").stdout
+    assert "out of memory" in text.splitlines()[2] and "fits" in text.splitlines()[3]
+
+
+def test_a_local_config_folder_works_offline(tmp_path):
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    (folder / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "hidden_size": 512,
+                "intermediate_size": 1024,
+                "num_hidden_layers": 4,
+                "num_attention_heads": 8,
+                "num_key_value_heads": 8,
+                "vocab_size": 32000,
+                "torch_dtype": "bfloat16",
+            }
+        )
+    )
+    done = memory(tmp_path, "--model", "tiny", "--target", "t4")
+    assert done.returncode == 0, done.stderr
+    assert "LlamaForCausalLM" in done.stdout and "fits" not in done.stdout.split("verdict", 1)[0]
+
+
+@pytest.mark.parametrize(
+    "args,says",
+    [
+        (["--model", "someone/unknown-7b", "--target", "a100"], "--model-config someone/unknown-7b=config.json"),
+        (["--model", "meta-llama/Llama-3.1-8B", "--offload", "--target", "a100"], "add --zero 2|3 or --fsdp"),
+        (["--compare", "t4,a100"], "give the model with --model ID"),
+        ([], "give a training script, or --model ID"),
+    ],
+)
+def test_what_it_cannot_judge_is_one_line_and_exit_2(tmp_path, args, says):
+    done = memory(tmp_path, *args)
+    assert done.returncode == 2 and says in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
