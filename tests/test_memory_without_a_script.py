@@ -90,3 +90,44 @@ def test_a_local_config_folder_works_offline(tmp_path):
 def test_what_it_cannot_judge_is_one_line_and_exit_2(tmp_path, args, says):
     done = memory(tmp_path, *args)
     assert done.returncode == 2 and says in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_plot_draws_the_estimate_against_the_batch_with_its_ranges(tmp_path):
+    import xml.etree.ElementTree as ET
+
+    plot = tmp_path / "out" / "memory.svg"
+    plot.parent.mkdir()
+    args = ["--model", "meta-llama/Llama-3.1-8B", "--lora", "16", "--amp", "bf16", "--dtype", "bf16"]
+    done = memory(tmp_path, *args, "--checkpointing", "--batch", "16", "--target", "a100-80gb", "--plot", str(plot))
+    assert done.returncode == 0, done.stderr
+    svg = ET.parse(plot).getroot()
+    ns = "{http://www.w3.org/2000/svg}"
+    layers = [p.find(f"{ns}title").text for p in svg.iter(f"{ns}polygon")]
+    assert layers == [
+        "weights",
+        "optimizer state",
+        "fp32 master copy",
+        "activations / gradients",
+        "CUDA context",
+        "allocator reserve",
+    ]
+    texts = [t.text or "" for t in svg.iter(f"{ns}text")]
+    assert any("80.0 GiB usable" in t for t in texts) and any(t == "batch 16" for t in texts)
+    fits = json.loads(
+        memory(tmp_path, *args, "--checkpointing", "--batch", "16", "--target", "a100-80gb", "--format", "json").stdout
+    )["scripts"][0]["largest_batch_that_fits"]
+    safe = next(int(t.split()[-1]) for t in texts if t.startswith("fits: up to "))
+    assert safe < fits and any(t == f"will not fit: {fits + 1} and up" for t in texts)
+
+
+def test_a_scripts_memory_can_be_plotted_too(tmp_path):
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+        "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-0.5B', dtype=torch.bfloat16)\n"
+        "Trainer(model=model, args=TrainingArguments('out', bf16=True, per_device_train_batch_size=8)).train()\n"
+    )
+    done = memory(tmp_path, "train.py", "--target", "l4", "--plot", "plot.svg")
+    assert done.returncode == 0, done.stderr
+    assert "<polygon" in (tmp_path / "plot.svg").read_text()
+    refused = memory(tmp_path, *QLORA_8B, "--compare", "t4,l4", "--plot", "plot.svg")
+    assert refused.returncode == 2 and "give --target rather than --compare" in refused.stderr

@@ -25,6 +25,9 @@ def register(sub) -> None:
     memory.add_argument("--format", dest="fmt", choices=("text", "json"), default="text")
     memory.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
     memory.add_argument("--no-color", action="store_true", help="plain text even on a terminal")
+    memory.add_argument(
+        "--plot", metavar="FILE.svg", help="draw peak memory against the batch size (one script or one target)"
+    )
     job = memory.add_argument_group("without a script")
     job.add_argument(
         "--model", metavar="ID|DIR", help="a model id (the shipped table, the HF cache) or a config folder"
@@ -63,6 +66,8 @@ def run_memory(opts, script_args: tuple[str, ...]) -> int:
         opts.paths, target=opts.target, launcher=opts.launcher, script_args=script_args, facts_file=opts.facts, jobs=1
     )
     memory = derive_memory(facts)
+    if opts.plot:
+        _plot(opts.plot, memory, None)
     if opts.fmt == "text" and not opts.output:
         render_text(facts, memory, console(no_color=opts.no_color))
     else:
@@ -141,6 +146,8 @@ def _run_model(opts) -> int:
         raise InputError("memory --compare: give the model with --model ID (or a training script without --compare)")
     if opts.paths:
         raise InputError("memory: give either training scripts or --model, not both")
+    if opts.plot and opts.compare:
+        raise InputError("memory --plot: draws one GPU's memory; give --target rather than --compare")
     if opts.offload and not (opts.zero or opts.fsdp):
         raise InputError("memory --offload: offloading is DeepSpeed's or FSDP's; add --zero 2|3 or --fsdp")
     local = Path(opts.model).expanduser()
@@ -169,6 +176,8 @@ def _run_model(opts) -> int:
                     "(or a folder holding config.json), or --hub to fetch it"
                 )
             if not opts.compare:
+                if opts.plot:
+                    _plot(opts.plot, memory, label)
                 out = render_json(facts, memory) if opts.fmt == "json" else plain_memory_text(facts, memory)
                 for shown in (str(script), f"{Path(folder).name}/train.py"):  # as the report names the script
                     out = out.replace(shown, label)
@@ -177,6 +186,23 @@ def _run_model(opts) -> int:
             rows.append(_row(target, plan))
     write_output(opts.output if opts.fmt == "text" or opts.output else None, _table(label, opts, rows))
     return EXIT_OK
+
+
+def _plot(path: str, memory, label: str | None) -> None:
+    """The plot of the one estimate there is; none, or several, is a usage error."""
+    from ..derive.memory_plan import MemoryPlan
+    from ..report.memory_plot import svg_plot
+
+    plans = [(name, m) for name, (_, m) in memory.items() if isinstance(m, MemoryPlan)]
+    if len(plans) != 1:
+        raise InputError(
+            f"memory --plot: draws one estimate; this run has {len(plans)} (name one script, or use --model)"
+        )
+    name, plan = plans[0]
+    title = f"{label or name}: batch x {plan.shape.sequence} tokens on {plan.gpu.name}"
+    if plan.gpus > 1:
+        title += f" (x{plan.gpus}, {plan.shape.parallelism.kind})"
+    write_output(path, svg_plot(plan, title))
 
 
 def _row(target: str, plan) -> dict:
