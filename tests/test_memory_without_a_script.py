@@ -131,3 +131,16 @@ def test_a_scripts_memory_can_be_plotted_too(tmp_path):
     assert "<polygon" in (tmp_path / "plot.svg").read_text()
     refused = memory(tmp_path, *QLORA_8B, "--compare", "t4,l4", "--plot", "plot.svg")
     assert refused.returncode == 2 and "give --target rather than --compare" in refused.stderr
+
+
+def test_the_verdict_says_which_batches_the_measured_error_makes_uncertain(tmp_path):
+    args = ["--model", "meta-llama/Llama-3.1-8B", "--lora", "16", "--dtype", "bf16", "--amp", "bf16"]
+    args += ["--checkpointing", "--batch", "16", "--target", "a100-80gb"]
+    (entry,) = json.loads(memory(tmp_path, *args, "--format", "json").stdout)["scripts"]
+    safe, fits = entry["safe_batch"], entry["largest_batch_that_fits"]
+    assert 0 < safe < fits
+    text = memory(tmp_path, *args).stdout
+    assert (
+        f"that fits: {fits} (with the estimate's measured error, +18%: up to {safe}; {safe + 1}-{fits} uncertain)"
+        in text
+    )

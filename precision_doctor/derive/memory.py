@@ -498,6 +498,12 @@ def largest_batch(c: CheckpointFacts, shape: TrainingShape, budget: int) -> int:
     return low
 
 
+def batch_ranges(c: CheckpointFacts, shape: TrainingShape, budget: int) -> tuple[int, int]:
+    """(the largest batch that fits even with the estimate as far below real use as measured, the largest whose
+    estimate fits): the batches between the two are uncertain."""
+    return largest_batch(c, shape, int(budget / (1 + MEASURED_UNDERESTIMATE))), largest_batch(c, shape, budget)
+
+
 @record
 class Change:
     """A change that makes the job fit, and what it costs the user."""

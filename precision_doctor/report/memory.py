@@ -8,7 +8,7 @@ from dataclasses import asdict
 
 from ..derive import Setup
 from ..derive.checkpoint import checkpoint_of, describe_source
-from ..derive.memory import GIB, cheapest_fit, largest_batch, offloaded_layers
+from ..derive.memory import GIB, MEASURED_UNDERESTIMATE, batch_ranges, cheapest_fit, offloaded_layers
 from ..derive.memory_plan import MemoryPlan, first_failure
 from ..model.facts import Facts
 from ..model.redact import markup, shown_data
@@ -41,6 +41,7 @@ def memory_report(facts: Facts, memory: Mapping[str, tuple[Setup, MemoryPlan | s
             n = offloaded_layers(m.checkpoint, m.shape, list(m.spread_budgets))
             verdict = f"device_map offloads {n} layers to the CPU" if n else "fits"
         change = cheapest_fit(m.checkpoint, m.shape, m.budget) if verdict != "fits" else None
+        safe, fits = batch_ranges(m.checkpoint, m.shape, m.budget)
         entry.update(
             {
                 "gpu": m.gpu.name,
@@ -52,7 +53,10 @@ def memory_report(facts: Facts, memory: Mapping[str, tuple[Setup, MemoryPlan | s
                 "budget_bytes": m.budget,
                 "headroom": round(m.headroom, 4),
                 "verdict": verdict,
-                "largest_batch_that_fits": largest_batch(m.checkpoint, m.shape, m.budget),
+                "largest_batch_that_fits": fits,
+                # with the estimate's measured error (MEASURED_UNDERESTIMATE): batches above `safe_batch` up to
+                # `largest_batch_that_fits` are uncertain
+                "safe_batch": safe,
                 "cheapest_change": change.description if change else None,
             }
         )
@@ -93,9 +97,17 @@ def render_text(facts: Facts, memory: Mapping[str, tuple[Setup, MemoryPlan | str
             table.add_row(name, f"{value / GIB:.2f}")
         table.add_row(f"available on {markup(entry['gpu'])}", f"{entry['budget_bytes'] / GIB:.2f}")
         console.print(table)
+        fits, safe = entry["largest_batch_that_fits"], entry["safe_batch"]
+        margin = (
+            f" (with the estimate's measured error, +{MEASURED_UNDERESTIMATE:.0%}: up to {safe}; "
+            + (f"{safe + 1}-{fits}" if fits > safe + 1 else f"{fits}")
+            + " uncertain)"
+            if fits > safe
+            else ""
+        )
         console.print(
             f"  verdict  {entry['verdict']} (headroom {entry['headroom']:.0%}); largest "
-            f"per_device_train_batch_size that fits: {entry['largest_batch_that_fits']}"
+            f"per_device_train_batch_size that fits: {fits}{margin}"
         )
         if entry["cheapest_change"]:
             console.print(f"  cheapest change  {markup(entry['cheapest_change'])}")

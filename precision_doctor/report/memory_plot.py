@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from html import escape
 
-from ..derive.memory import GIB, MEASURED_UNDERESTIMATE, Breakdown, estimate, largest_batch
+from ..derive.memory import GIB, MEASURED_UNDERESTIMATE, Breakdown, batch_ranges, estimate
 from ..derive.memory_plan import MemoryPlan
 
 WIDTH, HEIGHT = 760, 440
@@ -43,18 +43,9 @@ def _nice_step(raw: float) -> float:
     return next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
 
 
-def batch_ranges(plan: MemoryPlan) -> tuple[int, int]:
-    """(largest batch that fits even if the estimate is as far below real use as measured, largest batch whose
-    estimate fits): batches between the two are uncertain."""
-    c, shape, budget = plan.checkpoint, plan.shape, plan.budget
-    fits = largest_batch(c, shape, budget)
-    safe = largest_batch(c, shape, int(budget / (1 + MEASURED_UNDERESTIMATE)))
-    return safe, fits
-
-
 def svg_plot(plan: MemoryPlan, title: str) -> str:
     """The plot as SVG text."""
-    safe, fits = batch_ranges(plan)
+    safe, fits = batch_ranges(plan.checkpoint, plan.shape, plan.budget)
     last = max(8, plan.shape.batch * 2, fits + max(2, fits // 4))
     step = max(1, last // 64)
     batches = list(range(1, last + 1, step))
