@@ -144,3 +144,14 @@ def test_the_verdict_says_which_batches_the_measured_error_makes_uncertain(tmp_p
         f"that fits: {fits} (with the estimate's measured error, +18%: up to {safe}; {safe + 1}-{fits} uncertain)"
         in text
     )
+
+
+@pytest.mark.parametrize("target,over", [("a10g", True), ("a100-80gb", False)])
+def test_the_breakdown_is_drawn_as_a_bar_against_the_gpu(tmp_path, target, over):
+    text = memory(tmp_path, *QLORA_8B, "--checkpointing", "--target", target).stdout
+    bar = next(line.strip() for line in text.splitlines() if line.strip().startswith("["))
+    cells, rest = bar[1:].split("]", 1)
+    inside, past = cells.split("|")
+    assert len(inside) + len(past) >= 48 and inside.startswith("W") and "A" in cells
+    assert bool(past.strip(".")) is over  # what does not fit runs past the GPU's edge
+    assert rest.strip().startswith("peak ") and rest.strip().endswith(" GiB")
