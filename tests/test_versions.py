@@ -245,3 +245,40 @@ def test_installed_versions_read_every_metadata_layout(tmp_path):
         "peft": "0.13.0.dev0",
         "accelerate": "1.0.0",
     }
+
+
+@pytest.mark.parametrize(
+    "installed,boundary,reached",
+    [
+        ("2.3.0", "2.3", True),
+        ("2.4.0+cu121", "2.3", True),  # a local build is its release
+        ("2.3.0a0+git1234abc", "2.3", False),  # a source build before the release comes before it
+        ("2.3.0.dev20240101", "2.3", False),
+        ("5.0.0rc1", "5.0", False),
+        ("4.56.0.dev0", "4.56", False),
+        ("4.56.1", "4.56", True),
+        ("latest", "2.3", True),  # unreadable: the release the rules were checked against
+    ],
+)
+def test_boundaries_order_releases_as_pip_does(installed, boundary, reached):
+    from precision_doctor.knowledge.versions import at_least
+    from precision_doctor.model.facts import PackageVersion, StackFacts, VersionSource
+
+    name = "transformers" if boundary.startswith(("4", "5")) else "torch"
+    stack = StackFacts(packages={name: PackageVersion(name, installed, VersionSource.INSTALLED)})
+    assert at_least(stack, name, boundary) is reached
+
+
+def test_a_nightly_torch_before_2_3_does_not_count_emulated_bf16(run_check):
+    """torch.cuda.is_bf16_supported() counts emulation from 2.3.0 (knowledge/bf16_checks): a 2.3 nightly built
+    before the release does not, so a guard there still picks fp16 on a T4 (no PD102)."""
+    code = (
+        "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+        "bf16 = torch.cuda.is_bf16_supported()\n"
+        "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
+        "Trainer(model=model, args=TrainingArguments('out', bf16=bf16, fp16=not bf16)).train()\n"
+    )
+    nightly, _ = run_check(code, target="t4", versions={"torch": "2.3.0a0+git1234abc"})
+    release, _ = run_check(code, target="t4", versions={"torch": "2.3.0"})
+    assert "PD102" not in {f.rule_id for f in nightly.findings}
+    assert "PD102" in {f.rule_id for f in release.findings}

@@ -41,6 +41,21 @@ def version_tuple(text: str) -> tuple[int, ...]:
 
 
 def at_least(stack: StackFacts, name: str, version: str) -> bool:
-    """An unknown or unreadable version is taken to be the release the rules were checked against."""
-    got = parse_version(stack.get(name).version) or version_tuple(CURRENT.get(name, "0"))
-    return got >= version_tuple(version)
+    """Whether the job's release is at or past a boundary, as pip orders releases (packaging.version): a
+    pre-release, release candidate or dev build (`2.3.0a0+git...`, `5.0.0rc1`, `4.56.0.dev0`) comes before its
+    final release, a local build (`2.4.0+cu121`) is its release. An unknown or unreadable version is taken to be
+    the release the rules were checked against."""
+    text = stack.get(name).version
+    if parse_version(text) is None:
+        text = CURRENT.get(name, "0")
+    return _ordered(text) >= _ordered(version)
+
+
+def _ordered(text: str):
+    """The version as packaging orders it; a version it cannot read, by its release numbers alone."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(text.strip().lstrip("vV"))
+    except InvalidVersion:
+        return Version(".".join(str(n) for n in version_tuple(text)))
