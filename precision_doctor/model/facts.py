@@ -269,6 +269,7 @@ class RecipeFacts:
     family: str
     version: str  # the framework release whose behaviour the reader mirrors
     settings: dict[str, Value] = field(default_factory=dict)
+    model_type: str = ""  # the trained checkpoint's, where the doctor knows it
 
 
 @record

@@ -26,6 +26,7 @@ class RecipeView:
         zero_stage: int | None = None,
         distributed: bool | None = None,
         gpu_count: int = 0,
+        model_type: str = "",
     ):
         self.recipe = recipe
         self.gpu = gpu
@@ -34,6 +35,7 @@ class RecipeView:
         self.zero_stage = zero_stage  # the DeepSpeed config's ZeRO stage, when the recipe names a readable one
         self.distributed = distributed  # under a process group (derive.launch.distributed); None: launch unknown
         self.gpu_count = gpu_count  # GPUs the machine shows (0: not known)
+        self.model_type = model_type  # the checkpoint's model_type, where the doctor knows it ("" otherwise)
 
     def value(self, key: str) -> Value | None:
         return self.recipe.settings.get(key)

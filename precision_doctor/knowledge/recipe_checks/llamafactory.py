@@ -32,6 +32,34 @@ FLASH_ATTN_IF_INSTALLED = (
 )
 
 
+# model types whose modeling code builds an nn.Conv3d (transformers 5.24 models/*/modeling_*.py: the vision
+# towers' patch embeddings of Qwen-VL / Omni / 3.5, GLM-4V, Emu3, video encoders)
+CONV3D_MODEL_TYPES = frozenset(
+    {
+        "cohere_compass",
+        "emu3",
+        "exaone4_5",
+        "glm4v",
+        "glm4v_moe",
+        "glm5_next",
+        "glm_ocr",
+        "minimax_m3_vl",
+        "qwen2_5_omni",
+        "qwen2_5_vl",
+        "qwen2_vl",
+        "qwen3_5",
+        "qwen3_5_moe",
+        "qwen3_omni_moe",
+        "qwen3_vl",
+        "qwen3_vl_moe",
+        "qwen4_exp",
+        "videomae",
+        "vivit",
+        "vjepa2",
+    }
+)
+
+
 def _finetuning(v: RecipeView) -> str:
     return str(v.get("finetuning_type", "lora"))
 
@@ -481,5 +509,28 @@ CHECKS: tuple[RecipeCheck, ...] = (
         accepted=_BASE + "finetuning_type: full\nuse_galore: true\noptim: adamw_torch\n",
         target="a100:2",
         launcher="llamafactory-cli train config.yml",
+    ),
+    RecipeCheck(
+        FAMILY,
+        "src/llamafactory/model/loader.py:197-212",
+        "refuses",
+        "Unsupported torch version detected: torch 2.9.x with Conv3D. This combination is known to cause severe "
+        "performance regression. Please downgrade torch to <2.9 or remove Conv3D. See "
+        "https://github.com/pytorch/pytorch/issues/166122",
+        ("model_name_or_path", "use_kt"),
+        lambda v: (
+            v.model_type in CONV3D_MODEL_TYPES
+            and v.torch_at_least("2.9")
+            and not v.torch_at_least("2.10")
+            and not v.get("use_kt")
+        ),
+        fix="train this vision model on torch < 2.9 or >= 2.10 (torch 2.9's Conv3d regression, pytorch#166122)",
+        fires=_LORA.replace("meta-llama/Llama-3.2-1B", "Qwen/Qwen2.5-VL-7B-Instruct").replace(
+            "template: llama3", "template: qwen2_vl"
+        ),
+        accepted=_LORA.replace("meta-llama/Llama-3.2-1B", "Qwen/Qwen2.5-VL-7B-Instruct").replace(
+            "template: llama3", "template: qwen2_vl"
+        ),
+        versions={"torch": "2.9.1"},
     ),
 )

@@ -84,6 +84,7 @@ class Builder:
         return call
 
     def facts(self) -> ScriptFacts:
+        from ..checkpoint import probe_checkpoints
         from ..script import _deepspeed_configs
 
         deepspeed, missing = _deepspeed_configs(self.path, self.calls)
@@ -94,8 +95,15 @@ class Builder:
             unknowns=tuple(self.unknowns) + tuple(missing),
             files=(self.doc.path,),
             deepspeed_configs=deepspeed,
-            recipe=RecipeFacts(self.family, self.version, self.settings()),
+            recipe=RecipeFacts(self.family, self.version, self.settings(), self._model_type(probe_checkpoints)),
         )
+
+    def _model_type(self, probe_checkpoints) -> str:
+        """The trained checkpoint's model_type where it is known (a local folder, the HF cache, the shipped table):
+        some of the framework's checks depend on it. The checkpoint's size is not handed to the memory rules:
+        a recipe's sharding (an Axolotl fsdp_config) is not modelled yet, and they would judge it unsharded."""
+        found = probe_checkpoints(self.path, self.calls)
+        return next((c.model_type for c in found.values() if c.known and c.model_type), "")
 
     def settings(self) -> dict[str, Value]:
         """Every setting the recipe writes, by dotted key path (a mapping too, as a whole), as written (launch-line

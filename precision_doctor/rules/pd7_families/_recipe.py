@@ -37,6 +37,7 @@ def holding(
         sharding.stage if sharding.kind == "deepspeed" else None,
         distributed=spread,
         gpu_count=len(machine.gpus) if machine.known else 0,
+        model_type=recipe.model_type,
     )
     for check in checks_for(recipe.family):
         if check.action != action or (check.gpu and gpu is None) or not check.test(view):
