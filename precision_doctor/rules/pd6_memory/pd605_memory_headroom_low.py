@@ -1,4 +1,4 @@
-"""PD605 memory-headroom-low: The job fits with less than 10% of the GPU's memory to spare: a longer batch or
+"""PD605 memory-headroom-low: The job fits with less to spare than the estimate's measured error: a longer batch or
 fragmentation OOMs."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ...derive import Setup
-from ...derive.memory import HEADROOM_WARNING
+from ...derive.memory import HEADROOM_WARNING, MEASURED_UNDERESTIMATE
 from ...derive.memory_plan import MemoryPlan, first_failure
 from ...model.findings import Draft
 from ..registry import Example, rule
@@ -18,9 +18,10 @@ from ._memory import LOG, OOM, _evidence, advice, breakdown_text, gib, trained_p
     "memory-headroom-low",
     severity="warning",
     phase="first-step",
-    summary="The job fits with less than 10% of the GPU's memory to spare: a longer batch or fragmentation OOMs.",
+    summary="The job fits with less to spare than the estimate's measured error: a longer batch or fragmentation OOMs.",
     what="The estimated peak per GPU (weights, gradients, optimizer state, activations, CUDA context, allocator "
-    "reserve) is within 10% of what the GPU has free.",
+    f"reserve) is within {HEADROOM_WARNING:.0%} of what the GPU has free: the estimate was measured up to "
+    f"{MEASURED_UNDERESTIMATE:.0%} below what a GPU held (docs/memory.md).",
     why="Sequence lengths vary batch to batch and the caching allocator fragments; a plan with no margin dies at a "
     "random step.",
     error=OOM,
@@ -46,7 +47,9 @@ def memory_headroom_low(setup: Setup, memory: Callable[[], MemoryPlan | str]):
     if m is None or first_failure(m) or m.shape.parallelism.kind == "device-map" or m.headroom >= HEADROOM_WARNING:
         return
     yield Draft(
-        f"fits with {m.headroom:.0%} to spare: peak {gib(m.breakdown.peak)} of {gib(m.budget)}: {breakdown_text(m)}",
+        f"fits with {m.headroom:.0%} to spare, less than the estimate's measured error (up to "
+        f"{MEASURED_UNDERESTIMATE:.0%} below what a GPU held): peak {gib(m.breakdown.peak)} of {gib(m.budget)}: "
+        f"{breakdown_text(m)}",
         evidence=_evidence(m, setup),
         fix=advice(m),
         confidence="likely" if m.shape.assumed else "certain",
