@@ -252,15 +252,14 @@ def test_installed_versions_read_every_metadata_layout(tmp_path):
     [
         ("2.3.0", "2.3", True),
         ("2.4.0+cu121", "2.3", True),  # a local build is its release
-        ("2.3.0a0+git1234abc", "2.3", False),  # a source build before the release comes before it
-        ("2.3.0.dev20240101", "2.3", False),
-        ("5.0.0rc1", "5.0", False),
-        ("4.56.0.dev0", "4.56", False),
-        ("4.56.1", "4.56", True),
+        ("2.8.0a0+5228986c39", "2.8", True),  # NVIDIA's containers: transformers' own gates count it as 2.8
+        ("5.0.0rc2", "5.0", True),  # a candidate carries the release's behaviour
+        ("4.56.0.dev0", "4.56", True),
+        ("2.2.2", "2.3", False),
         ("latest", "2.3", True),  # unreadable: the release the rules were checked against
     ],
 )
-def test_boundaries_order_releases_as_pip_does(installed, boundary, reached):
+def test_boundaries_count_a_build_as_its_release(installed, boundary, reached):
     from precision_doctor.knowledge.versions import at_least
     from precision_doctor.model.facts import PackageVersion, StackFacts, VersionSource
 
@@ -269,16 +268,14 @@ def test_boundaries_order_releases_as_pip_does(installed, boundary, reached):
     assert at_least(stack, name, boundary) is reached
 
 
-def test_a_nightly_torch_before_2_3_does_not_count_emulated_bf16(run_check):
-    """torch.cuda.is_bf16_supported() counts emulation from 2.3.0 (knowledge/bf16_checks): a 2.3 nightly built
-    before the release does not, so a guard there still picks fp16 on a T4 (no PD102)."""
-    code = (
-        "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
-        "bf16 = torch.cuda.is_bf16_supported()\n"
-        "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
-        "Trainer(model=model, args=TrainingArguments('out', bf16=bf16, fp16=not bf16)).train()\n"
-    )
-    nightly, _ = run_check(code, target="t4", versions={"torch": "2.3.0a0+git1234abc"})
-    release, _ = run_check(code, target="t4", versions={"torch": "2.3.0"})
-    assert "PD102" not in {f.rule_id for f in nightly.findings}
-    assert "PD102" in {f.rule_id for f in release.findings}
+def test_transformers_counts_a_torch_source_build_as_its_release(monkeypatch):
+    """What the boundary semantics mirror, on the installed transformers: its torch gates accept dev builds (the
+    2.8 gate, which picks TrainingArguments' default optimizer, among them)."""
+    import inspect
+
+    import transformers.pytorch_utils as pytorch_utils
+    import transformers.utils.import_utils as import_utils
+
+    assert 'is_torch_greater_or_equal("2.8", accept_dev=True)' in inspect.getsource(pytorch_utils)
+    monkeypatch.setattr(import_utils, "get_torch_version", lambda: "2.8.0a0+5228986c39")
+    assert import_utils.is_torch_greater_or_equal("2.8", accept_dev=True)

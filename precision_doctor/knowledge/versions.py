@@ -41,21 +41,12 @@ def version_tuple(text: str) -> tuple[int, ...]:
 
 
 def at_least(stack: StackFacts, name: str, version: str) -> bool:
-    """Whether the job's release is at or past a boundary, as pip orders releases (packaging.version): a
-    pre-release, release candidate or dev build (`2.3.0a0+git...`, `5.0.0rc1`, `4.56.0.dev0`) comes before its
-    final release, a local build (`2.4.0+cu121`) is its release. An unknown or unreadable version is taken to be
-    the release the rules were checked against."""
-    text = stack.get(name).version
-    if parse_version(text) is None:
-        text = CURRENT.get(name, "0")
-    return _ordered(text) >= _ordered(version)
-
-
-def _ordered(text: str):
-    """The version as packaging orders it; a version it cannot read, by its release numbers alone."""
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return Version(text.strip().lstrip("vV"))
-    except InvalidVersion:
-        return Version(".".join(str(n) for n in version_tuple(text)))
+    """Whether the job's release is at or past a boundary, by its release numbers: a pre-release, release candidate,
+    dev or source build of a release (`2.8.0a0+git...` as NVIDIA's containers ship, `5.0.0rc2`, `4.56.0.dev0`)
+    counts as that release, as the libraries' own gates count it (transformers' `is_torch_greater_or_equal(...,
+    accept_dev=True)` compares torch's base version, pytorch_utils.py:37), and the behaviours the doctor's
+    boundaries mark are merged before a release's candidates. pip orders such builds before the release; judged that
+    way, an NGC torch 2.8.0a0 would lose transformers' fused-AdamW default and a 5.0 candidate its v5 loading. An
+    unknown or unreadable version is taken to be the release the rules were checked against."""
+    got = parse_version(stack.get(name).version) or version_tuple(CURRENT.get(name, "0"))
+    return got >= version_tuple(version)
