@@ -155,3 +155,24 @@ def test_the_breakdown_is_drawn_as_a_bar_against_the_gpu(tmp_path, target, over)
     assert len(inside) + len(past) >= 48 and inside.startswith("W") and "A" in cells
     assert bool(past.strip(".")) is over  # what does not fit runs past the GPU's edge
     assert rest.strip().startswith("peak ") and rest.strip().endswith(" GiB")
+
+
+def test_settings_combine_as_a_user_writes_them(tmp_path):
+    done = memory(tmp_path, *QLORA_8B, "--lora", "64", "--target", "a100")
+    assert done.returncode == 0 and "4bit, LoRA r=64" in done.stdout, done.stderr
+    done = memory(tmp_path, "--model", "meta-llama/Llama-3.1-8B", "--zero", "3", "--target", "a100-40gb:4")
+    assert "zero3 over 4 GPU(s)" in done.stdout, done.stderr  # the GPUs per node from --target
+
+
+@pytest.mark.parametrize(
+    "args,says",
+    [
+        (["--gpus", "2", "--target", "a100:4"], "--gpus 2 and the GPUs per node in --target disagree"),
+        (["--compare", ","], "name the GPUs"),
+        (["--compare", "t4", "--target", "a100"], "drop --target"),
+        ([], "name the GPU with --target NAME"),  # this machine has no GPU
+    ],
+)
+def test_settings_that_contradict_or_miss_a_gpu_are_one_line(tmp_path, args, says):
+    done = memory(tmp_path, "--model", "meta-llama/Llama-3.1-8B", *args)
+    assert done.returncode == 2 and says in done.stderr, done.stderr

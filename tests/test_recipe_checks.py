@@ -42,7 +42,10 @@ def test_the_firing_recipe_is_reported_with_the_frameworks_source(tmp_path, monk
     assert any(check.source in note for note in finding.fix.notes)
     assert finding.severity == ("error" if check.action == "refuses" else "warning")
     written = {e.location.line for e in finding.evidence if e.location and Path(e.location.path).name == "config.yml"}
-    assert written, "the evidence points at the recipe lines that write the settings"
+    if any(f"{key.split('.')[0]}:" in check.fires for key in check.keys):
+        assert written, "the evidence points at the recipe lines that write the settings"
+    if check.reads_launch:
+        assert any(e.origin == "launcher" for e in finding.evidence), "the launch it depends on is evidence"
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=[c.id.rsplit("/", 1)[-1] for c in CHECKS])
@@ -206,3 +209,28 @@ def test_llamafactory_deepspeed_needs_a_distributed_launch(tmp_path, monkeypatch
     (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 2}}\n')
     said = _refusals(tmp_path, monkeypatch, recipe, target="a100:1", launcher=launcher)
     assert ("Please use `FORCE_TORCHRUN=1` to launch DeepSpeed training." in said) is bool(refused)
+
+
+@pytest.mark.parametrize(
+    "launcher,target,said",
+    [
+        ("NPROC_PER_NODE=1 llamafactory-cli train config.yml", "a100:2", None),  # torchrun all the same
+        ("CUDA_VISIBLE_DEVICES=0 llamafactory-cli train config.yml", "a100:2", "FORCE_TORCHRUN"),
+        ("FORCE_TORCHRUN=yes llamafactory-cli train config.yml", "a100:1", "FORCE_TORCHRUN"),  # not "true/y/1"
+        ("FORCE_TORCHRUN=y llamafactory-cli train config.yml", "a100:1", None),
+        ("USE_MCA=1 llamafactory-cli train config.yml", "a100:1", None),
+        ("python src/train.py config.yml", "a100:2", "Please launch distributed training"),
+        ("python src/train.py config.yml", "a100:1", "FORCE_TORCHRUN"),
+    ],
+)
+def test_llamafactory_launches_decide_as_its_launcher_does(tmp_path, monkeypatch, launcher, target, said):
+    recipe = (
+        "model_name_or_path: meta-llama/Llama-3.2-1B\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
+        "dataset: alpaca_en_demo\ntemplate: llama3\noutput_dir: out\nbf16: true\ndeepspeed: ds.json\n"
+    )
+    (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 2}}\n')
+    found = _refusals(tmp_path, monkeypatch, recipe, target=target, launcher=launcher)
+    if said is None:
+        assert not found, found
+    else:
+        assert len(found) == 1 and said in found[0], found

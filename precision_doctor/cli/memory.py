@@ -34,14 +34,15 @@ def register(sub) -> None:
     )
     job.add_argument("--batch", type=bounded(int, 1, 1 << 16), default=8, help="per-GPU batch size (default 8)")
     job.add_argument("--seq", type=bounded(int, 1, 1 << 22), default=1024, help="tokens per sample (default 1024)")
-    adapters = job.add_mutually_exclusive_group()
-    adapters.add_argument("--lora", type=bounded(int, 1, 1 << 14), metavar="R", help="LoRA adapters of rank R")
-    adapters.add_argument("--qlora", action="store_true", help="4-bit base with LoRA adapters (rank 16 unless --lora)")
+    job.add_argument("--lora", type=bounded(int, 1, 1 << 14), metavar="R", help="LoRA adapters of rank R")
+    job.add_argument("--qlora", action="store_true", help="4-bit base with LoRA adapters (rank 16 unless --lora)")
     job.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default="adamw")
     job.add_argument("--dtype", choices=tuple(DTYPES), help="the weights' dtype (default: the checkpoint's)")
     job.add_argument("--amp", choices=("bf16", "fp16"), help="mixed precision")
     job.add_argument("--checkpointing", action="store_true", help="gradient checkpointing")
-    job.add_argument("--gpus", type=bounded(int, 1, 1 << 10), default=1, help="data-parallel processes per node")
+    job.add_argument(
+        "--gpus", type=bounded(int, 1, 1 << 10), help="data-parallel processes per node (default: --target's count)"
+    )
     sharding = job.add_mutually_exclusive_group()
     sharding.add_argument("--zero", type=int, choices=(1, 2, 3), help="DeepSpeed ZeRO stage")
     sharding.add_argument("--fsdp", action="store_true", help="FSDP full sharding")
@@ -111,8 +112,8 @@ def script_for(opts, model: str) -> str:
         lines.append(
             f"model = prepare_model_for_kbit_training(model, use_gradient_checkpointing={bool(opts.checkpointing)})"
         )
-    if opts.qlora or opts.lora:
-        lines.append(f"model = get_peft_model(model, LoraConfig(r={opts.lora or 16}, target_modules='all-linear'))")
+    if opts.qlora or opts.lora:  # peft's default modules (q and v projections): what the estimate counts
+        lines.append(f"model = get_peft_model(model, LoraConfig(r={opts.lora or 16}))")
     args = ["'out'", f"per_device_train_batch_size={opts.batch}", f"max_length={opts.seq}"]
     args.append(f"optim={OPTIMIZERS[opts.optimizer]!r}")
     if opts.amp:
@@ -150,9 +151,18 @@ def _run_model(opts) -> int:
         raise InputError("memory --plot: draws one GPU's memory; give --target rather than --compare")
     if opts.offload and not (opts.zero or opts.fsdp):
         raise InputError("memory --offload: offloading is DeepSpeed's or FSDP's; add --zero 2|3 or --fsdp")
+    if opts.compare and opts.target:
+        raise InputError("memory: --compare names the GPUs itself; drop --target")
     local = Path(opts.model).expanduser()
     model = str(local.resolve()) if local.is_dir() else opts.model
     targets = [t.strip() for t in opts.compare.split(",") if t.strip()] if opts.compare else [opts.target]
+    if not targets:
+        raise InputError("memory --compare: name the GPUs, e.g. --compare t4,l4,a100-80gb")
+    counted = [t.partition(":")[2] for t in targets if t and ":" in t]
+    if opts.gpus is None:
+        opts.gpus = int(counted[0]) if len(counted) == 1 and counted[0].isdigit() else 1
+    elif counted and any(c != str(opts.gpus) for c in counted):
+        raise InputError(f"memory: --gpus {opts.gpus} and the GPUs per node in --target disagree; give one")
     label = f"--model {opts.model}"
     rows = []
     with tempfile.TemporaryDirectory(prefix="precision-doctor-memory-") as folder:
@@ -165,6 +175,8 @@ def _run_model(opts) -> int:
             memory = derive_memory(facts)
             found = next(iter(memory.values()), None)
             plan = found[1] if found else "no training found"
+            if isinstance(plan, str) and "GPU" in plan and "not known" not in plan:
+                raise InputError(f"--model {opts.model}: {plan}; name the GPU with --target NAME (see `targets`)")
             if isinstance(plan, str):
                 if "not known" in plan or "not in the doctor's table" in plan:
                     plan = (
@@ -206,10 +218,11 @@ def _plot(path: str, memory, label: str | None) -> None:
 
 
 def _row(target: str, plan) -> dict:
-    from ..derive.memory import GIB, largest_batch
+    from ..derive.memory import GIB, batch_ranges
     from ..derive.memory_plan import first_failure
 
     fails = first_failure(plan)
+    safe, fits = batch_ranges(plan.checkpoint, plan.shape, plan.budget)
     return {
         "target": target,
         "gpu": plan.gpu.name,
@@ -217,7 +230,8 @@ def _row(target: str, plan) -> dict:
         "available_gib": round(plan.budget / GIB, 2),
         "fits": not fails,
         "fails_at": fails,
-        "largest_batch": largest_batch(plan.checkpoint, plan.shape, plan.budget),
+        "largest_batch": fits,
+        "safe_batch": safe,  # with the estimate's measured error; above it up to largest_batch: uncertain
     }
 
 
@@ -227,12 +241,14 @@ def _table(label: str, opts, rows: list[dict]) -> str:
 
         return json.dumps({"model": opts.model, "batch": opts.batch, "seq": opts.seq, "targets": rows}, indent=2) + "\n"
     head = f"{label}: batch {opts.batch} x {opts.seq} tokens per GPU\n"
-    lines = [f"{'target':<12} {'GPU':<30} {'peak GiB':>9} {'of GiB':>8}  {'verdict':<28} largest batch"]
+    lines = [f"{'target':<12} {'GPU':<30} {'peak GiB':>9} {'of GiB':>8}  {'verdict':<28} largest batch (safe)"]
     for r in rows:
         verdict = "fits" if r["fits"] else f"out of memory at {r['fails_at']}"
+        if r["fits"] and opts.batch > r["safe_batch"]:
+            verdict = "fits, within the error"  # the estimate fits, its measured error does not
         lines.append(
             f"{r['target']:<12} {r['gpu'][:30]:<30} {r['peak_gib']:>9.2f} {r['available_gib']:>8.2f}  "
-            f"{verdict:<28} {r['largest_batch']}"
+            f"{verdict:<28} {r['largest_batch']} ({r['safe_batch']})"
         )
     return head + "\n".join(lines) + "\n"
 

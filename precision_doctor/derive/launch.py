@@ -238,9 +238,10 @@ def distributed(launch: LaunchFacts, plan: LaunchPlan, machine: MachineFacts) ->
         return None
     if launch.launcher in ("torchrun", "deepspeed"):
         return True
-    if launch.launcher == "llamafactory-cli":
-        forced = job_env(launch, machine).get("FORCE_TORCHRUN", "").lower() in ("1", "true", "y", "yes")
-        return None if plan.processes is None else plan.processes > 1 or forced
+    if launch.launcher == "llamafactory-cli":  # torchrun when forced or several GPUs are visible, whatever NPROC
+        if forced_torchrun(job_env(launch, machine)):
+            return True
+        return len(machine.gpus) > 1 if machine.known else None
     if launch.launcher == "accelerate":
         return True if (plan.processes or 1) > 1 else None
     if launch.launcher == "python":
@@ -359,7 +360,7 @@ def _llamafactory_processes(
 ) -> tuple[int | None, Evidence | None]:
     """`llamafactory-cli train` starts torchrun with NPROC_PER_NODE (default: every GPU) when FORCE_TORCHRUN is
     set or more than one GPU is visible, else trains in its own process (LLaMA-Factory launcher.py `launch`)."""
-    forced = env.get("FORCE_TORCHRUN", "").lower() in ("1", "true", "y", "yes")
+    forced = forced_torchrun(env)
     gpus = len(machine.gpus) if machine.known else None
     if not forced and gpus is None:
         return None, None
@@ -375,6 +376,14 @@ def _llamafactory_processes(
         return None, None
     why = "FORCE_TORCHRUN is set" if forced else "more than one GPU is visible"
     return n, Evidence(None, launch.command, f"{n} processes: llamafactory-cli starts torchrun ({why}), {how}", "env")
+
+
+def forced_torchrun(env: dict[str, str]) -> bool:
+    """llamafactory-cli starts torchrun even on one GPU with FORCE_TORCHRUN (or USE_MCA / USE_MEGATRON_BRIDGE),
+    read by its `is_env_enabled`: "true", "y" or "1" (launcher.py, extras/misc.py)."""
+    return any(
+        env.get(name, "").lower() in ("true", "y", "1") for name in ("FORCE_TORCHRUN", "USE_MCA", "USE_MEGATRON_BRIDGE")
+    )
 
 
 def _rendezvous_port(launch: LaunchFacts, machine: MachineFacts) -> tuple[int, bool, str]:

@@ -76,7 +76,8 @@ ACCELERATE_OPTIONS = (
 # the variables a launch line, a job script or this machine sets that the derivation reads (the rest of an
 # environment is never recorded: ACCELERATE_*, NCCL_*, MASTER_ADDR and the like can hold hosts and credentials,
 # so what is kept is redacted). PET_*: torchrun reads each of its options from PET_<OPTION> (torch
-# distributed/argparse_util.py `env`); FORCE_TORCHRUN / NPROC_PER_NODE / NNODES: llamafactory-cli's.
+# distributed/argparse_util.py `env`); FORCE_TORCHRUN / NPROC_PER_NODE / NNODES / USE_MCA / USE_MEGATRON_BRIDGE:
+# llamafactory-cli's (the last two force torchrun).
 LAUNCH_VARIABLES = (
     "CUDA_VISIBLE_DEVICES",
     "MASTER_PORT",
@@ -88,6 +89,8 @@ LAUNCH_VARIABLES = (
     "NNODES",
     "NODE_RANK",
     "FORCE_TORCHRUN",
+    "USE_MCA",
+    "USE_MEGATRON_BRIDGE",
     "NPROC_PER_NODE",
     "NCCL_SOCKET_IFNAME",
     "ACCELERATE_MIXED_PRECISION",

@@ -101,6 +101,7 @@ class RecipeCheck:
     accepted_launcher: str = ""  # how the accepted twin is launched, when not `launcher`
     says: Callable[[RecipeView], str] | None = None  # the message of the branch that fires, when it has several
     raises: str = "ValueError"  # the exception the framework raises (DeprecationWarning, NotImplementedError, ...)
+    reads_launch: bool = False  # the check depends on how the job is launched: the launch is evidence
 
     def message_for(self, view: RecipeView) -> str:
         return self.says(view) if self.says is not None else self.message

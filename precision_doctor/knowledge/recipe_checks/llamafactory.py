@@ -486,7 +486,8 @@ CHECKS: tuple[RecipeCheck, ...] = (
         "refuses",
         "Please use `FORCE_TORCHRUN=1` to launch DeepSpeed training.",
         ("deepspeed",),
-        lambda v: bool(v.get("deepspeed")) and v.distributed is False,
+        # with several GPUs visible, parser.py:468 refuses first (the check below)
+        lambda v: bool(v.get("deepspeed")) and v.distributed is False and v.gpu_count <= 1,
         fix="launch DeepSpeed distributed: FORCE_TORCHRUN=1 llamafactory-cli train ... (one GPU too), or torchrun",
         fires=_LORA + "deepspeed: ds_z2_config.json\n",
         accepted=_LORA + "deepspeed: ds_z2_config.json\n",
@@ -494,6 +495,7 @@ CHECKS: tuple[RecipeCheck, ...] = (
         launcher="llamafactory-cli train config.yml",
         accepted_launcher="FORCE_TORCHRUN=1 llamafactory-cli train config.yml",
         files={"ds_z2_config.json": ZERO2},
+        reads_launch=True,
     ),
     RecipeCheck(
         FAMILY,
@@ -509,6 +511,7 @@ CHECKS: tuple[RecipeCheck, ...] = (
         accepted=_BASE + "finetuning_type: full\nuse_galore: true\noptim: adamw_torch\n",
         target="a100:2",
         launcher="llamafactory-cli train config.yml",
+        reads_launch=True,
     ),
     RecipeCheck(
         FAMILY,
@@ -532,5 +535,21 @@ CHECKS: tuple[RecipeCheck, ...] = (
             "template: llama3", "template: qwen2_vl"
         ),
         versions={"torch": "2.9.1"},
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_PR}:468-469",
+        "refuses",
+        "Please launch distributed training with `llamafactory-cli` or `torchrun`.",
+        ("use_kt",),
+        lambda v: v.distributed is False and v.gpu_count > 1 and not v.get("use_kt"),
+        fix="launch it with llamafactory-cli train (torchrun over the visible GPUs) or torchrun, or show it one GPU "
+        "(CUDA_VISIBLE_DEVICES=0)",
+        fires=_LORA,
+        accepted=_LORA,
+        target="a100:2",
+        launcher="python src/train.py config.yml",
+        accepted_launcher="llamafactory-cli train config.yml",
+        reads_launch=True,
     ),
 )

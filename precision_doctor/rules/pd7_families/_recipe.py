@@ -49,6 +49,9 @@ def holding(
         )
         if check.gpu and gpu is not None:
             evidence += (Evidence(None, gpu.name, f"compute capability {gpu.sm}", "profile"),)
+        if check.reads_launch and launch is not None and launch.known:
+            how = "one process, no process group" if spread is False else "a distributed launch"
+            evidence += (Evidence(None, launch.command, f"{how} ({len(machine.gpus)} GPU(s) visible)", "launcher"),)
         if sharding.kind == "deepspeed" and sharding.stage is not None and "deepspeed" in check.keys:
             evidence += (Evidence(None, "DeepSpeed config", f"ZeRO stage {sharding.stage}", "config-file"),)
         yield check, check.message_for(view), evidence
