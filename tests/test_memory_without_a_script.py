@@ -176,3 +176,25 @@ def test_settings_combine_as_a_user_writes_them(tmp_path):
 def test_settings_that_contradict_or_miss_a_gpu_are_one_line(tmp_path, args, says):
     done = memory(tmp_path, "--model", "meta-llama/Llama-3.1-8B", *args)
     assert done.returncode == 2 and says in done.stderr, done.stderr
+
+
+def test_the_flags_estimate_as_the_sft_script_they_describe(tmp_path):
+    """The same job written by hand (TRL's SFTTrainer, settings written out) gets the same bytes and verdict."""
+    (tmp_path / "sft.py").write_text(
+        "import torch\nfrom peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training\n"
+        "from transformers import AutoModelForCausalLM, BitsAndBytesConfig\nfrom trl import SFTConfig, SFTTrainer\n"
+        "bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='nf4',\n"
+        "                         bnb_4bit_compute_dtype=torch.bfloat16)\n"
+        "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.1-8B', quantization_config=bnb)\n"
+        "model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=True)\n"
+        "model = get_peft_model(model, LoraConfig(r=16))\n"
+        "args = SFTConfig('out', per_device_train_batch_size=4, max_length=2048, bf16=True, fp16=False,\n"
+        "                 gradient_checkpointing=True)\n"
+        "SFTTrainer(model=model, args=args).train()\n"
+    )
+    by_hand = memory(tmp_path, "sft.py", "--target", "a10g", "--format", "json")
+    flags = memory(tmp_path, *QLORA_8B, "--checkpointing", "--target", "a10g", "--format", "json")
+    (hand,) = json.loads(by_hand.stdout)["scripts"]
+    (flag,) = json.loads(flags.stdout)["scripts"]
+    assert hand["per_gpu_bytes"] == flag["per_gpu_bytes"] and hand["verdict"] == flag["verdict"]
+    assert hand["largest_batch_that_fits"] == flag["largest_batch_that_fits"]

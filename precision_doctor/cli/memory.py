@@ -12,7 +12,7 @@ def register(sub) -> None:
         help="the per-GPU memory breakdown of a training script, or of a model and settings: will it fit?",
         description="Estimate each script's GPU memory per device (weights, gradients, optimizer "
         "state, activations) before it runs. The scripts' own arguments go after `--`. Without a script, "
-        "--model and the settings flags describe the job (a Trainer run); --compare gives a table over GPUs.",
+        "--model and the settings flags describe the job (an SFT run); --compare gives a table over GPUs.",
     )
     memory.add_argument("paths", nargs="*", metavar="PATH", help="training scripts, or folders of them")
     memory.add_argument("--target", metavar="NAME[:COUNT]", help="the GPU the job runs on, e.g. a100:4")
@@ -91,11 +91,13 @@ DTYPES = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.floa
 
 
 def script_for(opts, model: str) -> str:
-    """The Trainer script the flags describe: the doctor estimates it as it would any script."""
+    """The supervised fine-tuning script the flags describe (TRL's SFTTrainer, whose SFTConfig takes the sequence
+    length; every setting written out, none left to SFTConfig's defaults): the doctor estimates it as any script."""
     lines = [
         "import torch",
         "from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training",
-        "from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments",
+        "from transformers import AutoModelForCausalLM, BitsAndBytesConfig",
+        "from trl import SFTConfig, SFTTrainer",
     ]
     load = [repr(model)]
     if opts.dtype:
@@ -116,9 +118,9 @@ def script_for(opts, model: str) -> str:
         lines.append(f"model = get_peft_model(model, LoraConfig(r={opts.lora or 16}))")
     args = ["'out'", f"per_device_train_batch_size={opts.batch}", f"max_length={opts.seq}"]
     args.append(f"optim={OPTIMIZERS[opts.optimizer]!r}")
-    if opts.amp:
-        args.append(f"{opts.amp}=True")
-    args.append(f"gradient_checkpointing={bool(opts.checkpointing)}")
+    args.append(f"bf16={opts.amp == 'bf16'}")  # SFTConfig would turn bf16 on by itself
+    args.append(f"fp16={opts.amp == 'fp16'}")
+    args.append(f"gradient_checkpointing={bool(opts.checkpointing)}")  # ... and checkpointing
     if opts.zero:
         zero: dict = {"stage": opts.zero}
         if opts.offload:
@@ -128,8 +130,8 @@ def script_for(opts, model: str) -> str:
         args.append(f"deepspeed={ {'zero_optimization': zero}!r}")
     elif opts.fsdp:
         args.append("fsdp=" + repr("full_shard auto_wrap" + (" offload" if opts.offload else "")))
-    lines.append(f"args = TrainingArguments({', '.join(args)})")
-    lines.append("Trainer(model=model, args=args).train()")
+    lines.append(f"args = SFTConfig({', '.join(args)})")
+    lines.append("SFTTrainer(model=model, args=args).train()")
     return "\n".join(lines) + "\n"
 
 
