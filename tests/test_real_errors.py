@@ -662,6 +662,8 @@ _DDP_PEFT = (
     "Trainer(model=model, args=TrainingArguments(sys.argv[2], use_cpu=True, max_steps=2, report_to=[], "
     "per_device_train_batch_size=2, save_strategy='no'{args}), "
     "train_dataset=[{{'input_ids': i, 'labels': i}} for i in ids]).train()\n"
+    # ranks leave together: one exiting while the other still talks to it can abort gloo (SIGABRT) after training
+    "torch.distributed.barrier()\ntorch.distributed.destroy_process_group()\n"
 )
 
 
