@@ -240,16 +240,22 @@ class Breakdown:
 
     @property
     def peak(self) -> int:
-        """Steady state: the next step runs with the optimizer state allocated; its backward starts with every
-        activation held and the loss's gradient added, and gradients grow as activations are freed."""
-        return (
-            self.weights
-            + self.optimizer
-            + self.master
-            + max(self.activations + self.backward, self.gradients)
-            + self.context
-            + self.reserve
-        )
+        return sum(size for _, size in self.peak_parts())
+
+    def peak_parts(self) -> list[tuple[str, int]]:
+        """What the peak is made of, bottom to top. Steady state: the next step runs with the optimizer state
+        allocated; its backward starts with every activation held and the loss's gradient added ("activations"),
+        and gradients grow as activations are freed ("gradients" where they are the larger)."""
+        held = self.activations + self.backward
+        middle = ("activations", held) if held >= self.gradients else ("gradients", self.gradients)
+        return [
+            ("weights", self.weights),
+            ("optimizer state", self.optimizer),
+            ("fp32 master weights and gradients", self.master),
+            middle,
+            ("CUDA context", self.context),
+            ("allocator reserve", self.reserve),
+        ]
 
     def rows(self) -> list[tuple[str, int]]:
         return [

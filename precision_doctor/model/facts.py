@@ -144,6 +144,11 @@ class Call:
     def kwarg(self, name: str) -> Value:
         return self.kwargs.get(name) or absent(f"{name} not passed")
 
+    def deepspeed_config(self) -> Value:
+        """The config a `deepspeed.initialize(...)` call (kind deepspeed_initialize) is given: `config=` (a dict, or
+        the JSON file it names), else its older name `config_params=`."""
+        return self.kwarg("config") if "config" in self.kwargs else self.kwarg("config_params")
+
 
 def builds_from_config(load: Call) -> bool:
     """`AutoModelForCausalLM.from_config(config)`: a model built afresh in the config's shape, no weights read."""

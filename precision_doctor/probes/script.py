@@ -956,7 +956,7 @@ def _deepspeed_configs(script: Path, calls: list[Call]) -> tuple[dict[str, dict]
         if call.kind == "training_args":
             v = call.kwarg("deepspeed")
         elif call.kind == "deepspeed_initialize":
-            v = call.kwarg("config") if "config" in call.kwargs else call.kwarg("config_params")
+            v = call.deepspeed_config()
         else:
             v = call.args[0] if call.args else None
         if v is None or v.state != KNOWN or not isinstance(v.value, str) or v.value in found:

@@ -97,7 +97,9 @@ def render_text(facts: Facts, memory: Mapping[str, tuple[Setup, MemoryPlan | str
             table.add_row(name, f"{value / GIB:.2f}")
         table.add_row(f"available on {markup(entry['gpu'])}", f"{entry['budget_bytes'] / GIB:.2f}")
         console.print(table)
-        console.print(f"  {_bar(entry['per_gpu_bytes'], entry['budget_bytes'])}")
+        plan = memory[entry["path"]][1]
+        assert isinstance(plan, MemoryPlan)  # an entry without one is "unknown", passed over above
+        console.print(f"  {_bar(plan.breakdown.peak_parts(), plan.budget)}")
         fits, safe = entry["largest_batch_that_fits"], entry["safe_batch"]
         margin = (
             f" (with the estimate's measured error, +{MEASURED_UNDERESTIMATE:.0%}: up to {safe}; "
@@ -118,23 +120,23 @@ def render_text(facts: Facts, memory: Mapping[str, tuple[Setup, MemoryPlan | str
 
 
 BAR_WIDTH = 48
+_LETTERS = {  # a letter for each part of Breakdown.peak_parts()
+    "weights": "W",
+    "optimizer state": "O",
+    "fp32 master weights and gradients": "M",
+    "activations": "A",
+    "gradients": "G",
+    "CUDA context": "C",
+    "allocator reserve": "R",
+}
 
 
-def _bar(per_gpu: dict, budget: int) -> str:
+def _bar(peak_parts: list[tuple[str, int]], budget: int) -> str:
     """The peak as one bar against the GPU, a letter per part so it reads without colour (a pipe, a CI log): W
     weights, O optimizer state, M fp32 master copy, A activations and the loss's gradient (G where the gradients are
     larger: the step holds one or the other at its largest), C CUDA context, R allocator reserve; `|` is where the
     GPU's memory ends, `.` what is left, and what does not fit runs past the `|`."""
-    held = per_gpu.get("activations", 0) + per_gpu.get("loss gradient / recomputed layer", 0)
-    gradients = per_gpu.get("gradients", 0)
-    parts = [
-        ("W", per_gpu.get("weights", 0)),
-        ("O", per_gpu.get("optimizer state", 0)),
-        ("M", per_gpu.get("fp32 master weights and gradients", 0)),
-        ("A", held) if held >= gradients else ("G", gradients),
-        ("C", per_gpu.get("CUDA context", 0)),
-        ("R", per_gpu.get("allocator reserve", 0)),
-    ]
+    parts = [(_LETTERS[name], size) for name, size in peak_parts]
     peak = sum(v for _, v in parts)
     scale = BAR_WIDTH / max(peak, budget, 1)
     used, total = "", 0

@@ -12,8 +12,8 @@ from ..derive.memory_plan import MemoryPlan
 
 WIDTH, HEIGHT = 760, 440
 LEFT, RIGHT, TOP, BOTTOM = 70, 200, 40, 60
-# (name, colour) bottom to top; the middle band is what the step holds at its largest: activations and the loss's
-# gradient (or a recomputed layer), else the gradients where they are larger
+# (name, colour) bottom to top, one per part of Breakdown.peak_parts(); the middle band is what the step holds at its
+# largest: activations and the loss's gradient (or a recomputed layer), else the gradients where they are larger
 LAYERS = (
     ("weights", "#4e79a7"),
     ("optimizer state", "#f28e2b"),
@@ -25,14 +25,7 @@ LAYERS = (
 
 
 def _stack(b: Breakdown) -> list[int]:
-    return [
-        b.weights,
-        b.optimizer,
-        b.master,
-        max(b.activations + b.backward, b.gradients),
-        b.context,
-        b.reserve,
-    ]
+    return [size for _, size in b.peak_parts()]
 
 
 def _nice_step(raw: float) -> float:

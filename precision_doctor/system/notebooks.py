@@ -187,79 +187,24 @@ def _elements(raw: str, i: int):
             i = _skip(raw, i + 1)
 
 
-# JSON tokens as the notebook's file holds them: a string, a punctuation mark, or a bare literal
-_JSON_TOKEN = re.compile(r'\s*(?:("(?:[^"\\\n]|\\.)*")|([{}\[\],:])|([^\s{}\[\],:"]+))')
-
-
 def file_line(raw: str, cell: int, line: int) -> int | None:
     """The line of the notebook's file (its JSON) that holds line `line` of cell `cell` (both 1-based, the cell
     counted as the marker counts it): what a code-scanning UI showing the `.ipynb` file needs. None when the JSON
     cannot be followed that far."""
-    strings = _cell_source(raw, cell - 1)
-    if not strings:
+    try:
+        span = _source_spans(raw).get(cell) if raw else None
+        if span is None:
+            return None
+        start = span[0]
+        # `source` is one string, or a list of strings (a line each, as Jupyter saves it)
+        pieces = [start] if raw[start] != "[" else list(_elements(raw, start))
+        strings = [(at, text) for at in pieces if isinstance(text := _DECODER.raw_decode(raw, at)[0], str)]
+    except (ValueError, IndexError, RecursionError):
         return None
     seen = 0  # source lines begun before this string
-    for offset, text in strings:
+    for at, text in strings:
         seen_after = seen + text.count("\n")
-        if line - 1 <= seen_after - (1 if text.endswith("\n") else 0) or (offset, text) == strings[-1]:
-            return raw.count("\n", 0, offset) + 1
+        if line - 1 <= seen_after - (1 if text.endswith("\n") else 0) or at == strings[-1][0]:
+            return raw.count("\n", 0, at) + 1
         seen = seen_after
     return None
-
-
-def _cell_source(raw: str, index: int) -> list[tuple[int, str]]:
-    """(offset, text) of each string of `cells[index].source` (one string or a list), read token by token
-    without building the document (outputs can be megabytes of images)."""
-    stack: list[list] = []  # [kind, key or index, expecting a key]
-    found: list[tuple[int, str]] = []
-    pos = 0
-    while pos < len(raw):
-        token = _JSON_TOKEN.match(raw, pos)
-        if token is None:
-            return found
-        pos = token.end()
-        string, mark, bare = token.groups()
-        frame = stack[-1] if stack else None
-        if mark in ("{", "["):
-            stack.append(["object" if mark == "{" else "array", None if mark == "{" else 0, mark == "{"])
-            continue
-        if mark in ("}", "]"):
-            if len(stack) == 4 and stack[:3] and _path(stack[:3]) == ("cells", index, "source"):
-                return found  # the source list closed
-            if len(stack) == 3 and _path(stack[:2]) == ("cells", index) and found:
-                return found
-            if stack:
-                stack.pop()
-            continue
-        if mark == ":":
-            if frame is not None:
-                frame[2] = False
-            continue
-        if mark == ",":
-            if frame is not None and frame[0] == "array":
-                frame[1] += 1
-            elif frame is not None:
-                frame[2] = True
-            continue
-        if string is not None and frame is not None and frame[0] == "object" and frame[2]:
-            try:
-                frame[1] = json.loads(string)
-            except ValueError:
-                return found
-            continue
-        if string is not None:
-            path = _path(stack)
-            if path == ("cells", index, "source") or (len(path) == 4 and path[:3] == ("cells", index, "source")):
-                try:
-                    found.append((token.start(1), json.loads(string)))
-                except ValueError:
-                    return found
-                if len(path) == 3:
-                    return found
-        elif bare is None and string is None:
-            return found
-    return found
-
-
-def _path(stack: list[list]) -> tuple:
-    return tuple(frame[1] for frame in stack)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import field
 
-from ...model.facts import KNOWN, Gpu, RecipeFacts, StackFacts, Value
+from ...model.facts import KNOWN, Gpu, RecipeFacts, StackFacts
 from ...model.util import record
 from .. import bf16_checks
 from ..versions import at_least
@@ -36,9 +36,6 @@ class RecipeView:
         self.distributed = distributed  # under a process group (derive.launch.distributed); None: launch unknown
         self.gpu_count = gpu_count  # GPUs the machine shows (0: not known)
         self.model_type = model_type  # the checkpoint's model_type, where the doctor knows it ("" otherwise)
-
-    def value(self, key: str) -> Value | None:
-        return self.recipe.settings.get(key)
 
     def get(self, key: str, default: object = None) -> object:
         """The setting as written (a dotted path for nested keys); `default` when absent or not a plain value."""

@@ -39,6 +39,7 @@ class Builder:
         self.via = f"{family} config"
         self.first = Location(doc.path, min(doc.lines.values(), default=1))
         self.last = Location(doc.path, max(doc.lines.values(), default=1))  # training starts once all is read
+        self._model_type: str | None = None
 
     def written(self, key: str, meaning: Any = None) -> Value:
         return self.doc.value(key, via=self.via, meaning=meaning)
@@ -84,7 +85,6 @@ class Builder:
         return call
 
     def facts(self) -> ScriptFacts:
-        from ..checkpoint import probe_checkpoints
         from ..script import _deepspeed_configs
 
         deepspeed, missing = _deepspeed_configs(self.path, self.calls)
@@ -95,15 +95,20 @@ class Builder:
             unknowns=tuple(self.unknowns) + tuple(missing),
             files=(self.doc.path,),
             deepspeed_configs=deepspeed,
-            recipe=RecipeFacts(self.family, self.version, self.settings(), self._model_type(probe_checkpoints)),
+            recipe=RecipeFacts(self.family, self.version, self.settings(), self.model_type()),
         )
 
-    def _model_type(self, probe_checkpoints) -> str:
-        """The trained checkpoint's model_type where it is known (a local folder, the HF cache, the shipped table):
-        some of the framework's checks depend on it. The checkpoint's size is not handed to the memory rules:
-        a recipe's sharding (an Axolotl fsdp_config) is not modelled yet, and they would judge it unsharded."""
-        found = probe_checkpoints(self.path, self.calls)
-        return next((c.model_type for c in found.values() if c.known and c.model_type), "")
+    def model_type(self) -> str:
+        """The trained checkpoint's model_type where it is known (a local folder, the HF cache, the shipped table),
+        read once the model load is added; "" otherwise. Some of the framework's checks and defaults depend on it.
+        The checkpoint's size is not handed to the memory rules: a recipe's sharding (an Axolotl fsdp_config) is
+        not modelled yet, and they would judge it unsharded."""
+        if self._model_type is None:
+            from ..checkpoint import probe_checkpoints
+
+            found = probe_checkpoints(self.path, self.calls)
+            self._model_type = next((c.model_type for c in found.values() if c.known and c.model_type), "")
+        return self._model_type
 
     def settings(self) -> dict[str, Value]:
         """Every setting the recipe writes, by dotted key path (a mapping too, as a whole), as written (launch-line

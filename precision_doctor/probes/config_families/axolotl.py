@@ -7,9 +7,7 @@ How `axolotl train` launches is in knowledge/launchers.py (RECIPE_CLIS)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
-from pathlib import Path
 
 from ...knowledge.recipe_checks.axolotl import LEGACY_ATTENTION
 from ...model.call_kinds import CallKind
@@ -171,17 +169,13 @@ def build(b: Builder) -> ScriptFacts:
 
 
 def _gemma4(b: Builder) -> bool:
-    """Whether the base model is Gemma 4, whose `model_config_type` Axolotl special-cases: by a local checkpoint's
-    config.json, else by its id (the hub config is not read offline)."""
+    """Whether the base model is Gemma 4, whose `model_config_type` Axolotl special-cases: by the checkpoint's
+    model_type where the doctor knows it, else by its id (the hub config is not read offline)."""
     base = b.doc.get("base_model")
     if not isinstance(base, str):
         return False
-    config = (b.path.parent / base / "config.json") if not base.startswith(("/", "~")) else Path(base) / "config.json"
-    try:
-        model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type") if config.is_file() else None
-    except (OSError, ValueError, AttributeError):
-        model_type = None
-    if model_type is not None:
+    model_type = b.model_type()
+    if model_type:
         return model_type in ("gemma4", "gemma4_unified")
     name = base.rsplit("/", 1)[-1].lower().replace("_", "-")
     return name.startswith(("gemma-4", "gemma4"))

@@ -105,9 +105,8 @@ def _cast(r, node, scope, ctx, depth):
     if not (isinstance(inner, Known) and isinstance(inner.value, TensorValue)):
         return None
     method = node.func.attr
-    target = CAST_METHODS[method] or inner.value.dtype
+    target = CAST_METHODS[method] or inner.value.dtype  # .to(device), .cuda(), .cpu() keep the dtype
     if method == "to":
-        target = inner.value.dtype  # .to(device) keeps the dtype
         for a in list(node.args) + [k.value for k in node.keywords if k.arg == "dtype"]:
             d = r.sym(a, scope, ctx, depth)
             if isinstance(d, Known) and dtypes.from_string(d.value):

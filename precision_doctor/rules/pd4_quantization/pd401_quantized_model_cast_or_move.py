@@ -112,7 +112,7 @@ def _deepspeed_casts(script: ScriptFacts, setup: Setup, bits: str):
         given = by_key.get(c.refs.get("model", ""))
         if given is None or setup.model_load is None or given.key != setup.model_load.key:
             continue
-        written = c.kwarg("config") if "config" in c.kwargs else c.kwarg("config_params")
+        written = c.deepspeed_config()
         config = written.value if written.state == "known" else None
         if isinstance(config, str):
             config = script.deepspeed_configs.get(config)

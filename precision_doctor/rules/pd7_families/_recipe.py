@@ -8,7 +8,7 @@ from ...derive import LaunchPlan, Setup, evidence_of
 from ...derive.launch import distributed
 from ...knowledge.recipe_checks import RecipeCheck, RecipeView, checks_for
 from ...model.facts import LaunchFacts, MachineFacts, ScriptFacts, StackFacts
-from ...model.findings import Evidence
+from ...model.findings import Applicability, Evidence, Fix
 
 
 def holding(
@@ -16,19 +16,19 @@ def holding(
     setup: Setup,
     machine: MachineFacts,
     stack: StackFacts,
+    launch: LaunchFacts,
+    plan: LaunchPlan,
     action: str,
-    launch: LaunchFacts | None = None,
-    plan: LaunchPlan | None = None,
-) -> Iterator[tuple[RecipeCheck, str, tuple[Evidence, ...]]]:
-    """Each check of this action that holds on the recipe, with the framework's message for it and the settings it
-    read as evidence (and the GPU where the check asks it). A check that asks the GPU is silent while no GPU is
-    known."""
+) -> Iterator[tuple[RecipeCheck, str, tuple[Evidence, ...], Fix]]:
+    """Each check of this action that holds on the recipe, with the framework's message for it, the settings it
+    read as evidence (and the GPU where the check asks it) and the fix it names, citing the source mirrored. A check
+    that asks the GPU is silent while no GPU is known."""
     recipe = script.recipe
     if recipe is None:
         return
     gpu = machine.gpus[0] if machine.gpus else None
     sharding = setup.sharding
-    spread = distributed(launch, plan, machine) if launch is not None and plan is not None else None
+    spread = distributed(launch, plan, machine)
     view = RecipeView(
         recipe,
         gpu,
@@ -49,13 +49,10 @@ def holding(
         )
         if check.gpu and gpu is not None:
             evidence += (Evidence(None, gpu.name, f"compute capability {gpu.sm}", "profile"),)
-        if check.reads_launch and launch is not None and launch.known:
+        if check.reads_launch and launch.known:
             how = "one process, no process group" if spread is False else "a distributed launch"
             evidence += (Evidence(None, launch.command, f"{how} ({len(machine.gpus)} GPU(s) visible)", "launcher"),)
         if sharding.kind == "deepspeed" and sharding.stage is not None and "deepspeed" in check.keys:
             evidence += (Evidence(None, "DeepSpeed config", f"ZeRO stage {sharding.stage}", "config-file"),)
-        yield check, check.message_for(view), evidence
-
-
-def source_line(check: RecipeCheck, version: str) -> str:
-    return f"{check.family} {version} {check.source}"
+        mirrored = f"mirrored from {check.family} {recipe.version} {check.source}"
+        yield check, check.message_for(view), evidence, Fix(check.fix, Applicability.DISPLAY, notes=(mirrored,))

@@ -5,9 +5,9 @@ from __future__ import annotations
 from ...derive import LaunchPlan, Setup
 from ...knowledge.recipe_checks import axolotl
 from ...model.facts import LaunchFacts, MachineFacts, ScriptFacts, StackFacts
-from ...model.findings import Applicability, Draft, Fix
+from ...model.findings import Applicability, Draft
 from ..registry import Example, LogSignature, rule
-from ._recipe import holding, source_line
+from ._recipe import holding
 
 _QLORA_8BIT = next(c for c in axolotl.CHECKS if "Require cfg.load_in_4bit" in c.message)
 _DEEPSPEED_AND_FSDP = next(c for c in axolotl.CHECKS if c.message.startswith("deepspeed and fsdp"))
@@ -32,18 +32,15 @@ _DEEPSPEED_AND_FSDP = next(c for c in axolotl.CHECKS if c.message.startswith("de
     fix="Change the recipe as the finding says; the framework's message names the setting.",
     applicability=Applicability.DISPLAY,
     log=LogSignature(
-        patterns=tuple(
-            rf"{msg}"
-            for msg in (
-                r"Require cfg\.load_in_4bit to be True for qlora",
-                r"Can't (load|merge) qlora (in|if)",
-                r"deepspeed and fsdp cannot be used together",
-                r"FSDP2 not compatible with adamw_(bnb_)?8bit",
-                r"fp8_enable_fsdp_float8_all_gather requires FSDP2",
-                r"`pure_bf16` is incompatible with DeepSpeed ZeRO-3",
-                r"Cannot use LoRA with GaLore, APOLLO or BAdam together",
-                r"Only 4-bit quantized model can use fsdp\+qlora or auto device map",
-            )
+        patterns=(
+            r"Require cfg\.load_in_4bit to be True for qlora",
+            r"Can't (load|merge) qlora (in|if)",
+            r"deepspeed and fsdp cannot be used together",
+            r"FSDP2 not compatible with adamw_(bnb_)?8bit",
+            r"fp8_enable_fsdp_float8_all_gather requires FSDP2",
+            r"`pure_bf16` is incompatible with DeepSpeed ZeRO-3",
+            r"Cannot use LoRA with GaLore, APOLLO or BAdam together",
+            r"Only 4-bit quantized model can use fsdp\+qlora or auto device map",
         )
     ),
     fires=[
@@ -58,10 +55,7 @@ _DEEPSPEED_AND_FSDP = next(c for c in axolotl.CHECKS if c.message.startswith("de
 def framework_refuses_recipe(
     script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts, launch: LaunchFacts, plan: LaunchPlan
 ):
-    recipe = script.recipe
-    if recipe is None:
-        return
-    for check, said, evidence in holding(script, setup, machine, stack, "refuses", launch, plan):
+    for check, said, evidence, fix in holding(script, setup, machine, stack, launch, plan, "refuses"):
         message = f"{check.family} refuses this recipe when it reads it: {said}"
         if check.truth:
             message += f" (its check is stricter than the hardware: {check.truth})"
@@ -72,9 +66,5 @@ def framework_refuses_recipe(
             message,
             evidence=evidence,
             error=error,
-            fix=Fix(
-                check.fix,
-                Applicability.DISPLAY,
-                notes=(f"mirrored from {source_line(check, recipe.version)}",),
-            ),
+            fix=fix,
         )

@@ -5,9 +5,9 @@ from __future__ import annotations
 from ...derive import LaunchPlan, Setup
 from ...knowledge.recipe_checks import axolotl
 from ...model.facts import LaunchFacts, MachineFacts, ScriptFacts, StackFacts
-from ...model.findings import Applicability, Draft, Fix
+from ...model.findings import Applicability, Draft
 from ..registry import Example, LogSignature, rule
-from ._recipe import holding, source_line
+from ._recipe import holding
 
 _PACKED_SDPA_BF16 = next(c for c in axolotl.CHECKS if c.message.startswith("sample_packing & torch sdpa"))
 _QLORA_ZERO3 = next(c for c in axolotl.CHECKS if c.message.startswith("qlora + zero3"))
@@ -48,17 +48,10 @@ _QLORA_ZERO3 = next(c for c in axolotl.CHECKS if c.message.startswith("qlora + z
 def framework_warns_recipe(
     script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts, launch: LaunchFacts, plan: LaunchPlan
 ):
-    recipe = script.recipe
-    if recipe is None:
-        return
-    for check, said, evidence in holding(script, setup, machine, stack, "warns", launch, plan):
+    for check, said, evidence, fix in holding(script, setup, machine, stack, launch, plan, "warns"):
         yield Draft(
             f"{check.family} warns when it reads this recipe: {said}",
             evidence=evidence,
             error=check.consequence or said,
-            fix=Fix(
-                check.fix,
-                Applicability.DISPLAY,
-                notes=(f"mirrored from {source_line(check, recipe.version)}",),
-            ),
+            fix=fix,
         )
