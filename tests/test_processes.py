@@ -501,10 +501,20 @@ run_parallel(sleepy, range(6), jobs=3, chunk=1)
 """
 
 
+def _as_from_a_terminal():
+    """Ctrl-C as a terminal delivers it: a suite started in the background (`cmd &`, nohup) has SIGINT ignored,
+    and a child inherits that, so it would rightly never answer SIGINT."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
 def test_workers_die_with_the_doctor_and_release_its_stdout(tmp_path, census, sig):
     proc = subprocess.Popen(
-        [sys.executable, "-c", POOL_PARENT, str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        [sys.executable, "-c", POOL_PARENT, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        preexec_fn=_as_from_a_terminal,
     )
     census.root(proc.pid)
     deadline = time.monotonic() + 20
