@@ -573,3 +573,32 @@ def test_whisper_small_recipe_fits_a_t4(run_check):
     shape = TrainingShape(batch=16, sequence=64, checkpointing=True, compute_dtype="float16")
     base = activation_bytes(whisper, shape)
     assert activation_bytes(replace(whisper, source_positions=3000), shape) > 1.5 * base  # the audio dominates
+
+
+def test_fsdp_activation_checkpointing_is_checkpointing(tmp_path):
+    """`fsdp_config={"activation_checkpointing": True}` makes accelerate wrap every layer in torch's non-reentrant
+    checkpoint_wrapper (accelerate 1.15 accelerator.py:1979-1983, utils/fsdp_utils.py:722)."""
+    script = (
+        "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+        "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-2-7b-hf', dtype=torch.bfloat16)\n"
+        "args = TrainingArguments('out', bf16=True, per_device_train_batch_size=2, fsdp='full_shard',"
+        " fsdp_config={FSDP})\n"
+        "Trainer(model=model, args=args).train()\n"
+    )
+    on = _memory(
+        tmp_path,
+        script.replace("{FSDP}", "{'activation_checkpointing': True}"),
+        "--target",
+        "a100:8",
+        "--format",
+        "json",
+    )
+    off = _memory(tmp_path, script.replace("{FSDP}", "{}"), "--target", "a100:8", "--format", "json")
+    shapes = [json.loads(d.stdout)["scripts"][0]["shape"]["checkpointing"] for d in (on, off)]
+    assert shapes == [True, False]
+
+
+def test_memory_text_in_a_pipe_keeps_each_line_whole(tmp_path):
+    done = _memory(tmp_path, _SCRIPT, "--target", "a100:4")
+    setup = [line for line in done.stdout.splitlines() if line.startswith("  setup  ")]
+    assert len(setup) == 1 and setup[0].rstrip().endswith("one process on one GPU"), done.stdout

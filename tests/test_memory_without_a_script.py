@@ -161,7 +161,7 @@ def test_settings_combine_as_a_user_writes_them(tmp_path):
     done = memory(tmp_path, *QLORA_8B, "--lora", "64", "--target", "a100")
     assert done.returncode == 0 and "4bit, LoRA r=64" in done.stdout, done.stderr
     done = memory(tmp_path, "--model", "meta-llama/Llama-3.1-8B", "--zero", "3", "--target", "a100-40gb:4")
-    assert "zero3 over 4 GPU(s)" in done.stdout, done.stderr  # the GPUs per node from --target
+    assert "ZeRO-3 over 4 GPUs" in done.stdout, done.stderr  # the GPUs per node from --target
 
 
 @pytest.mark.parametrize(
@@ -188,8 +188,8 @@ def test_the_flags_estimate_as_the_sft_script_they_describe(tmp_path):
         "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.1-8B', quantization_config=bnb)\n"
         "model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=True)\n"
         "model = get_peft_model(model, LoraConfig(r=16))\n"
-        "args = SFTConfig('out', per_device_train_batch_size=4, max_length=2048, bf16=True, fp16=False,\n"
-        "                 gradient_checkpointing=True)\n"
+        "args = SFTConfig('out', per_device_train_batch_size=4, max_length=2048, packing=True, bf16=True,\n"
+        "                 fp16=False, gradient_checkpointing=True)\n"
         "SFTTrainer(model=model, args=args).train()\n"
     )
     by_hand = memory(tmp_path, "sft.py", "--target", "a10g", "--format", "json")

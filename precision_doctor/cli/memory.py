@@ -116,7 +116,8 @@ def script_for(opts, model: str) -> str:
         )
     if opts.qlora or opts.lora:  # peft's default modules (q and v projections): what the estimate counts
         lines.append(f"model = get_peft_model(model, LoraConfig(r={opts.lora or 16}))")
-    args = ["'out'", f"per_device_train_batch_size={opts.batch}", f"max_length={opts.seq}"]
+    # packed: every sequence is --seq tokens long (unpacked, max_length would only cap them)
+    args = ["'out'", f"per_device_train_batch_size={opts.batch}", f"max_length={opts.seq}", "packing=True"]
     args.append(f"optim={OPTIMIZERS[opts.optimizer]!r}")
     args.append(f"bf16={opts.amp == 'bf16'}")  # SFTConfig would turn bf16 on by itself
     args.append(f"fp16={opts.amp == 'fp16'}")

@@ -182,6 +182,23 @@ class Parallelism:
     offload_params: bool = False
     gpus_per_node: int = 0  # hybrid sharding: within a node (0: all of them)
 
+    def describe(self) -> str:
+        """'DDP over 8 GPUs (a full copy on each)', 'ZeRO-3 over 4 GPUs, parameters offloaded to the CPU'."""
+        if self.kind == "single":
+            return "one process on one GPU"
+        what = {
+            "ddp": "DDP",
+            "device-map": "device_map",
+            "fsdp-full": "FSDP full sharding",
+            "fsdp-grad-op": "FSDP grad-op sharding",
+            "fsdp-hybrid": "FSDP hybrid sharding",
+        }.get(self.kind, self.kind.replace("zero", "ZeRO-"))
+        text = f"{what} over {self.gpus} GPU{'s' if self.gpus != 1 else ''}"
+        if self.kind == "ddp":
+            text += " (a full copy on each)"
+        offloaded = [n for n, on in (("optimizer", self.offload_optimizer), ("parameters", self.offload_params)) if on]
+        return text + (f", {' and '.join(offloaded)} offloaded to the CPU" if offloaded else "")
+
 
 @record
 class TrainingShape:
@@ -202,6 +219,7 @@ class TrainingShape:
     master_weights: bool = False  # DeepSpeed/apex mixed precision: an fp32 copy beside half weights
     vocabulary_head: bool = True  # logits over the vocabulary (a language model); False: a task head (num_labels)
     kbit_upcast: bool = False  # peft's prepare_model_for_kbit_training: what is not quantized is cast to fp32
+    chunked_loss: bool = False  # the output layer and the loss fused in chunks (Liger, Cut Cross-Entropy): no logits
     assumed: tuple[str, ...] = ()  # what was not known and is assumed: "sequence length 1024 (...)"
 
 
@@ -341,7 +359,7 @@ def activation_bytes(c: CheckpointFacts, shape: TrainingShape, batch: int | None
     samples = shape.batch if batch is None else batch
     tokens = samples * s
     per_layer = _per_layer(c, shape, f, s)
-    outside = f.head_h * h + f.head_v * _vocabulary(c, shape)
+    outside = f.head_h * h + f.head_v * _logits_width(c, shape)
     if c.image_size and c.patch_size:
         outside += 3 * c.patch_size**2  # the pixels the patch embedding saves, per patch
     stacks = 2 if c.encoder_decoder else 1
@@ -383,7 +401,7 @@ def backward_bytes(c: CheckpointFacts, shape: TrainingShape, batch: int | None =
     f = activation_factor(c.model_type, lora=bool(shape.lora_rank), precision=regime(shape))
     s = sequence_tokens(c, shape.sequence)
     tokens = (shape.batch if batch is None else batch) * s
-    loss = tokens * LOSS_GRADIENT_BYTES * _vocabulary(c, shape)
+    loss = tokens * LOSS_GRADIENT_BYTES * _logits_width(c, shape)
     if not shape.checkpointing:
         return int(loss)
     element = BYTES.get(shape.compute_dtype, 4)
@@ -400,7 +418,7 @@ def backward_bytes(c: CheckpointFacts, shape: TrainingShape, batch: int | None =
 def logits_bytes(c: CheckpointFacts, shape: TrainingShape, batch: int | None = None) -> int:
     """The logits (and the loss's working copies) still held when the forward ends, beyond what is saved."""
     tokens = (shape.batch if batch is None else batch) * sequence_tokens(c, shape.sequence)
-    return int(tokens * LOGITS_KEPT_BYTES * _vocabulary(c, shape))
+    return int(tokens * LOGITS_KEPT_BYTES * _logits_width(c, shape))
 
 
 def autocast_copies(c: CheckpointFacts, shape: TrainingShape) -> int:
@@ -416,8 +434,14 @@ def autocast_copies(c: CheckpointFacts, shape: TrainingShape) -> int:
 
 
 def _vocabulary(c: CheckpointFacts, shape: TrainingShape) -> int:
-    """The width of the logits the loss reads: the vocabulary for a language-model head, else none worth counting."""
+    """The width of the output layer: the vocabulary for a language-model head, else none worth counting."""
     return (c.vocab_size or 0) if shape.vocabulary_head else 0
+
+
+def _logits_width(c: CheckpointFacts, shape: TrainingShape) -> int:
+    """The width of the logits held for the loss: none where the loss is fused with the output layer in chunks
+    (Liger's fused linear cross-entropy, Cut Cross-Entropy hold one chunk at a time, a few MiB)."""
+    return 0 if shape.chunked_loss else _vocabulary(c, shape)
 
 
 def estimate(c: CheckpointFacts, shape: TrainingShape) -> Breakdown:

@@ -79,6 +79,8 @@ def plan_memory(
     """The plan, or why there is none."""
     if setup.model_load is None:
         return "no model load found"
+    if script.recipe is not None and script.recipe.memory_unmodelled:
+        return script.recipe.memory_unmodelled
     device = other_device(script)
     if device:
         return f"the script is written for {device}: the GPU's memory is not its limit"
@@ -125,6 +127,13 @@ def training_shape(
     sequence = None
     for name in ("max_length", "max_seq_length"):
         sequence = sequence or _int_kwarg(args, name, machine, stack)
+    if sequence is not None and args is not None and not decide(args.kwarg("packing"), machine, stack).is_(True):
+        # truncation, not padding: each batch is padded to its longest sample (TRL's collator, Axolotl's and
+        # LLaMA-Factory's without packing), so the estimate is the worst case, a batch of samples that long
+        assumed.append(
+            f"every sample {sequence} tokens long (the longest kept; without packing a batch is padded "
+            "to its longest sample)"
+        )
     if sequence is None and source_frames(c):  # Whisper: the audio is 30 s, the labels at most 448 tokens
         sequence = c.target_positions or WHISPER_MAX_LABELS
         assumed.append(
@@ -151,6 +160,7 @@ def training_shape(
         compute_dtype=compute,
         quantized=quantized,
         lora_rank=lora_rank,
+        lora_modules=_lora_modules(script) if lora_rank else "default",
         adapter_dtype=setup.adapter_dtype.value or dtypes.FLOAT32,
         optimizer=_optimizer_kind(setup, stack),
         batch=batch,
@@ -161,6 +171,7 @@ def training_shape(
         master_weights=master,
         vocabulary_head=not _classifier(setup),
         kbit_upcast=bool(quantized and script.of("prepare_kbit")),
+        chunked_loss=_chunked_loss(setup, script, c, machine, stack),
         assumed=tuple(assumed),
     )
 
@@ -200,6 +211,59 @@ def _lora_rank(setup: Setup, script: ScriptFacts) -> int:
         if v.state == KNOWN and isinstance(v.value, int):
             return v.value
     return 8  # LoraConfig's default
+
+
+# The architectures Liger patches with its fused linear cross-entropy (liger_kernel/transformers/monkey_patch.py,
+# MODEL_TYPE_TO_APPLY_LIGER_FN, liger-kernel 0.6): elsewhere `use_liger_kernel` leaves the loss as it is.
+LIGER_MODEL_TYPES = frozenset(
+    {
+        "llama",
+        "mistral",
+        "mixtral",
+        "qwen2",
+        "qwen3",
+        "qwen3_moe",
+        "qwen2_vl",
+        "qwen2_5_vl",
+        "gemma",
+        "gemma2",
+        "gemma3",
+        "gemma3_text",
+        "phi3",
+        "granite",
+        "olmo2",
+        "glm4",
+        "smollm3",
+    }
+)
+
+
+def _chunked_loss(setup: Setup, script: ScriptFacts, c: CheckpointFacts, machine: MachineFacts, stack) -> bool:
+    """The loss fused with the output layer: a recipe's Liger / Cut Cross-Entropy setting, or the Trainer's
+    `use_liger_kernel=True` (transformers applies Liger's defaults, fused linear cross-entropy on)."""
+    if c.model_type not in LIGER_MODEL_TYPES:
+        return False
+    if script.recipe is not None and script.recipe.chunked_loss:
+        return True
+    args = setup.training_args
+    return args is not None and decide(args.kwarg("use_liger_kernel"), machine, stack).is_(True)
+
+
+# a feed-forward projection's name in the architectures the estimate knows: adapters there mean every linear layer
+MLP_PROJECTIONS = ("gate_proj", "up_proj", "down_proj", "fc1", "fc2", "c_fc", "mlp", "w1", "w2", "dense_h_to_4h")
+
+
+def _lora_modules(script: ScriptFacts) -> str:
+    """peft's default targets ("default": the attention's query and value), or "all-linear" where the config
+    names it or any feed-forward projection (the estimate counts those two layouts)."""
+    for c in script.of("peft_config"):
+        v = c.kwarg("target_modules")
+        if v.state != KNOWN or not v.value:
+            continue
+        names = [v.value] if isinstance(v.value, str) else v.value if isinstance(v.value, list | tuple) else []
+        if any(isinstance(n, str) and (n in ("all-linear", "all") or n.endswith(MLP_PROJECTIONS)) for n in names):
+            return "all-linear"
+    return "default"
 
 
 def _parallelism(

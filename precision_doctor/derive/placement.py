@@ -146,6 +146,11 @@ def _checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, sta
                 else Evidence(args.location, args.text, "gradient checkpointing on (TRL default)", "default")
             )
         reentrant = _use_reentrant(args, machine, stack, evidence)
+        fsdp_wrapped = _fsdp_activation_checkpointing(args, machine, stack)
+        if fsdp_wrapped is not None and not on:
+            on = by_args = True
+            reentrant = False
+            evidence.append(fsdp_wrapped)
         if by_args and reentrant is None and setup.trl and at_least(stack, "trl", TRL_NON_REENTRANT):
             reentrant = False  # TRL's own default, before transformers 5 took it
             trl = stack.get("trl")
@@ -182,6 +187,20 @@ def _checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, sta
             )
         )
     return Checkpointing(on, bool(reentrant), tuple(evidence))
+
+
+def _fsdp_activation_checkpointing(args: Call, machine: MachineFacts, stack: StackFacts) -> Evidence | None:
+    """FSDP's own activation checkpointing (`fsdp_config={"activation_checkpointing": True}` under `fsdp=`):
+    accelerate wraps every layer in torch's checkpoint_wrapper, non-reentrant (accelerator.py:1979-1983 for FSDP1,
+    utils/fsdp_utils.py:722 for FSDP2, accelerate 1.15)."""
+    fsdp = decide(args.kwarg("fsdp"), machine, stack)
+    config = decide(args.kwarg("fsdp_config"), machine, stack)
+    if fsdp.state != KNOWN or not fsdp.value or config.state != KNOWN or not isinstance(config.value, dict):
+        return None
+    on = config.value.get("activation_checkpointing", config.value.get("fsdp_activation_checkpointing"))
+    if on is not True and str(on).lower() != "true":
+        return None
+    return evidence_of(config, "FSDP activation checkpointing (non-reentrant)", args)
 
 
 def _either(call: Call, *names: str) -> Value:

@@ -275,6 +275,8 @@ class RecipeFacts:
     version: str  # the framework release whose behaviour the reader mirrors
     settings: dict[str, Value] = field(default_factory=dict)
     model_type: str = ""  # the trained checkpoint's, where the doctor knows it
+    memory_unmodelled: str = ""  # why the memory rules cannot judge it (a parallelism the doctor does not model)
+    chunked_loss: str = ""  # the setting that computes the loss in chunks, never holding the logits (Liger, CCE)
 
 
 @record

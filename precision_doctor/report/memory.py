@@ -8,7 +8,7 @@ from dataclasses import asdict
 
 from ..derive import Setup
 from ..derive.checkpoint import checkpoint_of, describe_source
-from ..derive.memory import GIB, MEASURED_UNDERESTIMATE, batch_ranges, cheapest_fit, offloaded_layers
+from ..derive.memory import GIB, MEASURED_UNDERESTIMATE, Parallelism, batch_ranges, cheapest_fit, offloaded_layers
 from ..derive.memory_plan import MemoryPlan, first_failure
 from ..model.facts import Facts
 from ..model.redact import markup, shown_data
@@ -71,24 +71,27 @@ def render_json(facts: Facts, memory: Mapping[str, tuple[Setup, MemoryPlan | str
 def render_text(facts: Facts, memory: Mapping[str, tuple[Setup, MemoryPlan | str]], console) -> None:
     from rich.table import Table
 
+    def say(text: str = "") -> None:  # a line is never broken: a pipe or a CI log has no width to fit
+        console.print(text, soft_wrap=True)
+
     for entry in memory_report(facts, memory):
-        console.print(f"[bold]{markup(entry['path'])}[/bold]")
+        say(f"[bold]{markup(entry['path'])}[/bold]")
         c = entry.get("checkpoint")
         if c:
             params = f"{c['parameters'] / 1e9:.2f}B parameters" if c.get("parameters") else "size unknown"
-            console.print(
+            say(
                 f"  model  {markup(c['model_id'])}: {markup(c.get('architecture') or c.get('model_type'))}, "
                 f"{params}, stored in {c.get('torch_dtype') or '?'} ({markup(_source(c))})"
             )
         if "unknown" in entry:
-            console.print(f"  no estimate: {markup(entry['unknown'])}\n")
+            say(f"  no estimate: {markup(entry['unknown'])}\n")
             continue
         s, p = entry["shape"], entry["parallelism"]
-        console.print(
+        say(
             f"  setup  weights {s['weight_dtype']}{' ' + s['quantized'] if s['quantized'] else ''}, "
             f"{'LoRA r=' + str(s['lora_rank']) if s['lora_rank'] else 'full fine-tune'}, "
             f"optimizer {s['optimizer']}, batch {s['batch']} x {s['sequence']} tokens, "
-            f"checkpointing {'on' if s['checkpointing'] else 'off'}, {p['kind']} over {p['gpus']} GPU(s)"
+            f"checkpointing {'on' if s['checkpointing'] else 'off'}, {Parallelism(**p).describe()}"
         )
         table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
         table.add_column("per GPU")
@@ -99,7 +102,7 @@ def render_text(facts: Facts, memory: Mapping[str, tuple[Setup, MemoryPlan | str
         console.print(table)
         plan = memory[entry["path"]][1]
         assert isinstance(plan, MemoryPlan)  # an entry without one is "unknown", passed over above
-        console.print(f"  {_bar(plan.breakdown.peak_parts(), plan.budget)}")
+        say(f"  {_bar(plan.breakdown.peak_parts(), plan.budget)}")
         fits, safe = entry["largest_batch_that_fits"], entry["safe_batch"]
         margin = (
             f" (with the estimate's measured error, +{MEASURED_UNDERESTIMATE:.0%}: up to {safe}; "
@@ -108,15 +111,15 @@ def render_text(facts: Facts, memory: Mapping[str, tuple[Setup, MemoryPlan | str
             if fits > safe
             else ""
         )
-        console.print(
+        say(
             f"  verdict  {entry['verdict']} (headroom {entry['headroom']:.0%}); largest "
             f"per_device_train_batch_size that fits: {fits}{margin}"
         )
         if entry["cheapest_change"]:
-            console.print(f"  cheapest change  {markup(entry['cheapest_change'])}")
+            say(f"  cheapest change  {markup(entry['cheapest_change'])}")
         for a in entry["assumed"]:
-            console.print(f"  assumed  {markup(a)}")
-        console.print()
+            say(f"  assumed  {markup(a)}")
+        say()
 
 
 BAR_WIDTH = 48

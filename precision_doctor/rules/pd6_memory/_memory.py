@@ -34,7 +34,7 @@ def gib(n: int) -> str:
 def breakdown_text(m: MemoryPlan) -> str:
     b = m.breakdown
     parts = ", ".join(f"{name} {gib(v)}" for name, v in b.rows() if v)
-    return f"{parts} (per GPU, of {gib(m.budget)} on {m.gpu.name})"
+    return f"{parts} (per GPU, of {gib(m.budget)} on {m.gpu.name}; {m.shape.parallelism.describe()})"
 
 
 def _evidence(m: MemoryPlan, setup: Setup) -> tuple[Evidence, ...]:
