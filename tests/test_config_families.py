@@ -33,9 +33,9 @@ CASES = [
     ("axolotl/seed004_v100_bf16.yml", "v100", {"PD101", "PD103", "PD106"}),
     ("llamafactory/seed000_deepspeed_precision.yaml", "h100", {"PD501"}),
     ("llamafactory/seed001_titan_bf16_lora.yaml", "titan-rtx", {"PD101"}),
-    ("llamafactory/seed002_fp16_bf16_both.yaml", "a100", {"PD209"}),
+    ("llamafactory/seed002_fp16_bf16_both.yaml", "a100:8", {"PD209"}),
     ("llamafactory/seed003_qlora_full.yaml", "rtx-6000-ada:2", {"PD404"}),
-    ("llamafactory/seed004_h100_pure_bf16.yaml", "h100", {"PD212"}),
+    ("llamafactory/seed004_h100_pure_bf16.yaml", "h100:8", {"PD212"}),
     ("accelerate/v100_bf16.yaml", "v100:4", {"PD101"}),
 ]
 

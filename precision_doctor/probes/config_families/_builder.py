@@ -13,6 +13,7 @@ from ...model.facts import (
     CONDITIONAL,
     KNOWN,
     Call,
+    CheckpointFacts,
     Location,
     Origin,
     Predicate,
@@ -39,7 +40,9 @@ class Builder:
         self.via = f"{family} config"
         self.first = Location(doc.path, min(doc.lines.values(), default=1))
         self.last = Location(doc.path, max(doc.lines.values(), default=1))  # training starts once all is read
-        self._model_type: str | None = None
+        self._checkpoints: dict[str, CheckpointFacts] = {}
+        self.memory_unmodelled = ""  # why the memory rules cannot judge this recipe ("" when they can)
+        self.chunked_loss = ""  # the setting that fuses the output layer and the loss (no logits held)
 
     def written(self, key: str, meaning: Any = None) -> Value:
         return self.doc.value(key, via=self.via, meaning=meaning)
@@ -88,6 +91,7 @@ class Builder:
         from ..script import _deepspeed_configs
 
         deepspeed, missing = _deepspeed_configs(self.path, self.calls)
+        loaded = [c.args[0].value for c in self.calls if c.kind == CallKind.MODEL_LOAD and c.args]
         return ScriptFacts(
             path=self.doc.path,
             calls=tuple(self.calls),
@@ -95,20 +99,36 @@ class Builder:
             unknowns=tuple(self.unknowns) + tuple(missing),
             files=(self.doc.path,),
             deepspeed_configs=deepspeed,
-            recipe=RecipeFacts(self.family, self.version, self.settings(), self.model_type()),
+            checkpoints={m: c for m in loaded if isinstance(m, str) and (c := self.checkpoint(m)) is not None},
+            recipe=RecipeFacts(
+                self.family,
+                self.version,
+                self.settings(),
+                self.model_type(),
+                self.memory_unmodelled,
+                self.chunked_loss,
+            ),
         )
 
-    def model_type(self) -> str:
-        """The trained checkpoint's model_type where it is known (a local folder, the HF cache, the shipped table),
-        read once the model load is added; "" otherwise. Some of the framework's checks and defaults depend on it.
-        The checkpoint's size is not handed to the memory rules: a recipe's sharding (an Axolotl fsdp_config) is
-        not modelled yet, and they would judge it unsharded."""
-        if self._model_type is None:
+    def checkpoint(self, model_id: str) -> CheckpointFacts | None:
+        """What the doctor knows of a checkpoint the recipe names (a local folder, the HF cache, the shipped
+        table), looked up once."""
+        if model_id not in self._checkpoints:
             from ..checkpoint import probe_checkpoints
 
-            found = probe_checkpoints(self.path, self.calls)
-            self._model_type = next((c.model_type for c in found.values() if c.known and c.model_type), "")
-        return self._model_type
+            load = Call(CallKind.MODEL_LOAD, "", self.first, "<module>", args=(Value(KNOWN, model_id),))
+            self._checkpoints.update(probe_checkpoints(self.path, [load]))
+        return self._checkpoints.get(model_id)
+
+    def model_type(self) -> str:
+        """The trained checkpoint's model_type where it is known, "" otherwise: some of the framework's checks and
+        defaults depend on it."""
+        for call in self.calls:
+            if call.kind == CallKind.MODEL_LOAD and call.args and isinstance(call.args[0].value, str):
+                found = self.checkpoint(call.args[0].value)
+                if found is not None and found.known and found.model_type:
+                    return found.model_type
+        return ""
 
     def settings(self) -> dict[str, Value]:
         """Every setting the recipe writes, by dotted key path (a mapping too, as a whole), as written (launch-line
@@ -177,14 +197,16 @@ def model_load(
     )
 
 
-def trained_model(b: Builder, load: Call, adapter: str, adapter_kwargs: dict[str, Value]) -> Call:
+def trained_model(
+    b: Builder, load: Call, adapter: str, adapter_kwargs: dict[str, Value], config: Call | None = None
+) -> Call:
     if adapter in ("lora", "qlora", "oft"):
         return b.add(
             CallKind.GET_PEFT_MODEL,
             "peft.get_peft_model",
             b.where("adapter", "finetuning_type"),
             kwargs=adapter_kwargs,
-            refs={"0": load.key},
+            refs={"0": load.key, **({"1": config.key} if config is not None else {})},
             target="model",
         )
     return load

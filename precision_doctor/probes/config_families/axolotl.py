@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from ...knowledge.recipe_checks.axolotl import LEGACY_ATTENTION
 from ...model.call_kinds import CallKind
-from ...model.facts import KNOWN, Origin, ScriptFacts, Unknown, Value
+from ...model.facts import KNOWN, Call, Origin, ScriptFacts, Unknown, Value
 from ..config_files import ConfigDoc
 from ._builder import Builder, gpu_decides, trained_model, weights_dtype
 
@@ -97,7 +97,7 @@ def build(b: Builder) -> ScriptFacts:
         target="model",
     )
     adapter = str(doc.get("adapter") or "")
-    model = trained_model(b, load, adapter, {})
+    model = trained_model(b, load, adapter, {}, _lora_config(b) if adapter in ("lora", "qlora") else None)
     if adapter and adapter not in ("lora", "qlora"):
         b.unknowns.append(
             Unknown(f"adapter: {adapter}", "an adapter the doctor does not model", doc.location("adapter"))
@@ -148,9 +148,19 @@ def build(b: Builder) -> ScriptFacts:
         args["fp8"] = b.written("fp8")
     if doc.has("deepspeed"):
         args["deepspeed"] = b.written("deepspeed")
-    if doc.get("fsdp"):
-        fsdp = doc.get("fsdp")
-        args["fsdp"] = b.written("fsdp", meaning=" ".join(fsdp) if isinstance(fsdp, list) else fsdp)
+    fsdp = _fsdp(b)
+    if fsdp is not None:
+        args["fsdp"] = fsdp
+        if isinstance(doc.get("fsdp_config"), dict):
+            args["fsdp_config"] = b.written("fsdp_config")
+    # core/builders/base.py:668 and causal.py:237: micro_batch_size per GPU, sequence_len (schemas/config.py:77,
+    # 665: defaults 1 and 512); a batch is padded or packed up to sequence_len at most
+    args["per_device_train_batch_size"] = b.setting("micro_batch_size", 1)
+    args["max_length"] = b.setting("sequence_len", 512)
+    args["packing"] = _full_length(b)
+    b.memory_unmodelled = _unmodelled(b)
+    # Liger's fused linear cross-entropy and Apple's Cut Cross-Entropy (Axolotl plugins) never hold the logits
+    b.chunked_loss = next((k for k in ("liger_fused_linear_cross_entropy", "cut_cross_entropy") if doc.get(k)), "")
     training = b.add(
         CallKind.TRAINING_ARGS,
         "transformers.TrainingArguments",
@@ -166,6 +176,80 @@ def build(b: Builder) -> ScriptFacts:
         target="trainer",
     )
     return b.facts()
+
+
+# Settings that change the memory per GPU in ways the estimate does not model: the memory rules stay silent (with
+# this reason) rather than judge the recipe as if they were absent.
+UNMODELLED_MEMORY = {
+    "tensor_parallel_size": "tensor parallelism",
+    "context_parallel_size": "context parallelism",
+    "sequence_parallel_degree": "sequence parallelism",
+    "expert_parallel_size": "expert parallelism",
+    "dp_shard_size": "a data-parallel sharding mesh",
+    "activation_offloading": "activation offloading",
+    "unfrozen_parameters": "training only some parameters",
+    "rl": "a preference-training trainer (reference model, paired batches)",
+    "reward_model": "a reward-model trainer",
+    "process_reward_model": "a reward-model trainer",
+    "relora": "ReLoRA",
+}
+
+
+def _unmodelled(b: Builder) -> str:
+    for key, what in UNMODELLED_MEMORY.items():
+        value = b.doc.get(key)
+        sized = isinstance(value, int) and not isinstance(value, bool)  # a parallel degree: 1 is none
+        if (value > 1) if sized else bool(value):
+            return f"{key} in {b.doc.path}: {what} is not modelled by the memory estimate"
+    if b.doc.get("adapter") not in (None, "", "lora", "qlora"):
+        return f"adapter: {b.doc.get('adapter')} is not modelled by the memory estimate"
+    return ""
+
+
+def _full_length(b: Builder) -> Value:
+    """Whether every batch is sequence_len long: sample packing fills it (and turns pad_to_sequence_len on unless
+    the recipe says false, schemas/validation.py:229-242), pad_to_sequence_len pads to it (core/builders/causal.py:
+    387-390); otherwise the collator pads each batch to its longest sample, and sequence_len is only a cap."""
+    for key in ("pad_to_sequence_len", "sample_packing"):
+        if b.doc.get(key):
+            return replace(b.written(key), value=True)
+    return b.default("sample_packing", False, f"{NAME} {VERSION} pads each batch to its longest sample")
+
+
+def _fsdp(b: Builder) -> Value | None:
+    """What Axolotl hands the Trainer as `fsdp` (core/builders/base.py:684-686): the recipe's `fsdp` list, else True
+    (full sharding) whenever `fsdp_config` is set; its offload_params and reshard_after_forward: false
+    (utils/trainer.py:591-622) are written into the meaning the sharding reader takes."""
+    doc = b.doc
+    if doc.get("fsdp"):
+        written = doc.get("fsdp")
+        return b.written("fsdp", meaning=" ".join(written) if isinstance(written, list) else written)
+    config = doc.get("fsdp_config")
+    if not isinstance(config, dict) or not config:
+        return None
+
+    def option(name: str):
+        return config.get(name, config.get(f"fsdp_{name}"))
+
+    strategy = str(option("sharding_strategy") or "").lower()
+    kind = "shard_grad_op" if option("reshard_after_forward") is False or "grad_op" in strategy else "full_shard"
+    if "hybrid" in strategy:
+        kind = "hybrid_shard"
+    meaning = kind + (" offload" if option("offload_params") else "")
+    return b.written("fsdp_config", meaning=meaning)
+
+
+def _lora_config(b: Builder) -> Call:
+    """The LoraConfig Axolotl builds (loaders/adapter.py): r from lora_r (peft's 8 when unset), every linear layer
+    with lora_target_linear, else lora_target_modules, else peft's default for the architecture."""
+    kwargs = {"r": b.setting("lora_r", 8)}
+    if b.doc.get("lora_target_linear"):
+        kwargs["target_modules"] = b.written("lora_target_linear", meaning="all-linear")
+    elif b.doc.get("lora_target_modules"):
+        kwargs["target_modules"] = b.written("lora_target_modules")
+    return b.add(
+        CallKind.PEFT_CONFIG, "peft.LoraConfig", b.where("lora_r", "adapter"), kwargs=kwargs, target="peft_config"
+    )
 
 
 def _gemma4(b: Builder) -> bool:

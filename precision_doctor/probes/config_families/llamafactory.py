@@ -8,11 +8,12 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from ...knowledge import dtypes
 from ...knowledge.recipe_checks.llamafactory import FLASH_ATTN, FLASH_ATTN_IF_INSTALLED
 from ...model.call_kinds import CallKind
-from ...model.facts import Origin, ScriptFacts
+from ...model.facts import Call, Origin, ScriptFacts, Value
 from ..config_files import ConfigDoc
-from ._builder import Builder, model_load, trained_model, weights_dtype
+from ._builder import Builder, gpu_decides, model_load, trained_model, weights_dtype
 
 NAME = "LLaMA-Factory"
 VERSION = "0.9.6.dev0"
@@ -31,14 +32,15 @@ def build(b: Builder) -> ScriptFacts:
         weights = weights_dtype("bfloat16", bf16 if bf16.value else pure_bf16)
     elif fp16.value:
         weights = weights_dtype("float16", fp16)
-    else:  # infer_optim_dtype: the checkpoint's dtype where the GPU supports it
-        weights = replace(b.default("infer_dtype", "auto"), value="auto")
+    else:
+        weights = _inferred_dtype(b)
     bits = f"load_in_{quant_bits}bit" if quant_bits in (4, 8) else ""
     quantized = (bits, b.written("quantization_bit", meaning=True), doc.location("quantization_bit")) if bits else None
     # 4-bit: the quantized weights are stored in the compute dtype, "crucial for fsdp+qlora"
     # (model/model_utils/quantization.py, BitsAndBytesConfig(bnb_4bit_quant_storage=compute_dtype))
     storage = {"bnb_4bit_quant_storage": weights} if quant_bits == 4 else None
     load = model_load(b, weights, quantized, extra=_attention(b), bnb_extra=storage)
+    _checkpointing(b, load)
     zero3 = _zero3(doc)
     upcast = not pure_bf16.value and not doc.get("use_badam") and not (quant_bits is None and zero3)
     upcast_note = b.default(
@@ -52,7 +54,7 @@ def build(b: Builder) -> ScriptFacts:
         ),
     )
     if finetuning in ("lora", "oft"):
-        model = trained_model(b, load, finetuning, {"autocast_adapter_dtype": upcast_note})
+        model = trained_model(b, load, finetuning, {"autocast_adapter_dtype": upcast_note}, _lora_config(b))
     else:
         model = load
         if upcast and finetuning in ("full", "freeze") and quant_bits is None:  # quantized: refused before
@@ -75,6 +77,26 @@ def build(b: Builder) -> ScriptFacts:
         args["tf32"] = b.written("tf32")
     if doc.has("optim"):
         args["optim"] = b.written("optim")
+    for key in ("gradient_checkpointing", "max_grad_norm", "ddp_find_unused_parameters"):
+        if doc.has(key):
+            args[key] = b.written(key)
+    if finetuning == "lora" and not doc.has("ddp_find_unused_parameters"):  # hparams/parser.py:596-602, under DDP
+        args["ddp_find_unused_parameters"] = b.default(
+            "ddp_find_unused_parameters", False, f"{NAME} {VERSION} sets False for LoRA under DDP"
+        )
+    # the Trainer's own batch per GPU; samples are cut to cutoff_len (hparams/data_args.py:46: 2048)
+    args["per_device_train_batch_size"] = b.setting("per_device_train_batch_size", 8)
+    args["max_length"] = b.setting("cutoff_len", 2048)
+    # packing fills every sequence to cutoff_len: on for `neat_packing` (data_args.py:185-186), by default only
+    # for pre-training (hparams/parser.py:645); otherwise each batch is padded to its longest sample
+    if doc.get("neat_packing") or doc.get("packing"):
+        args["packing"] = replace(b.written("neat_packing" if doc.get("neat_packing") else "packing"), value=True)
+    else:
+        pre_training = str(doc.get("stage", default="sft")) == "pt" and doc.get("packing") is None
+        args["packing"] = b.default("packing", pre_training, f"{NAME} {VERSION} packs only for stage: pt")
+    b.memory_unmodelled = _unmodelled(b, finetuning)
+    # Liger with its fused linear cross-entropy for sft/pt (model/loader.py:142, liger_kernel.py:97)
+    b.chunked_loss = "enable_liger_kernel" if doc.get("enable_liger_kernel") else ""
     training = b.add(
         CallKind.TRAINING_ARGS,
         "transformers.Seq2SeqTrainingArguments",
@@ -90,6 +112,74 @@ def build(b: Builder) -> ScriptFacts:
         target="trainer",
     )
     return b.facts()
+
+
+def _checkpointing(b: Builder, load: Call) -> None:
+    """LLaMA-Factory turns gradient checkpointing on for every model it trains, reentrant unless use_reentrant_gc:
+    false, off with disable_gradient_checkpointing (model/patcher.py:476-483, model_utils/checkpointing.py:184-196,
+    hparams/model_args.py:145-152); Gemma 3n is never checkpointed (patcher.py:477-478)."""
+    if b.doc.get("disable_gradient_checkpointing") or not b.doc.get("do_train") or b.model_type() == "gemma3n":
+        return
+    reentrant = b.setting("use_reentrant_gc", True)
+    b.add(
+        CallKind.GC_ENABLE,
+        "model.gradient_checkpointing_enable",
+        b.where("disable_gradient_checkpointing", "model_name_or_path"),
+        kwargs={"gradient_checkpointing_kwargs": replace(reentrant, value={"use_reentrant": bool(reentrant.value)})},
+        refs={"self": load.key},
+        receiver="model",
+    )
+
+
+def _inferred_dtype(b: Builder) -> Value:
+    """The load dtype with neither bf16 nor fp16 (model/patcher.py:375-379, extras/misc.py:241-248
+    infer_optim_dtype): bfloat16 for a bfloat16 checkpoint where the GPU has it, else float16 (an fp32 checkpoint
+    too); unknown where the checkpoint is."""
+    found = b.checkpoint(str(b.doc.get("model_name_or_path")))
+    if found is None or not found.known or not found.torch_dtype:
+        return replace(b.default("infer_dtype", "auto"), value="auto")
+    note = f"{NAME} {VERSION} infer_optim_dtype for a {found.torch_dtype} checkpoint (extras/misc.py:241-248)"
+    half = weights_dtype("float16", b.default("compute_dtype", "float16", note))
+    if found.torch_dtype != dtypes.BFLOAT16:
+        return half
+    return gpu_decides(
+        "infer_optim_dtype", weights_dtype("bfloat16", b.default("compute_dtype", "bfloat16", note)), half
+    )
+
+
+def _lora_config(b: Builder) -> Call:
+    """The LoraConfig LLaMA-Factory builds (model/adapter.py): r from lora_rank, lora_target (default `all`: every
+    linear layer; finetuning_args.py:77-90)."""
+    target = b.setting("lora_target", "all")
+    meaning = "all-linear" if str(target.value).strip() == "all" else [t.strip() for t in str(target.value).split(",")]
+    return b.add(
+        CallKind.PEFT_CONFIG,
+        "peft.LoraConfig",
+        b.where("lora_rank", "finetuning_type"),
+        kwargs={"r": b.setting("lora_rank", 8), "target_modules": replace(target, value=meaning)},
+        target="peft_config",
+    )
+
+
+def _unmodelled(b: Builder, finetuning: str) -> str:
+    """Why the memory estimate cannot judge the recipe ("" when it can): a stage other than supervised or
+    pre-training (a reference or value model), partial freezing, or an optimizer that replaces AdamW's state."""
+    doc = b.doc
+    stage = str(doc.get("stage", default="sft"))
+    if stage not in ("sft", "pt"):
+        return f"stage: {stage} in {doc.path} (a reference or reward model beside the trained one) is not modelled"
+    if not doc.get("do_train"):  # the Trainer's default False: evaluation or prediction only (sft/workflow.py:120)
+        return f"do_train is not set in {doc.path}: the recipe does not train"
+    for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "expert_model_parallel_size"):
+        degree = doc.get(key)
+        if isinstance(degree, int) and not isinstance(degree, bool) and degree > 1:
+            return f"{key} in {doc.path}: Megatron-Core parallelism is not modelled by the memory estimate"
+    if finetuning not in ("lora", "full"):
+        return f"finetuning_type: {finetuning} in {doc.path} is not modelled by the memory estimate"
+    for key in ("use_galore", "use_apollo", "use_badam", "use_adam_mini", "use_muon", "use_dft_loss", "use_unsloth"):
+        if doc.get(key):
+            return f"{key} in {doc.path} is not modelled by the memory estimate"
+    return ""
 
 
 def _attention(b: Builder) -> dict:

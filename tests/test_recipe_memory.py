@@ -1,0 +1,231 @@
+"""Memory of an Axolotl or LLaMA-Factory recipe: the job its framework builds from the recipe (batch, sequence,
+LoRA, FSDP sharding and its activation checkpointing, a fused loss), estimated as the same job written as a script;
+what the estimate does not model is an unknown with its reason, never a verdict."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _memory(tmp_path: Path, name: str, text: str, target: str) -> dict:
+    path = tmp_path / name
+    path.write_text(text)
+    env = {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub"), "PATH": "/usr/bin"}
+    done = subprocess.run(
+        [sys.executable, "-m", "precision_doctor", "memory", str(path), "--target", target, "--format", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)["scripts"][0]
+
+
+def _memory_ids(tmp_path: Path, name: str, text: str, target: str) -> set[str]:
+    path = tmp_path / name
+    path.write_text(text)
+    env = {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub"), "PATH": "/usr/bin"}
+    done = subprocess.run(
+        [sys.executable, "-m", "precision_doctor", "check", str(path), "--target", target, "--format", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    return {f["id"] for f in json.loads(done.stdout)["findings"] if f["id"].startswith("PD60")}
+
+
+AX_LORA = """base_model: meta-llama/Llama-3.1-8B
+adapter: lora
+lora_r: 16
+lora_target_linear: true
+micro_batch_size: 4
+sequence_len: 4096
+bf16: true
+gradient_checkpointing: true
+"""
+
+SCRIPT_LORA = """import torch
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM
+from trl import SFTConfig, SFTTrainer
+model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-3.1-8B", dtype=torch.bfloat16)
+model = get_peft_model(model, LoraConfig(r=16, target_modules="all-linear"))
+args = SFTConfig("out", bf16=True, per_device_train_batch_size={batch}, max_length={length},
+                 gradient_checkpointing=True)
+SFTTrainer(model=model, args=args, train_dataset=None).train()
+"""
+
+
+def test_an_axolotl_lora_recipe_is_estimated_as_the_same_job_written_as_a_script(tmp_path):
+    recipe = _memory(tmp_path, "lora.yml", AX_LORA, "a100-80gb")
+    script = _memory(tmp_path, "train.py", SCRIPT_LORA.format(batch=4, length=4096), "a100-80gb")
+    assert recipe["shape"]["batch"] == 4 and recipe["shape"]["sequence"] == 4096
+    assert recipe["shape"]["lora_rank"] == 16 and recipe["shape"]["lora_modules"] == "all-linear"
+    assert recipe["per_gpu_bytes"] == script["per_gpu_bytes"]
+    assert recipe["largest_batch_that_fits"] == script["largest_batch_that_fits"]
+
+
+def test_axolotl_defaults_are_one_sample_of_512_tokens(tmp_path):
+    entry = _memory(tmp_path, "lora.yml", "base_model: meta-llama/Llama-3.1-8B\nadapter: lora\nbf16: true\n", "a100")
+    assert (entry["shape"]["batch"], entry["shape"]["sequence"], entry["shape"]["lora_rank"]) == (1, 512, 8)
+    assert entry["shape"]["lora_modules"] == "default"  # peft's q/v without lora_target_linear
+
+
+AX_FULL = """base_model: meta-llama/Llama-3.1-8B
+micro_batch_size: 1
+sequence_len: 2048
+bf16: true
+"""
+FSDP2 = """fsdp_version: 2
+fsdp_config:
+  offload_params: {offload}
+  reshard_after_forward: true
+  activation_checkpointing: true
+"""
+
+
+def test_axolotl_fsdp_config_shards_the_full_fine_tune_over_the_gpus(tmp_path):
+    """A full fine-tune of 8B in bf16 (8 bytes a parameter with AdamW) does not fit one 40 GB GPU per process under
+    DDP; with `fsdp_config` Axolotl hands the Trainer fsdp=True (core/builders/base.py:684-686): sharded over 8 GPUs
+    it fits, with FSDP's own activation checkpointing on."""
+    unsharded = _memory(tmp_path, "full.yml", AX_FULL, "a100-40gb:8")
+    assert unsharded["parallelism"]["kind"] == "ddp" and unsharded["verdict"] != "fits"
+    assert _memory_ids(tmp_path, "full.yml", AX_FULL, "a100-40gb:8")
+    sharded = _memory(tmp_path, "fsdp.yml", AX_FULL + FSDP2.format(offload="false"), "a100-40gb:8")
+    assert sharded["parallelism"]["kind"] == "fsdp-full" and sharded["shape"]["checkpointing"] is True
+    assert sharded["verdict"] == "fits"
+    # an eighth of the weights, plus the layers gathered around the one computing
+    assert sharded["per_gpu_bytes"]["weights"] < unsharded["per_gpu_bytes"]["weights"] / 3
+    assert not _memory_ids(tmp_path, "fsdp.yml", AX_FULL + FSDP2.format(offload="false"), "a100-40gb:8")
+    offloaded = _memory(tmp_path, "fsdp.yml", AX_FULL + FSDP2.format(offload="true"), "a100-40gb:8")
+    assert offloaded["parallelism"]["offload_params"] is True
+    assert offloaded["per_gpu_bytes"]["optimizer state"] < sharded["per_gpu_bytes"]["optimizer state"]
+
+
+def test_a_fused_loss_holds_no_logits(tmp_path):
+    """Liger's fused linear cross-entropy (Axolotl's plugin setting) computes the loss in chunks: the batch's
+    logits over the 128k vocabulary are never held."""
+    plain = _memory(tmp_path, "lora.yml", AX_LORA, "a100-80gb")
+    fused = _memory(tmp_path, "lora.yml", AX_LORA + "liger_fused_linear_cross_entropy: true\n", "a100-80gb")
+    tokens, vocabulary = 4 * 4096, 128256
+    saved = plain["per_gpu_bytes"]["activations"] - fused["per_gpu_bytes"]["activations"]
+    assert saved >= tokens * vocabulary * 4  # the logits kept when the forward ends, at least
+    assert fused["largest_batch_that_fits"] > plain["largest_batch_that_fits"]
+
+
+@pytest.mark.parametrize(
+    "extra, reason",
+    [
+        ("tensor_parallel_size: 2\n", "tensor parallelism"),
+        ("rl: dpo\n", "preference-training"),
+        ("activation_offloading: true\n", "activation offloading"),
+    ],
+)
+def test_what_the_estimate_does_not_model_is_an_unknown_not_a_verdict(tmp_path, extra, reason):
+    text = AX_FULL + extra
+    entry = _memory(tmp_path, "full.yml", text, "a100-80gb")
+    assert reason in entry["unknown"]
+    assert not _memory_ids(tmp_path, "full.yml", text, "a100-80gb")  # it would not fit judged as plain DDP
+
+
+LF_LORA = """model_name_or_path: meta-llama/Llama-3.1-8B
+stage: sft
+do_train: true
+finetuning_type: lora
+per_device_train_batch_size: 4
+bf16: true
+"""
+
+
+def test_a_llamafactory_lora_recipe_is_estimated_as_the_same_job_written_as_a_script(tmp_path):
+    """LLaMA-Factory's defaults: lora_target `all` (every linear layer), lora_rank 8 (here 16), cutoff_len 2048."""
+    recipe = _memory(tmp_path, "lora.yaml", LF_LORA + "lora_rank: 16\n", "a100-80gb")
+    script = _memory(tmp_path, "train.py", SCRIPT_LORA.format(batch=4, length=2048), "a100-80gb")
+    assert recipe["shape"]["lora_modules"] == "all-linear" and recipe["shape"]["sequence"] == 2048
+    assert recipe["per_gpu_bytes"] == script["per_gpu_bytes"]
+
+
+@pytest.mark.parametrize(
+    "model, weights",
+    [
+        ("allenai/OLMo-2-1124-7B", "float16"),  # stored in float32: infer_optim_dtype gives float16
+        ("meta-llama/Llama-3.1-8B", "bfloat16"),  # stored in bfloat16, and the A100 has it
+    ],
+)
+def test_llamafactory_without_bf16_or_fp16_loads_what_infer_optim_dtype_picks(tmp_path, model, weights):
+    text = f"model_name_or_path: {model}\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
+    entry = _memory(tmp_path, "lora.yaml", text, "a100-80gb")
+    assert entry["checkpoint"]["model_id"] == model
+    assert entry["shape"]["weight_dtype"] == weights
+
+
+def test_a_llamafactory_recipe_that_does_not_train_gets_no_training_estimate(tmp_path):
+    text = LF_LORA.replace("do_train: true\n", "do_predict: true\n")
+    entry = _memory(tmp_path, "predict.yaml", text, "t4")
+    assert "does not train" in entry["unknown"]
+    assert not _memory_ids(tmp_path, "predict.yaml", text, "t4")
+
+
+def test_llamafactory_checkpoints_every_model_it_trains_unless_told_not_to(tmp_path):
+    """LLaMA-Factory calls gradient_checkpointing_enable() on every model it trains (model/patcher.py:476-483,
+    model_utils/checkpointing.py:184-196); `disable_gradient_checkpointing: true` keeps every activation."""
+    on = _memory(tmp_path, "lora.yaml", LF_LORA, "a100-80gb")
+    off = _memory(tmp_path, "lora.yaml", LF_LORA + "disable_gradient_checkpointing: true\n", "a100-80gb")
+    assert on["shape"]["checkpointing"] is True and off["shape"]["checkpointing"] is False
+    assert off["per_gpu_bytes"]["activations"] > 3 * on["per_gpu_bytes"]["activations"]
+
+
+def test_llamafactory_lora_under_ddp_turns_unused_parameter_search_off(tmp_path):
+    """Its reentrant checkpointing under DDP would mark parameters ready twice with find_unused_parameters=True;
+    LLaMA-Factory sets it False for LoRA (hparams/parser.py:596-602), and a recipe that sets it True gets PD303."""
+    from precision_doctor import engine
+    from precision_doctor.knowledge.versions import CURRENT
+    from precision_doctor.probes.collect import gather
+
+    from .conftest import machine_probes
+
+    def errors(text):
+        path = tmp_path / "lora.yaml"
+        path.write_text(text)
+        facts = gather([str(path)], target="a100:2", stack_overrides=CURRENT, **machine_probes())
+        return {f.rule_id for f in engine.run(facts).findings if f.severity == "error"}
+
+    assert "PD303" not in errors(LF_LORA)
+    assert "PD303" in errors(LF_LORA + "ddp_find_unused_parameters: true\n")
+
+
+@pytest.mark.parametrize(
+    "extra, severity",
+    [
+        ("", "warning"),  # padded to each batch's longest sample: sequence_len is a cap, the worst case
+        ("sample_packing: true\n", "error"),  # packed full: every batch is sequence_len long
+        ("pad_to_sequence_len: true\n", "error"),
+    ],
+)
+def test_a_sequence_length_that_is_only_a_cap_makes_the_verdict_a_warning(tmp_path, extra, severity):
+    text = AX_LORA.replace("micro_batch_size: 4", "micro_batch_size: 64") + extra
+    path = tmp_path / "big.yml"
+    path.write_text(text)
+    env = {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub"), "PATH": "/usr/bin"}
+    done = subprocess.run(
+        [sys.executable, "-m", "precision_doctor", "check", str(path), "--target", "a100-80gb", "--format", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    found = [f for f in json.loads(done.stdout)["findings"] if f["id"] == "PD602"]
+    assert [f["severity"] for f in found] == [severity]
