@@ -602,3 +602,20 @@ def test_memory_text_in_a_pipe_keeps_each_line_whole(tmp_path):
     done = _memory(tmp_path, _SCRIPT, "--target", "a100:4")
     setup = [line for line in done.stdout.splitlines() if line.startswith("  setup  ")]
     assert len(setup) == 1 and setup[0].rstrip().endswith("one process on one GPU"), done.stdout
+
+
+def test_the_change_offered_fits_with_the_estimate_s_measured_error_to_spare(tmp_path):
+    """A batch called safe must be one the estimate's measured error cannot push out (issue 31): the batch the
+    cheapest change proposes fits even 18 % above its estimate, and is the largest that does."""
+    from precision_doctor.derive.memory import MEASURED_UNDERESTIMATE, batch_ranges, cheapest_fit
+
+    c = checkpoint_facts("meta-llama/Meta-Llama-3-8B", (tmp_path,), {"HF_HUB_CACHE": str(tmp_path)})
+    budget = 80 * GIB
+    shape = TrainingShape(weight_dtype="bfloat16", compute_dtype="bfloat16", optimizer="adamw-8bit", batch=32)
+    assert estimate(c, shape).peak > budget
+    safe, fits = batch_ranges(c, shape, budget)
+    assert 1 <= safe < fits < 32  # some batches fit only within the error
+    change = cheapest_fit(c, shape, budget)
+    assert change.shape.batch == safe and f"per_device_train_batch_size={safe} " in change.description
+    assert change.breakdown.peak * (1 + MEASURED_UNDERESTIMATE) <= budget
+    assert estimate(c, replace(shape, batch=fits)).peak * (1 + MEASURED_UNDERESTIMATE) > budget

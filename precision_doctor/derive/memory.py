@@ -545,22 +545,33 @@ class Change:
 
 
 def cheapest_fit(c: CheckpointFacts, shape: TrainingShape, budget: int) -> Change | None:
-    """The least intrusive single change (in this order) after which the steady-state peak fits."""
+    """The least intrusive single change (in this order) after which the steady-state peak fits with the
+    estimate's measured error to spare; failing that, one that fits the estimate alone, said to be uncertain."""
+    safe_budget = int(budget / (1 + MEASURED_UNDERESTIMATE))
+    for limit, hedge in ((safe_budget, ""), (budget, " (fits only within the estimate's measured error)")):
+        for description, changed in _changes(c, shape, limit):
+            b = estimate(c, changed)
+            if b.peak <= limit:
+                return Change(description + hedge, changed, b)
+    return None
+
+
+def _changes(c: CheckpointFacts, shape: TrainingShape, limit: int) -> list[tuple[str, TrainingShape]]:
+    """The single changes to try, least intrusive first; the batch size is the largest under `limit`."""
     candidates: list[tuple[str, TrainingShape]] = []
     if not shape.checkpointing:
         candidates.append(
             ("turn on gradient checkpointing (gradient_checkpointing=True)", replace(shape, checkpointing=True))
         )
-    if shape.batch > 1:
-        for b in (shape.batch // 2, shape.batch // 4, 1):
-            if b >= 1:
-                candidates.append(
-                    (
-                        f"per_device_train_batch_size={b} with gradient_accumulation_steps="
-                        f"{math.ceil(shape.batch / b)} (same effective batch)",
-                        replace(shape, batch=b),
-                    )
-                )
+    fitting = largest_batch(c, replace(shape, batch=1), limit) if shape.batch > 1 else 0
+    if 1 <= fitting < shape.batch:
+        candidates.append(
+            (
+                f"per_device_train_batch_size={fitting} with gradient_accumulation_steps="
+                f"{math.ceil(shape.batch / fitting)} (an effective batch of at least {shape.batch})",
+                replace(shape, batch=fitting),
+            )
+        )
     if shape.optimizer in ("adamw", "adam") and not shape.lora_rank:
         candidates.append(('an 8-bit optimizer (optim="adamw_bnb_8bit")', replace(shape, optimizer="adamw-8bit")))
     p = shape.parallelism
@@ -584,11 +595,7 @@ def cheapest_fit(c: CheckpointFacts, shape: TrainingShape, budget: int) -> Chang
         candidates.append(
             (f"shorter sequences (max length {shape.sequence // 2})", replace(shape, sequence=shape.sequence // 2))
         )
-    for description, changed in candidates:
-        b = estimate(c, changed)
-        if b.peak <= budget:
-            return Change(description, changed, b)
-    return None
+    return candidates
 
 
 def offloaded_layers(c: CheckpointFacts, shape: TrainingShape, budgets: list[int]) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ...derive import Setup, call_evidence
 from ...derive.checkpoint import describe_source
-from ...derive.memory import GIB, cheapest_fit, largest_batch
+from ...derive.memory import GIB, batch_ranges, cheapest_fit
 from ...derive.memory_plan import MemoryPlan
 from ...model.findings import Applicability, Evidence, Fix
 from ..registry import LogSignature
@@ -50,11 +50,18 @@ def trained_plan(setup: Setup, memory: MemoryPlan | str) -> MemoryPlan | None:
 
 
 def advice(m: MemoryPlan) -> Fix:
-    fits = largest_batch(m.checkpoint, m.shape, m.budget)
+    safe, fits = batch_ranges(m.checkpoint, m.shape, m.budget)
     change = cheapest_fit(m.checkpoint, m.shape, m.budget)
     notes = []
-    if fits:
-        notes.append(f"the largest per_device_train_batch_size that fits is {fits}")
+    if safe:
+        uncertain = (
+            f" ({safe + 1}-{fits} only within the estimate's error)"
+            if fits > safe + 1
+            else (f" ({fits} only within the estimate's error)" if fits > safe else "")
+        )
+        notes.append(f"the largest per_device_train_batch_size that fits is {safe}{uncertain}")
+    elif fits:
+        notes.append(f"per_device_train_batch_size={fits} fits only within the estimate's error")
     text = change.description if change else "a larger GPU, or more GPUs with ZeRO-3 / FSDP"
     if change:
         notes.append(f"with it the peak is {gib(change.breakdown.peak)} of {gib(m.budget)}")
