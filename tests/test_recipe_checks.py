@@ -86,12 +86,34 @@ _BASE = "base_model: meta-llama/Llama-3.2-1B\nmicro_batch_size: 2\ngradient_accu
 _QLORA = _BASE + "adapter: qlora\nlora_r: 16\n"
 
 
-def _refusals(tmp_path, monkeypatch, recipe, target="a100", launcher=None, versions=None):
+def _refusals(tmp_path, monkeypatch, recipe, target="a100", launcher=None, versions=None, rules=("PD701",)):
     monkeypatch.chdir(tmp_path)
     result, _ = check_code(
         tmp_path, recipe, target=target, name="config.yml", launcher=launcher, versions={**CURRENT, **(versions or {})}
     )
-    return [f.message.split(": ", 1)[1] for f in result.findings if f.rule_id in ("PD701", "PD702")]
+    return [f.message.split(": ", 1)[1] for f in result.findings if f.rule_id in rules]
+
+
+@pytest.mark.parametrize(
+    "fsdp, warnings",
+    [
+        ("fsdp_config:\n  offload_params: false\n", ["FSDP1 is deprecated"]),  # unversioned: pinned to FSDP1
+        ("fsdp_version: 2\nfsdp_config:\n  offload_params: false\n", []),
+        ("fsdp_config:\n  version: 2\n  offload_params: false\n", []),  # moved to the top before the check
+        ("fsdp_config:\n  fsdp_version: '2'\n  offload_params: false\n", []),
+        ("fsdp_version: 1\nfsdp_config:\n  offload_params: false\n", ["FSDP1 is deprecated"]),
+        # the prefix check sees fsdp_config as written
+        ("fsdp_version: 2\nfsdp_config:\n  fsdp_offload_params: false\n", ["Configuring FSDP fields"]),
+        ("fsdp_config:\n  fsdp_version: 2\n  offload_params: false\n", []),  # fsdp_version is no prefixed field
+    ],
+)
+def test_axolotl_fsdp_deprecation_warnings_read_the_recipe_as_their_validators_do(
+    tmp_path, monkeypatch, fsdp, warnings
+):
+    said = _refusals(tmp_path, monkeypatch, _BASE + fsdp, rules=("PD702",))
+    deprecations = [m for m in said if m.startswith(("FSDP1", "Configuring FSDP"))]
+    assert len(deprecations) == len(warnings), said
+    assert all(m.startswith(w) for m, w in zip(deprecations, warnings, strict=True)), said
 
 
 # Recipes written the ways users write them, with what Axolotl 0.18.0's validators do with each (checked by

@@ -131,6 +131,7 @@ def test_a_fused_loss_holds_no_logits(tmp_path):
         ("tensor_parallel_size: 2\n", "tensor parallelism"),
         ("rl: dpo\n", "preference-training"),
         ("activation_offloading: true\n", "activation offloading"),
+        ("gradient_checkpointing: offload\n", "activation offloading"),
     ],
 )
 def test_what_the_estimate_does_not_model_is_an_unknown_not_a_verdict(tmp_path, extra, reason):

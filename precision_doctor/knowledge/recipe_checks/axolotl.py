@@ -1230,4 +1230,147 @@ CHECKS: tuple[RecipeCheck, ...] = (
         fires=_BASE + "bf16: true\nadapter: dora\n",
         accepted=_BASE + "bf16: true\nadapter: lora\npeft_use_dora: true\n",
     ),
+    # advice-level warnings Axolotl logs as it reads the recipe (PD702): the job runs, as the consequence says
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:427-432",
+        "warns",
+        "torch_compile is strongly recommended for FP8 training in order to see speed improvements. Please consider "
+        "setting `torch_compile: true` in your config.",
+        ("fp8", "torch_compile"),
+        lambda v: bool(v.get("fp8")) and not v.get("torch_compile"),
+        consequence="fp8 trains without a speed-up over bf16: the fp8 casts are not fused",
+        fix="set `torch_compile: true`",
+        fires=_BASE + "bf16: true\nfp8: true\n",
+        accepted=_BASE + "bf16: true\nfp8: true\ntorch_compile: true\n",
+        target="h100",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:433-442",
+        "warns",
+        "FP8 + FSDP2 + activation checkpointing may be slower than BF16 training. Please considering setting "
+        "`activation_checkpointing: false` in your FSDP config.",
+        ("fp8", "fsdp_config.activation_checkpointing", "fsdp_config.fsdp_activation_checkpointing"),
+        lambda v: (
+            bool(v.get("fp8"))
+            and isinstance(v.get("fsdp_config"), dict)
+            and True
+            in (v.get("fsdp_config.activation_checkpointing"), v.get("fsdp_config.fsdp_activation_checkpointing"))
+        ),
+        consequence="fp8 with FSDP's activation checkpointing may train slower than bf16",
+        fix="set `activation_checkpointing: false` in fsdp_config (or train in bf16)",
+        fires=_FSDP + "  activation_checkpointing: true\nfp8: true\ntorch_compile: true\nfsdp_version: 2\n",
+        accepted=_FSDP + "fp8: true\ntorch_compile: true\nfsdp_version: 2\n",
+        target="h100",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_C}:1675-1679",
+        "warns",
+        "fp32_norm_classes is set but fp32_norms is not enabled; it will be ignored.",
+        ("fp32_norm_classes", "fp32_norms"),
+        lambda v: bool(v.get("fp32_norm_classes")) and not v.typed("fp32_norms"),
+        consequence="the norm classes listed stay in the training dtype",
+        fix="set `fp32_norms: true`, or drop `fp32_norm_classes`",
+        fires=_LORA + "fp32_norm_classes:\n  - LlamaRMSNorm\n",
+        accepted=_LORA,
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_C}:1682-1696",
+        "warns",
+        "`sdpa_varlen` only affects packed rows; enable `sample_packing` or it is a no-op.",
+        ("sdpa_varlen", "sample_packing"),
+        lambda v: bool(v.typed("sdpa_varlen")) and (not v.typed("sample_packing") or not v.torch_at_least("2.10")),
+        says=lambda v: (
+            "`sdpa_varlen` only affects packed rows; enable `sample_packing` or it is a no-op."
+            if not v.typed("sample_packing")
+            else "`sdpa_varlen` needs torch >= 2.10 (torch.nn.attention.varlen); it will be ignored and stock SDPA "
+            "used."
+        ),
+        consequence="stock SDPA runs instead",
+        fix="turn `sample_packing` on (on torch >= 2.10), or drop `sdpa_varlen`",
+        fires=_LORA + "sdpa_varlen: true\n",
+        accepted=_LORA + "sdpa_varlen: true\nsample_packing: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1036-1048",
+        "warns",
+        "FSDP1 is deprecated and will be removed in an upcoming release of Axolotl (transformers plans to in v5.20). "
+        "We recommend migrating to fsdp_version: 2 for better performance and compatibility.",
+        ("fsdp_config", "fsdp_version"),
+        lambda v: bool(v.get("fsdp_config")) and str(fsdp_version_normalised(v)) != "2",
+        consequence="FSDP1 runs today; a later Axolotl or transformers release drops it",
+        fix="set `fsdp_version: 2` (docs.axolotl.ai/docs/multi-gpu.html#sec-fsdp)",
+        fires=_FSDP,
+        accepted=_FSDP + "fsdp_version: 2\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1083-1103",
+        "warns",
+        "Configuring FSDP fields with the `fsdp_` prefix is deprecated. Please omit the `fsdp_` prefix from the any "
+        "fields in `fsdp_config`.",
+        ("fsdp_config",),
+        lambda v: (
+            isinstance(v.get("fsdp_config"), dict)
+            and any(
+                isinstance(k, str) and k.startswith("fsdp_") and k != "fsdp_version" for k in v.get("fsdp_config", {})
+            )
+        ),
+        consequence="the keys are read without their prefix",
+        fix="drop the `fsdp_` prefix of the keys in fsdp_config",
+        fires=_BASE + "bf16: true\nfsdp_version: 2\nfsdp_config:\n  fsdp_offload_params: false\n",
+        accepted=_BASE + "bf16: true\nfsdp_version: 2\nfsdp_config:\n  offload_params: false\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:873-879",
+        "warns",
+        "adamw hyperparameters found, but no adamw optimizer set",
+        ("adam_beta1", "adam_beta2", "adam_epsilon", "optimizer"),
+        lambda v: (
+            any(v.get(k) for k in ("adam_beta1", "adam_beta2", "adam_epsilon"))
+            and v.has("optimizer")
+            and "adamw" not in str(v.get("optimizer")).lower()
+        ),
+        consequence="the beta/epsilon values are not used by the optimizer chosen",
+        fix="drop adam_beta1/adam_beta2/adam_epsilon, or choose an AdamW optimizer",
+        fires=_LORA + "optimizer: sgd\nadam_beta2: 0.95\n",
+        accepted=_LORA + "optimizer: adamw_torch_fused\nadam_beta2: 0.95\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1425-1442",
+        "warns",
+        "`offload` is deprecated for gradient_checkpointing, use `activation_offloading: true` or "
+        "`activation_offloading: legacy`",
+        ("gradient_checkpointing",),
+        lambda v: v.get("gradient_checkpointing") in ("offload", "offload_disk"),
+        says=lambda v: (
+            "`offload_disk` is deprecated for gradient_checkpointing, use `activation_offloading: disk`"
+            if v.get("gradient_checkpointing") == "offload_disk"
+            else "`offload` is deprecated for gradient_checkpointing, use `activation_offloading: true` or "
+            "`activation_offloading: legacy`"
+        ),
+        consequence="Axolotl turns it into gradient_checkpointing: true with activation offloading",
+        fix="write `gradient_checkpointing: true` and `activation_offloading: true` (or `disk`)",
+        fires=_LORA + "gradient_checkpointing: offload\n",
+        accepted=_LORA + "gradient_checkpointing: true\nactivation_offloading: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:228-242",
+        "warns",
+        "`pad_to_sequence_len: true` is recommended when using sample_packing",
+        ("sample_packing", "pad_to_sequence_len"),
+        lambda v: bool(v.get("sample_packing")) and v.get("pad_to_sequence_len") is False,
+        consequence="packed batches vary in length, which can fragment the GPU's memory (Axolotl sets it for you "
+        "when it is left unset)",
+        fix="drop `pad_to_sequence_len: false` (or set it true)",
+        fires=_LORA + "sample_packing: true\npad_to_sequence_len: false\n",
+        accepted=_LORA + "sample_packing: true\n",
+    ),
 )

@@ -552,4 +552,64 @@ CHECKS: tuple[RecipeCheck, ...] = (
         accepted_launcher="llamafactory-cli train config.yml",
         reads_launch=True,
     ),
+    # advice-level warnings LLaMA-Factory logs as it reads the recipe (PD702): the job runs, as the consequence says
+    RecipeCheck(
+        FAMILY,
+        f"{_PR}:563-564",
+        "warns",
+        "We recommend enable `upcast_layernorm` in quantized training.",
+        ("quantization_bit", "upcast_layernorm", "do_train"),
+        lambda v: bool(v.get("do_train")) and _quantized(v) and not v.get("upcast_layernorm"),
+        consequence="the norm weights of the quantized model stay in the compute dtype",
+        fix="set `upcast_layernorm: true`",
+        fires=_QLORA,
+        accepted=_QLORA + "upcast_layernorm: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_PR}:566-567",
+        "warns",
+        "We recommend enable mixed precision training.",
+        ("bf16", "fp16", "do_train"),
+        lambda v: bool(v.get("do_train")) and not v.get("fp16") and not v.get("bf16"),
+        consequence="no autocast: the model trains in the dtype infer_optim_dtype loads it in, with fp32 trainable "
+        "weights unless pure_bf16",
+        fix="set `bf16: true` (Ampere or newer) or `fp16: true`",
+        fires=_LORA.replace("bf16: true\n", ""),
+        accepted=_LORA,
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_PR}:569-576",
+        "warns",
+        "Using GaLore or APOLLO with mixed precision training may significantly increases GPU memory usage.",
+        ("use_galore", "use_apollo", "pure_bf16", "do_train"),
+        lambda v: (
+            bool(v.get("do_train")) and bool(v.get("use_galore") or v.get("use_apollo")) and not v.get("pure_bf16")
+        ),
+        consequence="more GPU memory than GaLore / APOLLO save: fp32 trainable weights beside the half copies",
+        fix="set `pure_bf16: true` (and drop `bf16`)",
+        fires=_BASE + "finetuning_type: full\nuse_galore: true\noptim: adamw_torch\n",
+        accepted=_BASE.replace("bf16: true\n", "pure_bf16: true\n")
+        + "finetuning_type: full\nuse_galore: true\noptim: adamw_torch\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_PR}:543-550",
+        "warns",
+        "fp8_enable_fsdp_float8_all_gather requires fp8=True. Setting fp8=True.",
+        ("fp8_enable_fsdp_float8_all_gather", "fp8", "use_mca", "use_megatron_bridge"),
+        lambda v: (
+            bool(v.get("fp8_enable_fsdp_float8_all_gather"))
+            and not v.get("fp8")
+            and not v.get("use_mca")
+            and not v.get("use_megatron_bridge")
+        ),
+        consequence="fp8 stays off, whatever the message says",
+        truth="the check sets model_args.fp8, but every reader uses training_args.fp8 (train/fp8_utils.py, the sft "
+        "and pt trainers): FP8 and its float8 all-gather stay off",
+        fix="set `fp8: true` yourself (on a GPU with fp8, compute capability 8.9 or newer)",
+        fires=_BASE + "finetuning_type: full\nfp8_enable_fsdp_float8_all_gather: true\n",
+        accepted=_BASE + "finetuning_type: full\n",
+    ),
 )

@@ -106,6 +106,8 @@ def build(b: Builder) -> ScriptFacts:
     for key in ("tf32", "gradient_checkpointing", "gradient_checkpointing_kwargs", "optimizer", "max_grad_norm"):
         if doc.has(key) and doc.get(key) != "auto":
             args["optim" if key == "optimizer" else key] = b.written(key)
+    if doc.get("gradient_checkpointing") in OFFLOADED_CHECKPOINTING:  # validation.py:1425-1442: on, and offloaded
+        args["gradient_checkpointing"] = b.written("gradient_checkpointing", meaning=True)
     gemma4 = _gemma4(b)
     written_kwargs = doc.get("gradient_checkpointing_kwargs")
     reentrant = None
@@ -195,7 +197,13 @@ UNMODELLED_MEMORY = {
 }
 
 
+# `gradient_checkpointing: offload` / `offload_disk` (deprecated) become checkpointing with activation offloading
+OFFLOADED_CHECKPOINTING = ("offload", "offload_disk")
+
+
 def _unmodelled(b: Builder) -> str:
+    if b.doc.get("gradient_checkpointing") in OFFLOADED_CHECKPOINTING:
+        return f"gradient_checkpointing: offload in {b.doc.path}: activation offloading is not modelled"
     for key, what in UNMODELLED_MEMORY.items():
         value = b.doc.get(key)
         sized = isinstance(value, int) and not isinstance(value, bool)  # a parallel degree: 1 is none
