@@ -58,6 +58,12 @@ def fsdp_config(v: RecipeView) -> dict:
     }
 
 
+def _raw_fsdp_config(v: RecipeView) -> dict:
+    """fsdp_config as written (before the prefix normaliser)."""
+    found = v.get("fsdp_config")
+    return found if isinstance(found, dict) else {}
+
+
 def fsdp_version_normalised(v: RecipeView) -> object:
     """`fsdp_version` once normalised: the top-level key, else fsdp_config's `version` / `fsdp_version`, else 1
     where an fsdp_config is given (the value as written: "2" stays a string)."""
@@ -1314,11 +1320,8 @@ CHECKS: tuple[RecipeCheck, ...] = (
         "Configuring FSDP fields with the `fsdp_` prefix is deprecated. Please omit the `fsdp_` prefix from the any "
         "fields in `fsdp_config`.",
         ("fsdp_config",),
-        lambda v: (
-            isinstance(v.get("fsdp_config"), dict)
-            and any(
-                isinstance(k, str) and k.startswith("fsdp_") and k != "fsdp_version" for k in v.get("fsdp_config", {})
-            )
+        lambda v: any(
+            isinstance(k, str) and k.startswith("fsdp_") and k != "fsdp_version" for k in _raw_fsdp_config(v)
         ),
         consequence="the keys are read without their prefix",
         fix="drop the `fsdp_` prefix of the keys in fsdp_config",
