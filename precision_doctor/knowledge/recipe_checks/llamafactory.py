@@ -11,6 +11,7 @@ FAMILY = "LLaMA-Factory"
 _PR = "src/llamafactory/hparams/parser.py"
 _FA = "src/llamafactory/hparams/finetuning_args.py"
 _QU = "src/llamafactory/model/model_utils/quantization.py"
+_AT = "src/llamafactory/model/model_utils/attention.py"
 
 _BASE = (
     "model_name_or_path: meta-llama/Llama-3.2-1B\nstage: sft\ndo_train: true\ndataset: alpaca_en_demo\n"
@@ -611,5 +612,20 @@ CHECKS: tuple[RecipeCheck, ...] = (
         fix="set `fp8: true` yourself (on a GPU with fp8, compute capability 8.9 or newer)",
         fires=_BASE + "finetuning_type: full\nfp8_enable_fsdp_float8_all_gather: true\n",
         accepted=_BASE + "finetuning_type: full\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_AT}:55-58",
+        "warns",
+        "Gemma-2 should use soft-capping attention, while the SDPA attention does not support it.",
+        ("flash_attn", "model_name_or_path"),
+        lambda v: v.model_type == "gemma2" and v.get("flash_attn") == "sdpa",
+        consequence="attention runs without Gemma 2's logit soft-capping: the model computes other scores than "
+        "the ones it was trained with",
+        fix="use `flash_attn: fa2` (with flash-attn installed) or `flash_attn: disabled` (eager attention)",
+        fires=_LORA.replace("meta-llama/Llama-3.2-1B", "google/gemma-2-2b").replace("llama3", "gemma")
+        + "flash_attn: sdpa\n",
+        accepted=_LORA.replace("meta-llama/Llama-3.2-1B", "google/gemma-2-2b").replace("llama3", "gemma")
+        + "flash_attn: disabled\n",
     ),
 )
