@@ -151,6 +151,40 @@ def test_llamafactory_cli_finds_a_free_port_unless_master_port_is_set(project):
     assert fixed.startswith("MASTER_PORT=") and "MASTER_PORT=29500" not in fixed and "llamafactory-cli" in fixed
 
 
+@pytest.mark.parametrize(
+    "command, versions, busy",
+    [
+        # torchtune >= 0.5.0 runs torchrun standalone without --rdzv_endpoint (pytorch/torchtune#2015)
+        ("tune run --nproc_per_node 2 full_finetune_distributed --config sft.yaml", {}, False),
+        ("tune run --nproc_per_node 2 full_finetune_distributed --config sft.yaml", {"torchtune": "0.6.1"}, False),
+        # --master_port is ignored by a standalone rendezvous
+        ("tune run --nproc_per_node 2 --master_port 29500 lora_finetune_distributed --config sft.yaml", {}, False),
+        # a rendezvous endpoint written: that port
+        (
+            "tune run --nproc_per_node 2 --rdzv_endpoint localhost:29500 full_finetune_distributed --config sft.yaml",
+            {},
+            True,
+        ),
+        # before 0.5.0: torchrun's defaults, a static 29500 on torch < 2.12
+        (
+            "tune run --nproc_per_node 2 full_finetune_distributed --config sft.yaml",
+            {"torchtune": "0.4.0", "torch": "2.5.1"},
+            True,
+        ),
+        (
+            "tune run --nproc_per_node 2 full_finetune_distributed --config sft.yaml",
+            {"torchtune": "0.4.0", "torch": "2.12.0"},
+            False,
+        ),
+    ],
+)
+def test_tune_run_rendezvous_port_follows_the_torchtune_release(project, command, versions, busy):
+    machine = "l40s_2x_exclusive_stopped"  # 29500 is taken on this node
+    facts = gather([], launcher=command, stack_overrides={**CURRENT, **versions}, **machine_probes(machine, None))
+    result = engine.run(facts)
+    assert ("PD110" in {f.rule_id for f in result.findings}) is busy
+
+
 def test_a_module_not_in_the_folder_is_unknown(project):
     result, facts = check("python -m nowhere.train", ["train.py"])
     assert any("nowhere.train" in u.what for u in facts.scripts[0].unknowns)

@@ -16,6 +16,7 @@ from ..knowledge.launchers import (
     TORCHRUN_FREE_PORT_FROM,
     launcher_of,
     torchrun_picks_free_port,
+    tune_runs_standalone,
 )
 from ..knowledge.lightning import lightning_launch
 from ..model.facts import (
@@ -182,6 +183,22 @@ def plan_launch(launch: LaunchFacts, machine: MachineFacts, stack: StackFacts) -
     port, explicit, source = _rendezvous_port(launch, machine)
     if launch.launcher == "llamafactory-cli" and not explicit:  # MASTER_PORT, else find_available_port()
         return LaunchPlan(n, n_ev, port, False, "a free port llamafactory-cli finds", free_port=True)
+    tune = launch.shown.startswith("tune run")  # torchrun, started by torchtune's CLI (probes/launch.py)
+    if (
+        tune
+        and launch.launcher == "torchrun"
+        and "rdzv" not in launch.main_process_port.text
+        and tune_runs_standalone(stack)
+    ):
+        torchtune = stack.get("torchtune").version or "0.5.0 or later"
+        return LaunchPlan(
+            n,
+            n_ev,
+            port,
+            False,
+            f"a free port: tune run starts torchrun standalone (torchtune {torchtune})",
+            free_port=True,
+        )
     if launch.launcher == "torchrun" and not explicit and launch.num_machines <= 1:
         torch = stack.get("torch")
         if torchrun_picks_free_port(stack):

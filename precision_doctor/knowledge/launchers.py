@@ -15,6 +15,10 @@ DEFAULT_PORT = 29500  # torchrun's, deepspeed's and a multi-process accelerate l
 # MASTER_PORT): a static rendezvous on 29500 up to torch 2.11; from 2.12.0 (pytorch#175699, `run()` in
 # torch/distributed/run.py) a c10d store on a port the OS picks. Read from the 2.11.0 and 2.12.0 wheels.
 TORCHRUN_FREE_PORT_FROM = "2.12"
+# `tune run` with no --rdzv_endpoint starts torchrun standalone (a c10d store on a port the OS picks, whatever
+# --master_port says) from torchtune 0.5.0 (pytorch/torchtune#2015, ac14e96, `_run_distributed` in _cli/run.py);
+# before, torchrun's own defaults.
+TUNE_STANDALONE_FROM = "0.5.0"
 TORCHRUN_DEFAULT = "torchrun-default"  # a job script's launch with no port written: decided by the job's torch
 
 # flag spellings each launcher accepts, mapped to the fact they set
@@ -253,6 +257,12 @@ def launcher_of(words: list[str]) -> tuple[str | None, list[str]]:
             return LAUNCHER_MODULES[name], args
         return "python", words[1:]
     return None, words
+
+
+def tune_runs_standalone(stack: StackFacts) -> bool:
+    """Whether `tune run` without --rdzv_endpoint is standalone: torchtune >= 0.5.0, or a release the stack does not
+    name (every release since November 2024)."""
+    return not stack.get("torchtune").version or at_least(stack, "torchtune", TUNE_STANDALONE_FROM)
 
 
 def torchrun_picks_free_port(stack: StackFacts) -> bool:

@@ -52,6 +52,7 @@ TRACKED = (
     "deepspeed",
     "transformer-engine",
     "torchao",
+    "torchtune",  # `tune run`'s rendezvous (knowledge/launchers.py)
 )
 _NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 _SEPARATORS = re.compile(r"[-_.]+")
