@@ -619,3 +619,26 @@ def test_the_change_offered_fits_with_the_estimate_s_measured_error_to_spare(tmp
     assert change.shape.batch == safe and f"per_device_train_batch_size={safe} " in change.description
     assert change.breakdown.peak * (1 + MEASURED_UNDERESTIMATE) <= budget
     assert estimate(c, replace(shape, batch=fits)).peak * (1 + MEASURED_UNDERESTIMATE) > budget
+
+
+@pytest.mark.parametrize(
+    "fsdp_config, kind, offload",
+    [
+        ("{'version': 2, 'reshard_after_forward': False}", "fsdp-grad-op", False),
+        ("{'cpu_offload': True}", "fsdp-full", True),
+        ("{'fsdp_version': 1, 'fsdp_reshard_after_forward': 'hybrid_shard'}", "fsdp-hybrid", False),
+        ("{}", "fsdp-full", False),
+    ],
+)
+def test_the_trainer_s_fsdp_config_decides_the_sharding(tmp_path, fsdp_config, kind, offload):
+    """transformers 5.24 reads fsdp_config (prefixes dropped) over the legacy fsdp words
+    (training_args.py:2775-2795, 2826-2872)."""
+    script = (
+        "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+        "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-2-7b-hf', dtype=torch.bfloat16)\n"
+        f"args = TrainingArguments('out', bf16=True, fsdp=True, fsdp_config={fsdp_config})\n"
+        "Trainer(model=model, args=args).train()\n"
+    )
+    done = _memory(tmp_path, script, "--target", "a100:8", "--format", "json")
+    parallelism = json.loads(done.stdout)["scripts"][0]["parallelism"]
+    assert (parallelism["kind"], parallelism["offload_params"]) == (kind, offload)

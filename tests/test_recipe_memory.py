@@ -118,7 +118,8 @@ def test_a_fused_loss_holds_no_logits(tmp_path):
     """Liger's fused linear cross-entropy (Axolotl's plugin setting) computes the loss in chunks: the batch's
     logits over the 128k vocabulary are never held."""
     plain = _memory(tmp_path, "lora.yml", AX_LORA, "a100-80gb")
-    fused = _memory(tmp_path, "lora.yml", AX_LORA + "liger_fused_linear_cross_entropy: true\n", "a100-80gb")
+    liger = "plugins:\n  - axolotl.integrations.liger.LigerPlugin\nliger_fused_linear_cross_entropy: true\n"
+    fused = _memory(tmp_path, "lora.yml", AX_LORA + liger, "a100-80gb")
     tokens, vocabulary = 4 * 4096, 128256
     saved = plain["per_gpu_bytes"]["activations"] - fused["per_gpu_bytes"]["activations"]
     assert saved >= tokens * vocabulary * 4  # the logits kept when the forward ends, at least
@@ -230,3 +231,68 @@ def test_a_sequence_length_that_is_only_a_cap_makes_the_verdict_a_warning(tmp_pa
     )
     found = [f for f in json.loads(done.stdout)["findings"] if f["id"] == "PD602"]
     assert [f["severity"] for f in found] == [severity]
+
+
+@pytest.mark.parametrize(
+    "fsdp, kind, offload",
+    [
+        # Axolotl's FSDPConfig has no sharding-strategy field: the key is dropped, FSDP shards fully
+        (
+            "fsdp_config:\n  fsdp_sharding_strategy: SHARD_GRAD_OP\n  fsdp_activation_checkpointing: true\n",
+            "fsdp-full",
+            False,
+        ),
+        # the legacy list with fsdp_config's offload_params: FSDP_OFFLOAD_PARAMS still reaches accelerate
+        ("fsdp:\n  - full_shard\n  - auto_wrap\nfsdp_config:\n  offload_params: true\n", "fsdp-full", True),
+        ("fsdp_version: 2\nfsdp_config:\n  reshard_after_forward: false\n", "fsdp-grad-op", False),
+    ],
+)
+def test_axolotl_fsdp_settings_as_axolotl_and_transformers_read_them(tmp_path, fsdp, kind, offload):
+    entry = _memory(tmp_path, "fsdp.yml", AX_FULL + fsdp, "a100-40gb:8")
+    assert (entry["parallelism"]["kind"], entry["parallelism"]["offload_params"]) == (kind, offload)
+
+
+@pytest.mark.parametrize(
+    "extra, fused",
+    [
+        ("liger_fused_linear_cross_entropy: true\n", False),  # the plugin's keys are read only with the plugin
+        ("plugins:\n  - axolotl.integrations.liger.LigerPlugin\nliger_fused_linear_cross_entropy: true\n", True),
+        ("plugins:\n  - axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin\ncut_cross_entropy: true\n", True),
+    ],
+)
+def test_axolotl_fuses_the_loss_only_through_its_plugin(tmp_path, extra, fused):
+    assert _memory(tmp_path, "lora.yml", AX_LORA + extra, "a100-80gb")["shape"]["chunked_loss"] is fused
+
+
+@pytest.mark.parametrize("model, fused", [("meta-llama/Llama-3.1-8B", True), ("HuggingFaceTB/SmolLM3-3B", False)])
+def test_llamafactory_applies_liger_to_the_architectures_it_lists(tmp_path, model, fused):
+    text = LF_LORA.replace("meta-llama/Llama-3.1-8B", model) + "enable_liger_kernel: true\n"
+    assert _memory(tmp_path, "lora.yaml", text, "a100-80gb")["shape"]["chunked_loss"] is fused
+
+
+@pytest.mark.parametrize("extra", ["use_kt: true\n", "use_hyper_parallel: true\n"])
+def test_llamafactory_backends_the_estimate_does_not_model_are_unknown(tmp_path, extra):
+    assert "not modelled" in _memory(tmp_path, "lora.yaml", LF_LORA + extra, "t4")["unknown"]
+
+
+def test_modules_to_save_copies_are_trained_beside_the_frozen_originals(tmp_path):
+    """Axolotl's lora_modules_to_save (LLaMA-Factory's additional_target) become peft's modules_to_save: trainable
+    copies of the embedding and the output layer, each vocabulary x hidden, with their gradients and AdamW state."""
+    plain = _memory(tmp_path, "lora.yml", AX_LORA, "a100-80gb")["per_gpu_bytes"]
+    saved = _memory(
+        tmp_path, "lora.yml", AX_LORA + "lora_modules_to_save:\n  - embed_tokens\n  - lm_head\n", "a100-80gb"
+    )["per_gpu_bytes"]
+    copies = 2 * 128256 * 4096  # Llama-3.1-8B's embedding and lm_head (untied)
+    assert saved["weights"] - plain["weights"] == copies * 2  # bf16
+    assert saved["gradients"] - plain["gradients"] == copies * 2
+    assert saved["optimizer state"] - plain["optimizer state"] == copies * 4  # AdamW state in bf16
+    lf = _memory(tmp_path, "lora.yaml", LF_LORA + "additional_target: embed_tokens,lm_head\n", "a100-80gb")
+    lf_plain = _memory(tmp_path, "lora.yaml", LF_LORA, "a100-80gb")
+    assert lf["per_gpu_bytes"]["weights"] - lf_plain["per_gpu_bytes"]["weights"] == copies * 2
+
+
+def test_a_llamafactory_lora_target_list_is_kept_as_a_list(tmp_path):
+    text = LF_LORA + "lora_target:\n  - gate_proj\n  - up_proj\n  - down_proj\n"
+    assert _memory(tmp_path, "lora.yaml", text, "a100-80gb")["shape"]["lora_modules"] == "all-linear"
+    text = LF_LORA + "lora_target: q_proj,v_proj\n"
+    assert _memory(tmp_path, "lora.yaml", text, "a100-80gb")["shape"]["lora_modules"] == "default"

@@ -220,6 +220,7 @@ class TrainingShape:
     vocabulary_head: bool = True  # logits over the vocabulary (a language model); False: a task head (num_labels)
     kbit_upcast: bool = False  # peft's prepare_model_for_kbit_training: what is not quantized is cast to fp32
     chunked_loss: bool = False  # the output layer and the loss fused in chunks (Liger, Cut Cross-Entropy): no logits
+    saved_modules: int = 0  # parameters of peft's modules_to_save: trainable copies beside the frozen originals
     assumed: tuple[str, ...] = ()  # what was not known and is assumed: "sequence length 1024 (...)"
 
 
@@ -461,6 +462,15 @@ def estimate(c: CheckpointFacts, shape: TrainingShape) -> Breakdown:
     # DeepSpeed mixed precision: fp32 master weights and an fp32 gradient partition beside the half weights
     master = trainable * 8 if shape.master_weights else 0
     weights = full_weights + adapters
+    if shape.lora_rank and shape.saved_modules:  # copies in the base dtype, trained as a full layer is
+        copy = BYTES.get(shape.weight_dtype, 2)
+        copy_state = OPTIMIZER_STATE_BYTES.get(shape.optimizer, 8)
+        if copy == 2 and copy_state in (8, 4) and not shape.master_weights:
+            copy_state //= 2
+        weights += shape.saved_modules * copy
+        gradients += shape.saved_modules * copy
+        optimizer += shape.saved_modules * copy_state
+        master += shape.saved_modules * 8 if shape.master_weights else 0
     largest = _largest_layer(c) * BYTES.get(shape.weight_dtype, 2)
     offloaded = 0
     if p.kind in ("zero1", "zero2", "zero3"):
@@ -501,7 +511,7 @@ def estimate(c: CheckpointFacts, shape: TrainingShape) -> Breakdown:
         reserve=reserve,
         per_sample=per_sample,
         offloaded_layers=offloaded,
-        weights_total=full_weights + adapters,
+        weights_total=full_weights + adapters + shape.saved_modules * BYTES.get(shape.weight_dtype, 2),
     )
 
 

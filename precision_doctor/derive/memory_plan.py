@@ -5,6 +5,7 @@ assumed, and the plan says what."""
 from __future__ import annotations
 
 from ..knowledge import dtypes
+from ..knowledge.families import LIGER_MODEL_TYPES
 from ..model.facts import (
     KNOWN,
     CheckpointFacts,
@@ -172,6 +173,7 @@ def training_shape(
         vocabulary_head=not _classifier(setup),
         kbit_upcast=bool(quantized and script.of("prepare_kbit")),
         chunked_loss=_chunked_loss(setup, script, c, machine, stack),
+        saved_modules=_saved_module_parameters(setup, c) if lora_rank else 0,
         assumed=tuple(assumed),
     )
 
@@ -213,44 +215,32 @@ def _lora_rank(setup: Setup, script: ScriptFacts) -> int:
     return 8  # LoraConfig's default
 
 
-# The architectures Liger patches with its fused linear cross-entropy (liger_kernel/transformers/monkey_patch.py,
-# MODEL_TYPE_TO_APPLY_LIGER_FN, liger-kernel 0.6): elsewhere `use_liger_kernel` leaves the loss as it is.
-LIGER_MODEL_TYPES = frozenset(
-    {
-        "llama",
-        "mistral",
-        "mixtral",
-        "qwen2",
-        "qwen3",
-        "qwen3_moe",
-        "qwen2_vl",
-        "qwen2_5_vl",
-        "gemma",
-        "gemma2",
-        "gemma3",
-        "gemma3_text",
-        "phi3",
-        "granite",
-        "olmo2",
-        "glm4",
-        "smollm3",
-    }
-)
-
-
 def _chunked_loss(setup: Setup, script: ScriptFacts, c: CheckpointFacts, machine: MachineFacts, stack) -> bool:
-    """The loss fused with the output layer: a recipe's Liger / Cut Cross-Entropy setting, or the Trainer's
-    `use_liger_kernel=True` (transformers applies Liger's defaults, fused linear cross-entropy on)."""
-    if c.model_type not in LIGER_MODEL_TYPES:
-        return False
+    """The loss fused with the output layer: a recipe's Liger / Cut Cross-Entropy setting (its reader knows which
+    models the framework patches), or the Trainer's `use_liger_kernel=True` (transformers applies Liger's defaults,
+    fused linear cross-entropy on) on an architecture Liger patches."""
     if script.recipe is not None and script.recipe.chunked_loss:
         return True
+    if c.model_type not in LIGER_MODEL_TYPES:
+        return False
     args = setup.training_args
     return args is not None and decide(args.kwarg("use_liger_kernel"), machine, stack).is_(True)
 
 
+# peft's modules_to_save names that are the vocabulary-wide layers (each a vocabulary x hidden matrix)
+VOCABULARY_LAYERS = ("embed_tokens", "lm_head", "wte", "word_embeddings", "embed_out", "shared")
+
+
+def _saved_module_parameters(setup: Setup, c: CheckpointFacts) -> int:
+    """Parameters of the modules_to_save copies the estimate can size: the embedding and the output layer (the
+    usual ones: new tokens); another module named is not counted."""
+    names = setup.modules_to_save.value if isinstance(setup.modules_to_save.value, tuple | list) else ()
+    layer = (c.vocab_size or 0) * (c.hidden_size or 0)
+    return sum(layer for n in names if isinstance(n, str) and n.rsplit(".", 1)[-1] in VOCABULARY_LAYERS)
+
+
 # a feed-forward projection's name in the architectures the estimate knows: adapters there mean every linear layer
-MLP_PROJECTIONS = ("gate_proj", "up_proj", "down_proj", "fc1", "fc2", "c_fc", "mlp", "w1", "w2", "dense_h_to_4h")
+MLP_NAMES = ("gate", "up_proj", "down_proj", "fc1", "fc2", "c_fc", "mlp", "w1", "w2", "dense_h_to_4h")
 
 
 def _lora_modules(script: ScriptFacts) -> str:
@@ -261,7 +251,8 @@ def _lora_modules(script: ScriptFacts) -> str:
         if v.state != KNOWN or not v.value:
             continue
         names = [v.value] if isinstance(v.value, str) else v.value if isinstance(v.value, list | tuple) else []
-        if any(isinstance(n, str) and (n in ("all-linear", "all") or n.endswith(MLP_PROJECTIONS)) for n in names):
+        # a name, or a regex naming one (`.*(gate|up|down)_proj`)
+        if any(isinstance(n, str) and (n in ("all-linear", "all") or any(p in n for p in MLP_NAMES)) for n in names):
             return "all-linear"
     return "default"
 

@@ -87,11 +87,13 @@ def derive_sharding(
         v = decide(setup.training_args.kwarg("fsdp"), machine, stack)
         if v.state == KNOWN and v.value not in ("", None, False, []):
             text = " ".join(v.value) if isinstance(v.value, list) else str(v.value)
+            config = decide(setup.training_args.kwarg("fsdp_config"), machine, stack)
+            kind, offload = _trainer_fsdp_config(text, config.value if config.state == KNOWN else None)
             return Sharding(
                 "fsdp",
                 "trainer",
-                fsdp=_trainer_fsdp(text),
-                offload_params="offload" in text,
+                fsdp=kind,
+                offload_params=offload,
                 evidence=(evidence_of(v, f"fsdp={v.text}", setup.training_args),),
                 call=setup.training_args,
             )
@@ -273,6 +275,26 @@ def _evidence(v: Value, note: str, command: str) -> Evidence:
     if origin is None or origin.kind == "launcher":
         return Evidence(None, command, f"{note} ({v.text})", "launcher")
     return Evidence(v.location, v.text, f"{note} ({origin.detail})" if origin.detail else note, origin.kind)
+
+
+def _trainer_fsdp_config(text: str, config: object) -> tuple[str, bool]:
+    """The Trainer's FSDP sharding and parameter offload, as transformers 5.24 settles them
+    (training_args.py:2775-2795, 2826-2872, 2888-2937): `fsdp_config` (its `fsdp_` prefixes dropped) over the legacy
+    `fsdp` words: `reshard_after_forward` False is grad-op sharding (FSDP2), a strategy name under FSDP1;
+    `cpu_offload` (or `offload_params`, as accelerate names it) offloads the parameters."""
+    written = (
+        {(k[5:] if isinstance(k, str) and k.startswith("fsdp_") else k): v for k, v in config.items()}
+        if isinstance(config, dict)
+        else {}
+    )
+    kind = _trainer_fsdp(text)
+    reshard = written.get("reshard_after_forward")
+    if reshard is False or str(reshard).lower() == "false":
+        kind = "shard_grad_op"
+    elif isinstance(reshard, str) and reshard.upper() in _FSDP_STRATEGIES:
+        kind = _FSDP_STRATEGIES[reshard.upper()]
+    offload = "offload" in text or any(written.get(k) in (True, "true") for k in ("cpu_offload", "offload_params"))
+    return kind, offload
 
 
 def _trainer_fsdp(text: str) -> str:

@@ -143,3 +143,28 @@ ARCHITECTURE_SHAPES = {
     "roberta": dict(gated=False, norm="layer", bias="all", positions=True, encoder=True, pooler=True),
     "vit": dict(gated=False, norm="layer", bias="all", encoder=True),
 }
+
+
+# The architectures Liger patches with its fused linear cross-entropy (liger_kernel/transformers/monkey_patch.py,
+# MODEL_TYPE_TO_APPLY_LIGER_FN, liger-kernel 0.6): elsewhere `use_liger_kernel` leaves the loss as it is.
+LIGER_MODEL_TYPES = frozenset(
+    {
+        "llama",
+        "mistral",
+        "mixtral",
+        "qwen2",
+        "qwen3",
+        "qwen3_moe",
+        "qwen2_vl",
+        "qwen2_5_vl",
+        "gemma",
+        "gemma2",
+        "gemma3",
+        "gemma3_text",
+        "phi3",
+        "granite",
+        "olmo2",
+        "glm4",
+        "smollm3",
+    }
+)

@@ -33,6 +33,38 @@ FLASH_ATTN_IF_INSTALLED = (
 )
 
 
+# model types LLaMA-Factory applies Liger to (model/model_utils/liger_kernel.py:41-95; gpt_oss only with a fork
+# of liger-kernel): elsewhere it logs "Current model does not support liger kernel." and leaves the loss as it is
+LIGER_PATCHED = frozenset(
+    {
+        "gemma",
+        "gemma2",
+        "gemma3",
+        "gemma3_text",
+        "glm",
+        "glm4",
+        "glm4v",
+        "granite",
+        "llama",
+        "llava",
+        "mistral",
+        "mixtral",
+        "mllama",
+        "olmo2",
+        "paligemma",
+        "phi3",
+        "qwen2",
+        "qwen2_vl",
+        "qwen2_5_vl",
+        "qwen3",
+        "qwen3_moe",
+        "qwen3_next",
+        "qwen3_5",
+        "qwen3_5_moe",
+    }
+)
+
+
 # model types whose modeling code builds an nn.Conv3d (transformers 5.24 models/*/modeling_*.py: the vision
 # towers' patch embeddings of Qwen-VL / Omni / 3.5, GLM-4V, Emu3, video encoders)
 CONV3D_MODEL_TYPES = frozenset(

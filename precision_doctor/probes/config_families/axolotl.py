@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ...knowledge.families import LIGER_MODEL_TYPES
 from ...knowledge.recipe_checks.axolotl import LEGACY_ATTENTION
 from ...model.call_kinds import CallKind
 from ...model.facts import KNOWN, Call, Origin, ScriptFacts, Unknown, Value
@@ -161,8 +162,7 @@ def build(b: Builder) -> ScriptFacts:
     args["max_length"] = b.setting("sequence_len", 512)
     args["packing"] = _full_length(b)
     b.memory_unmodelled = _unmodelled(b)
-    # Liger's fused linear cross-entropy and Apple's Cut Cross-Entropy (Axolotl plugins) never hold the logits
-    b.chunked_loss = next((k for k in ("liger_fused_linear_cross_entropy", "cut_cross_entropy") if doc.get(k)), "")
+    b.chunked_loss = _chunked_loss(b)
     training = b.add(
         CallKind.TRAINING_ARGS,
         "transformers.TrainingArguments",
@@ -214,6 +214,22 @@ def _unmodelled(b: Builder) -> str:
     return ""
 
 
+# The plugin each fused-loss setting belongs to: its keys are read only when the recipe lists the plugin
+# (utils/config/__init__.py:447-451); Liger patches the architectures it knows (integrations/liger/plugin.py).
+FUSED_LOSS_PLUGINS = {"liger_fused_linear_cross_entropy": "LigerPlugin", "cut_cross_entropy": "CutCrossEntropyPlugin"}
+
+
+def _chunked_loss(b: Builder) -> str:
+    """The setting that fuses the output layer with the loss (Liger, Apple's Cut Cross-Entropy), where its plugin
+    is listed and patches this architecture; "" otherwise."""
+    plugins = b.doc.get("plugins")
+    listed = " ".join(str(p) for p in plugins) if isinstance(plugins, list) else str(plugins or "")
+    for key, plugin in FUSED_LOSS_PLUGINS.items():
+        if b.doc.get(key) and plugin in listed and b.model_type() in LIGER_MODEL_TYPES:
+            return key
+    return ""
+
+
 def _full_length(b: Builder) -> Value:
     """Whether every batch is sequence_len long: sample packing fills it (and turns pad_to_sequence_len on unless
     the recipe says false, schemas/validation.py:229-242), pad_to_sequence_len pads to it (core/builders/causal.py:
@@ -226,31 +242,29 @@ def _full_length(b: Builder) -> Value:
 
 def _fsdp(b: Builder) -> Value | None:
     """What Axolotl hands the Trainer as `fsdp` (core/builders/base.py:684-686): the recipe's `fsdp` list, else True
-    (full sharding) whenever `fsdp_config` is set; its offload_params and reshard_after_forward: false
-    (utils/trainer.py:591-622) are written into the meaning the sharding reader takes."""
+    (full sharding) whenever `fsdp_config` is set. fsdp_config itself goes to the Trainer beside it and decides the
+    rest (derive/sharding.py); its `offload_params` reaches accelerate through FSDP_OFFLOAD_PARAMS
+    (utils/trainer.py:600). Axolotl's FSDPConfig has no sharding-strategy field: a written one is dropped
+    (schemas/fsdp.py)."""
     doc = b.doc
+    config = doc.get("fsdp_config")
+    config = config if isinstance(config, dict) else {}
+    offload = config.get("offload_params", config.get("fsdp_offload_params")) is True
     if doc.get("fsdp"):
         written = doc.get("fsdp")
-        return b.written("fsdp", meaning=" ".join(written) if isinstance(written, list) else written)
-    config = doc.get("fsdp_config")
-    if not isinstance(config, dict) or not config:
+        words = " ".join(written) if isinstance(written, list) else str(written)
+        return b.written("fsdp", meaning=words + (" offload" if offload and "offload" not in words else ""))
+    if not config:
         return None
-
-    def option(name: str):
-        return config.get(name, config.get(f"fsdp_{name}"))
-
-    strategy = str(option("sharding_strategy") or "").lower()
-    kind = "shard_grad_op" if option("reshard_after_forward") is False or "grad_op" in strategy else "full_shard"
-    if "hybrid" in strategy:
-        kind = "hybrid_shard"
-    meaning = kind + (" offload" if option("offload_params") else "")
-    return b.written("fsdp_config", meaning=meaning)
+    return b.written("fsdp_config", meaning="full_shard" + (" offload" if offload else ""))
 
 
 def _lora_config(b: Builder) -> Call:
     """The LoraConfig Axolotl builds (loaders/adapter.py): r from lora_r (peft's 8 when unset), every linear layer
     with lora_target_linear, else lora_target_modules, else peft's default for the architecture."""
     kwargs = {"r": b.setting("lora_r", 8)}
+    if b.doc.get("lora_modules_to_save"):  # loaders/adapter.py: LoraConfig(modules_to_save=...)
+        kwargs["modules_to_save"] = b.written("lora_modules_to_save")
     if b.doc.get("lora_target_linear"):
         kwargs["target_modules"] = b.written("lora_target_linear", meaning="all-linear")
     elif b.doc.get("lora_target_modules"):

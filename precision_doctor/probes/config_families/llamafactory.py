@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ...knowledge import dtypes
-from ...knowledge.recipe_checks.llamafactory import FLASH_ATTN, FLASH_ATTN_IF_INSTALLED
+from ...knowledge.recipe_checks.llamafactory import FLASH_ATTN, FLASH_ATTN_IF_INSTALLED, LIGER_PATCHED
 from ...model.call_kinds import CallKind
 from ...model.facts import Call, Origin, ScriptFacts, Value
 from ..config_files import ConfigDoc
@@ -95,8 +95,10 @@ def build(b: Builder) -> ScriptFacts:
         pre_training = str(doc.get("stage", default="sft")) == "pt" and doc.get("packing") is None
         args["packing"] = b.default("packing", pre_training, f"{NAME} {VERSION} packs only for stage: pt")
     b.memory_unmodelled = _unmodelled(b, finetuning)
-    # Liger with its fused linear cross-entropy for sft/pt (model/loader.py:142, liger_kernel.py:97)
-    b.chunked_loss = "enable_liger_kernel" if doc.get("enable_liger_kernel") else ""
+    # Liger with its fused linear cross-entropy for sft/pt (model/loader.py:142, liger_kernel.py:97), on the
+    # architectures LLaMA-Factory patches (liger_kernel.py:41-95)
+    liger = doc.get("enable_liger_kernel") and b.model_type() in LIGER_PATCHED
+    b.chunked_loss = "enable_liger_kernel" if liger else ""
     training = b.add(
         CallKind.TRAINING_ARGS,
         "transformers.Seq2SeqTrainingArguments",
@@ -150,15 +152,40 @@ def _inferred_dtype(b: Builder) -> Value:
 def _lora_config(b: Builder) -> Call:
     """The LoraConfig LLaMA-Factory builds (model/adapter.py): r from lora_rank, lora_target (default `all`: every
     linear layer; finetuning_args.py:77-90)."""
-    target = b.setting("lora_target", "all")
-    meaning = "all-linear" if str(target.value).strip() == "all" else [t.strip() for t in str(target.value).split(",")]
+    target = b.setting("lora_target", "all")  # a YAML list stays a list; a string is split at commas (:580-588)
+    names = target.value if isinstance(target.value, list) else str(target.value).split(",")
+    meaning = "all-linear" if [str(n).strip() for n in names] == ["all"] else [str(n).strip() for n in names]
     return b.add(
         CallKind.PEFT_CONFIG,
         "peft.LoraConfig",
         b.where("lora_rank", "finetuning_type"),
-        kwargs={"r": b.setting("lora_rank", 8), "target_modules": replace(target, value=meaning)},
+        kwargs={"r": b.setting("lora_rank", 8), "target_modules": replace(target, value=meaning), **_saved(b)},
         target="peft_config",
     )
+
+
+# Settings that change what each GPU holds in ways the estimate does not model
+UNMODELLED_MEMORY = {
+    "use_galore": "GaLore's projected optimizer state",
+    "use_apollo": "APOLLO's optimizer state",
+    "use_badam": "BAdam's block-wise updates",
+    "use_adam_mini": "Adam-mini's optimizer state",
+    "use_muon": "the Muon optimizer",
+    "use_dft_loss": "the DFT loss",
+    "use_unsloth": "Unsloth's patched model",
+    "use_kt": "KTransformers (MoE experts on the CPU, hparams/model_args.py:469)",
+    "use_asft_loss": "ASFT's reference copy of the model (sft/workflow.py:55-56)",
+    "use_hyper_parallel": "the hyper-parallel trainer (train/tuner.py:92-101)",
+}
+
+
+def _saved(b: Builder) -> dict[str, Value]:
+    """`additional_target` becomes LoraConfig's modules_to_save (model/adapter.py), split at commas."""
+    written = b.doc.get("additional_target")
+    if not written:
+        return {}
+    names = written if isinstance(written, list) else str(written).split(",")
+    return {"modules_to_save": b.written("additional_target", meaning=[str(n).strip() for n in names])}
 
 
 def _unmodelled(b: Builder, finetuning: str) -> str:
@@ -176,9 +203,9 @@ def _unmodelled(b: Builder, finetuning: str) -> str:
             return f"{key} in {doc.path}: Megatron-Core parallelism is not modelled by the memory estimate"
     if finetuning not in ("lora", "full"):
         return f"finetuning_type: {finetuning} in {doc.path} is not modelled by the memory estimate"
-    for key in ("use_galore", "use_apollo", "use_badam", "use_adam_mini", "use_muon", "use_dft_loss", "use_unsloth"):
-        if doc.get(key):
-            return f"{key} in {doc.path} is not modelled by the memory estimate"
+    for key in UNMODELLED_MEMORY:
+        if doc.get(key) and (key != "use_asft_loss" or finetuning == "full"):
+            return f"{key} in {doc.path}: {UNMODELLED_MEMORY[key]} is not modelled by the memory estimate"
     return ""
 
 
