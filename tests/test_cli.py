@@ -53,10 +53,17 @@ def test_non_utf8(tmp_path):
     assert_one_line_error(doctor("check", str(p)), "latin.py:2", "not UTF-8")
 
 
-def test_empty_file(tmp_path):
-    p = tmp_path / "empty.py"
+@pytest.mark.parametrize("name", ["empty.py", "__init__.py"])
+def test_an_empty_file_is_nothing_to_check_and_no_error(tmp_path, name):
+    """A pre-commit run over a commit that touches only an empty `__init__.py` passes (issue 32)."""
+    p = tmp_path / name
     p.write_text("  \n")
-    assert_one_line_error(doctor("check", str(p)), "empty")
+    proc = doctor("check", str(p), "--target", "a100")
+    assert proc.returncode == 0 and not proc.stderr, proc.stderr
+    assert f"{name}  nothing to check (the file is empty)" in proc.stdout
+    assert "unknown" not in proc.stdout  # not a value the doctor could not decide
+    proc = doctor("check", str(p), "--target", "a100", "--format", "json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["unknowns"][0]["what"] == "nothing to check"
 
 
 def test_huge_generated_file(tmp_path):
@@ -263,7 +270,9 @@ def test_unreadable_files_found_in_a_folder_are_listed_not_fatal(tmp_path):
     proc = doctor("check", str(tmp_path), "--format", "json", "--target", "titan-rtx")
     doc = json.loads(proc.stdout)
     skipped = {Path(u["path"]).name: u["reason"] for u in doc["unknowns"] if u["what"] == "not checked"}
-    assert set(skipped) == {"empty.py", "broken.py"} and "syntax error" in skipped["broken.py"]
+    assert set(skipped) == {"broken.py"} and "syntax error" in skipped["broken.py"]
+    # an empty file is no error and nothing to check, not "not checked"
+    assert any(Path(u["path"]).name == "empty.py" and u["what"] == "nothing to check" for u in doc["unknowns"])
     assert proc.returncode == 1  # the real script's PD204 still gates
 
 

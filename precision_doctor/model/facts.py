@@ -172,6 +172,9 @@ def model_source(load: Call, calls: tuple[Call, ...] | list[Call] = ()) -> Value
     return load.args[0] if load.args else load.kwarg("pretrained_model_name_or_path")
 
 
+NOTHING_TO_CHECK = "nothing to check"  # Unknown.what for an empty file: reported as such, and no error
+
+
 @record
 class Unknown:
     what: str

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..model.errors import InputError
 from ..model.facts import (
+    NOTHING_TO_CHECK,
     Allocation,
     Facts,
     JobFacts,
@@ -33,7 +34,7 @@ from ..model.facts import (
 from ..model.util import MAX_GPUS_PER_NODE, record
 from ..settings import excluded
 from ..system.pool import FORKS
-from ..system.sources import Unreadable, os_reason, parse_json, read_text_bounded, status
+from ..system.sources import EmptySource, Unreadable, os_reason, parse_json, read_text_bounded, status
 from ..system.walk import CODE_SUFFIXES, python_files
 from .config_families import CONFIG_SUFFIXES, family_of, is_config_path, probe_config
 from .config_files import ConfigError, parse_config
@@ -137,6 +138,8 @@ def _probe(path: Path, named: bool, args: tuple[str, ...], environ: tuple = (Non
         if is_config_path(path):  # `check recipe.yaml`: the config as its tool runs it, launch-line settings over it
             return probe_config(path, _display(path), args)
         return probe_script(path, args, display=_display(path), environ=environ)
+    except EmptySource:  # a pre-commit run over a commit touching only an empty __init__.py passes
+        return ScriptFacts(path=_display(path), unknowns=(Unknown(NOTHING_TO_CHECK, "the file is empty"),))
     except InputError as exc:
         if named:
             raise

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..engine import Result
-from ..model.facts import Facts
+from ..model.facts import NOTHING_TO_CHECK, Facts
 from ..model.findings import SEVERITIES, SEVERITY_RANK, Finding
 from ..model.redact import MARKUP_TAG, markup, printable
 from .lines import PLACES, SourceLines
@@ -118,9 +118,12 @@ def _render(
     for script in scripts:
         found = by_path.get(script.path, [])
         skipped = next((u.reason for u in script.unknowns if u.what == NOT_CHECKED), None)
+        empty = next((u.reason for u in script.unknowns if u.what == NOTHING_TO_CHECK), None)
         if not found and skipped is None and (quiet or (folder and not verbose)):
             continue  # counted in the summary, not listed
         status = _status(found) if skipped is None else f"[yellow]not checked[/yellow]: {markup(skipped)}"
+        if empty is not None:
+            status = f"[dim]nothing to check[/dim] ({markup(empty)})"
         if not found and skipped is None and facts.live is not None and facts.live.ended not in _LIVE_OK:
             status = f"[yellow]no static findings, but the live run {_LIVE_SHORT.get(facts.live.ended, '')}[/yellow]"
         out(f"\n[bold]{markup(script.path)}[/bold]  {status}")

@@ -9,7 +9,7 @@ listed unknown carries (a value the derivation, not the probe, gave up on) becom
 from __future__ import annotations
 
 from ..engine import Result
-from ..model.facts import Facts, Location
+from ..model.facts import NOTHING_TO_CHECK, Facts, Location
 from ..model.util import record
 
 LAUNCH_PATH = "(launch command)"  # where the launch's own unknowns are listed
@@ -30,7 +30,8 @@ def _key(loc: Location | None) -> tuple | None:
 
 
 def unknown_entries(result: Result, facts: Facts, not_checked: bool = False) -> list[UnknownEntry]:
-    """Every distinct unknown, by file then line (with `not_checked`, the files a folder run could not read too)."""
+    """Every distinct unknown, by file then line (with `not_checked`, the files a folder run could not read, and
+    the empty files it had nothing to check in, too)."""
     silenced: dict[tuple, set[str]] = {}
     derived_only: dict[tuple, tuple] = {}
     for s in result.silenced:
@@ -41,7 +42,7 @@ def unknown_entries(result: Result, facts: Facts, not_checked: bool = False) -> 
     listed: set[tuple] = set()
     for script in facts.all_scripts:
         for u in script.unknowns:
-            if (u.what == NOT_CHECKED and not not_checked) or (u.hardware and facts.machine.known):
+            if (u.what in (NOT_CHECKED, NOTHING_TO_CHECK) and not not_checked) or (u.hardware and facts.machine.known):
                 continue
             key = (u.what, u.reason, _key(u.location) or script.path)
             if key in seen:

@@ -46,6 +46,13 @@ class Unreadable(InputError):
         super().__init__(f"{path}: {reason}" + (f"; {hint}" if hint else ""))
 
 
+class EmptySource(Unreadable):
+    """A file with nothing in it (an empty `__init__.py`): nothing to check, which is no error."""
+
+    def __init__(self, path: os.PathLike | str):
+        super().__init__(path, "the file is empty")
+
+
 def kind(mode: int) -> str:
     """'a regular file', 'a directory', 'a named pipe (FIFO)', ... for an st_mode."""
     if stat.S_ISREG(mode):
@@ -175,7 +182,7 @@ def read_source(path: os.PathLike | str, limit: int = MAX_SOURCE_BYTES) -> str:
         return read_notebook(path).text
     data = read_bytes_bounded(path, limit, "training script")
     if not data.strip():
-        raise Unreadable(path, "the file is empty", "pass the training script itself")
+        raise EmptySource(path)
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as exc:
