@@ -270,3 +270,37 @@ def test_the_doctor_running_under_a_launcher_reads_its_environment():
 def test_fake_spec_matches_what_the_probe_reads():
     spec = load_machine("h100_8x")["nvml"]
     assert FakeNVML(spec).nvmlDeviceGetCount() == 8
+
+
+def test_a_snapshot_leaves_out_host_user_and_addresses_and_judges_the_same(tmp_path):
+    """A snapshot is meant to be committed: no host name, user name or network address unless --include-host
+    (issue 32), and the findings are those of the machine it was taken on."""
+    from precision_doctor.cli.snapshot import without_host_identity
+
+    system, env = fake_system("l40s_2x_exclusive_stopped")
+    launcher = "accelerate launch --num_processes 2 --mixed_precision bf16 train.py"
+    live = gather([SEED000], launcher=launcher, environ=env, system=system, stack_overrides=CURRENT)
+    redacted = without_host_identity(live.machine)
+    text = snapshot_json(redacted, live.stack)
+    users = {p.user for g in live.machine.gpus for p in g.processes if p.user} | {live.machine.host.user} - {""}
+    for secret in users | {live.machine.host.hostname} - {""}:
+        assert f'"{secret}"' not in text
+    node = tmp_path / "node.json"
+    node.write_text(text)
+    offline = gather([SEED000], launcher=launcher, facts_file=str(node))
+    key = sorted((f.rule_id, f.severity) for f in engine.run(live).findings)
+    assert key == sorted((f.rule_id, f.severity) for f in engine.run(offline).findings)
+    assert [p.mine for g in redacted.gpus for p in g.processes] == [
+        p.mine for g in live.machine.gpus for p in g.processes
+    ]
+
+
+def test_cli_snapshot_keeps_the_host_name_only_when_asked(tmp_path):
+    import socket
+
+    name = socket.gethostname()
+    plain, kept = tmp_path / "plain.json", tmp_path / "kept.json"
+    assert doctor("snapshot", "-o", str(plain)).returncode == 0
+    assert doctor("snapshot", "--include-host", "-o", str(kept)).returncode == 0
+    assert json.loads(plain.read_text())["machine"]["host"]["hostname"] == ""
+    assert json.loads(kept.read_text())["machine"]["host"]["hostname"] == name

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from ..model.errors import InputError
+from ..model.facts import MachineFacts
 from ._common import EXIT_OK, write_output
 
 
@@ -25,6 +26,12 @@ def register(sub) -> None:
         action="store_true",
         help="inside a SLURM allocation: probe every node through srun and write one multi-node snapshot",
     )
+    snap.add_argument(
+        "--include-host",
+        action="store_true",
+        help="keep the host name, the user names and the network addresses (left out by default: a snapshot is "
+        "meant to be committed or shared)",
+    )
     snap.add_argument("--node-json", action="store_true", help=argparse.SUPPRESS)  # one node's line for --all-nodes
 
 
@@ -43,6 +50,7 @@ def write_snapshot(opts) -> int:
                 "snapshot: --all-nodes probes the allocation's nodes; --target writes a profile: pass one of them"
             )
         machine, stack = gather_allocation(os.environ, opts.launcher)
+        machine = machine if opts.include_host else without_host_identity(machine)
         write_output(opts.output, snapshot_json(machine, stack) + "\n")
         print(f"wrote {opts.output or 'stdout'} ({machine.describe()})", file=sys.stderr)
         return EXIT_OK
@@ -57,7 +65,28 @@ def write_snapshot(opts) -> int:
         from ..model.facts import HostFacts
 
         machine = replace(machine, host=HostFacts())
+    machine = machine if opts.include_host else without_host_identity(machine)
     write_output(opts.output, snapshot_json(machine, probe_stack()) + "\n")
     if opts.output:
         print(f"wrote {opts.output} ({machine.describe()})", file=sys.stderr)
     return EXIT_OK
+
+
+def without_host_identity(machine: MachineFacts) -> MachineFacts:
+    """The machine with its host name, the user names (the session's, each GPU process's and port holder's) and
+    its network addresses left out. What the checks need stays: whether a process is the user's own (`mine`),
+    the interface names (NCCL_SOCKET_IFNAME), the scheduler's node names (MASTER_ADDR against the allocation)."""
+    from dataclasses import replace
+
+    host = machine.host
+    if host is not None:
+        host = replace(
+            host,
+            hostname="",
+            user="",
+            interfaces={name: () for name in host.interfaces},
+            busy_ports=tuple(replace(b, user="") for b in host.busy_ports),
+        )
+    gpus = tuple(replace(g, processes=tuple(replace(p, user="") for p in g.processes)) for g in machine.gpus)
+    nodes = tuple(without_host_identity(n) for n in machine.nodes)
+    return replace(machine, host=host, gpus=gpus, nodes=nodes)
