@@ -54,6 +54,9 @@ def test_folder_report_opens_with_a_summary_and_lists_files_most_severe_first(tr
     assert "PD201" in summary and "PD213" in summary  # per rule
     assert out.index("b_bad.py") < out.index("a_deprecated.py")  # the error file before the warning file
     assert "c_clean.py" not in out  # counted, not listed
+    # ... and closes with it: at 300 files the top has scrolled away
+    tail = out[out.rindex("summary") :]
+    assert "5 files checked: 2 with findings" in tail and out.index("skipped") < out.rindex("summary")
     verbose = doctor("check", ".", "--target", "t4", "-v", cwd=tree).stdout
     assert "c_clean.py  no problems found" in verbose
 
@@ -170,3 +173,20 @@ def test_config_keys_take_either_spelling_and_suggest_on_typos(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[tool.precision-doctor]\nfail-onn = "warning"\n')
     proc = doctor("check", "train.py", "--target", "t4", cwd=tmp_path)
     assert proc.returncode == 2 and "did you mean 'fail-on'?" in proc.stderr
+
+
+def test_the_per_rule_counts_say_each_severity_as_reported():
+    """A rule's severity depends on the case (a version range, an assumed value): `PD216 8 1 error, 7 warnings`,
+    never the worst alone (issue 32)."""
+    from types import SimpleNamespace
+
+    from precision_doctor.report.text import rule_counts
+
+    found = [SimpleNamespace(rule_id="PD216", severity="warning", name="keyword-removed")] * 7 + [
+        SimpleNamespace(rule_id="PD216", severity="error", name="keyword-removed"),
+        SimpleNamespace(rule_id="PD201", severity="error", name="fp16-params-with-grad-scaler"),
+    ]
+    assert rule_counts(found) == [
+        ("PD216", 8, "error", "1 error, 7 warnings", "keyword-removed"),
+        ("PD201", 1, "error", "error", "fp16-params-with-grad-scaler"),
+    ]

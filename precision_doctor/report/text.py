@@ -132,6 +132,8 @@ def _render(
     if not quiet:
         _unknowns(unknown_entries(result, facts), out, show_unknowns)
         _skipped(result, out)
+    if folder and not quiet:  # the summary at the top has scrolled away by now
+        out(f"\n[bold]summary[/bold]  {_files_line(facts, by_path)}")
     out(f"\n{_severity_counts(result.findings)}")
 
 
@@ -144,38 +146,51 @@ def _severity_counts(findings) -> str:
     return " · ".join(f"{n} {s}{'s' if n != 1 and s != 'info' else ''}" for s, n in counts.items())
 
 
-def rule_counts(findings) -> list[tuple[str, int, str, str]]:
-    """(rule id, findings, severity of the worst, name), the commonest first."""
-    counts: dict[str, list] = {}
+def rule_counts(findings) -> list[tuple[str, int, str, str, str]]:
+    """(rule id, findings, the worst severity, their severities as reported, name), the commonest first:
+    `1 error, 7 warnings` where a rule reported both (its severity depends on the case: a version range, an assumed
+    value)."""
+    counts: dict[str, dict] = {}
+    names: dict[str, str] = {}
     for f in findings:
-        entry = counts.setdefault(f.rule_id, [f.rule_id, 0, f.severity, f.name])
-        entry[1] += 1
-        if SEVERITY_RANK[f.severity] < SEVERITY_RANK[entry[2]]:
-            entry[2] = f.severity
-    return sorted((tuple(e) for e in counts.values()), key=lambda e: (-e[1], e[0]))
+        by_severity = counts.setdefault(f.rule_id, {})
+        by_severity[f.severity] = by_severity.get(f.severity, 0) + 1
+        names[f.rule_id] = f.name
+    rows = []
+    for rule_id, by_severity in counts.items():
+        ordered = sorted(by_severity.items(), key=lambda e: SEVERITY_RANK[e[0]])
+        said = ", ".join(
+            f"{n} {s}{'s' if n != 1 and s != 'info' else ''}" if len(ordered) > 1 else str(s) for s, n in ordered
+        )
+        rows.append((rule_id, sum(by_severity.values()), ordered[0][0], said, names[rule_id]))
+    return sorted(rows, key=lambda e: (-e[1], e[0]))
 
 
-def _summary(result: Result, facts: Facts, by_path: dict[str, list[Finding]], out) -> None:
+def _files_line(facts: Facts, by_path: dict[str, list[Finding]]) -> str:
     scripts = facts.all_scripts
     not_checked = sum(1 for s in scripts if any(u.what == NOT_CHECKED for u in s.unknowns))
     with_findings = sum(1 for s in scripts if by_path.get(s.path))
     clean = len(scripts) - with_findings - not_checked
     extra = f", {not_checked} not checked" if not_checked else ""
-    out(
-        f"\n[bold]summary[/bold]  {len(scripts)} files checked: {with_findings} with findings, {clean} with no "
+    return (
+        f"{len(scripts)} files checked: {with_findings} with findings, {clean} with no "
         f"problems{extra}{'' if clean == 0 else ' (-v lists them)'}"
     )
+
+
+def _summary(result: Result, facts: Facts, by_path: dict[str, list[Finding]], out) -> None:
+    out(f"\n[bold]summary[/bold]  {_files_line(facts, by_path)}")
     out(f"  findings  {_severity_counts(result.findings)}")
-    for i, (rule_id, n, severity, name) in enumerate(rule_counts(result.findings)):
+    for i, (rule_id, n, worst, severities, name) in enumerate(rule_counts(result.findings)):
         lead = "  by rule   " if i == 0 else "            "
-        out(f"{lead}{rule_id} {n:>5}  [{_STYLE[severity]}]{severity:<7}[/{_STYLE[severity]}] {name}")
+        out(f"{lead}{rule_id} {n:>5}  [{_STYLE[worst]}]{severities:<7}[/{_STYLE[worst]}] {name}")
 
 
 def render_statistics(result: Result, console: Console) -> None:
     """`--statistics`: one line per rule, the commonest first (like ruff's)."""
     out = _Buffer()
-    for rule_id, n, severity, name in rule_counts(result.findings):
-        out(f"{n:>5}\t{rule_id}\t\\[{severity}] {name}")
+    for rule_id, n, _worst, severities, name in rule_counts(result.findings):
+        out(f"{n:>5}\t{rule_id}\t\\[{severities}] {name}")
     out(_severity_counts(result.findings))
     _emit(out, console, console.is_terminal and not console.no_color)
 
