@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 from ..model.errors import InputError
 from ._common import (
@@ -167,20 +170,8 @@ def run_check(opts, script_args: tuple[str, ...]) -> int:
     # workers judge the scripts they probe, unless the report shows the facts the rules read or a live run
     # adds to them (then every script's facts come back whole and are judged here)
     judge_with = None if opts.live or opts.include_facts else (lambda run: engine.Judge(run, settings.policy))
-    facts, verdicts = gather_judged(
-        opts.paths,
-        judge_with,
-        target=settings.target,
-        launcher=settings.launcher,
-        script_args=script_args,
-        facts_file=settings.facts,
-        jobs=min(opts.jobs or MAX_JOBS, os.cpu_count() or 1),
-        exclude=settings.exclude,
-        root=root,
-        partitions=settings.partitions,
-        python=training_python(opts),
-        keep_going=opts.keep_going,
-    )
+    with folder_progress(opts.quiet):
+        facts, verdicts = _gather(opts, settings, root, script_args, judge_with, gather_judged)
     if not opts.paths and os.environ.get("CI") and not stdout_is_terminal():  # after the input was found good
         print(
             "precision-doctor: no path given: only the machine was checked, no training script "
@@ -215,6 +206,82 @@ def run_check(opts, script_args: tuple[str, ...]) -> int:
     return deliver(
         lambda: write_output(opts.output, render_data(opts.fmt, result, facts, opts.no_color, opts, code)), code
     )
+
+
+def _gather(opts, settings, root: str, script_args: tuple[str, ...], judge_with, gather_judged):
+    import os
+
+    return gather_judged(
+        opts.paths,
+        judge_with,
+        target=settings.target,
+        launcher=settings.launcher,
+        script_args=script_args,
+        facts_file=settings.facts,
+        jobs=min(opts.jobs or MAX_JOBS, os.cpu_count() or 1),
+        exclude=settings.exclude,
+        root=root,
+        partitions=settings.partitions,
+        python=training_python(opts),
+        keep_going=opts.keep_going,
+    )
+
+
+PROGRESS_FROM = 20  # files: a bar for fewer would only flicker
+
+
+@contextmanager
+def folder_progress(quiet: bool) -> Iterator[None]:
+    """A bar on stderr while the files are read and judged: on a terminal only, never in CI, a pipe or with
+    --quiet; it clears itself before the report."""
+    import os
+
+    if quiet or os.environ.get("CI") or not sys.stderr.isatty():
+        yield
+        return
+    from ..system import progress
+
+    bar = _Bar()
+    with progress.listening(bar):
+        try:
+            yield
+        finally:
+            bar.close()
+
+
+class _Bar:
+    def __init__(self) -> None:
+        self.total = 0
+        self.done = 0
+        self.shown: Any = None
+
+    def expect(self, files: int) -> None:
+        self.total += files
+        if self.shown is None and self.total >= PROGRESS_FROM:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.shown = Progress(
+                TextColumn("checking"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            self.shown.start()
+            self.task = self.shown.add_task("files", total=self.total, completed=self.done)
+        elif self.shown is not None:
+            self.shown.update(self.task, total=self.total)
+
+    def advance(self, files: int = 1) -> None:
+        self.done += files
+        if self.shown is not None:
+            self.shown.update(self.task, completed=self.done)
+
+    def close(self) -> None:
+        if self.shown is not None:
+            self.shown.stop()
 
 
 def with_live(opts, facts, script_args: tuple[str, ...]):

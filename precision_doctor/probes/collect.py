@@ -33,6 +33,7 @@ from ..model.facts import (
 )
 from ..model.util import MAX_GPUS_PER_NODE, record
 from ..settings import excluded
+from ..system import progress
 from ..system.pool import FORKS
 from ..system.sources import EmptySource, Unreadable, os_reason, parse_json, read_text_bounded, status
 from ..system.walk import CODE_SUFFIXES, python_files
@@ -781,10 +782,11 @@ def _probe_all(
 ) -> tuple[ScriptFacts, ...]:
     """Probe every script, in worker processes when there are many (each is parsed independently).
     `meanwhile()` is this process's own work while the workers probe (here, before probing with none)."""
+    progress.expect(len(entries))
     if jobs <= 1 or len(entries) < PARALLEL_FROM:
         if meanwhile is not None:
             meanwhile()
-        return tuple(_probe(f, named, args, environ) for f, named in entries)
+        return tuple(progress.done_each(_probe)(f, named, args, environ) for f, named in entries)
     from ..system.pool import Lost, run_parallel
 
     chunk = max(1, len(entries) // (jobs * 4))
@@ -796,6 +798,7 @@ def _probe_all(
         meanwhile=meanwhile,
         weights=[_size(f) for f, _ in entries],
         groups=[f.parent for f, _ in entries],
+        on_done=progress.advance,
     )
     return tuple(
         ScriptFacts(path=_display(f), unknowns=(Unknown("not checked", r.reason),)) if isinstance(r, Lost) else r
@@ -816,6 +819,7 @@ def _judge_all(
     judged here."""
     from ..system.pool import Lost, run_parallel
 
+    progress.expect(len(entries))
     chunk = max(1, len(entries) // (jobs * 4))
     done = run_parallel(
         _ProbeAndJudge(args, environ, finish, judge),
@@ -824,6 +828,7 @@ def _judge_all(
         chunk=chunk,
         weights=[_size(f) for f, _ in entries],
         groups=[f.parent for f, _ in entries],
+        on_done=progress.advance,
     )
     scripts, verdicts, trains, stacks = [], [], [], []
     for (f, _), r in zip(entries, done, strict=False):

@@ -42,6 +42,7 @@ def run_parallel(
     meanwhile: Callable[[], Any] | None = None,
     weights: list[float] | None = None,
     groups: list[Any] | None = None,
+    on_done: Callable[[], Any] | None = None,
 ) -> list[Any]:
     """`[func(item) for item in items]` in up to `jobs` worker processes, in order; an item whose worker died
     is a `Lost`. An exception raised by `func` ends every worker and is raised here, as a plain call would.
@@ -55,19 +56,24 @@ def run_parallel(
     import.
     `meanwhile()` runs here
     once the workers have their first batches (work of this process that needs no result: it would otherwise
-    wait idle)."""
+    wait idle). `on_done()` runs here as each item's result arrives (a progress bar)."""
     items = list(items)
     if jobs <= 1 or len(items) <= 1:
         if meanwhile is not None:
             meanwhile()
-        return [func(item) for item in items]
+        results = []
+        for item in items:
+            results.append(func(item))
+            if on_done is not None:
+                on_done()
+        return results
     jobs = min(jobs, len(items))
     chunk = chunk or max(1, len(items) // (jobs * 4))
     if weights is not None and len(weights) != len(items):
         raise ValueError(f"{len(weights)} weights for {len(items)} items")
     if groups is not None and len(groups) != len(items):
         raise ValueError(f"{len(groups)} groups for {len(items)} items")
-    return _Pool(func, items, jobs, chunk, weights, groups).run(meanwhile)
+    return _Pool(func, items, jobs, chunk, weights, groups, on_done).run(meanwhile)
 
 
 class _Worker:
@@ -94,6 +100,7 @@ class _Pool:
         chunk: int,
         weights: list[float] | None = None,
         groups: list[Any] | None = None,
+        on_done: Callable[[], Any] | None = None,
     ):
         # fork: no re-import per worker, and the worker's parent is this thread (what PDEATHSIG watches)
         import multiprocessing  # here: a check of one script starts no worker and needs none of it (~10 ms)
@@ -116,6 +123,7 @@ class _Pool:
         self.deaths: dict[int, int] = {}
         self.idle_deaths = 0
         self.workers: list[_Worker] = []
+        self.on_done = on_done
 
     @property
     def pending(self) -> bool:
@@ -202,6 +210,8 @@ class _Pool:
                     raise value
                 self.results[index] = value
                 worker.in_flight.remove(index)
+                if self.on_done is not None:
+                    self.on_done()
                 if worker.batch_ends and worker.batch_ends[0] == index:
                     worker.batch_ends.popleft()
             if worker.process.is_alive():
