@@ -635,8 +635,10 @@ def _gather(
                 stacks = [x for x, k in zip(stacks, keep, strict=True) if k]
     # nothing could be checked: the input was bad (exit 2), however many files it named, unless the run was asked to
     # go on (pre-commit staging only empty __init__.py files passes)
-    if not keep_going and scripts and all(_not_checked(s) for s in scripts):
-        first = scripts[0]
+    # (an empty file is no input error, and no file checked either)
+    failed = [s for s in scripts if _not_checked(s)]
+    if not keep_going and failed and all(_not_checked(s) or _empty(s) for s in scripts):
+        first = failed[0]
         raise InputError(f"{first.path}: {first.unknowns[0].reason}; nothing could be checked")
     named = [
         f
@@ -713,6 +715,10 @@ class _Finish:
         stack = self.resolver.for_script(path)
         script = replace(script, stack=stack)
         return with_installed_signatures((script,), _site_dirs(self.resolver), self.resolver.installed)[0], stack
+
+
+def _empty(s: ScriptFacts) -> bool:
+    return any(u.what == NOTHING_TO_CHECK for u in s.unknowns)
 
 
 def _not_checked(script: ScriptFacts) -> bool:
