@@ -14,28 +14,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _memory(tmp_path: Path, name: str, text: str, target: str) -> dict:
+def _doctor(tmp_path: Path, command: str, name: str, text: str, target: str) -> dict:
+    """`precision-doctor COMMAND FILE --target T --format json` on a file written with `text`: its JSON."""
     path = tmp_path / name
     path.write_text(text)
     env = {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub"), "PATH": "/usr/bin"}
     done = subprocess.run(
-        [sys.executable, "-m", "precision_doctor", "memory", str(path), "--target", target, "--format", "json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)["scripts"][0]
-
-
-def _memory_ids(tmp_path: Path, name: str, text: str, target: str) -> set[str]:
-    path = tmp_path / name
-    path.write_text(text)
-    env = {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub"), "PATH": "/usr/bin"}
-    done = subprocess.run(
-        [sys.executable, "-m", "precision_doctor", "check", str(path), "--target", target, "--format", "json"],
+        [sys.executable, "-m", "precision_doctor", command, str(path), "--target", target, "--format", "json"],
         capture_output=True,
         text=True,
         env=env,
@@ -43,7 +28,19 @@ def _memory_ids(tmp_path: Path, name: str, text: str, target: str) -> set[str]:
         timeout=60,
     )
     assert done.returncode in (0, 1), done.stderr
-    return {f["id"] for f in json.loads(done.stdout)["findings"] if f["id"].startswith("PD60")}
+    return json.loads(done.stdout)
+
+
+def _memory(tmp_path: Path, name: str, text: str, target: str) -> dict:
+    return _doctor(tmp_path, "memory", name, text, target)["scripts"][0]
+
+
+def _memory_findings(tmp_path: Path, name: str, text: str, target: str) -> list[dict]:
+    return [f for f in _doctor(tmp_path, "check", name, text, target)["findings"] if f["id"].startswith("PD60")]
+
+
+def _memory_ids(tmp_path: Path, name: str, text: str, target: str) -> set[str]:
+    return {f["id"] for f in _memory_findings(tmp_path, name, text, target)}
 
 
 AX_LORA = """base_model: meta-llama/Llama-3.1-8B
@@ -218,18 +215,7 @@ def test_llamafactory_lora_under_ddp_turns_unused_parameter_search_off(tmp_path)
 )
 def test_a_sequence_length_that_is_only_a_cap_makes_the_verdict_a_warning(tmp_path, extra, severity):
     text = AX_LORA.replace("micro_batch_size: 4", "micro_batch_size: 64") + extra
-    path = tmp_path / "big.yml"
-    path.write_text(text)
-    env = {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub"), "PATH": "/usr/bin"}
-    done = subprocess.run(
-        [sys.executable, "-m", "precision_doctor", "check", str(path), "--target", "a100-80gb", "--format", "json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=60,
-    )
-    found = [f for f in json.loads(done.stdout)["findings"] if f["id"] == "PD602"]
+    found = [f for f in _memory_findings(tmp_path, "big.yml", text, "a100-80gb") if f["id"] == "PD602"]
     assert [f["severity"] for f in found] == [severity]
 
 
