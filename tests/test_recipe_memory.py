@@ -282,3 +282,13 @@ def test_a_llamafactory_lora_target_list_is_kept_as_a_list(tmp_path):
     assert _memory(tmp_path, "lora.yaml", text, "a100-80gb")["shape"]["lora_modules"] == "all-linear"
     text = LF_LORA + "lora_target: q_proj,v_proj\n"
     assert _memory(tmp_path, "lora.yaml", text, "a100-80gb")["shape"]["lora_modules"] == "default"
+
+
+def test_a_recipe_s_memory_fix_names_the_recipe_s_own_keys(tmp_path):
+    text = AX_LORA.replace("micro_batch_size: 4", "micro_batch_size: 64") + "sample_packing: true\n"
+    (found,) = [f for f in _memory_findings(tmp_path, "big.yml", text, "a100-80gb") if f["id"] == "PD602"]
+    assert (
+        "`micro_batch_size: " in found["fix"]["description"]
+        and "gradient_accumulation_steps: " in found["fix"]["description"]
+    )
+    assert "per_device_train_batch_size" not in json.dumps(found["fix"])

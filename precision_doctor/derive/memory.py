@@ -603,7 +603,7 @@ def _changes(c: CheckpointFacts, shape: TrainingShape, limit: int) -> list[tuple
         )
     if shape.sequence > 256 and not c.image_size:
         candidates.append(
-            (f"shorter sequences (max length {shape.sequence // 2})", replace(shape, sequence=shape.sequence // 2))
+            (f"shorter sequences (max_length={shape.sequence // 2})", replace(shape, sequence=shape.sequence // 2))
         )
     return candidates
 

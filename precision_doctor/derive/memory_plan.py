@@ -4,6 +4,8 @@ assumed, and the plan says what."""
 
 from __future__ import annotations
 
+from dataclasses import field
+
 from ..knowledge import dtypes
 from ..knowledge.families import LIGER_MODEL_TYPES
 from ..model.facts import (
@@ -37,6 +39,7 @@ class MemoryPlan:
     gpu: Gpu
     gpus: int
     spread_budgets: tuple[int, ...] = ()  # device_map spread: each GPU's budget (max_memory, else free)
+    recipe_keys: dict[str, str] = field(default_factory=dict)  # a recipe's key per Trainer keyword (its fixes)
 
     @property
     def headroom(self) -> float:
@@ -98,7 +101,8 @@ def plan_memory(
     spread: tuple[int, ...] = ()
     if shape.parallelism.kind == "device-map":
         spread = _max_memory(setup, machine)
-    return MemoryPlan(checkpoint, shape, estimate(checkpoint, shape), budget, gpu, len(machine.gpus), spread)
+    keys = dict(script.recipe.spelling) if script.recipe is not None else {}
+    return MemoryPlan(checkpoint, shape, estimate(checkpoint, shape), budget, gpu, len(machine.gpus), spread, keys)
 
 
 def training_shape(

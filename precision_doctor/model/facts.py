@@ -280,6 +280,8 @@ class RecipeFacts:
     model_type: str = ""  # the trained checkpoint's, where the doctor knows it
     memory_unmodelled: str = ""  # why the memory rules cannot judge it (a parallelism the doctor does not model)
     chunked_loss: str = ""  # the setting that computes the loss in chunks, never holding the logits (Liger, CCE)
+    # the recipe's key for each Trainer keyword a fix names ("per_device_train_batch_size" -> "micro_batch_size")
+    spelling: dict[str, str] = field(default_factory=dict)
 
 
 @record

@@ -43,6 +43,7 @@ class Builder:
         self._checkpoints: dict[str, CheckpointFacts] = {}
         self.memory_unmodelled = ""  # why the memory rules cannot judge this recipe ("" when they can)
         self.chunked_loss = ""  # the setting that fuses the output layer and the loss (no logits held)
+        self.spelling: dict[str, str] = {}  # the recipe's key for each Trainer keyword a fix names
 
     def written(self, key: str, meaning: Any = None) -> Value:
         return self.doc.value(key, via=self.via, meaning=meaning)
@@ -107,6 +108,7 @@ class Builder:
                 self.model_type(),
                 self.memory_unmodelled,
                 self.chunked_loss,
+                self.spelling,
             ),
         )
 

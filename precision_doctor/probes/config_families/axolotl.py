@@ -163,6 +163,11 @@ def build(b: Builder) -> ScriptFacts:
     args["packing"] = _full_length(b)
     b.memory_unmodelled = _unmodelled(b)
     b.chunked_loss = _chunked_loss(b)
+    b.spelling = {
+        "per_device_train_batch_size": "micro_batch_size",
+        "optim": "optimizer",
+        "max_length": "sequence_len",
+    }
     training = b.add(
         CallKind.TRAINING_ARGS,
         "transformers.TrainingArguments",

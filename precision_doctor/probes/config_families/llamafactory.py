@@ -95,6 +95,7 @@ def build(b: Builder) -> ScriptFacts:
         pre_training = str(doc.get("stage", default="sft")) == "pt" and doc.get("packing") is None
         args["packing"] = b.default("packing", pre_training, f"{NAME} {VERSION} packs only for stage: pt")
     b.memory_unmodelled = _unmodelled(b, finetuning)
+    b.spelling = {"max_length": "cutoff_len"}
     # Liger with its fused linear cross-entropy for sft/pt (model/loader.py:142, liger_kernel.py:97), on the
     # architectures LLaMA-Factory patches (liger_kernel.py:41-95)
     liger = doc.get("enable_liger_kernel") and b.model_type() in LIGER_PATCHED

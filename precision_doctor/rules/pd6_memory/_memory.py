@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 from ...derive import Setup, call_evidence
 from ...derive.checkpoint import describe_source
 from ...derive.memory import GIB, batch_ranges, cheapest_fit
@@ -49,6 +51,19 @@ def trained_plan(setup: Setup, memory: MemoryPlan | str) -> MemoryPlan | None:
     return memory if setup.trains and isinstance(memory, MemoryPlan) else None
 
 
+def in_recipe_words(text: str, keys: dict[str, str]) -> str:
+    """A fix written with the Trainer's keywords (`per_device_train_batch_size=16`), in a recipe's own keys and
+    syntax (`micro_batch_size: 16`) where the recipe names them so; other keywords keep their names."""
+    if not keys:
+        return text
+
+    def spelled(match: re.Match) -> str:
+        name, value = match.group(1), match.group(2).strip('"')
+        return f"`{keys.get(name, name)}: {value}`"
+
+    return re.sub(r"\b([a-z_]+)=(\"[^\"]*\"|[\w.]+)", spelled, text)
+
+
 def advice(m: MemoryPlan) -> Fix:
     safe, fits = batch_ranges(m.checkpoint, m.shape, m.budget)
     change = cheapest_fit(m.checkpoint, m.shape, m.budget)
@@ -59,10 +74,18 @@ def advice(m: MemoryPlan) -> Fix:
             if fits > safe + 1
             else (f" ({fits} only within the estimate's error)" if fits > safe else "")
         )
-        notes.append(f"the largest per_device_train_batch_size that fits is {safe}{uncertain}")
+        batch = m.recipe_keys.get("per_device_train_batch_size", "per_device_train_batch_size")
+        notes.append(f"the largest {batch} that fits is {safe}{uncertain}")
     elif fits:
-        notes.append(f"per_device_train_batch_size={fits} fits only within the estimate's error")
-    text = change.description if change else "a larger GPU, or more GPUs with ZeRO-3 / FSDP"
+        notes.append(
+            in_recipe_words(f"per_device_train_batch_size={fits}", m.recipe_keys)
+            + " fits only within the estimate's error"
+        )
+    text = (
+        in_recipe_words(change.description, m.recipe_keys)
+        if change
+        else "a larger GPU, or more GPUs with ZeRO-3 / FSDP"
+    )
     if change:
         notes.append(f"with it the peak is {gib(change.breakdown.peak)} of {gib(m.budget)}")
     return Fix(text, applicability=Applicability.DISPLAY, notes=tuple(notes))
