@@ -12,6 +12,7 @@ _PR = "src/llamafactory/hparams/parser.py"
 _FA = "src/llamafactory/hparams/finetuning_args.py"
 _QU = "src/llamafactory/model/model_utils/quantization.py"
 _AT = "src/llamafactory/model/model_utils/attention.py"
+_LK = "src/llamafactory/model/model_utils/liger_kernel.py"
 
 _BASE = (
     "model_name_or_path: meta-llama/Llama-3.2-1B\nstage: sft\ndo_train: true\ndataset: alpaca_en_demo\n"
@@ -659,5 +660,27 @@ CHECKS: tuple[RecipeCheck, ...] = (
         + "flash_attn: sdpa\n",
         accepted=_LORA.replace("meta-llama/Llama-3.2-1B", "google/gemma-2-2b").replace("llama3", "gemma")
         + "flash_attn: disabled\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_LK}:87-95",
+        "warns",
+        "Current model does not support liger kernel.",
+        ("enable_liger_kernel", "model_name_or_path"),
+        lambda v: (
+            bool(v.get("enable_liger_kernel"))
+            and bool(v.get("do_train"))
+            and bool(v.model_type)
+            and v.model_type not in LIGER_PATCHED
+        ),
+        says=lambda v: (
+            "Please install liger-kernel from https://github.com/Comet0322/Liger-Kernel."
+            if v.model_type == "gpt_oss"
+            else "Current model does not support liger kernel."
+        ),
+        consequence="Liger is not applied: the loss keeps the full logits (the memory estimate counts them)",
+        fix="drop `enable_liger_kernel` for this model, or train one LLaMA-Factory patches (liger_kernel.py:41-86)",
+        fires=_LORA.replace("meta-llama/Llama-3.2-1B", "HuggingFaceTB/SmolLM3-3B") + "enable_liger_kernel: true\n",
+        accepted=_LORA + "enable_liger_kernel: true\n",
     ),
 )
