@@ -22,7 +22,7 @@ _PHASE = {
     "config": "while the script builds its training objects",
     "load": "while loading the model",
     "wrap": "when the trainer wraps the model",
-    "first-step": "at the first optimizer step",
+    "first-step": "in the first training step",  # the forward, the backward or the first optimizer step
     "later-steps": "after some steps",
 }
 _STACK_SHOWN = ("torch", "transformers", "accelerate", "peft", "trl", "bitsandbytes")
