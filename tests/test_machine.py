@@ -304,3 +304,22 @@ def test_cli_snapshot_keeps_the_host_name_only_when_asked(tmp_path):
     assert doctor("snapshot", "--include-host", "-o", str(kept)).returncode == 0
     assert json.loads(plain.read_text())["machine"]["host"]["hostname"] == ""
     assert json.loads(kept.read_text())["machine"]["host"]["hostname"] == name
+
+
+@pytest.mark.parametrize(
+    "target, name, capability, mib",
+    [
+        ("a40", "NVIDIA A40", (8, 6), 46068),
+        ("l40:2", "NVIDIA L40", (8, 9), 46068),
+        ("rtx-5090", "NVIDIA GeForce RTX 5090", (12, 0), 32607),
+    ],
+)
+def test_the_added_profiles_are_the_cards_as_nvidia_smi_reports_them(target, name, capability, mib):
+    """Issue 32's profiles: each card's name, compute capability and the total nvidia-smi prints (sources in
+    probes/target.py); a job is judged against them like any other."""
+    from precision_doctor.probes.target import machine_from_target
+
+    machine = machine_from_target(target)
+    count = int(target.partition(":")[2] or 1)
+    assert [(g.name, g.capability, g.memory_total_mib) for g in machine.gpus] == [(name, capability, mib)] * count
+    assert target.split(":")[0] in doctor("targets").stdout

@@ -19,8 +19,10 @@ class Profile:
 # Totals as nvidia-smi prints them on R510+ drivers, from its output quoted in public threads: A100-40GB
 # bottlerocket-os/bottlerocket-core-kit#834, A100-80GB allenai/PeerRead#40, RTX 3090 noonghunna/club-3090#1127, A10
 # mayooot/detect-gpu#3, A10G NVIDIA/DCGM#232, RTX 4090 RLinf/RLinf#255, L40S gpustack/gpustack#301, V100-32GB
-# Wan-Video/Wan2.1#5; the others from published training logs (B200: nvidia-smi tables on drivers 570 and 595 in
-# public experiment logs, 183359MiB each); the H200 read here (2026-11-27). Drivers before
+# Wan-Video/Wan2.1#5, RTX 5090 noonghunna/club-3090#617 (driver 595.71.05; 32607MiB in its later reports too); the
+# others from published training logs (B200: nvidia-smi tables on drivers 570 and 595 in public experiment logs,
+# 183359MiB each; A40: a public SLURM job log on driver 535.161.08, 46068MiB; L40: several public logs, 46068MiB
+# with ECC on as the card ships, 49140MiB with it off); the H200 read here (2026-11-27). Drivers before
 # R510 print the total less the driver's reserve (T4 15109, A100-40GB 40536); the A10 with ECC off, the A6000
 # and RTX 6000 Ada with ECC on print other figures (24564, 46068).
 PROFILES: tuple[Profile, ...] = (
@@ -36,13 +38,16 @@ PROFILES: tuple[Profile, ...] = (
     Profile("a10", "NVIDIA A10", (8, 6), 23028),
     Profile("a10g", "NVIDIA A10G", (8, 6), 23028),
     Profile("a6000", "NVIDIA RTX A6000", (8, 6), 49140),
+    Profile("a40", "NVIDIA A40", (8, 6), 46068),
     Profile("rtx-4090", "NVIDIA GeForce RTX 4090", (8, 9), 24564),
     Profile("l4", "NVIDIA L4", (8, 9), 23034),
+    Profile("l40", "NVIDIA L40", (8, 9), 46068),
     Profile("l40s", "NVIDIA L40S", (8, 9), 46068),
     Profile("rtx-6000-ada", "NVIDIA RTX 6000 Ada Generation", (8, 9), 49140),
     Profile("h100", "NVIDIA H100 80GB HBM3", (9, 0), 81559),
     Profile("h200", "NVIDIA H200", (9, 0), 143771),
     Profile("b200", "NVIDIA B200", (10, 0), 183359),
+    Profile("rtx-5090", "NVIDIA GeForce RTX 5090", (12, 0), 32607),
 )
 
 CPU_TARGET = "cpu"
