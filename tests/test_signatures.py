@@ -4,6 +4,8 @@ which version applies (installed, declared, assumed) and how sure the verdict is
 
 from pathlib import Path
 
+import pytest
+
 from precision_doctor import engine
 from precision_doctor.probes.collect import gather
 
@@ -667,3 +669,27 @@ def test_a_span_from_the_oldest_release_read_is_not_called_its_start():
     assert describe_spans("transformers", "4.36-5.1") == "transformers up to 5.1"
     assert describe_spans("transformers", "4.40-4.50") == "transformers 4.40-4.50"
     assert describe_spans("transformers", "4.36-4.40,4.45-4.47") == "transformers up to 4.40,4.45-4.47"
+
+
+TORCH_DTYPE = (
+    "import torch\nfrom transformers import AutoModelForCausalLM\n"
+    "model = AutoModelForCausalLM.from_pretrained('gpt2', torch_dtype=torch.float32)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "requirements, safe",
+    [
+        ("transformers>=4.40\n", False),  # 4.40-4.55 take no dtype=: the rename alone breaks them
+        ("transformers>=4.56\n", True),
+        ("transformers==5.23.0\n", True),
+    ],
+)
+def test_the_dtype_rename_is_safe_only_where_every_allowed_release_takes_it(tmp_path, requirements, safe):
+    """Issue 32: `fix` wrote dtype= into a project whose requirements allow transformers releases that refuse it.
+    Where the declared range reaches below 4.56 the rename is offered for review, with the pin to raise."""
+    [finding] = [f for f in _project(tmp_path, TORCH_DTYPE, requirements).findings if f.rule_id == "PD214"]
+    assert (finding.fix.applicability == "safe") is safe
+    if not safe:
+        assert "transformers>=4.56" in finding.fix.description
+        assert any("transformers>=4.40" in note for note in finding.fix.notes)
