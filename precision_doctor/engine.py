@@ -136,10 +136,14 @@ def run(facts: Facts, policy: Policy | None = None, verdicts: tuple[ScriptVerdic
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _run(facts, policy, verdicts)
+        result = _run(facts, policy, verdicts)
     finally:
         if enabled:
             gc.enable()
+    if facts.context:  # an importer's own findings (every place in the importer) are not the named helper's
+        kept = [f for f in result.findings if not f.locations or any(p.path not in facts.context for p in f.locations)]
+        result = replace(result, findings=tuple(kept))
+    return result
 
 
 def _run(facts: Facts, policy: Policy | None, verdicts: tuple[ScriptVerdict | None, ...] | None) -> Result:

@@ -124,6 +124,20 @@ def test_a_helper_module_alone_is_checked_through_the_scripts_that_import_it(hel
     assert out.returncode == 1 and "model_utils.py:6" in out.stdout
 
 
+def test_a_helper_named_alone_is_not_blamed_for_its_importer_s_own_finding(helper_project):
+    """Issue 32: a per-file gate on the helper fails for the helper's finding (its fp16 load, seen through the
+    importer that trains with it), never for one that lies wholly in the importer (its deprecated GradScaler)."""
+    tmp_path = helper_project
+    train = tmp_path / "train.py"
+    train.write_text("import torch\nscaler = torch.cuda.amp.GradScaler()\n" + train.read_text())
+    alone = _doctor("check", "model_utils.py", "--target", "a100", "--format", "concise", cwd=tmp_path)
+    assert alone.returncode == 1 and "model_utils.py:6:" in alone.stdout and "PD201" in alone.stdout
+    assert "PD213" not in alone.stdout and "train.py:2" not in alone.stdout
+    importer = _doctor("check", "train.py", "--target", "a100", "--format", "concise", cwd=tmp_path)
+    assert "train.py:2:" in importer.stdout and "PD213" in importer.stdout  # checked as itself, it has both
+    assert "model_utils.py:6:" in importer.stdout
+
+
 def test_a_helper_named_beside_its_importer_checks_that_importer_once(helper_project):
     """`check model_utils.py train.py` (a pre-commit hook staging both): train.py is named, so it is not added
     again as an importer of the helper (named relative, found under the repository root absolute)."""

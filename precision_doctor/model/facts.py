@@ -773,6 +773,9 @@ class Facts:
     # the job scripts a folder run found, each checked as its own run: its launch, its partition's machine, the
     # scripts it runs (which the folder run then does not judge again without their launch)
     jobs: tuple[Facts, ...] = ()
+    # scripts read only because a named helper module runs through them: judged for the helper's sake, their own
+    # findings are theirs, not the helper's (a per-file gate on the helper never fails for another file's bug)
+    context: tuple[str, ...] = ()
 
     @property
     def all_scripts(self) -> tuple[ScriptFacts, ...]:

@@ -656,15 +656,23 @@ def _gather(
                     [(f, False) for f in extra], args, jobs, script_env, _Finish((), resolver), judge
                 )
                 scripts, verdicts, stacks = scripts + more, verdicts + more_verdicts, stacks + more_stacks
+    context = tuple(_display(f) for f in extra)
     if resolver is None:  # the node's versions, not this laptop's
         return Facts(
-            scripts=scripts, machine=machine, launch=launch, stack=snapshot_stack, job=job, jobs=job_runs
+            scripts=scripts,
+            machine=machine,
+            launch=launch,
+            stack=snapshot_stack,
+            job=job,
+            jobs=job_runs,
+            context=context,
         ), verdicts
     if judge is None:
         scripts, stack = _stacks(scripts, files, resolver)
     else:  # the workers gave each script its stack
         stack = _run_stack(stacks, resolver)
-    return Facts(scripts=scripts, machine=machine, launch=launch, stack=stack, job=job, jobs=job_runs), verdicts
+    facts = Facts(scripts=scripts, machine=machine, launch=launch, stack=stack, job=job, jobs=job_runs, context=context)
+    return facts, verdicts
 
 
 def script_environment(machine: MachineFacts, environ: Mapping[str, str]) -> tuple[dict | None, str]:
