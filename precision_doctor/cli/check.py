@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..model.errors import InputError
+from ..system import progress
 from ._common import (
     EXIT_FINDINGS,
     EXIT_OK,
@@ -171,7 +172,20 @@ def run_check(opts, script_args: tuple[str, ...]) -> int:
     # adds to them (then every script's facts come back whole and are judged here)
     judge_with = None if opts.live or opts.include_facts else (lambda run: engine.Judge(run, settings.policy))
     with folder_progress(opts.quiet):
-        facts, verdicts = _gather(opts, settings, root, script_args, judge_with, gather_judged)
+        facts, verdicts = gather_judged(
+            opts.paths,
+            judge_with,
+            target=settings.target,
+            launcher=settings.launcher,
+            script_args=script_args,
+            facts_file=settings.facts,
+            jobs=min(opts.jobs or MAX_JOBS, os.cpu_count() or 1),
+            exclude=settings.exclude,
+            root=root,
+            partitions=settings.partitions,
+            python=training_python(opts),
+            keep_going=opts.keep_going,
+        )
     if not opts.paths and os.environ.get("CI") and not stdout_is_terminal():  # after the input was found good
         print(
             "precision-doctor: no path given: only the machine was checked, no training script "
@@ -208,25 +222,6 @@ def run_check(opts, script_args: tuple[str, ...]) -> int:
     )
 
 
-def _gather(opts, settings, root: str, script_args: tuple[str, ...], judge_with, gather_judged):
-    import os
-
-    return gather_judged(
-        opts.paths,
-        judge_with,
-        target=settings.target,
-        launcher=settings.launcher,
-        script_args=script_args,
-        facts_file=settings.facts,
-        jobs=min(opts.jobs or MAX_JOBS, os.cpu_count() or 1),
-        exclude=settings.exclude,
-        root=root,
-        partitions=settings.partitions,
-        python=training_python(opts),
-        keep_going=opts.keep_going,
-    )
-
-
 PROGRESS_FROM = 20  # files: a bar for fewer would only flicker
 
 
@@ -234,13 +229,9 @@ PROGRESS_FROM = 20  # files: a bar for fewer would only flicker
 def folder_progress(quiet: bool) -> Iterator[None]:
     """A bar on stderr while the files are read and judged: on a terminal only, never in CI, a pipe or with
     --quiet; it clears itself before the report."""
-    import os
-
     if quiet or os.environ.get("CI") or not sys.stderr.isatty():
         yield
         return
-    from ..system import progress
-
     bar = _Bar()
     with progress.listening(bar):
         try:
@@ -249,7 +240,7 @@ def folder_progress(quiet: bool) -> Iterator[None]:
             bar.close()
 
 
-class _Bar:
+class _Bar(progress.Listener):
     def __init__(self) -> None:
         self.total = 0
         self.done = 0

@@ -454,23 +454,16 @@ def estimate(c: CheckpointFacts, shape: TrainingShape) -> Breakdown:
     adapters = trainable * BYTES.get(shape.adapter_dtype, 4) if shape.lora_rank else 0
     grad_bytes = BYTES.get(shape.adapter_dtype if shape.lora_rank else shape.weight_dtype, 4)
     gradients = trainable * grad_bytes
-    state = OPTIMIZER_STATE_BYTES.get(shape.optimizer, 8)
-    state_dtype = shape.adapter_dtype if shape.lora_rank else shape.weight_dtype
-    if not shape.master_weights and state_dtype in (dtypes.FLOAT16, dtypes.BFLOAT16) and state in (8, 4):
-        state //= 2  # torch's Adam keeps its state in the parameter's dtype
-    optimizer = trainable * state
+    optimizer = trainable * _state_bytes(shape, shape.adapter_dtype if shape.lora_rank else shape.weight_dtype)
     # DeepSpeed mixed precision: fp32 master weights and an fp32 gradient partition beside the half weights
     master = trainable * 8 if shape.master_weights else 0
     weights = full_weights + adapters
-    if shape.lora_rank and shape.saved_modules:  # copies in the base dtype, trained as a full layer is
-        copy = BYTES.get(shape.weight_dtype, 2)
-        copy_state = OPTIMIZER_STATE_BYTES.get(shape.optimizer, 8)
-        if copy == 2 and copy_state in (8, 4) and not shape.master_weights:
-            copy_state //= 2
-        weights += shape.saved_modules * copy
-        gradients += shape.saved_modules * copy
-        optimizer += shape.saved_modules * copy_state
-        master += shape.saved_modules * 8 if shape.master_weights else 0
+    copies = shape.saved_modules if shape.lora_rank else 0  # modules_to_save: trained as a full layer, base dtype
+    if copies:
+        weights += copies * BYTES.get(shape.weight_dtype, 2)
+        gradients += copies * BYTES.get(shape.weight_dtype, 2)
+        optimizer += copies * _state_bytes(shape, shape.weight_dtype)
+        master += copies * 8 if shape.master_weights else 0
     largest = _largest_layer(c) * BYTES.get(shape.weight_dtype, 2)
     offloaded = 0
     if p.kind in ("zero1", "zero2", "zero3"):
@@ -511,8 +504,17 @@ def estimate(c: CheckpointFacts, shape: TrainingShape) -> Breakdown:
         reserve=reserve,
         per_sample=per_sample,
         offloaded_layers=offloaded,
-        weights_total=full_weights + adapters + shape.saved_modules * BYTES.get(shape.weight_dtype, 2),
+        weights_total=full_weights + adapters + copies * BYTES.get(shape.weight_dtype, 2),
     )
+
+
+def _state_bytes(shape: TrainingShape, dtype: str) -> int:
+    """Optimizer state per trainable parameter of `dtype`: torch's Adam (and SGD's momentum) keeps its state in the
+    parameter's dtype, so half parameters hold half of it, unless DeepSpeed's fp32 master copy is what steps."""
+    state = OPTIMIZER_STATE_BYTES.get(shape.optimizer, 8)
+    if not shape.master_weights and dtype in (dtypes.FLOAT16, dtypes.BFLOAT16) and state in (8, 4):
+        return state // 2
+    return state
 
 
 def _shard(total: int, n: int) -> int:

@@ -9,7 +9,7 @@ from ..knowledge.versions import TRAINER_SKIPS_DP_FOR_4BIT, at_least
 from ..model.facts import ABSENT, KNOWN, Call, MachineFacts, ScriptFacts, StackFacts, Value
 from ..model.findings import Evidence
 from .launch import device_map_kind
-from .setup import Checkpointing, Placement, Setup, call_evidence, decide, evidence_of
+from .setup import Checkpointing, Placement, Setup, call_evidence, decide, evidence_of, trainer_fsdp_config
 
 # transformers PR#45407 (merged 2026-04): Trainer stops wrapping 4-bit models in DataParallel. Used only when the
 # installed trainer.py cannot be read: the release is taken from the PR's merge, not read from a changelog.
@@ -194,13 +194,11 @@ def _fsdp_activation_checkpointing(args: Call, machine: MachineFacts, stack: Sta
     accelerate wraps every layer in torch's checkpoint_wrapper, non-reentrant (accelerator.py:1979-1983 for FSDP1,
     utils/fsdp_utils.py:722 for FSDP2, accelerate 1.15)."""
     fsdp = decide(args.kwarg("fsdp"), machine, stack)
-    config = decide(args.kwarg("fsdp_config"), machine, stack)
-    if fsdp.state != KNOWN or not fsdp.value or config.state != KNOWN or not isinstance(config.value, dict):
+    config, written = trainer_fsdp_config(args, machine, stack)
+    on = config.get("activation_checkpointing")
+    if fsdp.state != KNOWN or not fsdp.value or (on is not True and str(on).lower() != "true"):
         return None
-    on = config.value.get("activation_checkpointing", config.value.get("fsdp_activation_checkpointing"))
-    if on is not True and str(on).lower() != "true":
-        return None
-    return evidence_of(config, "FSDP activation checkpointing (non-reentrant)", args)
+    return evidence_of(written, "FSDP activation checkpointing (non-reentrant)", args)
 
 
 def _either(call: Call, *names: str) -> Value:

@@ -193,6 +193,15 @@ class Setup:
         )
 
 
+def trainer_fsdp_config(args: Call, machine: MachineFacts, stack: StackFacts) -> tuple[dict, Value]:
+    """The Trainer's `fsdp_config` as transformers 5.24 reads it, its `fsdp_` prefixes dropped
+    (training_args.py:2775-2795), with the value it came from; {} when not a known mapping."""
+    v = decide(args.kwarg("fsdp_config"), machine, stack)
+    if v.state != KNOWN or not isinstance(v.value, dict):
+        return {}, v
+    return {(k[5:] if isinstance(k, str) and k.startswith("fsdp_") else k): x for k, x in v.value.items()}, v
+
+
 def evidence_of(v: Value, note: str, fallback: Call | None = None) -> Evidence:
     """Evidence for a value: where the value itself is written, and its origin."""
     literal = v.origins[-1] if v.origins else Origin("code", v.text)

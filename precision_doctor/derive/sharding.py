@@ -21,7 +21,7 @@ from ..model.call_kinds import LIGHTNING_CLASSES
 from ..model.facts import KNOWN, LaunchFacts, MachineFacts, ScriptFacts, StackFacts, Value
 from ..model.findings import Evidence
 from .launch import Sharding, accelerate_settings
-from .setup import Setup, call_evidence, decide, evidence_of
+from .setup import Setup, call_evidence, decide, evidence_of, trainer_fsdp_config
 
 ACCELERATE_DEFAULT_STAGE = 2  # DeepSpeedPlugin: ACCELERATE_DEEPSPEED_ZERO_STAGE, else 2
 # accelerate's FSDP sharding strategies by name and by the number `accelerate config` may write
@@ -87,8 +87,8 @@ def derive_sharding(
         v = decide(setup.training_args.kwarg("fsdp"), machine, stack)
         if v.state == KNOWN and v.value not in ("", None, False, []):
             text = " ".join(v.value) if isinstance(v.value, list) else str(v.value)
-            config = decide(setup.training_args.kwarg("fsdp_config"), machine, stack)
-            kind, offload = _trainer_fsdp_config(text, config.value if config.state == KNOWN else None)
+            config, _ = trainer_fsdp_config(setup.training_args, machine, stack)
+            kind, offload = _trainer_fsdp_config(text, config)
             return Sharding(
                 "fsdp",
                 "trainer",
@@ -277,16 +277,11 @@ def _evidence(v: Value, note: str, command: str) -> Evidence:
     return Evidence(v.location, v.text, f"{note} ({origin.detail})" if origin.detail else note, origin.kind)
 
 
-def _trainer_fsdp_config(text: str, config: object) -> tuple[str, bool]:
+def _trainer_fsdp_config(text: str, written: dict) -> tuple[str, bool]:
     """The Trainer's FSDP sharding and parameter offload, as transformers 5.24 settles them
-    (training_args.py:2775-2795, 2826-2872, 2888-2937): `fsdp_config` (its `fsdp_` prefixes dropped) over the legacy
-    `fsdp` words: `reshard_after_forward` False is grad-op sharding (FSDP2), a strategy name under FSDP1;
-    `cpu_offload` (or `offload_params`, as accelerate names it) offloads the parameters."""
-    written = (
-        {(k[5:] if isinstance(k, str) and k.startswith("fsdp_") else k): v for k, v in config.items()}
-        if isinstance(config, dict)
-        else {}
-    )
+    (training_args.py:2826-2872, 2888-2937): `fsdp_config` (setup.trainer_fsdp_config) over the legacy `fsdp`
+    words: `reshard_after_forward` False is grad-op sharding (FSDP2), a strategy name under FSDP1; `cpu_offload`
+    (or `offload_params`, as accelerate names it) offloads the parameters."""
     kind = _trainer_fsdp(text)
     reshard = written.get("reshard_after_forward")
     if reshard is False or str(reshard).lower() == "false":

@@ -796,22 +796,18 @@ def _probe_all(
 ) -> tuple[ScriptFacts, ...]:
     """Probe every script, in worker processes when there are many (each is parsed independently).
     `meanwhile()` is this process's own work while the workers probe (here, before probing with none)."""
-    progress.expect(len(entries))
-    if jobs <= 1 or len(entries) < PARALLEL_FROM:
-        if meanwhile is not None:
-            meanwhile()
-        return tuple(progress.done_each(_probe)(f, named, args, environ) for f, named in entries)
     from ..system.pool import Lost, run_parallel
 
-    chunk = max(1, len(entries) // (jobs * 4))
+    progress.expect(len(entries))
+    parallel = jobs > 1 and len(entries) >= PARALLEL_FROM  # else run_parallel calls _probe here, in order
     done = run_parallel(
         _probe_entry,
         [(f, named, args, environ) for f, named in entries],
-        jobs,
-        chunk=chunk,
+        jobs if parallel else 1,
+        chunk=max(1, len(entries) // (jobs * 4)),
         meanwhile=meanwhile,
-        weights=[_size(f) for f, _ in entries],
-        groups=[f.parent for f, _ in entries],
+        weights=[_size(f) for f, _ in entries] if parallel else None,
+        groups=[f.parent for f, _ in entries] if parallel else None,
         on_done=progress.advance,
     )
     return tuple(

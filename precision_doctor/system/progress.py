@@ -3,7 +3,7 @@ decides whether anything is shown (a terminal, not CI, not --quiet). Nothing lis
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 
@@ -35,15 +35,3 @@ def expect(files: int) -> None:
 def advance(files: int = 1) -> None:
     for listener in _LISTENERS:
         listener.advance(files)
-
-
-def done_each(func: Callable) -> Callable:
-    """`func`, reporting each call as a file done."""
-
-    def run(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        finally:
-            advance()
-
-    return run

@@ -247,21 +247,16 @@ def _full_length(b: Builder) -> Value:
 
 def _fsdp(b: Builder) -> Value | None:
     """What Axolotl hands the Trainer as `fsdp` (core/builders/base.py:684-686): the recipe's `fsdp` list, else True
-    (full sharding) whenever `fsdp_config` is set. fsdp_config itself goes to the Trainer beside it and decides the
-    rest (derive/sharding.py); its `offload_params` reaches accelerate through FSDP_OFFLOAD_PARAMS
-    (utils/trainer.py:600). Axolotl's FSDPConfig has no sharding-strategy field: a written one is dropped
-    (schemas/fsdp.py)."""
+    (full sharding) whenever `fsdp_config` is set. fsdp_config goes to the Trainer beside it and decides the rest
+    (derive/sharding.py): its `offload_params` reaches accelerate through FSDP_OFFLOAD_PARAMS (utils/trainer.py:600).
+    Axolotl's FSDPConfig has no sharding-strategy field: a written one is dropped (schemas/fsdp.py)."""
     doc = b.doc
-    config = doc.get("fsdp_config")
-    config = config if isinstance(config, dict) else {}
-    offload = config.get("offload_params", config.get("fsdp_offload_params")) is True
     if doc.get("fsdp"):
         written = doc.get("fsdp")
-        words = " ".join(written) if isinstance(written, list) else str(written)
-        return b.written("fsdp", meaning=words + (" offload" if offload and "offload" not in words else ""))
-    if not config:
+        return b.written("fsdp", meaning=" ".join(written) if isinstance(written, list) else written)
+    if not isinstance(doc.get("fsdp_config"), dict) or not doc.get("fsdp_config"):
         return None
-    return b.written("fsdp_config", meaning="full_shard" + (" offload" if offload else ""))
+    return b.written("fsdp_config", meaning="full_shard")
 
 
 def _lora_config(b: Builder) -> Call:
