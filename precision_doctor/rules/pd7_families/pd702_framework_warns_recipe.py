@@ -22,7 +22,9 @@ _QLORA_ZERO3 = next(c for c in axolotl.CHECKS if c.message.startswith("qlora + z
     what="A combination Axolotl or LLaMA-Factory lets through with a warning in its start-up log that says the "
     "run may fail: sample packing through SDPA in bf16 off Hopper (the loss may read 0.0), QLoRA under ZeRO-3 "
     "with non-reentrant checkpointing (CheckpointError), SageAttention without padding or for a full fine-tune "
-    "(loss explodes or drops to 0).",
+    "(loss explodes or drops to 0); and the advice it logs where the job runs other than the recipe reads: fp8 "
+    "without torch_compile (no speed-up), Liger on a model it does not patch (not applied), Gemma 2 under SDPA (no "
+    "soft-capping), FSDP1 and other deprecated settings. Each finding says what the job does if it goes ahead.",
     why="A warning among thousands of start-up lines is read after the run has failed or wasted its GPU hours. "
     "Each check is mirrored from the framework's source at the release its reader names.",
     error="<what the framework says may happen: a 0.0 loss, a CheckpointError, an exploding loss>",
