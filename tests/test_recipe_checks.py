@@ -12,12 +12,14 @@ from precision_doctor.knowledge.versions import CURRENT
 from .conftest import check_code
 
 CHECKS = list(axolotl.CHECKS) + list(llamafactory.CHECKS)
-RULE = {"refuses": "PD701", "warns": "PD702"}
+RULE = {"refuses": "PD701", "warns": "PD702", "advises": "PD702"}
+SEVERITY = {"refuses": "error", "warns": "warning", "advises": "info"}
 
 
 def _check(tmp_path, monkeypatch, check, recipe, target, versions, launcher=None):
     monkeypatch.chdir(tmp_path)
     for name, text in check.files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text, encoding="utf-8")
     result, _ = check_code(
         tmp_path,
@@ -40,7 +42,7 @@ def test_the_firing_recipe_is_reported_with_the_frameworks_source(tmp_path, monk
     assert found, f"{check.id} did not fire"
     finding = found[0]
     assert any(check.source in note for note in finding.fix.notes)
-    assert finding.severity == ("error" if check.action == "refuses" else "warning")
+    assert finding.severity == SEVERITY[check.action]
     written = {e.location.line for e in finding.evidence if e.location and Path(e.location.path).name == "config.yml"}
     if any(f"{key.split('.')[0]}:" in check.fires for key in check.keys):
         assert written, "the evidence points at the recipe lines that write the settings"
@@ -51,7 +53,13 @@ def test_the_firing_recipe_is_reported_with_the_frameworks_source(tmp_path, monk
 @pytest.mark.parametrize("check", CHECKS, ids=[c.id.rsplit("/", 1)[-1] for c in CHECKS])
 def test_the_accepted_twin_is_not(tmp_path, monkeypatch, check):
     found = _check(
-        tmp_path, monkeypatch, check, check.accepted, check.accepted_target or check.target, {}, check.accepted_launcher
+        tmp_path,
+        monkeypatch,
+        check,
+        check.accepted,
+        check.accepted_target or check.target,
+        check.accepted_versions,
+        check.accepted_launcher,
     )
     assert not found, found[0].message
 
@@ -256,3 +264,61 @@ def test_llamafactory_launches_decide_as_its_launcher_does(tmp_path, monkeypatch
         assert not found, found
     else:
         assert len(found) == 1 and said in found[0], found
+
+
+# Checks that ask the job's environment (a package installed or missing): they answer where the environment read
+# is the job's (the framework is installed there, or given with --stack), and stay silent where it is not.
+_NEEDS_PACKAGES = [c for c in CHECKS if c.versions.get("axolotl") or c.versions.get("llamafactory")]
+
+
+@pytest.mark.parametrize("check", _NEEDS_PACKAGES, ids=[c.id.rsplit("/", 1)[-1] for c in _NEEDS_PACKAGES])
+def test_a_check_on_the_jobs_packages_is_silent_when_that_environment_is_not_read(tmp_path, monkeypatch, check):
+    """A laptop checking a cluster recipe: the framework is not installed here, so a package missing here says
+    nothing about the job."""
+    assert _check(tmp_path, monkeypatch, check, check.fires, check.target, {}) == []
+
+
+def test_a_missing_package_is_judged_in_the_environment_read_with_the_framework_installed(tmp_path, monkeypatch):
+    """`precision-doctor check config.yml --python <the training env>`: LLaMA-Factory is installed there and
+    liger-kernel is not, so `enable_liger_kernel` dies in its dependency check; installed, it passes."""
+    import json
+    import subprocess
+    import sys
+
+    from .test_versions import _fake_env
+
+    recipe = tmp_path / "config.yml"
+    recipe.write_text(_LF_LORA + "enable_liger_kernel: true\n", encoding="utf-8")
+    for packages, refused in (
+        ({"llamafactory": "0.9.6", "transformers": "5.8.0"}, True),
+        ({"llamafactory": "0.9.6", "transformers": "5.8.0", "liger-kernel": "0.6.2"}, False),
+        ({"transformers": "5.8.0"}, False),  # the framework is not here: not the job's environment
+    ):
+        env = tmp_path / f"env{len(packages)}{refused}"
+        python = _fake_env(env, packages)
+        out = subprocess.run(
+            [sys.executable, "-m", "precision_doctor", "check", str(recipe), "--python", str(python)]
+            + ["--format", "json", "--fail-on", "never", "--target", "a100"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+        )
+        assert out.returncode == 0, out.stderr
+        said = [f["message"] for f in json.loads(out.stdout)["findings"] if f["id"] == "PD701"]
+        assert any("'liger-kernel' distribution was not found" in m for m in said) is refused, (packages, said)
+
+
+_LF_LORA = (
+    "model_name_or_path: meta-llama/Llama-3.2-1B\nstage: sft\ndo_train: true\ndataset: alpaca_en_demo\n"
+    "template: llama3\noutput_dir: saves/llama3-1b\nper_device_train_batch_size: 2\nbf16: true\n"
+    "finetuning_type: lora\nlora_target: all\n"
+)
+
+
+@pytest.mark.parametrize("installed, said", [({}, "not installed, use eager"), ({"flash-attn": "2.8.3"}, "fa2")])
+def test_gemma_2_attention_follows_what_is_installed(tmp_path, monkeypatch, installed, said):
+    """LLaMA-Factory picks Gemma 2's attention by whether flash-attn is installed (attention.py:46-54)."""
+    check = next(c for c in llamafactory.CHECKS if c.source.endswith("attention.py:46-54"))
+    recipe = _LF_LORA.replace("meta-llama/Llama-3.2-1B", "google/gemma-2-2b")
+    found = _check(tmp_path, monkeypatch, check, recipe, "a100", {"llamafactory": "0.9.6", **installed})
+    assert len(found) == 1 and said in found[0].message

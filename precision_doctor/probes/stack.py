@@ -256,6 +256,10 @@ class StackResolver:
                     packages[name] = PackageVersion(
                         name, CURRENT[name], VersionSource.ASSUMED, spec=decl.spec, origin=f"{how}, {_short(decl.file)}"
                     )
+                else:  # declared at a release the doctor cannot name: the job still has the package
+                    packages[name] = PackageVersion(
+                        name, "", VersionSource.DECLARED, spec=decl.spec, origin=f"{how}, {_short(decl.file)}"
+                    )
             elif name in CURRENT:
                 packages[name] = PackageVersion(name, CURRENT[name], VersionSource.ASSUMED)
         return StackFacts(packages=packages, behaviours=self.behaviours())

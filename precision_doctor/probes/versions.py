@@ -53,6 +53,23 @@ TRACKED = (
     "transformer-engine",
     "torchao",
     "torchtune",  # `tune run`'s rendezvous (knowledge/launchers.py)
+    # the recipe frameworks, and the optional packages their checks ask for (knowledge/recipe_checks): where the
+    # framework is installed in the environment read, that environment is the job's
+    "axolotl",
+    "llamafactory",
+    "flash-attn",
+    "ring-flash-attn",
+    "liger-kernel",
+    "unsloth",
+    "galore-torch",
+    "apollo-torch",
+    "badam",
+    "adam-mini",
+    "megatron-bridge",
+    "kt-kernel",
+    "transformers-kt",
+    "accelerate-kt",
+    "ms-amp",
 )
 _NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 _SEPARATORS = re.compile(r"[-_.]+")

@@ -5,10 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import field
 
-from ...model.facts import KNOWN, Gpu, RecipeFacts, StackFacts
+from ...model.facts import KNOWN, Gpu, RecipeFacts, StackFacts, VersionSource
 from ...model.util import record
 from .. import bf16_checks
-from ..versions import at_least
+from ..versions import at_least, version_tuple
+
+# the distribution each family installs as: where it is installed in the environment read (or given with
+# --stack), that environment is the job's, and a package missing from it is missing from the job
+FRAMEWORK_DISTRIBUTIONS = {"Axolotl": "axolotl", "LLaMA-Factory": "llamafactory"}
 
 _TRUE = ("true", "t", "yes", "y", "on", "1")  # pydantic's lax bool strings
 _FALSE = ("false", "f", "no", "n", "off", "0")
@@ -69,6 +73,21 @@ class RecipeView:
     def torch_at_least(self, version: str) -> bool:
         return at_least(self.stack, "torch", version)
 
+    def installed(self, name: str, at_least_version: str = "") -> bool | None:
+        """Whether the job's environment has this distribution (at this release or newer): True where the
+        environment read, --stack or the project's requirements name it; False where the environment read has the
+        recipe's framework but not it; None where the doctor did not read the job's environment (a laptop that
+        checks a recipe for a cluster)."""
+        found = self.stack.packages.get(name)
+        if found is not None and found.source != VersionSource.ASSUMED:
+            if not at_least_version or not found.version:
+                return True
+            return version_tuple(found.version) >= version_tuple(at_least_version)
+        framework = self.stack.packages.get(FRAMEWORK_DISTRIBUTIONS.get(self.recipe.family, ""))
+        if framework is not None and framework.source in (VersionSource.INSTALLED, VersionSource.GIVEN):
+            return False
+        return None
+
     def bf16_answer(self) -> bool:
         """transformers' is_torch_bf16_gpu_available() on this GPU and stack (what `bf16: auto` asks)."""
         return bf16_checks.answers(self.gpu, self.stack, bf16_checks.TRANSFORMERS)
@@ -80,7 +99,7 @@ class RecipeCheck:
 
     family: str  # "Axolotl" | "LLaMA-Factory"
     source: str  # the file and lines mirrored, at the release the family's reader names
-    action: str  # "refuses" | "warns"
+    action: str  # "refuses" | "warns" | "advises" (an info-level log line)
     message: str  # the framework's own message (what the user would see); `says` gives the branch that fires
     keys: tuple[str, ...]  # the settings it reads: shown as evidence where the recipe writes them
     test: Callable[[RecipeView], bool]
@@ -92,6 +111,7 @@ class RecipeCheck:
     consequence: str = ""  # for a warning: what the job does if it goes ahead
     truth: str = ""  # where the framework's check is wrong for the hardware, what is true
     versions: dict[str, str] = field(default_factory=dict)  # stack overrides for the firing example
+    accepted_versions: dict[str, str] = field(default_factory=dict)  # stack overrides for the accepted twin
     files: dict[str, str] = field(default_factory=dict)  # files beside both examples (a DeepSpeed config)
     accepted_target: str = ""  # the GPU the accepted twin is checked on, when not `target`
     launcher: str = ""  # how both examples are launched ("" : not given)

@@ -381,6 +381,86 @@ def _torchao_dtype_refusal(v: RecipeView) -> str:
     return ""
 
 
+def _better_transformer_warning(v: RecipeView) -> str:
+    """check_better_transformers' warnings (validation.py:1516-1530): an adapter, or no half-precision load."""
+    if v.typed("flash_optimum") is not True:
+        return ""
+    if v.get("adapter"):
+        return "BetterTransformers probably doesn't work with PEFT adapters"
+    if v.typed("bfloat16") is not True and v.typed("float16") is not True and not _amp_written(v):
+        return "You should probably set bfloat16 or float16 to true to load the model in float16 for BetterTransformers"
+    return ""
+
+
+def _amp_written(v: RecipeView) -> bool:
+    """`self.fp16 or self.bf16` in an "after" validator: `bf16` is still "auto" (truthy) unless written false."""
+    return bool(v.typed("fp16") or v.typed("bf16", "auto"))
+
+
+def _ebft_strided(v: RecipeView) -> bool:
+    return v.get("rl") == "ebft" and v.get("ebft.mode") == "strided"
+
+
+def _ebft_token_samples(v: RecipeView) -> tuple[int, int, int]:
+    """check_ebft_strided_sequence_len's arithmetic (validation.py:1865-1886): (full_seq, n_samples, product)."""
+
+    def number(key: str, default: int) -> int:
+        found = v.get(key, default)
+        return found if isinstance(found, int) and not isinstance(found, bool) else default
+
+    seq_len = number("sequence_len", 512)
+    n_samples = number("ebft.n_samples_per_prompt", 4)
+    gen_len = number("ebft.generate_max_len", 8)
+    stride = number("ebft.stride", 8) or 8
+    context = number("ebft.context_length", 8)
+    full_seq = seq_len + ((seq_len - gen_len - context) // stride + 1) * gen_len
+    return full_seq, n_samples, full_seq * n_samples
+
+
+def _context_parallel_size(v: RecipeView) -> float:
+    size = v.typed("context_parallel_size") or v.typed("sequence_parallel_degree") or 1
+    return size if isinstance(size, (int, float)) and not isinstance(size, bool) else 1
+
+
+# the SSM/attention hybrids whose context parallelism Axolotl says is unvalidated (validation.py:1714-1718)
+SSM_HYBRID_MODEL_TYPES = ("nemotron_h", "falcon_h1", "granitemoehybrid")
+
+
+def _context_parallel_note(v: RecipeView) -> str:
+    """What check_context_parallel_size logs on a context-parallel recipe it accepts (validation.py:1642-1651,
+    1704-1729)."""
+    size = _context_parallel_size(v)
+    if size <= 1:
+        return ""
+    if v.get("use_glm_dsa_kernels"):
+        return (
+            "context_parallel_size > 1 with use_glm_dsa_kernels: the DSA kernels handle context parallelism "
+            "(compressed-KV all-gather); skipping the flash/ring-attention requirement."
+        )
+    if _context_parallel_refusal(v):
+        return ""
+    if v.model_type in SSM_HYBRID_MODEL_TYPES:
+        return (
+            f"context_parallel_size={size:g} with model_type={v.model_type}: SSM/Mamba layers use P2P hidden-state "
+            "passing and additive output correction across CP ranks. Attention layers use ring attention. This is "
+            "mathematically exact but has not been extensively validated end-to-end — verify loss curves match "
+            "single-GPU baselines."
+        )
+    return (
+        f"Sequence parallelism (SP) is enabled with context_parallel_size={size:g}. Please note that logged losses "
+        "may differ slightly to the non-SP losses due to transformers Trainer implementation details."
+    )
+
+
+def _fp8_backend_missing(v: RecipeView) -> bool:
+    """check_fp8's second branch (config.py:1788-1791): accelerate's is_fp8_available() asks for ms-amp,
+    transformer-engine or torchao >= 0.6.1 (accelerate utils/imports.py:92-153, 187-189)."""
+    if not v.typed("fp8") or v.gpu is None or v.gpu.capability < (9, 0):
+        return False
+    answers = (v.installed("ms-amp"), v.installed("transformer-engine"), v.installed("torchao", "0.6.1"))
+    return all(a is False for a in answers)
+
+
 CHECKS: tuple[RecipeCheck, ...] = (
     RecipeCheck(
         FAMILY,
@@ -1375,5 +1455,203 @@ CHECKS: tuple[RecipeCheck, ...] = (
         fix="drop `pad_to_sequence_len: false` (or set it true)",
         fires=_LORA + "sample_packing: true\npad_to_sequence_len: false\n",
         accepted=_LORA + "sample_packing: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1516-1530",
+        "refuses",
+        "AMP is not supported with BetterTransformer",
+        ("flash_optimum", "bf16", "fp16"),
+        lambda v: v.typed("flash_optimum") is True and _amp_written(v),
+        fix="load the model in half precision without AMP (`bf16: false`, `bfloat16: true`), or drop "
+        "`flash_optimum`: transformers' SDPA attention is what BetterTransformer gave",
+        fires=_BASE + "flash_optimum: true\n",  # `bf16` left at its default, "auto"
+        accepted=_BASE + "flash_optimum: true\nbf16: false\nbfloat16: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1516-1530",
+        "warns",
+        "BetterTransformers probably doesn't work with PEFT adapters",
+        ("flash_optimum", "adapter", "bfloat16", "float16"),
+        lambda v: bool(_better_transformer_warning(v)),
+        says=_better_transformer_warning,
+        consequence="BetterTransformer's fused layers replace the modules the adapter targets, or the model trains "
+        "in fp32",
+        fix="drop `flash_optimum` (SDPA attention needs no conversion), or load in half precision "
+        "(`bfloat16: true`) without an adapter",
+        fires=_LORA.replace("bf16: true\n", "bf16: false\nbfloat16: true\n") + "flash_optimum: true\n",
+        accepted=_LORA.replace("bf16: true\n", "bf16: false\nbfloat16: true\n"),
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1800-1822",
+        "refuses",
+        "EBFT strided mode: `torch_compile: true` with `gradient_checkpointing: true` causes CheckpointError "
+        "(BlockMask metadata mismatch during recomputation). Remove `torch_compile` — the flex_attention kernel "
+        "compiles itself internally.",
+        ("rl", "ebft.mode", "torch_compile", "gradient_checkpointing"),
+        lambda v: _ebft_strided(v) and v.get("torch_compile") is True and bool(v.get("gradient_checkpointing")),
+        fix="drop `torch_compile` (flex_attention compiles its own kernel)",
+        fires=_BASE + "bf16: true\nrl: ebft\nebft:\n  mode: strided\ntorch_compile: true\n"
+        "gradient_checkpointing: true\n",
+        accepted=_BASE + "bf16: true\nrl: ebft\nebft:\n  mode: strided\ngradient_checkpointing: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1800-1822",
+        "warns",
+        "EBFT strided mode: `torch_compile: true` causes dynamo recompiles from variable sequence lengths across "
+        "steps. Consider removing it — flex_attention compiles itself internally.",
+        ("rl", "ebft.mode", "torch_compile", "gradient_checkpointing"),
+        lambda v: _ebft_strided(v) and v.get("torch_compile") is True and not v.get("gradient_checkpointing"),
+        consequence="steps recompile as sequence lengths change: slower, not faster",
+        fix="drop `torch_compile`",
+        fires=_BASE + "bf16: true\nrl: ebft\nebft:\n  mode: strided\ntorch_compile: true\n",
+        accepted=_BASE + "bf16: true\nrl: ebft\nebft:\n  mode: strided\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1824-1843",
+        "warns",
+        "EBFT strided mode with flex_attention: setting `use_reentrant: true` in gradient_checkpointing_kwargs "
+        "(required for flex_attention compatibility). Non-reentrant checkpointing causes CheckpointError with "
+        "BlockMask metadata.",
+        ("rl", "ebft.mode", "attn_implementation", "gradient_checkpointing", "gradient_checkpointing_kwargs"),
+        lambda v: (
+            _ebft_strided(v)
+            and attention(v) == "flex_attention"
+            and bool(v.typed("gradient_checkpointing"))
+            and not _reentrant(v)
+        ),
+        consequence="Axolotl switches to reentrant checkpointing itself; the recipe does not say what runs",
+        fix="write `gradient_checkpointing_kwargs: {use_reentrant: true}`",
+        fires=_BASE + "bf16: true\nrl: ebft\nebft:\n  mode: strided\nattn_implementation: flex_attention\n"
+        "gradient_checkpointing: true\n",
+        accepted=_BASE + "bf16: true\nrl: ebft\nebft:\n  mode: strided\nattn_implementation: flex_attention\n"
+        "gradient_checkpointing: true\ngradient_checkpointing_kwargs:\n  use_reentrant: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1845-1863",
+        "refuses",
+        "EBFT strided mode: `activation_offloading: true` is incompatible with `attn_implementation: "
+        "flex_attention`. Activation offloading replaces gradient checkpointing with FSDP-style wrapping that "
+        "conflicts with flex_attention's reentrant checkpoint requirement. Remove `activation_offloading` — the "
+        "strided trainer uses micro-batched forward passes for memory efficiency instead.",
+        ("rl", "ebft.mode", "activation_offloading", "attn_implementation"),
+        lambda v: _ebft_strided(v) and v.typed("activation_offloading") is True and attention(v) == "flex_attention",
+        fix="drop `activation_offloading`",
+        fires=_BASE + "bf16: true\nrl: ebft\nebft:\n  mode: strided\nattn_implementation: flex_attention\n"
+        "activation_offloading: true\n",
+        accepted=_BASE + "bf16: true\nrl: ebft\nebft:\n  mode: strided\nattn_implementation: flex_attention\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1865-1886",
+        "warns",
+        "EBFT strided: full_seq_len * n_samples token-samples per step. This may require >24GB VRAM for a 1B+ "
+        "model. Consider reducing sequence_len, n_samples_per_prompt, or stride.",
+        ("rl", "ebft.mode", "sequence_len", "ebft.n_samples_per_prompt", "ebft.generate_max_len", "ebft.stride"),
+        lambda v: _ebft_strided(v) and _ebft_token_samples(v)[2] > 20000,
+        says=lambda v: (
+            "EBFT strided: full_seq_len={} * n_samples={} = {} token-samples per step. This may require >24GB "
+            "VRAM for a 1B+ model. Consider reducing sequence_len, n_samples_per_prompt, or stride."
+        ).format(*_ebft_token_samples(v)),
+        consequence="the strided trainer's activations may not fit the GPU (CUDA out of memory in the first step)",
+        fix="lower `sequence_len` or `ebft.n_samples_per_prompt`, or raise `ebft.stride`",
+        fires=_BASE + "bf16: true\nrl: ebft\nsequence_len: 4096\nebft:\n  mode: strided\n",
+        accepted=_BASE + "bf16: true\nrl: ebft\nsequence_len: 1024\nebft:\n  mode: strided\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:980-991",
+        "warns",
+        "batch_flattening with use_liger_loss: flattening will only apply to the scoring path (deferred "
+        "logprobs). The training forward pass uses Liger's fused lm_head+loss kernel instead.",
+        ("batch_flattening", "trl.use_liger_loss", "micro_batch_size", "attn_implementation"),
+        lambda v: (
+            bool(v.typed("batch_flattening"))
+            and not _batch_flattening_refusal(v)
+            and (
+                bool(v.get("trl.use_liger_loss"))
+                or (v.typed("micro_batch_size") == 1 and v.typed("batch_flattening") != "auto")
+            )
+        ),
+        says=lambda v: (
+            "batch_flattening has no effect with micro_batch_size == 1"
+            if v.typed("micro_batch_size") == 1 and v.typed("batch_flattening") != "auto"
+            else "batch_flattening with use_liger_loss: flattening will only apply to the scoring path (deferred "
+            "logprobs). The training forward pass uses Liger's fused lm_head+loss kernel instead."
+        ),
+        consequence="the training forward pass is not flattened: no padding is saved there",
+        fix="drop `batch_flattening` (or `trl.use_liger_loss`), or raise `micro_batch_size` above 1",
+        fires=_LORA.replace("bf16: true\n", "bf16: true\nrl: grpo\n")
+        + "attn_implementation: flash_attention_2\nbatch_flattening: true\ntrl:\n  use_liger_loss: true\n",
+        accepted=_LORA.replace("bf16: true\n", "bf16: true\nrl: grpo\n")
+        + "attn_implementation: flash_attention_2\nbatch_flattening: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1642-1651, 1704-1729",
+        "warns",
+        "Sequence parallelism (SP) is enabled. Please note that logged losses may differ slightly to the non-SP "
+        "losses due to transformers Trainer implementation details.",
+        ("context_parallel_size", "sequence_parallel_degree", "use_glm_dsa_kernels", "base_model"),
+        lambda v: bool(_context_parallel_note(v)),
+        says=_context_parallel_note,
+        consequence="the logged loss is not the single-GPU loss: compare curves against a short single-GPU run",
+        fix="nothing to change; compare the first steps' loss against a single-GPU run of the same data",
+        fires=_LORA + "attn_implementation: flash_attention_2\ncontext_parallel_size: 2\n",
+        accepted=_LORA + "attn_implementation: flash_attention_2\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1665-1702",
+        "refuses",
+        "context_parallel_size > 1 but ring_flash_attn is not installed. Please install it with `pip install "
+        "axolotl[ring-flash-attn] or `pip install ring-flash-attn>=0.1.4`.",
+        ("context_parallel_size", "sequence_parallel_degree", "use_glm_dsa_kernels"),
+        lambda v: (
+            _context_parallel_size(v) > 1
+            and not v.get("use_glm_dsa_kernels")
+            and not _context_parallel_refusal(v)
+            and v.installed("ring-flash-attn") is False
+        ),
+        raises="ImportError",
+        fix="`pip install ring-flash-attn>=0.1.4` in the job's environment (`axolotl[ring-flash-attn]`)",
+        fires=_LORA + "attn_implementation: flash_attention_2\ncontext_parallel_size: 2\n",
+        accepted=_LORA + "attn_implementation: flash_attention_2\ncontext_parallel_size: 2\n",
+        versions={"axolotl": "0.18.0"},
+        accepted_versions={"axolotl": "0.18.0", "ring-flash-attn": "0.1.8"},
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_C}:1788-1791",
+        "refuses",
+        "fp8 requested, but missing one of ms-amp, transformers-engine or torchao.",
+        ("fp8",),
+        _fp8_backend_missing,
+        gpu=True,
+        fix="install torchao >= 0.6.1 (or transformer-engine) in the job's environment",
+        fires=_LORA + "fp8: true\ntorch_compile: true\n",
+        accepted=_LORA + "fp8: true\ntorch_compile: true\n",
+        target="h100",
+        versions={"axolotl": "0.18.0"},
+        accepted_versions={"axolotl": "0.18.0", "torchao": "0.13.0"},
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_C}:1761-1766",
+        "advises",
+        "bf16 support detected, but not enabled for this configuration.",
+        ("bf16", "bfloat16", "fp16"),
+        lambda v: not v.typed("bf16", "auto") and not v.typed("bfloat16") and v.bf16_answer(),
+        gpu=True,
+        consequence="the job trains in fp16 (or fp32) on a GPU with bf16: a GradScaler and fp16's narrow range "
+        "where bf16 needs neither",
+        fix="`bf16: true` (and drop `fp16`), or leave `bf16` at its default, `auto`",
+        fires=_BASE + "bf16: false\nfp16: true\n",
+        accepted=_BASE + "bf16: true\n",
     ),
 )

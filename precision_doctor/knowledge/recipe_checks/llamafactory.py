@@ -13,6 +13,7 @@ _FA = "src/llamafactory/hparams/finetuning_args.py"
 _QU = "src/llamafactory/model/model_utils/quantization.py"
 _AT = "src/llamafactory/model/model_utils/attention.py"
 _LK = "src/llamafactory/model/model_utils/liger_kernel.py"
+_MA = "src/llamafactory/hparams/model_args.py"
 
 _BASE = (
     "model_name_or_path: meta-llama/Llama-3.2-1B\nstage: sft\ndo_train: true\ndataset: alpaca_en_demo\n"
@@ -187,6 +188,99 @@ def _layerwise_refusal(v: RecipeView) -> str:
         return "Per-layer GaLore does not support gradient accumulation."
     if not v.get("use_galore") and v.get("use_apollo") and v.get("apollo_layerwise"):
         return "Per-layer APOLLO does not support gradient accumulation."
+    return ""
+
+
+def _kt_refusal(v: RecipeView) -> str:
+    """configure_kt_checkpointing and get_kt_activation_policy (model_args.py:586-604, 535-545), which the train
+    parser runs through apply_kt_config (parser.py:660); FSDP_ACTIVATION_CHECKPOINTING from the environment is
+    not read here."""
+    if not v.get("use_kt"):
+        return ""
+    if v.get("use_unsloth") or v.get("use_unsloth_gc"):
+        return "KTransformers cannot be combined with Unsloth checkpoint wrapping."
+    if v.get("gradient_checkpointing"):
+        return (
+            "KTransformers uses LLaMA-Factory's `disable_gradient_checkpointing`; remove `gradient_checkpointing: "
+            "true`."
+        )
+    if v.get("gradient_checkpointing_kwargs") is not None:
+        return "KTransformers supplies its checkpoint context; remove `gradient_checkpointing_kwargs`."
+    fsdp_config = v.get("fsdp_config")
+    if isinstance(fsdp_config, dict) and fsdp_config.get("activation_checkpointing"):
+        return "Disable FSDP activation checkpointing when using KTransformers."
+    if v.get("kt_cpu_activation") == "recompute" and v.get("disable_gradient_checkpointing"):
+        return (
+            "`kt_cpu_activation: recompute` requires GPU gradient checkpointing. Set `disable_gradient_checkpointing: "
+            "false` or use `kt_cpu_activation: retain`."
+        )
+    return ""
+
+
+def _megatron_bridge_refusal(v: RecipeView) -> str:
+    """The Megatron Bridge checks of _check_train_args (parser.py:431-442), in their order."""
+    if not v.get("use_megatron_bridge"):
+        return ""
+    if v.get("use_mca") or v.get("use_hyper_parallel"):
+        return "Megatron Bridge cannot be used together with MCA or HyperParallel."
+    if v.get("stage", "sft") not in ("pt", "sft"):
+        return "Megatron Bridge only supports the `pt` and `sft` stages."
+    if _finetuning(v) not in ("full", "lora"):
+        return "Megatron Bridge only supports `full` and `lora` finetuning."
+    if _quantized(v):
+        return "Quantized models are not supported with Megatron Bridge."
+    if v.get("deepspeed") is not None:
+        return "Megatron Bridge is incompatible with DeepSpeed."
+    return ""
+
+
+# _check_extra_dependencies (parser.py:252-301): what each feature needs installed, in the order it is checked
+# (check_version(..., mandatory=True) raises transformers' require_version errors, utils/versions.py:100-105, 42-45)
+EXTRA_DEPENDENCIES = (
+    ("use_kt", ("kt-kernel", "transformers-kt", "accelerate-kt")),
+    ("use_unsloth", ("unsloth",)),
+    ("enable_liger_kernel", ("liger-kernel",)),
+    ("use_galore", ("galore-torch",)),
+    ("use_apollo", ("apollo-torch",)),
+    ("use_badam", ("badam>=1.2.1",)),
+    ("use_adam_mini", ("adam-mini",)),
+    ("use_megatron_bridge", ("megatron-bridge",)),
+    ("deepspeed", ("deepspeed",)),
+)
+_AS_LLAMAFACTORY_WRITES = {"galore-torch": "galore_torch", "apollo-torch": "apollo_torch"}
+
+
+def _missing_dependency(v: RecipeView) -> str:
+    """The first package a feature the recipe turns on needs and the job's environment lacks (or has too old)."""
+    for key, requirements in EXTRA_DEPENDENCIES:
+        if not v.get(key):
+            continue
+        for requirement in requirements:
+            name, _, floor = requirement.partition(">=")
+            written = _AS_LLAMAFACTORY_WRITES.get(name, name)
+            if v.installed(name) is False:
+                return (
+                    f"The '{written}{'>=' + floor if floor else ''}' distribution was not found and is required by "
+                    f"this application. To fix: run `pip install {requirement}`."
+                )
+            if floor and v.installed(name, floor) is False:
+                return (
+                    f"{requirement} is required for a normal functioning of this module, but found "
+                    f"{name}=={v.stack.get(name).version}. To fix: run `pip install {requirement}`."
+                )
+    return ""
+
+
+def _gemma2_attention_change(v: RecipeView) -> str:
+    """configure_attn_implementation on Gemma 2 with `flash_attn` auto (the default) or fa2 (attention.py:46-54):
+    FlashAttention-2 where it is installed, else eager."""
+    if v.model_type != "gemma2" or v.get("flash_attn", "auto") not in ("auto", "fa2"):
+        return ""
+    installed = v.installed("flash-attn")
+    if installed is False:
+        return "FlashAttention-2 is not installed, use eager attention."
+    if installed and v.get("flash_attn", "auto") == "auto":
+        return "Gemma 2 should use flash attention 2, change `flash_attn` to fa2."
     return ""
 
 
@@ -682,5 +776,145 @@ CHECKS: tuple[RecipeCheck, ...] = (
         fix="drop `enable_liger_kernel` for this model, or train one LLaMA-Factory patches (liger_kernel.py:41-86)",
         fires=_LORA.replace("meta-llama/Llama-3.2-1B", "HuggingFaceTB/SmolLM3-3B") + "enable_liger_kernel: true\n",
         accepted=_LORA + "enable_liger_kernel: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_MA}:535-545, 586-604",
+        "refuses",
+        "KTransformers uses LLaMA-Factory's `disable_gradient_checkpointing`; remove `gradient_checkpointing: true`.",
+        (
+            "use_kt",
+            "use_unsloth",
+            "use_unsloth_gc",
+            "gradient_checkpointing",
+            "gradient_checkpointing_kwargs",
+            "fsdp_config",
+            "kt_cpu_activation",
+            "disable_gradient_checkpointing",
+        ),
+        lambda v: bool(_kt_refusal(v)),
+        says=_kt_refusal,
+        fix="leave checkpointing to LLaMA-Factory under KTransformers: drop `gradient_checkpointing`, its kwargs, "
+        "Unsloth and FSDP activation checkpointing (`disable_gradient_checkpointing` turns it off)",
+        fires=_LORA + "use_kt: true\ngradient_checkpointing: true\n",
+        accepted=_LORA + "use_kt: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_PR}:431-442",
+        "refuses",
+        "Megatron Bridge is incompatible with DeepSpeed.",
+        (
+            "use_megatron_bridge",
+            "use_mca",
+            "use_hyper_parallel",
+            "stage",
+            "finetuning_type",
+            "quantization_bit",
+            "deepspeed",
+        ),
+        lambda v: bool(_megatron_bridge_refusal(v)),
+        says=_megatron_bridge_refusal,
+        fix="run Megatron Bridge alone: `pt` or `sft`, full or LoRA, unquantized, without DeepSpeed, MCA or "
+        "HyperParallel",
+        fires=_BASE + "finetuning_type: full\nuse_megatron_bridge: true\ndeepspeed: ds_z2_config.json\n",
+        accepted=_BASE + "finetuning_type: full\nuse_megatron_bridge: true\n",
+        files={"ds_z2_config.json": ZERO2},
+    ),
+    RecipeCheck(
+        FAMILY,
+        "src/llamafactory/data/collator.py:500-504",
+        "refuses",
+        "Neat packing is not supported for gemma4, gpt_oss models for now.",
+        ("neat_packing", "flash_attn", "model_name_or_path"),
+        # gpt_oss never gets here: LLaMA-Factory loads it with the vLLM FlashAttention-3 kernel (attention.py:34-44),
+        # not flash_attention_2; fa2 is used where flash-attn is installed (attention.py:83-90), as it asks
+        lambda v: (
+            v.model_type == "gemma4"
+            and bool(v.get("neat_packing"))
+            and v.get("flash_attn") == "fa2"
+            and v.installed("flash-attn") is not False
+        ),
+        fix="drop `neat_packing` for Gemma 4 (use `packing: true`), or train it with `flash_attn: sdpa`",
+        fires=_LORA.replace("meta-llama/Llama-3.2-1B", "./gemma-4-e2b") + "neat_packing: true\nflash_attn: fa2\n",
+        accepted=_LORA.replace("meta-llama/Llama-3.2-1B", "./gemma-4-e2b") + "neat_packing: true\nflash_attn: sdpa\n",
+        files={
+            "gemma-4-e2b/config.json": '{"model_type": "gemma4", "architectures": ["Gemma4ForConditionalGeneration"]}'
+        },
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_PR}:252-301",
+        "refuses",
+        "The 'unsloth' distribution was not found and is required by this application. To fix: run `pip install "
+        "unsloth`.",
+        tuple(key for key, _ in EXTRA_DEPENDENCIES),
+        lambda v: bool(_missing_dependency(v)),
+        says=_missing_dependency,
+        raises="importlib.metadata.PackageNotFoundError",
+        fix="install the package the feature needs in the job's environment, or turn the feature off",
+        fires=_LORA + "use_unsloth: true\n",
+        accepted=_LORA + "use_unsloth: true\n",
+        versions={"llamafactory": "0.9.6"},
+        accepted_versions={"llamafactory": "0.9.6", "unsloth": "2026.8.1"},
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_AT}:46-54",
+        "warns",
+        "FlashAttention-2 is not installed, use eager attention.",
+        ("flash_attn", "model_name_or_path"),
+        lambda v: bool(_gemma2_attention_change(v)),
+        says=_gemma2_attention_change,
+        consequence="LLaMA-Factory picks Gemma 2's attention by what is installed: eager (no soft-capping loss, "
+        "more memory than FlashAttention) without flash-attn",
+        fix="install flash-attn and write `flash_attn: fa2`, or write `flash_attn: disabled` to choose eager",
+        fires=_LORA.replace("meta-llama/Llama-3.2-1B", "google/gemma-2-2b").replace("llama3", "gemma"),
+        accepted=_LORA.replace("meta-llama/Llama-3.2-1B", "google/gemma-2-2b").replace("llama3", "gemma")
+        + "flash_attn: fa2\n",
+        versions={"llamafactory": "0.9.6"},
+        accepted_versions={"llamafactory": "0.9.6", "flash-attn": "2.8.3"},
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_AT}:60-63",
+        "warns",
+        "Youtu-VL does not support SDPA, forcing eager attention.",
+        ("flash_attn", "model_name_or_path"),
+        lambda v: v.model_type in ("youtu", "youtu_vl") and v.get("flash_attn", "auto") in ("auto", "sdpa"),
+        consequence="eager attention: the scores are materialised, more memory than SDPA",
+        fix="write `flash_attn: disabled` (or fa2 with flash-attn installed) so the recipe says what runs",
+        fires=_LORA.replace("meta-llama/Llama-3.2-1B", "./youtu-llm-2b") + "flash_attn: sdpa\n",
+        accepted=_LORA.replace("meta-llama/Llama-3.2-1B", "./youtu-llm-2b") + "flash_attn: disabled\n",
+        files={"youtu-llm-2b/config.json": '{"model_type": "youtu", "architectures": ["YoutuForCausalLM"]}'},
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_AT}:71-74",
+        "warns",
+        "torch>=2.1.1 is required for SDPA attention.",
+        ("flash_attn",),
+        lambda v: v.get("flash_attn") == "sdpa" and not v.torch_at_least("2.1.1"),
+        consequence="SDPA is not requested: the model loads with transformers' default attention",
+        fix="upgrade torch to 2.1.1 or newer, or write `flash_attn: auto`",
+        fires=_LORA + "flash_attn: sdpa\n",
+        accepted=_LORA + "flash_attn: sdpa\n",
+        versions={"torch": "2.0.1"},
+    ),
+    RecipeCheck(
+        FAMILY,
+        "src/llamafactory/model/model_utils/longlora.py:357-370",
+        "warns",
+        "Current model does not support shift short attention.",
+        ("shift_attn", "model_name_or_path"),
+        # SUPPORTED_CLASS_FOR_S2ATTN = {"llama"} (extras/constants.py:136)
+        lambda v: (
+            bool(v.get("shift_attn")) and bool(v.get("do_train")) and bool(v.model_type) and v.model_type != "llama"
+        ),
+        consequence="shift short attention (LongLoRA) is not applied: full attention over the whole context, with "
+        "its memory",
+        fix="drop `shift_attn` for this model (LongLoRA's S2-Attn is patched into Llama only)",
+        fires=_LORA.replace("meta-llama/Llama-3.2-1B", "Qwen/Qwen2.5-0.5B") + "shift_attn: true\n",
+        accepted=_LORA + "shift_attn: true\n",
     ),
 )

@@ -24,7 +24,8 @@ _QLORA_ZERO3 = next(c for c in axolotl.CHECKS if c.message.startswith("qlora + z
     "with non-reentrant checkpointing (CheckpointError), SageAttention without padding or for a full fine-tune "
     "(loss explodes or drops to 0); and the advice it logs where the job runs other than the recipe reads: fp8 "
     "without torch_compile (no speed-up), Liger on a model it does not patch (not applied), Gemma 2 under SDPA (no "
-    "soft-capping), FSDP1 and other deprecated settings. Each finding says what the job does if it goes ahead.",
+    "soft-capping), FSDP1 and other deprecated settings; at info level, what it only notes (bf16 available but "
+    "off). Each finding says what the job does if it goes ahead.",
     why="A warning among thousands of start-up lines is read after the run has failed or wasted its GPU hours. "
     "Each check is mirrored from the framework's source at the release its reader names.",
     error="<what the framework says may happen: a 0.0 loss, a CheckpointError, an exploding loss>",
@@ -56,4 +57,13 @@ def framework_warns_recipe(
             evidence=evidence,
             error=check.consequence or said,
             fix=fix,
+        )
+    # what the framework logs at info level is advice, reported as such
+    for check, said, evidence, fix in holding(script, setup, machine, stack, launch, plan, "advises"):
+        yield Draft(
+            f"{check.family} notes when it reads this recipe: {said}",
+            evidence=evidence,
+            error=check.consequence or said,
+            fix=fix,
+            severity="info",
         )
