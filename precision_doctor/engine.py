@@ -310,6 +310,8 @@ def _run_rule(
     if not drafts:
         unknown = (reads.unknown if reads is not None else []) + (available[_MEMORY_READS] if read_memory else [])
         silenced.extend(_silenced_by(r.id, path, unknown))
+        if read_memory:
+            silenced.extend(_no_memory_plan(r.id, path, available[_MEMORY], available.get("setup")))
     live_known = facts.live is not None and facts.live.known
     if live_known and "live" in r.params and "live" not in r.needs and not drafts:
         # the live model confirms nothing of what reading the script alone claimed: say what it withdrew
@@ -342,6 +344,18 @@ class _ReadRecorder:
         if isinstance(value, Fact) and value.value is None and value.unknown and (value.source or value.call):
             self.unknown.append((name, value))
         return value
+
+
+# why a script has no memory plan that says nothing about the script: no GPU to judge against, or no model
+_NOT_THE_SCRIPTS = ("no model load found", "no GPU on the target machine", "the GPU's memory is not known")
+
+
+def _no_memory_plan(rule_id: str, path: str, plan, setup) -> list[Silenced]:
+    """A memory rule silent because the script's memory could not be estimated (an unknown checkpoint, one stored
+    quantized, a parallelism the estimate does not model): the reason, at the model's load."""
+    if not isinstance(plan, str) or plan.startswith(_NOT_THE_SCRIPTS) or setup is None or setup.model_load is None:
+        return []
+    return [Silenced(rule_id, path, "memory", plan, (setup.model_load.location,))]
 
 
 def _silenced_by(rule_id: str, path: str, unknown: list) -> list[Silenced]:

@@ -91,6 +91,11 @@ def plan_memory(
     checkpoint = checkpoint_of(setup.model_load, script)
     if checkpoint is None or not checkpoint.parameters:
         return "the checkpoint's size is not known" + _why_unknown(setup.model_load, script)
+    if checkpoint.quantization and setup.quantized.value not in ("4bit", "8bit"):
+        return (
+            f"the checkpoint is stored {checkpoint.quantization}-quantized (its config's quantization_config): its "
+            "packed weights and the kernels that unpack them are not modelled"
+        )
     if not machine.known or not machine.gpus:
         return "no GPU on the target machine"
     gpu = min(machine.gpus, key=lambda g: g.memory_total_mib - g.memory_used_mib)

@@ -179,6 +179,9 @@ class Setup:
         """The dtypes of the parameters that receive gradients."""
         if not self.weights.known:
             return Fact(unknown=self.weights.unknown)
+        if not self.peft.value and self.quantized.value:
+            # no trainable weights: the Trainer refuses a quantized model without adapters (PD404)
+            return Fact(unknown=f"the {self.quantized.value}-quantized model has no adapters to train")
         if not self.peft.value:
             return Fact((self.weights.value,), self.weights.evidence, inferred=self.weights.inferred)
         out = []
@@ -285,6 +288,8 @@ def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
             d = dtype_of_cast(c)
             weights = Fact(d, weights.evidence + (call_evidence(c, f"model cast to {d}"),), source=None, call=c)
     quantized = _quantization(load, by_key, machine, stack)
+    if quantized.value is False:
+        quantized = _stored_quantization(load, script) or quantized
     peft, adapter_dtype, modules_to_save = _peft(script, chain, trainer, by_key, weights, stack, names)
     if peft.value and quantized.value in ("4bit", "8bit") and not (load and load.callee.startswith("unsloth.")):
         # (Unsloth patches TRL's trainers to cast them back to fp32 under fp16: unsloth PR #4005)
@@ -582,6 +587,28 @@ def _quantization(load: Call | None, by_key: dict[str, Call], machine: MachineFa
     if load.kwarg("quantization_config").state not in (ABSENT,) and not qc:
         return Fact(unknown="quantization_config cannot be followed", call=load)
     return Fact(False, call=load)
+
+
+def _stored_quantization(load: Call | None, script: ScriptFacts) -> Fact | None:
+    """A checkpoint stored quantized (its config.json's quantization_config: GPTQ, AWQ, FP8, a saved bitsandbytes
+    model) loads quantized with no quantization argument: the value is its quant_method ("gptq")."""
+    if load is None or load.kwarg("quantization_config").state != ABSENT:
+        return None
+    checkpoint = checkpoint_of(load, script)
+    if checkpoint is None or not checkpoint.quantization:
+        return None
+    return Fact(
+        checkpoint.quantization,
+        (
+            Evidence(
+                None,
+                checkpoint.detail,
+                f"stored {checkpoint.quantization}-quantized (quantization_config): {describe_source(checkpoint)}",
+                "code" if checkpoint.source == CheckpointSource.LOCAL else "default",
+            ),
+        ),
+        call=load,
+    )
 
 
 def _trainable_cast(script: ScriptFacts, attach: Call, names) -> Fact | None:

@@ -232,6 +232,7 @@ class CheckpointFacts:
     source_positions: int | None = None  # speech encoders: the frames the encoder reads (Whisper: 1500, 30 s)
     target_positions: int | None = None  # ... and the longest label the decoder takes (Whisper: 448)
     weights_bytes: int | None = None  # safetensors index metadata.total_size
+    quantization: str = ""  # the config's quantization_config.quant_method ("gptq", "fp8"): stored quantized
 
     @property
     def known(self) -> bool:

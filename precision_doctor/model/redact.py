@@ -337,7 +337,13 @@ _MODEL_SHAPE_KEYS = {
 }
 # checkpoint facts (probes/checkpoint.py): the architecture, its shape and stored dtype; multimodal configs nest
 # the language model's under text_config
-MODEL_CONFIG_KEYS = {**_MODEL_SHAPE_KEYS, "architectures": True, "text_config": _MODEL_SHAPE_KEYS}
+MODEL_CONFIG_KEYS = {
+    **_MODEL_SHAPE_KEYS,
+    "architectures": True,
+    "text_config": _MODEL_SHAPE_KEYS,
+    # a checkpoint stored quantized (GPTQ, AWQ, FP8, MXFP4, a saved bitsandbytes model): its method
+    "quantization_config": {"quant_method": True},
+}
 ACCELERATE_CONFIG_KEYS = {
     "mixed_precision": True,
     "num_processes": True,

@@ -313,6 +313,8 @@ def from_config(
     if not torch_dtype and weights is not None:  # what dtype="auto" falls back to: the weights' own dtype
         torch_dtype = weights.dtype
     archs = cfg.get("architectures")
+    stored_quantized = cfg.get("quantization_config")
+    method = stored_quantized.get("quant_method") if isinstance(stored_quantized, dict) else None
     facts = CheckpointFacts(
         model_id=model_id,
         source=source,
@@ -324,6 +326,7 @@ def from_config(
         attention=attention_support(model_type),
         encoder_decoder=cfg.get("is_encoder_decoder") is True,
         weights_bytes=weights_bytes,
+        quantization=str(method).lower() if isinstance(method, str) and method else "",
         **dims,
     )
     params = weights.parameters if weights is not None else None

@@ -70,6 +70,8 @@ TRACKED = (
     "transformers-kt",
     "accelerate-kt",
     "ms-amp",
+    "gptqmodel",
+    "autoawq",
 )
 _NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 _SEPARATORS = re.compile(r"[-_.]+")

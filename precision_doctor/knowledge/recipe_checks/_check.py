@@ -31,6 +31,7 @@ class RecipeView:
         distributed: bool | None = None,
         gpu_count: int = 0,
         model_type: str = "",
+        stored_quantization: str = "",
     ):
         self.recipe = recipe
         self.gpu = gpu
@@ -40,6 +41,8 @@ class RecipeView:
         self.distributed = distributed  # under a process group (derive.launch.distributed); None: launch unknown
         self.gpu_count = gpu_count  # GPUs the machine shows (0: not known)
         self.model_type = model_type  # the checkpoint's model_type, where the doctor knows it ("" otherwise)
+        # the checkpoint's quantization_config.quant_method where it is stored quantized ("gptq"; "" otherwise)
+        self.stored_quantization = stored_quantization
 
     def get(self, key: str, default: object = None) -> object:
         """The setting as written (a dotted path for nested keys); `default` when absent or not a plain value."""
@@ -119,6 +122,7 @@ class RecipeCheck:
     says: Callable[[RecipeView], str] | None = None  # the message of the branch that fires, when it has several
     raises: str = "ValueError"  # the exception the framework raises (DeprecationWarning, NotImplementedError, ...)
     reads_launch: bool = False  # the check depends on how the job is launched: the launch is evidence
+    reads_checkpoint: bool = False  # the check depends on how the checkpoint is stored: its config is evidence
 
     def message_for(self, view: RecipeView) -> str:
         return self.says(view) if self.says is not None else self.message

@@ -284,6 +284,48 @@ def _gemma2_attention_change(v: RecipeView) -> str:
     return ""
 
 
+# a checkpoint stored GPTQ-quantized, as a local folder: what the PTQ checks read (quantization.py:94-131)
+_GPTQ_FOLDER = "qwen2.5-0.5b-gptq"
+GPTQ_FILES = {
+    f"{_GPTQ_FOLDER}/config.json": '{"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "hidden_size": '
+    '896, "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2, "intermediate_size": 4864, '
+    '"vocab_size": 151936, "torch_dtype": "float16", "quantization_config": {"quant_method": "gptq", "bits": 4}}'
+}
+_PTQ = _LORA.replace("meta-llama/Llama-3.2-1B", f"./{_GPTQ_FOLDER}").replace("bf16: true", "fp16: true")
+# the PTQ methods LLaMA-Factory dequantizes on load (quantization.py:107-124); others stay quantized
+PTQ_DEQUANTIZED = ("mxfp4", "fp8")
+# what each PTQ method asks installed (quantization.py:126-131)
+PTQ_DEPENDENCIES = {"gptq": "gptqmodel>=2.0.0", "awq": "autoawq"}
+
+
+def _ptq_dependency_missing(v: RecipeView) -> str:
+    requirement = PTQ_DEPENDENCIES.get(v.stored_quantization, "")
+    if not requirement:
+        return ""
+    name, _, floor = requirement.partition(">=")
+    if v.installed(name) is False:
+        return (
+            f"The '{requirement}' distribution was not found and is required by this application. To fix: run "
+            f"`pip install {requirement}`."
+        )
+    if floor and v.installed(name, floor) is False:
+        return (
+            f"{requirement} is required for a normal functioning of this module, but found "
+            f"{name}=={v.stack.get(name).version}. To fix: run `pip install {requirement}`."
+        )
+    return ""
+
+
+def _dora_on_quantized(v: RecipeView) -> bool:
+    """AD:239-244: DoRA on a model whose quantization_method is not bitsandbytes: a PTQ checkpoint (which takes
+    priority over `quantization_bit`, quantization.py:94), or HQQ / EETQ on the fly."""
+    if not v.get("use_dora") or _finetuning(v) != "lora":
+        return False
+    if v.stored_quantization:
+        return v.stored_quantization != "bitsandbytes"
+    return _quantized(v) and _method(v) in ("hqq", "eetq")
+
+
 CHECKS: tuple[RecipeCheck, ...] = (
     RecipeCheck(
         FAMILY,
@@ -916,5 +958,66 @@ CHECKS: tuple[RecipeCheck, ...] = (
         fix="drop `shift_attn` for this model (LongLoRA's S2-Attn is patched into Llama only)",
         fires=_LORA.replace("meta-llama/Llama-3.2-1B", "Qwen/Qwen2.5-0.5B") + "shift_attn: true\n",
         accepted=_LORA + "shift_attn: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_QU}:94-96",
+        "warns",
+        "`quantization_bit` will not affect on the PTQ-quantized models.",
+        ("quantization_bit", "model_name_or_path"),
+        lambda v: bool(v.stored_quantization) and _quantized(v),
+        consequence="the checkpoint loads as it is stored; `quantization_bit` (and its method) are ignored",
+        fix="drop `quantization_bit`: the checkpoint is already quantized",
+        fires=_PTQ + "quantization_bit: 4\n",
+        accepted=_PTQ,
+        files=GPTQ_FILES,
+        reads_checkpoint=True,
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_QU}:101-105",
+        "refuses",
+        "DeepSpeed ZeRO-3 or FSDP is incompatible with PTQ-quantized models.",
+        ("deepspeed", "model_name_or_path"),
+        # the FSDP branch asks transformers' is_fsdp_enabled(), true only with FSDP_CPU_RAM_EFFICIENT_LOADING=1:
+        # not judged here
+        lambda v: bool(v.stored_quantization) and v.stored_quantization not in PTQ_DEQUANTIZED and _zero3(v),
+        fix="train the PTQ checkpoint under ZeRO-2 (or DDP), or start from the unquantized checkpoint",
+        fires=_PTQ + "deepspeed: ds_z3_config.json\n",
+        accepted=_PTQ + "deepspeed: ds_z2_config.json\n",
+        files={**GPTQ_FILES, "ds_z3_config.json": ZERO3, "ds_z2_config.json": ZERO2},
+        reads_checkpoint=True,
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_QU}:126-131",
+        "refuses",
+        "The 'gptqmodel>=2.0.0' distribution was not found and is required by this application. To fix: run `pip "
+        "install gptqmodel>=2.0.0`.",
+        ("model_name_or_path",),
+        lambda v: bool(_ptq_dependency_missing(v)),
+        says=_ptq_dependency_missing,
+        raises="importlib.metadata.PackageNotFoundError",
+        fix="install the package the checkpoint's quantization needs in the job's environment",
+        fires=_PTQ,
+        accepted=_PTQ,
+        files=GPTQ_FILES,
+        versions={"llamafactory": "0.9.6"},
+        accepted_versions={"llamafactory": "0.9.6", "gptqmodel": "5.0.0"},
+        reads_checkpoint=True,
+    ),
+    RecipeCheck(
+        FAMILY,
+        "src/llamafactory/model/adapter.py:239-244",
+        "refuses",
+        "DoRA is not compatible with PTQ-quantized models.",
+        ("use_dora", "quantization_bit", "quantization_method", "model_name_or_path"),
+        _dora_on_quantized,
+        fix="use plain LoRA on a quantized model (drop `use_dora`), or quantize with bitsandbytes "
+        "(`quantization_bit: 4`) from the unquantized checkpoint",
+        fires=_PTQ + "use_dora: true\n",
+        accepted=_PTQ,
+        files=GPTQ_FILES,
+        reads_checkpoint=True,
     ),
 )

@@ -8,6 +8,14 @@ from ...model.findings import Applicability, Draft, Fix
 from ..registry import Example, rule
 from ._quantization import HEAD, LORA, qlora
 
+# checkpoints stored quantized by these methods load quantized on any GPU and cannot train without adapters: their
+# quantizers are not QAT-trainable (transformers quantizers/base.py `is_qat_trainable` False; trainer_utils.py
+# validate_quantization_for_training). FP8 and MXFP4 are left out: they dequantize on GPUs their kernels do not
+# support (quantizer_finegrained_fp8.py:49-57, quantizer_mxfp4.py).
+STAYS_QUANTIZED = frozenset(
+    {"gptq", "awq", "aqlm", "eetq", "hqq", "bitsandbytes", "quanto", "vptq", "spqr", "higgs", "auto-round"}
+)
+
 _ADAPTERS_TRAIN = "    Trainer(model=model, args=TrainingArguments('o')).train()\n"
 
 
@@ -38,8 +46,9 @@ _ADAPTERS_ON_SOME_PATHS = (
     severity="error",
     phase="wrap",
     summary="Training a 4/8-bit model with no trainable adapters attached.",
-    what="Trainer/SFTTrainer given a bitsandbytes-quantized model without `get_peft_model` / `peft_config` (or after "
-    "`merge_and_unload()`).",
+    what="Trainer/SFTTrainer given a bitsandbytes-quantized model, or a checkpoint stored quantized (GPTQ, AWQ, a "
+    "saved 4-bit model: its config.json's `quantization_config`), without `get_peft_model` / `peft_config` (or "
+    "after `merge_and_unload()`).",
     why="Quantized weights cannot be trained; transformers refuses a purely quantized model.",
     error="ValueError: You cannot perform fine-tuning on purely quantized models. Please attach trainable adapters on "
     "top of the quantized model to correctly perform fine-tuning.",
@@ -87,7 +96,9 @@ _ADAPTERS_ON_SOME_PATHS = (
     ],
 )
 def quantized_model_without_adapters(script: ScriptFacts, setup: Setup):
-    if setup.style != "trainer" or setup.quantized.value not in ("4bit", "8bit"):
+    if setup.style != "trainer" or not (
+        setup.quantized.value in ("4bit", "8bit") or setup.quantized.value in STAYS_QUANTIZED
+    ):
         return
     wrapper = setup.peft.call if setup.peft.value else None
     if (
