@@ -40,12 +40,14 @@ class Job:
     sequence: int = 1024
     lora: int = 0  # LoRA rank on peft's default modules; 0: full fine-tune
     checkpointing: bool = False
+    fp32_embeddings: bool = False  # Axolotl's full fine-tune: embeddings, output layer and norms cast to float32
 
     def describe(self) -> str:
         what = f"LoRA r={self.lora}" if self.lora else "full"
         amp = f" + {self.amp} autocast" if self.amp else ""
         gc = ", checkpointing" if self.checkpointing else ""
-        return f"{self.model.split('/')[-1]} {what}, {self.weights}{amp}{gc}, {self.batch}x{self.sequence}"
+        fp32 = ", fp32 embeddings" if self.fp32_embeddings else ""
+        return f"{self.model.split('/')[-1]} {what}, {self.weights}{amp}{gc}{fp32}, {self.batch}x{self.sequence}"
 
 
 JOBS = [
@@ -57,6 +59,9 @@ JOBS = [
     Job("HuggingFaceTB/SmolLM2-360M", "float32", amp="bfloat16", batch=4),
     Job("openai-community/gpt2-medium", "float32", amp="bfloat16", batch=8),
     Job("openai-community/gpt2-medium", "bfloat16", batch=8, lora=16, checkpointing=True),
+    # Axolotl's full fine-tune: embeddings, output layer and norms kept in fp32 under bf16 autocast
+    Job("meta-llama/Llama-3.2-1B", "bfloat16", amp="bfloat16", batch=8, fp32_embeddings=True),
+    Job("Qwen/Qwen2.5-0.5B", "bfloat16", amp="bfloat16", batch=4, checkpointing=True, fp32_embeddings=True),
 ]
 QUICK = [JOBS[0], JOBS[3]]
 
@@ -106,6 +111,10 @@ def trace(job: Job, c) -> dict[str, float]:
     try:
         with FakeTensorMode():
             model = AutoModelForCausalLM.from_config(config_for(c))
+            if job.fp32_embeddings:  # as Axolotl's loader does (loaders/model.py:422-436, 1025-1047)
+                for name, module in model.named_modules():
+                    if "norm" in name or name.endswith(("embed_tokens", "lm_head")):
+                        module.to(torch.float32)
             if job.checkpointing:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             if job.lora:
@@ -187,16 +196,18 @@ def shape_for(job: Job, c) -> TrainingShape:
         batch=job.batch,
         sequence=job.sequence,
         checkpointing=job.checkpointing,
+        fp32_embeddings=job.fp32_embeddings,
     )
 
 
 def _parameter_bytes(job: Job, c) -> float:
     """What the table's parameters weigh in the job's dtype, adapters aside (a check that the trace built the
     checkpoint's shape)."""
-    from precision_doctor.derive.memory import BYTES, lora_parameters
+    from precision_doctor.derive.memory import BYTES, embedding_parameters, lora_parameters
 
     adapters = lora_parameters(c, job.lora) * 4 if job.lora else 0  # peft keeps adapters in float32
-    return (c.parameters or 0) * BYTES[job.weights] + adapters
+    upcast = embedding_parameters(c) * (4 - BYTES[job.weights]) if job.fp32_embeddings else 0
+    return (c.parameters or 0) * BYTES[job.weights] + adapters + upcast
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,7 +32,13 @@ SMALL = {"model": "meta-llama/Llama-3.2-1B", "weights": "bfloat16", "batch": 2, 
 
 
 @pytest.mark.parametrize(
-    "job", [SMALL, {**SMALL, "lora": 8, "checkpointing": True, "batch": 4}], ids=["full", "lora-checkpointing"]
+    "job",
+    [
+        SMALL,
+        {**SMALL, "lora": 8, "checkpointing": True, "batch": 4},
+        {**SMALL, "amp": "bfloat16", "fp32_embeddings": True},  # Axolotl's full fine-tune
+    ],
+    ids=["full", "lora-checkpointing", "fp32-embeddings"],
 )
 def test_the_estimate_is_within_3_percent_of_the_traced_allocated_peak(job):
     done = subprocess.run(

@@ -292,3 +292,49 @@ def test_a_recipe_s_memory_fix_names_the_recipe_s_own_keys(tmp_path):
         and "gradient_accumulation_steps: " in found["fix"]["description"]
     )
     assert "per_device_train_batch_size" not in json.dumps(found["fix"])
+
+
+SCRIPT_FULL = """import torch
+from transformers import AutoModelForCausalLM
+from trl import SFTConfig, SFTTrainer
+model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-3.2-1B", dtype=torch.bfloat16{attention})
+args = SFTConfig("out", bf16=True, per_device_train_batch_size=8, max_length=1024, gradient_checkpointing=False)
+SFTTrainer(model=model, args=args, train_dataset=None).train()
+"""
+AX_FULL_1B = "base_model: meta-llama/Llama-3.2-1B\nmicro_batch_size: 8\nsequence_len: 1024\nbf16: true\n"
+
+
+@pytest.mark.parametrize(
+    "extra, kept_fp32",
+    [
+        ("", True),  # sdpa by default: Axolotl keeps embeddings, output layer and norms in fp32
+        ("attn_implementation: eager\n", True),
+        ("attn_implementation: flash_attention_2\n", False),  # cast back for flash attention
+        ("flash_attention: true\n", False),  # the legacy flag, the same
+        ("adapter: lora\nlora_r: 8\n", False),  # cast back for an adapter
+        ("deepspeed: ds.json\n", False),  # DeepSpeed casts the whole module to half
+        (
+            "plugins:\n  - axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin\ncut_cross_entropy: true\n",
+            False,
+        ),
+    ],
+)
+def test_axolotl_full_fine_tunes_keep_embeddings_in_fp32_as_its_loader_does(tmp_path, extra, kept_fp32):
+    """Axolotl's loader upcasts embed_tokens, lm_head and the norms of a full fine-tune (loaders/model.py:422-476);
+    traced at full size (benchmarks/memory_trace.py) that is 14 % more memory for Llama-3.2-1B at 8x1024: the
+    fp32 matrix, its gradient and AdamW state, the fp32 residual stream and the output layer's bf16 copy."""
+    recipe = _memory(tmp_path, "full.yml", AX_FULL_1B + extra, "a100-80gb")
+    assert recipe["shape"]["fp32_embeddings"] is kept_fp32
+    if "adapter" in extra or "deepspeed" in extra or "cut_cross" in extra:
+        return  # another job than the script twin below
+    attention = ", attn_implementation='flash_attention_2'" if "flash" in extra else ""
+    script = _memory(tmp_path, "train.py", SCRIPT_FULL.format(attention=attention), "a100-80gb")
+    embedding = 128256 * 2048  # tied: one matrix
+    weights = recipe["per_gpu_bytes"]["weights"] - script["per_gpu_bytes"]["weights"]
+    state = recipe["per_gpu_bytes"]["optimizer state"] - script["per_gpu_bytes"]["optimizer state"]
+    if kept_fp32:
+        assert (weights, state) == (2 * embedding, 4 * embedding)  # fp32 vs bf16 bytes; AdamW's two fp32 states
+        assert recipe["per_gpu_bytes"]["activations"] > script["per_gpu_bytes"]["activations"] * 1.1
+    else:
+        assert (weights, state) == (0, 0)
+        assert recipe["per_gpu_bytes"] == script["per_gpu_bytes"]

@@ -221,6 +221,9 @@ class TrainingShape:
     kbit_upcast: bool = False  # peft's prepare_model_for_kbit_training: what is not quantized is cast to fp32
     chunked_loss: bool = False  # the output layer and the loss fused in chunks (Liger, Cut Cross-Entropy): no logits
     saved_modules: int = 0  # parameters of peft's modules_to_save: trainable copies beside the frozen originals
+    # a full fine-tune of half weights whose embeddings, output layer and norms are kept in fp32 (Axolotl's loader):
+    # their weights, gradients and state in fp32, the residual stream in fp32, a half copy of the output layer
+    fp32_embeddings: bool = False
     assumed: tuple[str, ...] = ()  # what was not known and is assumed: "sequence length 1024 (...)"
 
 
@@ -239,6 +242,9 @@ class Breakdown:
     per_sample: int  # activations and backward's addition for one sample: what each step of batch size adds
     offloaded_layers: int = 0  # device_map spread: layers that do not fit on the GPUs go to the CPU
     weights_total: int = 0  # the whole model's weights, before sharding
+    # tied embeddings: backward ends by adding the input embedding's gradient to the output layer's, both held with
+    # their sum for a moment beside every other gradient (traced: 2 x the matrix in its dtype, half or fp32)
+    gradient_sum: int = 0
 
     @property
     def at_load(self) -> int:
@@ -266,7 +272,8 @@ class Breakdown:
         allocated; its backward starts with every activation held and the loss's gradient added ("activations"),
         and gradients grow as activations are freed ("gradients" where they are the larger)."""
         held = self.activations + self.backward
-        middle = ("activations", held) if held >= self.gradients else ("gradients", self.gradients)
+        summed = self.gradients + self.gradient_sum
+        middle = ("activations", held) if held >= summed else ("gradients", summed)
         return [
             ("weights", self.weights),
             ("optimizer state", self.optimizer),
@@ -284,6 +291,7 @@ class Breakdown:
             ("fp32 master weights and gradients", self.master),
             ("activations", self.activations),
             ("loss gradient / recomputed layer", self.backward),
+            *((("tied embedding's gradient sum", self.gradient_sum),) if self.gradient_sum else ()),
             ("CUDA context", self.context),
             ("allocator reserve", self.reserve),
         ]
@@ -381,7 +389,11 @@ def activation_bytes(c: CheckpointFacts, shape: TrainingShape, batch: int | None
         kept = layers * stacks * f.checkpoint_h * h  # each layer's input; a layer is recomputed only in backward
     else:
         kept = layers * stacks * per_layer
-    return int(tokens * (kept + outside) * element)
+    residual = 0
+    if _fp32_embeddings(shape):
+        extra = FP32_RESIDUAL_CHECKPOINTED_BYTES if shape.checkpointing else FP32_RESIDUAL_BYTES
+        residual = tokens * layers * stacks * h * extra
+    return int(tokens * (kept + outside) * element) + residual
 
 
 def _per_layer(c: CheckpointFacts, shape: TrainingShape, f: ActivationFactor, s: int) -> float:
@@ -425,9 +437,11 @@ def logits_bytes(c: CheckpointFacts, shape: TrainingShape, batch: int | None = N
 def autocast_copies(c: CheckpointFacts, shape: TrainingShape) -> int:
     """fp32 weights under half autocast: the half copy of every weight it casts for a matmul, kept until the forward
     ends. Checkpointed layers run their forward without grad and keep none; the output head outside them does."""
+    h = c.hidden_size or 0
+    if _fp32_embeddings(shape) and shape.compute_dtype != dtypes.FLOAT32:  # the fp32 output layer's half copy
+        return 2 * _vocabulary(c, shape) * h
     if regime(shape) != AMP:
         return 0
-    h = c.hidden_size or 0
     head = _vocabulary(c, shape) * h
     if source_frames(c):  # Whisper's two convolutions over the mel frames (kernel 3; 80 mel bins but large-v3's 128)
         head += 3 * h * (WHISPER_MEL_BINS + h)
@@ -458,6 +472,12 @@ def estimate(c: CheckpointFacts, shape: TrainingShape) -> Breakdown:
     # DeepSpeed mixed precision: fp32 master weights and an fp32 gradient partition beside the half weights
     master = trainable * 8 if shape.master_weights else 0
     weights = full_weights + adapters
+    if _fp32_embeddings(shape):
+        embedding = embedding_parameters(c)
+        half = BYTES.get(shape.weight_dtype, 2)
+        weights += embedding * (4 - half)
+        gradients += embedding * (4 - half)
+        optimizer += embedding * (_state_bytes(shape, dtypes.FLOAT32) - _state_bytes(shape, shape.weight_dtype))
     copies = shape.saved_modules if shape.lora_rank else 0  # modules_to_save: trained as a full layer, base dtype
     if copies:
         weights += copies * BYTES.get(shape.weight_dtype, 2)
@@ -505,7 +525,35 @@ def estimate(c: CheckpointFacts, shape: TrainingShape) -> Breakdown:
         per_sample=per_sample,
         offloaded_layers=offloaded,
         weights_total=full_weights + adapters + copies * BYTES.get(shape.weight_dtype, 2),
+        gradient_sum=_tied_gradient_sum(c, shape),
     )
+
+
+def _tied_gradient_sum(c: CheckpointFacts, shape: TrainingShape) -> int:
+    """The moment backward adds the tied input embedding's gradient to the output layer's: in a full fine-tune on
+    one GPU or under DDP (sharded gradients are not traced), two vocabulary x hidden matrices in the embedding's
+    dtype (benchmarks/memory_trace.py, Llama-3.2-1B 2x512: bf16 and fp32 embeddings)."""
+    if shape.lora_rank or not c.tied_embeddings or not _vocabulary(c, shape):
+        return 0
+    if shape.master_weights or shape.parallelism.kind not in ("single", "ddp"):
+        return 0
+    dtype = dtypes.FLOAT32 if _fp32_embeddings(shape) else shape.weight_dtype
+    return 2 * _vocabulary(c, shape) * (c.hidden_size or 0) * BYTES.get(dtype, 4)
+
+
+def _fp32_embeddings(shape: TrainingShape) -> bool:
+    return shape.fp32_embeddings and not shape.lora_rank and shape.weight_dtype in (dtypes.FLOAT16, dtypes.BFLOAT16)
+
+
+def embedding_parameters(c: CheckpointFacts) -> int:
+    """The input embedding and the output layer (one matrix when tied)."""
+    return (c.vocab_size or 0) * (c.hidden_size or 0) * (1 if c.tied_embeddings else 2)
+
+
+# Measured by benchmarks/memory_trace.py (Llama-3.2-1B, Qwen2.5-0.5B, bf16 weights with fp32 embeddings and norms
+# under bf16 autocast): what an fp32 residual stream adds per token, layer and hidden unit, saved for backward
+FP32_RESIDUAL_BYTES = 10  # 10.1 measured on both
+FP32_RESIDUAL_CHECKPOINTED_BYTES = 2  # each checkpointed layer's input in fp32 rather than half
 
 
 def _state_bytes(shape: TrainingShape, dtype: str) -> int:

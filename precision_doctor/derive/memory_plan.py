@@ -182,6 +182,7 @@ def training_shape(
         vocabulary_head=not _classifier(setup),
         kbit_upcast=bool(quantized and script.of("prepare_kbit")),
         chunked_loss=_chunked_loss(setup, script, c, machine, stack),
+        fp32_embeddings=bool(script.recipe is not None and script.recipe.fp32_embeddings),
         saved_modules=_saved_module_parameters(setup, c) if lora_rank else 0,
         assumed=tuple(assumed),
     )

@@ -283,6 +283,9 @@ class RecipeFacts:
     chunked_loss: str = ""  # the setting that computes the loss in chunks, never holding the logits (Liger, CCE)
     # the recipe's key for each Trainer keyword a fix names ("per_device_train_batch_size" -> "micro_batch_size")
     spelling: dict[str, str] = field(default_factory=dict)
+    # where the framework keeps the embeddings, output layer and norms of half weights in fp32 (a full fine-tune
+    # under Axolotl), what says so; "" otherwise
+    fp32_embeddings: str = ""
 
 
 @record

@@ -89,7 +89,8 @@ def render_text(facts: Facts, memory: Mapping[str, tuple[Setup, MemoryPlan | str
         s, p = entry["shape"], entry["parallelism"]
         say(
             f"  setup  weights {s['weight_dtype']}{' ' + s['quantized'] if s['quantized'] else ''}, "
-            f"{'LoRA r=' + str(s['lora_rank']) if s['lora_rank'] else 'full fine-tune'}, "
+            f"{'LoRA r=' + str(s['lora_rank']) if s['lora_rank'] else 'full fine-tune'}"
+            f"{' (embeddings, output layer and norms in fp32)' if s.get('fp32_embeddings') else ''}, "
             f"optimizer {s['optimizer']}, batch {s['batch']} x {s['sequence']} tokens, "
             f"checkpointing {'on' if s['checkpointing'] else 'off'}, {Parallelism(**p).describe()}"
         )

@@ -43,6 +43,7 @@ class Builder:
         self._checkpoints: dict[str, CheckpointFacts] = {}
         self.memory_unmodelled = ""  # why the memory rules cannot judge this recipe ("" when they can)
         self.chunked_loss = ""  # the setting that fuses the output layer and the loss (no logits held)
+        self.fp32_embeddings = ""  # why the framework keeps embeddings and norms in fp32 (RecipeFacts)
         self.spelling: dict[str, str] = {}  # the recipe's key for each Trainer keyword a fix names
 
     def written(self, key: str, meaning: Any = None) -> Value:
@@ -109,6 +110,7 @@ class Builder:
                 self.memory_unmodelled,
                 self.chunked_loss,
                 self.spelling,
+                fp32_embeddings=self.fp32_embeddings,
             ),
         )
 

@@ -163,6 +163,7 @@ def build(b: Builder) -> ScriptFacts:
     args["packing"] = _full_length(b)
     b.memory_unmodelled = _unmodelled(b)
     b.chunked_loss = _chunked_loss(b)
+    b.fp32_embeddings = _fp32_embeddings(b)
     b.spelling = {
         "per_device_train_batch_size": "micro_batch_size",
         "optim": "optimizer",
@@ -233,6 +234,28 @@ def _chunked_loss(b: Builder) -> str:
         if b.doc.get(key) and plugin in listed and b.model_type() in LIGER_MODEL_TYPES:
             return key
     return ""
+
+
+def _fp32_embeddings(b: Builder) -> str:
+    """Axolotl's loader casts the embeddings, the output layer and every norm to fp32 before training unless FSDP is
+    on (loaders/model.py:422-436, 1025-1047), and back to the load dtype for an adapter, an attention other than
+    eager or sdpa, or Cut Cross-Entropy (444-476). DeepSpeed casts the whole module to half when it wraps it."""
+    doc = b.doc
+    if doc.get("adapter") or _fsdp(b) is not None or doc.get("deepspeed"):
+        return ""
+    attention = doc.get("attn_implementation") or next(
+        (name for flag, name in LEGACY_ATTENTION.items() if doc.get(flag)), None
+    )
+    if attention not in (None, "", "eager", "sdpa"):
+        return ""
+    plugins = doc.get("plugins")
+    listed = " ".join(str(p) for p in plugins) if isinstance(plugins, list) else str(plugins or "")
+    if doc.get("cut_cross_entropy") and FUSED_LOSS_PLUGINS["cut_cross_entropy"] in listed:
+        return ""
+    return (
+        f"{NAME} {VERSION} keeps the embeddings, output layer and norms of a full fine-tune in fp32 "
+        "(loaders/model.py:422-476)"
+    )
 
 
 def _full_length(b: Builder) -> Value:
