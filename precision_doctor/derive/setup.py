@@ -664,14 +664,14 @@ def _peft(
         if w.kind == "peft_load" and not w.kwarg("is_trainable").is_(True):
             return Fact(False, (call_evidence(w, "adapters loaded frozen (is_trainable not set)"),)), Fact(), Fact(())
         peft = Fact(True, (call_evidence(w, "LoRA adapters attached"),), call=w)
-        config_call = by_key.get(w.refs.get("0" if w.kind == "add_adapter" else "1") or w.refs.get("peft_config", ""))
+        config_call = adapter_config(w, by_key)
     elif trainer and trainer.kwarg("peft_config").state not in (ABSENT,) and not trainer.kwarg("peft_config").is_(None):
         peft = Fact(
             True,
             (evidence_of(trainer.kwarg("peft_config"), "adapters attached by the trainer", trainer),),
             call=trainer,
         )
-        config_call = by_key.get(trainer.refs.get("peft_config", ""))
+        config_call = adapter_config(trainer, by_key)
     if not peft.value:
         return peft, Fact(), Fact(())
     merged = _merged_before_training(script, peft.call, trainer, names)
@@ -736,6 +736,18 @@ def _peft(
                 source=v,
             )
     return peft, adapter, modules
+
+
+def adapter_config(attach: Call | None, by_key: dict[str, Call]) -> Call | None:
+    """The peft config (LoraConfig ...) the call that attaches adapters is given: get_peft_model's second argument,
+    add_adapter's first, a trainer's `peft_config=`; None where it is not a config call the script makes."""
+    if attach is None:
+        return None
+    if attach.kind == "trainer":
+        key = attach.refs.get("peft_config", "")
+    else:
+        key = attach.refs.get("0" if attach.kind == "add_adapter" else "1") or attach.refs.get("peft_config", "")
+    return by_key.get(key) if key else None
 
 
 # TRL's trainers cast every trainable parameter of a 4- or 8-bit model to bfloat16 when they are built, whatever

@@ -292,6 +292,16 @@ def _lora_config(b: Builder) -> Call:
         kwargs["target_modules"] = b.written("lora_target_linear", meaning="all-linear")
     elif b.doc.get("lora_target_modules"):
         kwargs["target_modules"] = b.written("lora_target_modules")
+    elif not b.doc.get("lora_model_dir") and not b.doc.get("lora_target_parameters"):
+        # never peft's per-architecture default: Axolotl passes an empty list (a saved adapter brings its own)
+        kwargs["target_modules"] = b.default(
+            "lora_target_modules",
+            [],
+            f"{NAME} {VERSION} builds LoraConfig(target_modules=cfg.lora_target_modules or []) "
+            "(loaders/adapter.py:171-190)",
+        )
+    if b.doc.get("lora_target_parameters"):
+        kwargs["target_parameters"] = b.written("lora_target_parameters")
     return b.add(
         CallKind.PEFT_CONFIG, "peft.LoraConfig", b.where("lora_r", "adapter"), kwargs=kwargs, target="peft_config"
     )

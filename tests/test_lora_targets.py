@@ -1,0 +1,57 @@
+"""PD407 against peft itself: a small Llama built from a config on the CPU, the LoRA config the script or recipe
+gives, and the error peft really raises, which the doctor must predict word for word."""
+
+import pytest
+
+from .conftest import check_code
+
+torch = pytest.importorskip("torch")
+peft = pytest.importorskip("peft")
+transformers = pytest.importorskip("transformers")
+
+_SCRIPT = (
+    "from peft import LoraConfig, get_peft_model\n"
+    "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n\n"
+    "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.2-1B', dtype='bfloat16')\n"
+    "model = get_peft_model(model, LoraConfig(r=4, target_modules={targets!r}))\n"
+    "Trainer(model=model, args=TrainingArguments('out', bf16=True)).train()\n"
+)
+
+
+def _peft_error(targets) -> str:
+    """What get_peft_model raises on a small Llama with these targets ("" when it attaches adapters)."""
+    config = transformers.LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=64
+    )
+    model = transformers.LlamaForCausalLM(config)
+    try:
+        peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=targets, target_parameters=[]))
+    except ValueError as exc:
+        return f"{type(exc).__module__}.{type(exc).__name__}: {exc}"
+    return ""
+
+
+@pytest.mark.parametrize("targets", ["q_proj", "v_proj", [], ["q_proj"], "all-linear", r".*\.q_proj", None])
+def test_the_doctor_predicts_what_peft_raises(tmp_path, monkeypatch, targets):
+    monkeypatch.chdir(tmp_path)
+    raised = _peft_error(targets)
+    result, _ = check_code(tmp_path, _SCRIPT.format(targets=targets), target="a100")
+    found = [f for f in result.findings if f.rule_id == "PD407"]
+    if raised:
+        assert len(found) == 1 and found[0].error == raised
+    else:
+        assert not found
+
+
+def test_an_axolotl_recipe_without_targets_is_the_empty_list_peft_refuses(tmp_path, monkeypatch):
+    """Axolotl builds LoraConfig(target_modules=cfg.lora_target_modules or []) (loaders/adapter.py:171-190): with no
+    target in the recipe peft raises; the fix names the recipe's keys."""
+    monkeypatch.chdir(tmp_path)
+    recipe = "base_model: meta-llama/Llama-3.2-1B\nadapter: qlora\nload_in_4bit: true\nlora_r: 16\nbf16: true\n"
+    result, _ = check_code(tmp_path, recipe, target="a100", name="config.yml")
+    found = [f for f in result.findings if f.rule_id == "PD407"]
+    assert len(found) == 1 and found[0].error == _peft_error([])
+    assert "lora_target_linear: true" in found[0].fix.description
+    saved = recipe + "lora_model_dir: ./adapter\n"  # a saved adapter brings its own targets
+    result, _ = check_code(tmp_path, saved, target="a100", name="config.yml")
+    assert not [f for f in result.findings if f.rule_id == "PD407"]
