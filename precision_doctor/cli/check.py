@@ -305,9 +305,9 @@ def with_live(opts, facts, script_args: tuple[str, ...]):
 def render_data(fmt: str, result, facts, no_color: bool, opts=None, exit_code: int = 0) -> str:
     import io
 
-    from rich.console import Console
-
     if opts is not None and getattr(opts, "statistics", False):
+        from rich.console import Console  # (rich is imported only where a table is drawn: CI formats start faster)
+
         from ..report.text import render_statistics
 
         buf = io.StringIO()
@@ -329,6 +329,8 @@ def render_data(fmt: str, result, facts, no_color: bool, opts=None, exit_code: i
         from ..report.lines import render_github
 
         return render_github(result)
+    from rich.console import Console
+
     from ..report.text import render as render_text
 
     buf = io.StringIO()
