@@ -322,3 +322,61 @@ def test_gemma_2_attention_follows_what_is_installed(tmp_path, monkeypatch, inst
     recipe = _LF_LORA.replace("meta-llama/Llama-3.2-1B", "google/gemma-2-2b")
     found = _check(tmp_path, monkeypatch, check, recipe, "a100", {"llamafactory": "0.9.6", **installed})
     assert len(found) == 1 and said in found[0].message
+
+
+def test_packages_in_a_system_pythons_dist_packages_count_as_installed(tmp_path):
+    """A virtualenv made with --system-site-packages on Debian/Ubuntu (and the NGC and CUDA images built on them)
+    sees the base Python's dist-packages: ring-flash-attn installed there is installed for the job."""
+    import json
+    import subprocess
+    import sys
+
+    from .test_versions import _fake_env
+
+    base = tmp_path / "base" / "usr"
+    dist = base / "local" / "lib" / "python3.11" / "dist-packages"
+    dist.mkdir(parents=True)
+    (base / "bin").mkdir()
+    info = dist / "ring_flash_attn-0.1.8.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ring-flash-attn\nVersion: 0.1.8\n")
+    recipe = tmp_path / "config.yml"
+    recipe.write_text(
+        "base_model: meta-llama/Llama-3.2-1B\nadapter: lora\nlora_r: 16\nlora_target_linear: true\nbf16: true\n"
+        "attn_implementation: flash_attention_2\ncontext_parallel_size: 2\n",
+        encoding="utf-8",
+    )
+    for system, refused in ((True, False), (False, True)):
+        python = _fake_env(tmp_path / f"venv-{system}", {"axolotl": "0.18.0"})
+        cfg = python.parent.parent / "pyvenv.cfg"
+        cfg.write_text(f"home = {base / 'bin'}\ninclude-system-site-packages = {str(system).lower()}\n")
+        out = subprocess.run(
+            [sys.executable, "-m", "precision_doctor", "check", str(recipe), "--python", str(python)]
+            + ["--format", "json", "--fail-on", "never", "--target", "a100"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+        )
+        said = [f["message"] for f in json.loads(out.stdout)["findings"] if f["id"] == "PD701"]
+        assert any("ring_flash_attn is not installed" in m for m in said) is refused, (system, said)
+
+
+def test_llamafactory_makes_the_checkpointed_inputs_require_grad_itself(tmp_path, monkeypatch):
+    """On transformers 4.x, LoRA on a frozen base under reentrant checkpointing needs an input that requires grad
+    (PD403). LLaMA-Factory's checkpointing wrapper sets it on each trainable layer's hidden states
+    (model_utils/checkpointing.py:100-123): its LoRA recipes are not PD403's, the same job as a plain script is."""
+    monkeypatch.chdir(tmp_path)
+    result, _ = check_code(
+        tmp_path, _LF_LORA, target="a100", name="config.yml", versions={**CURRENT, "transformers": "4.57.1"}
+    )
+    assert "PD403" not in {f.rule_id for f in result.findings}
+    script = (
+        "from peft import LoraConfig, get_peft_model\n"
+        "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+        "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.2-1B', dtype='bfloat16')\n"
+        "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': True})\n"
+        "model = get_peft_model(model, LoraConfig(r=8, target_modules=['q_proj']))\n"
+        "Trainer(model=model, args=TrainingArguments('out', bf16=True)).train()\n"
+    )
+    result, _ = check_code(tmp_path, script, target="a100", versions={**CURRENT, "transformers": "4.57.1"})
+    assert "PD403" in {f.rule_id for f in result.findings}

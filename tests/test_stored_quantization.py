@@ -24,7 +24,7 @@ _LLAMA_1B = {
 }
 _SCRIPT = (
     "from peft import LoraConfig, get_peft_model\n"
-    "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n\n"
+    "from transformers import AutoModelForCausalLM, FineGrainedFP8Config, GPTQConfig, Trainer, TrainingArguments\n\n"
     "model = AutoModelForCausalLM.from_pretrained('./ckpt', device_map={{'': 0}}{load})\n"
     "{adapters}"
     "Trainer(model=model, args=TrainingArguments('out', fp16=True, per_device_train_batch_size=4)).train()\n"
@@ -64,7 +64,6 @@ def test_with_adapters_it_trains(tmp_path, monkeypatch):
         ("fp8", ""),  # transformers dequantizes FP8 on GPUs below compute capability 8.9 (an A100): not judged
         ("mxfp4", ""),  # dequantized where its kernels are missing: not judged
         ("", ""),  # the same checkpoint stored in float16: a plain full fine-tune
-        ("gptq", ", quantization_config=q"),  # the script decides the quantization itself
     ],
 )
 def test_look_alikes_are_not_refused(tmp_path, monkeypatch, method, load):
@@ -102,3 +101,49 @@ def test_a_recipe_on_a_stored_quantized_checkpoint_is_judged_as_llamafactory_loa
     assert "DoRA is not compatible with PTQ-quantized models" in said["PD701"].message
     assert "`quantization_bit` will not affect" in said["PD702"].message
     assert any("quantization_config" in e.note for e in said["PD701"].evidence)
+
+
+def test_a_quantization_config_given_at_load_does_not_undo_the_checkpoints(tmp_path, monkeypatch):
+    """transformers keeps a stored GPTQ config and merges only the given one's loading attributes
+    (quantizers/auto.py merge_quantization_configs): still quantized, still refused without adapters."""
+    monkeypatch.chdir(tmp_path)
+    result = _check(tmp_path, monkeypatch, "gptq", load=", quantization_config=GPTQConfig(bits=4, use_exllama=False)")
+    assert [f.rule_id for f in result.findings if f.rule_id == "PD404"] == ["PD404"]
+
+
+def test_fp8_loaded_with_dequantize_is_not_quantized(tmp_path, monkeypatch):
+    load = ", quantization_config=FineGrainedFP8Config(dequantize=True)"
+    result = _check(tmp_path, monkeypatch, "fp8", load=load, target="h100")
+    assert "PD404" not in {f.rule_id for f in result.findings}
+
+
+@pytest.mark.parametrize("target, refused", [("h100", True), ("l40s", True), ("a100", False), ("t4", False)])
+def test_fp8_checkpoints_stay_quantized_where_the_gpu_has_fp8(tmp_path, monkeypatch, target, refused):
+    """Below compute capability 8.9 transformers dequantizes FP8 to bf16 (quantizer_finegrained_fp8.py:49-57);
+    from 8.9 on it stays FP8, which the Trainer refuses to train without adapters."""
+    result = _check(tmp_path, monkeypatch, "fp8", target=target)
+    assert bool([f for f in result.findings if f.rule_id == "PD404"]) is refused
+
+
+def test_a_saved_bitsandbytes_checkpoint_is_the_4bit_model_it_was(tmp_path, monkeypatch):
+    """A model saved after a 4-bit load keeps load_in_4bit in its quantization_config: judged and estimated as the
+    4-bit model BitsAndBytesConfig would give, not as float16 weights."""
+    monkeypatch.chdir(tmp_path)
+    config = {**_LLAMA_1B, "quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True}}
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    result, _ = check_code(tmp_path, _SCRIPT.format(load="", adapters=""), target="t4")
+    refused = [f for f in result.findings if f.rule_id == "PD404"]
+    assert refused and "4bit-quantized" in refused[0].message
+    assert not [s for s in result.silenced if s.fact == "memory"], "a 4-bit model is estimated"
+
+
+def test_llamafactory_dequantizes_fp8_so_dora_is_accepted(tmp_path, monkeypatch):
+    """LLaMA-Factory loads FP8 with FineGrainedFP8Config(dequantize=True) (quantization.py:116-121), and
+    transformers drops the model's quantization_method: its DoRA refusal (adapter.py:239-244) does not fire."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ckpt").mkdir()
+    config = {**_LLAMA_1B, "quantization_config": {"quant_method": "fp8"}}
+    (tmp_path / "ckpt" / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    result, _ = check_code(tmp_path, _LF_RECIPE + "use_dora: true\n", target="a100", name="config.yml")
+    assert not [f for f in result.findings if f.rule_id == "PD701"]

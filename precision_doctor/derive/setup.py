@@ -287,9 +287,8 @@ def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
         if pre_training is None or where < pre_training and not conditional_in_loop:
             d = dtype_of_cast(c)
             weights = Fact(d, weights.evidence + (call_evidence(c, f"model cast to {d}"),), source=None, call=c)
-    quantized = _quantization(load, by_key, machine, stack)
-    if quantized.value is False:
-        quantized = _stored_quantization(load, script) or quantized
+    # a checkpoint stored quantized wins over what the load passes (transformers keeps the checkpoint's config)
+    quantized = _stored_quantization(load, script, by_key) or _quantization(load, by_key, machine, stack)
     peft, adapter_dtype, modules_to_save = _peft(script, chain, trainer, by_key, weights, stack, names)
     if peft.value and quantized.value in ("4bit", "8bit") and not (load and load.callee.startswith("unsloth.")):
         # (Unsloth patches TRL's trainers to cast them back to fp32 under fp16: unsloth PR #4005)
@@ -589,14 +588,25 @@ def _quantization(load: Call | None, by_key: dict[str, Call], machine: MachineFa
     return Fact(False, call=load)
 
 
-def _stored_quantization(load: Call | None, script: ScriptFacts) -> Fact | None:
+DEQUANTIZABLE = ("fp8", "mxfp4")  # FineGrainedFP8Config / Mxfp4Config(dequantize=True)
+
+
+def _stored_quantization(load: Call | None, script: ScriptFacts, by_key: dict[str, Call]) -> Fact | None:
     """A checkpoint stored quantized (its config.json's quantization_config: GPTQ, AWQ, FP8, a saved bitsandbytes
-    model) loads quantized with no quantization argument: the value is its quant_method ("gptq")."""
-    if load is None or load.kwarg("quantization_config").state != ABSENT:
+    model) loads quantized: the value is its quant_method ("gptq"; "4bit" / "8bit" for bitsandbytes). A
+    quantization_config the load passes does not undo it: transformers keeps the checkpoint's and merges only the
+    given one's loading attributes (quantizers/auto.py merge_quantization_configs), so only FP8's and MXFP4's
+    `dequantize=True` loads the weights unquantized."""
+    if load is None:
         return None
     checkpoint = checkpoint_of(load, script)
     if checkpoint is None or not checkpoint.quantization:
         return None
+    if checkpoint.quantization in DEQUANTIZABLE and load.kwarg("quantization_config").state != ABSENT:
+        given = by_key.get(load.refs.get("quantization_config", ""))
+        dequantize = given.kwarg("dequantize") if given is not None else None
+        if dequantize is None or (dequantize.state != ABSENT and not dequantize.is_(False)):
+            return None  # dequantize=True, or not known: the load's own config decides
     return Fact(
         checkpoint.quantization,
         (

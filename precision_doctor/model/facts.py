@@ -232,7 +232,9 @@ class CheckpointFacts:
     source_positions: int | None = None  # speech encoders: the frames the encoder reads (Whisper: 1500, 30 s)
     target_positions: int | None = None  # ... and the longest label the decoder takes (Whisper: 448)
     weights_bytes: int | None = None  # safetensors index metadata.total_size
-    quantization: str = ""  # the config's quantization_config.quant_method ("gptq", "fp8"): stored quantized
+    # stored quantized: the config's quantization_config.quant_method ("gptq", "fp8"; a saved bitsandbytes model
+    # as its bits, "4bit" / "8bit")
+    quantization: str = ""
 
     @property
     def known(self) -> bool:

@@ -342,7 +342,7 @@ MODEL_CONFIG_KEYS = {
     "architectures": True,
     "text_config": _MODEL_SHAPE_KEYS,
     # a checkpoint stored quantized (GPTQ, AWQ, FP8, MXFP4, a saved bitsandbytes model): its method
-    "quantization_config": {"quant_method": True},
+    "quantization_config": {"quant_method": True, "load_in_4bit": True, "load_in_8bit": True},
 }
 ACCELERATE_CONFIG_KEYS = {
     "mixed_precision": True,

@@ -315,6 +315,9 @@ def from_config(
     archs = cfg.get("architectures")
     stored_quantized = cfg.get("quantization_config")
     method = stored_quantized.get("quant_method") if isinstance(stored_quantized, dict) else None
+    if method == "bitsandbytes":  # a saved bitsandbytes model loads as its bits say, as BitsAndBytesConfig would
+        bits = [b for b in ("4bit", "8bit") if stored_quantized.get(f"load_in_{b}") is True]
+        method = bits[0] if bits else method
     facts = CheckpointFacts(
         model_id=model_id,
         source=source,

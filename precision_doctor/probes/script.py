@@ -654,7 +654,7 @@ class _Collector:
 
     def _apply_attribute_overrides(self) -> None:
         """`training_args.bf16 = True` after construction changes what the Trainer sees (and `config.torch_dtype =`
-        what from_config builds)."""
+        what from_config builds, `lora_config.target_modules =` what peft attaches)."""
         attributes: dict[str, list] = {}  # "training_args" -> [(scope, "training_args.bf16", events)]
         for scope in self.index.scopes:
             for name, events in scope.assigns.items():
@@ -663,7 +663,8 @@ class _Collector:
                     attributes.setdefault(owner, []).append((scope, name, events))
         for i, call in enumerate(self.calls):
             if (
-                call.kind not in (CallKind.TRAINING_ARGS, CallKind.BNB_CONFIG, CallKind.CONFIG_LOAD)
+                call.kind
+                not in (CallKind.TRAINING_ARGS, CallKind.BNB_CONFIG, CallKind.CONFIG_LOAD, CallKind.PEFT_CONFIG)
                 or not call.target
                 or "," in call.target
             ):

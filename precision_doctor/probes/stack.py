@@ -66,17 +66,29 @@ def _prefix_of(python: Path) -> Path:
     return parent.parent if parent.name in ("bin", "Scripts") else parent
 
 
-def _site_dirs(prefix: Path) -> tuple[str, ...]:
-    """The site-packages of an environment (lib/pythonX.Y/site-packages, Lib/site-packages), plus the base
-    interpreter's when pyvenv.cfg includes the system site-packages."""
+# Where an interpreter's packages live below its prefix: site-packages, and the dist-packages Debian, Ubuntu and the
+# images built on them (NGC, CUDA) use for the system Python (their site.py adds /usr/local/lib/python3.X/
+# dist-packages, /usr/lib/python3/dist-packages and /usr/lib/python3.X/dist-packages for the prefix /usr)
+_PACKAGE_FOLDERS = (
+    "lib/python3*/site-packages",
+    "local/lib/python3*/dist-packages",
+    "lib/python3/dist-packages",
+    "lib/python3*/dist-packages",
+)
+
+
+def _package_dirs(prefix: Path) -> list[Path]:
     try:
-        found = [
-            p
-            for p in sorted(prefix.glob("lib/python3*/site-packages")) + [prefix / "Lib" / "site-packages"]
-            if p.is_dir()
-        ]
+        found = [p for pattern in _PACKAGE_FOLDERS for p in sorted(prefix.glob(pattern)) if p.is_dir()]
+        return found + [p for p in (prefix / "Lib" / "site-packages",) if p.is_dir()]  # Windows
     except (OSError, ValueError):  # a name too long, a NUL byte: no environment there
-        return ()
+        return []
+
+
+def _site_dirs(prefix: Path) -> tuple[str, ...]:
+    """The package folders of an environment (lib/pythonX.Y/site-packages, Lib/site-packages, a system Python's
+    dist-packages), plus the base interpreter's when pyvenv.cfg includes the system site-packages."""
+    found = _package_dirs(prefix)
     cfg = prefix / "pyvenv.cfg"
     if is_regular_file(cfg):
         try:
@@ -87,10 +99,9 @@ def _site_dirs(prefix: Path) -> tuple[str, ...]:
             settings = {}
         settings = {k.strip(): v.strip() for k, v in settings.items()}
         if settings.get("include-system-site-packages", "").lower() == "true" and settings.get("home"):
-            base = _prefix_of(Path(settings["home"]) / "python")
             try:
-                found += [p for p in sorted(base.glob("lib/python3*/site-packages")) if p.is_dir()]
-            except (OSError, ValueError):
+                found += _package_dirs(_prefix_of(Path(settings["home"]) / "python"))
+            except (OSError, ValueError):  # a home no folder could be
                 pass
     return tuple(str(p) for p in found)
 

@@ -1575,12 +1575,12 @@ CHECKS: tuple[RecipeCheck, ...] = (
             and not _batch_flattening_refusal(v)
             and (
                 bool(v.get("trl.use_liger_loss"))
-                or (v.typed("micro_batch_size") == 1 and v.typed("batch_flattening") != "auto")
+                or (v.typed("micro_batch_size", 1) == 1 and v.typed("batch_flattening") != "auto")
             )
         ),
         says=lambda v: (
             "batch_flattening has no effect with micro_batch_size == 1"
-            if v.typed("micro_batch_size") == 1 and v.typed("batch_flattening") != "auto"
+            if v.typed("micro_batch_size", 1) == 1 and v.typed("batch_flattening") != "auto"
             else "batch_flattening with use_liger_loss: flattening will only apply to the scoring path (deferred "
             "logprobs). The training forward pass uses Liger's fused lm_head+loss kernel instead."
         ),

@@ -316,14 +316,36 @@ def _ptq_dependency_missing(v: RecipeView) -> str:
     return ""
 
 
+def _ptq_stays_quantized(v: RecipeView) -> bool:
+    """A PTQ checkpoint the model keeps quantized: LLaMA-Factory loads MXFP4 and FP8 dequantized (quantization.py:
+    107-124), and transformers then drops the model's quantization_method (quantizers/base.py
+    remove_quantization_config)."""
+    return bool(v.stored_quantization) and v.stored_quantization not in PTQ_DEQUANTIZED
+
+
+_BNB_STORED = ("bitsandbytes", "4bit", "8bit")  # a saved bitsandbytes model (CheckpointFacts.quantization)
+
+
 def _dora_on_quantized(v: RecipeView) -> bool:
-    """AD:239-244: DoRA on a model whose quantization_method is not bitsandbytes: a PTQ checkpoint (which takes
-    priority over `quantization_bit`, quantization.py:94), or HQQ / EETQ on the fly."""
+    """AD:239-244: DoRA on a model whose quantization_method is not bitsandbytes: a PTQ checkpoint that stays
+    quantized (it takes priority over `quantization_bit`, quantization.py:94), or HQQ / EETQ on the fly."""
     if not v.get("use_dora") or _finetuning(v) != "lora":
         return False
     if v.stored_quantization:
-        return v.stored_quantization != "bitsandbytes"
+        return _ptq_stays_quantized(v) and v.stored_quantization not in _BNB_STORED
     return _quantized(v) and _method(v) in ("hqq", "eetq")
+
+
+def _quantized_model_refusal(v: RecipeView) -> str:
+    """_init_adapter's checks on a model that stays quantized (adapter.py:330-335), for a PTQ checkpoint (the
+    `quantization_bit` ones are PR:235-237's and PD404's)."""
+    if not _ptq_stays_quantized(v) or not v.get("do_train"):
+        return ""
+    if _finetuning(v) not in ("lora", "oft"):
+        return "Quantized models can only be used for the LoRA or OFT tuning."
+    if v.get("pissa_init"):
+        return "Cannot initialize PiSSA adapter on quantized models."
+    return ""
 
 
 CHECKS: tuple[RecipeCheck, ...] = (
@@ -981,7 +1003,7 @@ CHECKS: tuple[RecipeCheck, ...] = (
         ("deepspeed", "model_name_or_path"),
         # the FSDP branch asks transformers' is_fsdp_enabled(), true only with FSDP_CPU_RAM_EFFICIENT_LOADING=1:
         # not judged here
-        lambda v: bool(v.stored_quantization) and v.stored_quantization not in PTQ_DEQUANTIZED and _zero3(v),
+        lambda v: _ptq_stays_quantized(v) and _zero3(v),
         fix="train the PTQ checkpoint under ZeRO-2 (or DDP), or start from the unquantized checkpoint",
         fires=_PTQ + "deepspeed: ds_z3_config.json\n",
         accepted=_PTQ + "deepspeed: ds_z2_config.json\n",
@@ -1016,6 +1038,20 @@ CHECKS: tuple[RecipeCheck, ...] = (
         fix="use plain LoRA on a quantized model (drop `use_dora`), or quantize with bitsandbytes "
         "(`quantization_bit: 4`) from the unquantized checkpoint",
         fires=_PTQ + "use_dora: true\n",
+        accepted=_PTQ,
+        files=GPTQ_FILES,
+        reads_checkpoint=True,
+    ),
+    RecipeCheck(
+        FAMILY,
+        "src/llamafactory/model/adapter.py:330-335",
+        "refuses",
+        "Quantized models can only be used for the LoRA or OFT tuning.",
+        ("finetuning_type", "pissa_init", "model_name_or_path"),
+        lambda v: bool(_quantized_model_refusal(v)),
+        says=_quantized_model_refusal,
+        fix="train LoRA or OFT adapters on the PTQ checkpoint, or fine-tune the unquantized checkpoint",
+        fires=_PTQ.replace("finetuning_type: lora\n", "finetuning_type: full\n"),
         accepted=_PTQ,
         files=GPTQ_FILES,
         reads_checkpoint=True,

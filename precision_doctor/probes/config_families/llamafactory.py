@@ -132,6 +132,15 @@ def _checkpointing(b: Builder, load: Call) -> None:
         refs={"self": load.key},
         receiver="model",
     )
+    # its checkpointing wrapper makes each trainable layer's first float input require grad (checkpointing.py:
+    # 100-123), what enable_input_require_grads does for a frozen base under reentrant checkpointing
+    b.add(
+        CallKind.INPUT_GRADS,
+        "model.enable_input_require_grads",
+        b.where("disable_gradient_checkpointing", "model_name_or_path"),
+        refs={"self": load.key},
+        receiver="model",
+    )
 
 
 def _inferred_dtype(b: Builder) -> Value:

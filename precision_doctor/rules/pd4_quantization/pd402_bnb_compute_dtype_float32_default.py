@@ -4,6 +4,7 @@ to float32."""
 from __future__ import annotations
 
 from ...derive import Setup, call_evidence, decide
+from ...derive.checkpoint import checkpoint_of
 from ...knowledge import dtypes
 from ...model.facts import ABSENT, MachineFacts, ScriptFacts, StackFacts
 from ...model.findings import Applicability, Draft, Fix
@@ -60,6 +61,9 @@ from ._quantization import qlora
 def bnb_compute_dtype_float32_default(script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts):
     if setup.quantized.value != "4bit" or not setup.trains:
         return
+    stored = checkpoint_of(setup.model_load, script)
+    if stored is not None and stored.quantization:
+        return  # a checkpoint saved quantized: its own config's compute dtype wins over the one given at load
     half = setup.amp.value in ("fp16", "bf16") or dtypes.is_half(setup.weights.value)
     if not half:
         return

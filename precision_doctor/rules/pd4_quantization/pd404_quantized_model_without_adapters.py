@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 from ...derive import Setup, call_evidence
-from ...model.facts import ScriptFacts
+from ...model.facts import MachineFacts, ScriptFacts
 from ...model.findings import Applicability, Draft, Fix
 from ..registry import Example, rule
 from ._quantization import HEAD, LORA, qlora
 
 # checkpoints stored quantized by these methods load quantized on any GPU and cannot train without adapters: their
 # quantizers are not QAT-trainable (transformers quantizers/base.py `is_qat_trainable` False; trainer_utils.py
-# validate_quantization_for_training). FP8 and MXFP4 are left out: they dequantize on GPUs their kernels do not
-# support (quantizer_finegrained_fp8.py:49-57, quantizer_mxfp4.py).
+# validate_quantization_for_training). MXFP4 is left out: it dequantizes where its kernels are missing
+# (quantizer_mxfp4.py).
 STAYS_QUANTIZED = frozenset(
     {"gptq", "awq", "aqlm", "eetq", "hqq", "bitsandbytes", "quanto", "vptq", "spqr", "higgs", "auto-round"}
 )
+
+
+def _stays_quantized(value: object, machine: MachineFacts) -> bool:
+    if value in ("4bit", "8bit") or value in STAYS_QUANTIZED:
+        return True
+    # FP8 stays quantized on GPUs with fp8 (8.9+); below, transformers dequantizes it to bf16
+    # (quantizer_finegrained_fp8.py:49-57)
+    gpus = machine.gpus if machine.known else ()
+    return value == "fp8" and bool(gpus) and all(g.fp8 for g in gpus)
+
 
 _ADAPTERS_TRAIN = "    Trainer(model=model, args=TrainingArguments('o')).train()\n"
 
@@ -95,10 +105,8 @@ _ADAPTERS_ON_SOME_PATHS = (
         Example(_BUILD.format(lora="True"), note="every call passes use_lora=True: adapters on every run"),
     ],
 )
-def quantized_model_without_adapters(script: ScriptFacts, setup: Setup):
-    if setup.style != "trainer" or not (
-        setup.quantized.value in ("4bit", "8bit") or setup.quantized.value in STAYS_QUANTIZED
-    ):
+def quantized_model_without_adapters(script: ScriptFacts, setup: Setup, machine: MachineFacts):
+    if setup.style != "trainer" or not _stays_quantized(setup.quantized.value, machine):
         return
     wrapper = setup.peft.call if setup.peft.value else None
     if (

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import re
+
 from ...derive import Setup, evidence_of
 from ...derive.setup import adapter_config
 from ...model.facts import ABSENT, KNOWN, ScriptFacts
 from ...model.findings import Applicability, Draft, Fix
 from ..registry import Example, LogSignature, rule
 
-# Per-layer module names: each sits inside a block (`model.layers.0.self_attn.q_proj`), never at the top of the
-# model, so peft's full match of a string target (`re.fullmatch(target, name)`, peft 0.21
-# tuners/tuners_utils.py:2372 match_target_against_key) finds none of them
+# Per-layer module names: each sits inside a block (`model.layers.0.self_attn.q_proj`), never at the top of a
+# pretrained model, so peft's full match of a string target (peft 0.21 tuners/tuners_utils.py:2371, calling
+# utils/other.py:1516 match_target_against_key: re.fullmatch) finds none of them
 LAYER_MODULES = frozenset(
     {
         "q_proj",
@@ -56,6 +58,22 @@ _SCRIPT = _HEAD + (
     "Trainer(model=model, args=TrainingArguments('out', bf16=True)).train()\n"
 )
 _AXOLOTL = "base_model: meta-llama/Llama-3.2-1B\nadapter: lora\nlora_r: 16\nbf16: true\nmicro_batch_size: 2\n"
+
+
+def _layer_names(value: str) -> list[str]:
+    """The module names a string lists ("q_proj", "q_proj,v_proj", "q_proj v_proj"), when it is only names every
+    layer holds: none of them is a whole module name, so peft's one pattern over full names matches nothing."""
+    names = [n for n in re.split(r"[,\s]+", value.strip()) if n]
+    return names if names and all(n in LAYER_MODULES for n in names) else []
+
+
+UNKNOWN_VALUE = object()  # a keyword written with a value the doctor cannot decide
+
+
+def _known(config, name: str) -> object:
+    """The keyword's value: None where it is not written, UNKNOWN_VALUE where it cannot be decided."""
+    v = config.kwarg(name)
+    return v.value if v.state == KNOWN else None if v.state == ABSENT else UNKNOWN_VALUE
 
 
 @rule(
@@ -112,33 +130,58 @@ _AXOLOTL = "base_model: meta-llama/Llama-3.2-1B\nadapter: lora\nlora_r: 16\nbf16
 def lora_targets_nothing(script: ScriptFacts, setup: Setup):
     if not setup.peft.value or setup.peft.call is None:
         return
+    if script.recipe is None and setup.model_load is None:
+        return  # a model the script builds itself may hold a layer by that name at its top (`self.fc1`)
     config = adapter_config(setup.peft.call, {c.key: c for c in script.calls})
     if config is None or not config.callee.endswith("LoraConfig"):
         return
-    parameters = config.kwarg("target_parameters")
-    if parameters.state not in (ABSENT, KNOWN) or (parameters.state == KNOWN and parameters.value):
+    parameters = _known(config, "target_parameters")
+    if parameters is UNKNOWN_VALUE or parameters:
         return  # parameters targeted instead (MoE experts), or not known
     targets = config.kwarg("target_modules")
     if targets.state != KNOWN:
         return
     value = targets.value
+    excluded = [_known(config, "modules_to_save"), _known(config, "exclude_modules")]
+    if any(e is UNKNOWN_VALUE for e in excluded):
+        return
+    skipped = (
+        "No modules were targeted for adaptation. This might be caused by a combination of mismatched target "
+        "modules and excluded modules. Please check your `target_modules` and `exclude_modules` configuration. You "
+        "may also have only targeted modules that are marked to be saved (`modules_to_save`)."
+    )
     if isinstance(value, (list, tuple, set)) and not value:
         said = "an empty list: no module is targeted"
         error = (
-            "peft.utils.error.NoMatchingPeftModuleError: No `target_modules` passed but also no `target_parameters` "
-            "found. Please check the values for these arguments."
+            skipped
+            if any(excluded)
+            else "No `target_modules` passed but also no `target_parameters` found. Please check the values for "
+            "these arguments."
         )
         fix = 'name the modules: target_modules=["q_proj", "v_proj"] (or "all-linear")'
-    elif isinstance(value, str) and value in LAYER_MODULES:
+    elif isinstance(value, str) and _layer_names(value):
+        names = _layer_names(value)
         said = (
-            f'"{value}", a string: peft matches it as one pattern against each module\'s full name '
-            f"(model.layers.0.self_attn.{value}) and finds none"
+            f"\"{value}\", a string: peft matches it as one pattern against each module's full name (a layer's "
+            f"`...{names[0]}`) and finds none"
         )
         error = (
-            f"peft.utils.error.NoMatchingPeftModuleError: Target modules {value} not found in the base model. "
-            "Please check the target modules and try again."
+            skipped
+            if any(excluded)
+            else f"Target modules {value} not found in the base model. Please check the target modules and try again."
         )
-        fix = f'target_modules=["{value}"] (a list matches the name in every layer)'
+        fix = f"target_modules={names!r} (a list matches the name in every layer)"
+        layers = _known(config, "layers_to_transform")
+        if layers is not UNKNOWN_VALUE and layers is not None:  # refused as the config is built
+            yield Draft(
+                f'LoraConfig\'s target_modules is "{value}", a string, beside layers_to_transform: peft refuses '
+                "the config",
+                evidence=(evidence_of(targets, f"target_modules={value!r}", config),),
+                error="ValueError: `layers_to_transform` cannot be used when `target_modules` is a str.",
+                fix=Fix(fix, Applicability.DISPLAY),
+                phase="config",
+            )
+            return
     else:
         return
     if script.recipe is not None:  # said in the recipe's own keys
@@ -153,6 +196,6 @@ def lora_targets_nothing(script: ScriptFacts, setup: Setup):
         f"LoraConfig's target_modules is {said}: peft finds no module to attach the adapters to, once the model "
         "has loaded",
         evidence=(evidence_of(targets, f"target_modules={value!r}", config), *setup.peft.evidence),
-        error=error,
+        error=f"peft.utils.error.NoMatchingPeftModuleError: {error}",
         fix=Fix(fix, Applicability.DISPLAY),
     )
