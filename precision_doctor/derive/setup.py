@@ -17,6 +17,7 @@ from ..model.facts import (
     CONDITIONAL,
     KNOWN,
     Call,
+    CheckpointFacts,
     CheckpointSource,
     Facts,
     MachineFacts,
@@ -547,15 +548,7 @@ def _checkpoint_dtype(load: Call, script: ScriptFacts, stack: StackFacts, ev: Ev
         d = checkpoint.torch_dtype
         return Fact(
             d,
-            (
-                ev,
-                Evidence(
-                    None,
-                    checkpoint.detail,
-                    f"checkpoint dtype {d}: {describe_source(checkpoint)}",
-                    "code" if checkpoint.source == CheckpointSource.LOCAL else "default",
-                ),
-            ),
+            (ev, _checkpoint_says(checkpoint, f"checkpoint dtype {d}")),
             call=load,
             inferred=inferred or checkpoint.source != CheckpointSource.LOCAL,
         )
@@ -607,17 +600,18 @@ def _stored_quantization(load: Call | None, script: ScriptFacts, by_key: dict[st
         dequantize = given.kwarg("dequantize") if given is not None else None
         if dequantize is None or (dequantize.state != ABSENT and not dequantize.is_(False)):
             return None  # dequantize=True, or not known: the load's own config decides
-    return Fact(
-        checkpoint.quantization,
-        (
-            Evidence(
-                None,
-                checkpoint.detail,
-                f"stored {checkpoint.quantization}-quantized (quantization_config): {describe_source(checkpoint)}",
-                "code" if checkpoint.source == CheckpointSource.LOCAL else "default",
-            ),
-        ),
-        call=load,
+    what = f"stored {checkpoint.quantization}-quantized (quantization_config)"
+    return Fact(checkpoint.quantization, (_checkpoint_says(checkpoint, what),), call=load)
+
+
+def _checkpoint_says(checkpoint: CheckpointFacts, what: str) -> Evidence:
+    """Evidence read from the checkpoint's config: a local file's lines are code, the cache's or the table's a
+    default the job inherits."""
+    return Evidence(
+        None,
+        checkpoint.detail,
+        f"{what}: {describe_source(checkpoint)}",
+        "code" if checkpoint.source == CheckpointSource.LOCAL else "default",
     )
 
 

@@ -7,6 +7,14 @@ import re
 
 from ..model.facts import StackFacts
 
+_SEPARATORS = re.compile(r"[-_.]+")
+
+
+def canonical_name(name: str) -> str:
+    """A distribution's name as PEP 503 compares it: `Transformer_Engine` -> `transformer-engine`."""
+    return _SEPARATORS.sub("-", name).lower()
+
+
 # The releases the rules were checked against; assumed when a package is neither installed nor declared.
 CURRENT = {
     "torch": "2.13.0",

@@ -15,6 +15,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
+from ..knowledge.versions import canonical_name
 from ..model.python_source import literal, parse_quietly
 from ..model.util import record
 from ..system.sources import Unreadable, is_regular_file, parse_toml, read_text_bounded
@@ -74,14 +75,6 @@ TRACKED = (
     "autoawq",
 )
 _NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
-_SEPARATORS = re.compile(r"[-_.]+")
-
-
-def canonical_name(name: str) -> str:
-    """A distribution's name as PEP 503 compares it: `Transformer_Engine` -> `transformer-engine`."""
-    return _SEPARATORS.sub("-", name).lower()
-
-
 _CONDA_NAMES = {"pytorch": "torch"}  # conda package names that differ from the Python distribution
 
 

@@ -5,6 +5,7 @@ lists every check and which rule mirrors it."""
 
 from __future__ import annotations
 
+from ..versions import canonical_name
 from ._check import RecipeCheck, RecipeView
 
 FAMILY = "LLaMA-Factory"
@@ -240,34 +241,41 @@ EXTRA_DEPENDENCIES = (
     ("use_kt", ("kt-kernel", "transformers-kt", "accelerate-kt")),
     ("use_unsloth", ("unsloth",)),
     ("enable_liger_kernel", ("liger-kernel",)),
-    ("use_galore", ("galore-torch",)),
-    ("use_apollo", ("apollo-torch",)),
+    ("use_galore", ("galore_torch",)),
+    ("use_apollo", ("apollo_torch",)),
     ("use_badam", ("badam>=1.2.1",)),
     ("use_adam_mini", ("adam-mini",)),
     ("use_megatron_bridge", ("megatron-bridge",)),
     ("deepspeed", ("deepspeed",)),
 )
-_AS_LLAMAFACTORY_WRITES = {"galore-torch": "galore_torch", "apollo-torch": "apollo_torch"}
+
+
+def _require_version(v: RecipeView, requirement: str) -> str:
+    """What LLaMA-Factory's mandatory check_version(requirement) raises in the job's environment (transformers'
+    require_version, utils/versions.py:100-105 and 42-45); "" where it passes or the environment is not the job's.
+    `requirement` is written as LLaMA-Factory writes it ("galore_torch", "badam>=1.2.1")."""
+    written, _, floor = requirement.partition(">=")
+    name = canonical_name(written)
+    if v.installed(name) is False:
+        return (
+            f"The '{requirement}' distribution was not found and is required by this application. To fix: run "
+            f"`pip install {requirement}`."
+        )
+    if floor and v.installed(name, floor) is False:
+        return (
+            f"{requirement} is required for a normal functioning of this module, but found "
+            f"{written}=={v.stack.get(name).version}. To fix: run `pip install {requirement}`."
+        )
+    return ""
 
 
 def _missing_dependency(v: RecipeView) -> str:
     """The first package a feature the recipe turns on needs and the job's environment lacks (or has too old)."""
     for key, requirements in EXTRA_DEPENDENCIES:
-        if not v.get(key):
-            continue
-        for requirement in requirements:
-            name, _, floor = requirement.partition(">=")
-            written = _AS_LLAMAFACTORY_WRITES.get(name, name)
-            if v.installed(name) is False:
-                return (
-                    f"The '{written}{'>=' + floor if floor else ''}' distribution was not found and is required by "
-                    f"this application. To fix: run `pip install {requirement}`."
-                )
-            if floor and v.installed(name, floor) is False:
-                return (
-                    f"{requirement} is required for a normal functioning of this module, but found "
-                    f"{name}=={v.stack.get(name).version}. To fix: run `pip install {requirement}`."
-                )
+        if v.get(key):
+            for requirement in requirements:
+                if said := _require_version(v, requirement):
+                    return said
     return ""
 
 
@@ -300,20 +308,7 @@ PTQ_DEPENDENCIES = {"gptq": "gptqmodel>=2.0.0", "awq": "autoawq"}
 
 def _ptq_dependency_missing(v: RecipeView) -> str:
     requirement = PTQ_DEPENDENCIES.get(v.stored_quantization, "")
-    if not requirement:
-        return ""
-    name, _, floor = requirement.partition(">=")
-    if v.installed(name) is False:
-        return (
-            f"The '{requirement}' distribution was not found and is required by this application. To fix: run "
-            f"`pip install {requirement}`."
-        )
-    if floor and v.installed(name, floor) is False:
-        return (
-            f"{requirement} is required for a normal functioning of this module, but found "
-            f"{name}=={v.stack.get(name).version}. To fix: run `pip install {requirement}`."
-        )
-    return ""
+    return _require_version(v, requirement) if requirement else ""
 
 
 def _ptq_stays_quantized(v: RecipeView) -> bool:

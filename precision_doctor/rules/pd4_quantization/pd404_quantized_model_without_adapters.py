@@ -57,8 +57,8 @@ _ADAPTERS_ON_SOME_PATHS = (
     phase="wrap",
     summary="Training a 4/8-bit model with no trainable adapters attached.",
     what="Trainer/SFTTrainer given a bitsandbytes-quantized model, or a checkpoint stored quantized (GPTQ, AWQ, a "
-    "saved 4-bit model: its config.json's `quantization_config`), without `get_peft_model` / `peft_config` (or "
-    "after `merge_and_unload()`).",
+    "saved 4-bit model, FP8 on a GPU with fp8: its config.json's `quantization_config`, which a quantization_config "
+    "given at load does not undo), without `get_peft_model` / `peft_config` (or after `merge_and_unload()`).",
     why="Quantized weights cannot be trained; transformers refuses a purely quantized model.",
     error="ValueError: You cannot perform fine-tuning on purely quantized models. Please attach trainable adapters on "
     "top of the quantized model to correctly perform fine-tuning.",
