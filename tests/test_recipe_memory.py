@@ -338,3 +338,9 @@ def test_axolotl_full_fine_tunes_keep_embeddings_in_fp32_as_its_loader_does(tmp_
     else:
         assert (weights, state) == (0, 0)
         assert recipe["per_gpu_bytes"] == script["per_gpu_bytes"]
+
+
+def test_pure_bf16_advice_on_an_axolotl_full_fine_tune_names_what_stays_fp32(tmp_path):
+    findings = _doctor(tmp_path, "check", "full.yml", AX_FULL_1B, "a100-80gb")["findings"]
+    advice = [f["message"] for f in findings if f["id"] == "PD212"]
+    assert advice and "embeddings, output layer and norms are kept in fp32" in advice[0]

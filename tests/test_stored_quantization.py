@@ -147,3 +147,17 @@ def test_llamafactory_dequantizes_fp8_so_dora_is_accepted(tmp_path, monkeypatch)
     (tmp_path / "ckpt" / "config.json").write_text(json.dumps(config), encoding="utf-8")
     result, _ = check_code(tmp_path, _LF_RECIPE + "use_dora: true\n", target="a100", name="config.yml")
     assert not [f for f in result.findings if f.rule_id == "PD701"]
+
+
+def test_llamafactory_full_fine_tune_of_a_ptq_checkpoint_is_one_error_with_its_own_message(tmp_path, monkeypatch):
+    """LLaMA-Factory refuses it while attaching adapters (adapter.py:330-332), before any Trainer: its message, and
+    not the Trainer's refusal (PD404) on top."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ckpt").mkdir()
+    config = {**_LLAMA_1B, "quantization_config": {"quant_method": "gptq", "bits": 4}}
+    (tmp_path / "ckpt" / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    recipe = _LF_RECIPE.replace("finetuning_type: lora\nlora_target: all\n", "finetuning_type: full\n")
+    result, _ = check_code(tmp_path, recipe, target="a100", name="config.yml")
+    errors = [f for f in result.findings if f.severity == "error"]
+    assert [f.rule_id for f in errors] == ["PD701"]
+    assert "Quantized models can only be used for the LoRA or OFT tuning" in errors[0].message

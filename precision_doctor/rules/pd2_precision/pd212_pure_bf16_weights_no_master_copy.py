@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ...derive import Setup
 from ...knowledge import dtypes
+from ...model.facts import ScriptFacts
 from ...model.findings import Applicability, Draft, Fix
 from ..registry import Example, rule
 from ._precision import lora_script, trainer_script
@@ -31,15 +32,19 @@ from ._precision import lora_script, trainer_script
         Example(lora_script(", dtype=torch.bfloat16", ", bf16=True")),
     ],
 )
-def pure_bf16_weights_no_master_copy(setup: Setup):
+def pure_bf16_weights_no_master_copy(script: ScriptFacts, setup: Setup):
     if not setup.trains or setup.peft.value or setup.weights.value != dtypes.BFLOAT16:
         return
     if setup.amp.value == "fp16" or setup.quantized.value:
         return
     if setup.sharding.kind == "deepspeed":
         return  # DeepSpeed's optimizer keeps fp32 master partitions of bf16 weights
+    kept = script.recipe.fp32_embeddings if script.recipe is not None else ""
     yield Draft(
-        "every parameter is trained in bfloat16 with no fp32 master copy",
+        "every parameter is trained in bfloat16 with no fp32 master copy"
+        if not kept
+        else "the transformer blocks are trained in bfloat16 with no fp32 master copy (the embeddings, output layer "
+        "and norms are kept in fp32)",
         evidence=setup.weights.evidence,
         fix=Fix(
             "optional: load in float32 and train with bf16 autocast (bf16=True), if memory allows",

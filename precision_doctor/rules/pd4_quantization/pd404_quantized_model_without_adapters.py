@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ...derive import Setup, call_evidence
+from ...derive.checkpoint import checkpoint_of
 from ...model.facts import MachineFacts, ScriptFacts
 from ...model.findings import Applicability, Draft, Fix
 from ..registry import Example, rule
@@ -108,6 +109,9 @@ _ADAPTERS_ON_SOME_PATHS = (
 def quantized_model_without_adapters(script: ScriptFacts, setup: Setup, machine: MachineFacts):
     if setup.style != "trainer" or not _stays_quantized(setup.quantized.value, machine):
         return
+    stored = checkpoint_of(setup.model_load, script)
+    if script.recipe is not None and script.recipe.family == "LLaMA-Factory" and stored and stored.quantization:
+        return  # LLaMA-Factory refuses a PTQ model it would train in full itself, first (PD701, adapter.py:330)
     wrapper = setup.peft.call if setup.peft.value else None
     if (
         wrapper is not None
