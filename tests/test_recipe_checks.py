@@ -380,3 +380,42 @@ def test_llamafactory_makes_the_checkpointed_inputs_require_grad_itself(tmp_path
     )
     result, _ = check_code(tmp_path, script, target="a100", versions={**CURRENT, "transformers": "4.57.1"})
     assert "PD403" in {f.rule_id for f in result.findings}
+
+
+def test_packages_installed_with_pip_user_count_for_an_interpreter_that_reads_them(tmp_path):
+    """`pip install --user ring-flash-attn` puts it in ~/.local, which a venv with the system site-packages reads
+    (unless PYTHONNOUSERSITE is set): installed for the job, not refused."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from .test_versions import _fake_env
+
+    home = tmp_path / "home"
+    info = home / ".local" / "lib" / "python3.11" / "site-packages" / "ring_flash_attn-0.1.8.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ring-flash-attn\nVersion: 0.1.8\n")
+    python = _fake_env(tmp_path / "venv", {"axolotl": "0.18.0"})
+    (python.parent.parent / "pyvenv.cfg").write_text(
+        f"home = {tmp_path / 'nowhere' / 'bin'}\ninclude-system-site-packages = true\n"
+    )
+    recipe = tmp_path / "config.yml"
+    recipe.write_text(
+        "base_model: meta-llama/Llama-3.2-1B\nadapter: lora\nlora_r: 16\nlora_target_linear: true\nbf16: true\n"
+        "attn_implementation: flash_attention_2\ncontext_parallel_size: 2\n",
+        encoding="utf-8",
+    )
+    for no_user_site, refused in (("", False), ("1", True)):
+        env = {**os.environ, "HOME": str(home), "PYTHONUSERBASE": "", "PYTHONNOUSERSITE": no_user_site}
+        env = {k: v for k, v in env.items() if v}
+        out = subprocess.run(
+            [sys.executable, "-m", "precision_doctor", "check", str(recipe), "--python", str(python)]
+            + ["--format", "json", "--fail-on", "never", "--target", "a100"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+        )
+        said = [f["message"] for f in json.loads(out.stdout)["findings"] if f["id"] == "PD701"]
+        assert any("ring_flash_attn is not installed" in m for m in said) is refused, (no_user_site, said)

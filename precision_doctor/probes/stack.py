@@ -85,24 +85,39 @@ def _package_dirs(prefix: Path) -> list[Path]:
         return []
 
 
+def _user_site_dirs() -> list[Path]:
+    """The user's own site-packages (`pip install --user`: $PYTHONUSERBASE, else ~/.local), which a system or conda
+    interpreter, and a virtualenv that includes the system site-packages, put on sys.path (site.ENABLE_USER_SITE)."""
+    if os.environ.get("PYTHONNOUSERSITE"):
+        return []
+    try:
+        base = Path(os.environ.get("PYTHONUSERBASE") or Path.home() / ".local")
+        return [p for p in sorted(base.glob("lib/python3*/site-packages")) if p.is_dir()]
+    except (OSError, RuntimeError, ValueError):  # no home, a name too long
+        return []
+
+
 def _site_dirs(prefix: Path) -> tuple[str, ...]:
     """The package folders of an environment (lib/pythonX.Y/site-packages, Lib/site-packages, a system Python's
-    dist-packages), plus the base interpreter's when pyvenv.cfg includes the system site-packages."""
+    dist-packages), plus the base interpreter's when pyvenv.cfg includes the system site-packages, and the user's
+    own where the interpreter reads them."""
     found = _package_dirs(prefix)
     cfg = prefix / "pyvenv.cfg"
-    if is_regular_file(cfg):
+    if not is_regular_file(cfg):  # a system or conda interpreter
+        return tuple(str(p) for p in found + _user_site_dirs())
+    try:
+        settings = dict(
+            line.split("=", 1) for line in read_text_bounded(cfg, errors="replace").splitlines() if "=" in line
+        )
+    except Unreadable:
+        settings = {}
+    settings = {k.strip(): v.strip() for k, v in settings.items()}
+    if settings.get("include-system-site-packages", "").lower() == "true" and settings.get("home"):
         try:
-            settings = dict(
-                line.split("=", 1) for line in read_text_bounded(cfg, errors="replace").splitlines() if "=" in line
-            )
-        except Unreadable:
-            settings = {}
-        settings = {k.strip(): v.strip() for k, v in settings.items()}
-        if settings.get("include-system-site-packages", "").lower() == "true" and settings.get("home"):
-            try:
-                found += _package_dirs(_prefix_of(Path(settings["home"]) / "python"))
-            except (OSError, ValueError):  # a home no folder could be
-                pass
+            found += _package_dirs(_prefix_of(Path(settings["home"]) / "python"))
+        except (OSError, ValueError):  # a home no folder could be
+            pass
+        found += _user_site_dirs()
     return tuple(str(p) for p in found)
 
 
