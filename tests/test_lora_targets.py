@@ -119,3 +119,16 @@ def test_a_model_the_script_builds_itself_may_hold_the_name_at_its_top(tmp_path,
     )
     result, _ = check_code(tmp_path, code, target="a100")
     assert not [f for f in result.findings if f.rule_id == "PD407"]
+
+
+def test_an_axolotl_recipe_with_excluded_modules_gets_peft_s_other_message(tmp_path, monkeypatch):
+    """Axolotl passes lora_exclude_modules as exclude_modules (loaders/adapter.py): with no target, peft says that
+    no module was targeted, as it does when a module was excluded."""
+    monkeypatch.chdir(tmp_path)
+    recipe = (
+        "base_model: meta-llama/Llama-3.2-1B\nadapter: lora\nlora_r: 16\nbf16: true\n"
+        "lora_exclude_modules:\n  - lm_head\n"
+    )
+    result, _ = check_code(tmp_path, recipe, target="a100", name="config.yml")
+    found = [f for f in result.findings if f.rule_id == "PD407"]
+    assert len(found) == 1 and found[0].error == _peft_error_with(target_modules=[], exclude_modules=["lm_head"])

@@ -302,6 +302,8 @@ def _lora_config(b: Builder) -> Call:
         )
     if b.doc.get("lora_target_parameters"):
         kwargs["target_parameters"] = b.written("lora_target_parameters")
+    if b.doc.get("lora_exclude_modules"):  # loaders/adapter.py: exclude_modules=cfg.lora_exclude_modules or None
+        kwargs["exclude_modules"] = b.written("lora_exclude_modules")
     return b.add(
         CallKind.PEFT_CONFIG, "peft.LoraConfig", b.where("lora_r", "adapter"), kwargs=kwargs, target="peft_config"
     )
