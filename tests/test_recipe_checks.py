@@ -281,10 +281,6 @@ def test_a_check_on_the_jobs_packages_is_silent_when_that_environment_is_not_rea
 def test_a_missing_package_is_judged_in_the_environment_read_with_the_framework_installed(tmp_path, monkeypatch):
     """`precision-doctor check config.yml --python <the training env>`: LLaMA-Factory is installed there and
     liger-kernel is not, so `enable_liger_kernel` dies in its dependency check; installed, it passes."""
-    import json
-    import subprocess
-    import sys
-
     from .test_versions import _fake_env
 
     recipe = tmp_path / "config.yml"
@@ -296,15 +292,7 @@ def test_a_missing_package_is_judged_in_the_environment_read_with_the_framework_
     ):
         env = tmp_path / f"env{len(packages)}{refused}"
         python = _fake_env(env, packages)
-        out = subprocess.run(
-            [sys.executable, "-m", "precision_doctor", "check", str(recipe), "--python", str(python)]
-            + ["--format", "json", "--fail-on", "never", "--target", "a100"],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-        )
-        assert out.returncode == 0, out.stderr
-        said = [f["message"] for f in json.loads(out.stdout)["findings"] if f["id"] == "PD701"]
+        said = _refusals_with_python(tmp_path, recipe, python)
         assert any("'liger-kernel' distribution was not found" in m for m in said) is refused, (packages, said)
 
 
@@ -327,37 +315,19 @@ def test_gemma_2_attention_follows_what_is_installed(tmp_path, monkeypatch, inst
 def test_packages_in_a_system_pythons_dist_packages_count_as_installed(tmp_path):
     """A virtualenv made with --system-site-packages on Debian/Ubuntu (and the NGC and CUDA images built on them)
     sees the base Python's dist-packages: ring-flash-attn installed there is installed for the job."""
-    import json
-    import subprocess
-    import sys
-
     from .test_versions import _fake_env
 
     base = tmp_path / "base" / "usr"
     dist = base / "local" / "lib" / "python3.11" / "dist-packages"
-    dist.mkdir(parents=True)
-    (base / "bin").mkdir()
-    info = dist / "ring_flash_attn-0.1.8.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ring-flash-attn\nVersion: 0.1.8\n")
+    (base / "bin").mkdir(parents=True)
+    _installed(dist, "ring-flash-attn", "0.1.8")
     recipe = tmp_path / "config.yml"
-    recipe.write_text(
-        "base_model: meta-llama/Llama-3.2-1B\nadapter: lora\nlora_r: 16\nlora_target_linear: true\nbf16: true\n"
-        "attn_implementation: flash_attention_2\ncontext_parallel_size: 2\n",
-        encoding="utf-8",
-    )
+    recipe.write_text(_AX_CONTEXT_PARALLEL, encoding="utf-8")
     for system, refused in ((True, False), (False, True)):
         python = _fake_env(tmp_path / f"venv-{system}", {"axolotl": "0.18.0"})
         cfg = python.parent.parent / "pyvenv.cfg"
         cfg.write_text(f"home = {base / 'bin'}\ninclude-system-site-packages = {str(system).lower()}\n")
-        out = subprocess.run(
-            [sys.executable, "-m", "precision_doctor", "check", str(recipe), "--python", str(python)]
-            + ["--format", "json", "--fail-on", "never", "--target", "a100"],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-        )
-        said = [f["message"] for f in json.loads(out.stdout)["findings"] if f["id"] == "PD701"]
+        said = _refusals_with_python(tmp_path, recipe, python)
         assert any("ring_flash_attn is not installed" in m for m in said) is refused, (system, said)
 
 
@@ -385,37 +355,51 @@ def test_llamafactory_makes_the_checkpointed_inputs_require_grad_itself(tmp_path
 def test_packages_installed_with_pip_user_count_for_an_interpreter_that_reads_them(tmp_path):
     """`pip install --user ring-flash-attn` puts it in ~/.local, which a venv with the system site-packages reads
     (unless PYTHONNOUSERSITE is set): installed for the job, not refused."""
-    import json
     import os
-    import subprocess
-    import sys
 
     from .test_versions import _fake_env
 
     home = tmp_path / "home"
-    info = home / ".local" / "lib" / "python3.11" / "site-packages" / "ring_flash_attn-0.1.8.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ring-flash-attn\nVersion: 0.1.8\n")
+    _installed(home / ".local" / "lib" / "python3.11" / "site-packages", "ring-flash-attn", "0.1.8")
     python = _fake_env(tmp_path / "venv", {"axolotl": "0.18.0"})
     (python.parent.parent / "pyvenv.cfg").write_text(
         f"home = {tmp_path / 'nowhere' / 'bin'}\ninclude-system-site-packages = true\n"
     )
     recipe = tmp_path / "config.yml"
-    recipe.write_text(
-        "base_model: meta-llama/Llama-3.2-1B\nadapter: lora\nlora_r: 16\nlora_target_linear: true\nbf16: true\n"
-        "attn_implementation: flash_attention_2\ncontext_parallel_size: 2\n",
-        encoding="utf-8",
-    )
+    recipe.write_text(_AX_CONTEXT_PARALLEL, encoding="utf-8")
     for no_user_site, refused in (("", False), ("1", True)):
         env = {**os.environ, "HOME": str(home), "PYTHONUSERBASE": "", "PYTHONNOUSERSITE": no_user_site}
         env = {k: v for k, v in env.items() if v}
-        out = subprocess.run(
-            [sys.executable, "-m", "precision_doctor", "check", str(recipe), "--python", str(python)]
-            + ["--format", "json", "--fail-on", "never", "--target", "a100"],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-            env=env,
-        )
-        said = [f["message"] for f in json.loads(out.stdout)["findings"] if f["id"] == "PD701"]
+        said = _refusals_with_python(tmp_path, recipe, python, env)
         assert any("ring_flash_attn is not installed" in m for m in said) is refused, (no_user_site, said)
+
+
+_AX_CONTEXT_PARALLEL = (
+    "base_model: meta-llama/Llama-3.2-1B\nadapter: lora\nlora_r: 16\nlora_target_linear: true\nbf16: true\n"
+    "attn_implementation: flash_attention_2\ncontext_parallel_size: 2\n"
+)
+
+
+def _installed(folder: Path, name: str, version: str) -> None:
+    """A distribution's metadata in a package folder, as pip leaves it (nothing that could run)."""
+    info = folder / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+
+
+def _refusals_with_python(tmp_path: Path, recipe: Path, python: Path, env: dict | None = None) -> list[str]:
+    """PD701's messages from `precision-doctor check RECIPE --python PYTHON` run as a user runs it."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "precision_doctor", "check", str(recipe), "--python", str(python)]
+        + ["--format", "json", "--fail-on", "never", "--target", "a100"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr
+    return [f["message"] for f in json.loads(out.stdout)["findings"] if f["id"] == "PD701"]

@@ -484,6 +484,7 @@ def estimate(c: CheckpointFacts, shape: TrainingShape) -> Breakdown:
         gradients += copies * BYTES.get(shape.weight_dtype, 2)
         optimizer += copies * _state_bytes(shape, shape.weight_dtype)
         master += copies * 8 if shape.master_weights else 0
+    weights_total = weights  # before sharding
     largest = _largest_layer(c) * BYTES.get(shape.weight_dtype, 2)
     offloaded = 0
     if p.kind in ("zero1", "zero2", "zero3"):
@@ -524,7 +525,7 @@ def estimate(c: CheckpointFacts, shape: TrainingShape) -> Breakdown:
         reserve=reserve,
         per_sample=per_sample,
         offloaded_layers=offloaded,
-        weights_total=full_weights + adapters + copies * BYTES.get(shape.weight_dtype, 2),
+        weights_total=weights_total,
         gradient_sum=_tied_gradient_sum(c, shape),
     )
 

@@ -548,7 +548,7 @@ def _checkpoint_dtype(load: Call, script: ScriptFacts, stack: StackFacts, ev: Ev
         d = checkpoint.torch_dtype
         return Fact(
             d,
-            (ev, _checkpoint_says(checkpoint, f"checkpoint dtype {d}")),
+            (ev, checkpoint_says(checkpoint, f"checkpoint dtype {d}")),
             call=load,
             inferred=inferred or checkpoint.source != CheckpointSource.LOCAL,
         )
@@ -600,11 +600,14 @@ def _stored_quantization(load: Call | None, script: ScriptFacts, by_key: dict[st
         dequantize = given.kwarg("dequantize") if given is not None else None
         if dequantize is None or (dequantize.state != ABSENT and not dequantize.is_(False)):
             return None  # dequantize=True, or not known: the load's own config decides
-    what = f"stored {checkpoint.quantization}-quantized (quantization_config)"
-    return Fact(checkpoint.quantization, (_checkpoint_says(checkpoint, what),), call=load)
+    return Fact(checkpoint.quantization, (stored_quantization_says(checkpoint),), call=load)
 
 
-def _checkpoint_says(checkpoint: CheckpointFacts, what: str) -> Evidence:
+def stored_quantization_says(checkpoint: CheckpointFacts) -> Evidence:
+    return checkpoint_says(checkpoint, f"stored {checkpoint.quantization}-quantized (quantization_config)")
+
+
+def checkpoint_says(checkpoint: CheckpointFacts, what: str) -> Evidence:
     """Evidence read from the checkpoint's config: a local file's lines are code, the cache's or the table's a
     default the job inherits."""
     return Evidence(

@@ -228,12 +228,17 @@ FUSED_LOSS_PLUGINS = {"liger_fused_linear_cross_entropy": "LigerPlugin", "cut_cr
 def _chunked_loss(b: Builder) -> str:
     """The setting that fuses the output layer with the loss (Liger, Apple's Cut Cross-Entropy), where its plugin
     is listed and patches this architecture; "" otherwise."""
-    plugins = b.doc.get("plugins")
-    listed = " ".join(str(p) for p in plugins) if isinstance(plugins, list) else str(plugins or "")
-    for key, plugin in FUSED_LOSS_PLUGINS.items():
-        if b.doc.get(key) and plugin in listed and b.model_type() in LIGER_MODEL_TYPES:
+    for key in FUSED_LOSS_PLUGINS:
+        if _with_plugin(b, key) and b.model_type() in LIGER_MODEL_TYPES:
             return key
     return ""
+
+
+def _with_plugin(b: Builder, key: str) -> bool:
+    """A fused-loss setting turned on with its plugin listed (utils/config/__init__.py:447-451)."""
+    plugins = b.doc.get("plugins")
+    listed = " ".join(str(p) for p in plugins) if isinstance(plugins, list) else str(plugins or "")
+    return bool(b.doc.get(key)) and FUSED_LOSS_PLUGINS[key] in listed
 
 
 def _fp32_embeddings(b: Builder) -> str:
@@ -243,14 +248,10 @@ def _fp32_embeddings(b: Builder) -> str:
     doc = b.doc
     if doc.get("adapter") or _fsdp(b) is not None or doc.get("deepspeed"):
         return ""
-    attention = doc.get("attn_implementation") or next(
-        (name for flag, name in LEGACY_ATTENTION.items() if doc.get(flag)), None
-    )
-    if attention not in (None, "", "eager", "sdpa"):
+    written = _written_attention(doc)
+    if written is not None and written[1] not in ("", "eager", "sdpa"):  # attn_needs_dtype_cast (config.py:1498-1503)
         return ""
-    plugins = doc.get("plugins")
-    listed = " ".join(str(p) for p in plugins) if isinstance(plugins, list) else str(plugins or "")
-    if doc.get("cut_cross_entropy") and FUSED_LOSS_PLUGINS["cut_cross_entropy"] in listed:
+    if _with_plugin(b, "cut_cross_entropy"):
         return ""
     return (
         f"{NAME} {VERSION} keeps the embeddings, output layer and norms of a full fine-tune in fp32 "
@@ -322,15 +323,22 @@ def _gemma4(b: Builder) -> bool:
     return name.startswith(("gemma-4", "gemma4"))
 
 
-def _attention(b: Builder) -> Value | None:
-    doc = b.doc
+def _written_attention(doc) -> tuple[str, str] | None:
+    """The key that names the attention and the implementation it names, as Axolotl reads them: attn_implementation,
+    else the first legacy flag set (LEGACY_ATTENTION's order)."""
     written = doc.get("attn_implementation")
     if isinstance(written, str) and written:
-        return b.written("attn_implementation", meaning="sdpa" if written == "fp8" else written)
-    for flag, implementation in LEGACY_ATTENTION.items():
-        if doc.get(flag):
-            return b.written(flag, meaning=implementation)
-    return None
+        return "attn_implementation", written
+    return next(((flag, name) for flag, name in LEGACY_ATTENTION.items() if doc.get(flag)), None)
+
+
+def _attention(b: Builder) -> Value | None:
+    """The attention from_pretrained is asked for ("fp8" loads as sdpa)."""
+    written = _written_attention(b.doc)
+    if written is None:
+        return None
+    key, name = written
+    return b.written(key, meaning="sdpa" if name == "fp8" else name)
 
 
 def _axolotl_bnb_extras(b: Builder, flag: str) -> dict[str, Value]:

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from ...derive import LaunchPlan, Setup, evidence_of
 from ...derive.checkpoint import checkpoint_of
 from ...derive.launch import distributed
+from ...derive.setup import stored_quantization_says
 from ...knowledge.recipe_checks import RecipeCheck, RecipeView, checks_for
 from ...model.facts import LaunchFacts, MachineFacts, ScriptFacts, StackFacts
 from ...model.findings import Applicability, Evidence, Fix
@@ -30,6 +31,7 @@ def holding(
     gpu = machine.gpus[0] if machine.gpus else None
     sharding = setup.sharding
     spread = distributed(launch, plan, machine)
+    checkpoint = checkpoint_of(setup.model_load, script)
     view = RecipeView(
         recipe,
         gpu,
@@ -39,7 +41,7 @@ def holding(
         distributed=spread,
         gpu_count=len(machine.gpus) if machine.known else 0,
         model_type=recipe.model_type,
-        stored_quantization=getattr(checkpoint_of(setup.model_load, script), "quantization", ""),
+        stored_quantization=checkpoint.quantization if checkpoint is not None else "",
     )
     for check in checks_for(recipe.family):
         if check.action != action or (check.gpu and gpu is None) or not check.test(view):
@@ -49,14 +51,8 @@ def holding(
             for key in check.keys
             if key in recipe.settings
         )
-        if check.reads_checkpoint and view.stored_quantization:
-            stored = checkpoint_of(setup.model_load, script)
-            if stored is not None:
-                evidence += (
-                    Evidence(
-                        None, stored.detail, f"stored {stored.quantization}-quantized (quantization_config)", "code"
-                    ),
-                )
+        if check.reads_checkpoint and checkpoint is not None and checkpoint.quantization:
+            evidence += (stored_quantization_says(checkpoint),)
         if check.gpu and gpu is not None:
             evidence += (Evidence(None, gpu.name, f"compute capability {gpu.sm}", "profile"),)
         if check.reads_launch and launch.known:

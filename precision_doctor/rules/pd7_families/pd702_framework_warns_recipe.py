@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...derive import LaunchPlan, Setup
 from ...knowledge.recipe_checks import axolotl
 from ...model.facts import LaunchFacts, MachineFacts, ScriptFacts, StackFacts
-from ...model.findings import Applicability, Draft
+from ...model.findings import Applicability, Draft, Severity
 from ..registry import Example, LogSignature, rule
 from ._recipe import holding
 
@@ -51,19 +51,13 @@ _QLORA_ZERO3 = next(c for c in axolotl.CHECKS if c.message.startswith("qlora + z
 def framework_warns_recipe(
     script: ScriptFacts, setup: Setup, machine: MachineFacts, stack: StackFacts, launch: LaunchFacts, plan: LaunchPlan
 ):
-    for check, said, evidence, fix in holding(script, setup, machine, stack, launch, plan, "warns"):
-        yield Draft(
-            f"{check.family} warns when it reads this recipe: {said}",
-            evidence=evidence,
-            error=check.consequence or said,
-            fix=fix,
-        )
     # what the framework logs at info level is advice, reported as such
-    for check, said, evidence, fix in holding(script, setup, machine, stack, launch, plan, "advises"):
-        yield Draft(
-            f"{check.family} notes when it reads this recipe: {said}",
-            evidence=evidence,
-            error=check.consequence or said,
-            fix=fix,
-            severity="info",
-        )
+    for action, verb, severity in (("warns", "warns", None), ("advises", "notes", Severity.INFO)):
+        for check, said, evidence, fix in holding(script, setup, machine, stack, launch, plan, action):
+            yield Draft(
+                f"{check.family} {verb} when it reads this recipe: {said}",
+                evidence=evidence,
+                error=check.consequence or said,
+                fix=fix,
+                severity=severity,
+            )
