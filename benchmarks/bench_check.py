@@ -49,10 +49,13 @@ def measure(cmd: list[str], checkout: str | None = None) -> tuple[float, float, 
     first)."""
     start = time.perf_counter()
     before = os.times()
-    env = {**ENV, "PYTHONPATH": str(Path(checkout).resolve())} if checkout else ENV
+    env = {**ENV, "PYTHONPATH": str(Path(checkout).resolve())} if checkout else dict(ENV)
+    cache = tempfile.mkdtemp(prefix="bench-cache-")  # every run reads its files afresh: benchmarks/bench_cache.py
+    env["XDG_CACHE_HOME"] = cache  # times the content cache, and an older checkout takes no --no-cache
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=checkout or ROOT, env=env)
     _, _, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
+    shutil.rmtree(cache, ignore_errors=True)
     after = os.times()  # children's times: the worker processes of a --jobs run are waited for by the doctor
     cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
     return wall, usage.ru_maxrss / 1024, max(cpu, usage.ru_utime + usage.ru_stime)

@@ -1,10 +1,14 @@
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# the command line keeps a content cache in the user's cache folder: the suite's own, shared by its tests (a hit
+# must give what a miss gives) and never the user's
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="precision-doctor-tests-")
 
 from precision_doctor import engine  # noqa: E402
 from precision_doctor.knowledge.versions import CURRENT  # noqa: E402

@@ -113,6 +113,13 @@ def register(sub) -> None:
         metavar="S",
         help="with --live: end the script (and its process group) after S seconds (default 900)",
     )
+    check.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="keep each file's facts here between runs (default $XDG_CACHE_HOME/precision-doctor, "
+        "else ~/.cache/precision-doctor); never inside a checked repository",
+    )
+    check.add_argument("--no-cache", action="store_true", help="read every file afresh and keep nothing between runs")
 
 
 def report_options(check: argparse.ArgumentParser) -> None:
@@ -158,6 +165,16 @@ def report_options(check: argparse.ArgumentParser) -> None:
 
 
 def run_check(opts, script_args: tuple[str, ...]) -> int:
+    from ..system import content_cache
+
+    content_cache.configure(enabled=not opts.no_cache, folder=opts.cache_dir)
+    try:
+        return _run_check(opts, script_args)
+    finally:
+        content_cache.configure(enabled=False)
+
+
+def _run_check(opts, script_args: tuple[str, ...]) -> int:
     import os
 
     from .. import engine

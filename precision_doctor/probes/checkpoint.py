@@ -98,6 +98,11 @@ GIVEN_CONFIGS: dict[str, tuple[Path, dict]] = {}  # read (and checked) once
 HUB = [False]  # `--hub`: fetch the config of a model found nowhere else (hub.py)
 
 
+def lookup_options() -> tuple:
+    """What the command line told the checkpoint lookup (for the content cache's key)."""
+    return tuple(sorted((mid, str(path), repr(cfg)) for mid, (path, cfg) in GIVEN_CONFIGS.items())), HUB[0]
+
+
 def give_model_configs(specs: list[str] | tuple[str, ...], hub: bool = False) -> None:
     """Read `--model-config` values (a path that is no model config.json is bad input) and `--hub`."""
     GIVEN_CONFIGS.clear()

@@ -33,10 +33,12 @@ from ..model.facts import (
 )
 from ..model.util import MAX_GPUS_PER_NODE, record
 from ..settings import excluded
-from ..system import progress
+from ..system import content_cache, progress
 from ..system.pool import FORKS
+from ..system.reads import RecordedEnviron
 from ..system.sources import EmptySource, Unreadable, os_reason, parse_json, read_text_bounded, status
 from ..system.walk import CODE_SUFFIXES, python_files
+from .checkpoint import lookup_options as probe_options
 from .config_families import CONFIG_SUFFIXES, family_of, is_config_path, probe_config
 from .config_files import ConfigError, parse_config
 from .installed_signatures import with_installed_signatures
@@ -92,6 +94,10 @@ def checked_in_folder(path: Path) -> bool:
     Any other YAML/JSON (`.github/` workflows, `environment.yml`, data) is no recipe and is passed over."""
     if path.suffix in CODE_SUFFIXES:
         return True
+    return content_cache.cached("in-folder", (os.fspath(path),), None, lambda: _recipe_or_job(path))
+
+
+def _recipe_or_job(path: Path) -> bool:
     try:  # (a file past MAX_RECIPE_BYTES is refused by the bounded read: data, not a recipe)
         text = read_text_bounded(path, MAX_RECIPE_BYTES, what="recipe", errors="replace")
         if not is_config_path(path):
@@ -132,7 +138,12 @@ def _through_links(path: Path) -> Path:
 
 def _probe(path: Path, named: bool, args: tuple[str, ...], environ: tuple = (None, "")) -> ScriptFacts:
     """A named file that cannot be read is bad input (exit 2) when it is the only one; one among several, or found
-    in a folder, is reported and skipped."""
+    in a folder, is reported and skipped. From the content cache while nothing the probe read has changed."""
+    asked = (os.fspath(path), named, args, environ[0] is None, environ[1], probe_options())
+    return content_cache.cached("probe", asked, environ[0], lambda: _probe_file(path, named, args, environ))
+
+
+def _probe_file(path: Path, named: bool, args: tuple[str, ...], environ: tuple) -> ScriptFacts:
     try:
         if not named and os.path.isdir(path) and not os.path.islink(path):  # a subfolder the walk could not list
             raise Unreadable(path, f"the folder cannot be listed ({_listing_problem(path)})")
@@ -548,6 +559,7 @@ def _gather(
     from ..system.programs import distrust
 
     distrust(paths)  # before anything may start a program: none from these trees
+    content_cache.prepare()  # (and before the cache is opened: never one inside them)
     given = parse_launcher(launcher) if launcher else None
     if given is not None and given.launcher == "sbatch":  # `--launcher "sbatch job.sbatch"`: the job it queues
         paths = [given.job_file, *paths]
@@ -596,7 +608,8 @@ def _gather(
     machine = visible_to_launch(machine, launch)
     if job is None:  # a job's launch read its files from the job's folder already
         launch = with_accelerate_files(launch, machine.host)
-    script_env = script_environment(machine, machine_env)
+    variables, source = script_environment(machine, machine_env)
+    script_env = (None if variables is None else RecordedEnviron(variables), source)
     resolver = None
     if stack_overrides is not None or snapshot_stack is None:
         resolver = StackResolver(stack_overrides, training_environment(python, env))

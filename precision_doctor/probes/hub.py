@@ -19,6 +19,7 @@ from collections.abc import Mapping
 
 from ..model.errors import InputError
 from ..model.util import record
+from ..system.reads import not_cacheable
 from ..system.safe_io import OwnFolder
 from ..system.sources import parse_json
 from ..system.state import APP, checked_state_home
@@ -52,6 +53,7 @@ def fetch_model_files(model_id: str, environ: Mapping[str, str]) -> Fetched:
         return Fetched(cached["config.json"], cached.get("model.safetensors.index.json"), url)
     if environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         return Fetched(None, url=url, reason="--hub: HF_HUB_OFFLINE is set, so nothing is fetched")
+    not_cacheable("a config fetched from the Hub")  # what the network says is not fingerprinted
     token = environ.get("HF_TOKEN") or environ.get("HUGGING_FACE_HUB_TOKEN") or ""
     got: dict[str, dict | None] = {}
     for name in FILES:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..knowledge.signatures import LOADER, class_id, local_id, table
 from ..model.facts import ScriptFacts, Signature
+from ..system import content_cache, reads
 from ..system.sources import Unreadable, is_regular_file, read_text_bounded
 from .library_source import Declaration, read_class, read_loader, resolve_base
 
@@ -101,6 +102,13 @@ def _minor(version: str) -> str:
 
 @lru_cache(maxsize=256)
 def _read(site_dirs: tuple[str, ...], cid: str, version: str) -> Signature | None:
+    """From the content cache while the library files it was read from are unchanged."""
+    return content_cache.cached(
+        "signature", (site_dirs, cid, version), None, lambda: _read_source(site_dirs, cid, version)
+    )
+
+
+def _read_source(site_dirs: tuple[str, ...], cid: str, version: str) -> Signature | None:
     entry = table()["classes"][cid]
     package = entry["package"]
     name = cid.rsplit(".", 1)[-1]
@@ -123,7 +131,7 @@ def _read(site_dirs: tuple[str, ...], cid: str, version: str) -> Signature | Non
     return None
 
 
-@lru_cache(maxsize=16)
+@reads.remembered
 def _loader(site_dirs: tuple[str, ...]):
     return read_loader(lambda path: _text(site_dirs, path))
 

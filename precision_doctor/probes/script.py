@@ -37,6 +37,7 @@ from ..model.facts import (
 from ..model.python_source import no_source_warnings
 from ..model.redact import MODEL_CONFIG_KEYS, keep_read_keys
 from ..model.util import unique
+from ..system import reads
 from ..system.notebooks import cell_line, is_notebook
 from ..system.sources import (
     Unreadable,
@@ -829,6 +830,7 @@ def _listing(folder: Path) -> set[str] | None:
     """The names in a folder (None: it cannot be listed); within one run, listed once for all its scripts."""
     key = str(folder)
     if _IN_RUN[0] and key in _LISTINGS:
+        reads.note("list", folder)  # listed for an earlier script: this one read it too
         return _LISTINGS[key]
     try:
         found: set[str] | None = set(os.listdir(folder))
@@ -864,7 +866,8 @@ def _local_model_configs(script: Path, calls: list[Call]) -> dict[str, dict]:
 # One file's own facts (and the sibling modules it imports), read once per run however it comes in: as a script
 # of a folder and as the module other scripts import. Keyed by the file's identity and size, and by how it is
 # shown and the script arguments, which the facts depend on.
-_FILE_CACHE: dict[tuple, tuple[ScriptFacts, tuple[Path, ...]]] = {}
+# Each entry keeps the reads behind it (reads.py), replayed for every script it serves while a cache records.
+_FILE_CACHE: dict[tuple, tuple[ScriptFacts, tuple[Path, ...], reads.Frame | None]] = {}
 
 
 _IN_RUN = [False]  # inside one_run(): scripts are cached too, not only the modules they import
@@ -902,7 +905,7 @@ def _file_key(path: Path, shown: str, script_args: tuple[str, ...], environ: tup
         info.st_size,
         shown,
         script_args,
-        None if environ[0] is None else frozenset(environ[0].items()),
+        None if environ[0] is None else getattr(environ[0], "digest", None) or frozenset(environ[0].items()),
         environ[1],
     )
 
@@ -913,10 +916,15 @@ def _own_facts(
     """The facts of this file alone and the local modules it imports. Raises InputError on bad input and
     RecursionError on a file too deep to follow. A script probed outside one_run() is read afresh each time."""
     key = _file_key(path, shown, script_args, environ)
-    if key not in _FILE_CACHE or not (module or _IN_RUN[0]):
-        text = read_source(path)
-        _FILE_CACHE[key] = _collect_own(path, shown, text, parse(path, text), script_args, environ)
-    return _FILE_CACHE[key]
+    kept = _FILE_CACHE.get(key)
+    if kept is None or not (module or _IN_RUN[0]) or (reads.recording_now() and kept[2] is None):
+        with reads.nested() as frame:
+            text = read_source(path)
+            own, modules = _collect_own(path, shown, text, parse(path, text), script_args, environ)
+        kept = _FILE_CACHE[key] = (own, modules, frame)
+    else:
+        reads.replay(kept[2])
+    return kept[0], kept[1]
 
 
 def _collect_own(
@@ -1033,22 +1041,25 @@ def probe_script(
 def _probe_script(path: Path, script_args: tuple[str, ...], display: str | None, environ: tuple) -> ScriptFacts:
     shown = display or str(path)
     key = _file_key(path, shown, tuple(script_args), environ)
-    if _IN_RUN[0] and key in _FILE_CACHE:  # already read this run, as a module another script imports
-        own, modules = _FILE_CACHE[key]
+    kept = _FILE_CACHE.get(key) if _IN_RUN[0] else None
+    if kept is not None and not (reads.recording_now() and kept[2] is None):  # read this run, as a module
+        own, modules, _ = kept  # another script imports
+        reads.replay(kept[2])
     else:
-        text = read_source(path)
-        tree = parse(path, text)  # here, not deeper: each frame above the parser lowers the nesting it accepts
-        try:
-            own, modules = _collect_own(path, shown, text, tree, tuple(script_args), environ)
-        except RecursionError:  # one file the probe cannot follow is reported, never the end of the run
-            return ScriptFacts(
-                path=shown,
-                unknowns=(Unknown("not checked", TOO_DEEP),),
-                files=(shown,),
-                suppressions=tuple(read_suppressions(shown, text)),
-            )
+        with reads.nested() as frame:
+            text = read_source(path)
+            tree = parse(path, text)  # here, not deeper: each frame above the parser lowers the nesting it accepts
+            try:
+                own, modules = _collect_own(path, shown, text, tree, tuple(script_args), environ)
+            except RecursionError:  # one file the probe cannot follow is reported, never the end of the run
+                return ScriptFacts(
+                    path=shown,
+                    unknowns=(Unknown("not checked", TOO_DEEP),),
+                    files=(shown,),
+                    suppressions=tuple(read_suppressions(shown, text)),
+                )
         if _IN_RUN[0]:
-            _FILE_CACHE[key] = (own, modules)
+            _FILE_CACHE[key] = (own, modules, frame)
     calls = list(own.calls)
     unknowns = list(own.unknowns)
     imports = list(own.imports)

@@ -18,6 +18,7 @@ from pathlib import Path
 from ..knowledge.versions import CURRENT, TRAINER_SKIPS_DP_FOR_4BIT
 from ..model.facts import LibraryBehaviour, PackageVersion, StackFacts, VersionSource
 from ..model.util import record
+from ..system import content_cache
 from ..system.notebooks import is_notebook
 from ..system.sources import Unreadable, is_regular_file, read_prefix, read_text_bounded
 from .versions import TRACKED, canonical_name, declared_for, notebook_requirements
@@ -257,7 +258,9 @@ class StackResolver:
             wanted = () if self.overrides else tuple(n for n in TRACKED if n not in self.installed)
             found = self._by_folder[folder] = self._stack(declared_for(script, wanted))
         if is_notebook(script) and not self.overrides:  # what its own `!pip install` lines install
-            pins = notebook_requirements(Path(script))
+            pins = content_cache.cached(
+                "notebook-pins", (os.fspath(script),), None, lambda: notebook_requirements(Path(script))
+            )
             pinned = {n for n, d in pins.items() if d.spec}  # `pip install x` keeps an installed x
             if pins:
                 return self._stack({**declared_for(script, TRACKED), **pins}, over_installed=pinned)

@@ -400,9 +400,10 @@ class OwnFolder:
         finally:
             os.close(fd)
 
-    def write(self, name: str, data: bytes) -> None:
+    def write(self, name: str, data: bytes, durable: bool = True) -> None:
         """`name` replaced whole (0600): a temp file created exclusively beside it, then renamed over it; a link
-        at `name` is replaced, never followed."""
+        at `name` is replaced, never followed. `durable`: on the disk before the rename (undo data; a cache entry
+        torn by a crash is only a miss)."""
         import secrets
 
         temp = f".{name}.{TEMP_TAG}-{os.getpid()}-{secrets.token_hex(6)}.tmp"
@@ -414,7 +415,8 @@ class OwnFolder:
             try:
                 try:
                     _write_all(fd, data)
-                    os.fsync(fd)
+                    if durable:
+                        os.fsync(fd)
                 finally:
                     os.close(fd)
                 os.replace(temp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)

@@ -1,0 +1,178 @@
+"""The content cache: each file's probed facts, kept between runs and reused while nothing they were read from has
+changed.
+
+What is cached is the static, per-file part of a check (the script's AST facts, the sibling modules it imports,
+the recipes and configs it reads, the checkpoints' config.json): the largest part of a run's cost. An entry is
+found by what the probe was asked (the path, the launch's script arguments, the job environment's source, the
+working directory, --model-config, the doctor's own code and Python) and trusted only while every read the probe
+made gives what it gave then (system/reads.py: file contents, files looked for and missing, folder listings,
+environment variables). Derivation and the rules always run afresh, against the machine and launch of this run;
+machine probes are never cached.
+
+Entries live in the user's cache folder ($XDG_CACHE_HOME/precision-doctor, or --cache-dir), never in a
+repository being checked: a cache planted in a checked tree is refused, as the doctor runs nothing from it.
+Folders are made 0700 and must belong to the user; an entry is replaced whole (written beside it, then renamed),
+so concurrent runs never see half of one; an entry that cannot be read or decoded is a miss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ..model.errors import InputError
+from . import reads
+from .safe_io import OwnFolder
+from .state import APP
+
+T = TypeVar("T")
+
+FORMAT = "facts-1"  # the entries' folder: a change to what an entry holds takes a new name
+MAX_ENTRY_BYTES = 16 * 1024 * 1024
+
+
+class _Settings:
+    folder: str | None = None  # --cache-dir; None: the user's cache folder
+    enabled = False  # the command line turns it on (the API and the tests' in-process runs read afresh)
+
+
+_settings = _Settings()
+_open: list[OwnFolder | None] = [None]
+_counts = {"hits": 0, "misses": 0}
+
+
+def configure(enabled: bool, folder: str | None = None) -> None:
+    """What the command line asked: --no-cache, --cache-dir. Takes effect at the next prepare()."""
+    close()
+    _settings.enabled, _settings.folder = enabled, folder
+
+
+def cache_home(environ: Mapping[str, str] | None = None) -> tuple[str, tuple[str, ...]]:
+    """The folder that holds the entries, as (a folder, the names below it the doctor makes and owns)."""
+    if _settings.folder:
+        return os.path.abspath(os.path.expanduser(_settings.folder)), (FORMAT,)
+    environ = os.environ if environ is None else environ
+    xdg = environ.get("XDG_CACHE_HOME", "")
+    home = xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")
+    return home, (APP, FORMAT)
+
+
+def prepare() -> None:
+    """Open the cache for this run (after the run's trees are known: a cache inside one is refused)."""
+    if not _settings.enabled or _open[0] is not None:
+        return
+    from .programs import inside, untrusted_repositories
+
+    home, parts = cache_home()
+    where = os.path.join(home, *parts)
+    real = os.path.realpath(where)
+    repository = next((r for r in untrusted_repositories() if inside(real, [r])), None)
+    if repository is not None:
+        raise InputError(
+            f"the cache folder {where} is inside the repository {repository}: the doctor reads nothing of its own "
+            f"from what it checks; use a folder outside it (--cache-dir, XDG_CACHE_HOME) or --no-cache"
+        )
+    _open[0] = OwnFolder.open(home, parts, create=True)
+
+
+def close() -> None:
+    if _open[0] is not None:
+        _open[0].close()
+        _open[0] = None
+
+
+@contextmanager
+def for_run() -> Iterator[None]:
+    prepare()
+    try:
+        yield
+    finally:
+        close()
+
+
+def counts() -> dict[str, int]:
+    """Hits and misses in this process (a run's workers count their own)."""
+    return dict(_counts)
+
+
+def cached(kind: str, asked: tuple, job_env: Mapping[str, str] | None, compute: Callable[[], T]) -> T:
+    """compute(), or what it gave before while nothing it read has changed. `asked` is everything compute depends
+    on besides what it reads (hashed by repr); `job_env` the job's environment it reads variables from."""
+    folder = _open[0]
+    if folder is None:
+        return compute()
+    name = _key(kind, asked)
+    entry = _load(folder, name)
+    if entry is not None:
+        manifest, value = entry
+        if reads.unchanged(manifest, job_env):
+            _counts["hits"] += 1
+            for read_kind, key, _ in manifest:  # a probe inside a recorded run: its reads count there too
+                reads.note_read(read_kind, key)
+            return value
+    _counts["misses"] += 1
+    with reads.recording() as frame:
+        value = compute()
+    manifest = reads.manifest(frame, job_env)
+    if manifest is not None:
+        _store(folder, name, (manifest, value))
+    return value
+
+
+def _key(kind: str, asked: tuple) -> str:
+    h = hashlib.sha256()
+    h.update(repr((FORMAT, _doctor_fingerprint(), sys.version, os.getcwd(), kind, asked)).encode())
+    return h.hexdigest()
+
+
+def _load(folder: OwnFolder, name: str) -> Any:
+    try:
+        entry = pickle.loads(folder.read(name, MAX_ENTRY_BYTES))
+    except InputError:  # missing, or not a regular file
+        return None
+    except Exception:  # a torn or foreign entry: a miss, replaced below  # noqa: BLE001
+        return None
+    return entry if isinstance(entry, tuple) and len(entry) == 2 else None
+
+
+def _store(folder: OwnFolder, name: str, entry: tuple) -> None:
+    try:
+        data = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # a value that does not pickle is recomputed next time  # noqa: BLE001
+        return
+    if len(data) > MAX_ENTRY_BYTES:
+        return
+    try:
+        folder.write(name, data, durable=False)  # a torn entry after a crash is a miss, not worth an fsync each
+    except InputError:
+        pass  # a full disk or a read-only cache: the run goes on uncached
+
+
+_FINGERPRINT: list[str] = []
+
+
+def _doctor_fingerprint() -> str:
+    """The doctor's own code and data (each file's name, size and time) and the YAML parser it reads recipes with:
+    a new release, an edit or a reinstall starts afresh."""
+    if not _FINGERPRINT:
+        from importlib.util import find_spec
+
+        package = Path(__file__).resolve().parent.parent
+        parts: list[tuple] = []
+        for root, dirs, files in os.walk(package):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for f in sorted(files):
+                if f.endswith((".py", ".json")):
+                    st = os.stat(os.path.join(root, f))
+                    parts.append((os.path.relpath(os.path.join(root, f), package), st.st_size, st.st_mtime_ns))
+        spec = find_spec("yaml")
+        origin = spec.origin if spec else None
+        parts.append(("yaml", origin, os.stat(origin).st_mtime_ns if origin else None))
+        _FINGERPRINT.append(hashlib.sha256(repr(parts).encode()).hexdigest())
+    return _FINGERPRINT[0]

@@ -1,0 +1,321 @@
+"""What a probe read: every file, folder listing, link and environment variable, recorded while it runs, so that
+a cached answer (system/content_cache.py) is trusted exactly as long as every one of them is unchanged.
+
+Recording interposes on the functions every read goes through (os.stat, os.lstat, os.open, open, os.listdir,
+os.scandir, os.readlink, os.environ's lookups) for the thread that records, so a read a probe gains later is
+recorded without anyone remembering to: the manifest is complete by construction. A file looked for and not found
+is recorded as much as one read (a config created later changes the answer). Memo tables that keep a value for
+several scripts (script.py's sibling modules and folder listings) hold the reads behind it and replay them.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import hashlib
+import io
+import os
+import pathlib
+import stat
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# (kind, key): kind is stat | lstat | open | list (key: the path as the probe named it, made absolute without
+# resolving `..`, which the kernel resolves through links) or env | env* (os.environ: a name, or all of it) or
+# jobenv | jobenv* (the job's environment the probe was given)
+Read = tuple[str, str]
+Manifest = tuple[tuple[str, str, Any], ...]  # each read with its fingerprint
+
+MAX_HASHED_BYTES = 16 * 1024 * 1024  # larger files (weights a probe only peeks into) by size, time and inode
+
+
+class Frame:
+    __slots__ = ("reads", "unsafe")
+
+    def __init__(self) -> None:
+        self.reads: set[Read] = set()
+        self.unsafe = ""  # why what was read cannot be fingerprinted (then nothing is cached)
+
+
+_OWN_FILES = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_frames: list[Frame] = []
+_owner: list[int | None] = [None]  # the thread that records: another thread's reads (a progress bar) are not its
+_real: dict[str, Any] = {}
+
+
+def _note(kind: str, path: Any, dir_fd: Any = None) -> None:
+    if not _frames or threading.get_ident() != _owner[0]:
+        return
+    if isinstance(path, int):  # a descriptor opened before (fstat, scandir(fd)): its open was recorded
+        if kind == "list":
+            _frames[-1].unsafe = "a folder listed by descriptor"
+        return
+    if dir_fd is not None:
+        _frames[-1].unsafe = "a path relative to a folder descriptor"
+        return
+    try:
+        name = os.fsdecode(os.fspath(path))
+    except TypeError:
+        return  # the call itself will refuse it
+    if not os.path.isabs(name):
+        name = os.path.join(os.getcwd(), name)
+    if name.startswith(_OWN_FILES):  # the doctor's own code and data: in every cache key already
+        return
+    if ".." not in name.split(os.sep):  # `a/../b` is resolved through links by the kernel: kept as named
+        name = os.path.normpath(name)
+    _frames[-1].reads.add((kind, name))
+
+
+def note(kind: str, path: Any) -> None:
+    """A read of `path` made earlier and reused now (a memo table's folder listing)."""
+    _note(kind, path)
+
+
+def note_read(kind: str, key: str) -> None:
+    """A read made other than through the interposed functions (a memo table replaying one)."""
+    if _frames and threading.get_ident() == _owner[0]:
+        _frames[-1].reads.add((kind, key))
+
+
+def not_cacheable(why: str) -> None:
+    """What the probe learnt cannot be fingerprinted (it came over the network): nothing recorded now is cached."""
+    if _frames and threading.get_ident() == _owner[0]:
+        _frames[-1].unsafe = why
+
+
+def recording_now() -> bool:
+    return bool(_frames) and threading.get_ident() == _owner[0]
+
+
+def _install() -> None:
+    real: dict[str, Any] = {name: getattr(os, name) for name in ("stat", "lstat", "open", "listdir", "scandir")}
+    real["readlink"] = os.readlink
+    real["file_open"] = builtins.open
+    environ_class: Any = type(os.environ)
+    real["env_getitem"], real["env_iter"] = environ_class.__getitem__, environ_class.__iter__
+    _real.update(real)
+
+    def stat_(path, *args, dir_fd=None, follow_symlinks=True):
+        _note("stat" if follow_symlinks else "lstat", path, dir_fd)
+        return real["stat"](path, *args, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
+
+    def lstat_(path, *args, dir_fd=None):
+        _note("lstat", path, dir_fd)
+        return real["lstat"](path, *args, dir_fd=dir_fd)
+
+    def open_(path, flags, *args, dir_fd=None, **kwargs):
+        _note("open" if flags & (os.O_WRONLY | os.O_RDWR) == 0 else "written", path, dir_fd)
+        return real["open"](path, flags, *args, dir_fd=dir_fd, **kwargs)
+
+    def listdir_(path="."):
+        _note("list", path)
+        return real["listdir"](path)
+
+    def scandir_(path="."):
+        _note("list", path)
+        return real["scandir"](path)
+
+    def readlink_(path, *args, dir_fd=None):
+        _note("lstat", path, dir_fd)
+        return real["readlink"](path, *args, dir_fd=dir_fd)
+
+    def file_open(file, mode="r", *args, **kwargs):
+        _note("open" if set(str(mode)) <= set("rbt") else "written", file)
+        return real["file_open"](file, mode, *args, **kwargs)
+
+    def env_getitem(self, key):
+        if self is os.environ:
+            note_read("env", key)
+        return real["env_getitem"](self, key)
+
+    def env_iter(self):
+        if self is os.environ:
+            note_read("env*", "")
+        return real["env_iter"](self)
+
+    wrappers: dict[str, Any] = {"stat": stat_, "lstat": lstat_, "open": open_, "listdir": listdir_}
+    wrappers.update(scandir=scandir_, readlink=readlink_)
+    for name, wrapper in wrappers.items():
+        setattr(os, name, wrapper)
+    builtins.open = io.open = file_open
+    environ_class.__getitem__, environ_class.__iter__ = env_getitem, env_iter
+    accessor: Any = getattr(pathlib, "_NormalAccessor", None)  # Python 3.10 bound these at import
+    if accessor is not None:
+        wrappers["open"] = file_open
+        real["accessor_class"] = accessor
+        real["accessor"] = {n: accessor.__dict__[n] for n in wrappers if n in accessor.__dict__}
+        for n in real["accessor"]:
+            setattr(accessor, n, staticmethod(wrappers[n]))
+
+
+def _uninstall() -> None:
+    for name in ("stat", "lstat", "open", "listdir", "scandir", "readlink"):
+        setattr(os, name, _real[name])
+    builtins.open = io.open = _real["file_open"]
+    environ_class: Any = type(os.environ)
+    environ_class.__getitem__, environ_class.__iter__ = _real["env_getitem"], _real["env_iter"]
+    if "accessor" in _real:
+        for n, f in _real["accessor"].items():
+            setattr(_real["accessor_class"], n, f)
+    _real.clear()
+
+
+@contextmanager
+def recording() -> Iterator[Frame]:
+    """Record this thread's reads into a new frame; on leaving, they are added to the frame around it (a memo
+    value computed inside a probe is part of that probe's reads)."""
+    if _frames and threading.get_ident() != _owner[0]:
+        raise RuntimeError("reads are recorded by one thread at a time")
+    frame = Frame()
+    outermost = not _frames
+    if outermost:
+        _owner[0] = threading.get_ident()
+        _install()
+    _frames.append(frame)
+    try:
+        yield frame
+    finally:
+        _frames.pop()
+        if _frames:
+            _frames[-1].reads |= frame.reads
+            _frames[-1].unsafe = _frames[-1].unsafe or frame.unsafe
+        else:
+            _uninstall()
+            _owner[0] = None
+
+
+@contextmanager
+def nested() -> Iterator[Frame | None]:
+    """A frame of its own for a memo value's reads when a recording is on (None when none is)."""
+    if not recording_now():
+        yield None
+        return
+    with recording() as frame:
+        yield frame
+
+
+def replay(frame: Frame | None) -> None:
+    """A memo value's reads, as if made again now."""
+    if frame is not None and recording_now():
+        _frames[-1].reads |= frame.reads
+        _frames[-1].unsafe = _frames[-1].unsafe or frame.unsafe
+
+
+def remembered(compute: Callable[..., T]) -> Callable[..., T]:
+    """A memo of `compute` by its (hashable) arguments that keeps the reads behind each value and replays them
+    whenever it serves one, so a value computed for one cached answer is never missing from the next one's reads."""
+    memo: dict[tuple, tuple[Any, Frame | None]] = {}
+
+    @functools.wraps(compute)
+    def served(*args):
+        kept = memo.get(args)
+        if kept is None or (recording_now() and kept[1] is None):
+            with nested() as frame:
+                value = compute(*args)
+            kept = memo[args] = (value, frame)
+        else:
+            replay(kept[1])
+        return kept[0]
+
+    served.cache_clear = memo.clear  # type: ignore[attr-defined]
+    return served
+
+
+class RecordedEnviron(Mapping):
+    """The job's environment as a probe sees it: each variable looked up is recorded (`jobenv`), and reading all of
+    them records the whole. `digest` stands for the contents in keys without reading them."""
+
+    def __init__(self, variables: Mapping[str, str]):
+        self._variables = dict(variables)
+        self.digest = hashlib.sha256(repr(sorted(self._variables.items())).encode()).hexdigest()
+
+    def __getitem__(self, key: str) -> str:
+        note_read("jobenv", key)
+        return self._variables[key]
+
+    def __iter__(self):
+        note_read("jobenv*", "")
+        return iter(self._variables)
+
+    def __len__(self) -> int:
+        note_read("jobenv*", "")
+        return len(self._variables)
+
+    def __reduce__(self):
+        return (RecordedEnviron, (self._variables,))
+
+
+# --- fingerprints ------------------------------------------------------------------------------------------------
+
+
+def manifest(frame: Frame, job_env: Mapping[str, str] | None) -> Manifest | None:
+    """Each read with its fingerprint now (None: something read cannot be fingerprinted)."""
+    if frame.unsafe or any(kind == "written" for kind, _ in frame.reads):
+        return None
+    return tuple((kind, key, fingerprint(kind, key, job_env)) for kind, key in sorted(frame.reads))
+
+
+def unchanged(entries: Manifest, job_env: Mapping[str, str] | None) -> bool:
+    """Every read gives what it gave when the manifest was taken."""
+    return all(fingerprint(kind, key, job_env) == then for kind, key, then in entries)
+
+
+def fingerprint(kind: str, key: str, job_env: Mapping[str, str] | None) -> Any:
+    """What a read gave, in a few bytes: a file's content hash, a folder's names, a variable's value, or the error."""
+    if kind == "env":  # values by their hash: a cache entry never holds a token
+        return _value_digest(os.environ.get(key))
+    if kind == "env*":
+        return _digest(repr(sorted(os.environ.items())).encode())
+    if kind in ("jobenv", "jobenv*"):
+        plain = job_env._variables if isinstance(job_env, RecordedEnviron) else job_env
+        if plain is None:
+            return None
+        return _value_digest(plain.get(key)) if kind == "jobenv" else _digest(repr(sorted(plain.items())).encode())
+    stat_ = _real.get("stat", os.stat)
+    try:
+        if kind == "list":
+            with _real.get("scandir", os.scandir)(key) as entries:
+                names = sorted(e.name + ("@" if e.is_symlink() else "/" if e.is_dir() else "") for e in entries)
+            return _digest("\0".join(names).encode(errors="surrogateescape"))
+        if kind == "lstat":
+            st = _real.get("lstat", os.lstat)(key)
+            if stat.S_ISLNK(st.st_mode):
+                return ("link", _real.get("readlink", os.readlink)(key))
+            return _kind_and_size(st)
+        st = stat_(key)
+        if kind == "stat" or not stat.S_ISREG(st.st_mode):
+            return _kind_and_size(st)
+        if st.st_size > MAX_HASHED_BYTES:
+            return ("large", st.st_size, st.st_mtime_ns, st.st_ino)
+        return ("content", _content_digest(key))
+    except OSError as exc:
+        return ("error", exc.errno)
+    except ValueError:
+        return ("error", "invalid name")
+
+
+def _kind_and_size(st: os.stat_result) -> tuple:
+    return (stat.S_IFMT(st.st_mode), st.st_size if stat.S_ISREG(st.st_mode) else 0)
+
+
+def _content_digest(path: str) -> str:
+    fd = _real.get("open", os.open)(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        h = hashlib.blake2b(digest_size=20)
+        while chunk := os.read(fd, 1 << 20):
+            h.update(chunk)
+        return h.hexdigest()
+    finally:
+        os.close(fd)
+
+
+def _value_digest(value: str | None) -> str | None:
+    return None if value is None else _digest(value.encode(errors="surrogateescape"))
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=20).hexdigest()

@@ -1,0 +1,281 @@
+"""The content cache: a second run over unchanged files answers from it, and any change to what a file's facts were
+read from (the file, a sibling module it imports, a config it reads or looked for, a notebook's pins, an environment
+variable) gives the answer a run without the cache gives."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from precision_doctor.cli import main
+from precision_doctor.system import content_cache
+
+HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+HELPER_LOAD = "def load():\n    return AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.{dtype})\n"
+TRAIN_WITH_HELPER = (
+    HEAD + "from helper import load\n"
+    "model = load()\n"
+    "args = TrainingArguments(output_dir='o', fp16=True)\n"
+    "Trainer(model=model, args=args).train()\n"
+)
+
+
+def run(capsys, *args, cache: Path | None) -> tuple[dict, dict[str, int]]:
+    """One `check --format json` in this process: the report and the cache's hits and misses."""
+    before = content_cache.counts()
+    options = ["--cache-dir", str(cache)] if cache is not None else ["--no-cache"]
+    main(["check", *args, "--format", "json", "--fail-on", "never", "--jobs", "1", *options])
+    after = content_cache.counts()
+    report = json.loads(capsys.readouterr().out)
+    return report, {k: after[k] - before[k] for k in after}
+
+
+def rules_at(report: dict) -> set[tuple[str, str]]:
+    return {(f["id"], f["path"]) for f in report["findings"]}
+
+
+def comparable(report: dict) -> str:
+    return json.dumps({k: v for k, v in report.items() if k != "timing"}, sort_keys=True)
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    folder = tmp_path / "project"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    return folder
+
+
+@pytest.fixture
+def cache(tmp_path):
+    return tmp_path / "cache"
+
+
+def test_a_second_run_answers_from_the_cache_with_the_same_report(project, cache, capsys):
+    (project / "helper.py").write_text(HEAD + HELPER_LOAD.format(dtype="float16"))
+    (project / "train.py").write_text(TRAIN_WITH_HELPER)
+    (project / "other.py").write_text(
+        HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', torch_dtype=torch.float32)\n"
+    )
+    first, cold = run(capsys, ".", "--target", "a100", cache=cache)
+    second, warm = run(capsys, ".", "--target", "a100", cache=cache)
+    uncached, _ = run(capsys, ".", "--target", "a100", cache=None)
+    assert cold["hits"] == 0 and cold["misses"] >= 3
+    assert warm["misses"] == 0 and warm["hits"] >= 3  # the three files (library signatures: memo of this process)
+    assert comparable(first) == comparable(second) == comparable(uncached)
+    assert ("PD201", "train.py") in rules_at(second)  # fp16 weights (from the helper) under fp16 AMP
+
+
+def test_an_edited_script_is_read_again_and_only_it(project, cache, capsys):
+    (project / "a.py").write_text(HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n")
+    (project / "b.py").write_text(HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n")
+    first, _ = run(capsys, ".", "--target", "a100", cache=cache)
+    assert ("PD214", "a.py") not in rules_at(first)
+    (project / "a.py").write_text(
+        HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', torch_dtype=torch.float32)\n"
+    )
+    second, counts = run(capsys, ".", "--target", "a100", cache=cache)
+    assert ("PD214", "a.py") in rules_at(second)
+    assert counts == {"hits": 1, "misses": 1}
+
+
+def test_a_sibling_modules_change_reaches_every_script_that_imports_it(project, cache, capsys):
+    # two scripts import one helper: the second is served the helper's facts the first read (a memo of the run),
+    # and its entry must still hold the helper's content, or it would stay stale after the helper changes
+    (project / "helper.py").write_text(HEAD + HELPER_LOAD.format(dtype="float16"))
+    (project / "a_train.py").write_text(TRAIN_WITH_HELPER)
+    (project / "b_train.py").write_text(TRAIN_WITH_HELPER)
+    first, _ = run(capsys, "a_train.py", "b_train.py", "--target", "a100", cache=cache)
+    assert {("PD201", "a_train.py"), ("PD201", "b_train.py")} <= rules_at(first)
+    (project / "helper.py").write_text(HEAD + HELPER_LOAD.format(dtype="float32"))
+    second, _ = run(capsys, "a_train.py", "b_train.py", "--target", "a100", cache=cache)
+    assert not {r for r in rules_at(second) if r[0] == "PD201"}
+    uncached, _ = run(capsys, "a_train.py", "b_train.py", "--target", "a100", cache=None)
+    assert comparable(second) == comparable(uncached)
+
+
+def test_a_config_created_after_the_first_run_is_read(project, cache, capsys):
+    (project / "train.py").write_text(
+        HEAD + "import yaml\n"
+        "cfg = yaml.safe_load(open('train.yaml'))\n"
+        "model = AutoModelForCausalLM.from_pretrained('gpt2')\n"
+        "args = TrainingArguments(output_dir='o', bf16=cfg['bf16'])\n"
+        "Trainer(model=model, args=args).train()\n"
+    )
+    first, _ = run(capsys, "train.py", "--target", "t4", cache=cache)  # train.yaml looked for, not found
+    assert "PD101" not in {r for r, _ in rules_at(first)}
+    (project / "train.yaml").write_text("bf16: true\n")
+    second, counts = run(capsys, "train.py", "--target", "t4", cache=cache)
+    assert counts["misses"] == 1
+    assert "PD101" in {r for r, _ in rules_at(second)}  # bf16 on a T4, from the config now there
+
+
+def test_a_notebooks_pinned_release_is_read_again_when_the_pin_changes(project, cache, capsys):
+    def notebook(pin: str) -> str:
+        cells = [
+            {
+                "cell_type": "code",
+                "metadata": {},
+                "outputs": [],
+                "execution_count": 1,
+                "source": [f"!pip install {pin}\n"],
+            },
+            {
+                "cell_type": "code",
+                "metadata": {},
+                "outputs": [],
+                "execution_count": 2,
+                "source": [HEAD, "m = AutoModelForCausalLM.from_pretrained('gpt2', torch_dtype=torch.float32)\n"],
+            },
+        ]
+        return json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+
+    (project / "tune.ipynb").write_text(notebook("transformers==4.46.3"))
+    first, _ = run(capsys, "tune.ipynb", "--target", "a100", cache=cache)
+    assert "PD214" not in {r for r, _ in rules_at(first)}  # torch_dtype= is the name 4.46 knows
+    (project / "tune.ipynb").write_text(notebook("transformers==5.2.0"))
+    second, _ = run(capsys, "tune.ipynb", "--target", "a100", cache=cache)
+    assert "PD214" in {r for r, _ in rules_at(second)}
+
+
+def test_an_environment_variable_the_script_reads_is_part_of_the_answer(project, cache, capsys, monkeypatch):
+    (project / "train.py").write_text(
+        HEAD + "import os\n"
+        "half = os.environ.get('HALF', '0') == '1'\n"
+        "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float16 if half else torch.float32)\n"
+        "args = TrainingArguments(output_dir='o', fp16=True)\n"
+        "Trainer(model=model, args=args).train()\n"
+    )
+    monkeypatch.setenv("HALF", "1")
+    monkeypatch.setenv("UNRELATED", "a")
+    first, _ = run(capsys, "train.py", cache=cache)  # this machine: the job sees this environment
+    assert "PD201" in {r for r, _ in rules_at(first)}
+    monkeypatch.setenv("UNRELATED", "b")  # a variable no probe read: still a hit
+    _, counts = run(capsys, "train.py", cache=cache)
+    assert counts == {"hits": 1, "misses": 0}
+    monkeypatch.setenv("HALF", "0")
+    second, counts = run(capsys, "train.py", cache=cache)
+    assert counts["misses"] == 1
+    assert "PD201" not in {r for r, _ in rules_at(second)}
+
+
+def test_a_corrupt_or_foreign_entry_is_a_miss(project, cache, capsys):
+    (project / "train.py").write_text(TRAIN_WITH_HELPER)
+    (project / "helper.py").write_text(HEAD + HELPER_LOAD.format(dtype="float16"))
+    first, _ = run(capsys, "train.py", "--target", "a100", cache=cache)
+    entries = [p for p in (cache / content_cache.FORMAT).iterdir()]
+    assert entries
+    for i, entry in enumerate(entries):
+        entry.write_bytes(b"\x80\x05garbage" if i % 2 else b"")
+    second, counts = run(capsys, "train.py", "--target", "a100", cache=cache)
+    assert counts["hits"] == 0
+    assert comparable(first) == comparable(second)
+
+
+def test_no_cache_writes_nothing_and_the_folder_is_the_users_own(project, cache, capsys, tmp_path):
+    (project / "train.py").write_text(TRAIN_WITH_HELPER)
+    run(capsys, "train.py", "--target", "a100", cache=None)
+    assert not cache.exists()
+    run(capsys, "train.py", "--target", "a100", cache=cache)
+    folder = cache / content_cache.FORMAT
+    assert (folder.stat().st_mode & 0o777) == 0o700
+    assert all((p.stat().st_mode & 0o777) == 0o600 for p in folder.iterdir())
+
+
+def test_a_cache_inside_the_checked_repository_is_refused(project, capsys):
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    (project / "train.py").write_text(TRAIN_WITH_HELPER)
+    assert main(["check", "train.py", "--target", "a100", "--cache-dir", str(project / ".cache")]) == 2
+    err = capsys.readouterr().err
+    assert "inside the repository" in err and "--no-cache" in err
+    assert not (project / ".cache" / content_cache.FORMAT).exists()
+
+
+def test_a_link_planted_for_the_cache_folder_is_refused(project, cache, capsys, tmp_path):
+    (project / "train.py").write_text(TRAIN_WITH_HELPER)
+    cache.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, cache / content_cache.FORMAT)
+    assert main(["check", "train.py", "--target", "a100", "--cache-dir", str(cache)]) == 2
+    assert "link" in capsys.readouterr().err
+    assert not list(elsewhere.iterdir())
+
+
+def test_the_default_cache_is_the_users_cache_folder(project, tmp_path):
+    (project / "train.py").write_text(TRAIN_WITH_HELPER)
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    done = subprocess.run(
+        [sys.executable, "-m", "precision_doctor", "check", "train.py", "--target", "a100", "--fail-on", "never"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert list((tmp_path / "xdg" / "precision-doctor" / content_cache.FORMAT).iterdir())
+    assert not any(p.name.startswith(".") for p in project.iterdir())  # nothing written in the checked tree
+
+
+def test_every_read_a_probe_makes_is_in_its_entry(project, cache, capsys):
+    """Completeness: each file, listing and stat made while probing (memo tables warm or cold) is fingerprinted,
+    so an entry can only be served while all of them are unchanged."""
+    from precision_doctor.system import reads
+
+    (project / "helper.py").write_text(HEAD + HELPER_LOAD.format(dtype="float16"))
+    (project / "a_train.py").write_text(TRAIN_WITH_HELPER)
+    (project / "b_train.py").write_text(TRAIN_WITH_HELPER)
+    run(capsys, "a_train.py", "b_train.py", "--target", "a100", cache=cache)
+    import pickle
+
+    manifests = [pickle.loads(p.read_bytes())[0] for p in (cache / content_cache.FORMAT).iterdir()]
+    probed = [m for m in manifests if any(key.endswith("_train.py") and kind == "open" for kind, key, _ in m)]
+    assert len(probed) == 2
+    for m in probed:  # both scripts' entries hold the helper they import, the first to read it and the second
+        read = {(kind, key) for kind, key, _ in m}
+        assert ("open", str(project / "helper.py")) in read
+        assert ("list", str(project)) in read
+    assert not reads.recording_now()  # and nothing stays interposed after a run
+    assert os.stat is reads._real.get("stat", os.stat)
+
+
+def test_the_hugging_face_cache_the_environment_names_is_part_of_the_answer(
+    project, cache, capsys, monkeypatch, tmp_path
+):
+    """A checkpoint found in the HF cache ($HF_HOME): another HF_HOME, or another config there, is another answer."""
+
+    def hub(name: str, dtype: str) -> Path:
+        snapshot = tmp_path / name / "hub" / "models--acme--tiny" / "snapshots" / "abc123"
+        snapshot.mkdir(parents=True)
+        config = {"model_type": "llama", "torch_dtype": dtype, "hidden_size": 64, "num_hidden_layers": 2}
+        (snapshot / "config.json").write_text(json.dumps(config))
+        return tmp_path / name
+
+    (project / "train.py").write_text(
+        HEAD + "model = AutoModelForCausalLM.from_pretrained('acme/tiny', dtype='auto')\n"
+        "args = TrainingArguments(output_dir='o', fp16=True)\n"
+        "Trainer(model=model, args=args).train()\n"
+    )
+    monkeypatch.setenv("HF_HOME", str(hub("half", "float16")))
+    first, _ = run(capsys, "train.py", "--target", "a100", cache=cache)
+    assert "PD201" in {r for r, _ in rules_at(first)}  # fp16 weights, as the cached checkpoint stores them
+    monkeypatch.setenv("HF_HOME", str(hub("full", "float32")))
+    second, counts = run(capsys, "train.py", "--target", "a100", cache=cache)
+    assert counts["misses"] == 1
+    assert "PD201" not in {r for r, _ in rules_at(second)}
+
+
+def test_a_yaml_file_that_becomes_a_recipe_is_checked(project, cache, capsys):
+    """Whether a folder's YAML is a recipe is decided from its content, cached with it."""
+    (project / "train.py").write_text(TRAIN_WITH_HELPER)
+    (project / "helper.py").write_text(HEAD + HELPER_LOAD.format(dtype="float32"))
+    (project / "settings.yml").write_text("name: demo\nsteps: 10\n")
+    first, _ = run(capsys, ".", "--target", "t4", cache=cache)
+    assert not any(path == "settings.yml" for _, path in rules_at(first))
+    (project / "settings.yml").write_text("base_model: NousResearch/Llama-2-7b-hf\nbf16: true\nadapter: lora\n")
+    second, _ = run(capsys, ".", "--target", "t4", cache=cache)
+    uncached, _ = run(capsys, ".", "--target", "t4", cache=None)
+    assert comparable(second) == comparable(uncached)
+    assert any(path == "settings.yml" for _, path in rules_at(second))  # an Axolotl recipe now, bf16 on a T4
