@@ -455,7 +455,15 @@ class Resolver:
         found = self._settled_values.get(key)
         if found is not None:
             return found
-        return self._settled(key, ctx, lambda: self._passed(name, scope, ctx, depth))
+        visiting = ctx.visiting
+        if key in visiting:  # a recursive call passes the parameter on (`f(node.left)` in f): without this guard
+            ctx.limits_hit += 1  # each call site would follow every other one again, factorially
+            return Dyn(f"{name} of {scope.name}() depends on itself (a recursive call)")
+        visiting.add(key)
+        try:
+            return self._settled(key, ctx, lambda: self._passed(name, scope, ctx, depth))
+        finally:
+            visiting.discard(key)
 
     def _passed(self, name: str, scope: Scope, ctx: Context, depth: int) -> Sym:
         """A parameter's value: what every call site passes, when they agree; for a function a command-line
