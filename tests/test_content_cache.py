@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -190,7 +191,7 @@ def test_a_cache_inside_the_checked_repository_is_refused(project, capsys):
     (project / "train.py").write_text(TRAIN_WITH_HELPER)
     assert main(["check", "train.py", "--target", "a100", "--cache-dir", str(project / ".cache")]) == 2
     err = capsys.readouterr().err
-    assert "inside the repository" in err and "--no-cache" in err
+    assert "which this run checks" in err and "--no-cache" in err
     assert not (project / ".cache" / content_cache.FORMAT).exists()
 
 
@@ -230,7 +231,7 @@ def test_every_read_a_probe_makes_is_in_its_entry(project, cache, capsys):
     run(capsys, "a_train.py", "b_train.py", "--target", "a100", cache=cache)
     import pickle
 
-    manifests = [pickle.loads(p.read_bytes())[0] for p in (cache / content_cache.FORMAT).iterdir()]
+    manifests = [pickle.loads(p.read_bytes())[1] for p in (cache / content_cache.FORMAT).iterdir()]
     probed = [m for m in manifests if any(key.endswith("_train.py") and kind == "open" for kind, key, _ in m)]
     assert len(probed) == 2
     for m in probed:  # both scripts' entries hold the helper they import, the first to read it and the second
@@ -279,3 +280,120 @@ def test_a_yaml_file_that_becomes_a_recipe_is_checked(project, cache, capsys):
     uncached, _ = run(capsys, ".", "--target", "t4", cache=None)
     assert comparable(second) == comparable(uncached)
     assert any(path == "settings.yml" for _, path in rules_at(second))  # an Axolotl recipe now, bf16 on a T4
+
+
+def test_the_newest_hf_snapshot_is_chosen_again_when_their_times_change(project, cache, capsys, monkeypatch, tmp_path):
+    """transformers loads the newest snapshot: a download into an older one makes it the one the doctor reads."""
+    snapshots = tmp_path / "hf" / "hub" / "models--acme--tiny" / "snapshots"
+    for name, dtype, when in (("aaaa", "float16", 1_700_000_000), ("bbbb", "float32", 1_710_000_000)):
+        (snapshots / name).mkdir(parents=True)
+        config = {"model_type": "llama", "torch_dtype": dtype, "hidden_size": 64, "num_hidden_layers": 2}
+        (snapshots / name / "config.json").write_text(json.dumps(config))
+        os.utime(snapshots / name, (when, when))
+    (project / "train.py").write_text(
+        HEAD + "model = AutoModelForCausalLM.from_pretrained('acme/tiny', dtype='auto')\n"
+        "Trainer(model=model, args=TrainingArguments(output_dir='o', fp16=True)).train()\n"
+    )
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    first, _ = run(capsys, "train.py", "--target", "a100", cache=cache)
+    assert "PD201" not in {r for r, _ in rules_at(first)}  # bbbb, float32
+    os.utime(snapshots / "aaaa", (1_720_000_000, 1_720_000_000))
+    second, _ = run(capsys, "train.py", "--target", "a100", cache=cache)
+    assert "PD201" in {r for r, _ in rules_at(second)}  # aaaa is the newest now: float16
+
+
+def test_a_file_edited_while_it_is_probed_is_not_cached_with_the_old_facts(project, cache, capsys, monkeypatch):
+    from precision_doctor.system import reads
+
+    old = HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)\n"
+    new = HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', torch_dtype=torch.float32)\n"
+    (project / "train.py").write_text(old)
+    take = reads.manifest
+
+    def saved_meanwhile(frame, job_env):  # the editor saves after the probe read the file, before the entry is made
+        (project / "train.py").write_text(new)
+        return take(frame, job_env)
+
+    monkeypatch.setattr(reads, "manifest", saved_meanwhile)
+    run(capsys, "train.py", "--target", "a100", cache=cache)
+    monkeypatch.setattr(reads, "manifest", take)
+    cached, _ = run(capsys, "train.py", "--target", "a100", cache=cache)
+    assert "PD214" in {r for r, _ in rules_at(cached)}  # the file as it is now, not the facts of the old text
+
+
+def test_a_large_file_edited_in_place_with_its_time_set_back_is_read_again(project, cache, capsys, monkeypatch):
+    """Files past the hashing limit are known by size, times and inode; the change time moves on any write."""
+    from precision_doctor.system import reads
+
+    monkeypatch.setattr(reads, "MAX_HASHED_BYTES", 64)
+    script = HEAD + "m = AutoModelForCausalLM.from_pretrained('gpt2', {}\n"
+    current, renamed = "dtype=torch.float32)  #pad", "torch_dtype=torch.float32)"  # the same length
+    (project / "train.py").write_text(script.format(current))
+    first, _ = run(capsys, "train.py", "--target", "a100", cache=cache)
+    assert "PD214" not in {r for r, _ in rules_at(first)}
+    before = (project / "train.py").stat()
+    time.sleep(0.02)
+    (project / "train.py").write_text(script.format(renamed))
+    os.utime(project / "train.py", ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (project / "train.py").stat().st_size == before.st_size
+    second, counts = run(capsys, "train.py", "--target", "a100", cache=cache)
+    assert counts["misses"] == 1
+    assert "PD214" in {r for r, _ in rules_at(second)}
+
+
+@pytest.mark.parametrize("entry", [(5, "x"), (None, None), ((("open", "/etc/passwd"),), "x"), ((), "not facts"), "x"])
+def test_an_entry_of_another_shape_is_a_miss_never_a_crash(project, cache, capsys, entry):
+    import pickle
+
+    (project / "train.py").write_text(TRAIN_WITH_HELPER)
+    (project / "helper.py").write_text(HEAD + HELPER_LOAD.format(dtype="float16"))
+    first, _ = run(capsys, "train.py", "--target", "a100", cache=cache)
+    for path in (cache / content_cache.FORMAT).iterdir():
+        path.write_bytes(pickle.dumps(entry))
+    second, counts = run(capsys, "train.py", "--target", "a100", cache=cache)
+    assert counts["hits"] == 0
+    assert comparable(first) == comparable(second)
+
+
+def test_an_entry_others_may_write_is_not_loaded_and_a_shared_folder_is_refused(project, cache, capsys):
+    (project / "train.py").write_text(TRAIN_WITH_HELPER)
+    (project / "helper.py").write_text(HEAD + HELPER_LOAD.format(dtype="float16"))
+    run(capsys, "train.py", "--target", "a100", cache=cache)
+    folder = cache / content_cache.FORMAT
+    for path in folder.iterdir():
+        path.chmod(0o666)
+    _, counts = run(capsys, "train.py", "--target", "a100", cache=cache)
+    assert counts["hits"] == 0
+    assert all((p.stat().st_mode & 0o777) == 0o600 for p in folder.iterdir())  # replaced by the user's own
+    folder.chmod(0o777)
+    assert main(["check", "train.py", "--target", "a100", "--cache-dir", str(cache)]) == 2
+    assert "writable by other users" in capsys.readouterr().err
+
+
+def test_a_script_named_on_the_launch_line_counts_as_checked_for_the_cache(project, capsys):
+    repo = project / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "train.py").write_text(TRAIN_WITH_HELPER)
+    launch = "torchrun --nproc_per_node 2 repo/train.py"
+    assert main(["check", "--target", "a100", "--launcher", launch, "--cache-dir", str(repo / ".cache")]) == 2
+    assert "which this run checks" in capsys.readouterr().err
+    assert not (repo / ".cache" / content_cache.FORMAT).exists()
+
+
+def test_an_unusable_default_cache_folder_leaves_the_run_uncached(project, tmp_path):
+    """Only a folder the user named is an error; the default one is skipped with one line on stderr."""
+    (project / "train.py").write_text(TRAIN_WITH_HELPER)
+    (project / "helper.py").write_text(HEAD + HELPER_LOAD.format(dtype="float16"))
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    env = {**os.environ, "XDG_CACHE_HOME": str(blocked)}
+    done = subprocess.run(
+        [sys.executable, "-m", "precision_doctor", "check", "train.py", "--target", "a100", "--format", "json"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1, done.stderr  # the verdict: PD201
+    assert "running without the content cache" in done.stderr
+    assert "PD201" in {f["id"] for f in json.loads(done.stdout)["findings"]}

@@ -22,6 +22,7 @@ from ..model.errors import InputError
 from ..model.facts import KNOWN, Call, CheckpointFacts, CheckpointSource, model_source
 from ..model.redact import MODEL_CONFIG_KEYS, keep_read_keys
 from ..model.util import record
+from ..system.reads import modified_time
 from ..system.sources import Unreadable, is_regular_file, parse_json, read_prefix, read_text_bounded
 
 MAX_SNAPSHOTS = 8  # revisions of one model in the cache: the newest config is read
@@ -139,7 +140,7 @@ def _from_cache(model_id: str, environ: Mapping[str, str]) -> CheckpointFacts | 
         return None  # a path, not a hub id
     snapshots = hub_cache_dir(environ) / ("models--" + model_id.replace("/", "--")) / "snapshots"
     try:
-        entries = sorted(os.scandir(snapshots), key=lambda e: e.stat().st_mtime, reverse=True)[:MAX_SNAPSHOTS]
+        entries = sorted(os.scandir(snapshots), key=lambda e: modified_time(e.path), reverse=True)[:MAX_SNAPSHOTS]
     except OSError:
         return None
     for entry in entries:

@@ -94,7 +94,7 @@ def checked_in_folder(path: Path) -> bool:
     Any other YAML/JSON (`.github/` workflows, `environment.yml`, data) is no recipe and is passed over."""
     if path.suffix in CODE_SUFFIXES:
         return True
-    return content_cache.cached("in-folder", (os.fspath(path),), None, lambda: _recipe_or_job(path))
+    return content_cache.cached("in-folder", (os.fspath(path),), None, lambda: _recipe_or_job(path), returns=bool)
 
 
 def _recipe_or_job(path: Path) -> bool:
@@ -140,7 +140,9 @@ def _probe(path: Path, named: bool, args: tuple[str, ...], environ: tuple = (Non
     """A named file that cannot be read is bad input (exit 2) when it is the only one; one among several, or found
     in a folder, is reported and skipped. From the content cache while nothing the probe read has changed."""
     asked = (os.fspath(path), named, args, environ[0] is None, environ[1], probe_options())
-    return content_cache.cached("probe", asked, environ[0], lambda: _probe_file(path, named, args, environ))
+    return content_cache.cached(
+        "probe", asked, environ[0], lambda: _probe_file(path, named, args, environ), returns=ScriptFacts
+    )
 
 
 def _probe_file(path: Path, named: bool, args: tuple[str, ...], environ: tuple) -> ScriptFacts:
@@ -559,7 +561,6 @@ def _gather(
     from ..system.programs import distrust
 
     distrust(paths)  # before anything may start a program: none from these trees
-    content_cache.prepare()  # (and before the cache is opened: never one inside them)
     given = parse_launcher(launcher) if launcher else None
     if given is not None and given.launcher == "sbatch":  # `--launcher "sbatch job.sbatch"`: the job it queues
         paths = [given.job_file, *paths]
@@ -567,7 +568,10 @@ def _gather(
         paths = launched_paths(given)  # reporting what it cannot judge as not checked, never refusing it
         keep_going = True
     queued = given.job_options if given is not None and given.launcher == "sbatch" else None
+    distrust(paths)  # the job script or launched script the launch line names, before its job is read
     paths, job, job_launch = job_of(paths, partitions or {}, system, queued)
+    distrust(paths)  # and the script the job runs: before the cache is opened, never one inside them
+    content_cache.prepare()
     entries = _expand(paths, exclude, root) if paths or job is None else []
     job_runs: tuple[Facts, ...] = ()
     found_jobs = [p for p, named in entries if not named and p.suffix in JOB_FILE_SUFFIXES]

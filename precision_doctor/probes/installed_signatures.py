@@ -11,7 +11,6 @@ not the module.
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import lru_cache
 from pathlib import Path
 
 from ..knowledge.signatures import LOADER, class_id, local_id, table
@@ -100,11 +99,15 @@ def _minor(version: str) -> str:
     return ".".join(version.split(".")[:2])
 
 
-@lru_cache(maxsize=256)
+@reads.remembered
 def _read(site_dirs: tuple[str, ...], cid: str, version: str) -> Signature | None:
     """From the content cache while the library files it was read from are unchanged."""
     return content_cache.cached(
-        "signature", (site_dirs, cid, version), None, lambda: _read_source(site_dirs, cid, version)
+        "signature",
+        (site_dirs, cid, version),
+        None,
+        lambda: _read_source(site_dirs, cid, version),
+        returns=(Signature, type(None)),
     )
 
 

@@ -259,7 +259,7 @@ class StackResolver:
             found = self._by_folder[folder] = self._stack(declared_for(script, wanted))
         if is_notebook(script) and not self.overrides:  # what its own `!pip install` lines install
             pins = content_cache.cached(
-                "notebook-pins", (os.fspath(script),), None, lambda: notebook_requirements(Path(script))
+                "notebook-pins", (os.fspath(script),), None, lambda: notebook_requirements(Path(script)), returns=dict
             )
             pinned = {n for n, d in pins.items() if d.spec}  # `pip install x` keeps an installed x
             if pins:

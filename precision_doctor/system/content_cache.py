@@ -64,21 +64,39 @@ def cache_home(environ: Mapping[str, str] | None = None) -> tuple[str, tuple[str
 
 
 def prepare() -> None:
-    """Open the cache for this run (after the run's trees are known: a cache inside one is refused)."""
+    """Open the cache for this run, once the run's trees are known (a cache inside one is refused). A folder the
+    user named (--cache-dir) that cannot be used is bad input (exit 2); the default one is left unused, said once
+    on stderr, and the run goes on reading every file afresh."""
     if not _settings.enabled or _open[0] is not None:
         return
-    from .programs import inside, untrusted_repositories
+    try:
+        _open[0] = _open_folder()
+    except InputError as exc:
+        if _settings.folder:
+            raise
+        _settings.enabled = False
+        print(f"precision-doctor: running without the content cache: {exc}", file=sys.stderr)
+
+
+def _open_folder() -> OwnFolder | None:
+    from .programs import checked_trees
 
     home, parts = cache_home()
     where = os.path.join(home, *parts)
     real = os.path.realpath(where)
-    repository = next((r for r in untrusted_repositories() if inside(real, [r])), None)
-    if repository is not None:
+    tree = next((t for t in checked_trees() if real == t or real.startswith(t.rstrip(os.sep) + os.sep)), None)
+    if tree is not None:
         raise InputError(
-            f"the cache folder {where} is inside the repository {repository}: the doctor reads nothing of its own "
-            f"from what it checks; use a folder outside it (--cache-dir, XDG_CACHE_HOME) or --no-cache"
+            f"the cache folder {where} is inside {tree}, which this run checks or stands in: the doctor loads "
+            f"nothing of its own from there; use a folder outside it (--cache-dir, XDG_CACHE_HOME) or --no-cache"
         )
-    _open[0] = OwnFolder.open(home, parts, create=True)
+    folder = OwnFolder.open(home, parts, create=True, label="cache folder", setting="--cache-dir or XDG_CACHE_HOME")
+    if folder is not None and folder.writable_by_others():
+        folder.close()
+        raise InputError(f"the cache folder {where} is writable by other users; chmod 700 it, or use another")
+    if folder is not None:
+        folder.remove_stale_temps()
+    return folder
 
 
 def close() -> None:
@@ -101,44 +119,52 @@ def counts() -> dict[str, int]:
     return dict(_counts)
 
 
-def cached(kind: str, asked: tuple, job_env: Mapping[str, str] | None, compute: Callable[[], T]) -> T:
+def cached(
+    kind: str, asked: tuple, job_env: Mapping[str, str] | None, compute: Callable[[], T], returns: type | tuple = object
+) -> T:
     """compute(), or what it gave before while nothing it read has changed. `asked` is everything compute depends
-    on besides what it reads (hashed by repr); `job_env` the job's environment it reads variables from."""
+    on besides what it reads (hashed by repr); `job_env` the job's environment it reads variables from; `returns`
+    the type(s) of what compute gives (an entry holding anything else is a miss)."""
     folder = _open[0]
     if folder is None:
         return compute()
     name = _key(kind, asked)
-    entry = _load(folder, name)
-    if entry is not None:
-        manifest, value = entry
-        if reads.unchanged(manifest, job_env):
-            _counts["hits"] += 1
-            for read_kind, key, _ in manifest:  # a probe inside a recorded run: its reads count there too
-                reads.note_read(read_kind, key)
-            return value
+    found = _hit(folder, name, job_env, returns)
+    if found is not None:
+        _counts["hits"] += 1
+        manifest, value = found
+        for read_kind, key, _ in manifest:  # a probe inside a recorded run: its reads count there too
+            reads.note_read(read_kind, key)
+        return value
     _counts["misses"] += 1
     with reads.recording() as frame:
         value = compute()
-    manifest = reads.manifest(frame, job_env)
+    manifest = reads.manifest(frame, job_env)  # None: a file changed while it was read, or cannot be fingerprinted
     if manifest is not None:
-        _store(folder, name, (manifest, value))
+        _store(folder, name, (_doctor_fingerprint(), manifest, value))
     return value
 
 
 def _key(kind: str, asked: tuple) -> str:
-    h = hashlib.sha256()
-    h.update(repr((FORMAT, _doctor_fingerprint(), sys.version, os.getcwd(), kind, asked)).encode())
-    return h.hexdigest()
+    """An entry's name: what was asked, where (the doctor's own version is checked inside the entry, so an upgrade
+    replaces entries instead of leaving them behind)."""
+    return hashlib.sha256(repr((FORMAT, os.getcwd(), kind, asked)).encode()).hexdigest()
 
 
-def _load(folder: OwnFolder, name: str) -> Any:
+def _hit(folder: OwnFolder, name: str, job_env: Mapping[str, str] | None, returns: type | tuple) -> Any:
+    """(manifest, value) of a well-formed entry of this doctor whose reads are all unchanged, else None."""
     try:
-        entry = pickle.loads(folder.read(name, MAX_ENTRY_BYTES))
-    except InputError:  # missing, or not a regular file
+        entry = pickle.loads(folder.read(name, MAX_ENTRY_BYTES, private=True))
+        fingerprint, manifest, value = entry
+        if fingerprint != _doctor_fingerprint() or not isinstance(value, returns):
+            return None
+        if not isinstance(manifest, tuple) or not all(
+            isinstance(m, tuple) and len(m) == 3 and isinstance(m[0], str) and isinstance(m[1], str) for m in manifest
+        ):
+            return None
+        return (manifest, value) if reads.unchanged(manifest, job_env) else None
+    except Exception:  # missing, not the user's own, torn or foreign: a miss, replaced below  # noqa: BLE001
         return None
-    except Exception:  # a torn or foreign entry: a miss, replaced below  # noqa: BLE001
-        return None
-    return entry if isinstance(entry, tuple) and len(entry) == 2 else None
 
 
 def _store(folder: OwnFolder, name: str, entry: tuple) -> None:
@@ -158,8 +184,8 @@ _FINGERPRINT: list[str] = []
 
 
 def _doctor_fingerprint() -> str:
-    """The doctor's own code and data (each file's name, size and time) and the YAML parser it reads recipes with:
-    a new release, an edit or a reinstall starts afresh."""
+    """The doctor's own code and data (each file's name, size and time), Python's version and the YAML parser it
+    reads recipes with: a new release, an edit or a reinstall starts afresh."""
     if not _FINGERPRINT:
         from importlib.util import find_spec
 
@@ -174,5 +200,6 @@ def _doctor_fingerprint() -> str:
         spec = find_spec("yaml")
         origin = spec.origin if spec else None
         parts.append(("yaml", origin, os.stat(origin).st_mtime_ns if origin else None))
+        parts.append(("python", sys.version))
         _FINGERPRINT.append(hashlib.sha256(repr(parts).encode()).hexdigest())
     return _FINGERPRINT[0]

@@ -61,6 +61,12 @@ def untrusted_folders() -> list[str]:
     return [t for t in dict.fromkeys((here, mine, *_CHECKED)) if t and t != os.sep]
 
 
+def checked_trees() -> list[str]:
+    """Every tree this run reads someone else's content from: the working directory's repository and each checked
+    path's repository, else its folder."""
+    return list(dict.fromkeys(untrusted_repositories() + _CHECKED))
+
+
 def untrusted_repositories() -> list[str]:
     """The repositories of the working directory and of the paths this run checks: content someone else may have
     written, where the doctor keeps no state of its own."""

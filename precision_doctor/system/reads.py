@@ -34,11 +34,24 @@ MAX_HASHED_BYTES = 16 * 1024 * 1024  # larger files (weights a probe only peeks 
 
 
 class Frame:
-    __slots__ = ("reads", "unsafe")
+    __slots__ = ("reads", "seen", "unsafe")
 
     def __init__(self) -> None:
         self.reads: set[Read] = set()
+        self.seen: dict[Read, Any] = {}  # the fingerprint of what the probe itself got, where known as it read
         self.unsafe = ""  # why what was read cannot be fingerprinted (then nothing is cached)
+
+    def saw(self, read: Read, got: Any) -> None:
+        self.reads.add(read)
+        before = self.seen.setdefault(read, got)
+        if before != got:
+            self.unsafe = f"{read[1]} changed while it was read"
+
+    def merge(self, other: Frame) -> None:
+        self.reads |= other.reads
+        for read, got in other.seen.items():
+            self.saw(read, got)
+        self.unsafe = self.unsafe or other.unsafe
 
 
 _OWN_FILES = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -47,7 +60,8 @@ _owner: list[int | None] = [None]  # the thread that records: another thread's r
 _real: dict[str, Any] = {}
 
 
-def _note(kind: str, path: Any, dir_fd: Any = None) -> None:
+def _note(kind: str, path: Any, dir_fd: Any = None, got: Any = None) -> None:
+    """Record a read of `path` (with `got`, the fingerprint of what it gave, when known as it is read)."""
     if not _frames or threading.get_ident() != _owner[0]:
         return
     if isinstance(path, int):  # a descriptor opened before (fstat, scandir(fd)): its open was recorded
@@ -67,7 +81,17 @@ def _note(kind: str, path: Any, dir_fd: Any = None) -> None:
         return
     if ".." not in name.split(os.sep):  # `a/../b` is resolved through links by the kernel: kept as named
         name = os.path.normpath(name)
-    _frames[-1].reads.add((kind, name))
+    if got is None:
+        _frames[-1].reads.add((kind, name))
+    else:
+        _frames[-1].saw((kind, name), got)
+
+
+def saw_content(path: Any, data: bytes) -> None:
+    """A file's whole content as a probe read it (system/sources.py): the entry is kept only if the file still
+    holds it when the entry is written, so an edit made while the probe ran is never paired with the old facts."""
+    if _frames and threading.get_ident() == _owner[0] and len(data) <= MAX_HASHED_BYTES:
+        _note("open", path, got=("content", hashlib.blake2b(data, digest_size=20).hexdigest()))
 
 
 def note(kind: str, path: Any) -> None:
@@ -79,6 +103,14 @@ def note_read(kind: str, key: str) -> None:
     """A read made other than through the interposed functions (a memo table replaying one)."""
     if _frames and threading.get_ident() == _owner[0]:
         _frames[-1].reads.add((kind, key))
+
+
+def modified_time(path: str) -> int:
+    """A file's modification time (ns), recorded as read: a probe that orders files by it (the newest snapshot)
+    gives another answer when it changes."""
+    st = os.stat(path)
+    note_read("mtime", os.path.abspath(path))
+    return st.st_mtime_ns
 
 
 def not_cacheable(why: str) -> None:
@@ -100,12 +132,17 @@ def _install() -> None:
     _real.update(real)
 
     def stat_(path, *args, dir_fd=None, follow_symlinks=True):
-        _note("stat" if follow_symlinks else "lstat", path, dir_fd)
-        return real["stat"](path, *args, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
+        kind = "stat" if follow_symlinks else "lstat"
+        try:
+            st = real["stat"](path, *args, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
+        except OSError as exc:
+            _note(kind, path, dir_fd, ("error", exc.errno))
+            raise
+        _note(kind, path, dir_fd, None if stat.S_ISLNK(st.st_mode) else _kind_and_size(st))
+        return st
 
     def lstat_(path, *args, dir_fd=None):
-        _note("lstat", path, dir_fd)
-        return real["lstat"](path, *args, dir_fd=dir_fd)
+        return stat_(path, *args, dir_fd=dir_fd, follow_symlinks=False)
 
     def open_(path, flags, *args, dir_fd=None, **kwargs):
         _note("open" if flags & (os.O_WRONLY | os.O_RDWR) == 0 else "written", path, dir_fd)
@@ -181,8 +218,7 @@ def recording() -> Iterator[Frame]:
     finally:
         _frames.pop()
         if _frames:
-            _frames[-1].reads |= frame.reads
-            _frames[-1].unsafe = _frames[-1].unsafe or frame.unsafe
+            _frames[-1].merge(frame)
         else:
             _uninstall()
             _owner[0] = None
@@ -201,8 +237,7 @@ def nested() -> Iterator[Frame | None]:
 def replay(frame: Frame | None) -> None:
     """A memo value's reads, as if made again now."""
     if frame is not None and recording_now():
-        _frames[-1].reads |= frame.reads
-        _frames[-1].unsafe = _frames[-1].unsafe or frame.unsafe
+        _frames[-1].merge(frame)
 
 
 def remembered(compute: Callable[..., T]) -> Callable[..., T]:
@@ -253,10 +288,17 @@ class RecordedEnviron(Mapping):
 
 
 def manifest(frame: Frame, job_env: Mapping[str, str] | None) -> Manifest | None:
-    """Each read with its fingerprint now (None: something read cannot be fingerprinted)."""
+    """Each read with its fingerprint now; None when something read cannot be fingerprinted, or gives now other
+    than what the probe got (it changed while the probe ran: the facts may be of the old content)."""
     if frame.unsafe or any(kind == "written" for kind, _ in frame.reads):
         return None
-    return tuple((kind, key, fingerprint(kind, key, job_env)) for kind, key in sorted(frame.reads))
+    out = []
+    for kind, key in sorted(frame.reads):
+        now = fingerprint(kind, key, job_env)
+        if frame.seen.get((kind, key), now) != now:
+            return None
+        out.append((kind, key, now))
+    return tuple(out)
 
 
 def unchanged(entries: Manifest, job_env: Mapping[str, str] | None) -> bool:
@@ -277,6 +319,8 @@ def fingerprint(kind: str, key: str, job_env: Mapping[str, str] | None) -> Any:
         return _value_digest(plain.get(key)) if kind == "jobenv" else _digest(repr(sorted(plain.items())).encode())
     stat_ = _real.get("stat", os.stat)
     try:
+        if kind == "mtime":
+            return stat_(key).st_mtime_ns
         if kind == "list":
             with _real.get("scandir", os.scandir)(key) as entries:
                 names = sorted(e.name + ("@" if e.is_symlink() else "/" if e.is_dir() else "") for e in entries)
@@ -290,7 +334,7 @@ def fingerprint(kind: str, key: str, job_env: Mapping[str, str] | None) -> Any:
         if kind == "stat" or not stat.S_ISREG(st.st_mode):
             return _kind_and_size(st)
         if st.st_size > MAX_HASHED_BYTES:
-            return ("large", st.st_size, st.st_mtime_ns, st.st_ino)
+            return ("large", st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)  # a write moves the ctime
         return ("content", _content_digest(key))
     except OSError as exc:
         return ("error", exc.errno)

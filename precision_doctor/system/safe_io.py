@@ -310,23 +310,32 @@ class OwnFolder:
     removed relative to it, never through a link. A planted link or someone else's folder is refused with one line
     (exit 2); a FIFO or a device is never read, and nothing is read past MAX_STATE_BYTES."""
 
-    def __init__(self, fd: int, path: str):
+    def __init__(self, fd: int, path: str, label: str = "state folder", setting: str = "XDG_STATE_HOME"):
         self.fd = fd
         self.path = path
+        self.label = label  # "state folder", "cache folder": how messages name it
+        self.setting = setting  # what the user sets to put it elsewhere
 
     @classmethod
-    def open(cls, home: str, parts: tuple[str, ...], create: bool) -> OwnFolder | None:
+    def open(
+        cls,
+        home: str,
+        parts: tuple[str, ...],
+        create: bool,
+        label: str = "state folder",
+        setting: str = "XDG_STATE_HOME",
+    ) -> OwnFolder | None:
         """`home`/parts[0]/parts[1]/..., made (0700) where missing when `create`; None when one is missing and not
         `create`. `home` itself (the user's XDG state folder) is made as any folder is."""
         if create:
-            make_folder(home, what=f"state folder {home}", mode=0o700)
+            make_folder(home, what=f"{label} {home}", mode=0o700)
         try:
             fd = os.open(home, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise InputError(_describe(f"state folder {home}", home, exc, folder=True)) from None
-        folder = cls(fd, home)
+            raise InputError(_describe(f"{label} {home}", home, exc, folder=True)) from None
+        folder = cls(fd, home, label, setting)
         try:
             for name in parts:
                 inner = folder.folder(name, create)
@@ -347,7 +356,7 @@ class OwnFolder:
             except FileExistsError:
                 pass
             except OSError as exc:
-                raise InputError(_describe(f"state folder {path}", path, exc, folder=True)) from None
+                raise InputError(_describe(f"{self.label} {path}", path, exc, folder=True)) from None
         try:
             fd = os.open(name, _FOLDER_FLAGS, dir_fd=self.fd)
         except FileNotFoundError:
@@ -355,18 +364,28 @@ class OwnFolder:
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                 raise InputError(
-                    f"{path}: the doctor's state folder is a link or not a folder; remove it (the "
+                    f"{path}: the doctor's {self.label} is a link or not a folder; remove it (the "
                     f"doctor never writes through a link)"
                 ) from None
-            raise InputError(_describe(f"state folder {path}", path, exc, folder=True)) from None
+            raise InputError(_describe(f"{self.label} {path}", path, exc, folder=True)) from None
         owner = os.fstat(fd).st_uid
         if owner != os.geteuid():
             os.close(fd)
             raise InputError(
-                f"{path}: the doctor's state folder belongs to another user (uid {owner}); remove it "
-                f"or set XDG_STATE_HOME to a folder of yours"
+                f"{path}: the doctor's {self.label} belongs to another user (uid {owner}); remove it "
+                f"or set {self.setting} to a folder of yours"
             )
-        return OwnFolder(fd, path)
+        return OwnFolder(fd, path, self.label, self.setting)
+
+    def writable_by_others(self) -> bool:
+        return bool(os.fstat(self.fd).st_mode & 0o022)
+
+    def remove_stale_temps(self) -> None:
+        """Temp files of writers that were killed (their pid is gone)."""
+        for entry in self.names():
+            match = _TEMP.match(entry)
+            if match and not _alive(int(match.group("pid"))):
+                self.remove(entry)
 
     def names(self) -> list[str]:
         try:
@@ -374,7 +393,9 @@ class OwnFolder:
         except OSError:
             return []
 
-    def read(self, name: str, limit: int = MAX_STATE_BYTES) -> bytes:
+    def read(self, name: str, limit: int = MAX_STATE_BYTES, private: bool = False) -> bytes:
+        """`private`: only a file this user owns that no one else may write (read as the doctor's own trusted
+        data: a cache entry)."""
         path = os.path.join(self.path, name)
         try:
             fd = os.open(name, _STATE_READ_FLAGS, dir_fd=self.fd)
@@ -385,6 +406,8 @@ class OwnFolder:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
                 raise InputError(f"{path}: not a regular file; the doctor's state was tampered with")
+            if private and (info.st_uid != os.geteuid() or info.st_mode & 0o022):
+                raise InputError(f"{path}: not this user's own, or writable by others")
             if info.st_size > limit:
                 raise InputError(f"{path}: larger than the doctor ever writes there; the state was tampered with")
             chunks, size = [], 0
@@ -427,7 +450,7 @@ class OwnFolder:
                     pass
                 raise
         except OSError as exc:
-            raise InputError(_describe(f"undo state {path}", path, exc)) from None
+            raise InputError(_describe(f"{self.label} {path}", path, exc)) from None
 
     def remove(self, name: str, folder: bool = False) -> None:
         try:

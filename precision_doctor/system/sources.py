@@ -21,6 +21,7 @@ from typing import Any
 
 from ..model.errors import InputError
 from .notebooks import NotebookCode, NotFound, is_notebook, notebook_code
+from .reads import not_cacheable, saw_content
 
 MAX_SOURCE_BYTES = 2 * 1024 * 1024  # a training script or a module it imports
 MAX_CONFIG_BYTES = 4 * 1024 * 1024  # pyproject.toml, requirements, accelerate YAML, DeepSpeed/model JSON
@@ -112,7 +113,9 @@ def read_bytes_bounded(path: os.PathLike | str, limit: int, what: str = "file") 
             size += len(chunk)
         if size > limit:  # it grew while being read
             raise _too_large(path, size, limit, what)
-        return b"".join(chunks)
+        data = b"".join(chunks)
+        saw_content(path, data)  # for the content cache: this content, not whatever the file holds later
+        return data
     except OSError as exc:
         raise Unreadable(path, os_reason(exc)) from None
     finally:
@@ -177,6 +180,7 @@ def read_source(path: os.PathLike | str, limit: int = MAX_SOURCE_BYTES) -> str:
     """Python source as Python reads it: the BOM and coding cookie decide the encoding, and a file Python
     would refuse (unknown or contradictory encoding, bytes the encoding cannot decode, NUL bytes) is refused."""
     if _PROPOSED and os.path.realpath(path) in _PROPOSED:
+        not_cacheable("a fix's proposed text, not the file's")
         return _PROPOSED[os.path.realpath(path)]
     if is_notebook(path):  # its code cells, as one Python text (notebooks.py)
         return read_notebook(path).text
