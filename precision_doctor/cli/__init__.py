@@ -1,4 +1,4 @@
-"""Command line: `precision-doctor check|fix|explain|memory|snapshot|rules|rule|targets`.
+"""Command line: `precision-doctor check|fix|explain|memory|snapshot|rules|rule|targets|completion`.
 
 Exit codes: 0 nothing at or above --fail-on, 1 findings at or above it, 2 bad usage or unreadable
 input, 3 an internal error of the doctor.
@@ -17,7 +17,7 @@ import sys
 
 from .. import __version__
 from ..model.errors import InputError
-from . import check, explain, fix, memory, rules, snapshot
+from . import check, completion, explain, fix, memory, rules, snapshot
 from ._common import EXIT_FINDINGS, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, Parser, detach_stdout
 
 # each command's name -> the function that runs it, called as run(opts, script_args)
@@ -30,8 +30,9 @@ COMMANDS = {
     "rule": lambda opts, _: rules.show_rule(opts.rule_id),
     "targets": lambda opts, _: rules.list_targets(),
     "snapshot": lambda opts, _: snapshot.write_snapshot(opts),
+    "completion": lambda opts, _: completion.print_completion(build_parser(), opts.shell),
 }
-_PARSERS = (check, fix, explain, memory, rules, snapshot)
+_PARSERS = (check, fix, explain, memory, rules, snapshot, completion)
 
 
 def build_parser() -> argparse.ArgumentParser:

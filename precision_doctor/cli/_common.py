@@ -57,6 +57,32 @@ class Parser(argparse.ArgumentParser):
         # (3 ms of every check's start): the same width, from os
         return self.formatter_class(prog=self.prog, width=_terminal_columns() - 2)
 
+    def format_help(self) -> str:
+        text = super().format_help()
+        return coloured_help(text) if colour_wanted(sys.stdout) else text
+
+
+def colour_wanted(stream) -> bool:
+    """Colour on a terminal, as the conventions say: NO_COLOR turns it off, FORCE_COLOR on, TERM=dumb off."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    try:
+        return stream.isatty() and os.environ.get("TERM") != "dumb"
+    except (AttributeError, ValueError):
+        return False
+
+
+def coloured_help(text: str) -> str:
+    """argparse's help with its section headings bold and its options cyan, the layout untouched (colour is added
+    to the laid-out text, so no escape code ever counts toward a column)."""
+    import re
+
+    bold, cyan, reset = "\x1b[1m", "\x1b[36m", "\x1b[0m"
+    text = re.sub(r"(?m)^(usage:|[A-Za-z][^\n:]*:)$|^(usage:)(?= )", lambda m: f"{bold}{m.group(0)}{reset}", text)
+    return re.sub(r"(?<![\w/.-])(--?[A-Za-z][\w-]*)", lambda m: f"{cyan}{m.group(1)}{reset}", text)
+
 
 def _terminal_columns() -> int:
     """shutil.get_terminal_size().columns without importing shutil: $COLUMNS, else the terminal's, else 80."""
