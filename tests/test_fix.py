@@ -228,3 +228,44 @@ def test_fix_is_not_changed_by_python_warnings_about_the_file(tmp_path):
         diffs.append(out.stdout)
     assert diffs[0] == diffs[1] and "quantization_config=BitsAndBytesConfig(load_in_4bit=True)" in diffs[0]
     assert "+from transformers import BitsAndBytesConfig" not in diffs[0]
+
+
+LOAD_TWICE = (
+    "import torch\nfrom transformers import AutoModelForCausalLM\n"
+    "def load(model_id):\n"
+    "    return AutoModelForCausalLM.from_pretrained(model_id, torch_dtype=torch.bfloat16)\n"
+    "def load_again(model_id):\n"
+    "    return AutoModelForCausalLM.from_pretrained(model_id, torch_dtype=torch.bfloat16)\n"
+    "a, b = load('gpt2'), load_again('gpt2')\n"
+)
+
+
+def test_yes_fixes_the_same_call_written_twice(tmp_path):
+    """Two findings alike in rule, message and line text (one call copied into two functions): both are fixed, as
+    `check` labelled both safe (the second was taken for the first, already decided)."""
+    (tmp_path / "train.py").write_text(LOAD_TWICE)
+    proc = doctor("fix", "train.py", "--target", "a100", "--yes", cwd=tmp_path)
+    assert "applied 2 fixes" in proc.stdout, proc.stdout + proc.stderr
+    assert "torch_dtype" not in (tmp_path / "train.py").read_text()
+    assert proc.returncode == 0
+
+
+def test_yes_applies_several_fixes_to_one_notebook_and_undo_restores_it(tmp_path):
+    cells = [
+        {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": i, "source": src}
+        for i, src in enumerate(
+            [
+                ["import torch\n", "from transformers import AutoModelForCausalLM"],
+                ["a = AutoModelForCausalLM.from_pretrained('gpt2', torch_dtype=torch.bfloat16)"],
+                ["b = AutoModelForCausalLM.from_pretrained('gpt2', torch_dtype=torch.bfloat16)"],
+            ]
+        )
+    ]
+    notebook = json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1)
+    (tmp_path / "nb.ipynb").write_text(notebook)
+    proc = doctor("fix", "nb.ipynb", "--target", "a100", "--yes", cwd=tmp_path)
+    assert "applied 2 fixes" in proc.stdout and "changed since it was checked" not in proc.stderr, proc.stderr
+    written = json.loads((tmp_path / "nb.ipynb").read_text())
+    assert "torch_dtype" not in json.dumps(written) and len(written["cells"]) == 3
+    assert doctor("fix", "--undo", cwd=tmp_path).returncode == 0
+    assert (tmp_path / "nb.ipynb").read_text() == notebook

@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from rich.console import Console
 from rich.syntax import Syntax
@@ -194,7 +195,7 @@ class Session:
     def take(self, step: Step) -> None:
         """Make the step's change: written (undo backup first) unless this is --diff, which only keeps it in mind."""
         from ..system.safe_io import NotWritten
-        from .edits import write_change
+        from .edits import SourceFile, write_change
 
         if self.write:
             for c in step.changes:
@@ -204,9 +205,14 @@ class Session:
                 except NotWritten:
                     self.backup.forget(c.path)  # refused before writing: no undo for it (any other failure keeps it)
                     raise
+                if c.container:  # a notebook's JSON is now the one written: the next step writes over that
+                    was: Any = self.originals[c.path]
+                    self.originals[c.path] = SourceFile(was.path, was.text, was.bom, container=c.file_after)
         self.texts.update({c.path: c.after for c in step.changes})
         self.applied.extend(step.findings)
-        self.decided.update(_key(g) for g in step.findings)
+        # a twin with the same key (the same call written twice) is offered next: a step is only taken when its
+        # rule fires fewer times on the file (`_gone`), so offering it again always ends
+        self.decided.difference_update(_key(g) for g in step.findings)
         self.now = step.after
 
     def changes(self):
