@@ -159,6 +159,8 @@ def test_sarif_fingerprints_survive_moved_code_and_paths_are_relative(tree):
         (["check", "--target", "a1000"], "did you mean 'a100'?"),
         (["check", "--select", "PD2O1"], "did you mean 'PD201'?"),
         (["rule", "fp16-params-with-grad-scalar"], "did you mean 'fp16-params-with-grad-scaler'?"),
+        (["fix", "x.py", "--no-cache"], "--no-cache is an option of `check` only"),  # not "did you mean --no-cache"
+        (["rules", "--target", "a100"], "--target is an option of `check`, `fix`, `explain`, `memory`, `snapshot`"),
     ],
 )
 def test_did_you_mean(args, hint):

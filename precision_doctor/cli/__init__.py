@@ -57,6 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
             }
         )
     )
+    owners: dict[str, list[str]] = {}
+    for name, command_parser in sub.choices.items():
+        for o in {o for a in command_parser._actions for o in a.option_strings if o.startswith("--")}:
+            owners.setdefault(o, []).append(name)
+    parser.owners = {o: tuple(names) for o, names in owners.items()}
     return parser
 
 

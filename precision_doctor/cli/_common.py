@@ -48,9 +48,10 @@ def bounded(kind: type, low: float, high: float):
 
 class Parser(argparse.ArgumentParser):
     options: tuple[str, ...] = ()  # every option of every command, for "did you mean" on an unrecognised one
+    owners: dict[str, tuple[str, ...]] = {}  # option -> the commands that take it
 
     def error(self, message: str) -> None:  # one line, exit 2, like every other bad input
-        raise InputError(f"{message}{_suggestion(message, self.options)} (see `{self.prog} --help`)")
+        raise InputError(f"{message}{_suggestion(message, self.options, self.owners)} (see `{self.prog} --help`)")
 
     def _get_formatter(self):
         # argparse's formatter reads the terminal's width with shutil, which imports three compression modules
@@ -98,7 +99,7 @@ def _terminal_columns() -> int:
     return columns if columns > 0 else 80
 
 
-def _suggestion(message: str, options: tuple[str, ...]) -> str:
+def _suggestion(message: str, options: tuple[str, ...], owners: dict[str, tuple[str, ...]] | None = None) -> str:
     """ "did you mean" for a mistyped command, option or choice, from argparse's own message."""
     import re
 
@@ -110,6 +111,9 @@ def _suggestion(message: str, options: tuple[str, ...]) -> str:
     unknown = re.search(r"unrecognized arguments: (.*)", message)
     if unknown:
         for word in unknown.group(1).split():
+            taken_by = (owners or {}).get(word.split("=", 1)[0], ())
+            if taken_by:  # spelt right, given to a command that does not take it
+                return f"; {word.split('=', 1)[0]} is an option of `{'`, `'.join(taken_by)}` only"
             if word.startswith("-"):
                 hint = did_you_mean(word.split("=", 1)[0].replace("_", "-"), options)
                 if hint:
