@@ -347,3 +347,28 @@ def test_a_finding_that_raises_nothing_is_not_said_to_kill_the_job(run_check):
     render(result, facts, Console(file=screen, width=300, no_color=True))
     shown = screen.getvalue().split("PD204")[1]
     assert "what the job shows after some steps" in shown and "the job dies" not in shown.split("\n  ")[0]
+
+
+def test_a_fix_with_nothing_to_write_is_never_labelled_safe(tmp_path):
+    """A recipe's or a DeepSpeed JSON's change is a step to take, not an edit `fix` writes: `check` labels it display
+    only, so every fix it calls safe is one `fix --yes` applies (fix_promise.py found 11 such labels on the
+    shipped fixtures, all recipe or DeepSpeed-config fixes)."""
+    import json
+    import subprocess
+    import sys
+
+    recipe = ROOT / "fixtures/configs/axolotl/seed003_qwen2vl_4bit.yml"
+    cmd = [sys.executable, "-m", "precision_doctor", "check", str(recipe), "--target", "t4", "--no-cache"]
+    report = json.loads(subprocess.run([*cmd, "--format", "json"], capture_output=True, text=True).stdout)
+    pd107 = next(f for f in report["findings"] if f["id"] == "PD107")
+    assert pd107["fix"]["applicability"] == "display" and pd107["fix"]["safe"] is False
+    text = subprocess.run(cmd, capture_output=True, text=True).stdout
+    assert "fix  bnb_4bit_compute_dtype=torch.float16  [display only]" in " ".join(text.split("\n"))
+    for path in ("fixtures/placement/train_deepspeed_fp16.py", "fixtures/seed001_titan_fp16/buggy/train.py"):
+        done = subprocess.run(
+            [sys.executable, "-m", "precision_doctor", "check", path, "--target", "t4", "--format", "json"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
+        assert all(f["fix"]["edits"] for f in json.loads(done.stdout)["findings"] if f["fix"] and f["fix"]["safe"])

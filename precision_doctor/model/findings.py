@@ -116,8 +116,15 @@ class Fix:
     variants: tuple[tuple[Edit, ...], ...] = ()  # other edits to the same end, tried in order when `edits` fail
 
     @property
+    def effective(self) -> Applicability:
+        """What `fix` can do with it, as reports label it: its edits at their applicability, or display only when it
+        has none (a recipe's or a DeepSpeed JSON's change is listed as a step, never written), so a fix labelled
+        safe is one `fix --yes` applies."""
+        return self.applicability if self.edits else Applicability.DISPLAY
+
+    @property
     def safe(self) -> bool:
-        return self.applicability == Applicability.SAFE
+        return self.effective == Applicability.SAFE
 
     def appliable(self, unsafe: bool) -> bool:
         """May `fix` apply these edits: safe ones always, unsafe ones with --unsafe, display-only never."""

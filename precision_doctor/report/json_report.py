@@ -49,7 +49,7 @@ def finding_json(f: Finding) -> dict:
         if f.fix is None
         else {
             "description": f.fix.description,
-            "applicability": f.fix.applicability,
+            "applicability": f.fix.effective,  # what `fix` does with it: display when it has no edits
             "safe": f.fix.safe,
             "edits": [asdict(e) for e in f.fix.edits],
             "commands": list(f.fix.commands),
