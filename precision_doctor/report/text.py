@@ -433,7 +433,8 @@ def _finding(f: Finding, out, lines: SourceLines, fancy: bool) -> None:
         out(f"    [dim]why[/dim]  {markup(f.why)}", soft_wrap=True)
     if f.fix:
         safety = {"safe": "[green]safe[/green]", "unsafe": "[yellow]review[/yellow]"}.get(
-            f.fix.effective, "[dim]display only[/dim]"  # bare, `[display only]` would be read as a style tag
+            f.fix.effective,
+            "[dim]display only[/dim]",  # bare, `[display only]` would be read as a style tag
         )
         out(f"    [bold]fix[/bold]  {markup(f.fix.description)}  [{safety}]", soft_wrap=True)
         for edit in f.fix.edits:

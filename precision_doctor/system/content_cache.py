@@ -21,8 +21,7 @@ import hashlib
 import os
 import pickle
 import sys
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -53,12 +52,11 @@ def configure(enabled: bool, folder: str | None = None) -> None:
     _settings.enabled, _settings.folder = enabled, folder
 
 
-def cache_home(environ: Mapping[str, str] | None = None) -> tuple[str, tuple[str, ...]]:
+def cache_home() -> tuple[str, tuple[str, ...]]:
     """The folder that holds the entries, as (a folder, the names below it the doctor makes and owns)."""
     if _settings.folder:
         return os.path.abspath(os.path.expanduser(_settings.folder)), (FORMAT,)
-    environ = os.environ if environ is None else environ
-    xdg = environ.get("XDG_CACHE_HOME", "")
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
     home = xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")
     return home, (APP, FORMAT)
 
@@ -103,15 +101,6 @@ def close() -> None:
     if _open[0] is not None:
         _open[0].close()
         _open[0] = None
-
-
-@contextmanager
-def for_run() -> Iterator[None]:
-    prepare()
-    try:
-        yield
-    finally:
-        close()
 
 
 def counts() -> dict[str, int]:
