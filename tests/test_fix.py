@@ -4,6 +4,7 @@ firing, applying again changes nothing, and the rest of the file is untouched. T
 import difflib
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -269,3 +270,20 @@ def test_yes_applies_several_fixes_to_one_notebook_and_undo_restores_it(tmp_path
     assert "torch_dtype" not in json.dumps(written) and len(written["cells"]) == 3
     assert doctor("fix", "--undo", cwd=tmp_path).returncode == 0
     assert (tmp_path / "nb.ipynb").read_text() == notebook
+
+
+def test_diff_of_a_path_with_spaces_applies_with_patch_and_git(tmp_path):
+    folder = tmp_path / "my dir"
+    folder.mkdir()
+    (folder / "t x.py").write_text(LOAD_TWICE)
+    patch_text = doctor("fix", ".", "--target", "a100", "--diff", cwd=tmp_path).stdout
+    assert patch_text.startswith("--- my dir/t x.py\t\n")
+    (tmp_path / "fix.patch").write_text(patch_text)
+    if shutil.which("git"):
+        subprocess.run(["git", "init", "-q", "."], cwd=tmp_path, check=True)
+        check = subprocess.run(["git", "apply", "--check", "-p0", "fix.patch"], cwd=tmp_path, capture_output=True)
+        assert check.returncode == 0, check.stderr
+    if shutil.which("patch"):
+        applied = subprocess.run(["patch", "-p0", "-i", "fix.patch"], cwd=tmp_path, capture_output=True, text=True)
+        assert applied.returncode == 0, applied.stdout
+        assert "torch_dtype" not in (folder / "t x.py").read_text()

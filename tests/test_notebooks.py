@@ -219,3 +219,29 @@ def test_a_notebooks_own_pip_pins_are_the_versions_it_runs(tmp_path, install, fi
     assert ("PD216" in {f.rule_id for f in result.findings}) is fires
     if not fires:
         assert facts.scripts[0].stack.get("transformers").version == "4.11.3"
+
+
+@pytest.mark.parametrize("first", [["%%bash\n", "pip install -q torch transformers\n"], ["%pip install -q torch\n"]])
+def test_an_import_a_fix_adds_goes_after_the_notebooks_magics(tmp_path, first):
+    """`%%bash` must open its cell and `%pip install` must run before the import: the import a fix needs goes into
+    the first Python after them, and the notebook still runs and checks."""
+    cells = [
+        {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": 1, "source": first},
+        {
+            "cell_type": "code",
+            "metadata": {},
+            "outputs": [],
+            "execution_count": 2,
+            "source": ["from torch.cuda.amp import GradScaler\n", "scaler = GradScaler()\n"],
+        },
+    ]
+    path = tmp_path / "nb.ipynb"
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    run = [sys.executable, "-m", "precision_doctor"]
+    done = subprocess.run([*run, "fix", str(path), "--target", "a100", "--yes"], capture_output=True, text=True)
+    assert "applied" in done.stdout, done.stdout + done.stderr
+    written = json.loads(path.read_text())["cells"]
+    assert written[0]["source"] == first  # the magic cell as it was
+    assert "import torch\n" in written[1]["source"] and "torch.amp.GradScaler('cuda')" in "".join(written[1]["source"])
+    again = subprocess.run([*run, "check", str(path), "--target", "a100"], capture_output=True, text=True)
+    assert again.returncode == 0, again.stdout + again.stderr

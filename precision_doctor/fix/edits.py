@@ -16,7 +16,7 @@ from ..model.findings import Edit
 from ..model.python_source import parse_quietly
 from ..model.util import python_lines, record
 from ..system import safe_io
-from ..system.notebooks import NotFound, is_notebook, notebook_code, written_back
+from ..system.notebooks import CELL_MARK, NOTEBOOK_LINE, NotFound, is_notebook, notebook_code, written_back
 
 BOM = "\ufeff"
 
@@ -92,8 +92,8 @@ class FileChange:
         for line in difflib.unified_diff(
             python_lines(bom + (self.container or self.before), keepends=True),
             python_lines(bom + self.file_after, keepends=True),
-            fromfile=name,
-            tofile=name,
+            fromfile=name + ("\t" if " " in name else ""),  # as git writes it: `patch` ends a name at a space
+            tofile=name + ("\t" if " " in name else ""),  # otherwise, or at a tab
         ):
             out.append(line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n")
         return "".join(out)
@@ -353,7 +353,9 @@ def _add_import(module: cst.Module, statement: str) -> cst.Module:
                 pass
             if _imports_name(code, statement):
                 return module
-    # the end of the leading block: a later import (mid-file, after the code that needs the name) is no place
+    # the end of the leading block: a later import (mid-file, after the code that needs the name) is no place.
+    # In a notebook the block runs on past its IPython lines (`%pip install`, a `%%bash` cell, read as `pass`):
+    # the import goes after them, never above a cell magic (which must open its cell) or before the install
     at = 0
     for i, s in enumerate(module.body):
         if not isinstance(s, cst.SimpleStatementLine):
@@ -364,10 +366,17 @@ def _add_import(module: cst.Module, statement: str) -> cst.Module:
             and isinstance(first, cst.Expr)
             and isinstance(first.value, (cst.SimpleString, cst.ConcatenatedString))
         )
-        if not (docstring or isinstance(first, (cst.Import, cst.ImportFrom))):
+        magic = NOTEBOOK_LINE.match(module.code_for_node(s).strip()) is not None
+        if not (docstring or magic or isinstance(first, (cst.Import, cst.ImportFrom))):
             break
         at = i + 1
     body = list(module.body)
+    if at < len(body):  # the cell marks above the statement it goes before stay above the import too
+        lines = list(body[at].leading_lines)
+        marks = [k for k, line in enumerate(lines) if line.comment and CELL_MARK.match(line.comment.value)]
+        if marks:
+            new = new.with_changes(leading_lines=lines[: marks[-1] + 1])
+            body[at] = body[at].with_changes(leading_lines=lines[marks[-1] + 1 :])
     body.insert(at, new)
     return module.with_changes(body=body)
 

@@ -15,8 +15,8 @@ import re
 from ..model.util import record
 
 NOTEBOOK_SUFFIX = ".ipynb"
-_MARK = re.compile(r"^# %% \[cell (\d+)\]$", re.M)  # a line of its own (`findall` over the whole text too)
-_MAGIC_MARK = re.compile(r"^(\s*)pass  # notebook line (\d+)$")
+CELL_MARK = re.compile(r"^# %% \[cell (\d+)\]$", re.M)  # a line of its own (`findall` over the text too)
+NOTEBOOK_LINE = re.compile(r"^(\s*)pass  # notebook line (\d+)$")  # an IPython line, read as `pass`
 _MAGIC = re.compile(r"^\s*(!|%|\w+\s*=\s*[!%])|\?\s*$")
 
 
@@ -82,7 +82,7 @@ def cell_line(text: str, line: int) -> tuple[int, int] | None:
     """(cell, line in the cell) of a line of the notebook's Python text; None before the first cell."""
     lines = text.splitlines()
     for index in range(min(line, len(lines)) - 1, -1, -1):
-        found = _MARK.match(lines[index])
+        found = CELL_MARK.match(lines[index])
         if found:
             return int(found.group(1)), line - index - 1
     return None
@@ -94,13 +94,13 @@ def written_back(raw: str, code: NotebookCode, edited: str) -> str:
     cells: dict[int, list[str]] = {}
     current: list[str] | None = None
     for line in edited.splitlines(keepends=True):
-        found = _MARK.match(line.rstrip("\r\n"))
+        found = CELL_MARK.match(line.rstrip("\r\n"))
         if found:
             current = cells.setdefault(int(found.group(1)), [])
             continue
         if current is None:  # an edit above the first cell (an import added at the top): the first cell's
-            current = cells.setdefault(min((int(m) for m in _MARK.findall(edited)), default=1), [])
-        magic = _MAGIC_MARK.match(line.rstrip("\r\n"))
+            current = cells.setdefault(min((int(m) for m in CELL_MARK.findall(edited)), default=1), [])
+        magic = NOTEBOOK_LINE.match(line.rstrip("\r\n"))
         if magic and int(magic.group(2)) < len(code.magics):
             line = code.magics[int(magic.group(2))] + "\n"
         current.append(line)
