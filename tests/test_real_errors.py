@@ -764,3 +764,20 @@ def test_pd401_deepspeeds_fp16_cast_of_a_quantized_model(tiny_llama, run_check):
     result, _ = run_check(code, target="a100:2", launcher="deepspeed --num_gpus 2 train.py")
     finding = next(f for f in result.findings if f.rule_id == "PD401")
     assert finding.error == f"ValueError: {err.value}"
+
+
+def test_pd207_a_second_unscale_before_update_raises_as_its_fix_says(run_check):
+    """PD207 leaves a partly unscaled loop (`if step % 2 == 0: scaler.unscale_(opt)`) to the user instead of adding a
+    second unscale_ before the later clip, because GradScaler refuses two in one step."""
+    from .conftest import check_example
+
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    scaler.scale(model(torch.ones(2, 4)).sum()).backward()
+    scaler.unscale_(opt)
+    with pytest.raises(RuntimeError, match=r"unscale_\(\) has already been called on this optimizer"):
+        scaler.unscale_(opt)
+    result, _ = check_example(run_check, get_rule("PD207").fires[1])
+    (finding,) = [f for f in result.findings if f.rule_id == "PD207"]
+    assert "a second call before update() raises" in finding.fix.description and not finding.fix.edits

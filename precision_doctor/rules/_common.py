@@ -233,6 +233,11 @@ def exclusive(a: Call, b: Call) -> bool:
     return any(br.line in sides and sides[br.line] != br.taken for br in b.branches)
 
 
+def runs_whenever(a: Call, b: Call) -> bool:
+    """`a` runs on every path `b` runs on (inside the same loop body): each `if` side `a` sits in, `b` sits in too."""
+    return {(br.line, br.taken) for br in a.branches} <= {(br.line, br.taken) for br in b.branches}
+
+
 def only_on_some_paths(bug: tuple[Call | None, ...], entry: Call | None) -> str:
     """How the path the bug sits on is chosen, when it is only some of the paths to the training entry: the first
     `if` a bug call sits in that the entry does not ("" when every path to training passes the bug)."""

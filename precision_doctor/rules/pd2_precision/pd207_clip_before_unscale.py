@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...derive import Setup, call_evidence
 from ...model.facts import ScriptFacts
 from ...model.findings import Applicability, Draft, Edit, Fix
-from .._common import exclusive
+from .._common import exclusive, runs_whenever
 from ..registry import Example, rule
 from ._amp_loop import LOOP_HEAD
 
@@ -40,6 +40,15 @@ def _scaler_targets(script: ScriptFacts) -> set[str]:
             "    scaler.scale(loss).backward()\n    scaler.unscale_(opt)\n"
             "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
             "    scaler.step(opt)\n    scaler.update()\n",
+        ),
+        Example(
+            LOOP_HEAD + "scaler = torch.amp.GradScaler('cuda')\nfor step, x in enumerate(loader):\n"
+            "    with torch.autocast('cuda', dtype=torch.float16):\n        loss = model(x).sum()\n"
+            "    scaler.scale(loss).backward()\n    if step % 2 == 0:\n        scaler.unscale_(opt)\n"
+            "        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+            "    torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)\n"
+            "    scaler.step(opt)\n    scaler.update()\n",
+            note="the unscale_ runs on even steps only: the second clip sees scaled gradients on odd ones",
         ),
     ],
     silent=[
@@ -79,10 +88,18 @@ def clip_before_unscale(script: ScriptFacts, setup: Setup):
         if not before:
             continue
         last_scale = max(before, key=lambda s: s.location.line)
-        if any(
-            u.scope == clip.scope and last_scale.location.line < u.location.line < clip.location.line for u in unscales
-        ):
+        between = [
+            u
+            for u in unscales
+            if u.scope == clip.scope
+            and last_scale.location.line < u.location.line < clip.location.line
+            and not exclusive(u, clip)
+        ]
+        if any(runs_whenever(u, clip) for u in between):
             continue
+        # an unscale_ only on some of the clip's paths (`if step % 2 == 0:`): a second one before the clip would
+        # raise on the paths that have both ("unscale_() has already been called ... since the last update()")
+        partly = next((u for u in between), None)
         scaler = last_scale.receiver
         # the optimizer as this scope writes it (`self.optimizer`), from its own scaler.step(...) call
         steps = [
@@ -97,6 +114,22 @@ def clip_before_unscale(script: ScriptFacts, setup: Setup):
             if setup.optimizers and setup.optimizers[0].target
             else "optimizer"
         )
+        if partly is not None:
+            yield Draft(
+                "gradients are clipped while still multiplied by the loss scale on the paths that skip the "
+                f"unscale_ at line {partly.location.line}",
+                evidence=(
+                    call_evidence(last_scale, "loss scaled"),
+                    call_evidence(partly, "unscaled on some paths only"),
+                    call_evidence(clip, "clipped, on every path"),
+                ),
+                fix=Fix(
+                    f"call {scaler}.unscale_({optimizer}) once, on every path, before the first clip (move it out of "
+                    "its if): a second call before update() raises",
+                    applicability=Applicability.DISPLAY,
+                ),
+            )
+            continue
         yield Draft(
             "gradients are clipped while still multiplied by the loss scale (no unscale_ before clipping)",
             evidence=(call_evidence(last_scale, "loss scaled"), call_evidence(clip, "clipped before unscale_")),
