@@ -16,8 +16,8 @@ from ..registry import Example, LogSignature, rule
     why="Stale suppressions hide the next real finding on that line and make the gate harder to trust.",
     error="no error: the comment is dead weight",
     fix="Remove the comment, or the id that no longer applies.",
-    applicability=Applicability.SAFE,
-    fix_safety="Safe: it suppresses nothing.",
+    applicability=Applicability.DISPLAY,
+    fix_safety="Display only: delete the comment (or the id from it) by hand; it suppresses nothing.",
     log=LogSignature(from_logs=False),
     fires=[Example("import torch\nx = torch.zeros(3)  # precision-doctor: ignore[PD201]\n")],
     silent=[
@@ -44,6 +44,6 @@ def unused_suppression(suppressions):
             yield Draft(
                 f"suppression of {what} matches nothing: {why}",
                 evidence=(Evidence(s.location, "", "unused suppression"),),
-                fix=Fix("remove the comment (or the id from it)", Applicability.SAFE),
+                fix=Fix("remove the comment (or the id from it)", Applicability.DISPLAY),
                 path=s.location.path,
             )

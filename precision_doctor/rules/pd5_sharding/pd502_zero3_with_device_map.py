@@ -6,7 +6,7 @@ from __future__ import annotations
 from ...derive import Setup, decide, evidence_of
 from ...derive.sharding import zero3_shards_the_load
 from ...model.facts import KNOWN, MachineFacts, ScriptFacts, StackFacts
-from ...model.findings import Applicability, Draft, Fix
+from ...model.findings import Applicability, Draft, Edit, Fix
 from ..registry import Example, rule
 from ._distributed import HEAD, _script, in_script_first
 
@@ -32,11 +32,20 @@ from ._distributed import HEAD, _script, in_script_first
                 ", bf16=True",
                 load=", dtype=torch.bfloat16, device_map='auto'",
                 order="args-first",
-            )
+            ),
+            fixed=_script(
+                "{'zero_optimization': {'stage': 3}, 'bf16': {'enabled': 'auto'}}",
+                ", bf16=True",
+                load=", dtype=torch.bfloat16",
+                order="args-first",
+            ),
         ),
         Example(
             HEAD + "args = TrainingArguments('out', bf16=True)\n"
             "model = AutoModelForCausalLM.from_pretrained('m', dtype=torch.bfloat16, device_map='auto')\n"
+            "Trainer(model=model, args=args).train()\n",
+            fixed=HEAD + "args = TrainingArguments('out', bf16=True)\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', dtype=torch.bfloat16)\n"
             "Trainer(model=model, args=args).train()\n",
             launcher="accelerate launch --use_deepspeed --zero_stage 3 --num_processes 2 train.py",
             note="ZeRO-3 from the launcher: TrainingArguments registers it",
@@ -72,6 +81,17 @@ def zero3_with_device_map(script: ScriptFacts, setup: Setup, machine: MachineFac
                 fix=Fix(
                     f"drop {name}= under ZeRO-3",
                     applicability=Applicability.UNSAFE if name == "quantization_config" else Applicability.SAFE,
+                    edits=_removal(load, name),
                 ),
             )
             return
+
+
+def _removal(load, name: str) -> tuple[Edit, ...]:
+    """The keyword taken out of the call where it is written there (not one that arrives through **kwargs, nor a
+    recipe's setting: `fix` edits code only)."""
+    written = load.kwargs.get(name)
+    if written is None or written.text.startswith("**") or not load.location.path.endswith((".py", ".ipynb")):
+        return ()
+    callee = load.callee.rsplit(".", 1)[-1]
+    return (Edit("remove_kwarg", load.location.path, load.location.line, call=callee, name=name),)
