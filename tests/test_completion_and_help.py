@@ -2,6 +2,7 @@
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -81,3 +82,31 @@ def test_help_is_coloured_on_a_terminal_only_and_laid_out_alike():
     assert "\x1b[36m--target\x1b[0m" in forced and "\x1b[1moptions:\x1b[0m" in forced
     assert ESCAPES.sub("", forced) == plain  # colour added to the laid-out text, never moving a column
     assert "\x1b[" not in help_text(FORCE_COLOR="1", NO_COLOR="1")
+
+
+def test_bash_completes_the_forms_people_type(tmp_path):
+    (tmp_path / "my dir").mkdir()
+    (tmp_path / "my dir" / "train.py").write_text("")
+    assert complete(tmp_path, "check", "my") == ["my dir"]  # one word, spaces and all
+    assert complete(tmp_path, "check", "my dir/t") == ["my dir/train.py"]
+    assert {"a100", "a10g"} <= set(complete(tmp_path, "check", "--target", "=", "a10"))  # `--target=a10`
+    assert complete(tmp_path, "check", "--format", "=", "") == ["text", "json", "sarif", "concise", "github"]
+    assert "cpu" in complete(tmp_path, "check", "--target", "c")
+    assert "PD201,PD202" in complete(tmp_path, "check", "--select", "PD201,PD20")
+    assert complete(tmp_path, "completion", "") == ["bash", "zsh", "fish"]
+
+
+@pytest.mark.skipif(not shutil.which("zsh"), reason="zsh is not installed")
+def test_the_zsh_script_loads_in_a_bare_zsh_without_errors(tmp_path):
+    script = tmp_path / "complete.zsh"
+    script.write_text(script_for(build_parser(), "zsh"))
+    done = subprocess.run(["zsh", "-f", "-c", f"source {script}"], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0 and not done.stderr, done.stderr
+
+
+@pytest.mark.skipif(not shutil.which("fish"), reason="fish is not installed")
+def test_the_fish_script_parses(tmp_path):
+    script = tmp_path / "complete.fish"
+    script.write_text(script_for(build_parser(), "fish"))
+    done = subprocess.run(["fish", "--no-execute", str(script)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -161,6 +161,7 @@ def test_sarif_fingerprints_survive_moved_code_and_paths_are_relative(tree):
         (["rule", "fp16-params-with-grad-scalar"], "did you mean 'fp16-params-with-grad-scaler'?"),
         (["fix", "x.py", "--no-cache"], "--no-cache is an option of `check` only"),  # not "did you mean --no-cache"
         (["rules", "--target", "a100"], "--target is an option of `check`, `fix`, `explain`, `memory`, `snapshot`"),
+        (["--no-cache", "check", "x.py"], "--no-cache goes after the command: `precision-doctor check --no-cache"),
     ],
 )
 def test_did_you_mean(args, hint):
@@ -192,3 +193,10 @@ def test_the_per_rule_counts_say_each_severity_as_reported():
         ("PD216", 8, "error", "1 error, 7 warnings", "keyword-removed"),
         ("PD201", 1, "error", "error", "fp16-params-with-grad-scaler"),
     ]
+
+
+def test_a_misspelt_option_is_matched_against_the_commands_own():
+    proc = doctor("fix", "x.py", "--no-cahce")  # check's --no-cache is no option of fix: suggesting it misleads
+    assert proc.returncode == 2 and "--no-cache" not in proc.stderr.split("unrecognized arguments: --no-cahce")[1]
+    proc = doctor("check", "x.py", "--no-cahce")
+    assert "did you mean '--no-cache'?" in proc.stderr

@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         split = args.index("--")
         args, script_args = args[:split], tuple(args[split + 1 :])
     parser = build_parser()
+    named = next((a for a in args if not a.startswith("-")), "")  # the command, for suggestions; argparse decides
+    if isinstance(parser, Parser) and named in COMMANDS:
+        parser.command = named
     opts = None
     for stream in (sys.stdout, sys.stderr):  # a terminal or log that cannot show ✗ or → gets \u2717, not a crash
         if hasattr(stream, "reconfigure") and not stream.closed:

@@ -49,9 +49,11 @@ def bounded(kind: type, low: float, high: float):
 class Parser(argparse.ArgumentParser):
     options: tuple[str, ...] = ()  # every option of every command, for "did you mean" on an unrecognised one
     owners: dict[str, tuple[str, ...]] = {}  # option -> the commands that take it
+    command = ""  # the command the line names, once known: suggestions come from its options
 
     def error(self, message: str) -> None:  # one line, exit 2, like every other bad input
-        raise InputError(f"{message}{_suggestion(message, self.options, self.owners)} (see `{self.prog} --help`)")
+        hint = _suggestion(message, self.options, self.owners, self.command)
+        raise InputError(f"{message}{hint} (see `{self.prog} --help`)")
 
     def _get_formatter(self):
         # argparse's formatter reads the terminal's width with shutil, which imports three compression modules
@@ -99,7 +101,9 @@ def _terminal_columns() -> int:
     return columns if columns > 0 else 80
 
 
-def _suggestion(message: str, options: tuple[str, ...], owners: dict[str, tuple[str, ...]] | None = None) -> str:
+def _suggestion(
+    message: str, options: tuple[str, ...], owners: dict[str, tuple[str, ...]] | None = None, command: str = ""
+) -> str:
     """ "did you mean" for a mistyped command, option or choice, from argparse's own message."""
     import re
 
@@ -110,12 +114,18 @@ def _suggestion(message: str, options: tuple[str, ...], owners: dict[str, tuple[
         return did_you_mean(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))
     unknown = re.search(r"unrecognized arguments: (.*)", message)
     if unknown:
+        owners = owners or {}
+        if command:  # the command's own options, not another's
+            options = tuple(o for o in options if command in owners.get(o, (command,)))
         for word in unknown.group(1).split():
-            taken_by = (owners or {}).get(word.split("=", 1)[0], ())
+            name = word.split("=", 1)[0]
+            taken_by = owners.get(name, ())
+            if command in taken_by:  # `precision-doctor --no-cache check x.py`
+                return f"; {name} goes after the command: `precision-doctor {command} {name} ...`"
             if taken_by:  # spelt right, given to a command that does not take it
-                return f"; {word.split('=', 1)[0]} is an option of `{'`, `'.join(taken_by)}` only"
+                return f"; {name} is an option of `{'`, `'.join(taken_by)}` only"
             if word.startswith("-"):
-                hint = did_you_mean(word.split("=", 1)[0].replace("_", "-"), options)
+                hint = did_you_mean(name.replace("_", "-"), options)
                 if hint:
                     return hint
     return ""

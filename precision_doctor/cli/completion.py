@@ -55,12 +55,20 @@ def _values(action: argparse.Action) -> list[str] | str | None:
     return "files" if action.dest in PATH_DESTS else ""
 
 
+def _positional_choices(sub: argparse.ArgumentParser) -> str:
+    """The choices of a command's positional argument (`completion bash`), space-separated; "" when none."""
+    for action in sub._actions:
+        if not action.option_strings and action.choices:
+            return " ".join(str(c) for c in action.choices)
+    return ""
+
+
 def _words() -> dict[str, list[str]]:
-    from ..probes.target import PROFILES
+    from ..probes.target import CPU_TARGET, PROFILES
     from ..rules.catalog import rules
 
     return {
-        "targets": sorted({n for p in PROFILES for n in (p.name, *p.aliases)}),
+        "targets": sorted({CPU_TARGET, *(n for p in PROFILES for n in (p.name, *p.aliases))}),
         "rules": sorted(r.id for r in rules()),
     }
 
@@ -71,7 +79,7 @@ def script_for(parser: argparse.ArgumentParser, shell: str) -> str:
     if shell == "fish":
         helps = {a.dest: a.help or "" for a in _subcommands(parser)._choices_actions}
         return _fish(commands, words, helps)
-    return _bash(commands, words) + (_ZSH_PRELUDE if shell == "zsh" else "")
+    return (_ZSH_PRELUDE if shell == "zsh" else "") + _bash(commands, words)
 
 
 def _bash(commands: dict[str, argparse.ArgumentParser], words: dict[str, list[str]]) -> str:
@@ -91,12 +99,23 @@ def _bash(commands: dict[str, argparse.ArgumentParser], words: dict[str, list[st
                 values.append(f"        {name}:{option}) values={shlex.quote(listed)} ;;")
     first = " ".join(commands)
     rule_ids = " ".join(words["rules"])
+    for name, sub in commands.items():  # a positional with choices (`completion bash`)
+        shells = _positional_choices(sub)
+        if shells:
+            values.append(
+                f'        {name}:{name}) [[ $COMP_CWORD -eq 2 && "$cur" != -* ]] && values={shlex.quote(shells)} ;;'
+            )
     return f"""# precision-doctor completion for bash: eval "$(precision-doctor completion bash)"
 _precision_doctor() {{
-    local cur prev command opts values
+    local cur prev command opts values prefix
     cur="${{COMP_WORDS[COMP_CWORD]}}"
     prev="${{COMP_WORDS[COMP_CWORD-1]}}"
     COMPREPLY=()
+    if [[ "$cur" == "=" ]]; then  # `--target=`: bash splits the word at `=`
+        cur=""
+    elif [[ "$prev" == "=" && $COMP_CWORD -ge 2 ]]; then
+        prev="${{COMP_WORDS[COMP_CWORD-2]}}"
+    fi
     if [[ $COMP_CWORD -eq 1 ]]; then
         COMPREPLY=($(compgen -W "{first} --help --version" -- "$cur"))
         return 0
@@ -110,12 +129,14 @@ _precision_doctor() {{
         values={shlex.quote(rule_ids)}
     fi
     if [[ "$values" == files ]]; then
-        COMPREPLY=($(compgen -f -- "$cur"))
+        mapfile -t COMPREPLY < <(compgen -f -- "$cur")
         return 0
     elif [[ "$values" == none ]]; then
         return 0
     elif [[ -n "$values" ]]; then
-        COMPREPLY=($(compgen -W "$values" -- "$cur"))
+        prefix=""
+        [[ "$cur" == *,* ]] && prefix="${{cur%,*}},"  # a list: `--select PD201,PD2`
+        COMPREPLY=($(compgen -P "$prefix" -W "$values" -- "${{cur##*,}}"))
         return 0
     fi
     case "$command" in
@@ -125,7 +146,7 @@ _precision_doctor() {{
     if [[ "$cur" == -* ]]; then
         COMPREPLY=($(compgen -W "$opts" -- "$cur"))
     else
-        COMPREPLY=($(compgen -f -- "$cur"))
+        mapfile -t COMPREPLY < <(compgen -f -- "$cur")
     fi
     return 0
 }}
@@ -133,15 +154,17 @@ complete -o filenames -F _precision_doctor precision-doctor
 """
 
 
-_ZSH_PRELUDE = """# zsh: through bash completion's compatibility layer
-autoload -U +X bashcompinit 2>/dev/null && bashcompinit
-complete -o filenames -F _precision_doctor precision-doctor
+_ZSH_PRELUDE = """# zsh: through bash completion's compatibility layer (compinit first, where .zshrc has not loaded it)
+(( $+functions[compdef] )) || { autoload -U +X compinit && compinit -u }
+autoload -U +X bashcompinit && bashcompinit
 """
 
 
 def _fish(commands: dict[str, argparse.ArgumentParser], words: dict[str, list[str]], helps: dict[str, str]) -> str:
     lines = ["# precision-doctor completion for fish", "complete -c precision-doctor -f"]
-    takes_paths = " ".join(n for n, sub in commands.items() if any(not a.option_strings for a in sub._actions))
+    takes_paths = " ".join(
+        n for n, sub in commands.items() if any(not a.option_strings and not a.choices for a in sub._actions)
+    )
     lines.append(f"complete -c precision-doctor -n '__fish_seen_subcommand_from {takes_paths}' -F")
     for name, sub in commands.items():
         described = shlex.quote(helps.get(name, "")[:60])
@@ -163,6 +186,9 @@ def _fish(commands: dict[str, argparse.ArgumentParser], words: dict[str, list[st
                 listed = words[kind] if isinstance(kind, str) else kind
                 tail = " -r -f -a " + shlex.quote(" ".join(listed))
             lines.append(f"complete -c precision-doctor -n '__fish_seen_subcommand_from {name}' {spec}{tail}")
+        chosen = _positional_choices(sub)
+        if chosen:
+            lines.append(f"complete -c precision-doctor -n '__fish_seen_subcommand_from {name}' -f -a '{chosen}'")
         if name == "rule":
             ids = shlex.quote(" ".join(words["rules"]))
             lines.append(f"complete -c precision-doctor -n '__fish_seen_subcommand_from rule' -f -a {ids}")
