@@ -32,6 +32,11 @@ def findings(report: str) -> list[dict]:
     return json.loads(report)["findings"]
 
 
+def not_checked(report: str) -> set[str]:
+    """The files a report could not check (a fix that broke a file's syntax shows here)."""
+    return {u.get("path", "") for u in json.loads(report)["unknowns"] if u.get("what") == "not checked"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("folder")
@@ -72,6 +77,8 @@ def main() -> None:
             for f in findings(after.stdout)
             if f["severity"] == "error" and f["id"] not in errors_before.get(f["path"], set())
         ]
+        unreadable_before = not_checked(before.stdout)
+        worse += [f"{path}: not checked after the fixes" for path in not_checked(after.stdout) - unreadable_before]
     total = sum(len(v) for v in promised.values())
     print(f"{opts.folder}: {len(promised)} files with a fix marked safe, {total} such findings")
     print(f"  kept (finding gone after fix --yes): {kept}")
