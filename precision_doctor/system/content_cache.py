@@ -19,18 +19,18 @@ from __future__ import annotations
 
 import hashlib
 import os
-import pickle
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..model.errors import InputError
 from . import reads
-from .safe_io import OwnFolder
-from .state import APP
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from .safe_io import OwnFolder
+
+T = TypeVar("T")  # safe_io and pickle are imported when a cache is used: --no-cache and the API pay nothing
 
 FORMAT = "facts-1"  # the entries' folder: a change to what an entry holds takes a new name
 MAX_ENTRY_BYTES = 16 * 1024 * 1024
@@ -54,6 +54,8 @@ def configure(enabled: bool, folder: str | None = None) -> None:
 
 def cache_home() -> tuple[str, tuple[str, ...]]:
     """The folder that holds the entries, as (a folder, the names below it the doctor makes and owns)."""
+    from .state import APP
+
     if _settings.folder:
         return os.path.abspath(os.path.expanduser(_settings.folder)), (FORMAT,)
     xdg = os.environ.get("XDG_CACHE_HOME", "")
@@ -78,6 +80,7 @@ def prepare() -> None:
 
 def _open_folder() -> OwnFolder | None:
     from .programs import checked_trees
+    from .safe_io import OwnFolder
 
     home, parts = cache_home()
     where = os.path.join(home, *parts)
@@ -142,6 +145,8 @@ def _key(kind: str, asked: tuple) -> str:
 
 def _hit(folder: OwnFolder, name: str, job_env: Mapping[str, str] | None, returns: type | tuple) -> Any:
     """(manifest, value) of a well-formed entry of this doctor whose reads are all unchanged, else None."""
+    import pickle
+
     try:
         entry = pickle.loads(folder.read(name, MAX_ENTRY_BYTES, private=True))
         fingerprint, manifest, value = entry
@@ -157,6 +162,8 @@ def _hit(folder: OwnFolder, name: str, job_env: Mapping[str, str] | None, return
 
 
 def _store(folder: OwnFolder, name: str, entry: tuple) -> None:
+    import pickle
+
     try:
         data = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # a value that does not pickle is recomputed next time  # noqa: BLE001
