@@ -76,7 +76,11 @@ def _note(kind: str, path: Any, dir_fd: Any = None, got: Any = None) -> None:
     except TypeError:
         return  # the call itself will refuse it
     if not os.path.isabs(name):
-        name = os.path.join(os.getcwd(), name)
+        try:
+            name = os.path.join(os.getcwd(), name)
+        except OSError:  # the working directory is gone: the read stands, its entry is not kept
+            _frames[-1].unsafe = "the working directory cannot be read"
+            return
     if name.startswith(_OWN_FILES):  # the doctor's own code and data: in every cache key already
         return
     if ".." not in name.split(os.sep):  # `a/../b` is resolved through links by the kernel: kept as named
