@@ -87,13 +87,14 @@ class FileChange:
         line's own newline kept (a CRLF file's patch carries CRLF lines), the BOM in the first line as in the
         file, and `\\ No newline at end of file` after a last line that has none."""
         name = label or self.path
+        header = name + ("\t" if " " in name else "")  # as git writes it: `patch` ends a name at a space or a tab
         bom = BOM if self.bom else ""
         out = []
         for line in difflib.unified_diff(
             python_lines(bom + (self.container or self.before), keepends=True),
             python_lines(bom + self.file_after, keepends=True),
-            fromfile=name + ("\t" if " " in name else ""),  # as git writes it: `patch` ends a name at a space
-            tofile=name + ("\t" if " " in name else ""),  # otherwise, or at a tab
+            fromfile=header,
+            tofile=header,
         ):
             out.append(line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n")
         return "".join(out)

@@ -85,6 +85,15 @@ def set_kwarg(call: Call, name: str, new: str) -> Edit | None:
     )
 
 
+def remove_kwarg(call: Call, name: str) -> Edit | None:
+    """Take a keyword out of the call that writes it; None where the call shows none (it arrives through **kwargs,
+    or the call is a recipe's or a parser's, which `fix` does not edit)."""
+    written = call.kwargs.get(name)
+    if written is None or written.text.startswith("**") or call.text.startswith("(parsed"):
+        return None
+    return Edit("remove_kwarg", call.location.path, call.location.line, call=call.callee.rsplit(".", 1)[-1], name=name)
+
+
 def present(*maybe: Edit | None) -> tuple[Edit, ...]:
     """The edits that could be made (an edit is None where the value cannot be changed in place)."""
     return tuple(e for e in maybe if e is not None)

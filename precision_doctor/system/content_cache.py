@@ -79,13 +79,13 @@ def prepare() -> None:
 
 
 def _open_folder() -> OwnFolder | None:
-    from .programs import checked_trees
+    from .programs import checked_trees, inside
     from .safe_io import OwnFolder
 
     home, parts = cache_home()
     where = os.path.join(home, *parts)
     real = os.path.realpath(where)
-    tree = next((t for t in checked_trees() if real == t or real.startswith(t.rstrip(os.sep) + os.sep)), None)
+    tree = next((t for t in checked_trees() if inside(real, [t])), None)
     if tree is not None:
         raise InputError(
             f"the cache folder {where} is inside {tree}, which this run checks or stands in: the doctor loads "

@@ -242,8 +242,8 @@ def _remove_stale_temps(folder: str, name: str) -> None:
     except OSError:
         return
     for entry in entries:
-        match = _TEMP.match(entry)
-        if not match or match.group("name") != name[:_NAME_ROOM] or _alive(int(match.group("pid"))):
+        match = _killed_writers_temp(entry)
+        if not match or match.group("name") != name[:_NAME_ROOM]:
             continue
         full = os.path.join(folder, entry)
         try:
@@ -252,6 +252,12 @@ def _remove_stale_temps(folder: str, name: str) -> None:
                 os.unlink(full)
         except OSError:
             pass
+
+
+def _killed_writers_temp(entry: str) -> re.Match | None:
+    """A temp file's name, matched, when the writer that made it is gone."""
+    match = _TEMP.match(entry)
+    return match if match and not _alive(int(match.group("pid"))) else None
 
 
 def _alive(pid: int) -> bool:
@@ -384,8 +390,7 @@ class OwnFolder:
     def remove_stale_temps(self) -> None:
         """Temp files of writers that were killed (their pid is gone)."""
         for entry in self.names():
-            match = _TEMP.match(entry)
-            if match and not _alive(int(match.group("pid"))):
+            if _killed_writers_temp(entry):
                 self.remove(entry)
 
     def names(self) -> list[str]:

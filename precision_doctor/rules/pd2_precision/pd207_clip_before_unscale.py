@@ -99,7 +99,7 @@ def clip_before_unscale(script: ScriptFacts, setup: Setup):
             continue
         # an unscale_ only on some of the clip's paths (`if step % 2 == 0:`): a second one before the clip would
         # raise on the paths that have both ("unscale_() has already been called ... since the last update()")
-        partly = next((u for u in between), None)
+        partly = between[0] if between else None
         scaler = last_scale.receiver
         # the optimizer as this scope writes it (`self.optimizer`), from its own scaler.step(...) call
         steps = [

@@ -6,7 +6,8 @@ from __future__ import annotations
 from ...derive import Setup, decide, evidence_of
 from ...derive.sharding import zero3_shards_the_load
 from ...model.facts import KNOWN, MachineFacts, ScriptFacts, StackFacts
-from ...model.findings import Applicability, Draft, Edit, Fix
+from ...model.findings import Applicability, Draft, Fix
+from .._common import present, remove_kwarg
 from ..registry import Example, rule
 from ._distributed import HEAD, _script, in_script_first
 
@@ -72,6 +73,8 @@ def zero3_with_device_map(script: ScriptFacts, setup: Setup, machine: MachineFac
     if not zero3_shards_the_load(setup, stack):
         return  # no ZeRO-3, or registered after loading (zero.Init does not apply to this load)
     where, load = setup.sharding.evidence, setup.model_load
+    if load is None:  # (zero3_shards_the_load asks for a load)
+        return
     for name in ("device_map", "low_cpu_mem_usage", "quantization_config", "load_in_4bit", "load_in_8bit"):
         v = decide(load.kwarg(name), machine, stack)
         if v.state == KNOWN and v.value not in (None, False):
@@ -81,17 +84,7 @@ def zero3_with_device_map(script: ScriptFacts, setup: Setup, machine: MachineFac
                 fix=Fix(
                     f"drop {name}= under ZeRO-3",
                     applicability=Applicability.UNSAFE if name == "quantization_config" else Applicability.SAFE,
-                    edits=_removal(load, name),
+                    edits=present(remove_kwarg(load, name)),  # code only: fix writes no recipe
                 ),
             )
             return
-
-
-def _removal(load, name: str) -> tuple[Edit, ...]:
-    """The keyword taken out of the call where it is written there (not one that arrives through **kwargs, nor a
-    recipe's setting: `fix` edits code only)."""
-    written = load.kwargs.get(name)
-    if written is None or written.text.startswith("**") or not load.location.path.endswith((".py", ".ipynb")):
-        return ()
-    callee = load.callee.rsplit(".", 1)[-1]
-    return (Edit("remove_kwarg", load.location.path, load.location.line, call=callee, name=name),)
