@@ -18,6 +18,14 @@ else:  # typing has it from Python 3.11; at run time it only marks the decorator
 
 T = TypeVar("T")
 
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def is_config_path(path: object) -> bool:
+    """A recipe or config file (YAML, JSON): checked as its tool runs it; `fix` lists its changes as steps and
+    never writes it."""
+    return str(path).lower().endswith(CONFIG_SUFFIXES)
+
 
 class StrEnum(str, enum.Enum):
     """An enum whose members are their string values: they compare, format and serialise as those strings."""

@@ -9,6 +9,7 @@ from ..derive import Fact, Setup
 from ..derive.optimizer import FP32_MATH, FUSED_MATH, optimizer_of
 from ..model.facts import CONDITIONAL, KNOWN, Call, MachineFacts, ScriptFacts, StackFacts, Value
 from ..model.findings import Edit, Fix
+from ..model.util import is_config_path
 
 _PURE_FP16 = (
     "fp16 weights trained without loss scaling underflow (PD204): NaN with a for-each AdamW, steps far "
@@ -40,7 +41,12 @@ def native_bf16(machine: MachineFacts) -> bool | None:
 
 def literal_edit(value: Value | None, new: str) -> Edit | None:
     """Replace a value where it is written: the variable, dict entry or argparse/dataclass default that holds
-    it, not the call it reaches."""
+    it, not the call it reaches. None where that is a recipe or config file, which `fix` never writes."""
+    edit = _literal_edit(value, new)
+    return None if edit is None or is_config_path(edit.path) else edit
+
+
+def _literal_edit(value: Value | None, new: str) -> Edit | None:
     if value is None or value.state != KNOWN or not value.origins:
         return None
     literal = value.origins[-1]
@@ -68,7 +74,12 @@ def set_kwarg(call: Call, name: str, new: str) -> Edit | None:
     if existing is not None:
         if existing.state == KNOWN:
             return literal_edit(existing, new)
-        if existing.state == CONDITIONAL and existing.location is not None:  # replace the hardware check itself
+        if (
+            existing.state == CONDITIONAL
+            and existing.location is not None
+            and not is_config_path(existing.location.path)
+        ):
+            # replace the hardware check itself
             return Edit(
                 "replace_value",
                 existing.location.path,

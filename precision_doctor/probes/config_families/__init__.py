@@ -16,17 +16,14 @@ from typing import Any
 
 from ...model.errors import InputError
 from ...model.facts import ScriptFacts
+from ...model.util import CONFIG_SUFFIXES as CONFIG_SUFFIXES
+from ...model.util import is_config_path as is_config_path
 from ...system.sources import Unreadable
 from ..config_files import ConfigDoc, ConfigError, read_config
 from . import accelerate, axolotl, llamafactory, trl
 from ._builder import Builder
 
 FAMILIES: tuple[ModuleType, ...] = (axolotl, llamafactory, trl, accelerate)  # the first whose keys match
-CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
-
-
-def is_config_path(path: Path) -> bool:
-    return path.suffix.lower() in CONFIG_SUFFIXES
 
 
 def family_of(doc: ConfigDoc) -> ModuleType | None:

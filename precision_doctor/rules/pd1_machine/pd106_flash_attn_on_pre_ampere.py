@@ -14,6 +14,18 @@ from .._common import (
 from ..registry import Example, LogSignature, rule
 from ._hardware import _trainer, pre_ampere
 
+# the recipe key that asks for SDPA, in the framework's own words (`fix` never writes a recipe)
+_SDPA_IN_RECIPE = {"LLaMA-Factory": "flash_attn: sdpa", "Axolotl": "attn_implementation: sdpa"}
+
+
+def _sdpa_step(script: ScriptFacts, written: str) -> str:
+    """The fix as a step: the script's keyword, or the recipe's key in place of the line that asks for FlashAttention
+    (`flash_attention: true`, `flash_attn: fa2`)."""
+    if script.recipe is None:
+        return "use attn_implementation='sdpa'"
+    key = _SDPA_IN_RECIPE.get(script.recipe.family, "attn_implementation: sdpa")
+    return f"replace `{written}` with `{key}` in the recipe" if ":" in written else f"write `{key}` in the recipe"
+
 
 @rule(
     "PD106",
@@ -73,7 +85,7 @@ def flash_attn_on_pre_ampere(script: ScriptFacts, machine: MachineFacts, stack: 
                 severity="warning" if if_installed else None,
                 evidence=(evidence_of(v, v.value, load),),
                 fix=Fix(
-                    "use attn_implementation='sdpa'",
+                    _sdpa_step(script, v.text),
                     applicability=Applicability.SAFE,
                     edits=present(set_kwarg(load, "attn_implementation", "'sdpa'")),
                 ),
