@@ -2,6 +2,7 @@
 seed stories re-expressed in each family's config, each with its correct twin."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -401,3 +402,88 @@ def test_axolotl_replaces_a_recipes_device_map_under_several_processes(tmp_path,
         [str(path)], target="a100:2", launcher="axolotl train cfg.yml", stack_overrides=CURRENT, **machine_probes()
     )
     assert not [f for f in engine.run(facts).findings if f.rule_id in ("PD112", "PD302")]
+
+
+GEMMA2_CONFIG = (
+    '{"model_type": "gemma2", "architectures": ["Gemma2ForCausalLM"], "torch_dtype": "bfloat16", "hidden_size": 2304, '
+    '"intermediate_size": 9216, "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4, '
+    '"vocab_size": 256000, "head_dim": 256}'
+)
+LF_GEMMA2 = (
+    "model_name_or_path: {ckpt}\nstage: sft\ndo_train: true\nfinetuning_type: lora\ntemplate: gemma\n"
+    "dataset: alpaca_en_demo\noutput_dir: out\n{extra}"
+)
+
+
+def _lf_gemma2(tmp_path, extra, target):
+    (tmp_path / "ckpt").mkdir(exist_ok=True)
+    (tmp_path / "ckpt" / "config.json").write_text(GEMMA2_CONFIG)
+    path = tmp_path / "lf.yaml"
+    path.write_text(LF_GEMMA2.format(ckpt=tmp_path / "ckpt", extra=extra))
+    facts = gather([str(path)], target=target, stack_overrides=CURRENT, **machine_probes())
+    return {(f.rule_id, f.severity) for f in engine.run(facts).findings}
+
+
+@pytest.mark.parametrize(
+    "attn,refused",
+    [("sdpa", True), ("disabled", False), ("auto", False)],  # Gemma2PreTrainedModel._supports_sdpa = False
+)
+def test_llamafactory_sdpa_on_gemma_2_is_refused_by_transformers(tmp_path, attn, refused):
+    """LLaMA-Factory passes `flash_attn: sdpa` on as attn_implementation="sdpa" (attention.py:92-93); transformers
+    5.x refuses it for Gemma 2 while building the model, where LLaMA-Factory only warns (attention.py:55-58)."""
+    found = _lf_gemma2(tmp_path, f"bf16: true\nflash_attn: {attn}\n", "a100")
+    assert (("PD218", "error") in found) is refused
+
+
+@pytest.mark.parametrize("target,emulated", [("t4", True), ("v100", True), ("a100", False)])
+def test_llamafactory_without_a_precision_loads_bf16_where_the_guard_counts_emulation(tmp_path, target, emulated):
+    """No bf16/fp16: infer_optim_dtype loads a bf16 checkpoint in bf16 where is_torch_bf16_gpu_available() answers
+    True (extras/misc.py:241-248), which on torch >= 2.3 counts emulation: a T4 or V100 trains in emulated bf16."""
+    found = _lf_gemma2(tmp_path, "flash_attn: disabled\n", target)
+    assert (("PD102", "warning") in found) is emulated
+
+
+def test_a_recipe_fix_is_a_step_in_the_recipes_words_never_an_edit_of_the_yaml(tmp_path):
+    """`fix` writes Python only: a finding on a recipe value says which key to write and is display only (it once
+    carried a "safe" edit of `'flash_attention_2'` on the YAML line `flash_attn: fa2`, which `fix` then refused)."""
+    path = tmp_path / "lf.yaml"
+    path.write_text(LF_ATTENTION.format(attn="fa2"))
+    before = path.read_bytes()
+    facts = gather([str(path)], target="t4", stack_overrides=CURRENT, **machine_probes())
+    pd106 = next(f for f in engine.run(facts).findings if f.rule_id == "PD106")
+    assert pd106.fix.edits == () and not pd106.fix.safe
+    assert "`flash_attn: sdpa`" in pd106.fix.description
+    done = subprocess.run(
+        [sys.executable, "-m", "precision_doctor", "fix", str(path), "--target", "t4", "--yes", "--no-cache"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert "does not parse" not in done.stdout + done.stderr
+    assert path.read_bytes() == before
+
+
+def test_llamafactory_loads_gpt_oss_with_its_hub_kernel_whatever_flash_attn_says(tmp_path):
+    """configure_attn_implementation gives gpt_oss the vllm-flash-attn3 hub kernel before reading `flash_attn`
+    (attention.py:34-44): `flash_attn: fa2` on a T4 is not FlashAttention-2 there."""
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text(
+        '{"model_type": "gpt_oss", "architectures": ["GptOssForCausalLM"], "torch_dtype": "bfloat16"}'
+    )
+    path = tmp_path / "lf.yaml"
+    path.write_text(LF_GEMMA2.format(ckpt=tmp_path / "ckpt", extra="bf16: true\nflash_attn: fa2\n"))
+    facts = gather([str(path)], target="t4", stack_overrides=CURRENT, **machine_probes())
+    load = next(c for c in facts.scripts[0].calls if c.kind == "model_load")
+    assert load.kwarg("attn_implementation").value == "kernels-community/vllm-flash-attn3"
+    assert "PD106" not in {f.rule_id for f in engine.run(facts).findings}
+
+
+@pytest.mark.parametrize("tf32,target,refused", [("auto", "t4", False), ("true", "t4", True), ("auto", "a100", False)])
+def test_axolotl_tf32_auto_is_its_own_guard(tmp_path, tf32, target, refused):
+    """`tf32: auto` becomes `is_torch_tf32_available()` (config.py:1778-1782): off below Ampere, so nothing fails;
+    `tf32: true` on a T4 is refused."""
+    recipe = (
+        "base_model: meta-llama/Llama-3.2-1B\nadapter: lora\nlora_r: 16\nlora_target_linear: true\nfp16: true\n"
+        f"micro_batch_size: 2\ntf32: {tf32}\n"
+    )
+    assert ("PD103" in _run_recipe(tmp_path, "ax.yml", recipe, target=target)) is refused

@@ -266,6 +266,111 @@ def test_llamafactory_launches_decide_as_its_launcher_does(tmp_path, monkeypatch
         assert len(found) == 1 and said in found[0], found
 
 
+_MEGATRON = (
+    "model_name_or_path: meta-llama/Llama-3.2-1B\nstage: sft\ndo_train: true\nfinetuning_type: full\n"
+    "dataset: alpaca_en_demo\ntemplate: llama3\noutput_dir: out\nbf16: true\n"
+)
+
+
+@pytest.mark.parametrize(
+    "written,launcher,said",
+    [
+        # get_train_args sets use_megatron_bridge from the launch variables, not from the recipe (parser.py:395-411)
+        ("use_megatron_bridge: true\ndeepspeed: ds.json\n", "FORCE_TORCHRUN=1 llamafactory-cli train config.yml", None),
+        (
+            "deepspeed: ds.json\n",
+            "USE_MEGATRON_BRIDGE=1 llamafactory-cli train config.yml",
+            "incompatible with DeepSpeed",
+        ),
+        (
+            "use_megatron_bridge: false\ndeepspeed: ds.json\n",
+            "USE_MEGATRON_BRIDGE=true llamafactory-cli train config.yml",
+            "DeepSpeed",
+        ),
+        ("use_megatron_bridge: true\n", "USE_MCA=1 llamafactory-cli train config.yml", "together with MCA"),
+        ("use_mca: true\n", "USE_MEGATRON_BRIDGE=1 llamafactory-cli train config.yml", "together with MCA"),
+        ("use_mca: true\n", "FORCE_TORCHRUN=1 llamafactory-cli train config.yml", None),  # USE_MCA not set: off
+    ],
+)
+def test_llamafactory_megatron_bridge_is_turned_on_by_the_launch(tmp_path, monkeypatch, written, launcher, said):
+    (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 2}}\n')
+    found = _refusals(tmp_path, monkeypatch, _MEGATRON + written, "a100:1", launcher)
+    megatron = [m for m in found if "Megatron Bridge" in m]
+    if said is None:
+        assert not megatron, megatron
+    else:
+        assert len(megatron) == 1 and said in megatron[0], found
+
+
+@pytest.mark.parametrize(
+    "sizes,launcher,target,said",
+    [
+        (
+            "tensor_model_parallel_size: 4\n",
+            "USE_MEGATRON_BRIDGE=1 llamafactory-cli train config.yml",
+            "a100:2",
+            "(4) exceeds `world_size` (2)",
+        ),
+        (
+            "tensor_model_parallel_size: 4\n",
+            "USE_MEGATRON_BRIDGE=1 NNODES=2 llamafactory-cli train config.yml",
+            "a100:2",
+            None,
+        ),
+        (
+            "tensor_model_parallel_size: 3\n",
+            "USE_MEGATRON_BRIDGE=1 llamafactory-cli train config.yml",
+            "a100:4",
+            "(3) must divide `world_size` (4)",
+        ),
+        (
+            "context_parallel_size: 2\nexpert_model_parallel_size: 2\n",
+            "USE_MEGATRON_BRIDGE=1 NPROC_PER_NODE=2 llamafactory-cli train config.yml",
+            "a100:8",
+            "(4) exceeds `world_size` (2)",
+        ),
+        (
+            "tensor_model_parallel_size: 8\n",
+            "USE_MEGATRON_BRIDGE=1 torchrun --nnodes $NNODES --nproc_per_node 4 src/train.py config.yml",
+            "a100:4",
+            None,
+        ),  # nodes not read: not judged
+        (
+            "tensor_model_parallel_size: 8\n",
+            "USE_MEGATRON_BRIDGE=1 torchrun --nnodes 2 --nproc_per_node 4 src/train.py config.yml",
+            "a100:4",
+            None,
+        ),
+        (
+            "tensor_model_parallel_size: 8\n",
+            "USE_MEGATRON_BRIDGE=1 torchrun --nproc_per_node 4 src/train.py config.yml",
+            "a100:4",
+            "(8) exceeds `world_size` (4)",
+        ),
+        ("tensor_model_parallel_size: 8\n", "llamafactory-cli train config.yml", "a100:4", None),  # no Megatron Bridge
+    ],
+)
+def test_megatron_bridge_parallel_sizes_are_judged_against_the_launchs_world_size(
+    tmp_path, monkeypatch, sizes, launcher, target, said
+):
+    found = [m for m in _refusals(tmp_path, monkeypatch, _MEGATRON + sizes, target, launcher) if "parallel size" in m]
+    if said is None:
+        assert not found, found
+    else:
+        assert len(found) == 1 and said in found[0], found
+
+
+@pytest.mark.parametrize("target,refused", [("a100:2", True), ("a100:1", False)])
+def test_axolotl_reentrant_qlora_rl_refusal_needs_more_than_one_rank(tmp_path, monkeypatch, target, refused):
+    recipe = (
+        "base_model: meta-llama/Llama-3.2-1B\nmicro_batch_size: 2\nadapter: qlora\nload_in_4bit: true\n"
+        "lora_target_linear: true\nbf16: true\nrl: dpo\ngradient_checkpointing: true\n"
+        "gradient_checkpointing_kwargs:\n  use_reentrant: true\n"
+    )
+    said = _refusals(tmp_path, monkeypatch, recipe, target, "axolotl train config.yml")
+    assert any("distributed RL training with QLoRA" in m for m in said) is refused, said
+
+
 # Checks that ask the job's environment (a package installed or missing): they answer where the environment read
 # is the job's (the framework is installed there, or given with --stack), and stay silent where it is not.
 _NEEDS_PACKAGES = [c for c in CHECKS if c.versions.get("axolotl") or c.versions.get("llamafactory")]
@@ -403,3 +508,28 @@ def _refusals_with_python(tmp_path: Path, recipe: Path, python: Path, env: dict 
     )
     assert out.returncode == 0, out.stderr
     return [f["message"] for f in json.loads(out.stdout)["findings"] if f["id"] == "PD701"]
+
+
+@pytest.mark.parametrize(
+    "extra,said",
+    [
+        ("attn_implementation: sdpa\n", "attn_implementation='sdpa' is currently not supported on Ascend NPU."),
+        ("flash_attention: true\n", "flash_attention is currently not supported in Ascend npu"),
+        ("optimizer: adamw_bnb_8bit\n", "adamw_bnb_8bit is currently not supported in Ascend npu"),
+        ("load_in_8bit: true\n", "please disable load_in_8bit"),
+        ("tf32: true\n", "tf32 dtype is currently not supported in Ascend npu"),
+        ("attn_implementation: eager\noptimizer: adamw_torch_fused\ntf32: false\n", None),
+    ],
+)
+def test_axolotl_refuses_what_ascend_npus_lack_where_the_jobs_environment_has_torch_npu(
+    tmp_path, monkeypatch, extra, said
+):
+    recipe = "base_model: meta-llama/Llama-3.2-1B\nmicro_batch_size: 2\nadapter: lora\nbf16: true\n" + extra
+    npu = [
+        m
+        for m in _refusals(tmp_path, monkeypatch, recipe, versions={"axolotl": "0.18.0", "torch-npu": "2.7.1"})
+        if "npu" in m.lower() or "NPU" in m
+    ]
+    assert npu == ([] if said is None else [m for m in npu if said in m]) and bool(npu) is (said is not None), npu
+    # the same recipe with no torch_npu in the job's environment: a GPU job, not judged as an NPU one
+    assert not [m for m in _refusals(tmp_path, monkeypatch, recipe) if "npu" in m.lower()]

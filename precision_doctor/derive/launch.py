@@ -15,6 +15,7 @@ from ..knowledge.launchers import (
     RECIPE_CLIS,
     TORCHRUN_FREE_PORT_FROM,
     launcher_of,
+    llamafactory_env_enabled,
     torchrun_picks_free_port,
     tune_runs_standalone,
 )
@@ -266,6 +267,31 @@ def distributed(launch: LaunchFacts, plan: LaunchPlan, machine: MachineFacts) ->
     return None
 
 
+def world_size(launch: LaunchFacts, plan: LaunchPlan, machine: MachineFacts) -> int | None:
+    """WORLD_SIZE as the launcher gives each rank: processes per node times nodes. None where either is not read
+    (no launch, a node count written as a variable or an elastic range). One process without a process group is
+    1, as transformers' `TrainingArguments.world_size` says."""
+    if distributed(launch, plan, machine) is False:
+        return 1
+    if plan.processes is None:
+        return None
+    if not launch.known:  # a recipe's own CLI on this machine's GPUs
+        return plan.processes
+    if "num_machines" in launch.options:
+        return None
+    nodes = launch.num_machines
+    env = job_env(launch, machine)
+    if launch.launcher == "llamafactory-cli":  # torchrun --nnodes NNODES (launcher.py)
+        nodes = whole_number(env.get("NNODES", "1"), 1, 1 << 20) or 0
+    elif launch.launcher == "torchrun" and nodes == 1 and "PET_NNODES" in env:  # what --nnodes defaults to
+        nodes = whole_number(env["PET_NNODES"], 1, 1 << 20) or 0
+    elif launch.launcher == "accelerate" and nodes == 1:
+        config = launch.accelerate_config or (machine.host.accelerate_config if machine.host else {})
+        written = config.get("num_machines", 1)
+        nodes = written if isinstance(written, int) and not isinstance(written, bool) else 0
+    return plan.processes * nodes if nodes > 0 else None
+
+
 def plan_of_script(
     plan: LaunchPlan, accelerator: Call | None, imports: tuple[str, ...], launch: LaunchFacts, machine: MachineFacts
 ) -> LaunchPlan:
@@ -398,9 +424,7 @@ def _llamafactory_processes(
 def forced_torchrun(env: dict[str, str]) -> bool:
     """llamafactory-cli starts torchrun even on one GPU with FORCE_TORCHRUN (or USE_MCA / USE_MEGATRON_BRIDGE),
     read by its `is_env_enabled`: "true", "y" or "1" (launcher.py, extras/misc.py)."""
-    return any(
-        env.get(name, "").lower() in ("true", "y", "1") for name in ("FORCE_TORCHRUN", "USE_MCA", "USE_MEGATRON_BRIDGE")
-    )
+    return any(llamafactory_env_enabled(env, name) for name in ("FORCE_TORCHRUN", "USE_MCA", "USE_MEGATRON_BRIDGE"))
 
 
 def _rendezvous_port(launch: LaunchFacts, machine: MachineFacts) -> tuple[int, bool, str]:

@@ -192,6 +192,11 @@ RECIPE_CLIS = {
 }
 
 
+def llamafactory_env_enabled(env: dict[str, str], name: str) -> bool:
+    """LLaMA-Factory's `is_env_enabled` (extras/misc.py): the variable is "true", "y" or "1", any case."""
+    return env.get(name, "").lower() in ("true", "y", "1")
+
+
 PYTHON_VALUE_OPTIONS = ("-X", "-W", "--check-hash-based-pycs")
 # modules `python -m` runs that are launchers themselves
 LAUNCHER_MODULES = {

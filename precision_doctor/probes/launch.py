@@ -239,6 +239,8 @@ def _read_flags(launcher: str, rest: list[str], command: str, source: str, recip
     for key in ("fabric_precision", "fabric_accelerator", "fabric_strategy", "include"):
         if key in values:
             options[key] = values[key]
+    if "num_machines" in values and not isinstance(values["num_machines"].value, int):
+        options["num_machines"] = values["num_machines"]  # `--nnodes $NNODES`, `--nnodes 1:4`: a count not read
     kw = {k: v for k, v in values.items() if k in ("num_processes", "mixed_precision", "main_process_port")}
     machines = values.get("num_machines")
     config = values.get("config_file")

@@ -73,6 +73,7 @@ TRACKED = (
     "ms-amp",
     "gptqmodel",
     "autoawq",
+    "torch-npu",  # Ascend's PyTorch adapter: an environment with it runs on NPUs (transformers is_torch_npu_available)
 )
 _NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 _CONDA_NAMES = {"pytorch": "torch"}  # conda package names that differ from the Python distribution

@@ -8,6 +8,7 @@ from dataclasses import field
 from ...model.facts import KNOWN, Gpu, RecipeFacts, StackFacts, VersionSource
 from ...model.util import record
 from .. import bf16_checks
+from ..launchers import llamafactory_env_enabled
 from ..versions import at_least, version_tuple
 
 # the distribution each family installs as: where it is installed in the environment read (or given with
@@ -32,6 +33,8 @@ class RecipeView:
         gpu_count: int = 0,
         model_type: str = "",
         stored_quantization: str = "",
+        world_size: int | None = None,
+        env: dict[str, str] | None = None,
     ):
         self.recipe = recipe
         self.gpu = gpu
@@ -43,6 +46,10 @@ class RecipeView:
         self.model_type = model_type  # the checkpoint's model_type, where the doctor knows it ("" otherwise)
         # the checkpoint's quantization_config.quant_method where it is stored quantized ("gptq"; "" otherwise)
         self.stored_quantization = stored_quantization
+        self.world_size = world_size  # WORLD_SIZE each rank gets (derive.launch.world_size); None: not known
+        # the launch variables the job starts with, as far as the doctor reads them: the launch line's own, over
+        # this machine's (or the snapshot's); a variable set nowhere the doctor reads counts as unset
+        self.env = env or {}
 
     def get(self, key: str, default: object = None) -> object:
         """The setting as written (a dotted path for nested keys); `default` when absent or not a plain value."""
@@ -72,6 +79,9 @@ class RecipeView:
                 except ValueError:
                     pass
         return found
+
+    def env_enabled(self, name: str) -> bool:
+        return llamafactory_env_enabled(self.env, name)
 
     def torch_at_least(self, version: str) -> bool:
         return at_least(self.stack, "torch", version)

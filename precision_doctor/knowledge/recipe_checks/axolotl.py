@@ -90,6 +90,28 @@ def _reentrant(v: RecipeView) -> object:
     return v.get("gradient_checkpointing_kwargs.use_reentrant")
 
 
+def _npu_refusal(v: RecipeView) -> str:
+    """check_npu_config (validation.py:1241-1284), in its order, where `is_torch_npu_available()` holds: the job's
+    environment has torch_npu (Ascend's PyTorch adapter), as far as the doctor reads that environment."""
+    if not v.installed("torch-npu"):
+        return ""
+    attention = v.get("attn_implementation")
+    if attention in ("flash_attention_2", "flash_attention_3", "sdpa"):
+        return f"attn_implementation={attention!r} is currently not supported on Ascend NPU."
+    for legacy in ("flash_attention", "sdp_attention"):
+        if v.get(legacy):
+            return f"{legacy} is currently not supported in Ascend npu, please disable this configuration."
+    optimizer = v.get("optimizer")
+    if isinstance(optimizer, str) and "bit" in optimizer:
+        return f"{optimizer} is currently not supported in Ascend npu, choose another one please."
+    for quantized in ("load_in_8bit", "load_in_4bit"):
+        if v.get(quantized):
+            return f"Quantification is currently not supported in Ascend npu, please disable {quantized}."
+    if v.get("tf32"):
+        return "tf32 dtype is currently not supported in Ascend npu, please disable this configuration"
+    return ""
+
+
 def _qlora_refusal(v: RecipeView) -> str:
     """validate_qlora (peft.py:201-224): the message a qlora recipe gets, if any."""
     if v.get("adapter") != "qlora":
@@ -508,6 +530,32 @@ CHECKS: tuple[RecipeCheck, ...] = (
         "gradient_checkpointing_kwargs:\n  use_reentrant: false\n",
         accepted=_QLORA + "deepspeed: deepspeed_configs/zero3_bf16.json\ngradient_checkpointing: true\n"
         "gradient_checkpointing_kwargs:\n  use_reentrant: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:716-738",
+        "refuses",
+        "The `use_reentrant: True` implementation of gradient checkpointing is not supported for distributed RL "
+        "training with QLoRA. Please set `use_reentrant: False` in `gradient_checkpointing_kwargs`.",
+        ("rl", "gradient_checkpointing", "gradient_checkpointing_kwargs.use_reentrant", "load_in_4bit", "adapter"),
+        # a "before" validator: raw values; `capabilities.n_gpu` is the WORLD_SIZE each rank starts with
+        # (cli/config.py:369), which the launch decides
+        lambda v: (
+            bool(v.get("rl"))
+            and bool(v.get("gradient_checkpointing"))
+            and bool(v.get("gradient_checkpointing_kwargs.use_reentrant"))
+            and bool(v.get("load_in_4bit"))
+            and v.get("adapter") == "qlora"
+            and (v.world_size or 1) > 1
+        ),
+        fix="set `gradient_checkpointing_kwargs: {use_reentrant: false}` (reentrant checkpointing with QLoRA is "
+        "broken in TRL's distributed RL trainers)",
+        fires=_QLORA + "rl: dpo\ngradient_checkpointing: true\ngradient_checkpointing_kwargs:\n  use_reentrant: true\n",
+        accepted=_QLORA + "rl: dpo\ngradient_checkpointing: true\ngradient_checkpointing_kwargs:\n"
+        "  use_reentrant: false\n",
+        target="a100:2",
+        launcher="axolotl train config.yml",
+        reads_launch=True,
     ),
     RecipeCheck(
         FAMILY,
@@ -930,6 +978,30 @@ CHECKS: tuple[RecipeCheck, ...] = (
         fix="turn the LoRA kernels off for a remote-code model, or drop `trust_remote_code`",
         fires=_LORA + "trust_remote_code: true\nlora_qkv_kernel: true\n",
         accepted=_LORA + "trust_remote_code: true\n",
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_V}:1241-1284",
+        "refuses",
+        "Quantification is currently not supported in Ascend npu, please disable load_in_4bit.",
+        (
+            "attn_implementation",
+            "flash_attention",
+            "sdp_attention",
+            "optimizer",
+            "load_in_8bit",
+            "load_in_4bit",
+            "tf32",
+        ),
+        lambda v: bool(_npu_refusal(v)),
+        says=_npu_refusal,
+        raises="NotImplementedError",
+        fix="on Ascend NPU: eager attention, no bitsandbytes quantization or 8-bit optimizer, `tf32: false`",
+        fires=_QLORA,
+        accepted=_BASE + "adapter: lora\nlora_r: 16\nlora_target_linear: true\nbf16: true\n"
+        "attn_implementation: eager\n",
+        versions={"axolotl": "0.18.0", "torch-npu": "2.7.1"},
+        accepted_versions={"axolotl": "0.18.0", "torch-npu": "2.7.1"},
     ),
     RecipeCheck(
         FAMILY,

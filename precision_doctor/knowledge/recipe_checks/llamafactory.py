@@ -218,11 +218,56 @@ def _kt_refusal(v: RecipeView) -> str:
     return ""
 
 
-def _megatron_bridge_refusal(v: RecipeView) -> str:
-    """The Megatron Bridge checks of _check_train_args (parser.py:431-442), in their order."""
-    if not v.get("use_megatron_bridge"):
+def _megatron_bridge_on(v: RecipeView) -> bool:
+    """`finetuning_args.use_megatron_bridge` as get_train_args leaves it (parser.py:395-411): the launch variables
+    decide, not the recipe. USE_MCA (checked first) keeps the recipe's value; USE_MEGATRON_BRIDGE turns it on
+    (`_configure_mbridge_training_args`, parser.py:361-366); with neither it is set False, so a recipe's
+    `use_megatron_bridge: true` alone trains with the Hugging Face Trainer and none of these checks run."""
+    if v.env_enabled("USE_MCA"):
+        return bool(v.get("use_megatron_bridge"))
+    return v.env_enabled("USE_MEGATRON_BRIDGE")
+
+
+def _mca_on(v: RecipeView) -> bool:
+    """`finetuning_args.use_mca` likewise: USE_MCA sets it (`_configure_mca_training_args`); under
+    USE_MEGATRON_BRIDGE the recipe's value stays; with neither it is set False."""
+    if v.env_enabled("USE_MCA"):
+        return True
+    return v.env_enabled("USE_MEGATRON_BRIDGE") and bool(v.get("use_mca"))
+
+
+MEGATRON_PARALLEL_SIZES = (
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "context_parallel_size",
+    "expert_model_parallel_size",
+)
+
+
+def _megatron_parallel_refusal(v: RecipeView) -> str:
+    """_validate_megatron_bridge_parallel_args (parser.py:336-348, called at 444): the product of the parallel
+    sizes (MegatronBridgeArguments, each 1 by default) against WORLD_SIZE, where the launch says it."""
+    if v.world_size is None:
         return ""
-    if v.get("use_mca") or v.get("use_hyper_parallel"):
+    parallel = 1
+    for key in MEGATRON_PARALLEL_SIZES:
+        size = v.typed(key, 1)
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            return ""  # HfArgumentParser refuses it first, with its own message
+        parallel *= size
+    if parallel > v.world_size:
+        return f"Total Megatron Bridge parallel size ({parallel}) exceeds `world_size` ({v.world_size})."
+    if v.world_size % parallel:
+        return f"Total Megatron Bridge parallel size ({parallel}) must divide `world_size` ({v.world_size})."
+    return ""
+
+
+def _megatron_bridge_refusal(v: RecipeView) -> str:
+    """The Megatron Bridge checks of _check_train_args (parser.py:431-444), in their order, where the launch
+    turns Megatron Bridge on."""
+    if not _megatron_bridge_on(v):
+        return ""
+    if _mca_on(v) or v.get("use_hyper_parallel"):
         return "Megatron Bridge cannot be used together with MCA or HyperParallel."
     if v.get("stage", "sft") not in ("pt", "sft"):
         return "Megatron Bridge only supports the `pt` and `sft` stages."
@@ -272,7 +317,7 @@ def _require_version(v: RecipeView, requirement: str) -> str:
 def _missing_dependency(v: RecipeView) -> str:
     """The first package a feature the recipe turns on needs and the job's environment lacks (or has too old)."""
     for key, requirements in EXTRA_DEPENDENCIES:
-        if v.get(key):
+        if _megatron_bridge_on(v) if key == "use_megatron_bridge" else v.get(key):
             for requirement in requirements:
                 if said := _require_version(v, requirement):
                     return said
@@ -876,9 +921,27 @@ CHECKS: tuple[RecipeCheck, ...] = (
         says=_megatron_bridge_refusal,
         fix="run Megatron Bridge alone: `pt` or `sft`, full or LoRA, unquantized, without DeepSpeed, MCA or "
         "HyperParallel",
-        fires=_BASE + "finetuning_type: full\nuse_megatron_bridge: true\ndeepspeed: ds_z2_config.json\n",
-        accepted=_BASE + "finetuning_type: full\nuse_megatron_bridge: true\n",
+        fires=_BASE + "finetuning_type: full\ndeepspeed: ds_z2_config.json\n",
+        accepted=_BASE + "finetuning_type: full\n",
         files={"ds_z2_config.json": ZERO2},
+        launcher="USE_MEGATRON_BRIDGE=1 llamafactory-cli train config.yml",
+        reads_launch=True,
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_PR}:336-348",
+        "refuses",
+        "Total Megatron Bridge parallel size (4) exceeds `world_size` (2).",
+        MEGATRON_PARALLEL_SIZES,
+        lambda v: _megatron_bridge_on(v) and not _megatron_bridge_refusal(v) and bool(_megatron_parallel_refusal(v)),
+        says=_megatron_parallel_refusal,
+        fix="make tensor x pipeline x context x expert parallel sizes divide the processes the launch starts "
+        "(NPROC_PER_NODE x NNODES)",
+        fires=_BASE + "finetuning_type: full\ntensor_model_parallel_size: 2\npipeline_model_parallel_size: 2\n",
+        accepted=_BASE + "finetuning_type: full\ntensor_model_parallel_size: 2\n",
+        target="a100:2",
+        launcher="USE_MEGATRON_BRIDGE=1 llamafactory-cli train config.yml",
+        reads_launch=True,
     ),
     RecipeCheck(
         FAMILY,

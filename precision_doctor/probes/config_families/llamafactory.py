@@ -16,6 +16,7 @@ from ..config_files import ConfigDoc
 from ._builder import Builder, gpu_decides, model_load, trained_model, weights_dtype
 
 NAME = "LLaMA-Factory"
+GPT_OSS_KERNEL = "kernels-community/vllm-flash-attn3"
 VERSION = "0.9.6.dev0"
 
 
@@ -220,7 +221,12 @@ def _unmodelled(b: Builder, finetuning: str) -> str:
 
 
 def _attention(b: Builder) -> dict:
-    """`flash_attn` as the attention implementation LLaMA-Factory asks transformers for (none for `auto`)."""
+    """`flash_attn` as the attention implementation LLaMA-Factory asks transformers for (none for `auto`).
+    gpt_oss always gets the FlashAttention-3 hub kernel, whatever `flash_attn` says (attention.py:34-44)."""
+    found = b.checkpoint(str(b.doc.get("model_name_or_path")))  # the load is not built yet: b.model_type() is ""
+    if found is not None and found.known and found.model_type == "gpt_oss":
+        note = f"{NAME} {VERSION} loads gpt_oss with the {GPT_OSS_KERNEL} hub kernel, whatever flash_attn says"
+        return {"attn_implementation": b.default("attn_implementation", GPT_OSS_KERNEL, note + " (attention.py:34-44)")}
     written = b.doc.get("flash_attn")
     implementation = FLASH_ATTN.get(str(written)) if written is not None else None
     if implementation is None:

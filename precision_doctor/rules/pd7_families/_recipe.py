@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from ...derive import LaunchPlan, Setup, evidence_of
 from ...derive.checkpoint import checkpoint_of
-from ...derive.launch import distributed
+from ...derive.launch import distributed, job_env, world_size
 from ...derive.setup import stored_quantization_says
 from ...knowledge.recipe_checks import RecipeCheck, RecipeView, checks_for
 from ...model.facts import LaunchFacts, MachineFacts, ScriptFacts, StackFacts
@@ -42,6 +42,8 @@ def holding(
         gpu_count=len(machine.gpus) if machine.known else 0,
         model_type=recipe.model_type,
         stored_quantization=checkpoint.quantization if checkpoint is not None else "",
+        world_size=world_size(launch, plan, machine),
+        env=job_env(launch, machine),
     )
     for check in checks_for(recipe.family):
         if check.action != action or (check.gpu and gpu is None) or not check.test(view):
