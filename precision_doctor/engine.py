@@ -23,6 +23,7 @@ from .model.util import record, unique
 from .rules.catalog import rules
 from .rules.registry import REGISTRY, Rule
 from .settings import Policy
+from .system import content_cache
 
 
 @record
@@ -95,9 +96,17 @@ class Judge:
     def __init__(self, facts: Facts, policy: Policy | None = None, keep_setups: bool = False):
         self.facts = facts
         self.keep_setups = keep_setups
-        self.chosen = [r for r in rules() if (policy or Policy()).enabled(r.id)]
+        self.policy = policy or Policy()
+        self.chosen = [r for r in rules() if self.policy.enabled(r.id)]
         self.plan = plan_launch(facts.launch, facts.machine, facts.stack)
         self.runnable = [(i, r) for i, r in enumerate(self.chosen) if not r.after_findings and not _missing(r, facts)]
+
+    def key(self) -> str | None:
+        """A digest of everything a verdict depends on besides the script (the run's facts without scripts, its
+        launch plan, the rules chosen; the rules' own code is in every cache entry's fingerprint); None where it
+        cannot be taken, and then no verdict is cached."""
+        context = replace(self.facts, scripts=(), jobs=(), context=())
+        return content_cache.digest((context, self.plan, self.policy, [r.id for r in self.chosen], self.keep_setups))
 
     def __call__(self, script: ScriptFacts) -> ScriptVerdict:
         facts = self.facts

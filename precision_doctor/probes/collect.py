@@ -730,6 +730,11 @@ class _Finish:
     launch_unknowns: tuple[Unknown, ...]
     resolver: StackResolver | None
 
+    @property
+    def key(self) -> tuple:
+        """What the additions depend on besides the files they read."""
+        return (self.launch_unknowns, self.resolver.identity if self.resolver is not None else None)
+
     def __call__(self, script: ScriptFacts, path: Path) -> tuple[ScriptFacts, StackFacts | None]:
         """The script finished, and its project's stack as read (before the signatures: the run's stack is
         decided on those)."""
@@ -847,16 +852,27 @@ def _judge_all(
     from ..system.pool import Lost, run_parallel
 
     progress.expect(len(entries))
-    chunk = max(1, len(entries) // (jobs * 4))
-    done = run_parallel(
-        _ProbeAndJudge(args, environ, finish, judge),
-        entries,
-        jobs,
-        chunk=chunk,
-        weights=[_size(f) for f, _ in entries],
-        groups=[f.parent for f, _ in entries],
-        on_done=progress.advance,
-    )
+    each = _ProbeAndJudge(args, environ, finish, judge)
+    done = [each.known(e) for e in entries]  # what the cache answers needs no worker
+    todo = [i for i, d in enumerate(done) if d is content_cache.MISS]
+    for _ in range(len(entries) - len(todo)):
+        progress.advance()
+    if len(todo) < PARALLEL_FROM:  # starting workers would cost more than it saves
+        for i in todo:
+            done[i] = each(entries[i])
+            progress.advance()
+    else:
+        computed = run_parallel(
+            each,
+            [entries[i] for i in todo],
+            jobs,
+            chunk=max(1, len(todo) // (jobs * 4)),
+            weights=[_size(entries[i][0]) for i in todo],
+            groups=[entries[i][0].parent for i in todo],
+            on_done=progress.advance,
+        )
+        for i, r in zip(todo, computed, strict=True):
+            done[i] = r
     scripts, verdicts, trains, stacks = [], [], [], []
     for (f, _), r in zip(entries, done, strict=False):
         if isinstance(r, Lost):
@@ -870,12 +886,39 @@ def _judge_all(
 
 
 class _ProbeAndJudge:
-    """A worker's share of a judged run, one script at a time (run in the forked worker, never pickled)."""
+    """One script of a judged run, probed, finished and judged: in a forked worker (never pickled), or here for a
+    few. With the content cache open the whole answer is one entry, found by the script's probe, the run's
+    additions and the judge's context, and trusted while nothing any of them read has changed; `known` gives it
+    without computing (MISS: a worker's job)."""
 
     def __init__(self, args: tuple[str, ...], environ: tuple, finish: _Finish, judge: Callable):
         self.args, self.environ, self.finish, self.judge = args, environ, finish, judge
+        context = getattr(judge, "key", lambda: None)() if content_cache.is_open() else None
+        self.context = (context, finish.key) if context is not None else None
+
+    def known(self, entry: tuple[Path, bool]) -> Any:
+        if self.context is None:
+            return content_cache.MISS
+        return content_cache.peek("judged", self._asked(entry), self.environ[0], tuple)
 
     def __call__(self, entry: tuple[Path, bool]) -> tuple[ScriptFacts, Any, bool, StackFacts | None]:
+        if self.context is None:
+            return self._judged(entry)
+        return content_cache.cached("judged", self._asked(entry), self.environ[0], lambda: self._judged(entry), tuple)
+
+    def _asked(self, entry: tuple[Path, bool]) -> tuple:
+        path, named = entry
+        return (
+            os.fspath(path),
+            named,
+            self.args,
+            self.environ[0] is None,
+            self.environ[1],
+            probe_options(),
+            self.context,
+        )
+
+    def _judged(self, entry: tuple[Path, bool]) -> tuple[ScriptFacts, Any, bool, StackFacts | None]:
         path, named = entry
         script, stack = self.finish(_probe(path, named, self.args, self.environ), path)
         return replace(script, calls=()), self.judge(script), _trains(script), stack

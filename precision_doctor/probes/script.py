@@ -879,6 +879,7 @@ def forget_files() -> None:
     _FILE_CACHE.clear()
     _KINDS.clear()
     _LISTINGS.clear()
+    reads.forget()
 
 
 @contextmanager

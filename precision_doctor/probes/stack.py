@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import weakref
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -18,10 +19,10 @@ from pathlib import Path
 from ..knowledge.versions import CURRENT, TRAINER_SKIPS_DP_FOR_4BIT
 from ..model.facts import LibraryBehaviour, PackageVersion, StackFacts, VersionSource
 from ..model.util import record
-from ..system import content_cache
+from ..system import content_cache, reads
 from ..system.notebooks import is_notebook
 from ..system.sources import Unreadable, is_regular_file, read_prefix, read_text_bounded
-from .versions import TRACKED, canonical_name, declared_for, notebook_requirements
+from .versions import TRACKED, canonical_name, declared_for, declared_in_folder, notebook_requirements
 
 _ML_STACK = ("torch", "transformers")  # an environment without either is not where training runs
 
@@ -233,17 +234,23 @@ class StackResolver:
         self.overrides = {canonical_name(k): v for k, v in (overrides or {}).items()}
         self.environment = None if overrides else environment
         self.installed = installed_versions(self.environment.site_dirs) if self.environment else {}
-        self._behaviours: dict[str, LibraryBehaviour] | None = None
-        self._by_folder: dict[str, StackFacts] = {}
+        # once per run, each value served with the reads behind it (a cached answer that used it records them);
+        # through a weak reference, so a resolver is freed without the cyclic collector
+        me = weakref.ref(self)
+        self.behaviours = reads.remembered(lambda: me()._behaviours())  # type: ignore[union-attr]
+        self._folder_stack = reads.remembered(lambda folder: me()._stack_of_folder(folder))  # type: ignore[union-attr]
 
-    def behaviours(self) -> dict[str, LibraryBehaviour]:
-        if self._behaviours is None:
-            self._behaviours = (
-                installed_behaviours(self.installed["transformers"], self.environment.site_dirs)
-                if self.environment and "transformers" in self.installed
-                else {}
-            )
-        return self._behaviours
+    @property
+    def identity(self) -> tuple:
+        """What decides this resolver's answers besides the files it reads: the versions given, and the
+        environment read with the versions installed there."""
+        where = self.environment.site_dirs if self.environment else ()
+        return (tuple(sorted(self.overrides.items())), where, tuple(sorted(self.installed.items())))
+
+    def _behaviours(self) -> dict[str, LibraryBehaviour]:
+        if self.environment and "transformers" in self.installed:
+            return installed_behaviours(self.installed["transformers"], self.environment.site_dirs)
+        return {}
 
     def environment_stack(self) -> StackFacts:
         """The stack of no particular project: given, installed, else current."""
@@ -251,12 +258,7 @@ class StackResolver:
 
     def for_script(self, script: Path) -> StackFacts:
         """The stack of the script's project (one per folder: its scripts declare through the same files)."""
-        folder = os.path.dirname(os.path.abspath(script))
-        found = self._by_folder.get(folder)
-        if found is None:
-            # only what neither --stack nor the environment decides is read from the project's files
-            wanted = () if self.overrides else tuple(n for n in TRACKED if n not in self.installed)
-            found = self._by_folder[folder] = self._stack(declared_for(script, wanted))
+        found = self._folder_stack(os.path.dirname(os.path.abspath(script)))
         if is_notebook(script) and not self.overrides:  # what its own `!pip install` lines install
             pins = content_cache.cached(
                 "notebook-pins", (os.fspath(script),), None, lambda: notebook_requirements(Path(script)), returns=dict
@@ -265,6 +267,11 @@ class StackResolver:
             if pins:
                 return self._stack({**declared_for(script, TRACKED), **pins}, over_installed=pinned)
         return found
+
+    def _stack_of_folder(self, folder: str) -> StackFacts:
+        # only what neither --stack nor the environment decides is read from the project's files
+        wanted = () if self.overrides else tuple(n for n in TRACKED if n not in self.installed)
+        return self._stack(declared_in_folder(folder, wanted))
 
     def _stack(self, declared: dict, over_installed: set[str] | frozenset[str] = frozenset()) -> StackFacts:
         packages: dict[str, PackageVersion] = {}

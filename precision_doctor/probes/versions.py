@@ -12,12 +12,12 @@ from __future__ import annotations
 import ast
 import os
 import re
-from functools import lru_cache
 from pathlib import Path
 
 from ..knowledge.versions import canonical_name
 from ..model.python_source import literal, parse_quietly
 from ..model.util import record
+from ..system import reads
 from ..system.sources import Unreadable, is_regular_file, parse_toml, read_text_bounded
 from ..system.walk import repository_root
 
@@ -119,13 +119,17 @@ def project_root(start: Path) -> Path:
 
 def declared_for(script: Path, names: tuple[str, ...] = TRACKED) -> dict[str, Declared]:
     """Each of these tracked packages the script's project declares, the nearest dependency file first."""
+    return declared_in_folder(os.path.dirname(os.path.abspath(script)), names)
+
+
+def declared_in_folder(folder: str, names: tuple[str, ...] = TRACKED) -> dict[str, Declared]:
+    """Each of these tracked packages a project declares for the scripts of this folder."""
     if not names:
         return {}
-    folder = Path(os.path.abspath(script)).parent
-    return dict(_declared_from(folder, project_root(folder), names))
+    return dict(_declared_from(Path(folder), project_root(Path(folder)), names))
 
 
-@lru_cache(maxsize=1024)
+@reads.remembered  # a cached answer that used a declaration records the files it was read from
 def _declared_from(folder: Path, root: Path, names: tuple[str, ...]) -> tuple[tuple[str, Declared], ...]:
     found: dict[str, Declared] = {}
     for d in (folder, *folder.parents):
@@ -136,7 +140,7 @@ def _declared_from(folder: Path, root: Path, names: tuple[str, ...]) -> tuple[tu
     return tuple(found.items())
 
 
-@lru_cache(maxsize=1024)
+@reads.remembered
 def _declared_in(folder: Path, names: tuple[str, ...]) -> tuple[tuple[str, Declared], ...]:
     found: dict[str, Declared] = {}
     try:

@@ -43,7 +43,7 @@ class _Settings:
 
 _settings = _Settings()
 _open: list[OwnFolder | None] = [None]
-_counts = {"hits": 0, "misses": 0}
+_counts: dict[tuple[str, str], int] = {}  # (kind, "hits" | "misses") -> how many
 
 
 def configure(enabled: bool, folder: str | None = None) -> None:
@@ -106,9 +106,54 @@ def close() -> None:
         _open[0] = None
 
 
-def counts() -> dict[str, int]:
-    """Hits and misses in this process (a run's workers count their own)."""
-    return dict(_counts)
+def counts(kind: str = "") -> dict[str, int]:
+    """Hits and misses in this process, of one kind of entry ("probe", "judged" ...) or of all (a run's workers
+    count their own)."""
+    return {
+        outcome: sum(n for (k, o), n in _counts.items() if o == outcome and kind in ("", k))
+        for outcome in ("hits", "misses")
+    }
+
+
+MISS = object()  # what peek() gives when there is no entry to use
+
+
+def is_open() -> bool:
+    return _open[0] is not None
+
+
+def digest(value: object) -> str | None:
+    """A digest of value's pickle, for a key that must change whenever any part of value does (a pure function's
+    whole input); None where value does not pickle. The pickler keeps no memo, so the bytes do not depend on which
+    equal parts are one object (a value computed afresh shares strings that one loaded from an entry does not);
+    equal values built differently may still differ: a miss, never a wrong hit."""
+    import io
+    import pickle
+
+    out = io.BytesIO()
+    pickler = pickle.Pickler(out, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler.fast = True  # no memo: identity-free bytes (a cycle raises, and the value goes undigested)
+    try:
+        pickler.dump(value)
+    except Exception:  # noqa: BLE001
+        return None
+    return hashlib.blake2b(out.getbuffer(), digest_size=32).hexdigest()
+
+
+def peek(kind: str, asked: tuple, job_env: Mapping[str, str] | None, returns: type | tuple = object) -> Any:
+    """What cached() would give without computing: the entry's value while nothing it read has changed, else
+    MISS (a run decides which files need workers before starting them)."""
+    folder = _open[0]
+    if folder is None:
+        return MISS
+    found = _hit(folder, _key(kind, asked), job_env, returns)
+    if found is None:
+        return MISS
+    _counts[kind, "hits"] = _counts.get((kind, "hits"), 0) + 1
+    manifest, value = found
+    for read_kind, key, _ in manifest:  # inside a recorded computation: its reads count there too
+        reads.note_read(read_kind, key)
+    return value
 
 
 def cached(
@@ -120,15 +165,11 @@ def cached(
     folder = _open[0]
     if folder is None:
         return compute()
+    found = peek(kind, asked, job_env, returns)
+    if found is not MISS:
+        return found
     name = _key(kind, asked)
-    found = _hit(folder, name, job_env, returns)
-    if found is not None:
-        _counts["hits"] += 1
-        manifest, value = found
-        for read_kind, key, _ in manifest:  # a probe inside a recorded run: its reads count there too
-            reads.note_read(read_kind, key)
-        return value
-    _counts["misses"] += 1
+    _counts[kind, "misses"] = _counts.get((kind, "misses"), 0) + 1
     with reads.recording() as frame:
         value = compute()
     manifest = reads.manifest(frame, job_env)  # None: a file changed while it was read, or cannot be fingerprinted
@@ -148,7 +189,9 @@ def _hit(folder: OwnFolder, name: str, job_env: Mapping[str, str] | None, return
     import pickle
 
     try:
-        entry = pickle.loads(folder.read(name, MAX_ENTRY_BYTES, private=True))
+        with reads.unrecorded():
+            data = folder.read(name, MAX_ENTRY_BYTES, private=True)
+        entry = pickle.loads(data)
         fingerprint, manifest, value = entry
         if fingerprint != _doctor_fingerprint() or not isinstance(value, returns):
             return None
@@ -171,7 +214,8 @@ def _store(folder: OwnFolder, name: str, entry: tuple) -> None:
     if len(data) > MAX_ENTRY_BYTES:
         return
     try:
-        folder.write(name, data, durable=False)  # a torn entry after a crash is a miss, not worth an fsync each
+        with reads.unrecorded():
+            folder.write(name, data, durable=False)  # a torn entry after a crash is a miss, not worth an fsync each
     except InputError:
         pass  # a full disk or a read-only cache: the run goes on uncached
 

@@ -14,10 +14,12 @@ import builtins
 import functools
 import hashlib
 import io
+import itertools
 import os
 import pathlib
 import stat
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -33,10 +35,14 @@ Manifest = tuple[tuple[str, str, Any], ...]  # each read with its fingerprint
 MAX_HASHED_BYTES = 16 * 1024 * 1024  # larger files (weights a probe only peeks into) by size, time and inode
 
 
+_moments = itertools.count()  # orders frames' starts and fingerprints
+
+
 class Frame:
-    __slots__ = ("reads", "seen", "unsafe")
+    __slots__ = ("reads", "seen", "unsafe", "start")
 
     def __init__(self) -> None:
+        self.start = next(_moments)  # fingerprints taken before this may stand for its reads
         self.reads: set[Read] = set()
         self.seen: dict[Read, Any] = {}  # the fingerprint of what the probe itself got, where known as it read
         self.unsafe = ""  # why what was read cannot be fingerprinted (then nothing is cached)
@@ -229,6 +235,17 @@ def recording() -> Iterator[Frame]:
 
 
 @contextmanager
+def unrecorded() -> Iterator[None]:
+    """The doctor's own files (its cache entries), read or written inside a recording: not the computation's."""
+    owner = _owner[0]
+    _owner[0] = None
+    try:
+        yield
+    finally:
+        _owner[0] = owner
+
+
+@contextmanager
 def nested() -> Iterator[Frame | None]:
     """A frame of its own for a memo value's reads when a recording is on (None when none is)."""
     if not recording_now():
@@ -244,10 +261,21 @@ def replay(frame: Frame | None) -> None:
         _frames[-1].merge(frame)
 
 
+class _Memo(dict):
+    """A remembered() memo, held weakly by forget() (a resolver's own memos go with it)."""
+
+    __slots__ = ("__weakref__",)
+    __hash__ = object.__hash__  # type: ignore[assignment]  # by identity: a set of memos, not of their contents
+
+
+_memos: weakref.WeakSet[_Memo] = weakref.WeakSet()
+
+
 def remembered(compute: Callable[..., T]) -> Callable[..., T]:
     """A memo of `compute` by its (hashable) arguments that keeps the reads behind each value and replays them
     whenever it serves one, so a value computed for one cached answer is never missing from the next one's reads."""
-    memo: dict[tuple, tuple[Any, Frame | None]] = {}
+    memo = _Memo()  # args -> (value, the frame of its reads)
+    _memos.add(memo)
 
     @functools.wraps(compute)
     def served(*args):
@@ -298,16 +326,40 @@ def manifest(frame: Frame, job_env: Mapping[str, str] | None) -> Manifest | None
         return None
     out = []
     for kind, key in sorted(frame.reads):
-        now = fingerprint(kind, key, job_env)
+        now = _fingerprint_once(kind, key, job_env, before=frame.start)
         if frame.seen.get((kind, key), now) != now:
             return None
         out.append((kind, key, now))
     return tuple(out)
 
 
+# this run's fingerprints (forget_checked() empties it), each with the moment it was taken: the entries of a
+# folder's scripts share the libraries, requirements and folders they read, fingerprinted once
+_checked: dict[tuple, tuple[Any, int]] = {}
+
+
+def _fingerprint_once(kind: str, key: str, job_env: Mapping[str, str] | None, before: int | None = None) -> Any:
+    """fingerprint(), taken once a run; with `before`, only one taken before that moment counts (a manifest may
+    record what a file gave before a computation read it, never after: a change in between is then a miss)."""
+    memo = (kind, key, id(job_env) if kind.startswith("jobenv") else None)
+    found = _checked.get(memo)
+    if found is not None and (before is None or found[1] < before):
+        return found[0]
+    now = fingerprint(kind, key, job_env)
+    _checked[memo] = (now, next(_moments))
+    return now
+
+
 def unchanged(entries: Manifest, job_env: Mapping[str, str] | None) -> bool:
-    """Every read gives what it gave when the manifest was taken."""
-    return all(fingerprint(kind, key, job_env) == then for kind, key, then in entries)
+    """Every read gives what it gave when the manifest was taken (as first fingerprinted this run)."""
+    return all(_fingerprint_once(kind, key, job_env) == then for kind, key, then in entries)
+
+
+def forget() -> None:
+    """Files may have changed since the last run in this process: its fingerprints and memo values go."""
+    _checked.clear()
+    for memo in list(_memos):
+        memo.clear()
 
 
 def fingerprint(kind: str, key: str, job_env: Mapping[str, str] | None) -> Any:
