@@ -341,7 +341,7 @@ _checked: dict[tuple, tuple[Any, int]] = {}
 def _fingerprint_once(kind: str, key: str, job_env: Mapping[str, str] | None, before: int | None = None) -> Any:
     """fingerprint(), taken once a run; with `before`, only one taken before that moment counts (a manifest may
     record what a file gave before a computation read it, never after: a change in between is then a miss)."""
-    memo = (kind, key, id(job_env) if kind.startswith("jobenv") else None)
+    memo = (kind, key, id(job_env)) if kind.startswith("jobenv") else (kind, key)
     found = _checked.get(memo)
     if found is not None and (before is None or found[1] < before):
         return found[0]
@@ -351,8 +351,14 @@ def _fingerprint_once(kind: str, key: str, job_env: Mapping[str, str] | None, be
 
 
 def unchanged(entries: Manifest, job_env: Mapping[str, str] | None) -> bool:
-    """Every read gives what it gave when the manifest was taken (as first fingerprinted this run)."""
-    return all(_fingerprint_once(kind, key, job_env) == then for kind, key, then in entries)
+    """Every read gives what it gave when the manifest was taken (as first fingerprinted this run). The loop is
+    the cached run's inner loop: a folder's entries hold tens of thousands of reads, most already fingerprinted."""
+    known = _checked.get
+    for kind, key, then in entries:
+        found = None if kind.startswith("jobenv") else known((kind, key))
+        if (found[0] if found is not None else _fingerprint_once(kind, key, job_env)) != then:
+            return False
+    return True
 
 
 def forget() -> None:
