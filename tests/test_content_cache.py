@@ -232,7 +232,7 @@ def test_every_read_a_probe_makes_is_in_its_entry(project, cache, capsys):
     run(capsys, "a_train.py", "b_train.py", "--target", "a100", cache=cache)
     import pickle
 
-    manifests = [pickle.loads(p.read_bytes())[1] for p in (cache / content_cache.FORMAT).iterdir()]
+    manifests = [pickle.loads(p.read_bytes())[2] for p in (cache / content_cache.FORMAT).iterdir()]
     probed = [m for m in manifests if any(key.endswith("_train.py") and kind == "open" for kind, key, _ in m)]
     assert len(probed) == 2
     for m in probed:  # both scripts' entries hold the helper they import, the first to read it and the second
@@ -460,3 +460,101 @@ def test_an_edited_script_in_a_cached_folder_is_judged_again_alone(project, cach
     second, counts = run_folder(capsys, "--target", "a100", cache=cache)
     assert [f["path"] for f in second["findings"] if f["id"] == "PD214"] == ["s07.py"]
     assert counts == {"hits": MANY - 1, "misses": 1}  # the edited one, judged here
+
+
+# What an independent review found making a cached folder run disagree with an uncached one: each is a case here.
+def _trainers(project: Path, body: str) -> None:
+    for n in range(MANY):
+        (project / f"s{n:02}.py").write_text(body)
+
+
+def test_two_environments_sharing_their_packages_are_two_answers(project, cache, capsys, tmp_path):
+    """The stack names the environment its versions were read from: a run with another --python whose package
+    folders are the same is judged again, not told the first environment's name."""
+    for name in ("A", "B"):
+        (tmp_path / name / "bin").mkdir(parents=True)
+        (tmp_path / name / "bin" / "python").write_text("")
+        (tmp_path / name / "pyvenv.cfg").write_text(
+            f"home = {Path(sys.executable).parent}\ninclude-system-site-packages = true\n"
+        )
+    _trainers(project, TRAIN_WITH_HELPER.replace("fp16=True", "bogus_flag=1"))
+    (project / "helper.py").write_text(HEAD + HELPER_LOAD.format(dtype="float32"))
+
+    def named(python: Path, cache_dir: Path | None) -> set[str]:
+        report, _ = run_folder(capsys, "--target", "a100", "--python", str(python), cache=cache_dir)
+        return {
+            m.split("installed, ", 1)[1].split(")")[0]
+            for f in report["findings"]
+            for m in [f["message"]]
+            if "installed, " in m
+        }
+
+    named(tmp_path / "A" / "bin" / "python", cache)
+    assert named(tmp_path / "B" / "bin" / "python", cache) == named(tmp_path / "B" / "bin" / "python", None)
+
+
+def test_a_link_and_a_file_named_with_its_marker_list_differently(project, cache, capsys):
+    (project / "real").mkdir()
+    (project / "real" / "h.py").write_text(HEAD + HELPER_LOAD.format(dtype="bfloat16"))
+    (project / "helper.py@").write_text("junk\n")
+    _trainers(project, TRAIN_WITH_HELPER)
+    run_folder(capsys, "--target", "t4", cache=cache)
+    (project / "helper.py@").unlink()
+    (project / "helper.py").symlink_to(project / "real" / "h.py")
+    cached, _ = run_folder(capsys, "--target", "t4", cache=cache)
+    assert comparable(cached) == comparable(run_folder(capsys, "--target", "t4", cache=None)[0])
+
+
+def test_an_entry_under_another_entrys_name_is_a_miss(project, cache, capsys):
+    for n in range(MANY):
+        (project / f"s{n:02}.py").write_text(
+            HEAD + f"m = AutoModelForCausalLM.from_pretrained('gpt2', torch_dtype=torch.float{16 if n % 2 else 32})\n"
+        )
+    run_folder(capsys, "--target", "t4", cache=cache)
+    folder = cache / content_cache.FORMAT
+    names = sorted(folder.iterdir())
+    contents = [p.read_bytes() for p in names]
+    for path, data in zip(names, contents[1:] + contents[:1], strict=True):
+        path.write_bytes(data)  # each entry renamed into its neighbour's place
+    cached, counts = run_folder(capsys, "--target", "t4", cache=cache)
+    assert counts["hits"] == 0
+    assert comparable(cached) == comparable(run_folder(capsys, "--target", "t4", cache=None)[0])
+
+
+def test_a_module_created_while_the_folder_is_probed_is_not_cached_as_missing(project, cache, capsys, monkeypatch):
+    """A helper that appears after the folder was listed and before the answers are stored: the answers that saw
+    it missing are not kept, so the next run (the tree now still) agrees with an uncached one."""
+    from precision_doctor.probes import script
+
+    listed = script._listing
+
+    def listing_then_an_editor_saves(folder):
+        found = listed(folder)
+        helper = project / "helper.py"
+        if os.path.realpath(folder) == os.path.realpath(project) and not helper.exists():
+            helper.write_text(HEAD + HELPER_LOAD.format(dtype="bfloat16"))
+        return found
+
+    _trainers(project, TRAIN_WITH_HELPER)
+    monkeypatch.setattr(script, "_listing", listing_then_an_editor_saves)
+    run_folder(capsys, "--target", "t4", cache=cache)
+    monkeypatch.setattr(script, "_listing", listed)
+    cached, _ = run_folder(capsys, "--target", "t4", cache=cache)
+    assert comparable(cached) == comparable(run_folder(capsys, "--target", "t4", cache=None)[0])
+
+
+def test_a_rule_selection_digests_alike_in_every_process():
+    """Sets pickle in an order that follows the string hash seed: a digest of `--ignore PD101,PD201` must not, or
+    a folder run with two ignored rules never finds its answers again."""
+    code = (
+        "from precision_doctor.system import content_cache as c\n"
+        "from precision_doctor.settings import Policy\n"
+        "print(c.digest(Policy(ignore=frozenset({'PD101', 'PD201', 'PD303', 'PD404'}))))\n"
+    )
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": seed}, capture_output=True, text=True
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
+    assert len(digests) == 1 and "None" not in digests.pop()

@@ -830,14 +830,18 @@ def _listing(folder: Path) -> set[str] | None:
     """The names in a folder (None: it cannot be listed); within one run, listed once for all its scripts."""
     key = str(folder)
     if _IN_RUN[0] and key in _LISTINGS:
-        reads.note("list", folder)  # listed for an earlier script: this one read it too
-        return _LISTINGS[key]
+        kept, seen = _LISTINGS[key]
+        reads.note("list", folder, seen)  # listed for an earlier script: this one read it too, as it was then
+        return kept
+    found: set[str] | None
     try:
-        found: set[str] | None = set(os.listdir(folder))
-    except OSError:
-        found = None
+        names, seen = reads.list_folder(folder)
+        found = set(names)
+    except OSError as exc:
+        found, seen = None, ("error", exc.errno)
+    reads.note("list", folder, seen)
     if _IN_RUN[0]:
-        _LISTINGS[key] = found
+        _LISTINGS[key] = found, seen
     return found
 
 
@@ -871,7 +875,7 @@ _FILE_CACHE: dict[tuple, tuple[ScriptFacts, tuple[Path, ...], reads.Frame | None
 
 
 _IN_RUN = [False]  # inside one_run(): scripts are cached too, not only the modules they import
-_LISTINGS: dict[str, set[str] | None] = {}  # folder -> its names, within one run
+_LISTINGS: dict[str, tuple[set[str] | None, object]] = {}  # folder -> its names and listing, within one run
 
 
 def forget_files() -> None:

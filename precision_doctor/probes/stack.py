@@ -243,8 +243,9 @@ class StackResolver:
     @property
     def identity(self) -> tuple:
         """What decides this resolver's answers besides the files it reads: the versions given, and the
-        environment read with the versions installed there."""
-        where = self.environment.site_dirs if self.environment else ()
+        environment read (as the stack names it: two environments may share their package folders) with the
+        versions installed there."""
+        where = (self.environment.label, self.environment.site_dirs) if self.environment else ()
         return (tuple(sorted(self.overrides.items())), where, tuple(sorted(self.installed.items())))
 
     def _behaviours(self) -> dict[str, LibraryBehaviour]:

@@ -6,8 +6,9 @@ the recipes and configs it reads, the checkpoints' config.json): the largest par
 found by what the probe was asked (the path, the launch's script arguments, the job environment's source, the
 working directory, --model-config, the doctor's own code and Python) and trusted only while every read the probe
 made gives what it gave then (system/reads.py: file contents, files looked for and missing, folder listings,
-environment variables). Derivation and the rules always run afresh, against the machine and launch of this run;
-machine probes are never cached.
+environment variables). A folder run judged where its scripts are probed also keeps each script's whole answer
+(facts, versions, verdict), found by what the judge was given too (the run's machine, launch, job, launch plan and
+rules); machine probes are never cached.
 
 Entries live in the user's cache folder ($XDG_CACHE_HOME/precision-doctor, or --cache-dir), never in a
 repository being checked: a cache planted in a checked tree is refused, as the doctor runs nothing from it.
@@ -123,10 +124,10 @@ def is_open() -> bool:
 
 
 def digest(value: object) -> str | None:
-    """A digest of value's pickle, for a key that must change whenever any part of value does (a pure function's
-    whole input); None where value does not pickle. The pickler keeps no memo, so the bytes do not depend on which
-    equal parts are one object (a value computed afresh shares strings that one loaded from an entry does not);
-    equal values built differently may still differ: a miss, never a wrong hit."""
+    """A digest of value, for a key that must change whenever any part of value does (a pure function's whole
+    input, such as a judge's context); None where value does not pickle. Pickled without a memo, so the bytes do
+    not depend on which equal parts are one object, and with every set in sorted order (a set's own order follows
+    the process's string hash seed). Equal values built differently may still differ: a miss, never a wrong hit."""
     import io
     import pickle
 
@@ -134,10 +135,30 @@ def digest(value: object) -> str | None:
     pickler = pickle.Pickler(out, protocol=pickle.HIGHEST_PROTOCOL)
     pickler.fast = True  # no memo: identity-free bytes (a cycle raises, and the value goes undigested)
     try:
-        pickler.dump(value)
+        pickler.dump(_canonical(value))
     except Exception:  # noqa: BLE001
         return None
     return hashlib.blake2b(out.getbuffer(), digest_size=32).hexdigest()
+
+
+def _canonical(value: Any) -> Any:
+    """value with each set a sorted tuple, each record (dataclass) its class name and fields, at any depth."""
+    import dataclasses
+
+    if isinstance(value, (set, frozenset)):
+        items = [_canonical(v) for v in value]
+        try:
+            return ("set", tuple(sorted(items)))
+        except TypeError:
+            return ("set", tuple(sorted(items, key=repr)))
+    if type(value) in (list, tuple):
+        return type(value)(_canonical(v) for v in value)
+    if type(value) is dict:
+        return {k: _canonical(v) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = tuple((f.name, _canonical(getattr(value, f.name))) for f in dataclasses.fields(value))
+        return (type(value).__qualname__, fields)
+    return value
 
 
 def peek(kind: str, asked: tuple, job_env: Mapping[str, str] | None, returns: type | tuple = object) -> Any:
@@ -151,8 +172,8 @@ def peek(kind: str, asked: tuple, job_env: Mapping[str, str] | None, returns: ty
         return MISS
     _counts[kind, "hits"] = _counts.get((kind, "hits"), 0) + 1
     manifest, value = found
-    for read_kind, key, _ in manifest:  # inside a recorded computation: its reads count there too
-        reads.note_read(read_kind, key)
+    for read_kind, key, then in manifest:  # inside a recorded computation: its reads count there too, as they were
+        reads.note_read(read_kind, key, then)
     return value
 
 
@@ -174,7 +195,7 @@ def cached(
         value = compute()
     manifest = reads.manifest(frame, job_env)  # None: a file changed while it was read, or cannot be fingerprinted
     if manifest is not None:
-        _store(folder, name, (_doctor_fingerprint(), manifest, value))
+        _store(folder, name, (_doctor_fingerprint(), name, manifest, value))
     return value
 
 
@@ -192,9 +213,9 @@ def _hit(folder: OwnFolder, name: str, job_env: Mapping[str, str] | None, return
         with reads.unrecorded():
             data = folder.read(name, MAX_ENTRY_BYTES, private=True)
         entry = pickle.loads(data)
-        fingerprint, manifest, value = entry
-        if fingerprint != _doctor_fingerprint() or not isinstance(value, returns):
-            return None
+        fingerprint, stored_as, manifest, value = entry
+        if fingerprint != _doctor_fingerprint() or stored_as != name or not isinstance(value, returns):
+            return None  # another release's, another question's (a file renamed into place), or another type
         if not isinstance(manifest, tuple) or not all(
             isinstance(m, tuple) and len(m) == 3 and isinstance(m[0], str) and isinstance(m[1], str) for m in manifest
         ):

@@ -104,15 +104,27 @@ def saw_content(path: Any, data: bytes) -> None:
         _note("open", path, got=("content", hashlib.blake2b(data, digest_size=20).hexdigest()))
 
 
-def note(kind: str, path: Any) -> None:
-    """A read of `path` made earlier and reused now (a memo table's folder listing)."""
-    _note(kind, path)
+def note(kind: str, path: Any, got: Any = None) -> None:
+    """A read of `path` made earlier and reused now (a memo table's folder listing), with what it gave then where
+    known: an entry is then kept only if it still gives that when written."""
+    _note(kind, path, got=got)
 
 
-def note_read(kind: str, key: str) -> None:
-    """A read made other than through the interposed functions (a memo table replaying one)."""
+def list_folder(path: Any) -> tuple[list[str], str]:
+    """A folder's names and their listing_digest, as one listing (raises OSError as os.listdir does)."""
+    with _real.get("scandir", os.scandir)(path) as found:
+        entries = list(found)
+    return [os.fsdecode(e.name) for e in entries], listing_digest(entries)
+
+
+def note_read(kind: str, key: str, got: Any = None) -> None:
+    """A read made other than through the interposed functions (a memo table or a cache entry replaying one),
+    with its fingerprint then where known."""
     if _frames and threading.get_ident() == _owner[0]:
-        _frames[-1].reads.add((kind, key))
+        if got is None:
+            _frames[-1].reads.add((kind, key))
+        else:
+            _frames[-1].saw((kind, key), got)
 
 
 def modified_time(path: str) -> int:
@@ -131,6 +143,28 @@ def not_cacheable(why: str) -> None:
 
 def recording_now() -> bool:
     return bool(_frames) and threading.get_ident() == _owner[0]
+
+
+class _Entries:
+    """What os.scandir gives (an iterator that is also a context manager), over entries already listed."""
+
+    def __init__(self, entries: list) -> None:
+        self._rest = iter(entries)
+
+    def __iter__(self) -> _Entries:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._rest)
+
+    def __enter__(self) -> _Entries:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._rest = iter(())
 
 
 def _install() -> None:
@@ -158,13 +192,28 @@ def _install() -> None:
         _note("open" if flags & (os.O_WRONLY | os.O_RDWR) == 0 else "written", path, dir_fd)
         return real["open"](path, flags, *args, dir_fd=dir_fd, **kwargs)
 
+    def listed(path: Any) -> list:
+        """The folder's entries, recorded with what they were as listed."""
+        try:
+            with real["scandir"](path) as found:
+                entries = list(found)
+        except OSError as exc:
+            _note("list", path, got=("error", exc.errno))
+            raise
+        _note("list", path, got=listing_digest(entries))
+        return entries
+
     def listdir_(path="."):
-        _note("list", path)
-        return real["listdir"](path)
+        if isinstance(path, int):  # a descriptor: refused for the cache by _note
+            _note("list", path)
+            return real["listdir"](path)
+        return [e.name for e in listed(path)]
 
     def scandir_(path="."):
-        _note("list", path)
-        return real["scandir"](path)
+        if isinstance(path, int):
+            _note("list", path)
+            return real["scandir"](path)
+        return _Entries(listed(path))
 
     def readlink_(path, *args, dir_fd=None):
         _note("lstat", path, dir_fd)
@@ -385,8 +434,7 @@ def fingerprint(kind: str, key: str, job_env: Mapping[str, str] | None) -> Any:
             return stat_(key).st_mtime_ns
         if kind == "list":
             with _real.get("scandir", os.scandir)(key) as entries:
-                names = sorted(e.name + ("@" if e.is_symlink() else "/" if e.is_dir() else "") for e in entries)
-            return _digest("\0".join(names).encode(errors="surrogateescape"))
+                return listing_digest(list(entries))
         if kind == "lstat":
             st = _real.get("lstat", os.lstat)(key)
             if stat.S_ISLNK(st.st_mode):
@@ -402,6 +450,13 @@ def fingerprint(kind: str, key: str, job_env: Mapping[str, str] | None) -> Any:
         return ("error", exc.errno)
     except ValueError:
         return ("error", "invalid name")
+
+
+def listing_digest(entries: list) -> str:
+    """A folder's names, each with what it is (a link, a folder, anything else), in a few bytes. "/" cannot be
+    part of a name, so `helper.py@` (a file) and `helper.py` (a link) never read alike."""
+    names = sorted(os.fsdecode(e.name) + ("/l" if e.is_symlink() else "/d" if e.is_dir() else "/f") for e in entries)
+    return _digest("\0".join(names).encode(errors="surrogateescape"))
 
 
 def _kind_and_size(st: os.stat_result) -> tuple:
