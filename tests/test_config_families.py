@@ -487,3 +487,39 @@ def test_axolotl_tf32_auto_is_its_own_guard(tmp_path, tf32, target, refused):
         f"micro_batch_size: 2\ntf32: {tf32}\n"
     )
     assert ("PD103" in _run_recipe(tmp_path, "ax.yml", recipe, target=target)) is refused
+
+
+ACCELERATE_FP16 = (
+    "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nmixed_precision: fp16\nnum_processes: 2\n"
+)
+
+
+def test_axolotl_sets_accelerates_precision_from_the_recipe_itself(tmp_path, monkeypatch):
+    """Axolotl exports ACCELERATE_MIXED_PRECISION from the recipe (utils/trainer.py:684-691), so an accelerate
+    config saying fp16 does not reach a bf16 recipe; the same config under a plain Accelerator() script does."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "acc.yaml").write_text(ACCELERATE_FP16)
+    recipe = (
+        "base_model: meta-llama/Llama-3.2-1B\nadapter: lora\nlora_r: 16\nlora_target_linear: true\nbf16: true\n"
+        "micro_batch_size: 2\n"
+    )
+    (tmp_path / "r.yml").write_text(recipe)
+    launch = "accelerate launch --config_file acc.yaml -m axolotl.cli.train r.yml"
+    facts = gather(["r.yml"], target="a100:2", launcher=launch, stack_overrides=CURRENT, **machine_probes())
+    assert not {"PD113", "PD202"} & {f.rule_id for f in engine.run(facts).findings}
+    script = (
+        "import torch\nfrom accelerate import Accelerator\nfrom transformers import AutoModelForCausalLM\n"
+        "acc = Accelerator()\nmodel = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.bfloat16)\n"
+        "opt = torch.optim.AdamW(model.parameters())\nmodel, opt = acc.prepare(model, opt)\n"
+        "for batch in range(3):\n    acc.backward(model(**batch).loss)\n    opt.step()\n"
+    )
+    path = tmp_path / "train.py"
+    path.write_text(script)
+    facts = gather(
+        [str(path)],
+        target="a100:2",
+        launcher="accelerate launch --config_file acc.yaml train.py",
+        stack_overrides=CURRENT,
+        **machine_probes(),
+    )
+    assert {"PD113", "PD202"} <= {f.rule_id for f in engine.run(facts).findings}
