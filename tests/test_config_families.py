@@ -463,19 +463,24 @@ def test_a_recipe_fix_is_a_step_in_the_recipes_words_never_an_edit_of_the_yaml(t
     assert path.read_bytes() == before
 
 
-def test_llamafactory_loads_gpt_oss_with_its_hub_kernel_whatever_flash_attn_says(tmp_path):
+@pytest.mark.parametrize("target,refused", [("t4", True), ("v100", True), ("a100", False), ("h100", False)])
+def test_llamafactory_loads_gpt_oss_with_its_hub_kernel_whatever_flash_attn_says(tmp_path, target, refused):
     """configure_attn_implementation gives gpt_oss the vllm-flash-attn3 hub kernel before reading `flash_attn`
-    (attention.py:34-44): `flash_attn: fa2` on a T4 is not FlashAttention-2 there."""
+    (attention.py:34-44): `flash_attn: sdpa` does not avoid it, and below Ampere it is FlashAttention on a GPU
+    it is not built for."""
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "config.json").write_text(
         '{"model_type": "gpt_oss", "architectures": ["GptOssForCausalLM"], "torch_dtype": "bfloat16"}'
     )
     path = tmp_path / "lf.yaml"
-    path.write_text(LF_GEMMA2.format(ckpt=tmp_path / "ckpt", extra="bf16: true\nflash_attn: fa2\n"))
-    facts = gather([str(path)], target="t4", stack_overrides=CURRENT, **machine_probes())
+    path.write_text(LF_GEMMA2.format(ckpt=tmp_path / "ckpt", extra="bf16: true\nflash_attn: sdpa\n"))
+    facts = gather([str(path)], target=target, stack_overrides=CURRENT, **machine_probes())
     load = next(c for c in facts.scripts[0].calls if c.kind == "model_load")
     assert load.kwarg("attn_implementation").value == "kernels-community/vllm-flash-attn3"
-    assert "PD106" not in {f.rule_id for f in engine.run(facts).findings}
+    pd106 = [f for f in engine.run(facts).findings if f.rule_id == "PD106"]
+    assert [f.severity for f in pd106] == (["error"] if refused else [])
+    if pd106:
+        assert "whatever `flash_attn` says" in pd106[0].fix.description and not pd106[0].fix.edits
 
 
 @pytest.mark.parametrize("tf32,target,refused", [("auto", "t4", False), ("true", "t4", True), ("auto", "a100", False)])

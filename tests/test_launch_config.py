@@ -298,3 +298,28 @@ def test_zero3_named_by_the_accelerate_config_s_json_decides_the_device_map_verd
     assert set(found) == {expected}
     assert "drop device_map=" in found[expected].fix.description
     assert "LOCAL_RANK" not in found[expected].fix.description
+
+
+@pytest.mark.parametrize(
+    "launcher,config,too_many",
+    [
+        ("accelerate launch --num_processes 8 --num_machines 2 loop.py", "", False),  # 4 per node on 4 GPUs
+        ("accelerate launch --num_processes 16 --num_machines 2 loop.py", "", True),  # 8 per node on 4 GPUs
+        ("accelerate launch --config_file two.yaml loop.py", "num_processes: 8\nnum_machines: 2\n", False),
+        ("accelerate launch --config_file two.yaml loop.py", "num_processes: 8\nnum_machines: 1\n", True),
+        ("accelerate launch --num_processes 8 --num_machines $NODES loop.py", "", False),  # per node not known
+    ],
+)
+def test_accelerates_num_processes_is_the_total_over_its_machines(folder, launcher, config, too_many):
+    """accelerate/utils/launch.py starts `num_processes // num_machines` processes on each machine: a two-machine
+    launch of 8 on nodes of 4 GPUs is one process per GPU, not 8 on each."""
+    (folder / "loop.py").write_text(
+        "import torch\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
+        "model = torch.nn.Linear(8, 8)\noptimizer = torch.optim.AdamW(model.parameters())\n"
+        "model, optimizer = accelerator.prepare(model, optimizer)\n",
+        encoding="utf-8",
+    )
+    if config:
+        (folder / "two.yaml").write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\n" + config)
+    result, _ = check("loop.py", launcher, "a100:4")
+    assert ("PD111" in rules(result)) is too_many

@@ -348,6 +348,32 @@ def test_llamafactory_megatron_bridge_is_turned_on_by_the_launch(tmp_path, monke
             "(8) exceeds `world_size` (4)",
         ),
         ("tensor_model_parallel_size: 8\n", "llamafactory-cli train config.yml", "a100:4", None),  # no Megatron Bridge
+        # accelerate's num_processes is the total over its machines (accelerate/utils/launch.py: // num_machines)
+        (
+            "tensor_model_parallel_size: 4\n",
+            "USE_MEGATRON_BRIDGE=1 accelerate launch --num_processes 2 --num_machines 2 src/train.py config.yml",
+            "a100:2",
+            "(4) exceeds `world_size` (2)",
+        ),
+        # PET_NNODES is torchrun's default for --nnodes, not a value over the flag as written
+        (
+            "tensor_model_parallel_size: 4\n",
+            "USE_MEGATRON_BRIDGE=1 PET_NNODES=2 torchrun --nnodes 1 --nproc_per_node 2 src/train.py config.yml",
+            "a100:2",
+            "(4) exceeds `world_size` (2)",
+        ),
+        (
+            "tensor_model_parallel_size: 8\n",
+            "USE_MEGATRON_BRIDGE=1 torchrun --nnodes 1:2 --nproc_per_node 4 src/train.py config.yml",
+            "a100:4",
+            None,  # an elastic range: the world size is not known before the job runs
+        ),
+        (
+            "tensor_model_parallel_size: 3\n",
+            "USE_MEGATRON_BRIDGE=1 NNODES=2 RDZV_ID=x MIN_NNODES=1 MAX_NNODES=2 llamafactory-cli train config.yml",
+            "a100:2",
+            None,  # llamafactory-cli's elastic launch (launcher.py:85-91)
+        ),
     ],
 )
 def test_megatron_bridge_parallel_sizes_are_judged_against_the_launchs_world_size(
@@ -358,6 +384,38 @@ def test_megatron_bridge_parallel_sizes_are_judged_against_the_launchs_world_siz
         assert not found, found
     else:
         assert len(found) == 1 and said in found[0], found
+
+
+def test_a_missing_megatron_bridge_is_the_only_refusal_llamafactory_reaches(tmp_path, monkeypatch):
+    """USE_MEGATRON_BRIDGE with the package missing raises ImportError before the recipe is parsed
+    (parser.py:399-404): no DeepSpeed refusal, no check_version message after it."""
+    (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 2}}\n')
+    found = _refusals(
+        tmp_path,
+        monkeypatch,
+        _MEGATRON + "deepspeed: ds.json\n",
+        "a100:1",
+        "USE_MEGATRON_BRIDGE=1 llamafactory-cli train config.yml",
+        versions={"llamafactory": "0.9.6"},
+    )
+    assert [m for m in found if "egatron" in m] == [llamafactory.MEGATRON_BRIDGE_MISSING], found
+
+
+@pytest.mark.parametrize(
+    "written,launcher,refused",
+    [
+        ("use_mca: true\n", "FORCE_TORCHRUN=1 llamafactory-cli train config.yml", True),  # reset to False: checked
+        ("", "USE_MCA=1 llamafactory-cli train config.yml", False),  # MCA on: LF skips the check
+        ("use_megatron_bridge: true\n", "FORCE_TORCHRUN=1 llamafactory-cli train config.yml", True),
+    ],
+)
+def test_llamafactory_fp8_with_quantization_asks_the_launch_for_mca(tmp_path, monkeypatch, written, launcher, refused):
+    recipe = (
+        "model_name_or_path: meta-llama/Llama-3.2-1B\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
+        "dataset: alpaca_en_demo\ntemplate: llama3\noutput_dir: out\nbf16: true\nquantization_bit: 4\nfp8: true\n"
+    )
+    found = _refusals(tmp_path, monkeypatch, recipe + written, "h100:2", launcher)
+    assert any("FP8 training is not compatible with quantization" in m for m in found) is refused, found
 
 
 @pytest.mark.parametrize("target,refused", [("a100:2", True), ("a100:1", False)])
@@ -514,22 +572,25 @@ def _refusals_with_python(tmp_path: Path, recipe: Path, python: Path, env: dict 
     "extra,said",
     [
         ("attn_implementation: sdpa\n", "attn_implementation='sdpa' is currently not supported on Ascend NPU."),
-        ("flash_attention: true\n", "flash_attention is currently not supported in Ascend npu"),
+        # legacy flags are mapped before the NPU check runs (config.py:1525-1575): its own branch is never reached
+        ("flash_attention: true\n", "attn_implementation='flash_attention_2' is currently not supported"),
+        ("flash_attention: true\nxformers_attention: true\n", None),  # xformers wins the mapping
+        ("sdp_attention: true\nattn_implementation: eager\n", None),  # refused for the pair, before
         ("optimizer: adamw_bnb_8bit\n", "adamw_bnb_8bit is currently not supported in Ascend npu"),
         ("load_in_8bit: true\n", "please disable load_in_8bit"),
         ("tf32: true\n", "tf32 dtype is currently not supported in Ascend npu"),
         ("attn_implementation: eager\noptimizer: adamw_torch_fused\ntf32: false\n", None),
     ],
 )
-def test_axolotl_refuses_what_ascend_npus_lack_where_the_jobs_environment_has_torch_npu(
-    tmp_path, monkeypatch, extra, said
-):
+def test_axolotl_refuses_what_ascend_npus_lack_where_the_job_runs_on_one(tmp_path, monkeypatch, extra, said):
     recipe = "base_model: meta-llama/Llama-3.2-1B\nmicro_batch_size: 2\nadapter: lora\nbf16: true\n" + extra
-    npu = [
-        m
-        for m in _refusals(tmp_path, monkeypatch, recipe, versions={"axolotl": "0.18.0", "torch-npu": "2.7.1"})
-        if "npu" in m.lower() or "NPU" in m
-    ]
-    assert npu == ([] if said is None else [m for m in npu if said in m]) and bool(npu) is (said is not None), npu
-    # the same recipe with no torch_npu in the job's environment: a GPU job, not judged as an NPU one
-    assert not [m for m in _refusals(tmp_path, monkeypatch, recipe) if "npu" in m.lower()]
+    npu = {"axolotl": "0.18.0", "torch-npu": "2.7.1"}
+
+    def npu_refusals(target: str, versions: dict) -> list[str]:
+        return [m for m in _refusals(tmp_path, monkeypatch, recipe, target, versions=versions) if "npu" in m.lower()]
+
+    found = npu_refusals("cpu", npu)  # a machine with no NVIDIA GPU and torch_npu installed: an Ascend node
+    assert len(found) == (said is not None) and all(said in m for m in found), found
+    # the same recipe checked for an NVIDIA GPU, or with no torch_npu in the job's environment: not an NPU job
+    assert not npu_refusals("a100", npu)
+    assert not npu_refusals("cpu", {"axolotl": "0.18.0"})

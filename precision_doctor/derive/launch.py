@@ -268,27 +268,29 @@ def distributed(launch: LaunchFacts, plan: LaunchPlan, machine: MachineFacts) ->
 
 
 def world_size(launch: LaunchFacts, plan: LaunchPlan, machine: MachineFacts) -> int | None:
-    """WORLD_SIZE as the launcher gives each rank: processes per node times nodes. None where either is not read
-    (no launch, a node count written as a variable or an elastic range). One process without a process group is
-    1, as transformers' `TrainingArguments.world_size` says."""
+    """WORLD_SIZE as the launcher gives each rank: processes per node times nodes (accelerate's `num_processes`
+    is already the total over its machines). None where either is not read: no launch, a node count written as a
+    variable, an elastic range (`--nnodes 1:4`, llamafactory-cli's MIN_NNODES/MAX_NNODES). One process without a
+    process group is 1, as transformers' `TrainingArguments.world_size` says."""
     if distributed(launch, plan, machine) is False:
         return 1
     if plan.processes is None:
         return None
     if not launch.known:  # a recipe's own CLI on this machine's GPUs
         return plan.processes
-    if "num_machines" in launch.options:
-        return None
-    nodes = launch.num_machines
     env = job_env(launch, machine)
-    if launch.launcher == "llamafactory-cli":  # torchrun --nnodes NNODES (launcher.py)
-        nodes = whole_number(env.get("NNODES", "1"), 1, 1 << 20) or 0
-    elif launch.launcher == "torchrun" and nodes == 1 and "PET_NNODES" in env:  # what --nnodes defaults to
+    written = launch.options.get("num_machines")
+    if launch.launcher == "accelerate":
+        nodes = accelerate_machines(launch, machine)
+    elif written is not None:  # the flag as typed wins over any default
+        nodes = written.value if written.state == KNOWN and isinstance(written.value, int) else 0
+    elif launch.launcher == "llamafactory-cli":  # torchrun --nnodes NNODES, elastic with RDZV_ID (launcher.py)
+        elastic = any(name in env for name in ("RDZV_ID", "MIN_NNODES", "MAX_NNODES"))
+        nodes = 0 if elastic else whole_number(env.get("NNODES", "1"), 1, 1 << 20) or 0
+    elif launch.launcher == "torchrun" and "PET_NNODES" in env:  # what --nnodes defaults to
         nodes = whole_number(env["PET_NNODES"], 1, 1 << 20) or 0
-    elif launch.launcher == "accelerate" and nodes == 1:
-        config = launch.accelerate_config or (machine.host.accelerate_config if machine.host else {})
-        written = config.get("num_machines", 1)
-        nodes = written if isinstance(written, int) and not isinstance(written, bool) else 0
+    else:
+        nodes = launch.num_machines
     return plan.processes * nodes if nodes > 0 else None
 
 
@@ -347,6 +349,31 @@ def _num_processes(launch: LaunchFacts, machine: MachineFacts) -> tuple[int | No
     return n * launch.copies, Evidence(None, launch.command, note, "launcher")
 
 
+def _per_machine(written: int, launch: LaunchFacts, machine: MachineFacts, detail: str) -> tuple[int | None, str]:
+    """A written process count per node, with how it was read: accelerate's `num_processes` is the total over its
+    machines (accelerate/utils/launch.py: `num_processes // num_machines` per node); other launchers' are per node.
+    None where the machines are written but not as a count (`--num_machines $N`)."""
+    machines = accelerate_machines(launch, machine) if launch.launcher == "accelerate" else 1
+    if machines == 0:
+        return None, ""
+    if machines > 1:
+        return (
+            written // machines,
+            f"{written // machines} processes ({written} in all over {machines} machines, {detail})",
+        )
+    return written, f"{written} processes ({detail})"
+
+
+def accelerate_machines(launch: LaunchFacts, machine: MachineFacts) -> int:
+    """`--num_machines`, else the accelerate config's `num_machines`, else 1; 0 where written but not a count."""
+    written = launch.options.get("num_machines")
+    if written is not None:
+        return written.value if written.state == KNOWN and isinstance(written.value, int) else 0
+    config = launch.accelerate_config or (machine.host.accelerate_config if machine.host else {})
+    found = config.get("num_machines", 1)
+    return found if isinstance(found, int) and not isinstance(found, bool) and found > 0 else 0
+
+
 def _launcher_processes(launch: LaunchFacts, machine: MachineFacts) -> tuple[int | None, Evidence | None]:
     env = job_env(launch, machine)
     gpus = len(machine.gpus) if machine.known else None
@@ -361,22 +388,22 @@ def _launcher_processes(launch: LaunchFacts, machine: MachineFacts) -> tuple[int
     v = launch.num_processes
     if v.state == KNOWN and isinstance(v.value, int):
         origin = v.origins[0] if v.origins else Origin("launcher", launch.command)
+        n, how = _per_machine(v.value, launch, machine, origin.detail)
+        if n is None:
+            return None, None
         if v.location is not None:  # written in the accelerate config the launch reads
-            return v.value, Evidence(v.location, v.text, f"{v.value} processes ({origin.detail})", origin.kind)
-        return v.value, Evidence(None, launch.command, f"{v.value} processes ({origin.detail})", origin.kind)
+            return n, Evidence(v.location, v.text, how, origin.kind)
+        return n, Evidence(None, launch.command, how, origin.kind)
     if v.state == KNOWN and str(v.value).lower() in ALL_GPUS:
         return all_gpus(v.text)
     if v.state == KNOWN or v.state == DYNAMIC:
         return None, None  # `--nproc_per_node $N`, `--devices 0,3`: not a count the doctor can read
     config = machine.host.accelerate_config if machine.host else {}
     if launch.launcher == "accelerate" and isinstance(config.get("num_processes"), int):
-        n = config["num_processes"]
-        return n, Evidence(
-            None,
-            machine.host.accelerate_config_path,
-            f"num_processes: {n} in the accelerate config",
-            "accelerate-config",
-        )
+        n, how = _per_machine(config["num_processes"], launch, machine, "num_processes in the accelerate config")
+        if n is None:
+            return None, None
+        return n, Evidence(None, machine.host.accelerate_config_path, how, "accelerate-config")
     if launch.launcher == "torchrun" and whole_number(env.get("PET_NPROC_PER_NODE", ""), 1, 1 << 10):
         n = int(env["PET_NPROC_PER_NODE"])
         return n, Evidence(None, launch.command, f"{n} processes (PET_NPROC_PER_NODE={n})", "env")

@@ -92,6 +92,9 @@ LAUNCH_VARIABLES = (
     "LOCAL_WORLD_SIZE",
     "NNODES",
     "NODE_RANK",
+    "RDZV_ID",  # llamafactory-cli's elastic launch, with MIN_NNODES and MAX_NNODES (launcher.py)
+    "MIN_NNODES",
+    "MAX_NNODES",
     "FORCE_TORCHRUN",
     "USE_MCA",
     "USE_MEGATRON_BRIDGE",

@@ -239,8 +239,8 @@ def _read_flags(launcher: str, rest: list[str], command: str, source: str, recip
     for key in ("fabric_precision", "fabric_accelerator", "fabric_strategy", "include"):
         if key in values:
             options[key] = values[key]
-    if "num_machines" in values and not isinstance(values["num_machines"].value, int):
-        options["num_machines"] = values["num_machines"]  # `--nnodes $NNODES`, `--nnodes 1:4`: a count not read
+    if "num_machines" in values:  # written: what a default (PET_NNODES, the accelerate config) does not override
+        options["num_machines"] = values["num_machines"]
     kw = {k: v for k, v in values.items() if k in ("num_processes", "mixed_precision", "main_process_port")}
     machines = values.get("num_machines")
     config = values.get("config_file")
@@ -386,6 +386,8 @@ def _flag_value(fact: str, flag: str, raw: str, source: str) -> Value:
     if fact not in _BOUNDS:
         return Value(state=KNOWN, value=raw, text=text, origins=origins)
     low, high = _BOUNDS[fact]
+    if fact == "num_machines" and re.fullmatch(r"\d+:\d+", raw):  # `--nnodes 1:4`: an elastic range
+        return Value(state=KNOWN, value=raw, text=text, origins=origins)
     if fact == "num_processes" and raw.lower() in ("gpu", "auto", "-1", "all"):  # every visible GPU
         return Value(state=KNOWN, value=raw.lower(), text=text, origins=origins)
     if fact == "num_processes" and re.fullmatch(r"\[?\d+(,\s*\d+)+,?\]?", raw):  # `--devices 0,1`: those GPUs

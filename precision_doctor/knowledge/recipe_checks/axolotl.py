@@ -92,15 +92,17 @@ def _reentrant(v: RecipeView) -> object:
 
 def _npu_refusal(v: RecipeView) -> str:
     """check_npu_config (validation.py:1241-1284), in its order, where `is_torch_npu_available()` holds: the job's
-    environment has torch_npu (Ascend's PyTorch adapter), as far as the doctor reads that environment."""
-    if not v.installed("torch-npu"):
+    environment has torch_npu (Ascend's PyTorch adapter) and the job's machine shows no NVIDIA GPU (transformers
+    asks `torch.npu.is_available()`: a target GPU means the job runs elsewhere). It sees the recipe after
+    normalize_attn_implementation (config.py:1525-1575, a validator of the model class itself, run before the
+    mixins'): legacy flags are mapped to attn_implementation and removed, so their own branch is never reached."""
+    if not v.installed("torch-npu") or v.gpu is not None:
         return ""
-    attention = v.get("attn_implementation")
-    if attention in ("flash_attention_2", "flash_attention_3", "sdpa"):
-        return f"attn_implementation={attention!r} is currently not supported on Ascend NPU."
-    for legacy in ("flash_attention", "sdp_attention"):
-        if v.get(legacy):
-            return f"{legacy} is currently not supported in Ascend npu, please disable this configuration."
+    if v.get("attn_implementation") and any(v.get(flag) for flag in LEGACY_ATTENTION):
+        return ""  # normalize_attn_implementation refuses the pair first (config.py:1550-1555)
+    implementation = attention(v) or ("flash_attention_2" if v.get("gemma4_hybrid_attn_impl") else "")
+    if implementation in ("flash_attention_2", "flash_attention_3", "sdpa"):
+        return f"attn_implementation={implementation!r} is currently not supported on Ascend NPU."
     optimizer = v.get("optimizer")
     if isinstance(optimizer, str) and "bit" in optimizer:
         return f"{optimizer} is currently not supported in Ascend npu, choose another one please."
@@ -1002,6 +1004,7 @@ CHECKS: tuple[RecipeCheck, ...] = (
         "attn_implementation: eager\n",
         versions={"axolotl": "0.18.0", "torch-npu": "2.7.1"},
         accepted_versions={"axolotl": "0.18.0", "torch-npu": "2.7.1"},
+        target="cpu",  # no NVIDIA GPU: the Ascend node itself
     ),
     RecipeCheck(
         FAMILY,

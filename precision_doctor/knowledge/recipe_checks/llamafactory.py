@@ -16,6 +16,10 @@ _AT = "src/llamafactory/model/model_utils/attention.py"
 _LK = "src/llamafactory/model/model_utils/liger_kernel.py"
 _MA = "src/llamafactory/hparams/model_args.py"
 
+# configure_attn_implementation loads gpt_oss with this hub kernel, whatever `flash_attn` says (attention.py:34-44):
+# FlashAttention-3 with attention sinks, built for Ampere and Hopper
+GPT_OSS_KERNEL = "kernels-community/vllm-flash-attn3"
+
 _BASE = (
     "model_name_or_path: meta-llama/Llama-3.2-1B\nstage: sft\ndo_train: true\ndataset: alpaca_en_demo\n"
     "template: llama3\noutput_dir: saves/llama3-1b\nper_device_train_batch_size: 2\nbf16: true\n"
@@ -264,8 +268,8 @@ def _megatron_parallel_refusal(v: RecipeView) -> str:
 
 def _megatron_bridge_refusal(v: RecipeView) -> str:
     """The Megatron Bridge checks of _check_train_args (parser.py:431-444), in their order, where the launch
-    turns Megatron Bridge on."""
-    if not _megatron_bridge_on(v):
+    turns Megatron Bridge on (and its package is there: without it the parser raises first)."""
+    if not _megatron_bridge_on(v) or _megatron_bridge_missing(v):
         return ""
     if _mca_on(v) or v.get("use_hyper_parallel"):
         return "Megatron Bridge cannot be used together with MCA or HyperParallel."
@@ -314,8 +318,24 @@ def _require_version(v: RecipeView, requirement: str) -> str:
     return ""
 
 
+MEGATRON_BRIDGE_MISSING = (
+    "megatron-bridge is required when USE_MEGATRON_BRIDGE=1. Please install `megatron-bridge` and its dependencies."
+)
+
+
+def _megatron_bridge_missing(v: RecipeView) -> bool:
+    """get_train_args raises ImportError before it parses the recipe (parser.py:399-404): nothing after is reached."""
+    return (
+        not v.env_enabled("USE_MCA")
+        and v.env_enabled("USE_MEGATRON_BRIDGE")
+        and v.installed("megatron-bridge") is False
+    )
+
+
 def _missing_dependency(v: RecipeView) -> str:
     """The first package a feature the recipe turns on needs and the job's environment lacks (or has too old)."""
+    if _megatron_bridge_missing(v):
+        return ""  # refused earlier, as the parser is chosen (MEGATRON_BRIDGE_MISSING)
     for key, requirements in EXTRA_DEPENDENCIES:
         if _megatron_bridge_on(v) if key == "use_megatron_bridge" else v.get(key):
             for requirement in requirements:
@@ -498,7 +518,7 @@ CHECKS: tuple[RecipeCheck, ...] = (
         "refuses",
         "FP8 training is not compatible with quantization. Please disable one of them.",
         ("fp8", "quantization_bit"),
-        lambda v: bool(v.get("fp8")) and _quantized(v) and not (v.get("use_mca") or v.get("use_megatron_bridge")),
+        lambda v: bool(v.get("fp8")) and _quantized(v) and not (_mca_on(v) or _megatron_bridge_on(v)),
         fix="train fp8 on an unquantized base, or drop `fp8` for QLoRA",
         fires=_QLORA + "fp8: true\n",
         accepted=_LORA + "fp8: true\n",
@@ -834,8 +854,8 @@ CHECKS: tuple[RecipeCheck, ...] = (
         lambda v: (
             bool(v.get("fp8_enable_fsdp_float8_all_gather"))
             and not v.get("fp8")
-            and not v.get("use_mca")
-            and not v.get("use_megatron_bridge")
+            and not _mca_on(v)
+            and not _megatron_bridge_on(v)
         ),
         consequence="fp8 stays off, whatever the message says",
         truth="the check sets model_args.fp8, but every reader uses training_args.fp8 (train/fp8_utils.py, the sft "
@@ -933,7 +953,12 @@ CHECKS: tuple[RecipeCheck, ...] = (
         "refuses",
         "Total Megatron Bridge parallel size (4) exceeds `world_size` (2).",
         MEGATRON_PARALLEL_SIZES,
-        lambda v: _megatron_bridge_on(v) and not _megatron_bridge_refusal(v) and bool(_megatron_parallel_refusal(v)),
+        lambda v: (
+            _megatron_bridge_on(v)
+            and not _megatron_bridge_missing(v)
+            and not _megatron_bridge_refusal(v)
+            and bool(_megatron_parallel_refusal(v))
+        ),
         says=_megatron_parallel_refusal,
         fix="make tensor x pipeline x context x expert parallel sizes divide the processes the launch starts "
         "(NPROC_PER_NODE x NNODES)",
@@ -941,6 +966,22 @@ CHECKS: tuple[RecipeCheck, ...] = (
         accepted=_BASE + "finetuning_type: full\ntensor_model_parallel_size: 2\n",
         target="a100:2",
         launcher="USE_MEGATRON_BRIDGE=1 llamafactory-cli train config.yml",
+        reads_launch=True,
+    ),
+    RecipeCheck(
+        FAMILY,
+        f"{_PR}:399-404",
+        "refuses",
+        MEGATRON_BRIDGE_MISSING,
+        (),
+        _megatron_bridge_missing,
+        raises="ImportError",
+        fix="install megatron-bridge in the job's environment, or launch without USE_MEGATRON_BRIDGE",
+        fires=_BASE + "finetuning_type: full\n",
+        accepted=_BASE + "finetuning_type: full\n",
+        launcher="USE_MEGATRON_BRIDGE=1 llamafactory-cli train config.yml",
+        versions={"llamafactory": "0.9.6"},
+        accepted_versions={"llamafactory": "0.9.6", "megatron-bridge": "0.2.0"},
         reads_launch=True,
     ),
     RecipeCheck(

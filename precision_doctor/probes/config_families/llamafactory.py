@@ -9,14 +9,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from ...knowledge import dtypes
-from ...knowledge.recipe_checks.llamafactory import FLASH_ATTN, FLASH_ATTN_IF_INSTALLED, LIGER_PATCHED
+from ...knowledge.recipe_checks.llamafactory import FLASH_ATTN, FLASH_ATTN_IF_INSTALLED, GPT_OSS_KERNEL, LIGER_PATCHED
 from ...model.call_kinds import CallKind
 from ...model.facts import Call, Origin, ScriptFacts, Value
 from ..config_files import ConfigDoc
 from ._builder import Builder, gpu_decides, model_load, trained_model, weights_dtype
 
 NAME = "LLaMA-Factory"
-GPT_OSS_KERNEL = "kernels-community/vllm-flash-attn3"
 VERSION = "0.9.6.dev0"
 
 

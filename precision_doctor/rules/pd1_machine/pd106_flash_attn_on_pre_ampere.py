@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...derive import decide, evidence_of
-from ...knowledge.recipe_checks.llamafactory import FLASH_ATTN_IF_INSTALLED
+from ...knowledge.recipe_checks.llamafactory import FLASH_ATTN_IF_INSTALLED, GPT_OSS_KERNEL
 from ...model.facts import KNOWN, MachineFacts, ScriptFacts, StackFacts
 from ...model.findings import Applicability, Draft, Fix
 from .._common import (
@@ -72,7 +72,18 @@ def flash_attn_on_pre_ampere(script: ScriptFacts, machine: MachineFacts, stack: 
         return
     for load in script.of("model_load"):
         v = decide(load.kwarg("attn_implementation"), machine, stack)
-        if v.state == KNOWN and v.value in ("flash_attention_2", "flash_attention_3"):
+        if v.state == KNOWN and v.value == GPT_OSS_KERNEL:
+            yield Draft(
+                f"gpt_oss loads with the {GPT_OSS_KERNEL} hub kernel on {gpu_phrase(machine)}: FlashAttention needs "
+                "an Ampere or newer GPU",
+                evidence=(evidence_of(v, v.value, load),),
+                fix=Fix(
+                    "train gpt_oss on an Ampere or newer GPU: LLaMA-Factory loads it with this kernel whatever "
+                    "`flash_attn` says (model_utils/attention.py:34-44)",
+                    applicability=Applicability.DISPLAY,
+                ),
+            )
+        elif v.state == KNOWN and v.value in ("flash_attention_2", "flash_attention_3"):
             # LLaMA-Factory falls back to the default attention where flash-attn is not installed
             if_installed = any(o.detail == FLASH_ATTN_IF_INSTALLED for o in v.origins)
             yield Draft(

@@ -25,9 +25,9 @@ _DEEPSPEED_AND_FSDP = next(c for c in axolotl.CHECKS if c.message.startswith("de
     "LoRA options without LoRA, SageAttention on a GPU outside its allow-list ... Each check is mirrored from the "
     "framework's source at the release its reader names (knowledge/recipe_checks, docs/peer_checks.md).",
     why="The framework validates the recipe as the job starts, after the queue wait and the container start: the "
-    "job dies with the framework's own ValueError. The combination is refused because it fails or silently "
-    "misbehaves further on (8-bit bitsandbytes optimizer states cannot shard as DTensors, a 4-bit DeepSpeed "
-    "partition cannot be resized, ...).",
+    "job dies with the framework's own exception (ValueError, NotImplementedError, ImportError ...). The "
+    "combination is refused because it fails or silently misbehaves further on (8-bit bitsandbytes optimizer "
+    "states cannot shard as DTensors, a 4-bit DeepSpeed partition cannot be resized, ...).",
     error="ValueError: <the framework's message for the refused combination>",
     fix="Change the recipe as the finding says; the framework's message names the setting.",
     applicability=Applicability.DISPLAY,
