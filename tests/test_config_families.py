@@ -528,3 +528,20 @@ def test_axolotl_sets_accelerates_precision_from_the_recipe_itself(tmp_path, mon
         **machine_probes(),
     )
     assert {"PD113", "PD202"} <= {f.rule_id for f in engine.run(facts).findings}
+
+
+@pytest.mark.parametrize("target,refused", [("t4", True), ("a100", False)])
+def test_a_flash_attention_hub_kernel_a_recipe_names_needs_ampere(tmp_path, target, refused):
+    """Axolotl's gpt-oss examples name `attn_implementation: kernels-community/vllm-flash-attn3`: below Ampere it
+    has no build; the step is eager attention (gpt_oss implements no SDPA), in the recipe's own key."""
+    recipe = (
+        "base_model: openai/gpt-oss-20b\nadapter: lora\nlora_r: 8\nlora_target_linear: true\nbf16: true\n"
+        "micro_batch_size: 1\nattn_implementation: kernels-community/vllm-flash-attn3\n"
+    )
+    path = tmp_path / "ax.yml"
+    path.write_text(recipe)
+    facts = gather([str(path)], target=target, stack_overrides=CURRENT, **machine_probes())
+    pd106 = [f for f in engine.run(facts).findings if f.rule_id == "PD106"]
+    assert bool(pd106) is refused
+    if pd106:
+        assert "`attn_implementation: eager`" in pd106[0].fix.description and not pd106[0].fix.edits

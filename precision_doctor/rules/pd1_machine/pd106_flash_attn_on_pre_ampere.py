@@ -18,6 +18,25 @@ from ._hardware import _trainer, pre_ampere
 _SDPA_IN_RECIPE = {"LLaMA-Factory": "flash_attn: sdpa", "Axolotl": "attn_implementation: sdpa"}
 
 
+def _flash_attention_hub_kernel(value: object) -> bool:
+    """A kernel from the Hub (`org/name`) of the FlashAttention family: `kernels-community/vllm-flash-attn3`, which
+    Axolotl's gpt-oss examples name and LLaMA-Factory loads for gpt_oss, `kernels-community/flash-attn` ..."""
+    return isinstance(value, str) and "/" in value and "flash-attn" in value
+
+
+def _hub_kernel_step(script: ScriptFacts, v) -> str:
+    """The fix for a FlashAttention hub kernel below Ampere: eager attention (gpt_oss implements no SDPA), or for
+    LLaMA-Factory's gpt_oss, which takes the kernel whatever the recipe says, another GPU."""
+    if v.value == GPT_OSS_KERNEL and script.recipe is not None and script.recipe.family == "LLaMA-Factory":
+        return (
+            "train gpt_oss on an Ampere or newer GPU: LLaMA-Factory loads it with this kernel whatever `flash_attn` "
+            "says (model_utils/attention.py:34-44)"
+        )
+    if script.recipe is not None:
+        return f"replace `{v.text}` with `attn_implementation: eager` in the recipe"
+    return "use attn_implementation='eager'"
+
+
 def _sdpa_step(script: ScriptFacts, written: str) -> str:
     """The fix as a step: the script's keyword, or the recipe's key in place of the line that asks for FlashAttention
     (`flash_attention: true`, `flash_attn: fa2`)."""
@@ -72,16 +91,11 @@ def flash_attn_on_pre_ampere(script: ScriptFacts, machine: MachineFacts, stack: 
         return
     for load in script.of("model_load"):
         v = decide(load.kwarg("attn_implementation"), machine, stack)
-        if v.state == KNOWN and v.value == GPT_OSS_KERNEL:
+        if v.state == KNOWN and _flash_attention_hub_kernel(v.value):
             yield Draft(
-                f"gpt_oss loads with the {GPT_OSS_KERNEL} hub kernel on {gpu_phrase(machine)}: FlashAttention needs "
-                "an Ampere or newer GPU",
+                f"{v.value} on {gpu_phrase(machine)}: a FlashAttention hub kernel, built for Ampere or newer GPUs",
                 evidence=(evidence_of(v, v.value, load),),
-                fix=Fix(
-                    "train gpt_oss on an Ampere or newer GPU: LLaMA-Factory loads it with this kernel whatever "
-                    "`flash_attn` says (model_utils/attention.py:34-44)",
-                    applicability=Applicability.DISPLAY,
-                ),
+                fix=Fix(_hub_kernel_step(script, v), applicability=Applicability.DISPLAY),
             )
         elif v.state == KNOWN and v.value in ("flash_attention_2", "flash_attention_3"):
             # LLaMA-Factory falls back to the default attention where flash-attn is not installed
