@@ -268,10 +268,10 @@ def distributed(launch: LaunchFacts, plan: LaunchPlan, machine: MachineFacts) ->
 
 
 def world_size(launch: LaunchFacts, plan: LaunchPlan, machine: MachineFacts) -> int | None:
-    """WORLD_SIZE as the launcher gives each rank: processes per node times nodes (accelerate's `num_processes`
-    is already the total over its machines). None where either is not read: no launch, a node count written as a
-    variable, an elastic range (`--nnodes 1:4`, llamafactory-cli's MIN_NNODES/MAX_NNODES). One process without a
-    process group is 1, as transformers' `TrainingArguments.world_size` says."""
+    """WORLD_SIZE as the launcher gives each rank: processes per node times nodes. None where either is not read:
+    no launch, a node count written as a variable, an elastic range (`--nnodes 1:4`, llamafactory-cli's
+    MIN_NNODES/MAX_NNODES). One process without a process group is 1, as transformers'
+    `TrainingArguments.world_size` says."""
     if distributed(launch, plan, machine) is False:
         return 1
     if plan.processes is None:
@@ -279,11 +279,11 @@ def world_size(launch: LaunchFacts, plan: LaunchPlan, machine: MachineFacts) -> 
     if not launch.known:  # a recipe's own CLI on this machine's GPUs
         return plan.processes
     env = job_env(launch, machine)
-    written = launch.options.get("num_machines")
+    written = _written_nodes(launch)
     if launch.launcher == "accelerate":
         nodes = accelerate_machines(launch, machine)
     elif written is not None:  # the flag as typed wins over any default
-        nodes = written.value if written.state == KNOWN and isinstance(written.value, int) else 0
+        nodes = written
     elif launch.launcher == "llamafactory-cli":  # torchrun --nnodes NNODES, elastic with RDZV_ID (launcher.py)
         elastic = any(name in env for name in ("RDZV_ID", "MIN_NNODES", "MAX_NNODES"))
         nodes = 0 if elastic else whole_number(env.get("NNODES", "1"), 1, 1 << 20) or 0
@@ -364,11 +364,20 @@ def _per_machine(written: int, launch: LaunchFacts, machine: MachineFacts, detai
     return written, f"{written} processes ({detail})"
 
 
+def _written_nodes(launch: LaunchFacts) -> int | None:
+    """The node count the launch line writes (`--nnodes`, `--num_machines`, `--num_nodes`): None where it writes
+    none, 0 where it is no count (`$NNODES`, `1:4`)."""
+    written = launch.options.get("num_machines")
+    if written is None:
+        return None
+    return written.value if written.state == KNOWN and isinstance(written.value, int) else 0
+
+
 def accelerate_machines(launch: LaunchFacts, machine: MachineFacts) -> int:
     """`--num_machines`, else the accelerate config's `num_machines`, else 1; 0 where written but not a count."""
-    written = launch.options.get("num_machines")
+    written = _written_nodes(launch)
     if written is not None:
-        return written.value if written.state == KNOWN and isinstance(written.value, int) else 0
+        return written
     config = launch.accelerate_config or (machine.host.accelerate_config if machine.host else {})
     found = config.get("num_machines", 1)
     return found if isinstance(found, int) and not isinstance(found, bool) and found > 0 else 0

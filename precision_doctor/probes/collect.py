@@ -139,10 +139,19 @@ def _through_links(path: Path) -> Path:
 def _probe(path: Path, named: bool, args: tuple[str, ...], environ: tuple = (None, "")) -> ScriptFacts:
     """A named file that cannot be read is bad input (exit 2) when it is the only one; one among several, or found
     in a folder, is reported and skipped. From the content cache while nothing the probe read has changed."""
-    asked = (os.fspath(path), named, args, environ[0] is None, environ[1], probe_options())
     return content_cache.cached(
-        "probe", asked, environ[0], lambda: _probe_file(path, named, args, environ), returns=ScriptFacts
+        "probe",
+        _probe_question(path, named, args, environ),
+        environ[0],
+        lambda: _probe_file(path, named, args, environ),
+        returns=ScriptFacts,
     )
+
+
+def _probe_question(path: Path, named: bool, args: tuple[str, ...], environ: tuple) -> tuple:
+    """What a probe's answer depends on besides what it reads (a cache key's part): the path, whether it was named,
+    the launch's script arguments, the job environment's source, --model-config."""
+    return (os.fspath(path), named, args, environ[0] is None, environ[1], probe_options())
 
 
 def _probe_file(path: Path, named: bool, args: tuple[str, ...], environ: tuple) -> ScriptFacts:
@@ -908,15 +917,7 @@ class _ProbeAndJudge:
 
     def _asked(self, entry: tuple[Path, bool]) -> tuple:
         path, named = entry
-        return (
-            os.fspath(path),
-            named,
-            self.args,
-            self.environ[0] is None,
-            self.environ[1],
-            probe_options(),
-            self.context,
-        )
+        return (*_probe_question(path, named, self.args, self.environ), self.context)
 
     def _judged(self, entry: tuple[Path, bool]) -> tuple[ScriptFacts, Any, bool, StackFacts | None]:
         path, named = entry

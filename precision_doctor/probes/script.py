@@ -829,19 +829,18 @@ def _local_modules(script: Path, nodes: list[ast.AST]) -> list[Path]:
 def _listing(folder: Path) -> set[str] | None:
     """The names in a folder (None: it cannot be listed); within one run, listed once for all its scripts."""
     key = str(folder)
-    if _IN_RUN[0] and key in _LISTINGS:
-        kept, seen = _LISTINGS[key]
-        reads.note("list", folder, seen)  # listed for an earlier script: this one read it too, as it was then
-        return kept
     found: set[str] | None
-    try:
-        names, seen = reads.list_folder(folder)
-        found = set(names)
-    except OSError as exc:
-        found, seen = None, ("error", exc.errno)
+    if _IN_RUN[0] and key in _LISTINGS:  # listed for an earlier script: this one read it too, as it was then
+        found, seen = _LISTINGS[key]
+    else:
+        try:
+            names, seen = reads.list_folder(folder)
+            found = set(names)
+        except OSError as exc:
+            found, seen = None, ("error", exc.errno)
+        if _IN_RUN[0]:
+            _LISTINGS[key] = found, seen
     reads.note("list", folder, seen)
-    if _IN_RUN[0]:
-        _LISTINGS[key] = found, seen
     return found
 
 

@@ -18,6 +18,7 @@ so concurrent runs never see half of one; an entry that cannot be read or decode
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import sys
@@ -143,8 +144,6 @@ def digest(value: object) -> str | None:
 
 def _canonical(value: Any) -> Any:
     """value with each set a sorted tuple, each record (dataclass) its class name and fields, at any depth."""
-    import dataclasses
-
     if isinstance(value, (set, frozenset)):
         items = [_canonical(v) for v in value]
         try:
@@ -164,10 +163,14 @@ def _canonical(value: Any) -> Any:
 def peek(kind: str, asked: tuple, job_env: Mapping[str, str] | None, returns: type | tuple = object) -> Any:
     """What cached() would give without computing: the entry's value while nothing it read has changed, else
     MISS (a run decides which files need workers before starting them)."""
+    return _peek_entry(kind, _key(kind, asked), job_env, returns)
+
+
+def _peek_entry(kind: str, name: str, job_env: Mapping[str, str] | None, returns: type | tuple) -> Any:
     folder = _open[0]
     if folder is None:
         return MISS
-    found = _hit(folder, _key(kind, asked), job_env, returns)
+    found = _hit(folder, name, job_env, returns)
     if found is None:
         return MISS
     _counts[kind, "hits"] = _counts.get((kind, "hits"), 0) + 1
@@ -186,10 +189,10 @@ def cached(
     folder = _open[0]
     if folder is None:
         return compute()
-    found = peek(kind, asked, job_env, returns)
+    name = _key(kind, asked)
+    found = _peek_entry(kind, name, job_env, returns)
     if found is not MISS:
         return found
-    name = _key(kind, asked)
     _counts[kind, "misses"] = _counts.get((kind, "misses"), 0) + 1
     with reads.recording() as frame:
         value = compute()

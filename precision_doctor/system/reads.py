@@ -110,10 +110,15 @@ def note(kind: str, path: Any, got: Any = None) -> None:
     _note(kind, path, got=got)
 
 
+def _listed(path: Any) -> list:
+    """A folder's entries, listed once, past any recording (raises OSError as os.scandir does)."""
+    with _real.get("scandir", os.scandir)(path) as found:
+        return list(found)
+
+
 def list_folder(path: Any) -> tuple[list[str], str]:
     """A folder's names and their listing_digest, as one listing (raises OSError as os.listdir does)."""
-    with _real.get("scandir", os.scandir)(path) as found:
-        entries = list(found)
+    entries = _listed(path)
     return [os.fsdecode(e.name) for e in entries], listing_digest(entries)
 
 
@@ -195,8 +200,7 @@ def _install() -> None:
     def listed(path: Any) -> list:
         """The folder's entries, recorded with what they were as listed."""
         try:
-            with real["scandir"](path) as found:
-                entries = list(found)
+            entries = _listed(path)
         except OSError as exc:
             _note("list", path, got=("error", exc.errno))
             raise
@@ -382,7 +386,7 @@ def manifest(frame: Frame, job_env: Mapping[str, str] | None) -> Manifest | None
     return tuple(out)
 
 
-# this run's fingerprints (forget_checked() empties it), each with the moment it was taken: the entries of a
+# this run's fingerprints (forget() empties it), each with the moment it was taken: the entries of a
 # folder's scripts share the libraries, requirements and folders they read, fingerprinted once
 _checked: dict[tuple, tuple[Any, int]] = {}
 
@@ -433,8 +437,7 @@ def fingerprint(kind: str, key: str, job_env: Mapping[str, str] | None) -> Any:
         if kind == "mtime":
             return stat_(key).st_mtime_ns
         if kind == "list":
-            with _real.get("scandir", os.scandir)(key) as entries:
-                return listing_digest(list(entries))
+            return listing_digest(_listed(key))
         if kind == "lstat":
             st = _real.get("lstat", os.lstat)(key)
             if stat.S_ISLNK(st.st_mode):
