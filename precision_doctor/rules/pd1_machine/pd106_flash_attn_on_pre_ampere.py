@@ -51,11 +51,15 @@ def _sdpa_step(script: ScriptFacts, written: str) -> str:
     "flash-attn-on-pre-ampere",
     severity="error",
     phase="first-step",
-    summary="FlashAttention-2 on a GPU older than Ampere.",
-    what='`attn_implementation="flash_attention_2"` with a target GPU of compute capability < 8.0.',
-    why="FlashAttention-2 kernels are built for Ampere and newer only (Turing and Volta are not supported).",
+    summary="FlashAttention-2 (or a FlashAttention kernel from the Hub) on a GPU older than Ampere.",
+    what='`attn_implementation="flash_attention_2"` (or `"flash_attention_3"`, or a FlashAttention hub kernel such as '
+    '`"kernels-community/vllm-flash-attn3"`, which LLaMA-Factory loads for gpt_oss whatever `flash_attn` says) '
+    "with a target GPU of compute capability < 8.0.",
+    why="FlashAttention-2 kernels are built for Ampere and newer only (Turing and Volta are not supported); the "
+    "hub kernels of the family are built for Ampere and Hopper.",
     error="RuntimeError: FlashAttention only supports Ampere GPUs or newer.",
-    fix='Use `attn_implementation="sdpa"` (or `"eager"`) on V100/T4/Titan RTX/RTX 20xx.',
+    fix='Use `attn_implementation="sdpa"` (or `"eager"`) on V100/T4/Titan RTX/RTX 20xx; for a hub kernel, `"eager"` '
+    "(gpt_oss implements no SDPA), or for LLaMA-Factory's gpt_oss an Ampere or newer GPU.",
     applicability=Applicability.SAFE,
     fix_safety="Safe: the same attention, another kernel.",
     needs=("machine",),
@@ -71,7 +75,12 @@ def _sdpa_step(script: ScriptFacts, written: str) -> str:
                 " dtype=torch.float16, attn_implementation='sdpa')\n"
                 "Trainer(model=model, args=TrainingArguments('out', fp16=True)).train()\n"
             ),
-        )
+        ),
+        Example(
+            _trainer(", dtype=torch.float16, attn_implementation='kernels-community/vllm-flash-attn3'", ", fp16=True"),
+            target="t4",
+            note="a FlashAttention hub kernel: the step is shown, not written",
+        ),
     ],
     silent=[
         Example(
@@ -83,6 +92,11 @@ def _sdpa_step(script: ScriptFacts, written: str) -> str:
         ),
         Example(
             _trainer(", dtype=torch.bfloat16, attn_implementation='flash_attention_2'", ", bf16=True"), target="a10g"
+        ),
+        Example(
+            _trainer(", dtype=torch.bfloat16, attn_implementation='kernels-community/vllm-flash-attn3'", ", bf16=True"),
+            target="a100",
+            note="a FlashAttention hub kernel on Ampere",
         ),
     ],
 )
