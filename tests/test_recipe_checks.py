@@ -348,6 +348,13 @@ def test_llamafactory_megatron_bridge_is_turned_on_by_the_launch(tmp_path, monke
             "(8) exceeds `world_size` (4)",
         ),
         ("tensor_model_parallel_size: 8\n", "llamafactory-cli train config.yml", "a100:4", None),  # no Megatron Bridge
+        # a quoted size stays a string in the dataclass (parse_dict converts nothing): not this refusal
+        (
+            'tensor_model_parallel_size: "4"\n',
+            "USE_MEGATRON_BRIDGE=1 llamafactory-cli train config.yml",
+            "a100:2",
+            None,
+        ),
         # accelerate's num_processes is the total over its machines (accelerate/utils/launch.py: // num_machines)
         (
             "tensor_model_parallel_size: 4\n",

@@ -255,9 +255,9 @@ def _megatron_parallel_refusal(v: RecipeView) -> str:
         return ""
     parallel = 1
     for key in MEGATRON_PARALLEL_SIZES:
-        size = v.typed(key, 1)
+        size = v.get(key, 1)  # as written: parse_dict builds the dataclass without converting types
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-            return ""  # HfArgumentParser refuses it first, with its own message
+            return ""  # not a count: the job fails otherwise (`"4" > 2` is a TypeError), not with this message
         parallel *= size
     if parallel > v.world_size:
         return f"Total Megatron Bridge parallel size ({parallel}) exceeds `world_size` ({v.world_size})."
