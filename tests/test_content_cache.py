@@ -558,3 +558,24 @@ def test_a_rule_selection_digests_alike_in_every_process():
         for seed in ("1", "2", "3")
     }
     assert len(digests) == 1 and "None" not in digests.pop()
+
+
+def test_a_killed_writers_temp_in_the_cache_goes_with_the_next_run_that_writes(project, cache, capsys):
+    from precision_doctor.system import safe_io
+
+    (project / "train.py").write_text(
+        TRAIN_WITH_HELPER.replace("from helper import load\nmodel = load()\n", "model = 1\n")
+    )
+    run(capsys, "train.py", "--target", "a100", cache=cache)
+    folder = cache / content_cache.FORMAT
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = folder / f".entry.{safe_io.TEMP_TAG}-{dead.pid}-abc123.tmp"
+    stale.write_bytes(b"half an entry")
+    run(capsys, "train.py", "--target", "a100", cache=cache)  # every answer cached: nothing written, nothing swept
+    assert stale.exists()
+    (project / "train.py").write_text(
+        TRAIN_WITH_HELPER.replace("from helper import load\nmodel = load()\n", "model = 2\n")
+    )
+    run(capsys, "train.py", "--target", "a100", cache=cache)
+    assert not stale.exists()

@@ -67,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    command_line = tuple(args)
     script_args: tuple[str, ...] = ()
     if "--" in args:  # everything after `--` belongs to the training script's own parser
         split = args.index("--")
@@ -81,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
             stream.reconfigure(errors="backslashreplace")
     try:
         opts = parser.parse_args(args)
+        # as typed, when the process was started with it: what a replayed answer is found by (system/run_answer.py);
+        # a caller in the same process (the API, tests) has memos a recorded run could not see through
+        opts.command_line = command_line if argv is None else None
         if opts.command in COMMANDS:
             return COMMANDS[opts.command](opts, script_args)
         parser.print_help()

@@ -169,7 +169,23 @@ def run_check(opts, script_args: tuple[str, ...]) -> int:
 
     content_cache.configure(enabled=not opts.no_cache, folder=opts.cache_dir)
     try:
-        return _run_check(opts, script_args)
+        command_line = getattr(opts, "command_line", None)
+        closed = sys.stdout is None or sys.stderr is None  # started with `>&-`: no report to keep
+        if command_line is None or closed or opts.no_cache or opts.live or opts.output:
+            return _run_check(opts, script_args)
+        # the same command over unchanged inputs: the answer it gave (system/run_answer.py), before any rule loads
+        from ..system import programs, run_answer
+
+        programs.distrust(opts.paths)  # as the run's first look does: a cache inside a checked tree is not read
+        content_cache.prepare(create=False)  # only to look: a cache made here could be in a tree the run checks
+        name = run_answer.question(list(command_line))
+        replayed = run_answer.replay(name) if content_cache.is_open() else None
+        # closed again: the run opens it once it has distrusted every tree it checks (launched scripts, job scripts)
+        content_cache.close()
+        if replayed is not None:
+            output, code = replayed
+            return deliver(lambda: sys.stdout.write(output), code)
+        return run_answer.answer(name, lambda: _run_check(opts, script_args))
     finally:
         content_cache.configure(enabled=False)
 
@@ -269,12 +285,14 @@ class _Bar(progress.Listener):
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+            from ..system import run_answer
+
             self.shown = Progress(
                 TextColumn("checking"),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
-                console=Console(stderr=True),
+                console=Console(file=run_answer.underlying(sys.stderr)),
                 transient=True,
             )
             self.shown.start()

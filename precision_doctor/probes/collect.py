@@ -33,7 +33,7 @@ from ..model.facts import (
 )
 from ..model.util import MAX_GPUS_PER_NODE, record
 from ..settings import excluded
-from ..system import content_cache, progress
+from ..system import content_cache, progress, reads
 from ..system.pool import FORKS
 from ..system.reads import RecordedEnviron
 from ..system.sources import EmptySource, Unreadable, os_reason, parse_json, read_text_bounded, status
@@ -193,6 +193,7 @@ def this_machine(environ: Mapping[str, str], launch: LaunchFacts, system: System
     from .gpu import probe_gpus
     from .host import describe_processes, probe_host
 
+    reads.not_cacheable("this machine's GPUs, processes and ports are probed, not read from files")
     port = launch.main_process_port.value if launch.main_process_port.state == "known" else None
     host = probe_host(
         environ,

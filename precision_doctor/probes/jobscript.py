@@ -503,6 +503,10 @@ class _Scontrol:
             return ""
         import subprocess  # (here: only a job script on a SLURM login node asks scontrol)
 
+        from ..system import reads
+
+        reads.not_cacheable("the scheduler was asked (scontrol)")
+
         try:
             done = subprocess.run([exe, *args], capture_output=True, text=True, timeout=5)
         except (OSError, subprocess.SubprocessError) as exc:

@@ -65,14 +65,15 @@ def cache_home() -> tuple[str, tuple[str, ...]]:
     return home, (APP, FORMAT)
 
 
-def prepare() -> None:
+def prepare(create: bool = True) -> None:
     """Open the cache for this run, once the run's trees are known (a cache inside one is refused). A folder the
     user named (--cache-dir) that cannot be used is bad input (exit 2); the default one is left unused, said once
     on stderr, and the run goes on reading every file afresh."""
     if not _settings.enabled or _open[0] is not None:
         return
     try:
-        _open[0] = _open_folder()
+        with reads.unrecorded():  # the cache's own folder, opened inside a recorded run: not what the run read
+            _open[0] = _open_folder(create)
     except InputError as exc:
         if _settings.folder:
             raise
@@ -80,7 +81,7 @@ def prepare() -> None:
         print(f"precision-doctor: running without the content cache: {exc}", file=sys.stderr)
 
 
-def _open_folder() -> OwnFolder | None:
+def _open_folder(create: bool) -> OwnFolder | None:
     from .programs import checked_trees, inside
     from .safe_io import OwnFolder
 
@@ -93,12 +94,13 @@ def _open_folder() -> OwnFolder | None:
             f"the cache folder {where} is inside {tree}, which this run checks or stands in: the doctor loads "
             f"nothing of its own from there; use a folder outside it (--cache-dir, XDG_CACHE_HOME) or --no-cache"
         )
-    folder = OwnFolder.open(home, parts, create=True, label="cache folder", setting="--cache-dir or XDG_CACHE_HOME")
+    folder = OwnFolder.open(home, parts, create=create, label="cache folder", setting="--cache-dir or XDG_CACHE_HOME")
     if folder is not None and folder.writable_by_others():
         folder.close()
         raise InputError(f"the cache folder {where} is writable by other users; chmod 700 it, or use another")
     if folder is not None:
-        folder.remove_stale_temps()
+        # listing the folder costs a run that only reads (all hits) more than everything else it does with it
+        folder.sweep_before_writing = True
     return folder
 
 
@@ -122,6 +124,11 @@ MISS = object()  # what peek() gives when there is no entry to use
 
 def is_open() -> bool:
     return _open[0] is not None
+
+
+def open_folder() -> OwnFolder | None:
+    """The cache folder this run uses, once prepare() opened it."""
+    return _open[0]
 
 
 def digest(value: object) -> str | None:
@@ -198,7 +205,7 @@ def cached(
         value = compute()
     manifest = reads.manifest(frame, job_env)  # None: a file changed while it was read, or cannot be fingerprinted
     if manifest is not None:
-        _store(folder, name, (_doctor_fingerprint(), name, manifest, value))
+        _store(folder, name, (doctor_fingerprint(), name, manifest, value))
     return value
 
 
@@ -217,7 +224,7 @@ def _hit(folder: OwnFolder, name: str, job_env: Mapping[str, str] | None, return
             data = folder.read(name, MAX_ENTRY_BYTES, private=True)
         entry = pickle.loads(data)
         fingerprint, stored_as, manifest, value = entry
-        if fingerprint != _doctor_fingerprint() or stored_as != name or not isinstance(value, returns):
+        if fingerprint != doctor_fingerprint() or stored_as != name or not isinstance(value, returns):
             return None  # another release's, another question's (a file renamed into place), or another type
         if not isinstance(manifest, tuple) or not all(
             isinstance(m, tuple) and len(m) == 3 and isinstance(m[0], str) and isinstance(m[1], str) for m in manifest
@@ -235,6 +242,11 @@ def _store(folder: OwnFolder, name: str, entry: tuple) -> None:
         data = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # a value that does not pickle is recomputed next time  # noqa: BLE001
         return
+    store_bytes(folder, name, data)
+
+
+def store_bytes(folder: OwnFolder, name: str, data: bytes) -> None:
+    """An entry written whole, or not at all (too large, a full disk, a read-only cache)."""
     if len(data) > MAX_ENTRY_BYTES:
         return
     try:
@@ -247,7 +259,7 @@ def _store(folder: OwnFolder, name: str, entry: tuple) -> None:
 _FINGERPRINT: list[str] = []
 
 
-def _doctor_fingerprint() -> str:
+def doctor_fingerprint() -> str:
     """The doctor's own code and data (each file's name, size and time), Python's version and the YAML parser it
     reads recipes with: a new release, an edit or a reinstall starts afresh."""
     if not _FINGERPRINT:

@@ -73,6 +73,9 @@ def run_parallel(
         raise ValueError(f"{len(weights)} weights for {len(items)} items")
     if groups is not None and len(groups) != len(items):
         raise ValueError(f"{len(groups)} groups for {len(items)} items")
+    from . import reads
+
+    reads.not_cacheable("computed in worker processes, whose reads are their own")
     return _Pool(func, items, jobs, chunk, weights, groups, on_done).run(meanwhile)
 
 

@@ -16,6 +16,7 @@ import sys
 import tokenize
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -258,7 +259,13 @@ def parse_json(text: str | bytes) -> Any:
 
 def parse_toml(text: str) -> dict[str, Any]:
     """tomllib.loads for a document from outside: arrays nested too deep for the parser are a ValueError, as any other
-    text that is not TOML (tomllib's own error is a ValueError too)."""
+    text that is not TOML (tomllib's own error is a ValueError too). A run reads one pyproject.toml for its settings
+    and again for its pins: the same text is parsed once (callers only read the tables)."""
+    return _parsed_toml(text)
+
+
+@lru_cache(maxsize=32)
+def _parsed_toml(text: str) -> dict[str, Any]:
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - the declared dependency on 3.10
