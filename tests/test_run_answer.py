@@ -94,24 +94,12 @@ def test_a_run_that_probes_this_machine_is_never_replayed(project, tmp_path):
 
 def test_a_run_that_warned_on_stderr_is_not_kept(project, tmp_path):
     cache = tmp_path / "cache"
-    env = {"CI": "1"}  # with no path in CI the doctor says on stderr that only the machine was checked
-    first = subprocess.run(
-        [sys.executable, "-m", "precision_doctor", "check", "--target", "a100", "--cache-dir", str(cache)],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", **env},
-        timeout=120,
+    command = [sys.executable, "-m", "precision_doctor", "check", "--target", "a100", "--cache-dir", str(cache)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "CI": "1"}  # with no path in CI the doctor says so on stderr
+    first, second = (
+        subprocess.run(command, cwd=project, capture_output=True, text=True, env=env, timeout=120) for _ in range(2)
     )
     assert "no path given" in first.stderr
-    second = subprocess.run(
-        [sys.executable, "-m", "precision_doctor", "check", "--target", "a100", "--cache-dir", str(cache)],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", **env},
-        timeout=120,
-    )
     assert "no path given" in second.stderr and second.stdout == first.stdout
 
 
