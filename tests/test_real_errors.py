@@ -781,3 +781,22 @@ def test_pd207_a_second_unscale_before_update_raises_as_its_fix_says(run_check):
     result, _ = check_example(run_check, get_rule("PD207").fires[1])
     (finding,) = [f for f in result.findings if f.rule_id == "PD207"]
     assert "a second call before update() raises" in finding.fix.description and not finding.fix.edits
+
+
+def test_pd217_llamafactory_recipe_key_refused_as_hfargumentparser_refuses_it(run_check):
+    """LLaMA-Factory's get_train_args hands the recipe to HfArgumentParser.parse_dict (hparams/parser.py): a key
+    its TrainingArguments' transformers base no longer has (transformers 5 dropped
+    `fsdp_transformer_layer_cls_to_wrap`, which LLaMA-Factory's own fp8 FSDP example still writes) is refused with
+    the message the doctor predicts."""
+    from transformers import HfArgumentParser, Seq2SeqTrainingArguments
+
+    key = "fsdp_transformer_layer_cls_to_wrap"
+    with pytest.raises(ValueError) as raised:
+        HfArgumentParser(Seq2SeqTrainingArguments).parse_dict({"output_dir": "o", key: "LlamaDecoderLayer"})
+    recipe = (
+        "model_name_or_path: Qwen/Qwen2.5-0.5B\nstage: sft\ndo_train: true\nfinetuning_type: full\n"
+        f"dataset: alpaca_en_demo\ntemplate: qwen\noutput_dir: out\n{key}: LlamaDecoderLayer\n"
+    )
+    result, _ = run_check(recipe, name="train.yaml", versions={"llamafactory": "0.9.5", "transformers": "5.23.0"})
+    [finding] = [f for f in result.findings if f.rule_id == "PD217"]
+    assert finding.severity == "error" and finding.error == f"ValueError: {raised.value}"

@@ -693,3 +693,74 @@ def test_the_dtype_rename_is_safe_only_where_every_allowed_release_takes_it(tmp_
     if not safe:
         assert "transformers>=4.56" in finding.fix.description
         assert any("transformers>=4.40" in note for note in finding.fix.notes)
+
+
+# --- LLaMA-Factory recipes --------------------------------------------------------------------------
+
+LF_RECIPE = (
+    "model_name_or_path: Qwen/Qwen2.5-0.5B\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
+    "dataset: alpaca_en_demo\ntemplate: qwen\noutput_dir: out\nlearning_rate: 1.0e-4\n"
+)
+
+
+def _llamafactory_env(tmp_path: Path, version: str, model_fields: str) -> Path:
+    """A training environment with LLaMA-Factory `version` installed (its hparams modules as the release lays them
+    out: hparams/*_args.py) and transformers 4.57.6."""
+    env = tmp_path / "lf-env"
+    site = env / "lib" / "python3.11" / "site-packages"
+    hparams = site / "llamafactory" / "hparams"
+    hparams.mkdir(parents=True)
+    for dist, v in (("llamafactory", version), ("transformers", "4.57.6")):
+        (site / f"{dist}-{v}.dist-info").mkdir()
+        (site / f"{dist}-{v}.dist-info" / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {v}\n")
+    dataclass = "from dataclasses import dataclass, field\n\n\n@dataclass\nclass {name}:\n{fields}"
+    modules = {
+        "model_args.py": ("ModelArguments", "    model_name_or_path: str = field(default=None)\n" + model_fields),
+        "data_args.py": ("DataArguments", "    dataset: str = None\n    template: str = None\n"),
+        "finetuning_args.py": ("FinetuningArguments", "    stage: str = 'sft'\n    finetuning_type: str = 'lora'\n"),
+        "generating_args.py": ("GeneratingArguments", "    do_sample: bool = True\n"),
+    }
+    for module, (name, fields) in modules.items():
+        (hparams / module).write_text(dataclass.format(name=name, fields=fields))
+    (hparams / "training_args.py").write_text(
+        "from dataclasses import dataclass\nfrom transformers import Seq2SeqTrainingArguments\n\n\n"
+        "@dataclass\nclass TrainingArguments(Seq2SeqTrainingArguments):\n    pass\n"
+    )
+    (env / "bin").mkdir()
+    (env / "bin" / "python").write_text("")
+    return env / "bin" / "python"
+
+
+def _check_recipe(tmp_path: Path, recipe: str, python: Path):
+    project = tmp_path / "project"
+    project.mkdir(exist_ok=True)
+    (project / "train.yaml").write_text(recipe)
+    facts = gather([str(project / "train.yaml")], environ={}, system=NO_NVML, python=str(python))
+    return engine.run(facts)
+
+
+def test_an_installed_llamafactory_decides_which_recipe_keys_its_parser_takes(tmp_path):
+    """A development install (0.9.6.dev0, past the table) is read from its own source: a key it added is taken, a
+    typo is an error naming the field it misses, and the transformers fields come through its TrainingArguments."""
+    python = _llamafactory_env(tmp_path, "0.9.6.dev0", "    kt_new_option: bool = False\n")
+    assert not pd217(_check_recipe(tmp_path, LF_RECIPE + "kt_new_option: true\n", python))
+    [finding] = pd217(_check_recipe(tmp_path, LF_RECIPE + "lerning_rate: 1.0e-5\n", python))
+    assert finding.severity == "error" and "llamafactory 0.9.6.dev0 (installed" in finding.message
+    assert "did you mean `learning_rate`?" in finding.message
+    assert finding.error == "ValueError: Some keys are not used by the HfArgumentParser: ['lerning_rate']"
+
+
+def test_an_llamafactory_release_the_table_read_judges_its_recipe_keys(tmp_path):
+    """Without LLaMA-Factory installed, a pin decides the release, to the patch: `kt_optimize_rule` came with
+    KTransformers' options in 0.9.4 and went in 0.9.5."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.yaml").write_text(LF_RECIPE + "kt_optimize_rule: rule.yaml\n")
+    python = bare_env(tmp_path)
+    for pin, fires in (("0.9.3", True), ("0.9.4", False), ("0.9.5", True)):
+        (project / "requirements.txt").write_text(f"llamafactory=={pin}\ntransformers==4.51.3\n")
+        facts = gather([str(project / "train.yaml")], environ={}, system=NO_NVML, python=str(python))
+        found = pd217(engine.run(facts))
+        assert bool(found) == fires, pin
+        if fires:
+            assert found[0].severity == "error" and f"llamafactory {pin} (declared" in found[0].message

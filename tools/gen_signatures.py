@@ -1,15 +1,16 @@
-"""Build precision_doctor/data/signatures.json: which keywords each release of transformers, TRL, peft and
-sentence-transformers accepts in the classes and functions training scripts configure (TrainingArguments, TRL's
-configs and trainers, ModelConfig, BitsAndBytesConfig, peft's configs, Trainer.__init__, from_pretrained).
+"""Build precision_doctor/knowledge/data/signatures.json: which keywords each release of transformers, TRL, peft,
+sentence-transformers and LLaMA-Factory accepts in the classes and functions training scripts and recipes configure
+(TrainingArguments, TRL's configs and trainers, ModelConfig, BitsAndBytesConfig, peft's configs, Trainer.__init__,
+from_pretrained, LLaMA-Factory's hparams dataclasses).
 
-    python tools/gen_signatures.py [--cache DIR] [--out FILE]
+    python tools/gen_signatures.py [--cache DIR] [--out FILE] [--only PACKAGE]
 
 Each release's wheel is fetched with `pip download --no-deps` (kept in --cache, so a second run reads them from
 there) and read with `ast` through precision_doctor/probes/library_source.py, the same reader the doctor uses on
 an installed package; nothing is imported or installed. The table holds, per class, each own field or parameter
 with the releases that accept it, its bases, and the renames a deprecation names (each checked: the new name is
 accepted where the old one no longer is). One release per minor version is read, its last patch; a version is
-looked up by its minor.
+looked up by its minor. LLaMA-Factory (BY_PATCH) is read at every release and looked up by release.
 """
 
 from __future__ import annotations
@@ -145,7 +146,11 @@ RELEASES = {
         "0.21.2",
     ],
     "sentence-transformers": ["3.0.1", "3.4.1", "4.1.0", "5.0.0", "5.7.0", "6.2.0"],
+    # every release on PyPI: LLaMA-Factory adds and drops recipe keys in patch releases (0.9.0 to 0.9.5 span a year)
+    "llamafactory": ["0.7.1", "0.8.0", "0.8.1", "0.8.2", "0.8.3", "0.9.0", "0.9.1", "0.9.2", "0.9.3", "0.9.4", "0.9.5"],
 }
+# Packages whose table keys are whole releases, not minors (precision_doctor/knowledge/signatures.py agrees).
+BY_PATCH = {"llamafactory"}
 
 # transformers: named classes in known files (the module moved: the first path that exists is read).
 TRANSFORMERS_CLASSES = {
@@ -161,12 +166,15 @@ DISCOVER = {
     "trl": (r"trl/.*\.py", r"\w*(?:Config|Trainer|Arguments)"),
     "peft": (r"peft/(?:config|tuners/.*config)\.py", r"\w*Config\w*"),
     "sentence-transformers": (r"sentence_transformers/.*\.py", r"\w*TrainingArguments"),
+    # the dataclasses `llamafactory-cli train` fills from a recipe (hparams/parser.py), and their mixins
+    "llamafactory": (r"llamafactory/hparams/\w+_args\.py", r"\w*Arguments?"),
 }
 IMPORT_NAMES = {
     "trl": "trl",
     "peft": "peft",
     "sentence-transformers": "sentence_transformers",
     "transformers": "transformers",
+    "llamafactory": "llamafactory",
 }
 
 # Renames whose deprecation message the pattern below does not catch (each is still checked against the fields).
@@ -287,8 +295,9 @@ def _preferred(path: str) -> int:
     return 0 if "/trainer/" in path or path.endswith("/config.py") else 1 if "/scripts/" in path else 2
 
 
-def minor(version: str) -> str:
-    return ".".join(version.split(".")[:2])
+def minor(version: str, package: str = "") -> str:
+    """The table's key for a release: its minor, or the whole release for a package in BY_PATCH."""
+    return version if package in BY_PATCH else ".".join(version.split(".")[:2])
 
 
 def ranges(present: list[bool], minors: list[str]) -> str:
@@ -310,11 +319,15 @@ def ranges(present: list[bool], minors: list[str]) -> str:
     return ",".join(runs)
 
 
-def build(cache: Path) -> dict:
+def build(cache: Path, only: str = "", previous: dict | None = None) -> dict:
+    """The table; with `only`, that package's classes read afresh and merged into `previous` (the other packages'
+    classes, bases and parser facts kept as they are)."""
     per_release: dict[str, list[dict[str, tuple[Declaration, str]]]] = {}
     texts: dict[str, list[str]] = {}
     trl_parser: list[str] = []
     for package, versions in RELEASES.items():
+        if only and package != only:
+            continue
         per_release[package], texts[package] = [], []
         for version in versions:
             path = wheel(cache, package, version)
@@ -325,9 +338,11 @@ def build(cache: Path) -> dict:
             texts[package].append(text)
             print(f"{package} {version}: {len(decls)} classes", file=sys.stderr)
     all_ids = {cid for releases in per_release.values() for decls in releases for cid in decls}
+    if only and previous is not None:
+        all_ids |= set(previous["classes"])
     classes: dict[str, dict] = {}
     for package, releases in per_release.items():
-        minors = [minor(v) for v in RELEASES[package]]
+        minors = [minor(v, package) for v in RELEASES[package]]
         ids = sorted({cid for decls in releases for cid in decls})
         for cid in ids:
             present = [cid in decls for decls in releases]
@@ -374,6 +389,13 @@ def build(cache: Path) -> dict:
             if renames:
                 entry["renames"] = renames
             classes[cid] = entry
+    if only and previous is not None:
+        kept = {cid: entry for cid, entry in previous["classes"].items() if entry["package"] != only}
+        return {
+            **previous,
+            "releases": {**previous["releases"], only: {minor(v, only): v for v in RELEASES[only]}},
+            "classes": {**kept, **classes},
+        }
     trl_minors = [minor(v) for v in RELEASES["trl"]]
     parsers = {
         "trl.TrlParser": {
@@ -385,7 +407,7 @@ def build(cache: Path) -> dict:
     return {
         "format": 1,
         "generated_by": "tools/gen_signatures.py",
-        "releases": {p: {minor(v): v for v in vs} for p, vs in RELEASES.items()},
+        "releases": {p: {minor(v, p): v for v in vs} for p, vs in RELEASES.items()},
         "classes": classes,
         "parsers": parsers,
     }
@@ -450,11 +472,13 @@ def main() -> int:
         default=str(Path.home() / ".cache" / "precision-doctor-wheels"),
         help="folder for the downloaded wheels",
     )
-    parser.add_argument("--out", default=str(ROOT / "precision_doctor" / "data" / "signatures.json"))
+    parser.add_argument("--out", default=str(ROOT / "precision_doctor" / "knowledge" / "data" / "signatures.json"))
+    parser.add_argument("--only", choices=sorted(RELEASES), help="read one package again, keep the rest of --out")
     args = parser.parse_args()
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
-    table = build(cache)
+    previous = json.loads(Path(args.out).read_text(encoding="utf-8")) if args.only else None
+    table = build(cache, args.only or "", previous)
     text = json.dumps(table, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
     Path(args.out).write_text(text, encoding="utf-8")
     print(f"wrote {args.out}: {len(table['classes'])} classes, {len(text) // 1024} KiB", file=sys.stderr)

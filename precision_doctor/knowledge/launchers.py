@@ -98,6 +98,7 @@ LAUNCH_VARIABLES = (
     "FORCE_TORCHRUN",
     "USE_MCA",
     "USE_MEGATRON_BRIDGE",
+    "ALLOW_EXTRA_ARGS",  # llamafactory-cli's parser then takes keys no dataclass has (hparams/parser.py)
     "NPROC_PER_NODE",
     "NCCL_SOCKET_IFNAME",
     "ACCELERATE_MIXED_PRECISION",

@@ -25,7 +25,19 @@ PACKAGES = {
     "trl": "trl",
     "peft": "peft",
     "sentence_transformers": "sentence-transformers",
+    "llamafactory": "llamafactory",
 }  # import name -> distribution
+BY_PATCH = {"llamafactory"}  # read at every release (tools/gen_signatures.py): looked up by release, not minor
+# The dataclasses `llamafactory-cli train` fills from a recipe (hparams/parser.py _TRAIN_ARGS); before its own
+# TrainingArguments (0.9.2) the third was transformers' Seq2SeqTrainingArguments.
+LLAMAFACTORY_TRAIN = (
+    "llamafactory.ModelArguments",
+    "llamafactory.DataArguments",
+    "llamafactory.TrainingArguments",
+    "llamafactory.FinetuningArguments",
+    "llamafactory.GeneratingArguments",
+)
+LLAMAFACTORY_TRAINING_BEFORE = "transformers.Seq2SeqTrainingArguments"
 LOADER = "transformers.from_pretrained"  # keywords of from_pretrained; the rest goes to the model's config
 TRAINERS = ("transformers.Trainer", "transformers.Seq2SeqTrainer")
 # Keywords a rule of their own reports, with what only it knows (a deprecation window, a refusal next to another
@@ -73,10 +85,25 @@ def _minor_key(version: str) -> tuple[int, int] | None:
         return None
 
 
+def table_key(package: str, version: str) -> str:
+    """The table's name for the release that stands for a version: its minor, or for a BY_PATCH package itself."""
+    return version if package in BY_PATCH else ".".join(version.split(".")[:2])
+
+
+def _release_key(package: str, version: str) -> tuple[int, ...] | None:
+    """What a version is looked up by: its minor, or for a BY_PATCH package its release (`0.9.6.dev0` -> 0.9.6)."""
+    if package not in BY_PATCH:
+        return _minor_key(version)
+    from .versions import parse_version
+
+    parts = parse_version(version)
+    return None if parts is None else (parts + (0, 0))[:3]
+
+
 @lru_cache(maxsize=64)
 def _minors(package: str) -> tuple[str, ...]:
     """The minor releases the table read, oldest first (the order its ranges count in)."""
-    return tuple(sorted(table()["releases"].get(package, {}), key=_minor_key))
+    return tuple(sorted(table()["releases"].get(package, {}), key=lambda m: _release_key(package, m) or ()))
 
 
 @lru_cache(maxsize=256)
@@ -84,10 +111,10 @@ def release_index(package: str, version: str) -> int | None:
     """Which of the table's releases stands for this version: its minor (or the newest older one read); the newest
     for a version past the table. None: older than the table, or no version."""
     minors = _minors(package)
-    key = _minor_key(version) if version else None
+    key = _release_key(package, version) if version else None
     if key is None or not minors:
         return None
-    keys = [_minor_key(m) for m in minors]
+    keys = [_release_key(package, m) for m in minors]
     if key < keys[0]:
         return None
     return max(i for i, k in enumerate(keys) if k <= key)
@@ -96,8 +123,9 @@ def release_index(package: str, version: str) -> int | None:
 def beyond_table(package: str, version: str) -> bool:
     """A release newer than any the table was generated from (it is judged as the newest one read)."""
     minors = _minors(package)
-    key = _minor_key(version) if version else None
-    return bool(minors) and key is not None and key > _minor_key(minors[-1])
+    key = _release_key(package, version) if version else None
+    newest = _release_key(package, minors[-1]) if minors else None
+    return newest is not None and key is not None and key > newest
 
 
 @lru_cache(maxsize=4096)
@@ -200,7 +228,7 @@ def accepted(
     if entry is None:
         return None
     package = entry["package"]
-    if package == "sentence-transformers" and not versions.stack.get(package).version:
+    if package in ("sentence-transformers", "llamafactory") and not versions.stack.get(package).version:
         return _any_release(cid, entry, versions, local, seen)
     i = versions.index(package)
     if i is None or i not in _indices(package, entry["exists"]):
@@ -224,11 +252,15 @@ def _table_entry_at(cid: str, i: int) -> tuple[Accepted, tuple[str, ...], bool]:
 
 
 def _any_release(cid, entry, versions, local, seen) -> Accepted | None:
-    """A package the stack does not track (sentence-transformers): what any release read accepts."""
+    """A package whose version is not known (sentence-transformers, which the stack does not track; LLaMA-Factory
+    neither installed nor declared): what any release read accepts. LLaMA-Factory counts among the packages that
+    decided it, so that its unknown version makes a verdict a warning."""
     names = frozenset(entry["names"])
     bases = tuple(entry.get("bases", {}))
+    package = entry["package"]
+    decided = frozenset({package}) if package == "llamafactory" else frozenset()
     return _combine(
-        Accepted(names, "", (f"{entry['package']} (any release read)",)), bases, False, versions, local, seen
+        Accepted(names, "", (f"{package} (any release read)",), decided), bases, False, versions, local, seen
     )
 
 

@@ -604,6 +604,8 @@ class PackageVersion:
     def describe(self) -> str:
         if self.spec and not self.spec.startswith("=="):
             return f"{self.name} {self.spec} → {self.version} ({self.origin or self.source})"
+        if not self.version:  # neither installed, declared nor one the rules were checked against
+            return f"{self.name} (version not known)"
         return f"{self.name} {self.version} ({self.source}{', ' + self.origin if self.origin else ''})"
 
 

@@ -4,7 +4,7 @@ Library classes (TrainingArguments and Seq2SeqTrainingArguments, TRL's configs, 
 SentenceTransformerTrainingArguments, peft's configs): every field any release read declares, with its type and its
 default as the newest release that declares it writes it, inherited along the class's bases with the subclass's own
 default winning (TRL's configs: `bf16 = None`, meaning `not fp16`, and gradient checkpointing on). They come from the
-table generated from the released wheels (precision_doctor/data/signatures.json), the same one the keywords are judged
+table generated from the released wheels (knowledge/data/signatures.json), the same one the keywords are judged
 with. Classes defined in the script: read from their AST, inheriting from their bases, local or library.
 A bool field parses `--flag`, `--flag False` and `--no_flag` (HfArgumentParser's rules); whether a field is bool comes
 from these declarations, never from its name.

@@ -13,7 +13,15 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from ..knowledge.signatures import LOADER, class_id, local_id, table
+from ..knowledge.signatures import (
+    LLAMAFACTORY_TRAIN,
+    LLAMAFACTORY_TRAINING_BEFORE,
+    LOADER,
+    class_id,
+    local_id,
+    table,
+    table_key,
+)
 from ..model.facts import ScriptFacts, Signature
 from ..system import content_cache, reads
 from ..system.sources import Unreadable, is_regular_file, read_text_bounded
@@ -32,6 +40,8 @@ def wanted_ids(script: ScriptFacts) -> set[str]:
             out.add(cid)
     names = [b for cls in script.classes.values() for b in cls.bases]
     names += [c for p in script.parsed for c in p.classes]
+    if script.recipe is not None and script.recipe.family == "LLaMA-Factory":  # its parser's (PD217)
+        names += [*LLAMAFACTORY_TRAIN, LLAMAFACTORY_TRAINING_BEFORE]
     for name in names:
         if local_id(name, script.classes) is None:
             cid = class_id(name)
@@ -75,7 +85,7 @@ def installed_signatures(
     versions = {
         name: version
         for name, version in installed
-        if releases_read or table()["releases"].get(name, {}).get(_minor(version)) != version
+        if releases_read or table()["releases"].get(name, {}).get(table_key(name, version)) != version
     }
     classes = table()["classes"]
     out: dict[str, Signature] = {}
@@ -93,10 +103,6 @@ def installed_signatures(
         out[cid] = found
         todo += [b for b in found.bases if b not in out]
     return out
-
-
-def _minor(version: str) -> str:
-    return ".".join(version.split(".")[:2])
 
 
 @reads.remembered

@@ -544,16 +544,25 @@ def _attributes(body: ast.ClassDef, block: str) -> set[str]:
     return out
 
 
+# Bases a module names through a variable it assigns: LLaMA-Factory's hparams/training_args.py sets
+# `BaseTrainingArguments` to mcore_adapter's Seq2SeqTrainingArguments under USE_MCA, else to transformers' (the
+# table reads the second; an MCA run is not judged by it).
+BASE_ALIASES = {"llamafactory.BaseTrainingArguments": "transformers.Seq2SeqTrainingArguments"}
+
+
 def resolve_base(base: str, owner: str, known: set[str] | dict) -> str | None:
     """A base as a module names it (Declaration.bases) -> the id of a class the table reads, or None (a mixin the
     table does not read). `owner` is the id of the class it is a base of: `trl.SFTConfig`."""
     top = owner.split(".", 1)[0]
+    aliased = BASE_ALIASES.get(f"{top}.{base}")
+    if aliased is not None:
+        return aliased if aliased in known else None
     if ":" in base:  # imported under another name: `from ..experimental.kto import KTOConfig as _KTOConfig`
         module, name = base.split(":", 1)
         module = module.lstrip(".")
         if "experimental" in module:
             candidate = f"{top}.experimental.{name}"
-        elif module.split(".", 1)[0] in ("transformers", "trl", "peft", "sentence_transformers"):
+        elif module.split(".", 1)[0] in ("transformers", "trl", "peft", "sentence_transformers", "llamafactory"):
             candidate = f"{module.split('.', 1)[0]}.{name}"
         else:
             candidate = f"{top}.{name}"

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from ...derive import evidence_of
 from ...derive.checkpoint import checkpoint_of
+from ...derive.launch import job_env
+from ...knowledge.launchers import llamafactory_env_enabled
 from ...knowledge.signatures import (
+    LLAMAFACTORY_TRAIN,
+    LLAMAFACTORY_TRAINING_BEFORE,
     LOADER,
     SPECIALISED,
     Accepted,
@@ -26,7 +30,17 @@ from ...knowledge.signatures import (
     table,
     trl_config_keys,
 )
-from ...model.facts import Call, ParsedArguments, ScriptFacts, StackFacts, Value, VersionSource
+from ...model.facts import (
+    Call,
+    LaunchFacts,
+    Location,
+    MachineFacts,
+    ParsedArguments,
+    ScriptFacts,
+    StackFacts,
+    Value,
+    VersionSource,
+)
 from ...model.findings import Applicability, Draft, Edit, Evidence, Fix
 from .._common import present, set_kwarg
 from ..registry import Example, LogSignature, rule
@@ -51,6 +65,15 @@ _UNEXPECTED_KEYWORD = r"got an unexpected keyword argument '(?!(?:{})')\w+'".for
 
 
 _ARGS = "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+_LLAMAFACTORY = (
+    "model_name_or_path: Qwen/Qwen2.5-7B\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
+    "dataset: alpaca_en_demo\ntemplate: qwen\noutput_dir: out\nbf16: true\n"
+)
+_MEGATRON = "tensor_model_parallel_size: 2\n"
+_LAUNCH_DECIDES = (
+    "no launch given: it parses if the launch sets USE_MCA=1 or USE_MEGATRON_BRIDGE=1, whose Megatron argument "
+    "classes the doctor does not read; pass --launcher"
+)
 
 
 def _judge_call(call: Call, script: ScriptFacts, stack: StackFacts):
@@ -185,7 +208,9 @@ def _from_dict(value: Value) -> bool:
     return value.text.endswith("]") and "[" in value.text
 
 
-def _judge_parsed(parsed: ParsedArguments, script: ScriptFacts, stack: StackFacts):
+def _judge_parsed(parsed: ParsedArguments, script: ScriptFacts, stack: StackFacts, unsure: str = ""):
+    """`unsure`: why a key no release of these classes ever had may still parse (a parser the launch could swap
+    in, unread): such a key is a warning saying so; a typo, or a key of another release, stays an error."""
     if not parsed.strict or not parsed.keys:
         return
     trl = parsed.parser == "trl.TrlParser"
@@ -227,11 +252,13 @@ def _judge_parsed(parsed: ParsedArguments, script: ScriptFacts, stack: StackFact
             close = suggestion(key, fields)
             hint = f" (did you mean `{close}`?)" if close else ""
             new = new or close or ""
+        if unsure and not new and all(spans_of(cid, key, script.classes) is None for cid, _ in parts):
+            severity, hint = "warning", f"{hint} ({unsure})"
         shown = f"`{key}`" if recipe else f"--{key}"
         where = f"in {parsed.via}" if recipe else "on the command line"
         yield Draft(
             f"{shown} {where} is not a field of {names} on {how}{hint}",
-            evidence=(_parsed_evidence(value, key, parsed), Evidence(parsed.location, "", f"{parsed.method}()")),
+            evidence=(_parsed_evidence(value, key, parsed), _parser_evidence(parsed)),
             error=error,
             phase="config",
             severity=severity,
@@ -242,6 +269,18 @@ def _judge_parsed(parsed: ParsedArguments, script: ScriptFacts, stack: StackFact
                 applicability=Applicability.DISPLAY,
             ),
         )
+
+
+def _parser_evidence(parsed: ParsedArguments) -> Evidence:
+    if parsed.parser.startswith("llamafactory."):
+        return Evidence(
+            None,
+            parsed.via,
+            "get_train_args parses the recipe with HfArgumentParser.parse_dict, refusing unknown keys "
+            "(LLaMA-Factory hparams/parser.py)",
+            "launcher",
+        )
+    return Evidence(parsed.location, "", f"{parsed.method}()")
 
 
 def _command_line_accepts(word: str, options: set[str]) -> bool:
@@ -345,13 +384,16 @@ def _successor(cid: str, name: str, got: Accepted, script: ScriptFacts, stack: S
     what="A keyword of `TrainingArguments` (and its subclasses, the script's own included), TRL's configs and "
     "trainers, `ModelConfig`, `BitsAndBytesConfig`, peft's `LoraConfig`, `Trainer(...)` or `from_pretrained` "
     "that the installed (or declared) release does not have; a key of a YAML/JSON recipe that "
-    "`HfArgumentParser` / `TrlParser --config` reads and no dataclass of the parser has; an option after `--` "
-    "that none has. Renamed keywords name their successor (`evaluation_strategy` -> `eval_strategy`, "
+    "`HfArgumentParser` / `TrlParser --config` reads and no dataclass of the parser has; a key of an "
+    "LLaMA-Factory recipe that none of the five dataclasses `llamafactory-cli train` fills has (unless the launch "
+    "sets ALLOW_EXTRA_ARGS, USE_MCA or USE_MEGATRON_BRIDGE); an option after `--` that none has. Renamed "
+    "keywords name their successor (`evaluation_strategy` -> `eval_strategy`, "
     "`warmup_ratio` -> `warmup_steps`), typos the field they miss (`learning_rat` -> `learning_rate`).",
     why="A dataclass's `__init__` refuses a keyword it has no field for; HfArgumentParser refuses unused recipe keys "
     "and command-line options; from_pretrained hands an unknown keyword to the model's `__init__`. The fields "
     "are each release's own: read from the installed package's source, else from a table generated from the "
-    "released wheels (transformers 4.36-5.23, TRL 0.9-1.16, peft 0.7-0.21, sentence-transformers 3.0-6.2). "
+    "released wheels (transformers 4.36-5.23, TRL 0.9-1.16, peft 0.7-0.21, sentence-transformers 3.0-6.2, "
+    "LLaMA-Factory 0.7.1-0.9.5, each release). "
     "BitsAndBytesConfig takes any keyword and ignores it: a warning, the setting has no effect. An assumed "
     "version gives a warning; a declared range is what a fresh install gets, its newest release (as PD216 and "
     "PD406 read it), and the message names the range's last release that accepts the keyword. `Trainer(tokenizer=)` "
@@ -391,6 +433,36 @@ def _successor(cid: str, name: str, got: Accepted, script: ScriptFacts, stack: S
             versions={"transformers": "4.57.1"},
         ),
         Example(
+            _LLAMAFACTORY + "learnig_rate: 1.0e-4\n",
+            name="train.yaml",
+            versions={"llamafactory": "0.9.3", "transformers": "4.51.3"},
+            note="LLaMA-Factory's parser refuses a key none of its dataclasses has",
+        ),
+        Example(
+            _LLAMAFACTORY + "learnig_rate: 1.0e-4\n",
+            name="train.yaml",
+            note="LLaMA-Factory's version not known: any release read, a warning",
+        ),
+        Example(
+            _LLAMAFACTORY + "learning_rate: 1.0e-4\nlora_rnak: 8\n",
+            name="train.yaml",
+            versions={"llamafactory": "0.8.3", "transformers": "4.43.4"},
+            note="before 0.9.2 the training arguments are transformers' Seq2SeqTrainingArguments",
+        ),
+        Example(
+            _LLAMAFACTORY + _MEGATRON,
+            name="train.yaml",
+            versions={"llamafactory": "0.9.5", "transformers": "4.57.1"},
+            launcher="llamafactory-cli train train.yaml",
+            note="Megatron keys parse only under USE_MEGATRON_BRIDGE (or USE_MCA)",
+        ),
+        Example(
+            _LLAMAFACTORY + _MEGATRON,
+            name="train.yaml",
+            versions={"llamafactory": "0.9.5", "transformers": "4.57.1"},
+            note="no launch given: the launch's variables decide, a warning",
+        ),
+        Example(
             _ARGS + "args = TrainingArguments('out', learning_rat=2e-5)\nTrainer(model=model, args=args).train()\n",
             note="a typo: the fix names the field it misses, for review",
             fixed=(
@@ -418,11 +490,71 @@ def _successor(cid: str, name: str, got: Accepted, script: ScriptFacts, stack: S
             "args = MyArgs('out', lora_r=16, eval_strategy='steps')\nTrainer(model=model, args=args).train()\n",
             note="a subclass's own field and an inherited one",
         ),
+        Example(
+            _LLAMAFACTORY + "learning_rate: 1.0e-4\nlora_rank: 16\n",
+            name="train.yaml",
+            versions={"llamafactory": "0.9.3", "transformers": "4.51.3"},
+        ),
+        Example(
+            _LLAMAFACTORY + "learning_rate: 1.0e-4\n",
+            name="train.yaml",
+            versions={"llamafactory": "0.8.3", "transformers": "4.43.4"},
+            note="before 0.9.2 the training arguments are transformers' Seq2SeqTrainingArguments",
+        ),
+        Example(
+            _LLAMAFACTORY + _MEGATRON,
+            name="train.yaml",
+            versions={"llamafactory": "0.9.5", "transformers": "4.57.1"},
+            launcher="USE_MEGATRON_BRIDGE=1 llamafactory-cli train train.yaml",
+        ),
+        Example(
+            _LLAMAFACTORY + "learnig_rate: 1.0e-4\n",
+            name="train.yaml",
+            versions={"llamafactory": "0.9.3", "transformers": "4.51.3"},
+            launcher="ALLOW_EXTRA_ARGS=1 llamafactory-cli train train.yaml",
+        ),
     ],
 )
-def keyword_not_accepted(script: ScriptFacts, stack: StackFacts):
+def keyword_not_accepted(script: ScriptFacts, stack: StackFacts, launch: LaunchFacts, machine: MachineFacts):
     for call in script.of(*_PHASE):
         if not call.text.startswith("(parsed") and not _guarded(call):  # parsed arguments: judged below
             yield from _judge_call(call, script, stack)
     for parsed in script.parsed:
         yield from _judge_parsed(parsed, script, stack)
+    recipe = _llamafactory_recipe(script, stack, job_env(launch, machine))
+    if recipe is not None:
+        # with no launch given its variables are not known: USE_MCA / USE_MEGATRON_BRIDGE add argument classes
+        unsure = "" if launch.known else _LAUNCH_DECIDES
+        yield from _judge_parsed(recipe, script, stack, unsure)
+
+
+def _llamafactory_recipe(script: ScriptFacts, stack: StackFacts, env: dict[str, str]) -> ParsedArguments | None:
+    """An LLaMA-Factory recipe as `get_train_args` parses it (hparams/parser.py): HfArgumentParser over its five
+    dataclasses, `parse_dict` refusing any key none has unless ALLOW_EXTRA_ARGS is on. USE_MCA swaps in
+    mcore_adapter's arguments and USE_MEGATRON_BRIDGE adds MegatronBridgeArguments, which no release the table
+    read has: such a launch is not judged."""
+    recipe = script.recipe
+    if recipe is None or recipe.family != "LLaMA-Factory":
+        return None
+    if any(llamafactory_env_enabled(env, name) for name in ("ALLOW_EXTRA_ARGS", "USE_MCA", "USE_MEGATRON_BRIDGE")):
+        return None
+    training = LLAMAFACTORY_TRAIN[2]
+    classes = tuple(
+        LLAMAFACTORY_TRAINING_BEFORE if cid == training and accepted(training, stack) is None else cid
+        for cid in LLAMAFACTORY_TRAIN
+    )
+    keys = {key: value for key, value in recipe.settings.items() if "." not in key}
+    first = min((v.location for v in keys.values() if v.location is not None), default=None, key=_line_order)
+    return ParsedArguments(
+        parser="llamafactory.HfArgumentParser",
+        method="parse_dict",
+        location=first or Location(script.path, 1),
+        classes=classes,
+        keys=keys,
+        source="recipe",
+        via=f"llamafactory-cli train {script.path}",
+    )
+
+
+def _line_order(location: Location) -> tuple[str, int]:
+    return location.path, location.line
