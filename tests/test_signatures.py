@@ -764,3 +764,85 @@ def test_an_llamafactory_release_the_table_read_judges_its_recipe_keys(tmp_path)
         assert bool(found) == fires, pin
         if fires:
             assert found[0].severity == "error" and f"llamafactory {pin} (declared" in found[0].message
+
+
+@pytest.mark.parametrize(
+    "release, launcher, key, expected",
+    [
+        ("0.9.1", "ALLOW_EXTRA_ARGS=1 llamafactory-cli train train.yaml", "lora_rnak: 8", "error"),  # read from 0.9.2
+        ("0.9.2", "ALLOW_EXTRA_ARGS=1 llamafactory-cli train train.yaml", "lora_rnak: 8", None),
+        ("0.9.3", "USE_MCA=1 llamafactory-cli train train.yaml", "tensor_model_parallel_size: 2", "error"),  # 0.9.4
+        ("0.9.4", "USE_MCA=1 llamafactory-cli train train.yaml", "tensor_model_parallel_size: 2", None),
+        ("0.9.5", "USE_MEGATRON_BRIDGE=1 llamafactory-cli train train.yaml", "tensor_model_parallel_size: 2", "error"),
+        ("0.9.1", None, "tensor_model_parallel_size: 2", "error"),  # no USE_MCA to set in 0.9.1
+        ("0.9.5", None, "tensor_model_parallel_size: 2", "warning"),  # the launch may set USE_MCA
+        ("0.9.5", "llamafactory-cli eval train.yaml", "task: mmlu_test", None),  # eval's parser has `task`
+    ],
+)
+def test_llamafactory_launch_variables_count_from_the_release_that_reads_them(
+    tmp_path, release, launcher, key, expected
+):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.yaml").write_text(LF_RECIPE + key + "\n")
+    (project / "requirements.txt").write_text(f"llamafactory=={release}\ntransformers==4.51.3\n")
+    facts = gather(
+        [str(project / "train.yaml")],
+        environ={},
+        system=NO_NVML,
+        python=str(bare_env(tmp_path)),
+        launcher=launcher,
+    )
+    found = pd217(engine.run(facts))
+    assert [f.severity for f in found] == ([expected] if expected else [])
+
+
+def test_an_llamafactory_eval_recipe_is_not_judged_as_a_training_recipe(tmp_path):
+    """LLaMA-Factory's own eval example (no stage, no do_train): `llamafactory-cli eval` parses it with
+    EvaluationArguments, which has `task`, `n_shot`, `lang`."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "eval.yaml").write_text(
+        "model_name_or_path: meta-llama/Meta-Llama-3-8B-Instruct\nadapter_name_or_path: saves/llama3-8b/lora/sft\n"
+        "finetuning_type: lora\ntask: mmlu_test\ntemplate: fewshot\nlang: en\nn_shot: 5\nsave_dir: saves/eval\n"
+        "batch_size: 4\n"
+    )
+    (project / "requirements.txt").write_text("llamafactory==0.9.3\ntransformers==4.51.3\n")
+    facts = gather([str(project / "eval.yaml")], environ={}, system=NO_NVML, python=str(bare_env(tmp_path)))
+    assert not pd217(engine.run(facts))
+
+
+def test_a_pinned_llamafactory_caps_the_transformers_a_fresh_install_gets(tmp_path):
+    """`transformers>=4.55.0` beside `llamafactory==0.9.5` resolves to at most 5.6.0 (0.9.5's METADATA:
+    transformers<=5.6.0), not the newest transformers: the recipe is judged there."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.yaml").write_text(LF_RECIPE + "fsdp_transformer_layer_cls_to_wrap: LlamaDecoderLayer\n")
+    (project / "requirements.txt").write_text("llamafactory==0.9.5\ntransformers>=4.55.0\n")
+    python = str(bare_env(tmp_path))
+    facts = gather([str(project / "train.yaml")], environ={}, system=NO_NVML, python=python)
+    [finding] = pd217(engine.run(facts))
+    assert "gets 5.6.0" in finding.message and "5.23" not in finding.message
+    (project / "requirements.txt").write_text("llamafactory==0.9.3\ntransformers>=4.45.0\n")
+    (project / "train.yaml").write_text(LF_RECIPE + "warmup_ratio: 0.1\n")  # 0.9.3 caps at 4.52.4, which has it
+    facts = gather([str(project / "train.yaml")], environ={}, system=NO_NVML, python=python)
+    assert not pd217(engine.run(facts))
+
+
+def test_words_after_an_llamafactory_recipe_are_keys_as_omegaconf_reads_them(tmp_path):
+    """`llamafactory-cli train x.yaml lora_rank=16` sets a key; `--learning_rate 1e-4` is two keys of their own
+    (OmegaConf.from_cli), both refused by the parser."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.yaml").write_text(LF_RECIPE)
+    (project / "requirements.txt").write_text("llamafactory==0.9.3\ntransformers==4.51.3\n")
+    python = str(bare_env(tmp_path))
+
+    def keys_refused(words: str) -> list[str]:
+        launcher = f"llamafactory-cli train {project / 'train.yaml'} {words}"
+        facts = gather([str(project / "train.yaml")], environ={}, system=NO_NVML, python=python, launcher=launcher)
+        return [f.message.split("`")[1] for f in pd217(engine.run(facts))]
+
+    assert keys_refused("lora_rank=16 learning_rate=1e-5") == []
+    assert keys_refused("--learning_rate 1e-4") == ["--learning_rate", "1e-4"]
+    assert keys_refused("lora_rnak=16") == ["lora_rnak"]

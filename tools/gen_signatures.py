@@ -191,6 +191,8 @@ CURATED_RENAMES = {
     },
     "transformers.from_pretrained": {"use_auth_token": "token", "torch_dtype": "dtype"},
     "trl.ModelConfig": {"torch_dtype": "dtype"},
+    # LLaMA-Factory 0.8.0 renamed its DPO settings for every preference stage (hparams/finetuning_args.py)
+    "llamafactory.RLHFArguments": {"dpo_beta": "pref_beta", "dpo_ftx": "pref_ftx", "dpo_loss": "pref_loss"},
 }
 # Deprecations that name a successor which is not the same setting under a new name (the value moves into a dict,
 # or means something else): never offered as a rename.
@@ -234,6 +236,24 @@ TRL_CONFIG_KEYS = {
     "raises": "Unknown arguments from config file",  # 0.19+: fail_with_unknown_args=True
     "raises_legacy": "Some specified config arguments are not used by the TrlParser",
 }  # <= 0.12
+
+
+_TRANSFORMERS_CAP = re.compile(r"<=\s*([0-9][0-9.]*)")
+
+
+def transformers_cap(path: Path) -> str:
+    """The newest transformers a release allows (its METADATA's `Requires-Dist: transformers ...<=X`, the highest
+    across platform markers, extras ignored): a fresh install of it resolves transformers no newer."""
+    with zipfile.ZipFile(path) as z:
+        name = next((n for n in z.namelist() if n.endswith(".dist-info/METADATA")), None)
+        text = z.read(name).decode("utf-8", "replace") if name else ""
+    caps = [
+        m.group(1)
+        for line in text.splitlines()
+        if re.match(r"Requires-Dist:\s*transformers\s*[<>=!~(]", line) and "extra ==" not in line
+        for m in _TRANSFORMERS_CAP.finditer(line)
+    ]
+    return max(caps, key=lambda v: tuple(int(p) for p in v.split(".") if p.isdigit()), default="")
 
 
 def trl_parser_behaviour(path: Path) -> str:
@@ -325,6 +345,7 @@ def build(cache: Path, only: str = "", previous: dict | None = None) -> dict:
     per_release: dict[str, list[dict[str, tuple[Declaration, str]]]] = {}
     texts: dict[str, list[str]] = {}
     trl_parser: list[str] = []
+    caps: dict[str, str] = {}
     for package, versions in RELEASES.items():
         if only and package != only:
             continue
@@ -333,6 +354,8 @@ def build(cache: Path, only: str = "", previous: dict | None = None) -> dict:
             path = wheel(cache, package, version)
             if package == "trl":
                 trl_parser.append(trl_parser_behaviour(path))
+            if package == "llamafactory":
+                caps[version] = transformers_cap(path)
             decls, text = read_release(package, path)
             per_release[package].append(decls)
             texts[package].append(text)
@@ -395,6 +418,7 @@ def build(cache: Path, only: str = "", previous: dict | None = None) -> dict:
             **previous,
             "releases": {**previous["releases"], only: {minor(v, only): v for v in RELEASES[only]}},
             "classes": {**kept, **classes},
+            **({"transformers_caps": caps} if only == "llamafactory" else {}),
         }
     trl_minors = [minor(v) for v in RELEASES["trl"]]
     parsers = {
@@ -405,6 +429,7 @@ def build(cache: Path, only: str = "", previous: dict | None = None) -> dict:
         }
     }
     return {
+        "transformers_caps": caps,  # llamafactory release -> the newest transformers it allows
         "format": 1,
         "generated_by": "tools/gen_signatures.py",
         "releases": {p: {minor(v, p): v for v in vs} for p, vs in RELEASES.items()},

@@ -201,6 +201,11 @@ def llamafactory_env_enabled(env: dict[str, str], name: str) -> bool:
     return env.get(name, "").lower() in ("true", "y", "1")
 
 
+# The first LLaMA-Factory release whose parser (hparams/parser.py) reads each variable, from the released wheels:
+# ALLOW_EXTRA_ARGS from 0.9.2, USE_MCA from 0.9.4; USE_MEGATRON_BRIDGE in no release up to 0.9.5 (its git tree).
+LLAMAFACTORY_PARSER_VARIABLES = {"ALLOW_EXTRA_ARGS": "0.9.2", "USE_MCA": "0.9.4", "USE_MEGATRON_BRIDGE": "0.9.6"}
+
+
 PYTHON_VALUE_OPTIONS = ("-X", "-W", "--check-hash-based-pycs")
 # modules `python -m` runs that are launchers themselves
 LAUNCHER_MODULES = {

@@ -55,13 +55,24 @@ def probe_config(path: Path, shown: str, args: tuple[str, ...] = ()) -> ScriptFa
             f"pass a training script or one of those configs"
         )
     if args:
-        doc = doc.overridden(launch_overrides(args))
+        doc = doc.overridden(dotlist_overrides(args) if family is llamafactory else launch_overrides(args))
     return family.build(Builder(doc, family.NAME, family.VERSION, path))
 
 
+def dotlist_overrides(args: tuple[str, ...]) -> dict[tuple, tuple[Any, str]]:
+    """The words after an LLaMA-Factory recipe as OmegaConf.from_cli reads them (hparams/parser.py read_args, from
+    0.9.3): `key=value` and `a.b=value`; any other word is a key of its own with no value, `--lr 1e-4` two keys
+    `--lr` and `1e-4`, which its parser then refuses."""
+    out: dict[tuple, tuple[Any, str]] = {}
+    for word in args:
+        key, eq, raw = word.partition("=")
+        out[tuple(key.split(".")) if eq else (word,)] = (_scalar(raw) if eq else None, word)
+    return out
+
+
 def launch_overrides(args: tuple[str, ...]) -> dict[tuple, tuple[Any, str]]:
-    """Settings on the launch line as a recipe's CLI reads them: `key=value` and `a.b=value` (LLaMA-Factory's
-    OmegaConf.from_cli), `--key value` / `--key=value` with dashes for underscores (Axolotl's options)."""
+    """Settings on the launch line as Axolotl's CLI reads them: `--key value` / `--key=value` with dashes for
+    underscores, `--no-key` for a false boolean, and `key=value` / `a.b=value`."""
     out: dict[tuple, tuple[Any, str]] = {}
     i = 0
     while i < len(args):

@@ -3,10 +3,12 @@ before training."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...derive import evidence_of
 from ...derive.checkpoint import checkpoint_of
 from ...derive.launch import job_env
-from ...knowledge.launchers import llamafactory_env_enabled
+from ...knowledge.launchers import LLAMAFACTORY_PARSER_VARIABLES, llamafactory_env_enabled
 from ...knowledge.signatures import (
     LLAMAFACTORY_TRAIN,
     LLAMAFACTORY_TRAINING_BEFORE,
@@ -30,11 +32,13 @@ from ...knowledge.signatures import (
     table,
     trl_config_keys,
 )
+from ...knowledge.versions import parse_version
 from ...model.facts import (
     Call,
     LaunchFacts,
     Location,
     MachineFacts,
+    PackageVersion,
     ParsedArguments,
     ScriptFacts,
     StackFacts,
@@ -71,8 +75,8 @@ _LLAMAFACTORY = (
 )
 _MEGATRON = "tensor_model_parallel_size: 2\n"
 _LAUNCH_DECIDES = (
-    "no launch given: it parses if the launch sets USE_MCA=1 or USE_MEGATRON_BRIDGE=1, whose Megatron argument "
-    "classes the doctor does not read; pass --launcher"
+    "no launch given: USE_MCA=1 or USE_MEGATRON_BRIDGE=1 at launch add Megatron argument classes the doctor does "
+    "not read; pass --launcher"
 )
 
 
@@ -296,6 +300,10 @@ def _command_line_accepts(word: str, options: set[str]) -> bool:
 def _parsed_evidence(value: Value, key: str, parsed: ParsedArguments) -> Evidence:
     if value.location is not None:
         return evidence_of(value, f"{key}: no dataclass of the parser has it")
+    if parsed.parser.startswith("llamafactory."):  # a word after the recipe (probes/config_families dotlist)
+        return Evidence(
+            None, key, "a word after the recipe on the launch line: OmegaConf reads it as a key", "launcher"
+        )
     return Evidence(None, value.text or f"--{key}", f"--{key} on the command line", "script-arg")
 
 
@@ -323,8 +331,9 @@ def _verdict(cid: str, name: str, got: Accepted, script: ScriptFacts, stack: Sta
     the last release in the range that accepts it, the pin that keeps the call; a warning, and why, when the
     version is only assumed or newer than the table."""
     packages = _packages(got)
-    if any(stack.get(p).source == VersionSource.ASSUMED for p in packages):
-        return "warning", "not installed nor declared: pin it to be sure"
+    assumed = [p for p in packages if stack.get(p).source == VersionSource.ASSUMED]
+    if assumed:
+        return "warning", f"{assumed[0]} not installed nor declared: pin it to be sure"
     read_installed = {sig.evidence.split(" ", 1)[0] for sig in stack.signatures.values()}
     newer = [p for p in packages if p not in read_installed and beyond_table(p, stack.get(p).version)]
     if newer:
@@ -340,7 +349,7 @@ def _verdict(cid: str, name: str, got: Accepted, script: ScriptFacts, stack: Sta
             last = release_of(package, max(takes))
             return "error", (
                 f"a fresh install of {package}{version.spec} gets {version.version}; up to {last} the range accepts "
-                f"it: change the call, or pin {package}<={last}"
+                f"it: change the keyword, or pin {package}<={last}"
             )
     return "error", ""
 
@@ -368,9 +377,11 @@ def _successor(cid: str, name: str, got: Accepted, script: ScriptFacts, stack: S
     if spans is not None:
         package, releases = spans
         old = former_name(cid, name, script.classes)
+        shown = describe_spans(package, releases)
+        accept = "accepts" if "-" not in releases and "," not in releases else "accept"  # one release
         if old and old in got.names:
-            return old, f" (only {describe_spans(package, releases)} accept it; this release calls it `{old}`)", True
-        return "", f" (only {describe_spans(package, releases)} accept it)", False
+            return old, f" (only {shown} {accept} it; this release calls it `{old}`)", True
+        return "", f" (only {shown} {accept} it)", False
     close = suggestion(name, got.names)
     return (close, f" (did you mean `{close}`?)", False) if close else ("", "", False)
 
@@ -504,8 +515,9 @@ def _successor(cid: str, name: str, got: Accepted, script: ScriptFacts, stack: S
         Example(
             _LLAMAFACTORY + _MEGATRON,
             name="train.yaml",
-            versions={"llamafactory": "0.9.5", "transformers": "4.57.1"},
+            versions={"llamafactory": "0.9.6.dev0", "transformers": "4.57.1"},
             launcher="USE_MEGATRON_BRIDGE=1 llamafactory-cli train train.yaml",
+            note="its git tree (past 0.9.5) reads USE_MEGATRON_BRIDGE: Megatron Bridge's arguments, not read",
         ),
         Example(
             _LLAMAFACTORY + "learnig_rate: 1.0e-4\n",
@@ -521,23 +533,35 @@ def keyword_not_accepted(script: ScriptFacts, stack: StackFacts, launch: LaunchF
             yield from _judge_call(call, script, stack)
     for parsed in script.parsed:
         yield from _judge_parsed(parsed, script, stack)
-    recipe = _llamafactory_recipe(script, stack, job_env(launch, machine))
+    recipe = _llamafactory_recipe(script, stack, launch, job_env(launch, machine))
     if recipe is not None:
+        parsed, judged_with = recipe
         # with no launch given its variables are not known: USE_MCA / USE_MEGATRON_BRIDGE add argument classes
-        unsure = "" if launch.known else _LAUNCH_DECIDES
-        yield from _judge_parsed(recipe, script, stack, unsure)
+        reads_mca = _llamafactory_reads(stack, "USE_MCA")
+        unsure = "" if launch.known or not reads_mca else _LAUNCH_DECIDES
+        yield from _judge_parsed(parsed, script, judged_with, unsure)
 
 
-def _llamafactory_recipe(script: ScriptFacts, stack: StackFacts, env: dict[str, str]) -> ParsedArguments | None:
-    """An LLaMA-Factory recipe as `get_train_args` parses it (hparams/parser.py): HfArgumentParser over its five
-    dataclasses, `parse_dict` refusing any key none has unless ALLOW_EXTRA_ARGS is on. USE_MCA swaps in
-    mcore_adapter's arguments and USE_MEGATRON_BRIDGE adds MegatronBridgeArguments, which no release the table
-    read has: such a launch is not judged."""
+def _llamafactory_recipe(
+    script: ScriptFacts, stack: StackFacts, launch: LaunchFacts, env: dict[str, str]
+) -> tuple[ParsedArguments, StackFacts] | None:
+    """An LLaMA-Factory training recipe as `get_train_args` parses it (hparams/parser.py), with the stack to judge
+    it by: HfArgumentParser over its five dataclasses, refusing any key none has unless ALLOW_EXTRA_ARGS is on.
+    USE_MCA swaps in mcore_adapter's arguments and USE_MEGATRON_BRIDGE adds MegatronBridgeArguments, which the
+    doctor does not read: such a launch is not judged, where the release reads the variable. A recipe that sets
+    neither `stage` nor `do_train` (an eval, chat or export config) or a launch of another subcommand is another
+    parser's."""
     recipe = script.recipe
     if recipe is None or recipe.family != "LLaMA-Factory":
         return None
-    if any(llamafactory_env_enabled(env, name) for name in ("ALLOW_EXTRA_ARGS", "USE_MCA", "USE_MEGATRON_BRIDGE")):
+    if not ({"stage", "do_train"} & set(recipe.settings)) or _other_subcommand(launch):
         return None
+    if any(
+        llamafactory_env_enabled(env, name) and _llamafactory_reads(stack, name)
+        for name in LLAMAFACTORY_PARSER_VARIABLES
+    ):
+        return None
+    stack = _with_llamafactorys_transformers(stack)
     training = LLAMAFACTORY_TRAIN[2]
     classes = tuple(
         LLAMAFACTORY_TRAINING_BEFORE if cid == training and accepted(training, stack) is None else cid
@@ -553,7 +577,44 @@ def _llamafactory_recipe(script: ScriptFacts, stack: StackFacts, env: dict[str, 
         keys=keys,
         source="recipe",
         via=f"llamafactory-cli train {script.path}",
+    ), stack
+
+
+def _other_subcommand(launch: LaunchFacts) -> bool:
+    """`llamafactory-cli eval|export|chat|api|webchat x.yaml` (or `python -m llamafactory.cli ...`)."""
+    words = launch.command.split()
+    for i, word in enumerate(words[:-1]):
+        if word.rsplit("/", 1)[-1] in ("llamafactory-cli", "lmf", "llamafactory.cli"):
+            return words[i + 1] != "train"
+    return False
+
+
+def _llamafactory_reads(stack: StackFacts, variable: str) -> bool:
+    """Whether the job's LLaMA-Factory reads a launch variable (an unknown version may)."""
+    got = parse_version(stack.get("llamafactory").version)
+    return got is None or got >= (parse_version(LLAMAFACTORY_PARSER_VARIABLES[variable]) or ())
+
+
+def _with_llamafactorys_transformers(stack: StackFacts) -> StackFacts:
+    """The stack a fresh install gets: a known LLaMA-Factory release caps transformers (its METADATA's
+    `transformers<=X`, the table's transformers_caps), which a range or an assumed version must respect."""
+    cap = table().get("transformers_caps", {}).get(stack.get("llamafactory").version, "")
+    have = stack.get("transformers")
+    if not cap or have.source not in (VersionSource.DECLARED, VersionSource.ASSUMED):
+        return stack
+    if have.source == VersionSource.DECLARED and have.spec.startswith(("==", "===")):
+        return stack
+    if (parse_version(have.version) or (0,)) <= (parse_version(cap) or (0,)) and have.version:
+        return stack
+    lf = stack.get("llamafactory").version
+    capped = PackageVersion(
+        "transformers",
+        cap,
+        VersionSource.DECLARED,
+        spec=f"{have.spec},<={cap}" if have.spec else f"<={cap}",
+        origin=f"newest llamafactory {lf} allows",
     )
+    return replace(stack, packages={**stack.packages, "transformers": capped})
 
 
 def _line_order(location: Location) -> tuple[str, int]:
