@@ -182,8 +182,7 @@ def _peek_entry(kind: str, name: str, job_env: Mapping[str, str] | None, returns
         return MISS
     _counts[kind, "hits"] = _counts.get((kind, "hits"), 0) + 1
     manifest, value = found
-    for read_kind, key, then in manifest:  # inside a recorded computation: its reads count there too, as they were
-        reads.note_read(read_kind, key, then)
+    reads.note_manifest(manifest)  # inside a recorded computation: its reads count there too, as they were
     return value
 
 

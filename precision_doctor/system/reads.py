@@ -39,13 +39,16 @@ _moments = itertools.count()  # orders frames' starts and fingerprints
 
 
 class Frame:
-    __slots__ = ("reads", "seen", "unsafe", "start")
+    __slots__ = ("reads", "seen", "unsafe", "start", "kept")
 
     def __init__(self) -> None:
         self.start = next(_moments)  # fingerprints taken before this may stand for its reads
         self.reads: set[Read] = set()
         self.seen: dict[Read, Any] = {}  # the fingerprint of what the probe itself got, where known as it read
         self.unsafe = ""  # why what was read cannot be fingerprinted (then nothing is cached)
+        # the manifests of cache entries used inside it, each checked unchanged when used: their reads, kept whole
+        # (a folder run's answer uses a thousand entries of fifty reads each; adding them one by one cost 0.1 s)
+        self.kept: list[Manifest] = []
 
     def saw(self, read: Read, got: Any) -> None:
         self.reads.add(read)
@@ -57,6 +60,7 @@ class Frame:
         self.reads |= other.reads
         for read, got in other.seen.items():
             self.saw(read, got)
+        self.kept.extend(other.kept)
         self.unsafe = self.unsafe or other.unsafe
 
 
@@ -130,6 +134,12 @@ def note_read(kind: str, key: str, got: Any = None) -> None:
             _frames[-1].reads.add((kind, key))
         else:
             _frames[-1].saw((kind, key), got)
+
+
+def note_manifest(entries: Manifest) -> None:
+    """A cache entry's reads, each with what it gave, found unchanged just now: part of the computation using it."""
+    if _frames and threading.get_ident() == _owner[0]:
+        _frames[-1].kept.append(entries)
 
 
 def modified_time(path: str) -> int:
@@ -372,18 +382,29 @@ class RecordedEnviron(Mapping):
 # --- fingerprints ------------------------------------------------------------------------------------------------
 
 
-def manifest(frame: Frame, job_env: Mapping[str, str] | None) -> Manifest | None:
-    """Each read with its fingerprint now; None when something read cannot be fingerprinted, or gives now other
-    than what the probe got (it changed while the probe ran: the facts may be of the old content)."""
+def manifest(frame: Frame, job_env: Mapping[str, str] | None, skip: tuple[str, ...] = ()) -> Manifest | None:
+    """Each read with its fingerprint: what the probe itself got where that is known as it read (a file's content
+    hash, a listing), else taken now; None when something read cannot be fingerprinted. A file that changed after
+    the probe read it keeps the fingerprint of what was read, so the entry is a miss from then on (the content is
+    not hashed a second time: on a whole run's answer that doubled the hashing). Reads of the kinds in `skip` are
+    left out (a whole run's answer: the job environment follows from what it read)."""
     if frame.unsafe or any(kind == "written" for kind, _ in frame.reads):
         return None
+    seen = dict(frame.seen)
+    if frame.kept:
+        for kind, key, then in set().union(*frame.kept):
+            if seen.setdefault((kind, key), then) != then:
+                return None  # two entries, or an entry and this computation, saw it differently
     out = []
-    for kind, key in sorted(frame.reads):
-        now = _fingerprint_once(kind, key, job_env, before=frame.start)
-        if frame.seen.get((kind, key), now) != now:
-            return None
-        out.append((kind, key, now))
+    for kind, key in sorted(frame.reads | seen.keys()):
+        if kind in skip:
+            continue
+        got = seen.get((kind, key), _UNSEEN)
+        out.append((kind, key, _fingerprint_once(kind, key, job_env, before=frame.start) if got is _UNSEEN else got))
     return tuple(out)
+
+
+_UNSEEN = object()
 
 
 # this run's fingerprints (forget() empties it), each with the moment it was taken: the entries of a

@@ -98,9 +98,8 @@ def answer(name: str, run: Callable[[], int]) -> int:
     folder = content_cache.open_folder()
     if not first or folder is None or stderr.parts or stdout.failed:
         return code
-    frame.reads = {r for r in frame.reads if not r[0].startswith("jobenv")}  # the job's environment follows from
-    # the launch line and the machine's facts, both read
-    manifest = reads.manifest(frame, None)
+    # the job's environment follows from the launch line and the machine's facts, both read
+    manifest = reads.manifest(frame, None, skip=("jobenv", "jobenv*"))
     if manifest is None:
         return code
     from .programs import checked_trees
