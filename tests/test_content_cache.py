@@ -35,6 +35,11 @@ def run(capsys, *args, cache: Path | None) -> tuple[dict, dict[str, int]]:
     return report, {k: after[k] - before[k] for k in after}
 
 
+def entries_of(cache: Path) -> list[Path]:
+    """The cache's entry files (not its `.pruned` mark)."""
+    return sorted(p for p in (cache / content_cache.FORMAT).iterdir() if not p.name.startswith("."))
+
+
 def rules_at(report: dict) -> set[tuple[str, str]]:
     return {(f["id"], f["path"]) for f in report["findings"]}
 
@@ -168,7 +173,7 @@ def test_a_corrupt_or_foreign_entry_is_a_miss(project, cache, capsys):
     (project / "train.py").write_text(TRAIN_WITH_HELPER)
     (project / "helper.py").write_text(HEAD + HELPER_LOAD.format(dtype="float16"))
     first, _ = run(capsys, "train.py", "--target", "a100", cache=cache)
-    entries = [p for p in (cache / content_cache.FORMAT).iterdir()]
+    entries = entries_of(cache)
     assert entries
     for i, entry in enumerate(entries):
         entry.write_bytes(b"\x80\x05garbage" if i % 2 else b"")
@@ -232,7 +237,7 @@ def test_every_read_a_probe_makes_is_in_its_entry(project, cache, capsys):
     run(capsys, "a_train.py", "b_train.py", "--target", "a100", cache=cache)
     import pickle
 
-    manifests = [pickle.loads(p.read_bytes())[2] for p in (cache / content_cache.FORMAT).iterdir()]
+    manifests = [pickle.loads(p.read_bytes())[2] for p in entries_of(cache)]
     probed = [m for m in manifests if any(key.endswith("_train.py") and kind == "open" for kind, key, _ in m)]
     assert len(probed) == 2
     for m in probed:  # both scripts' entries hold the helper they import, the first to read it and the second
@@ -349,7 +354,7 @@ def test_an_entry_of_another_shape_is_a_miss_never_a_crash(project, cache, capsy
     (project / "train.py").write_text(TRAIN_WITH_HELPER)
     (project / "helper.py").write_text(HEAD + HELPER_LOAD.format(dtype="float16"))
     first, _ = run(capsys, "train.py", "--target", "a100", cache=cache)
-    for path in (cache / content_cache.FORMAT).iterdir():
+    for path in entries_of(cache):
         path.write_bytes(pickle.dumps(entry))
     second, counts = run(capsys, "train.py", "--target", "a100", cache=cache)
     assert counts["hits"] == 0
@@ -361,11 +366,11 @@ def test_an_entry_others_may_write_is_not_loaded_and_a_shared_folder_is_refused(
     (project / "helper.py").write_text(HEAD + HELPER_LOAD.format(dtype="float16"))
     run(capsys, "train.py", "--target", "a100", cache=cache)
     folder = cache / content_cache.FORMAT
-    for path in folder.iterdir():
+    for path in entries_of(cache):
         path.chmod(0o666)
     _, counts = run(capsys, "train.py", "--target", "a100", cache=cache)
     assert counts["hits"] == 0
-    assert all((p.stat().st_mode & 0o777) == 0o600 for p in folder.iterdir())  # replaced by the user's own
+    assert all((p.stat().st_mode & 0o777) == 0o600 for p in entries_of(cache))  # replaced by the user's own
     folder.chmod(0o777)
     assert main(["check", "train.py", "--target", "a100", "--cache-dir", str(cache)]) == 2
     assert "writable by other users" in capsys.readouterr().err
@@ -511,8 +516,7 @@ def test_an_entry_under_another_entrys_name_is_a_miss(project, cache, capsys):
             HEAD + f"m = AutoModelForCausalLM.from_pretrained('gpt2', torch_dtype=torch.float{16 if n % 2 else 32})\n"
         )
     run_folder(capsys, "--target", "t4", cache=cache)
-    folder = cache / content_cache.FORMAT
-    names = sorted(folder.iterdir())
+    names = entries_of(cache)
     contents = [p.read_bytes() for p in names]
     for path, data in zip(names, contents[1:] + contents[:1], strict=True):
         path.write_bytes(data)  # each entry renamed into its neighbour's place
@@ -579,3 +583,24 @@ def test_a_killed_writers_temp_in_the_cache_goes_with_the_next_run_that_writes(p
     )
     run(capsys, "train.py", "--target", "a100", cache=cache)
     assert not stale.exists()
+
+
+def test_entries_not_written_for_a_month_go_at_most_once_a_day(project, cache, capsys):
+    plain = TRAIN_WITH_HELPER.replace("from helper import load\nmodel = load()\n", "model = {}\n")
+    (project / "train.py").write_text(plain.format(1))
+    run(capsys, "train.py", "--target", "a100", cache=cache)
+    folder = cache / content_cache.FORMAT
+    old, recent = folder / ("0" * 64), folder / ("f" * 64)  # entries of other files, which these runs do not use
+    for entry in (old, recent):
+        entry.write_bytes(b"an entry")
+        entry.chmod(0o600)
+    month_ago = time.time() - (content_cache.UNUSED_DAYS + 1) * 86400
+    os.utime(old, (month_ago, month_ago))
+    (project / "train.py").write_text(plain.format(2))
+    run(capsys, "train.py", "--target", "a100", cache=cache)  # pruned the day of the first run: not again
+    assert old.exists()
+    day_ago = time.time() - 2 * 86400
+    os.utime(folder / ".pruned", (day_ago, day_ago))
+    (project / "train.py").write_text(plain.format(3))
+    run(capsys, "train.py", "--target", "a100", cache=cache)
+    assert not old.exists() and recent.exists()

@@ -13,7 +13,9 @@ rules); machine probes are never cached.
 Entries live in the user's cache folder ($XDG_CACHE_HOME/precision-doctor, or --cache-dir), never in a
 repository being checked: a cache planted in a checked tree is refused, as the doctor runs nothing from it.
 Folders are made 0700 and must belong to the user; an entry is replaced whole (written beside it, then renamed),
-so concurrent runs never see half of one; an entry that cannot be read or decoded is a miss.
+so concurrent runs never see half of one; an entry that cannot be read or decoded is a miss. Entries not written
+for UNUSED_DAYS are dropped, once a day at most, before a run's first write (a hit does not renew one: an entry in
+daily use is rebuilt once a month).
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ T = TypeVar("T")  # safe_io and pickle are imported when a cache is used: --no-c
 
 FORMAT = "facts-1"  # the entries' folder: a change to what an entry holds takes a new name
 MAX_ENTRY_BYTES = 16 * 1024 * 1024
+UNUSED_DAYS = 30  # an entry not written again for this long goes (a hit does not touch it: it is rebuilt once)
+_PRUNED = ".pruned"  # its time: when entries were last pruned (at most once a day)
 
 
 class _Settings:
@@ -45,6 +49,7 @@ class _Settings:
 
 _settings = _Settings()
 _open: list[OwnFolder | None] = [None]
+_untidy = [False]  # the open folder has not been tidied this run (done before its first write)
 _counts: dict[tuple[str, str], int] = {}  # (kind, "hits" | "misses") -> how many
 
 
@@ -98,9 +103,7 @@ def _open_folder(create: bool) -> OwnFolder | None:
     if folder is not None and folder.writable_by_others():
         folder.close()
         raise InputError(f"the cache folder {where} is writable by other users; chmod 700 it, or use another")
-    if folder is not None:
-        # listing the folder costs a run that only reads (all hits) more than everything else it does with it
-        folder.sweep_before_writing = True
+    _untidy[0] = folder is not None
     return folder
 
 
@@ -250,9 +253,38 @@ def store_bytes(folder: OwnFolder, name: str, data: bytes) -> None:
         return
     try:
         with reads.unrecorded():
+            if _untidy[0]:
+                _untidy[0] = False
+                _tidy(folder)
             folder.write(name, data, durable=False)  # a torn entry after a crash is a miss, not worth an fsync each
     except InputError:
         pass  # a full disk or a read-only cache: the run goes on uncached
+
+
+def _tidy(folder: OwnFolder) -> None:
+    """Before a run's first write (a run that only reads lists nothing: on a large cache that listing would cost
+    more than its answers): killed writers' temp files, and once a day the entries not written for UNUSED_DAYS."""
+    import stat
+    import time
+
+    folder.remove_stale_temps()
+    now = time.time()
+    try:
+        if now - os.stat(_PRUNED, dir_fd=folder.fd, follow_symlinks=False).st_mtime < 86400:
+            return
+    except OSError:
+        pass
+    cutoff = now - UNUSED_DAYS * 86400
+    for name in folder.names():
+        if name.startswith("."):
+            continue
+        try:
+            st = os.stat(name, dir_fd=folder.fd, follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff:
+            folder.remove(name)
+    folder.write(_PRUNED, b"", durable=False)
 
 
 _FINGERPRINT: list[str] = []

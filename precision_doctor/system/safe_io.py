@@ -322,7 +322,6 @@ class OwnFolder:
         self.path = path
         self.label = label  # "state folder", "cache folder": how messages name it
         self.setting = setting  # what the user sets to put it elsewhere
-        self.sweep_before_writing = False  # remove killed writers' temps before this run's first write
 
     @classmethod
     def open(
@@ -436,9 +435,6 @@ class OwnFolder:
         torn by a crash is only a miss)."""
         import secrets
 
-        if self.sweep_before_writing:
-            self.sweep_before_writing = False
-            self.remove_stale_temps()
         temp = f".{name}.{TEMP_TAG}-{os.getpid()}-{secrets.token_hex(6)}.tmp"
         path = os.path.join(self.path, name)
         try:
