@@ -846,3 +846,30 @@ def test_words_after_an_llamafactory_recipe_are_keys_as_omegaconf_reads_them(tmp
     assert keys_refused("lora_rank=16 learning_rate=1e-5") == []
     assert keys_refused("--learning_rate 1e-4") == ["--learning_rate", "1e-4"]
     assert keys_refused("lora_rnak=16") == ["lora_rnak"]
+
+
+def test_words_after_the_recipe_kill_a_run_before_llamafactory_0_9_3(tmp_path):
+    """Before 0.9.3 `read_args` reads the recipe only when it is the one argument: with `lora_rank=16` after it,
+    argparse gets both words, the recipe's keys are never read, and the run dies on a field it requires: with
+    0.9.2's dataclasses on transformers 4.49 that is ModelArguments' own check (reproduced by importing them),
+    before transformers 4.49 argparse's required `--output_dir`."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.yaml").write_text(LF_RECIPE)
+    python = str(bare_env(tmp_path))
+    for release, transformers, words, expected in (
+        ("0.9.2", "4.49.0", "lora_rank=16", "ValueError: Please provide `model_name_or_path`."),
+        ("0.9.2", "4.45.2", "lora_rank=16", "error: the following arguments are required: --output_dir"),
+        ("0.9.3", "4.51.3", "lora_rank=16", None),
+        ("0.9.2", "4.49.0", "", None),
+    ):
+        (project / "requirements.txt").write_text(f"llamafactory=={release}\ntransformers=={transformers}\n")
+        launcher = f"llamafactory-cli train train.yaml {words}".strip()
+        facts = gather([str(project / "train.yaml")], environ={}, system=NO_NVML, python=python, launcher=launcher)
+        found = pd217(engine.run(facts))
+        if expected is None:
+            assert not found, (release, words)
+        else:
+            [finding] = found
+            assert finding.severity == "error" and "llamafactory 0.9.2" in finding.message
+            assert finding.error == expected

@@ -267,6 +267,8 @@ def launcher_of(words: list[str]) -> tuple[str | None, list[str]]:
         return "fabric", words[3:]
     if re.fullmatch(r"python(\d+(\.\d+)?)?[mtd]?(\.exe)?", head) or head in ("ipython",):
         kind, name, args = python_words(words[1:])
+        if kind == "module" and name == "llamafactory.cli":  # as `llamafactory-cli`: a subcommand first
+            return ("llamafactory-cli", args[1:]) if args[:1] == ["train"] else (None, words)
         if kind == "module" and name in LAUNCHER_MODULES:
             return LAUNCHER_MODULES[name], args
         return "python", words[1:]

@@ -534,7 +534,9 @@ def keyword_not_accepted(script: ScriptFacts, stack: StackFacts, launch: LaunchF
     for parsed in script.parsed:
         yield from _judge_parsed(parsed, script, stack)
     recipe = _llamafactory_recipe(script, stack, launch, job_env(launch, machine))
-    if recipe is not None:
+    if recipe is not None and _words_refused_before_overrides(launch, stack):
+        yield _words_after_the_recipe(launch, stack)
+    elif recipe is not None:
         parsed, judged_with = recipe
         # with no launch given its variables are not known: USE_MCA / USE_MEGATRON_BRIDGE add argument classes
         reads_mca = _llamafactory_reads(stack, "USE_MCA")
@@ -578,6 +580,65 @@ def _llamafactory_recipe(
         source="recipe",
         via=f"llamafactory-cli train {script.path}",
     ), stack
+
+
+# hparams/parser.py read_args: before 0.9.3 a recipe is read only when it is the one argument (`len(sys.argv) == 2`);
+# from 0.9.3 the words after it are merged over it (OmegaConf.from_cli)
+_OVERRIDES_FROM = "0.9.3"
+
+
+def _words_refused_before_overrides(launch: LaunchFacts, stack: StackFacts) -> bool:
+    """`llamafactory-cli train x.yaml key=value` on a release that takes no words after the recipe (each word a
+    `key=value`: other shapes are parsed as options, which this does not follow)."""
+    got = parse_version(stack.get("llamafactory").version)
+    words = launch.script_args
+    return (
+        launch.launcher == "llamafactory-cli"
+        and got is not None
+        and got < (parse_version(_OVERRIDES_FROM) or ())
+        and bool(words)
+        and all("=" in w and not w.startswith("-") for w in words)
+    )
+
+
+def _words_after_the_recipe(launch: LaunchFacts, stack: StackFacts) -> Draft:
+    """What argparse then meets first (checked by parsing with 0.9.2's dataclasses on transformers 4.49): fields it
+    requires, and nothing given as an option: `model_name_or_path` before 0.9.0 (its default came in 0.9.0,
+    with a check in ModelArguments.__post_init__), `output_dir` before transformers 4.49 (its default came then)."""
+    version = stack.get("llamafactory").describe()
+    required = [
+        option
+        for option, missing in (
+            ("--model_name_or_path", (parse_version(stack.get("llamafactory").version) or ()) < (0, 9, 0)),
+            ("--output_dir", (parse_version(stack.get("transformers").version) or (9,)) < (4, 49)),
+        )
+        if missing
+    ]
+    error = (
+        f"error: the following arguments are required: {', '.join(required)}"
+        if required
+        else "ValueError: Please provide `model_name_or_path`."
+    )
+    return Draft(
+        f"`{' '.join(launch.script_args)}` after the recipe: {version} reads a recipe only when it is the one "
+        f"argument, so every word goes to its command-line parser, the recipe's name included (words after it are "
+        f"merged over it from {_OVERRIDES_FROM})",
+        evidence=(
+            Evidence(
+                None,
+                launch.command,
+                "hparams/parser.py read_args: a recipe is read when it is the only argument",
+                "launcher",
+            ),
+        ),
+        error=error,
+        phase="config",
+        fix=Fix(
+            f"write {', '.join(w.split('=', 1)[0] for w in launch.script_args)} in the recipe, or use LLaMA-Factory "
+            f"{_OVERRIDES_FROM} or later",
+            applicability=Applicability.DISPLAY,
+        ),
+    )
 
 
 def _other_subcommand(launch: LaunchFacts) -> bool:
