@@ -604,3 +604,46 @@ def test_entries_not_written_for_a_month_go_at_most_once_a_day(project, cache, c
     (project / "train.py").write_text(plain.format(3))
     run(capsys, "train.py", "--target", "a100", cache=cache)
     assert not old.exists() and recent.exists()
+
+
+def test_a_link_is_recorded_as_it_was_when_read(tmp_path):
+    """A link retargeted after the probe looked at it (and before its entry is written) must not be recorded with
+    the new target beside what the probe made of the old one."""
+    from precision_doctor.system import reads
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    link = tmp_path / "deep"
+    link.symlink_to("a")
+    with reads.recording() as frame:
+        os.path.realpath(link)  # lstat + readlink, as resolving a shown path does
+        link.unlink()
+        link.symlink_to("b")
+    manifest = reads.manifest(frame, None)
+    assert ("lstat", str(link), ("link", "a")) in manifest
+    assert not reads.unchanged(manifest, None)
+
+
+def test_a_planted_or_future_prune_mark_neither_stops_pruning_nor_writing(project, cache, capsys):
+    plain = TRAIN_WITH_HELPER.replace("from helper import load\nmodel = load()\n", "model = {}\n")
+    (project / "train.py").write_text(plain.format(1))
+    run(capsys, "train.py", "--target", "a100", cache=cache)
+    folder = cache / content_cache.FORMAT
+    old = folder / ("0" * 64)
+    old.write_bytes(b"an entry")
+    old.chmod(0o600)
+    month_ago = time.time() - (content_cache.UNUSED_DAYS + 1) * 86400
+    os.utime(old, (month_ago, month_ago))
+    future = time.time() + 5 * 365 * 86400  # a cache restored from a machine whose clock was ahead
+    os.utime(folder / ".pruned", (future, future))
+    (project / "train.py").write_text(plain.format(2))
+    run(capsys, "train.py", "--target", "a100", cache=cache)
+    assert not old.exists()  # pruned despite the mark
+    (folder / ".pruned").unlink()
+    (folder / ".pruned").mkdir()  # planted as a folder
+    for entry in entries_of(cache):
+        os.utime(entry, (month_ago + 86400, month_ago + 86400))  # old, but not old enough to go
+    (project / "train.py").write_text(plain.format(3))
+    run(capsys, "train.py", "--target", "a100", cache=cache)
+    assert not (folder / ".pruned").is_dir()
+    assert max(e.stat().st_mtime for e in entries_of(cache)) > time.time() - 3600  # the run's answers written

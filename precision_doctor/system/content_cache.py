@@ -255,7 +255,10 @@ def store_bytes(folder: OwnFolder, name: str, data: bytes) -> None:
         with reads.unrecorded():
             if _untidy[0]:
                 _untidy[0] = False
-                _tidy(folder)
+                try:
+                    _tidy(folder)
+                except InputError:  # a mark it cannot replace: the entry is written all the same
+                    pass
             folder.write(name, data, durable=False)  # a torn entry after a crash is a miss, not worth an fsync each
     except InputError:
         pass  # a full disk or a read-only cache: the run goes on uncached
@@ -270,10 +273,14 @@ def _tidy(folder: OwnFolder) -> None:
     folder.remove_stale_temps()
     now = time.time()
     try:
-        if now - os.stat(_PRUNED, dir_fd=folder.fd, follow_symlinks=False).st_mtime < 86400:
-            return
+        mark = os.stat(_PRUNED, dir_fd=folder.fd, follow_symlinks=False)
     except OSError:
-        pass
+        mark = None
+    if mark is not None and not stat.S_ISREG(mark.st_mode):  # planted: removed (an empty folder too), no pruning now
+        folder.remove(_PRUNED, folder=stat.S_ISDIR(mark.st_mode))
+        return
+    if mark is not None and 0 <= now - mark.st_mtime < 86400:  # a mark from the future (a restored cache) is stale
+        return
     cutoff = now - UNUSED_DAYS * 86400
     for name in folder.names():
         if name.startswith("."):

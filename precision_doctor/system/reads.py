@@ -197,8 +197,16 @@ def _install() -> None:
         except OSError as exc:
             _note(kind, path, dir_fd, ("error", exc.errno))
             raise
-        _note(kind, path, dir_fd, None if stat.S_ISLNK(st.st_mode) else _kind_and_size(st))
+        _note(kind, path, dir_fd, _link_seen(path, dir_fd) if stat.S_ISLNK(st.st_mode) else _kind_and_size(st))
         return st
+
+    def _link_seen(path, dir_fd) -> Any:
+        """A link as it was when looked at (its target), so that one retargeted later in the run is not recorded
+        with the new target beside what the run made of the old."""
+        try:
+            return ("link", os.fsdecode(real["readlink"](path, dir_fd=dir_fd)))
+        except (OSError, TypeError, ValueError):
+            return None
 
     def lstat_(path, *args, dir_fd=None):
         return stat_(path, *args, dir_fd=dir_fd, follow_symlinks=False)
@@ -230,8 +238,13 @@ def _install() -> None:
         return _Entries(listed(path))
 
     def readlink_(path, *args, dir_fd=None):
-        _note("lstat", path, dir_fd)
-        return real["readlink"](path, *args, dir_fd=dir_fd)
+        try:
+            target = real["readlink"](path, *args, dir_fd=dir_fd)
+        except OSError:
+            _note("lstat", path, dir_fd)
+            raise
+        _note("lstat", path, dir_fd, ("link", os.fsdecode(target)))
+        return target
 
     def file_open(file, mode="r", *args, **kwargs):
         _note("open" if set(str(mode)) <= set("rbt") else "written", file)
