@@ -10,7 +10,7 @@ there) and read with `ast` through precision_doctor/probes/library_source.py, th
 an installed package; nothing is imported or installed. The table holds, per class, each own field or parameter
 with the releases that accept it, its bases, and the renames a deprecation names (each checked: the new name is
 accepted where the old one no longer is). One release per minor version is read, its last patch; a version is
-looked up by its minor. LLaMA-Factory (BY_PATCH) is read at every release and looked up by release.
+looked up by its minor. LLaMA-Factory is read at every release and looked up by release (signatures.BY_PATCH).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from precision_doctor.knowledge.signatures import table_key  # noqa: E402
 from precision_doctor.probes.library_source import (  # noqa: E402
     CONFIG_FILE,
     LOADER_FUNCTIONS,
@@ -149,8 +150,6 @@ RELEASES = {
     # every release on PyPI: LLaMA-Factory adds and drops recipe keys in patch releases (0.9.0 to 0.9.5 span a year)
     "llamafactory": ["0.7.1", "0.8.0", "0.8.1", "0.8.2", "0.8.3", "0.9.0", "0.9.1", "0.9.2", "0.9.3", "0.9.4", "0.9.5"],
 }
-# Packages whose table keys are whole releases, not minors (precision_doctor/knowledge/signatures.py agrees).
-BY_PATCH = {"llamafactory"}
 
 # transformers: named classes in known files (the module moved: the first path that exists is read).
 TRANSFORMERS_CLASSES = {
@@ -315,11 +314,6 @@ def _preferred(path: str) -> int:
     return 0 if "/trainer/" in path or path.endswith("/config.py") else 1 if "/scripts/" in path else 2
 
 
-def minor(version: str, package: str = "") -> str:
-    """The table's key for a release: its minor, or the whole release for a package in BY_PATCH."""
-    return version if package in BY_PATCH else ".".join(version.split(".")[:2])
-
-
 def ranges(present: list[bool], minors: list[str]) -> str:
     """Releases as runs of minors: "4.36-4.45", "4.41-" (to the newest read), "4.36-4.40,4.45-"."""
     runs, start = [], None
@@ -365,7 +359,7 @@ def build(cache: Path, only: str = "", previous: dict | None = None) -> dict:
         all_ids |= set(previous["classes"])
     classes: dict[str, dict] = {}
     for package, releases in per_release.items():
-        minors = [minor(v, package) for v in RELEASES[package]]
+        minors = [table_key(package, v) for v in RELEASES[package]]
         ids = sorted({cid for decls in releases for cid in decls})
         for cid in ids:
             present = [cid in decls for decls in releases]
@@ -416,11 +410,11 @@ def build(cache: Path, only: str = "", previous: dict | None = None) -> dict:
         kept = {cid: entry for cid, entry in previous["classes"].items() if entry["package"] != only}
         return {
             **previous,
-            "releases": {**previous["releases"], only: {minor(v, only): v for v in RELEASES[only]}},
+            "releases": {**previous["releases"], only: {table_key(only, v): v for v in RELEASES[only]}},
             "classes": {**kept, **classes},
             **({"transformers_caps": caps} if only == "llamafactory" else {}),
         }
-    trl_minors = [minor(v) for v in RELEASES["trl"]]
+    trl_minors = [table_key("trl", v) for v in RELEASES["trl"]]
     parsers = {
         "trl.TrlParser": {
             "config_keys": {
@@ -432,7 +426,7 @@ def build(cache: Path, only: str = "", previous: dict | None = None) -> dict:
         "transformers_caps": caps,  # llamafactory release -> the newest transformers it allows
         "format": 1,
         "generated_by": "tools/gen_signatures.py",
-        "releases": {p: {minor(v, p): v for v in vs} for p, vs in RELEASES.items()},
+        "releases": {p: {table_key(p, v): v for v in vs} for p, vs in RELEASES.items()},
         "classes": classes,
         "parsers": parsers,
     }

@@ -173,7 +173,7 @@ def _canonical(value: Any) -> Any:
 def peek(kind: str, asked: tuple, job_env: Mapping[str, str] | None, returns: type | tuple = object) -> Any:
     """What cached() would give without computing: the entry's value while nothing it read has changed, else
     MISS (a run decides which files need workers before starting them)."""
-    return _peek_entry(kind, _key(kind, asked), job_env, returns)
+    return _peek_entry(kind, entry_name(kind, asked), job_env, returns)
 
 
 def _peek_entry(kind: str, name: str, job_env: Mapping[str, str] | None, returns: type | tuple) -> Any:
@@ -198,7 +198,7 @@ def cached(
     folder = _open[0]
     if folder is None:
         return compute()
-    name = _key(kind, asked)
+    name = entry_name(kind, asked)
     found = _peek_entry(kind, name, job_env, returns)
     if found is not MISS:
         return found
@@ -211,7 +211,7 @@ def cached(
     return value
 
 
-def _key(kind: str, asked: tuple) -> str:
+def entry_name(kind: str, asked: tuple) -> str:
     """An entry's name: what was asked, where (the doctor's own version is checked inside the entry, so an upgrade
     replaces entries instead of leaving them behind)."""
     return hashlib.sha256(repr((FORMAT, os.getcwd(), kind, asked)).encode()).hexdigest()

@@ -126,14 +126,10 @@ def list_folder(path: Any) -> tuple[list[str], str]:
     return [os.fsdecode(e.name) for e in entries], listing_digest(entries)
 
 
-def note_read(kind: str, key: str, got: Any = None) -> None:
-    """A read made other than through the interposed functions (a memo table or a cache entry replaying one),
-    with its fingerprint then where known."""
+def note_read(kind: str, key: str) -> None:
+    """A read made other than through the interposed functions (a variable looked up, a time asked for)."""
     if _frames and threading.get_ident() == _owner[0]:
-        if got is None:
-            _frames[-1].reads.add((kind, key))
-        else:
-            _frames[-1].saw((kind, key), got)
+        _frames[-1].reads.add((kind, key))
 
 
 def note_manifest(entries: Manifest) -> None:

@@ -16,7 +16,6 @@ it names the trees its run checked, so that a cache folder inside one of them is
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -45,9 +44,6 @@ def question(argv: list[str]) -> str:
             return (None,)
 
     asked = (
-        content_cache.FORMAT,
-        KIND,
-        os.getcwd(),
         tuple(argv),
         sys.executable,
         sys.prefix,
@@ -57,7 +53,7 @@ def question(argv: list[str]) -> str:
         getattr(sys.stdout, "encoding", None),
         getattr(sys.stdout, "errors", None),
     )
-    return hashlib.sha256(repr(asked).encode()).hexdigest()
+    return content_cache.entry_name(KIND, asked)  # which adds the working directory
 
 
 def replay(name: str) -> tuple[str, int] | None:

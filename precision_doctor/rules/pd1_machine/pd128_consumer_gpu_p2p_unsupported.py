@@ -32,15 +32,12 @@ def _p2p_disabled(env: dict[str, str]) -> bool:
     return (disable.lstrip("-").isdigit() and int(disable) != 0) or level in ("LOC", "0")
 
 
-def _launch_disables_p2p(launch: LaunchFacts, script: ScriptFacts | None) -> str:
-    """The launcher that turns P2P off by itself on such a node, or "": `accelerate launch` (commands/launch.py
+def _launch_disables_p2p(launch: LaunchFacts, script: ScriptFacts | None) -> bool:
+    """Whether the launcher turns P2P off by itself on such a node: `accelerate launch` (commands/launch.py
     multi_gpu_launcher / deepspeed_launcher: NCCL_P2P_DISABLE=1 and NCCL_IB_DISABLE=1 where unset) and Axolotl
     (utils/trainer.py prepare_optim_env: NCCL_P2P_DISABLE=1), both from the same check."""
-    if script is not None and AXOLOTL in script.imports:
-        return "Axolotl"
-    if launch.known and launch.launcher == "accelerate":
-        return "accelerate launch"
-    return ""
+    axolotl = script is not None and AXOLOTL in script.imports
+    return axolotl or (launch.known and launch.launcher == "accelerate")
 
 
 @rule(

@@ -8,7 +8,7 @@ from dataclasses import replace
 from ...derive import evidence_of
 from ...derive.checkpoint import checkpoint_of
 from ...derive.launch import job_env
-from ...knowledge.launchers import LLAMAFACTORY_PARSER_VARIABLES, llamafactory_env_enabled
+from ...knowledge.launchers import LLAMAFACTORY_CLIS, LLAMAFACTORY_PARSER_VARIABLES, llamafactory_env_enabled
 from ...knowledge.signatures import (
     LLAMAFACTORY_TRAIN,
     LLAMAFACTORY_TRAINING_BEFORE,
@@ -32,7 +32,7 @@ from ...knowledge.signatures import (
     table,
     trl_config_keys,
 )
-from ...knowledge.versions import parse_version
+from ...knowledge.versions import at_least, parse_version
 from ...model.facts import (
     Call,
     LaunchFacts,
@@ -590,12 +590,11 @@ _OVERRIDES_FROM = "0.9.3"
 def _words_refused_before_overrides(launch: LaunchFacts, stack: StackFacts) -> bool:
     """`llamafactory-cli train x.yaml key=value` on a release that takes no words after the recipe (each word a
     `key=value`: other shapes are parsed as options, which this does not follow)."""
-    got = parse_version(stack.get("llamafactory").version)
     words = launch.script_args
     return (
         launch.launcher == "llamafactory-cli"
-        and got is not None
-        and got < (parse_version(_OVERRIDES_FROM) or ())
+        and _llamafactory_known(stack)
+        and not at_least(stack, "llamafactory", _OVERRIDES_FROM)
         and bool(words)
         and all("=" in w and not w.startswith("-") for w in words)
     )
@@ -609,8 +608,8 @@ def _words_after_the_recipe(launch: LaunchFacts, stack: StackFacts) -> Draft:
     required = [
         option
         for option, missing in (
-            ("--model_name_or_path", (parse_version(stack.get("llamafactory").version) or ()) < (0, 9, 0)),
-            ("--output_dir", (parse_version(stack.get("transformers").version) or (9,)) < (4, 49)),
+            ("--model_name_or_path", not at_least(stack, "llamafactory", "0.9.0")),
+            ("--output_dir", not at_least(stack, "transformers", "4.49")),
         )
         if missing
     ]
@@ -645,15 +644,18 @@ def _other_subcommand(launch: LaunchFacts) -> bool:
     """`llamafactory-cli eval|export|chat|api|webchat x.yaml` (or `python -m llamafactory.cli ...`)."""
     words = launch.command.split()
     for i, word in enumerate(words[:-1]):
-        if word.rsplit("/", 1)[-1] in ("llamafactory-cli", "lmf", "llamafactory.cli"):
+        if word.rsplit("/", 1)[-1] in (*LLAMAFACTORY_CLIS, "llamafactory.cli"):
             return words[i + 1] != "train"
     return False
 
 
+def _llamafactory_known(stack: StackFacts) -> bool:
+    return parse_version(stack.get("llamafactory").version) is not None
+
+
 def _llamafactory_reads(stack: StackFacts, variable: str) -> bool:
     """Whether the job's LLaMA-Factory reads a launch variable (an unknown version may)."""
-    got = parse_version(stack.get("llamafactory").version)
-    return got is None or got >= (parse_version(LLAMAFACTORY_PARSER_VARIABLES[variable]) or ())
+    return not _llamafactory_known(stack) or at_least(stack, "llamafactory", LLAMAFACTORY_PARSER_VARIABLES[variable])
 
 
 def _with_llamafactorys_transformers(stack: StackFacts) -> StackFacts:
