@@ -38,9 +38,12 @@ def check_code(
     machine=None,
     live=None,
     job=None,
+    files=None,
 ):
     """Run the whole static pipeline on `code` against a fixed stack (current releases unless overridden); with
-    `job`, the code is the training script a job script beside it (job.sbatch) launches, and the job is checked."""
+    `job`, the code is the training script a job script beside it (job.sbatch) launches, and the job is checked;
+    `files` are written beside it first (relative path -> text)."""
+    write_files(tmp_path, files)
     path = tmp_path / name
     path.write_text(code, encoding="utf-8")
     if job is not None:
@@ -64,6 +67,13 @@ def check_code(
     return engine.run(facts), facts
 
 
+def write_files(folder: Path, files) -> None:
+    """An example's files beside its script (a checkpoint folder with its config.json and modeling code)."""
+    for relative, text in (files or {}).items():
+        (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+        (folder / relative).write_text(text, encoding="utf-8")
+
+
 ALLOCATIONS = Path(__file__).resolve().parents[1] / "fixtures" / "allocations"
 
 
@@ -80,6 +90,7 @@ def check_example(run_check, example):
         environ=example.env,
         live=example.live,
         job=example.job,
+        files=example.files,
         name=example.name,
         facts_file=str(ALLOCATIONS / f"{example.facts}.json") if example.facts else None,
     )

@@ -26,6 +26,7 @@ def test_firing_example_becomes_its_declared_fix(run_check, rule_id, index, exam
         versions=example.versions,
         machine=example.machine,
         environ=example.env,
+        files=example.files,
     )
     result, _ = run_check(example.code, **kw)
     finding = next(f for f in result.findings if f.rule_id == rule_id and f.fix and f.fix.edits)

@@ -43,6 +43,7 @@ def _fixable_examples():
                         versions=ex.versions,
                         machine=ex.machine,
                         environ=ex.env,
+                        files=ex.files,
                     )
                 finally:
                     os.chdir(cwd)
@@ -68,6 +69,7 @@ def _run(tmp_path, ex, code):
         versions=ex.versions,
         machine=ex.machine,
         environ=ex.env,
+        files=ex.files,
     )
 
 

@@ -21,7 +21,7 @@ from precision_doctor.knowledge.versions import CURRENT  # noqa: E402
 from precision_doctor.probes.collect import gather  # noqa: E402
 from precision_doctor.rules.catalog import rules  # noqa: E402
 
-from .conftest import machine_probes  # noqa: E402
+from .conftest import machine_probes, write_files  # noqa: E402
 from .test_seed_fixtures import CASES as SEED_CASES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,6 +121,7 @@ EXAMPLES = [(r.id, i, ex) for r in rules() for i, ex in enumerate(r.fires)]
 @pytest.mark.parametrize("rule_id,index,example", EXAMPLES, ids=[f"{r}-{i}" for r, i, _ in EXAMPLES])
 def test_fixing_a_firing_example_makes_nothing_worse(tmp_path, monkeypatch, rule_id, index, example):
     monkeypatch.chdir(tmp_path)
+    write_files(tmp_path, example.files)
     script = tmp_path / example.name
     script.write_text(example.code, encoding="utf-8")
     before, after, texts, screen = fix_all(
@@ -322,6 +323,7 @@ def test_a_rules_use_instead_example_checks_clean(run_check, rule_id, example):
         machine=example.machine,
         environ=example.env,
         live=example.live,
+        files=example.files,
     )
     assert not [
         (f.rule_id, f.message)

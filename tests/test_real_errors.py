@@ -800,3 +800,93 @@ def test_pd217_llamafactory_recipe_key_refused_as_hfargumentparser_refuses_it(ru
     result, _ = run_check(recipe, name="train.yaml", versions={"llamafactory": "0.9.5", "transformers": "5.23.0"})
     [finding] = [f for f in result.findings if f.rule_id == "PD217"]
     assert finding.severity == "error" and finding.error == f"ValueError: {raised.value}"
+
+
+_REMOTE_CONFIGURATION = """from transformers import PretrainedConfig
+
+
+class TinyRemoteConfig(PretrainedConfig):
+    model_type = "tiny-remote"
+
+    def __init__(self, vocab_size=64, hidden_size=16, **kwargs):
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        super().__init__(**kwargs)
+"""
+_REMOTE_MODELING = """from torch import nn
+from transformers import PreTrainedModel
+from transformers.modeling_outputs import CausalLMOutput
+
+from .configuration_tiny_remote import TinyRemoteConfig
+
+
+class TinyRemotePreTrainedModel(PreTrainedModel):
+    config_class = TinyRemoteConfig
+{supports}
+
+class TinyRemoteForCausalLM(TinyRemotePreTrainedModel):
+    def __init__(self, config):
+        super().__init__(config)
+        self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.head = nn.Linear(config.hidden_size, config.vocab_size)
+        self.gradient_checkpointing = False  # what transformers switches (modeling_utils.py:3235-3249 in 5.24)
+        self.post_init()
+
+    def forward(self, input_ids=None, labels=None, **kwargs):
+        logits = self.head(self.embed(input_ids))
+        loss = nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), labels.view(-1))
+        return CausalLMOutput(loss=loss, logits=logits)
+"""
+
+
+@pytest.mark.parametrize("supports", ["", "    supports_gradient_checkpointing = True\n"], ids=["lacks", "sets"])
+def test_pd307_a_remote_class_without_checkpointing_support_is_refused(
+    tmp_path, tmp_path_factory, monkeypatch, run_check, supports
+):
+    """A checkpoint with its own model code (auto_map, trust_remote_code=True) whose class never sets
+    supports_gradient_checkpointing: the Trainer's first step dies as PD307 says; the class that sets it trains."""
+    import json
+
+    from transformers import dynamic_module_utils
+
+    # one modules folder for the session: Python keeps the `transformers_modules` package it first imported
+    modules = tmp_path_factory.getbasetemp() / "hf_modules"
+    monkeypatch.setattr(dynamic_module_utils, "HF_MODULES_CACHE", str(modules))
+    name = "sets" if supports else "lacks"  # a folder name of its own: Python keeps each module it imported
+    code = tmp_path / f"code_{name}"
+    code.mkdir()
+    (code / "configuration_tiny_remote.py").write_text(_REMOTE_CONFIGURATION)
+    (code / "modeling_tiny_remote.py").write_text(_REMOTE_MODELING.format(supports=supports))
+    auto_map = {
+        "AutoConfig": "configuration_tiny_remote.TinyRemoteConfig",
+        "AutoModelForCausalLM": "modeling_tiny_remote.TinyRemoteForCausalLM",
+    }
+    (code / "config.json").write_text(json.dumps({"model_type": "tiny-remote", "auto_map": auto_map}))
+    config = transformers.AutoConfig.from_pretrained(code, trust_remote_code=True)
+    built = transformers.AutoModelForCausalLM.from_config(config, trust_remote_code=True)
+    built.save_pretrained(tmp_path / f"ckpt_{name}")
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / f"ckpt_{name}", trust_remote_code=True)
+    assert type(model).__name__ == "TinyRemoteForCausalLM"  # the checkpoint's own class, not a library one
+    ids = torch.randint(0, 64, (8,))
+    args = transformers.TrainingArguments(
+        str(tmp_path / "out"), gradient_checkpointing=True, max_steps=1, use_cpu=True, report_to=[]
+    )
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=[{"input_ids": ids, "labels": ids}] * 2)
+
+    script = (
+        "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+        f"model = AutoModelForCausalLM.from_pretrained('./ckpt_{name}', trust_remote_code=True)\n"
+        "args = TrainingArguments('out', gradient_checkpointing=True, max_steps=1)\n"
+        "Trainer(model=model, args=args, train_dataset=data).train()\n"
+    )
+    result, _ = run_check(script)
+    predicted = [f for f in result.findings if f.rule_id == "PD307"]
+    if supports:
+        trainer.train()  # trains
+        assert not predicted
+        return
+    with pytest.raises(ValueError) as err:
+        trainer.train()
+    assert [f.error for f in predicted] == [f"ValueError: {err.value}"]
+    assert predicted[0].severity == "error"

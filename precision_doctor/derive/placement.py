@@ -130,6 +130,7 @@ def _checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, sta
     evidence: list[Evidence] = []
     on = by_args = False
     reentrant = None
+    through_model = ""
     args = setup.training_args
     if args is not None:
         gc = decide(_either(args, "activation_checkpointing", "gradient_checkpointing"), machine, stack)
@@ -140,6 +141,7 @@ def _checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, sta
         )
         if gc.is_(True) or trl_default:
             on = by_args = True
+            through_model = "always"
             evidence.append(
                 evidence_of(gc, "gradient_checkpointing=True", args)
                 if gc.state == KNOWN
@@ -171,6 +173,7 @@ def _checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, sta
                 switches.append((c, "prepare_model_for_kbit_training() turns gradient checkpointing on"))
     for c, note in switches:
         on = True
+        through_model = "always" if through_model == "always" or not c.in_branch else "maybe"
         evidence.append(call_evidence(c, note))
         chosen = _use_reentrant(c, machine, stack, [])
         if not by_args:  # the Trainer enables it again from its arguments before training: theirs is the last word
@@ -186,7 +189,7 @@ def _checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, sta
                 "default",
             )
         )
-    return Checkpointing(on, bool(reentrant), tuple(evidence))
+    return Checkpointing(on, bool(reentrant), tuple(evidence), through_model)
 
 
 def _fsdp_activation_checkpointing(args: Call, machine: MachineFacts, stack: StackFacts) -> Evidence | None:

@@ -20,9 +20,11 @@ from ..model.facts import (
     CheckpointFacts,
     CheckpointSource,
     Facts,
+    Location,
     MachineFacts,
     Origin,
     Predicate,
+    RemoteClass,
     ScriptFacts,
     StackFacts,
     Value,
@@ -121,6 +123,9 @@ class Checkpointing:
     on: bool = False
     reentrant: bool = False
     evidence: tuple[Evidence, ...] = ()
+    # switched on through the model's gradient_checkpointing_enable() (the Trainer from its arguments, the script,
+    # peft), not only by FSDP's own wrapper: "always" on every path to training, "maybe" only under a branch
+    through_model: str = ""
 
 
 @record
@@ -164,6 +169,8 @@ class Setup:
     methods: tuple[Call, ...] = ()
     clips: tuple[Call, ...] = ()
     chain: tuple[Call, ...] = ()  # wrappers between the load and the training entry
+    # the class the load builds from the checkpoint's own code (a RemoteClass); False for a library's own class
+    model_class: Fact = Fact(False)
     placement: Placement = Placement()  # filled by derive.derive_setup
     sharding: Sharding = Sharding()  # DeepSpeed / FSDP, wherever set up: filled by derive.derive_setup
 
@@ -326,6 +333,7 @@ def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
         methods=methods,
         clips=tuple(script.of("clip_grad")),
         chain=chain,
+        model_class=_remote_class(load, script, machine, stack),
     )
 
 
@@ -605,6 +613,58 @@ def _stored_quantization(load: Call | None, script: ScriptFacts, by_key: dict[st
 
 def stored_quantization_says(checkpoint: CheckpointFacts) -> Evidence:
     return checkpoint_says(checkpoint, f"stored {checkpoint.quantization}-quantized (quantization_config)")
+
+
+def _remote_class(load: Call | None, script: ScriptFacts, machine: MachineFacts, stack: StackFacts) -> Fact:
+    """The checkpoint's own model class, where an Auto class loads it with trust_remote_code=True: transformers
+    takes the class `auto_map` names for that Auto class over its own (auto_factory.py:380-391 in 5.24,
+    `has_remote_code and trust_remote_code`; the same test since 4.x)."""
+    if load is None:
+        return Fact(False)
+    auto_class = load.callee.rpartition(".")[0].rpartition(".")[2]
+    if not auto_class.startswith("Auto"):
+        return Fact(False)  # a named class is transformers' own (or the script's)
+    trust = decide(load.kwarg("trust_remote_code"), machine, stack)
+    if trust.state == ABSENT or (trust.state == KNOWN and not trust.value):
+        return Fact(False)
+    checkpoint = checkpoint_of(load, script)
+    if checkpoint is None or checkpoint.source == CheckpointSource.TABLE:
+        # the table holds checkpoints transformers builds itself; one found nowhere cannot be read
+        if checkpoint is not None:
+            return Fact(False)
+        return Fact(
+            unknown="trust_remote_code=True, and the checkpoint's config.json (whose auto_map names its own model "
+            "code) is not on this machine",
+            source=trust,
+            call=load,
+        )
+    found = next((c for c in checkpoint.remote_classes if c.auto_class == auto_class), None)
+    if found is None:
+        return Fact(False)  # no auto_map entry for this Auto class: transformers' own class
+    if not found.checkpointing:
+        return Fact(unknown=f"{found.name} is the checkpoint's own code, and {found.reason}", source=trust, call=load)
+    at = Location(found.answer_path, found.answer_line) if found.answer_line else None
+    return Fact(
+        found,
+        (
+            evidence_of(trust, "trust_remote_code=True: the checkpoint's own model code", load),
+            Evidence(at, found.answer_text, _says(found, auto_class), "code"),
+        ),
+        source=trust,
+        call=load,
+    )
+
+
+def _says(found: RemoteClass, auto_class: str) -> str:
+    """What the line read from the checkpoint's code tells."""
+    named = f"{found.name} ({auto_class} in its auto_map)"
+    if found.checkpointing == "no" and "supports_gradient_checkpointing" not in found.answer_text:
+        return f"{named}: neither it nor its bases set supports_gradient_checkpointing (PreTrainedModel: False)"
+    if found.checkpointing == "old":
+        return f"{named}: enables checkpointing the pre-4.35 way, ignoring its keyword arguments"
+    if found.checkpointing == "own":
+        return f"{named}: switches checkpointing on its own way"
+    return named
 
 
 def checkpoint_says(checkpoint: CheckpointFacts, what: str) -> Evidence:

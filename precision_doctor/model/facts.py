@@ -204,6 +204,25 @@ class CheckpointSource(StrEnum):
 
 
 @record
+class RemoteClass:
+    """A model class a checkpoint brings as its own code (config.json `auto_map`), as read from its file:
+    what gradient checkpointing does with it (probes/remote_code.py)."""
+
+    auto_class: str  # the auto_map key: AutoModelForCausalLM
+    name: str  # the class it names: MPTForCausalLM
+    path: str = ""  # the modeling file read ("" when it is not on this machine)
+    line: int | None = None  # the class statement
+    # yes: supports it | no: transformers raises | old: the pre-4.35 `_set_gradient_checkpointing(module, value)`,
+    # whose checkpointing keyword arguments are ignored | own: the class overrides gradient_checkpointing_enable
+    # | "": unknown, `reason` says why
+    checkpointing: str = ""
+    answer_path: str = ""  # where the answer is written: supports_gradient_checkpointing, the old setter, the class
+    answer_line: int | None = None
+    answer_text: str = ""  # that line, as written
+    reason: str = ""
+
+
+@record
 class CheckpointFacts:
     """What a checkpoint a script loads is: its shape, its stored dtype, the attention kernels it supports.
     A field the source does not give is None (or empty)."""
@@ -235,6 +254,7 @@ class CheckpointFacts:
     # stored quantized: the config's quantization_config.quant_method ("gptq", "fp8"; a saved bitsandbytes model
     # as its bits, "4bit" / "8bit")
     quantization: str = ""
+    remote_classes: tuple[RemoteClass, ...] = ()  # the model classes its own code defines (`auto_map`)
 
     @property
     def known(self) -> bool:

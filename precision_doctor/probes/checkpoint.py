@@ -24,6 +24,7 @@ from ..model.redact import MODEL_CONFIG_KEYS, keep_read_keys
 from ..model.util import record
 from ..system.reads import modified_time
 from ..system.sources import Unreadable, is_regular_file, parse_json, read_prefix, read_text_bounded
+from .remote_code import remote_classes
 
 MAX_SNAPSHOTS = 8  # revisions of one model in the cache: the newest config is read
 _BYTES = {dtypes.FLOAT32: 4, dtypes.FLOAT16: 2, dtypes.BFLOAT16: 2}
@@ -59,6 +60,7 @@ def checkpoint_facts(model_id: str, bases: tuple[Path, ...], environ: Mapping[st
                 cfg,
                 _index_total(folder),
                 stored_weights(folder),
+                folder,
             )
     found = _from_cache(model_id, environ)
     if found is not None:
@@ -154,6 +156,7 @@ def _from_cache(model_id: str, environ: Mapping[str, str]) -> CheckpointFacts | 
                 cfg,
                 _index_total(folder),
                 stored_weights(folder),
+                folder,
             )
     return None
 
@@ -291,9 +294,11 @@ def from_config(
     raw: dict,
     weights_bytes: int | None = None,
     weights: StoredWeights | None = None,
+    folder: Path | None = None,
 ) -> CheckpointFacts:
     """Facts from a config.json (any family's spelling of the same fields; multimodal ones by their text
-    model). Only the keys rules use are read."""
+    model). Only the keys rules use are read; the code of the classes its `auto_map` names is read from `folder`
+    (the config's own), when it is on this machine."""
     cfg = keep_read_keys(raw, MODEL_CONFIG_KEYS)
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
     merged = {**cfg, **{k: v for k, v in text.items() if v is not None}}
@@ -336,6 +341,8 @@ def from_config(
         encoder_decoder=cfg.get("is_encoder_decoder") is True,
         weights_bytes=weights_bytes,
         quantization=str(method).lower() if isinstance(method, str) and method else "",
+        # (auto_map holds `module.Class` names only: read whole, not through the kept keys)
+        remote_classes=remote_classes(folder, raw.get("auto_map")) if folder is not None else (),
         **dims,
     )
     params = weights.parameters if weights is not None else None

@@ -41,10 +41,12 @@ def rule_doc(r: Rule) -> str:
         "",
         "Example" + (f" (on --target {fires.target})" if fires.target else "") + (" job script" if fires.job else ""),
         _indent(fires.job or fires.code),
+        *_beside_text(fires.files),
         "Use instead"
         + (f" (on --target {silent.target})" if silent.target else "")
         + (" job script" if silent.job else ""),
         _indent(silent.job or silent.code),
+        *_beside_text({k: v for k, v in silent.files.items() if fires.files.get(k) != v}),
         "Fix",
         f"  {r.fix}",
         "",
@@ -52,6 +54,22 @@ def rule_doc(r: Rule) -> str:
         f"  {r.applicability}: {r.fix_safety or 'the fix is described, not applied automatically.'}",
     ]
     return "\n".join(parts)
+
+
+def _beside(files: dict[str, str]) -> list[str]:
+    """The files an example needs beside its script (a checkpoint's config.json and code), each in its block."""
+    out = []
+    for path, text in files.items():
+        lang = "python" if path.endswith(".py") else "json" if path.endswith(".json") else "text"
+        out += [f"with `{path}`:", "", f"```{lang}", text.rstrip(), "```", ""]
+    return out
+
+
+def _beside_text(files: dict[str, str]) -> list[str]:
+    out = []
+    for path, text in files.items():
+        out += [f"  with {path}:", _indent(text)]
+    return out
 
 
 def _indent(code: str) -> str:
@@ -89,12 +107,14 @@ def rule_page(r: Rule) -> str:
         fires.code.rstrip(),
         "```",
         "",
+        *_beside(fires.files),
         "## Use instead" + (f" (on `--target {silent.target}`)" if silent.target else ""),
         "",
         "```python",
         silent.code.rstrip(),
         "```",
         "",
+        *_beside({k: v for k, v in silent.files.items() if fires.files.get(k) != v}),
         "## Fix",
         "",
         r.fix,

@@ -40,6 +40,7 @@ class Example:
     job: str | None = None  # a SLURM job script (job.sbatch) that launches the code, saved as train.py beside it
     facts: str | None = None  # a snapshot (fixtures/allocations/NAME.json, a multi-node one) given as --facts
     name: str = "train.py"  # the file the code is saved as: `config.yml` for a recipe
+    files: dict[str, str] = field(default_factory=dict)  # files beside it, by relative path: a checkpoint folder
 
 
 @record

@@ -177,6 +177,8 @@ def model_load(
     BitsAndBytesConfig (`load_in_4bit`/`load_in_8bit`: (flag, its value, where it is set), the load dtype as the
     compute dtype) when quantized."""
     kwargs: dict[str, Value] = {"dtype": weights, **(extra or {})}
+    if b.doc.has("trust_remote_code"):  # each tool hands it to from_pretrained (the key is the same in all three)
+        kwargs["trust_remote_code"] = b.written("trust_remote_code")
     refs = {}
     if quantized is not None:
         flag, value, where = quantized

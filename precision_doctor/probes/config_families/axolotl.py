@@ -88,6 +88,8 @@ def build(b: Builder) -> ScriptFacts:
         load_kwargs["quantization_config"] = Value(state=KNOWN, value="BitsAndBytesConfig", text=flag)
     if doc.has("device_map"):
         load_kwargs["device_map"] = b.written("device_map")
+    if doc.has("trust_remote_code"):  # with it Axolotl always loads through its Auto class (loaders/model.py:929-945)
+        load_kwargs["trust_remote_code"] = b.written("trust_remote_code")
     load = b.add(
         CallKind.MODEL_LOAD,
         "transformers.AutoModelForCausalLM.from_pretrained",

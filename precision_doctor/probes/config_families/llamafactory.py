@@ -120,8 +120,12 @@ def build(b: Builder) -> ScriptFacts:
 def _checkpointing(b: Builder, load: Call) -> None:
     """LLaMA-Factory turns gradient checkpointing on for every model it trains, reentrant unless use_reentrant_gc:
     false, off with disable_gradient_checkpointing (model/patcher.py:476-483, model_utils/checkpointing.py:184-196,
-    hparams/model_args.py:145-152); Gemma 3n is never checkpointed (patcher.py:477-478)."""
+    hparams/model_args.py:145-152); Gemma 3n is never checkpointed (patcher.py:477-478), nor a model whose class
+    does not support it: LLaMA-Factory warns and trains without (checkpointing.py:184-186), where transformers
+    would raise (PD307)."""
     if b.doc.get("disable_gradient_checkpointing") or not b.doc.get("do_train") or b.model_type() == "gemma3n":
+        return
+    if b.doc.get("trust_remote_code") and _remote_class_lacks_checkpointing(b):
         return
     reentrant = b.setting("use_reentrant_gc", True)
     b.add(
@@ -141,6 +145,12 @@ def _checkpointing(b: Builder, load: Call) -> None:
         refs={"self": load.key},
         receiver="model",
     )
+
+
+def _remote_class_lacks_checkpointing(b: Builder) -> bool:
+    found = b.checkpoint(str(b.doc.get("model_name_or_path")))
+    classes = found.remote_classes if found is not None else ()
+    return any(c.auto_class == "AutoModelForCausalLM" and c.checkpointing == "no" for c in classes)
 
 
 def _inferred_dtype(b: Builder) -> Value:

@@ -1,0 +1,117 @@
+"""PD307 remote-code-no-checkpointing: Gradient checkpointing on a checkpoint's own model class that does not support
+it."""
+
+from __future__ import annotations
+
+from ...derive import Setup
+from ...knowledge.versions import at_least
+from ...model.facts import RemoteClass, StackFacts
+from ...model.findings import Applicability, Draft, Fix
+from ..registry import Example, rule
+
+# transformers 5.23.0 renamed the feature in the message (modeling_utils.py:3146; "gradient" up to 5.22, 4.57.1
+# modeling_utils.py:3689)
+ACTIVATION_WORDING_FROM = "5.23"
+
+_CONFIG = (
+    '{"model_type": "chatbase", "architectures": ["ChatBaseForCausalLM"], "auto_map": {"AutoConfig": '
+    '"configuration_chatbase.ChatBaseConfig", "AutoModelForCausalLM": "modeling_chatbase.ChatBaseForCausalLM"}, '
+    '"hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 16, "vocab_size": 50432, '
+    '"torch_dtype": "bfloat16"}\n'
+)
+_MODELING = (
+    "from torch import nn\n"
+    "from transformers import PreTrainedModel\n"
+    "from .configuration_chatbase import ChatBaseConfig\n\n\n"
+    "class ChatBasePreTrainedModel(PreTrainedModel):\n"
+    "    config_class = ChatBaseConfig\n"
+    "    base_model_prefix = 'model'\n{supports}\n\n"
+    "class ChatBaseForCausalLM(ChatBasePreTrainedModel):\n"
+    "    def __init__(self, config):\n"
+    "        super().__init__(config)\n"
+    "        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)\n"
+    "        self.gradient_checkpointing = False\n"
+)
+_SCRIPT = (
+    "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+    "model = AutoModelForCausalLM.from_pretrained('./chatbase-1b', dtype=torch.bfloat16, trust_remote_code=True)\n"
+    "args = TrainingArguments('out', bf16=True, per_device_train_batch_size=4{args})\n"
+    "Trainer(model=model, args=args, train_dataset=data).train()\n"
+)
+
+
+def _files(supports: str = "") -> dict[str, str]:
+    return {
+        "chatbase-1b/config.json": _CONFIG,
+        "chatbase-1b/modeling_chatbase.py": _MODELING.format(supports=supports),
+    }
+
+
+@rule(
+    "PD307",
+    "remote-code-no-checkpointing",
+    severity="error",
+    phase="first-step",
+    summary="Gradient checkpointing on a checkpoint's own model class that does not support it.",
+    what="The model is loaded through an Auto class with `trust_remote_code=True`, so transformers builds the class "
+    "the checkpoint's config.json `auto_map` names from the checkpoint's own Python file — and that class (with its "
+    "bases) never sets `supports_gradient_checkpointing = True`, while the job turns gradient checkpointing on "
+    "(`gradient_checkpointing=True`, a TRL config's default, `model.gradient_checkpointing_enable()`, or peft's "
+    "`prepare_model_for_kbit_training`). The modeling file is read beside config.json (a local folder or the Hugging "
+    "Face cache), never imported.",
+    why="`gradient_checkpointing_enable()` refuses a class whose `supports_gradient_checkpointing` is false, and "
+    "`PreTrainedModel` defaults it to False: the job dies when the Trainer (or the script) switches checkpointing "
+    "on, after the model has loaded.",
+    error="ValueError: ChatBaseForCausalLM does not support activation checkpointing.",
+    fix="Load a class that supports it: transformers' own (drop `trust_remote_code=True` where the installed "
+    "transformers has the architecture) or a revision of the checkpoint whose code sets "
+    "`supports_gradient_checkpointing = True`; otherwise turn gradient checkpointing off and make room for the "
+    "activations it would have freed (a smaller batch, a shorter sequence).",
+    applicability=Applicability.DISPLAY,
+    fix_safety="Display only: which class to load, or how much memory to give up, is a choice the doctor cannot make.",
+    fires=[
+        Example(_SCRIPT.format(args=", gradient_checkpointing=True"), files=_files()),
+        Example(
+            _SCRIPT.format(args="").replace(
+                "args = TrainingArguments", "model.gradient_checkpointing_enable()\nargs = TrainingArguments"
+            ),
+            files=_files("    supports_gradient_checkpointing = False\n"),
+            versions={"transformers": "4.57.1"},
+            note="the script switches it on; transformers before 5.23 says 'gradient checkpointing'",
+        ),
+    ],
+    silent=[
+        Example(
+            _SCRIPT.format(args=", gradient_checkpointing=True"),
+            files=_files("    supports_gradient_checkpointing = True\n"),
+        ),
+        Example(
+            _SCRIPT.format(args=", gradient_checkpointing=True").replace(", trust_remote_code=True", ""),
+            files=_files(),
+            note="without trust_remote_code transformers never runs the checkpoint's code",
+        ),
+        Example(_SCRIPT.format(args=""), files=_files(), note="no gradient checkpointing"),
+    ],
+)
+def remote_code_no_checkpointing(setup: Setup, stack: StackFacts):
+    gc = setup.placement.checkpointing
+    if not gc.through_model:
+        return
+    found = setup.model_class
+    if not isinstance(found.value, RemoteClass) or found.value.checkpointing != "no":
+        return
+    remote = found.value
+    word = "activation" if at_least(stack, "transformers", ACTIVATION_WORDING_FROM) else "gradient"
+    how = "always" if gc.through_model == "always" else "maybe"
+    yield Draft(
+        f"gradient checkpointing on {remote.name}, the checkpoint's own class, which does not support it: "
+        "transformers refuses it when checkpointing is switched on",
+        evidence=found.evidence + tuple(e for e in gc.evidence if not e.note.startswith("use_reentrant")),
+        error=f"ValueError: {remote.name} does not support {word} checkpointing.",
+        severity=None if how == "always" else "warning",
+        fix=Fix(
+            "load a class that supports gradient checkpointing (transformers' own, without trust_remote_code, "
+            "where it has the architecture), or turn checkpointing off and make room for the activations",
+            applicability=Applicability.DISPLAY,
+        ),
+    )

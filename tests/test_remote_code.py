@@ -1,0 +1,233 @@
+"""A checkpoint's own model code (config.json `auto_map`, loaded with trust_remote_code=True), read as text: what
+gradient checkpointing does with its class, and PD307 where transformers will refuse it."""
+
+import json
+
+import pytest
+
+from precision_doctor.probes.remote_code import remote_classes
+
+AUTO_MAP = {"AutoConfig": "configuration_x.XConfig", "AutoModelForCausalLM": "modeling_x.XForCausalLM"}
+HEAD = "from transformers import PreTrainedModel\n\n"
+SCRIPT = (
+    "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+    "model = AutoModelForCausalLM.from_pretrained({model!r}, trust_remote_code=True)\n"
+    "{before}Trainer(model=model, args=TrainingArguments('out'{args}), train_dataset=data).train()\n"
+)
+
+
+def checkpoint(folder, modeling, auto_map=None, **files):
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {"model_type": "x", "auto_map": AUTO_MAP if auto_map is None else auto_map}
+    (folder / "config.json").write_text(json.dumps(config))
+    if modeling is not None:
+        (folder / "modeling_x.py").write_text(modeling)
+    for name, text in files.items():
+        (folder / f"{name}.py").write_text(text)
+    return folder
+
+
+def judged(folder):
+    (found,) = remote_classes(folder, json.loads((folder / "config.json").read_text())["auto_map"])
+    return found
+
+
+@pytest.mark.parametrize(
+    "modeling,answer,line",
+    [
+        (HEAD + "class XForCausalLM(PreTrainedModel):\n    pass\n", "no", 3),
+        (
+            HEAD + "class XPre(PreTrainedModel):\n    supports_gradient_checkpointing = False\n\n"
+            "class XForCausalLM(XPre):\n    pass\n",
+            "no",
+            4,
+        ),
+        (
+            HEAD + "class XPre(PreTrainedModel):\n    supports_gradient_checkpointing: bool = True\n\n"
+            "class XForCausalLM(XPre):\n    pass\n",
+            "yes",
+            4,
+        ),
+        (
+            HEAD + "class XPre(PreTrainedModel):\n    supports_gradient_checkpointing = True\n\n"
+            "    def _set_gradient_checkpointing(self, module, value=False):\n        pass\n\n"
+            "class XForCausalLM(XPre):\n    pass\n",
+            "old",
+            6,
+        ),
+        (
+            HEAD + "class XForCausalLM(PreTrainedModel):\n"
+            "    def gradient_checkpointing_enable(self, **kw):\n        pass\n",
+            "own",
+            4,
+        ),
+    ],
+    ids=["default-false", "set-false", "set-true", "old-setter", "own-enable"],
+)
+def test_what_the_class_says_is_read_through_its_bases(tmp_path, modeling, answer, line):
+    found = judged(checkpoint(tmp_path / "m", modeling))
+    assert (found.name, found.checkpointing, found.answer_line) == ("XForCausalLM", answer, line)
+    assert found.reason == ""
+
+
+def test_a_base_in_another_file_of_the_folder_is_followed(tmp_path):
+    folder = checkpoint(
+        tmp_path / "m",
+        "from .base_x import XPre as Base\n\nclass XForCausalLM(Base):\n    pass\n",
+        base_x=HEAD + "class XPre(PreTrainedModel):\n    supports_gradient_checkpointing = True\n",
+    )
+    found = judged(folder)
+    assert found.checkpointing == "yes" and found.answer_path.endswith("base_x.py") and found.answer_line == 4
+
+
+@pytest.mark.parametrize(
+    "modeling,auto_map,reason",
+    [
+        (
+            "from transformers.models.llama.modeling_llama import LlamaPreTrainedModel\n\n"
+            "class XForCausalLM(LlamaPreTrainedModel):\n    pass\n",
+            None,
+            "inherits from LlamaPreTrainedModel",
+        ),
+        (
+            HEAD + "class XPre(PreTrainedModel):\n    supports_gradient_checkpointing = FLAG\n\n"
+            "class XForCausalLM(XPre):\n    pass\n",
+            None,
+            "computed",
+        ),
+        (None, None, "modeling_x.py is not beside its config.json"),
+        (HEAD, {"AutoModelForCausalLM": "org/code--modeling_x.XForCausalLM"}, "another repository"),
+        (HEAD + "class Other(PreTrainedModel):\n    pass\n", None, "defines no class XForCausalLM"),
+        ("class XForCausalLM(:\n", None, "not beside"),  # unparsable: read as absent
+    ],
+    ids=["library-base", "computed", "no-file", "other-repo", "no-class", "syntax-error"],
+)
+def test_what_cannot_be_read_is_unknown_with_its_reason(tmp_path, modeling, auto_map, reason):
+    found = judged(checkpoint(tmp_path / "m", modeling, auto_map))
+    assert found.checkpointing == "" and reason in found.reason
+
+
+def test_only_model_classes_are_judged(tmp_path):
+    auto_map = {**AUTO_MAP, "AutoTokenizer": ["tok.T", None], "AutoModel": "modeling_x.XModel"}
+    folder = checkpoint(tmp_path / "m", HEAD + "class XModel(PreTrainedModel):\n    pass\n", auto_map)
+    assert [(c.auto_class, c.name) for c in remote_classes(folder, auto_map)] == [
+        ("AutoModel", "XModel"),
+        ("AutoModelForCausalLM", "XForCausalLM"),
+    ]
+
+
+NO_SUPPORT = HEAD + "class XForCausalLM(PreTrainedModel):\n    pass\n"
+
+
+def pd307(result):
+    return [f for f in result.findings if f.rule_id == "PD307"]
+
+
+@pytest.mark.parametrize(
+    "before,args,versions,severity",
+    [
+        ("", ", gradient_checkpointing=True", {}, "error"),
+        ("", ", activation_checkpointing=True", {}, "error"),
+        ("model.gradient_checkpointing_enable()\n", "", {}, "error"),
+        ("if use_gc:\n    model.gradient_checkpointing_enable()\n", "", {}, "warning"),
+    ],
+    ids=["trainer-argument", "5.24-name", "script-call", "under-a-branch"],
+)
+def test_pd307_fires_on_every_way_checkpointing_is_switched_on(run_check, tmp_path, before, args, versions, severity):
+    checkpoint(tmp_path / "ckpt", NO_SUPPORT)
+    result, _ = run_check(SCRIPT.format(model="./ckpt", before=before, args=args), versions=versions)
+    assert [f.severity for f in pd307(result)] == [severity]
+    assert pd307(result)[0].error == "ValueError: XForCausalLM does not support activation checkpointing."
+
+
+def test_pd307_trls_config_default_switches_it_on(run_check, tmp_path):
+    checkpoint(tmp_path / "ckpt", NO_SUPPORT)
+    code = (
+        "from transformers import AutoModelForCausalLM\nfrom trl import SFTConfig, SFTTrainer\n"
+        "model = AutoModelForCausalLM.from_pretrained('./ckpt', trust_remote_code=True)\n"
+        "SFTTrainer(model=model, args=SFTConfig('out'), train_dataset=data).train()\n"
+    )
+    assert [f.severity for f in pd307(run_check(code, versions={"trl": "0.22.0"})[0])] == ["error"]
+    assert pd307(run_check(code, versions={"trl": "0.21.0"})[0]) == []  # before 0.22 TRL left it off
+
+
+def test_pd307_reads_the_code_in_the_hugging_face_cache(run_check, tmp_path, monkeypatch):
+    snapshot = tmp_path / "hub" / "models--org--chat-x" / "snapshots" / "abc123"
+    checkpoint(snapshot, NO_SUPPORT)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    result, _ = run_check(SCRIPT.format(model="org/chat-x", before="", args=", gradient_checkpointing=True"))
+    (finding,) = pd307(result)
+    assert any(e.location and e.location.path.endswith("modeling_x.py") for e in finding.evidence)
+
+
+@pytest.mark.parametrize(
+    "modeling,code_change",
+    [
+        (HEAD + "class XForCausalLM(PreTrainedModel):\n    supports_gradient_checkpointing = True\n", {}),
+        (NO_SUPPORT, {"trust_remote_code=True": "trust_remote_code=False"}),
+        (NO_SUPPORT, {"AutoModelForCausalLM.from_pretrained": "XForCausalLM.from_pretrained"}),
+        (NO_SUPPORT, {", gradient_checkpointing=True": ""}),
+    ],
+    ids=["supports", "trust-off", "named-class", "no-checkpointing"],
+)
+def test_pd307_silent_twins(run_check, tmp_path, modeling, code_change):
+    checkpoint(tmp_path / "ckpt", modeling)
+    code = SCRIPT.format(model="./ckpt", before="", args=", gradient_checkpointing=True")
+    for old, new in code_change.items():
+        code = code.replace(old, new)
+    result, _ = run_check(code)
+    assert pd307(result) == [] and not result.crashed
+
+
+def test_pd307_says_unknown_when_the_code_is_not_on_this_machine(run_check, tmp_path):
+    checkpoint(tmp_path / "ckpt", None)
+    result, facts = run_check(SCRIPT.format(model="./ckpt", before="", args=", gradient_checkpointing=True"))
+    assert pd307(result) == []
+    from precision_doctor.report.unknowns import unknown_entries
+
+    entries = [u for u in unknown_entries(result, facts) if "PD307" in u.silences]
+    assert entries and "modeling_x.py is not beside its config.json" in entries[0].reason
+
+
+def test_pd307_before_5_23_says_gradient_checkpointing(run_check, tmp_path):
+    """The message named the feature "gradient checkpointing" up to 5.22 (4.57.1 modeling_utils.py:3689)."""
+    checkpoint(tmp_path / "ckpt", NO_SUPPORT)
+    code = SCRIPT.format(model="./ckpt", before="", args=", gradient_checkpointing=True")
+    (finding,) = pd307(run_check(code, versions={"transformers": "5.22.0"})[0])
+    assert finding.error == "ValueError: XForCausalLM does not support gradient checkpointing."
+
+
+AXOLOTL = (
+    "base_model: ./ckpt\ntrust_remote_code: true\nadapter: lora\nlora_target_linear: true\n"
+    "gradient_checkpointing: true\ndatasets:\n  - path: data.jsonl\n    type: alpaca\nbf16: true\nmicro_batch_size: 2\n"
+)
+LLAMAFACTORY = (
+    "model_name_or_path: ./ckpt\ntrust_remote_code: true\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
+    "dataset: alpaca_en_demo\ntemplate: default\noutput_dir: out\nbf16: true\n"
+)
+
+
+def test_pd307_on_an_axolotl_recipe(run_check, tmp_path):
+    """Axolotl hands trust_remote_code to its Auto class and enables checkpointing on the model
+    (loaders/model.py:446-453, 833-841): transformers refuses the class."""
+    checkpoint(tmp_path / "ckpt", NO_SUPPORT)
+    result, _ = run_check(AXOLOTL, name="config.yml", launcher="axolotl train config.yml")
+    assert [f.severity for f in pd307(result)] == ["error"]
+    result, _ = run_check(AXOLOTL.replace("trust_remote_code: true\n", ""), name="config.yml")
+    assert pd307(result) == []
+
+
+def test_llamafactory_trains_such_a_model_without_checkpointing(run_check, tmp_path):
+    """LLaMA-Factory asks the model first and, where it lacks support, warns and trains without checkpointing
+    (model_utils/checkpointing.py:184-186): no error, and no checkpointing in what the job is modelled as."""
+    from precision_doctor.derive import derive_setup
+
+    checkpoint(tmp_path / "ckpt", NO_SUPPORT)
+    result, facts = run_check(LLAMAFACTORY, name="sft.yaml", launcher="llamafactory-cli train sft.yaml")
+    assert pd307(result) == []
+    assert not derive_setup(facts.scripts[0], facts).placement.checkpointing.on
+    checkpoint(
+        tmp_path / "ckpt", HEAD + "class XForCausalLM(PreTrainedModel):\n    supports_gradient_checkpointing = True\n"
+    )
+    _, facts = run_check(LLAMAFACTORY, name="sft.yaml", launcher="llamafactory-cli train sft.yaml")
+    assert derive_setup(facts.scripts[0], facts).placement.checkpointing.on
