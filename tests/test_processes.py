@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from precision_doctor.probes.live.runner import run_live
-from precision_doctor.system.pool import Lost, run_parallel
+from precision_doctor.system.pool import FORKS, Lost, run_parallel
 
 DOCTOR = [sys.executable, "-m", "precision_doctor", "check"]
 
@@ -412,6 +412,35 @@ def test_the_doctors_own_work_runs_once_while_the_workers_do_theirs():
     assert ran == [2]
     assert run_parallel(square, [3], jobs=2, meanwhile=lambda: ran.append("alone")) == [9]
     assert ran == [2, "alone"]  # one item: no workers, and the work still runs
+
+
+def read_file(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def warns(path):
+    print("careful", file=sys.stderr)
+    return read_file(path)
+
+
+@pytest.mark.skipif(not FORKS, reason="workers are forked where the OS allows it")
+def test_what_workers_read_counts_as_the_doctors_own_reads(tmp_path):
+    """A run computed in workers is known as fully as one computed here (its answer can be kept): each item's reads
+    come back with its result; a worker that said something on stderr makes the run unkeepable, as the doctor's
+    own stderr does."""
+    from precision_doctor.system import reads
+
+    files = [tmp_path / f"f{i}.txt" for i in range(6)]
+    for i, f in enumerate(files):
+        f.write_text(str(i))
+    with reads.recording() as frame:
+        assert run_parallel(read_file, files, jobs=2) == [str(i) for i in range(6)]
+    assert {("open", str(f)) for f in files} <= frame.reads and not frame.unsafe
+    assert reads.manifest(frame, None) is not None
+    with reads.recording() as frame:
+        run_parallel(warns, files, jobs=2)
+    assert frame.unsafe == "a worker process wrote to stderr" and reads.manifest(frame, None) is None
 
 
 def test_a_worker_that_dies_costs_only_its_item(tmp_path):

@@ -191,3 +191,28 @@ def test_a_check_with_no_path_may_keep_its_cache_below_the_working_folder(tmp_pa
         timeout=120,
     )
     assert done.returncode == 0 and "cache" not in done.stderr
+
+
+def test_a_folder_run_computed_in_worker_processes_is_kept_and_an_edit_is_judged_afresh(tmp_path):
+    """The workers send back what each script read: the cold run itself is kept (the next run is its answer), and
+    an edit to one script that only a worker read is seen."""
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for i in range(34):  # past the worker threshold (collect.PARALLEL_FROM)
+        (folder / f"job_{i:02}.py").write_text(
+            TRAIN.replace("from helper import load\n", "").replace(
+                "model = load()", "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float32)"
+            )
+        )
+    cache = tmp_path / "cache"
+    cold = check(folder, cache, ".", "--target", "a100", "--jobs", "2")
+    again = check(folder, cache, ".", "--target", "a100", "--jobs", "2")
+    assert cold[0] == again[0] == 0 and cold[1] == again[1]
+    assert cold[2] and not again[2]  # the cold run's answer, kept although workers computed it
+    (folder / "job_33.py").write_text(
+        TRAIN.replace("from helper import load\n", "").replace(
+            "model = load()", "model = AutoModelForCausalLM.from_pretrained('gpt2', dtype=torch.float16)"
+        )
+    )
+    edited = check(folder, cache, ".", "--target", "a100", "--jobs", "2")
+    assert edited[2] and edited[0] == 1 and "PD201" in edited[1]

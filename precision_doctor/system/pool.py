@@ -3,7 +3,8 @@
 Unlike concurrent.futures, a worker dies with the doctor even when the doctor is killed with SIGKILL (so no
 worker is left holding its stdout), Ctrl-C ends everything at once instead of after the queued work, and a
 worker that dies costs only the item it was on: that item is tried once more in a fresh worker, then reported
-as `Lost(reason)` while the rest of the run goes on.
+as `Lost(reason)` while the rest of the run goes on. What a worker reads for an item (system/reads.py) comes
+back with its result and counts as the doctor's own reads, so a run's answer can be kept whoever computed it.
 """
 
 from __future__ import annotations
@@ -73,9 +74,6 @@ def run_parallel(
         raise ValueError(f"{len(weights)} weights for {len(items)} items")
     if groups is not None and len(groups) != len(items):
         raise ValueError(f"{len(groups)} groups for {len(items)} items")
-    from . import reads
-
-    reads.not_cacheable("computed in worker processes, whose reads are their own")
     return _Pool(func, items, jobs, chunk, weights, groups, on_done).run(meanwhile)
 
 
@@ -206,11 +204,14 @@ class _Pool:
 
     def _collect(self, worker: _Worker) -> None:
         """Take the worker's answers; if it died, what it was on goes back in the queue, or is lost."""
+        from . import reads
+
         try:
             while worker.conn.poll():
-                index, ok, value = worker.conn.recv()
+                index, ok, value, recorded = worker.conn.recv()
                 if not ok:
                     raise value
+                reads.merge_worker_reads(recorded)  # what it read counts as this run's reads
                 self.results[index] = value
                 worker.in_flight.remove(index)
                 if self.on_done is not None:
@@ -231,6 +232,7 @@ class _Pool:
         culprit = worker.in_flight.popleft()  # the worker takes its batch in order: it died on the first left
         self.deaths[culprit] = self.deaths.get(culprit, 0) + 1
         if self.deaths[culprit] >= ATTEMPTS:
+            reads.not_cacheable("a worker process died")  # (what it read for that item never came back)
             self.results[culprit] = Lost(
                 f"the worker process checking it died {ATTEMPTS} times (last: {_how(worker.process.exitcode)})"
             )
@@ -262,12 +264,15 @@ def _how(exitcode: int | None) -> str:
 
 def _serve(func, conn, parent_pid: int) -> None:
     """A worker: dies with the doctor, leaves Ctrl-C to it, never writes to its stdout (a report stream)."""
+    from . import reads
     from .supervisor import die_with_parent  # (here: it imports ctypes and subprocess, which one script never needs)
 
     die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for sig in (signal.SIGTERM, signal.SIGHUP):  # a handler the doctor had is not the worker's
         signal.signal(sig, signal.SIG_DFL)
+    stderr = _Noticing(sys.stderr)
+    sys.stderr = stderr
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
@@ -278,11 +283,33 @@ def _serve(func, conn, parent_pid: int) -> None:
         except (EOFError, OSError):
             return
         for index, item in batch:
+            said = stderr.said
+            # each item's reads in a frame of their own, sent with its result (a forked worker records as the doctor
+            # was recording when it forked)
+            with reads.nested() as frame:
+                try:
+                    answer = (index, True, func(item))
+                except Exception as exc:  # noqa: BLE001 - raised again in the doctor
+                    answer = (index, False, exc)
+            if frame is not None and stderr.said != said:  # a run that warned is not kept (run_answer.py)
+                frame.unsafe = frame.unsafe or "a worker process wrote to stderr"
+            recorded = reads.worker_frame_state(frame)
             try:
-                answer = (index, True, func(item))
-            except Exception as exc:  # noqa: BLE001 - raised again in the doctor
-                answer = (index, False, exc)
-            try:
-                conn.send(answer)
+                conn.send((*answer, recorded))
             except Exception as exc:  # noqa: BLE001 - a result or an exception that does not pickle
-                conn.send((index, False, RuntimeError(f"{type(exc).__name__}: {exc}")))
+                conn.send((index, False, RuntimeError(f"{type(exc).__name__}: {exc}"), recorded))
+
+
+class _Noticing:
+    """A worker's stderr: passes everything on, and counts that something was said."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.said = 0
+
+    def write(self, text: str) -> int:
+        self.said += 1
+        return self.inner.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)

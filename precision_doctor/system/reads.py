@@ -152,6 +152,27 @@ def not_cacheable(why: str) -> None:
         _frames[-1].unsafe = why
 
 
+def worker_frame_state(frame: Frame | None) -> tuple | None:
+    """What a worker process recorded while it computed one item, to send back (None: it recorded nothing)."""
+    return None if frame is None else (frame.reads, frame.seen, frame.unsafe, frame.kept)
+
+
+def merge_worker_reads(state: tuple | None) -> None:
+    """A worker process's reads for one item, as if this process had made them: a run computed in workers is then
+    known as fully as one computed here. A worker that recorded nothing (started without this process's recording)
+    leaves the run's reads unknown."""
+    if not recording_now():
+        return
+    if state is None:
+        not_cacheable("computed in a worker process that did not record its reads")
+        return
+    frame = Frame()
+    frame.reads, seen, frame.unsafe, frame.kept = state
+    for read, got in seen.items():
+        frame.saw(read, got)
+    _frames[-1].merge(frame)
+
+
 def recording_now() -> bool:
     return bool(_frames) and threading.get_ident() == _owner[0]
 

@@ -7,9 +7,10 @@ per-file entries, what it wrote to stdout and its exit code, found by the comman
 (working directory, interpreter, terminal). The next identical command prints that answer while every read gives
 what it gave, without loading the rules.
 
-Only a run whose reads are all known is kept: one that probed no machine (`--target` or `--facts`), ran nothing
-in worker processes (their reads are theirs), asked no program or network, said nothing on stderr, wrote no file
-and was the first run in its process (an in-process memo may hold a value without its reads). The entry is JSON,
+Only a run whose reads are all known is kept: one that probed no machine (`--target` or `--facts`), asked no
+program or network, said nothing on stderr (nor did a worker), wrote no file and was the first run in its process
+(an in-process memo may hold a value without its reads). Worker processes send each item's reads back with its
+result (system/pool.py), so a folder run computed in workers is kept like one computed here. The entry is JSON,
 never pickled: it is read before the run knows every tree it will check, so it can carry nothing that runs, and
 it names the trees its run checked, so that a cache folder inside one of them is never answered from.
 """
