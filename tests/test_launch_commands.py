@@ -93,6 +93,28 @@ def test_every_launch_command_gives_a_report(project, command, processes):
     assert report["files"]["checked"] >= (0 if command.startswith("tune") else 1)
 
 
+OTHER_SUBCOMMANDS = [
+    ("llamafactory-cli eval lf.yaml", "llamafactory-cli eval"),
+    ("lmf chat lf.yaml", "lmf chat"),
+    ("python -m llamafactory.cli export lf.yaml", "python -m llamafactory.cli export"),
+    ("accelerate config", "accelerate config"),
+    ("axolotl merge-lora ax.yml", "axolotl merge-lora"),
+]
+
+
+@pytest.mark.parametrize("command,named", OTHER_SUBCOMMANDS, ids=[c for c, _ in OTHER_SUBCOMMANDS])
+def test_a_known_tools_other_subcommand_is_named_as_such(command, named):
+    """Not "a launcher the doctor does not know": the tool is known, and it was told to do something else."""
+    launch = parse_launcher(command)
+    assert launch.describe() == f"`{named}` is not a training command: processes per node unknown"
+    assert [u.what for u in launch.unknowns] == [f"`{named}`"]
+
+
+def test_llamafactory_cli_as_a_python_module_is_named_as_the_cli():
+    launch = parse_launcher("python -m llamafactory.cli train lf.yaml")
+    assert launch.launcher == "llamafactory-cli" and launch.describe() == "llamafactory-cli train"
+
+
 def test_same_job_three_ways_same_findings(project):
     def seen(launcher):
         result, _ = check(launcher, ["train.py"])

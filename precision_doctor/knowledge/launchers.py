@@ -275,6 +275,34 @@ def launcher_of(words: list[str]) -> tuple[str | None, list[str]]:
     return None, words
 
 
+# the tools whose other subcommands train nothing (`llamafactory-cli chat`, `accelerate config`): those that do
+_TRAINING_SUBCOMMANDS = {
+    **{cli: ("train",) for cli in LLAMAFACTORY_CLIS},
+    "llamafactory.cli": ("train",),
+    "accelerate": ("launch",),
+    "axolotl": AXOLOTL_TRAINING,
+    "trl": TRL_COMMANDS,
+    "tune": ("run",),
+    "fabric": ("run",),
+}
+
+
+def other_subcommand(words: list[str]) -> str:
+    """`llamafactory-cli eval` (also as `python -m llamafactory.cli eval`), `accelerate config`, `axolotl merge-lora`:
+    a tool the doctor knows, told to do something other than train; "" for anything else."""
+    head = words[0].rsplit("/", 1)[-1] if words else ""
+    rest = words[1:]
+    if re.fullmatch(r"python(\d+(\.\d+)?)?[mtd]?(\.exe)?", head):
+        kind, name, args = python_words(rest)
+        if kind != "module" or name != "llamafactory.cli":
+            return ""
+        head, rest = name, args
+    training = _TRAINING_SUBCOMMANDS.get(head)
+    if training is None or not rest or rest[0] in training or rest[0].startswith("-"):
+        return ""
+    return f"{'python -m ' if head == 'llamafactory.cli' else ''}{head} {rest[0]}"
+
+
 def tune_runs_standalone(stack: StackFacts) -> bool:
     """Whether `tune run` without --rdzv_endpoint is standalone: torchtune >= 0.5.0, or a release the stack does not
     name (every release since November 2024)."""

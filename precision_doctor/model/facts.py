@@ -509,9 +509,12 @@ class LaunchFacts:
     job_file: str = ""  # `sbatch FILE`: the job script, read as a job (probes/jobscript.py)
     job_options: dict[str, str] = field(default_factory=dict)
     unknown_launcher: str = ""  # the command's name when it is no launcher the doctor knows
+    not_training: bool = False  # ... a tool it knows, told to do something else (`llamafactory-cli eval`)
 
     def describe(self) -> str:
         """The launch as the report's header names it."""
+        if self.unknown_launcher and self.not_training:
+            return f"`{self.unknown_launcher}` is not a training command: processes per node unknown"
         if self.unknown_launcher:
             return f"launcher `{self.unknown_launcher}` is not known: processes per node unknown"
         if not self.known:

@@ -14,6 +14,7 @@ from ..knowledge.launchers import (
     FLAGS,
     RECIPE_MODULES,
     launcher_of,
+    other_subcommand,
     python_words,
 )
 from ..model.errors import InputError
@@ -72,6 +73,23 @@ def _launcher_facts(words: list[str], command: str, source: str) -> LaunchFacts:
     """The launcher's own words as facts (`torchrun --nproc_per_node 2 train.py --lr 1e-4`)."""
     launcher, rest = launcher_of(words)
     head = words[0].rsplit("/", 1)[-1]
+    other = other_subcommand(words) if launcher is None else ""
+    if other:  # a tool the doctor knows, doing something other than training
+        return LaunchFacts(
+            known=False,
+            command=command,
+            unknown_launcher=other,
+            not_training=True,
+            script=next((w for w in words[1:] if w.endswith((".py", ".yaml", ".yml"))), ""),  # still checked
+            unknowns=(
+                Unknown(
+                    f"`{other}`",
+                    "not a training command: how it runs is not modelled (the rules that need the launch are "
+                    "silent); give the training command with --launcher",
+                    launch=True,
+                ),
+            ),
+        )
     if launcher is None:
         return LaunchFacts(
             known=False,
@@ -93,7 +111,7 @@ def _launcher_facts(words: list[str], command: str, source: str) -> LaunchFacts:
         return _trl(rest, command, source)
     if launcher == "llamafactory-cli":
         launch = _read_flags("llamafactory-cli", rest, command, source, recipe=True)
-        return replace(launch, shown=f"{head} train")
+        return replace(launch, shown=f"{'llamafactory-cli' if head.startswith('python') else head} train")
     if launcher == "tune":
         launch = _read_flags("tune", rest, command, source, recipe=True)
         ran = "torchrun" if launch.num_processes.state == KNOWN else "python"
