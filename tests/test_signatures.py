@@ -703,13 +703,27 @@ LF_RECIPE = (
 )
 
 
-def _llamafactory_env(tmp_path: Path, version: str, model_fields: str) -> Path:
+def _llamafactory_env(tmp_path: Path, version: str, model_fields: str, editable: str = "") -> Path:
     """A training environment with LLaMA-Factory `version` installed (its hparams modules as the release lays them
-    out: hparams/*_args.py) and transformers 4.57.6."""
+    out: hparams/*_args.py) and transformers 4.57.6; `editable` ("finder" or "pth"): installed with `pip install -e`
+    from a checkout elsewhere, as setuptools' finder module or a plain .pth file points at it."""
     env = tmp_path / "lf-env"
     site = env / "lib" / "python3.11" / "site-packages"
-    hparams = site / "llamafactory" / "hparams"
+    site.mkdir(parents=True)
+    source = tmp_path / "LLaMA-Factory" / "src" if editable else site
+    hparams = source / "llamafactory" / "hparams"
     hparams.mkdir(parents=True)
+    if editable == "finder":
+        (site / "__editable__.llamafactory-0.9.6.dev0.pth").write_text(
+            "import __editable___llamafactory_0_9_6_dev0_finder; "
+            "__editable___llamafactory_0_9_6_dev0_finder.install()\n"
+        )
+        (site / "__editable___llamafactory_0_9_6_dev0_finder.py").write_text(
+            f"import sys\nMAPPING: dict[str, str] = {{'llamafactory': {str(source / 'llamafactory')!r}}}\n"
+            "def install():\n    raise SystemExit('never run by the doctor')\n"
+        )
+    elif editable == "pth":
+        (site / "__editable__.llamafactory-0.9.6.dev0.pth").write_text(f"{source}\n")
     for dist, v in (("llamafactory", version), ("transformers", "4.57.6")):
         (site / f"{dist}-{v}.dist-info").mkdir()
         (site / f"{dist}-{v}.dist-info" / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {v}\n")
@@ -748,6 +762,16 @@ def test_an_installed_llamafactory_decides_which_recipe_keys_its_parser_takes(tm
     assert finding.severity == "error" and "llamafactory 0.9.6.dev0 (installed" in finding.message
     assert "did you mean `learning_rate`?" in finding.message
     assert finding.error == "ValueError: Some keys are not used by the HfArgumentParser: ['lerning_rate']"
+
+
+@pytest.mark.parametrize("editable", ["finder", "pth"])
+def test_an_editable_llamafactory_install_is_read_from_its_checkout(tmp_path, editable):
+    """`pip install -e .` (LLaMA-Factory's README): the source is where the install points, read as text (the
+    finder module is never run); a key only the checkout has is taken, a typo still an error."""
+    python = _llamafactory_env(tmp_path, "0.9.6.dev0", "    kt_new_option: bool = False\n", editable=editable)
+    assert not pd217(_check_recipe(tmp_path, LF_RECIPE + "kt_new_option: true\n", python))
+    [finding] = pd217(_check_recipe(tmp_path, LF_RECIPE + "lerning_rate: 1.0e-5\n", python))
+    assert finding.severity == "error" and "llamafactory 0.9.6.dev0 (installed" in finding.message
 
 
 def test_an_llamafactory_release_the_table_read_judges_its_recipe_keys(tmp_path):

@@ -10,6 +10,7 @@ not the module.
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -153,11 +154,77 @@ def _signature(decl: Declaration, cid: str, known, evidence: str) -> Signature:
 
 
 def _text(site_dirs: tuple[str, ...], relative: str) -> str | None:
-    for folder in site_dirs:
-        path = Path(folder) / relative
+    for path in _candidates(site_dirs, relative):
         if is_regular_file(path):
             try:
                 return read_text_bounded(path, _MAX_SOURCE, errors="replace")
             except Unreadable:
                 return None
     return None
+
+
+def _candidates(site_dirs: tuple[str, ...], relative: str) -> list[Path]:
+    """Where a package file may be: in a site folder, else where an editable install (`pip install -e .`, the way
+    LLaMA-Factory's README installs it) keeps its source."""
+    top, _, rest = relative.partition("/")
+    out = [Path(folder) / relative for folder in site_dirs]
+    for package, folder in editable_sources(site_dirs):
+        if package is None:
+            out.append(Path(folder) / relative)
+        elif package == top:
+            out.append(Path(folder) / rest)
+    return out
+
+
+@reads.remembered
+def editable_sources(site_dirs: tuple[str, ...]) -> tuple[tuple[str | None, str], ...]:
+    """(package, its folder) for each editable install in the site folders, read as text, never run: a
+    setuptools finder module's MAPPING (`__editable___NAME_finder.py`: package -> its folder), and a `.pth` file's
+    folder lines ((None, folder): packages below it). A `.pth` line that imports something is not followed."""
+    import ast
+
+    out: list[tuple[str | None, str]] = []
+    for site in site_dirs:
+        try:
+            names = sorted(os.listdir(site))
+        except OSError:
+            continue
+        for name in names:
+            path = Path(site) / name
+            if name.startswith("__editable__") and name.endswith("_finder.py") and is_regular_file(path):
+                try:
+                    tree = ast.parse(read_text_bounded(path, _MAX_PTH, errors="replace"))
+                except (Unreadable, SyntaxError, ValueError, RecursionError):
+                    continue
+                out += [(pkg, folder) for pkg, folder in _mapping(tree)]
+            elif name.endswith(".pth") and is_regular_file(path):
+                try:
+                    lines = read_text_bounded(path, _MAX_PTH, errors="replace").splitlines()
+                except Unreadable:
+                    continue
+                for line in lines:
+                    line = line.strip()
+                    if line and not line.startswith(("#", "import ", "import\t")):
+                        out.append((None, os.path.join(site, line)))
+    return tuple(out)
+
+
+_MAX_PTH = 256 * 1024
+
+
+def _mapping(tree) -> list[tuple[str, str]]:
+    import ast
+
+    for node in tree.body:
+        target = (
+            node.targets[0]
+            if isinstance(node, ast.Assign) and len(node.targets) == 1
+            else getattr(node, "target", None)
+        )
+        if isinstance(target, ast.Name) and target.id == "MAPPING" and isinstance(node.value, ast.Dict):
+            try:
+                mapping = ast.literal_eval(node.value)
+            except ValueError:
+                return []
+            return [(k, v) for k, v in mapping.items() if isinstance(k, str) and isinstance(v, str)]
+    return []
