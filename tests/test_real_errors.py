@@ -829,8 +829,7 @@ class TinyRemoteForCausalLM(TinyRemotePreTrainedModel):
         super().__init__(config)
         self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
         self.head = nn.Linear(config.hidden_size, config.vocab_size)
-        self.gradient_checkpointing = False  # what transformers switches (modeling_utils.py:3235-3249 in 5.24)
-        self.post_init()
+{flag}        self.post_init()
 
     def forward(self, input_ids=None, labels=None, **kwargs):
         logits = self.head(self.embed(input_ids))
@@ -839,12 +838,20 @@ class TinyRemoteForCausalLM(TinyRemotePreTrainedModel):
 """
 
 
-@pytest.mark.parametrize("supports", ["", "    supports_gradient_checkpointing = True\n"], ids=["lacks", "sets"])
+SUPPORTS = "    supports_gradient_checkpointing = True\n"
+FLAG = "        self.gradient_checkpointing = False  # what transformers switches (modeling_utils.py:3235-3249)\n"
+
+
+@pytest.mark.parametrize(
+    "name,supports,flag",
+    [("lacks", "", FLAG), ("sets", SUPPORTS, FLAG), ("noflag", SUPPORTS, "")],
+)
 def test_pd307_a_remote_class_without_checkpointing_support_is_refused(
-    tmp_path, tmp_path_factory, monkeypatch, run_check, supports
+    tmp_path, tmp_path_factory, monkeypatch, run_check, name, supports, flag
 ):
     """A checkpoint with its own model code (auto_map, trust_remote_code=True) whose class never sets
-    supports_gradient_checkpointing: the Trainer's first step dies as PD307 says; the class that sets it trains."""
+    supports_gradient_checkpointing, or sets it with no module flag to switch: the Trainer's first step dies as
+    PD307 says; the class that sets both trains."""
     import json
 
     from transformers import dynamic_module_utils
@@ -852,11 +859,10 @@ def test_pd307_a_remote_class_without_checkpointing_support_is_refused(
     # one modules folder for the session: Python keeps the `transformers_modules` package it first imported
     modules = tmp_path_factory.getbasetemp() / "hf_modules"
     monkeypatch.setattr(dynamic_module_utils, "HF_MODULES_CACHE", str(modules))
-    name = "sets" if supports else "lacks"  # a folder name of its own: Python keeps each module it imported
-    code = tmp_path / f"code_{name}"
+    code = tmp_path / f"code_{name}"  # a folder name of its own: Python keeps each module it imported
     code.mkdir()
     (code / "configuration_tiny_remote.py").write_text(_REMOTE_CONFIGURATION)
-    (code / "modeling_tiny_remote.py").write_text(_REMOTE_MODELING.format(supports=supports))
+    (code / "modeling_tiny_remote.py").write_text(_REMOTE_MODELING.format(supports=supports, flag=flag))
     auto_map = {
         "AutoConfig": "configuration_tiny_remote.TinyRemoteConfig",
         "AutoModelForCausalLM": "modeling_tiny_remote.TinyRemoteForCausalLM",
@@ -882,7 +888,7 @@ def test_pd307_a_remote_class_without_checkpointing_support_is_refused(
     )
     result, _ = run_check(script)
     predicted = [f for f in result.findings if f.rule_id == "PD307"]
-    if supports:
+    if supports and flag:
         trainer.train()  # trains
         assert not predicted
         return

@@ -57,12 +57,25 @@ def judged(folder):
         ),
         (
             HEAD + "class XForCausalLM(PreTrainedModel):\n"
-            "    def gradient_checkpointing_enable(self, **kw):\n        pass\n",
-            "own",
-            4,
+            "    def gradient_checkpointing_enable(self, **kw):\n        super().gradient_checkpointing_enable(**kw)\n",
+            "no",
+            3,
+        ),
+        (  # Python's order: PreTrainedModel's False comes before the mixin's True
+            HEAD
+            + "class Pre(PreTrainedModel):\n    pass\n\nclass Mixin:\n    supports_gradient_checkpointing = True\n\n"
+            "class XForCausalLM(Pre, Mixin):\n    pass\n",
+            "no",
+            9,
+        ),
+        (  # ... and a diamond: both sides before their shared base
+            HEAD + "class A(PreTrainedModel):\n    pass\n\nclass B(PreTrainedModel):\n"
+            "    supports_gradient_checkpointing = True\n\nclass XForCausalLM(A, B):\n    pass\n",
+            "yes",
+            7,
         ),
     ],
-    ids=["default-false", "set-false", "set-true", "old-setter", "own-enable"],
+    ids=["default-false", "set-false", "set-true", "old-setter", "enable-calls-super", "mixin-after-root", "diamond"],
 )
 def test_what_the_class_says_is_read_through_its_bases(tmp_path, modeling, answer, line):
     found = judged(checkpoint(tmp_path / "m", modeling))
@@ -98,9 +111,57 @@ def test_a_base_in_another_file_of_the_folder_is_followed(tmp_path):
         (None, None, "modeling_x.py is not beside its config.json"),
         (HEAD, {"AutoModelForCausalLM": "org/code--modeling_x.XForCausalLM"}, "another repository"),
         (HEAD + "class Other(PreTrainedModel):\n    pass\n", None, "defines no class XForCausalLM"),
-        ("class XForCausalLM(:\n", None, "not beside"),  # unparsable: read as absent
+        ("class XForCausalLM(:\n", None, "cannot be read or parsed"),
+        (
+            HEAD + "class XForCausalLM(PreTrainedModel):\n    def gradient_checkpointing_enable(self, **kw):\n"
+            "        self.apply(lambda m: None)\n",
+            None,
+            "switches checkpointing on its own way",
+        ),
+        (
+            HEAD
+            + "class XForCausalLM(PreTrainedModel):\n    pass\n\nXForCausalLM.supports_gradient_checkpointing = True\n",
+            None,
+            "in a way the doctor does not follow",
+        ),
+        (
+            HEAD + "class XForCausalLM(PreTrainedModel):\n    supports_gradient_checkpointing = x = True\n",
+            None,
+            "in a way the doctor does not follow",
+        ),
+        (
+            HEAD
+            + "class XForCausalLM(PreTrainedModel):\n    if True:\n        supports_gradient_checkpointing = True\n",
+            None,
+            "in a way the doctor does not follow",
+        ),
+        (
+            HEAD + "class XForCausalLM(PreTrainedModel):\n    def post_init(self):\n"
+            "        self.supports_gradient_checkpointing = True\n",
+            None,
+            "in a way the doctor does not follow",
+        ),
+        (
+            HEAD + "class XForCausalLM(PreTrainedModel):\n    pass\n\n"
+            "setattr(XForCausalLM, 'supports_gradient_checkpointing', True)\n",
+            None,
+            "in a way the doctor does not follow",
+        ),
     ],
-    ids=["library-base", "computed", "no-file", "other-repo", "no-class", "syntax-error"],
+    ids=[
+        "library-base",
+        "computed",
+        "no-file",
+        "other-repo",
+        "no-class",
+        "syntax-error",
+        "own-enable",
+        "set-after",
+        "two-targets",
+        "under-if",
+        "on-the-instance",
+        "setattr",
+    ],
 )
 def test_what_cannot_be_read_is_unknown_with_its_reason(tmp_path, modeling, auto_map, reason):
     found = judged(checkpoint(tmp_path / "m", modeling, auto_map))
@@ -117,6 +178,12 @@ def test_only_model_classes_are_judged(tmp_path):
 
 
 NO_SUPPORT = HEAD + "class XForCausalLM(PreTrainedModel):\n    pass\n"
+# supported, with the flag transformers switches on a module
+FLAGGED = (
+    HEAD + "class XForCausalLM(PreTrainedModel):\n    supports_gradient_checkpointing = True\n\n"
+    "    def __init__(self, config):\n        super().__init__(config)\n        self.gradient_checkpointing = False\n"
+)
+NO_FLAG = HEAD + "class XForCausalLM(PreTrainedModel):\n    supports_gradient_checkpointing = True\n"
 
 
 def pd307(result):
@@ -163,7 +230,7 @@ def test_pd307_reads_the_code_in_the_hugging_face_cache(run_check, tmp_path, mon
 @pytest.mark.parametrize(
     "modeling,code_change",
     [
-        (HEAD + "class XForCausalLM(PreTrainedModel):\n    supports_gradient_checkpointing = True\n", {}),
+        (FLAGGED, {}),
         (NO_SUPPORT, {"trust_remote_code=True": "trust_remote_code=False"}),
         (NO_SUPPORT, {"AutoModelForCausalLM.from_pretrained": "XForCausalLM.from_pretrained"}),
         (NO_SUPPORT, {", gradient_checkpointing=True": ""}),
@@ -231,3 +298,123 @@ def test_llamafactory_trains_such_a_model_without_checkpointing(run_check, tmp_p
     )
     _, facts = run_check(LLAMAFACTORY, name="sft.yaml", launcher="llamafactory-cli train sft.yaml")
     assert derive_setup(facts.scripts[0], facts).placement.checkpointing.on
+
+
+def test_pd307_a_supported_class_with_no_flag_to_switch(run_check, tmp_path):
+    """From 4.35 transformers switches each module's `gradient_checkpointing` flag and refuses a model with none
+    (modeling_utils.py:1881-1901): a class that says it supports checkpointing but never sets the flag dies."""
+    checkpoint(tmp_path / "ckpt", NO_FLAG)
+    code = SCRIPT.format(model="./ckpt", before="", args=", gradient_checkpointing=True")
+    (finding,) = pd307(run_check(code)[0])
+    assert finding.error.startswith("ValueError: XForCausalLM is not compatible with gradient checkpointing.")
+    assert pd307(run_check(code, versions={"transformers": "4.34.1"})[0]) == []  # the old setter asked for none
+    checkpoint(tmp_path / "ckpt", FLAGGED)
+    assert pd307(run_check(code)[0]) == []
+
+
+@pytest.mark.parametrize(
+    "modeling,flags",
+    [
+        (NO_FLAG + "\nclass Block(GradientCheckpointingLayer):\n    pass\n", True),
+        ("from transformers.models.llama.modeling_llama import LlamaDecoderLayer\n" + NO_FLAG, None),
+        ("from .layers import Block\n" + NO_FLAG, None),  # a file of the folder that is not there
+        ("import flash_attn\n" + NO_FLAG, None),
+        (
+            "import torch\nfrom torch import nn\nfrom transformers.modeling_outputs import CausalLMOutput\n" + NO_FLAG,
+            False,
+        ),
+    ],
+    ids=["checkpointing-layer", "library-layer", "missing-sibling", "other-package", "plain-imports"],
+)
+def test_the_flag_is_looked_for_in_every_module_the_model_can_hold(tmp_path, modeling, flags):
+    assert judged(checkpoint(tmp_path / "m", modeling)).module_flags is flags
+
+
+def test_the_flag_set_in_a_sibling_file_counts(tmp_path):
+    folder = checkpoint(
+        tmp_path / "m",
+        "from .blocks import Block\n" + NO_FLAG,
+        blocks="from torch import nn\n\nclass Block(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.gradient_checkpointing = False\n",
+    )
+    assert judged(folder).module_flags is True
+
+
+@pytest.mark.parametrize(
+    "patch,fires",
+    [
+        ("model.supports_gradient_checkpointing = True\n", False),
+        ("type(model).supports_gradient_checkpointing = True\n", False),
+        ("setattr(model, 'supports_gradient_checkpointing', True)\n", False),
+        ("model.supports_gradient_checkpointing = False\n", True),
+    ],
+    ids=["instance", "class", "setattr", "set-false"],
+)
+def test_pd307_the_scripts_own_workaround(run_check, tmp_path, patch, fires):
+    """`model.supports_gradient_checkpointing = True` is the workaround people find for this error: with a module
+    flag to switch, the job then trains."""
+    checkpoint(
+        tmp_path / "ckpt",
+        NO_SUPPORT.replace(
+            "    pass\n",
+            "    def __init__(self, config):\n"
+            "        super().__init__(config)\n        self.gradient_checkpointing = False\n",
+        ),
+    )
+    result, _ = run_check(SCRIPT.format(model="./ckpt", before=patch, args=", gradient_checkpointing=True"))
+    assert bool(pd307(result)) is fires
+
+
+@pytest.mark.parametrize(
+    "before",
+    [
+        "if model.supports_gradient_checkpointing:\n    model.gradient_checkpointing_enable()\n",
+        "try:\n    model.gradient_checkpointing_enable()\nexcept ValueError:\n    pass\n",
+    ],
+    ids=["asks-the-model", "in-a-try"],
+)
+def test_pd307_silent_where_the_script_asks_first_or_catches_it(run_check, tmp_path, before):
+    checkpoint(tmp_path / "ckpt", NO_SUPPORT)
+    assert pd307(run_check(SCRIPT.format(model="./ckpt", before=before, args=""))[0]) == []
+
+
+def test_pd307_under_the_main_guard_is_certain(run_check, tmp_path):
+    checkpoint(tmp_path / "ckpt", NO_SUPPORT)
+    code = (
+        SCRIPT.format(model="./ckpt", before="", args="")
+        .replace("model = Auto", "if __name__ == '__main__':\n    model = Auto")
+        .replace("\nTrainer", "\n    model.gradient_checkpointing_enable()\n    Trainer")
+    )
+    assert [f.severity for f in pd307(run_check(code)[0])] == ["error"]
+
+
+def test_pd307_points_at_the_local_checkpoint_as_the_script_names_it(run_check, tmp_path):
+    checkpoint(tmp_path / "ckpt", NO_SUPPORT)
+    (finding,) = pd307(run_check(SCRIPT.format(model="./ckpt", before="", args=", gradient_checkpointing=True"))[0])
+    assert [e.location.path for e in finding.evidence if e.location and "modeling" in e.location.path] == [
+        "ckpt/modeling_x.py"
+    ]
+
+
+def test_the_cache_snapshot_is_the_one_huggingface_hub_loads(run_check, tmp_path, monkeypatch):
+    """refs/main's snapshot (not the newest folder), and a pinned `revision=` its own: the flag PD307 reads, and
+    every other fact, come from the code the job will run."""
+    import os
+    import time
+
+    repo = tmp_path / "hub" / "models--org--two"
+    checkpoint(repo / "snapshots" / "aaa111", FLAGGED)
+    checkpoint(repo / "snapshots" / "bbb222", NO_SUPPORT)
+    os.utime(repo / "snapshots" / "bbb222", (time.time() + 60, time.time() + 60))  # the newest folder
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("aaa111")
+    (repo / "refs" / "v2").write_text("bbb222")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    code = SCRIPT.format(model="org/two", before="", args=", gradient_checkpointing=True")
+    assert pd307(run_check(code)[0]) == []  # main: the class that supports it
+    pinned = code.replace("trust_remote_code=True", "trust_remote_code=True, revision='v2'")
+    assert len(pd307(run_check(pinned)[0])) == 1
+    by_commit = code.replace("trust_remote_code=True", "trust_remote_code=True, revision='bbb222'")
+    assert len(pd307(run_check(by_commit)[0])) == 1
+    absent = code.replace("trust_remote_code=True", "trust_remote_code=True, revision='v3'")
+    assert pd307(run_check(absent)[0]) == []  # not in the cache: not answered from another snapshot

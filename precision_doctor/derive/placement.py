@@ -173,7 +173,7 @@ def _checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, sta
                 switches.append((c, "prepare_model_for_kbit_training() turns gradient checkpointing on"))
     for c, note in switches:
         on = True
-        through_model = "always" if through_model == "always" or not c.in_branch else "maybe"
+        through_model = _stronger(through_model, _how_enabled(c))
         evidence.append(call_evidence(c, note))
         chosen = _use_reentrant(c, machine, stack, [])
         if not by_args:  # the Trainer enables it again from its arguments before training: theirs is the last word
@@ -190,6 +190,24 @@ def _checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, sta
             )
         )
     return Checkpointing(on, bool(reentrant), tuple(evidence), through_model)
+
+
+_ENABLED = ("", "caught", "asks", "maybe", "always")
+
+
+def _stronger(a: str, b: str) -> str:
+    return max(a, b, key=_ENABLED.index)
+
+
+def _how_enabled(call: Call) -> str:
+    """always: on every path; maybe: under a condition the run decides; asks: only where the model says it supports
+    checkpointing (`if model.supports_gradient_checkpointing:`); caught: in a try, whose handler may take the
+    refusal."""
+    if call.in_try:
+        return "caught"
+    if any("supports_gradient_checkpointing" in b.test for b in call.branches):
+        return "asks"
+    return "maybe" if call.branches else "always"  # (the __main__ guard is no branch: every launch takes it)
 
 
 def _fsdp_activation_checkpointing(args: Call, machine: MachineFacts, stack: StackFacts) -> Evidence | None:

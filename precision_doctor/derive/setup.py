@@ -124,7 +124,8 @@ class Checkpointing:
     reentrant: bool = False
     evidence: tuple[Evidence, ...] = ()
     # switched on through the model's gradient_checkpointing_enable() (the Trainer from its arguments, the script,
-    # peft), not only by FSDP's own wrapper: "always" on every path to training, "maybe" only under a branch
+    # peft), not only by FSDP's own wrapper: "always" on every path to training, "maybe" only under a branch,
+    # "asks" only where the script asks the model first, "caught" only in a try (derive.placement._how_enabled)
     through_model: str = ""
 
 
@@ -644,15 +645,22 @@ def _remote_class(load: Call | None, script: ScriptFacts, machine: MachineFacts,
     if not found.checkpointing:
         return Fact(unknown=f"{found.name} is the checkpoint's own code, and {found.reason}", source=trust, call=load)
     at = Location(found.answer_path, found.answer_line) if found.answer_line else None
-    return Fact(
-        found,
-        (
-            evidence_of(trust, "trust_remote_code=True: the checkpoint's own model code", load),
-            Evidence(at, found.answer_text, _says(found, auto_class), "code"),
-        ),
-        source=trust,
-        call=load,
+    evidence = (
+        evidence_of(trust, "trust_remote_code=True: the checkpoint's own model code", load),
+        Evidence(at, found.answer_text, _says(found, auto_class), "code"),
     )
+    patches = [v for name, v in script.attribute_sets if name == "supports_gradient_checkpointing"]
+    if patches and found.checkpointing in ("no", "yes"):
+        # the script sets the flag itself (the workaround for the error): on the instance or the class, it is what
+        # gradient_checkpointing_enable() reads
+        if not all(v.state == KNOWN and isinstance(v.value, bool) for v in patches):
+            where = patches[0].location
+            line = f" (line {where.line})" if where else ""
+            return Fact(unknown=f"the script sets supports_gradient_checkpointing{line}", source=patches[0], call=load)
+        last = patches[-1]  # (in source order: the last one set before training)
+        found = replace(found, checkpointing="yes" if last.value else "no")
+        evidence += (evidence_of(last, f"supports_gradient_checkpointing = {last.value}, set by the script", load),)
+    return Fact(found, evidence, source=trust, call=load)
 
 
 def _says(found: RemoteClass, auto_class: str) -> str:
@@ -662,8 +670,8 @@ def _says(found: RemoteClass, auto_class: str) -> str:
         return f"{named}: neither it nor its bases set supports_gradient_checkpointing (PreTrainedModel: False)"
     if found.checkpointing == "old":
         return f"{named}: enables checkpointing the pre-4.35 way, ignoring its keyword arguments"
-    if found.checkpointing == "own":
-        return f"{named}: switches checkpointing on its own way"
+    if found.checkpointing == "yes" and found.module_flags is False:
+        return f"{named}: supports it, but no module of its code has a gradient_checkpointing flag to switch"
     return named
 
 

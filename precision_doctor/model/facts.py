@@ -131,6 +131,7 @@ class Call:
     branches: tuple[Branch, ...] = ()  # those branches, outermost first
     loops: tuple[int, ...] = ()  # the lines of the loops it sits in (in its scope), outermost first
     refs: dict[str, str] = field(default_factory=dict)  # argument -> key of the recorded call it evaluates to
+    in_try: bool = False  # in a try body or handler of its scope (an error it raises may be caught)
 
     @property
     def key(self) -> str:
@@ -203,6 +204,9 @@ class CheckpointSource(StrEnum):
     UNKNOWN = "unknown"
 
 
+WATCHED_ATTRIBUTES = frozenset({"supports_gradient_checkpointing"})
+
+
 @record
 class RemoteClass:
     """A model class a checkpoint brings as its own code (config.json `auto_map`), as read from its file:
@@ -213,12 +217,14 @@ class RemoteClass:
     path: str = ""  # the modeling file read ("" when it is not on this machine)
     line: int | None = None  # the class statement
     # yes: supports it | no: transformers raises | old: the pre-4.35 `_set_gradient_checkpointing(module, value)`,
-    # whose checkpointing keyword arguments are ignored | own: the class overrides gradient_checkpointing_enable
-    # | "": unknown, `reason` says why
+    # whose checkpointing keyword arguments are ignored | "": unknown, `reason` says why
     checkpointing: str = ""
     answer_path: str = ""  # where the answer is written: supports_gradient_checkpointing, the old setter, the class
     answer_line: int | None = None
     answer_text: str = ""  # that line, as written
+    # under transformers' own setter: whether a module of the model carries a `gradient_checkpointing` flag (False:
+    # none in its code, which imports no other model code; None: not known, or the class sets its own)
+    module_flags: bool | None = None
     reason: str = ""
 
 
@@ -326,6 +332,9 @@ class ScriptFacts:
     classes: dict[str, ClassFacts] = field(default_factory=dict)  # the classes it defines, by name
     parsed: tuple[ParsedArguments, ...] = ()  # what its argument parsers are given
     recipe: RecipeFacts | None = None  # a recipe checked as itself: its settings as written
+    # attributes the rules watch, as the script sets them on any object (`model.supports_gradient_checkpointing =
+    # True`, `setattr(type(model), "supports_gradient_checkpointing", True)`): (name, value), in source order
+    attribute_sets: tuple[tuple[str, Value], ...] = ()
 
     def of(self, *kinds: str) -> list[Call]:
         if len(kinds) == 1:

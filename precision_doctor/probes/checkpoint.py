@@ -45,10 +45,27 @@ def model_ids(calls: list[Call] | tuple[Call, ...]) -> list[str]:
 
 def probe_checkpoints(script: Path, calls, environ: Mapping[str, str] | None = None) -> dict[str, CheckpointFacts]:
     environ = os.environ if environ is None else environ
-    return {mid: checkpoint_facts(mid, (script.parent, Path.cwd()), environ) for mid in model_ids(calls)}
+    revisions = _revisions(calls)
+    return {
+        mid: checkpoint_facts(mid, (script.parent, Path.cwd()), environ, revisions.get(mid)) for mid in model_ids(calls)
+    }
 
 
-def checkpoint_facts(model_id: str, bases: tuple[Path, ...], environ: Mapping[str, str]) -> CheckpointFacts:
+def _revisions(calls) -> dict[str, str]:
+    """The revision a load pins for a model id (`revision="v1.0"`, a branch, a tag or a commit), where one is."""
+    out = {}
+    for call in calls:
+        if call.kind != "model_load":
+            continue
+        source, revision = model_source(call), call.kwarg("revision")
+        if source.state == KNOWN and revision.state == KNOWN and isinstance(revision.value, str) and revision.value:
+            out[str(source.value)] = revision.value
+    return out
+
+
+def checkpoint_facts(
+    model_id: str, bases: tuple[Path, ...], environ: Mapping[str, str], revision: str | None = None
+) -> CheckpointFacts:
     for base in bases:
         folder = base / model_id
         cfg = _read_json(folder / "config.json")
@@ -62,7 +79,7 @@ def checkpoint_facts(model_id: str, bases: tuple[Path, ...], environ: Mapping[st
                 stored_weights(folder),
                 folder,
             )
-    found = _from_cache(model_id, environ)
+    found = _from_cache(model_id, environ, revision)
     if found is not None:
         return found
     given = GIVEN_CONFIGS.get(model_id) or GIVEN_CONFIGS.get("")
@@ -137,16 +154,27 @@ def hub_cache_dir(environ: Mapping[str, str]) -> Path:
     return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "huggingface" / "hub"
 
 
-def _from_cache(model_id: str, environ: Mapping[str, str]) -> CheckpointFacts | None:
+def _from_cache(model_id: str, environ: Mapping[str, str], revision: str | None = None) -> CheckpointFacts | None:
+    """The snapshot huggingface_hub would load: the pinned revision's (a ref it resolved, or a commit folder), else
+    refs/main's, else (a cache with no refs) the newest; a pinned revision not in the cache is not answered from
+    another."""
     if model_id.count("/") > 1 or model_id.startswith((".", "/")):
         return None  # a path, not a hub id
-    snapshots = hub_cache_dir(environ) / ("models--" + model_id.replace("/", "--")) / "snapshots"
-    try:
-        entries = sorted(os.scandir(snapshots), key=lambda e: modified_time(e.path), reverse=True)[:MAX_SNAPSHOTS]
-    except OSError:
+    repo = hub_cache_dir(environ) / ("models--" + model_id.replace("/", "--"))
+    snapshots = repo / "snapshots"
+    chosen = _snapshot_of(repo, revision or "main")
+    if chosen is not None:
+        paths = [str(chosen)]
+    elif revision:
         return None
-    for entry in entries:
-        folder = Path(entry.path)
+    else:
+        try:
+            entries = sorted(os.scandir(snapshots), key=lambda e: modified_time(e.path), reverse=True)
+        except OSError:
+            return None
+        paths = [e.path for e in entries[:MAX_SNAPSHOTS]]
+    for path in paths:
+        folder = Path(path)
         cfg = _read_json(folder / "config.json")
         if cfg is not None:
             return from_config(
@@ -159,6 +187,21 @@ def _from_cache(model_id: str, environ: Mapping[str, str]) -> CheckpointFacts | 
                 folder,
             )
     return None
+
+
+def _snapshot_of(repo: Path, revision: str) -> Path | None:
+    """snapshots/<commit> for a ref huggingface_hub wrote (refs/<name> holds the commit) or a commit named itself."""
+    if ".." in revision or revision.startswith("/"):
+        return None
+    commit = revision
+    ref = repo / "refs" / revision
+    if is_regular_file(ref):
+        try:
+            commit = read_text_bounded(ref, what="hub ref").strip()
+        except Unreadable:
+            return None
+    folder = repo / "snapshots" / commit
+    return folder if commit and "/" not in commit and ".." not in commit and os.path.isdir(folder) else None
 
 
 def _read_json(path: Path) -> dict | None:
@@ -342,13 +385,18 @@ def from_config(
         weights_bytes=weights_bytes,
         quantization=str(method).lower() if isinstance(method, str) and method else "",
         # (auto_map holds `module.Class` names only: read whole, not through the kept keys)
-        remote_classes=remote_classes(folder, raw.get("auto_map")) if folder is not None else (),
+        remote_classes=remote_classes(folder, raw.get("auto_map"), _shown(folder, source)) if folder else (),
         **dims,
     )
     params = weights.parameters if weights is not None else None
     if not params and weights_bytes and torch_dtype in _BYTES:
         params = weights_bytes // _BYTES[torch_dtype]
     return _with_parameters(facts, params)
+
+
+def _shown(folder: Path, source: CheckpointSource) -> str:
+    """A checkpoint folder as the report names it: a local one as the config's own path is shown."""
+    return os.path.relpath(folder) if source == CheckpointSource.LOCAL else str(folder)
 
 
 def _with_parameters(facts: CheckpointFacts, params: int | None) -> CheckpointFacts:

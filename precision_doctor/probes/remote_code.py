@@ -2,11 +2,13 @@
 `trust_remote_code=True`), read as text: what `gradient_checkpointing_enable()` will do with them.
 
 transformers raises for a class whose `supports_gradient_checkpointing` is not true (PreTrainedModel's default is
-False: modeling_utils.py:3689 in 4.57.1, :3146 in 5.23.0), and a class that still defines the pre-4.35
-`_set_gradient_checkpointing(module, value)` is enabled the old way, ignoring the checkpointing keyword arguments
-(4.57.1 modeling_utils.py:3698-3711). The modeling file sits beside config.json in a local folder or a cache
-snapshot; it is parsed, never imported. A base class from another file of the same folder is followed; one from
-transformers or elsewhere leaves the answer unknown.
+False: modeling_utils.py:3689 in 4.57.1, :3146 in 5.23.0); from 4.35.0 it then switches the `gradient_checkpointing`
+flag of the model's modules and raises when no module has one (4.35.0 modeling_utils.py:1881-1901, unchanged in
+5.24); a class that still defines the pre-4.35 `_set_gradient_checkpointing(module, value)` is enabled the old way,
+its keyword arguments ignored (4.57.1 modeling_utils.py:3698-3711). The modeling file sits beside config.json in a
+local folder or a cache snapshot; it is parsed, never imported. The class's method resolution order is Python's
+(C3) over the classes of the folder's files; a base from transformers' own models or another package, or an
+attribute set in a way this reading does not follow, leaves the answer unknown.
 """
 
 from __future__ import annotations
@@ -22,14 +24,36 @@ _NOT_MODELS = frozenset(
     {"AutoConfig", "AutoTokenizer", "AutoProcessor", "AutoImageProcessor", "AutoFeatureExtractor", "AutoVideoProcessor"}
 )
 _ROOTS = frozenset({"PreTrainedModel", "PretrainedModel"})  # transformers' base: supports_gradient_checkpointing False
-_MAX_DEPTH = 8  # base classes followed through the folder's files
+_NEUTRAL = frozenset({"object", "Generic", "GenerationMixin", "ABC", "Module"})  # define none of what is read here
+_SUPPORTS = "supports_gradient_checkpointing"
+_ENABLES = ("gradient_checkpointing_enable", "activation_checkpointing_enable")
+# what a modeling file may import without bringing a module that carries a `gradient_checkpointing` flag
+_PLAIN_SOURCES = ("torch", "math", "typing", "dataclasses", "collections", "functools", "itertools", "warnings", "os")
+_PLAIN_TRANSFORMERS = (
+    "transformers.modeling_utils",
+    "transformers.modeling_outputs",
+    "transformers.configuration_utils",
+    "transformers.utils",
+    "transformers.activations",
+    "transformers.cache_utils",
+    "transformers.generation",
+    "transformers.pytorch_utils",
+    "transformers.modeling_attn_mask_utils",
+    "transformers.modeling_rope_utils",
+    "transformers.file_utils",
+)
+_PLAIN_TRANSFORMERS_NAMES = frozenset(
+    {"PreTrainedModel", "PretrainedModel", "PretrainedConfig", "PreTrainedConfig", "GenerationMixin", "logging"}
+)
+_ROOT = "<PreTrainedModel>"
 
 
-def remote_classes(folder: Path, auto_map: object) -> tuple[RemoteClass, ...]:
-    """One entry per model class `auto_map` names, with what its code says about gradient checkpointing."""
+def remote_classes(folder: Path, auto_map: object, shown: str = "") -> tuple[RemoteClass, ...]:
+    """One entry per model class `auto_map` names, with what its code says about gradient checkpointing. Paths are
+    shown under `shown` (the folder as the report names it)."""
     if not isinstance(auto_map, dict):
         return ()
-    modules: dict[str, _Module | None] = {}
+    reader = _Reader(folder, shown or str(folder))
     out = []
     for auto_class, ref in sorted(auto_map.items()):
         if not isinstance(auto_class, str) or auto_class in _NOT_MODELS or not isinstance(ref, str):
@@ -38,101 +62,231 @@ def remote_classes(folder: Path, auto_map: object) -> tuple[RemoteClass, ...]:
         if "--" in module:
             out.append(RemoteClass(auto_class, name, reason=f"its code is in another repository ({ref})"))
             continue
-        found = _module(folder, module, modules)
+        found = reader.module(module)
         if found is None:
-            out.append(
-                RemoteClass(auto_class, name, reason=f"{module}.py is not beside its config.json on this machine")
-            )
+            out.append(RemoteClass(auto_class, name, reason=reader.why(module)))
             continue
-        out.append(_judge(auto_class, name, found, folder, modules))
+        out.append(reader.judge(auto_class, name, found))
     return tuple(out)
 
 
 class _Module:
-    __slots__ = ("path", "lines", "classes", "imported")
+    __slots__ = ("path", "shown", "lines", "classes", "imported", "plain_imports", "odd_supports", "flag_line")
 
-    def __init__(self, path: Path, text: str, tree: ast.Module) -> None:
-        self.path = path
+    def __init__(self, path: Path, shown: str, text: str, tree: ast.Module) -> None:
+        self.path, self.shown = path, shown
         self.lines = text.splitlines()
         self.classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
         self.imported: dict[str, tuple[str, str]] = {}  # local name -> (module as written, its name there)
+        self.plain_imports = True  # it imports nothing that could bring a module with a checkpointing flag
         for node in tree.body:
             if isinstance(node, ast.ImportFrom):
                 source = "." * node.level + (node.module or "")
                 for alias in node.names:
                     self.imported[alias.asname or alias.name] = (source, alias.name)
+                    self.plain_imports = self.plain_imports and _plain(source, alias.name)
+            elif isinstance(node, ast.Import):
+                self.plain_imports = self.plain_imports and all(_plain(a.name, "") for a in node.names)
+        # plain class-body assignments are read; any other way of setting the flag is not followed
+        plain = {
+            id(s.targets[0] if isinstance(s, ast.Assign) else s.target)
+            for c in self.classes.values()
+            for s in c.body
+            if isinstance(s, (ast.Assign, ast.AnnAssign)) and _assignment(s)[0] == _SUPPORTS
+        }
+        self.odd_supports = 0  # the line of one that is not
+        self.flag_line = 0  # a module's `gradient_checkpointing` set (or a GradientCheckpointingLayer)
+        for each in ast.walk(tree):
+            if isinstance(each, (ast.Name, ast.Attribute)) and isinstance(each.ctx, ast.Store):
+                named = each.id if isinstance(each, ast.Name) else each.attr
+                if named == _SUPPORTS and id(each) not in plain:
+                    self.odd_supports = self.odd_supports or each.lineno
+                elif named == "gradient_checkpointing":
+                    self.flag_line = self.flag_line or each.lineno
+            elif isinstance(each, ast.Call) and isinstance(each.func, ast.Name) and each.func.id == "setattr":
+                key = each.args[1] if len(each.args) > 1 else None
+                if isinstance(key, ast.Constant) and key.value == _SUPPORTS:
+                    self.odd_supports = self.odd_supports or each.lineno
+                elif isinstance(key, ast.Constant) and key.value == "gradient_checkpointing":
+                    self.flag_line = self.flag_line or each.lineno
+            elif isinstance(each, ast.ClassDef) and any(_name(b) == "GradientCheckpointingLayer" for b in each.bases):
+                self.flag_line = self.flag_line or each.lineno
 
 
-def _module(folder: Path, name: str, modules: dict[str, _Module | None]) -> _Module | None:
-    if name in modules:
-        return modules[name]
-    modules[name] = None
-    path = folder / f"{name}.py"
-    if not name or "/" in name or "\\" in name or not is_regular_file(path):
-        return None
-    try:
-        text = read_source(path)
-        tree = ast.parse(text, filename=str(path))
-    except (Unreadable, SyntaxError, ValueError, RecursionError):
-        return None
-    modules[name] = _Module(path, text, tree)
-    return modules[name]
+def _plain(source: str, name: str) -> bool:
+    if source.startswith(".") or source.split(".", 1)[0] in _PLAIN_SOURCES or source == "__future__":
+        return True
+    if source == "transformers":
+        return name in _PLAIN_TRANSFORMERS_NAMES
+    return source.startswith(_PLAIN_TRANSFORMERS)
 
 
-def _judge(auto_class: str, name: str, module: _Module, folder: Path, modules: dict) -> RemoteClass:
-    start = module.classes.get(name)
-    if start is None:
-        return RemoteClass(auto_class, name, str(module.path), reason=f"{module.path.name} defines no class {name}")
-    supports: tuple[bool, _Module, int] | None = None
-    enable_override: tuple[_Module, int] | None = None
-    old_format: tuple[_Module, int] | None = None
-    setter_seen = False
-    # depth-first, left to right: Python's MRO for the single-inheritance chains model files use
-    stack: list[tuple[_Module, ast.ClassDef, int]] = [(module, start, 0)]
-    while stack:
-        where, cls, depth = stack.pop()
-        for stmt in cls.body:
-            target, value = _assignment(stmt)
-            if target == "supports_gradient_checkpointing" and supports is None:
-                if not (isinstance(value, ast.Constant) and isinstance(value.value, bool)):
-                    return _unknown(auto_class, name, module, start, "supports_gradient_checkpointing is computed")
-                supports = (value.value, where, stmt.lineno)
-            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                if stmt.name in ("gradient_checkpointing_enable", "activation_checkpointing_enable"):
-                    enable_override = enable_override or (where, stmt.lineno)
-                if stmt.name == "_set_gradient_checkpointing" and not setter_seen:
-                    setter_seen = True
-                    params = [a.arg for a in stmt.args.args + stmt.args.kwonlyargs]
-                    if "value" in params:
-                        old_format = (where, stmt.lineno)
-        bases = []
+def _name(base: ast.expr) -> str:
+    return base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else ""
+
+
+class _Reader:
+    """The folder's modeling files, each parsed once, and the classes' orders of resolution."""
+
+    def __init__(self, folder: Path, shown: str) -> None:
+        self.folder, self.shown = folder, shown
+        self.modules: dict[str, _Module | None] = {}
+        self.unparsable: set[str] = set()
+
+    def module(self, name: str) -> _Module | None:
+        if name in self.modules:
+            return self.modules[name]
+        self.modules[name] = None
+        path = self.folder / f"{name}.py"
+        if not name or "/" in name or "\\" in name or not is_regular_file(path):
+            return None
+        try:
+            text = read_source(path)
+            tree = ast.parse(text, filename=str(path))
+        except (Unreadable, SyntaxError, ValueError, RecursionError):
+            self.unparsable.add(name)
+            return None
+        self.modules[name] = _Module(path, f"{self.shown}/{name}.py", text, tree)
+        return self.modules[name]
+
+    def why(self, name: str) -> str:
+        if name in self.unparsable:
+            return f"{name}.py cannot be read or parsed by the Python the doctor runs on"
+        return f"{name}.py is not beside its config.json on this machine"
+
+    def base(self, module: _Module, name: str) -> tuple[_Module, ast.ClassDef] | None:
+        """A base class defined in the same file, or imported relatively from another file of the folder."""
+        if name in module.classes:
+            return module, module.classes[name]
+        source, original = module.imported.get(name, ("", ""))
+        if not source.startswith(".") or source.startswith(".."):
+            return None  # transformers' own classes, or another package: not read
+        other = self.module(source[1:])
+        if other is None or original not in other.classes:
+            return None
+        return other, other.classes[original]
+
+    def mro(self, module: _Module, cls: ast.ClassDef, depth: int = 0) -> list | str:
+        """Python's C3 order over (module, class) pairs, _ROOT for transformers' PreTrainedModel; a string says
+        why it cannot be known."""
+        if depth > 16:
+            return "its bases go deeper than the doctor follows"
+        parents = []
         for base in cls.bases:
-            base_name = base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else ""
-            if base_name in _ROOTS:
-                continue  # transformers' own default: False
-            if base_name in ("object", "Generic", "GenerationMixin", "ABC") or not base_name:
+            named = _name(base)
+            if named in _ROOTS:
+                parents.append([_ROOT])
+            elif named in _NEUTRAL and named not in module.classes:
                 continue
-            found = _base(where, base_name, folder, modules)
-            if found is None or depth >= _MAX_DEPTH:
-                if supports is None and enable_override is None:
-                    return _unknown(auto_class, name, module, start, f"it inherits from {base_name}, not read")
+            else:
+                found = self.base(module, named) if named else None
+                if found is None:
+                    return f"it inherits from {named or ast.unparse(base)}, which is not read"
+                inner = self.mro(*found, depth + 1)
+                if isinstance(inner, str):
+                    return inner
+                parents.append(inner)
+        return _c3([(module, cls)], parents + [[p[0] for p in parents]])
+
+    def judge(self, auto_class: str, name: str, module: _Module) -> RemoteClass:
+        start = module.classes.get(name)
+        if start is None:
+            return RemoteClass(auto_class, name, module.shown, reason=f"{module.path.name} defines no class {name}")
+
+        def unknown(why: str) -> RemoteClass:
+            return RemoteClass(auto_class, name, module.shown, start.lineno, reason=why)
+
+        order = self.mro(module, start)
+        if isinstance(order, str):
+            return unknown(order)
+        read = [m for m, _ in (c for c in order if c != _ROOT)]
+        odd = next(((m, m.odd_supports) for m in read if m.odd_supports), None)
+        if odd is not None:
+            return unknown(f"{_SUPPORTS} is set at {odd[0].shown}:{odd[1]} in a way the doctor does not follow")
+        supports = setter = None
+        for entry in order:
+            if entry == _ROOT:  # PreTrainedModel: False, its own enable and the current setter
+                supports = supports or (False, module, start.lineno)
+                break
+            where, cls = entry
+            for stmt in cls.body:
+                if _assignment(stmt)[0] == _SUPPORTS and supports is None:
+                    value = _assignment(stmt)[1]
+                    if not (isinstance(value, ast.Constant) and isinstance(value.value, bool)):
+                        return unknown(f"{_SUPPORTS} is computed ({where.shown}:{stmt.lineno})")
+                    supports = (value.value, where, stmt.lineno)
+                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    if stmt.name in _ENABLES and not _calls_super(stmt):  # it runs instead of transformers' own
+                        return unknown(f"{where.shown}:{stmt.lineno} switches checkpointing on its own way")
+                    if stmt.name == "_set_gradient_checkpointing" and setter is None:
+                        params = [a.arg for a in stmt.args.args + stmt.args.kwonlyargs]
+                        setter = ("old" if "value" in params else "own", where, stmt.lineno)
+        if supports is None:
+            return unknown("its bases do not reach transformers' PreTrainedModel")
+        # under transformers' own setter, whether any module of the model carries a `gradient_checkpointing` flag
+        flags = self.flags(module) if setter is None else None
+        if not supports[0]:
+            return _answer(auto_class, name, module, start, "no", supports[1], supports[2], flags)
+        if setter is not None and setter[0] == "old":
+            return _answer(auto_class, name, module, start, "old", setter[1], setter[2])
+        return _answer(auto_class, name, module, start, "yes", supports[1], supports[2], flags)
+
+    def flags(self, module: _Module) -> bool | None:
+        """True: some class of the model's code sets a `gradient_checkpointing` flag; False: none does, and the
+        code imports nothing that could bring one; None: it imports model code that is not read."""
+        todo, seen = [module], set()
+        while todo:
+            m = todo.pop()
+            if id(m) in seen:
                 continue
-            bases.append((found[0], found[1], depth + 1))
-        stack.extend(reversed(bases))
-    if enable_override is not None:
-        answer, where, line = "own", *enable_override
-    elif supports is None or not supports[0]:
-        answer, where, line = ("no", supports[1], supports[2]) if supports else ("no", module, start.lineno)
-    elif old_format is not None:
-        answer, where, line = "old", *old_format
-    else:
-        answer, where, line = "yes", supports[1], supports[2]
+            seen.add(id(m))
+            if m.flag_line:
+                return True
+            if not m.plain_imports:
+                return None
+            for source, original in m.imported.values():
+                if source.startswith(".") and not source.startswith(".."):
+                    other = self.module(source[1:] if source != "." else original)
+                    if other is None:
+                        return None
+                    todo.append(other)
+        return False
+
+
+def _c3(head: list, sequences: list[list]) -> list | str:
+    out = list(head)
+    seqs = [list(s) for s in sequences if s]
+    while seqs:
+        for seq in seqs:
+            candidate = seq[0]
+            if not any(_same(candidate, x) for s in seqs for x in s[1:]):
+                break
+        else:
+            return "its bases have no consistent order (Python would refuse the class)"
+        out.append(candidate)
+        seqs = [s[1:] if _same(s[0], candidate) else s for s in seqs]
+        seqs = [s for s in seqs if s]
+    return out
+
+
+def _same(a, b) -> bool:
+    if a == _ROOT or b == _ROOT:
+        return a == b
+    return a[0] is b[0] and a[1] is b[1]
+
+
+def _calls_super(func: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """An override that hands on to the base's enable (`super().gradient_checkpointing_enable(...)`)."""
+    for node in ast.walk(func):
+        if isinstance(node, ast.Attribute) and node.attr in _ENABLES and isinstance(node.value, ast.Call):
+            if isinstance(node.value.func, ast.Name) and node.value.func.id == "super":
+                return True
+    return False
+
+
+def _answer(auto_class, name, module, start, answer, where, line, flags=None) -> RemoteClass:
     text = where.lines[line - 1].strip() if 0 < line <= len(where.lines) else ""
-    return RemoteClass(auto_class, name, str(module.path), start.lineno, answer, str(where.path), line, text)
-
-
-def _unknown(auto_class: str, name: str, module: _Module, cls: ast.ClassDef, why: str) -> RemoteClass:
-    return RemoteClass(auto_class, name, str(module.path), cls.lineno, reason=why)
+    return RemoteClass(auto_class, name, module.shown, start.lineno, answer, where.shown, line, text, flags)
 
 
 def _assignment(stmt: ast.stmt) -> tuple[str, ast.expr | None]:
@@ -141,16 +295,3 @@ def _assignment(stmt: ast.stmt) -> tuple[str, ast.expr | None]:
     if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
         return stmt.target.id, stmt.value
     return "", None
-
-
-def _base(module: _Module, name: str, folder: Path, modules: dict) -> tuple[_Module, ast.ClassDef] | None:
-    """A base class defined in the same file, or imported relatively from another file of the folder."""
-    if name in module.classes:
-        return module, module.classes[name]
-    source, original = module.imported.get(name, ("", ""))
-    if not source.startswith(".") or source.startswith(".."):
-        return None  # transformers' own classes, or another package: not read
-    other = _module(folder, source[1:], modules)
-    if other is None or original not in other.classes:
-        return None
-    return other, other.classes[original]

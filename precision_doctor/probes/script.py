@@ -24,6 +24,7 @@ from ..model.errors import InputError
 from ..model.facts import (
     CONDITIONAL,
     KNOWN,
+    WATCHED_ATTRIBUTES,
     Branch,
     Call,
     Location,
@@ -485,6 +486,7 @@ class _Collector:
             text=line_text[:160],
             in_loop=where is not None and where.loops > 0,
             in_branch=any(step[0] in ("if", "try", "except") for step in chain),
+            in_try=any(step[0] in ("try", "except") for step in chain),
             branches=self._branches(chain) if chain else (),
             loops=tuple(
                 self.index.loop_lines[step[1]]
@@ -652,6 +654,27 @@ class _Collector:
                 )
                 self.calls.append(self._parsed_args[sym.class_name])
             self.calls[index] = replace(call, refs={**call.refs, "args": self._parsed_args[sym.class_name].key})
+
+    def attribute_sets(self) -> tuple[tuple[str, Value], ...]:
+        """The watched attributes the code sets on any object (facts.WATCHED_ATTRIBUTES): `x.name = v`,
+        `type(x).name = v`, `setattr(x, "name", v)`."""
+        out = []
+        for node in self.of(ast.Assign, ast.AnnAssign, ast.Call):
+            if type(node) is ast.Call:
+                func, args = node.func, node.args
+                if not (isinstance(func, ast.Name) and func.id == "setattr" and len(args) == 3):
+                    continue
+                if not (isinstance(args[1], ast.Constant) and args[1].value in WATCHED_ATTRIBUTES):
+                    continue
+                name, value = str(args[1].value), args[2]
+            else:
+                targets = node.targets if type(node) is ast.Assign else [node.target]
+                found = [t for t in targets if isinstance(t, ast.Attribute) and t.attr in WATCHED_ATTRIBUTES]
+                if not found or node.value is None:
+                    continue
+                name, value = found[0].attr, node.value
+            out.append((name, self.r.value(value, self.index.scope_at(value))))
+        return tuple(out)
 
     def _apply_attribute_overrides(self) -> None:
         """`training_args.bf16 = True` after construction changes what the Trainer sees (and `config.torch_dtype =`
@@ -947,6 +970,7 @@ def _collect_own(
         suppressions=tuple(read_suppressions(shown, text)),
         classes=local_classes(collector.r),
         parsed=parsed_arguments(collector.r, collector.of(ast.Call)),
+        attribute_sets=collector.attribute_sets(),
     )
     return own, tuple(_local_modules(path, collector.import_nodes))
 
@@ -1070,6 +1094,7 @@ def _probe_script(path: Path, script_args: tuple[str, ...], display: str | None,
     files = [shown]
     suppressions = list(own.suppressions)
     classes, parsed = dict(own.classes), list(own.parsed)
+    attribute_sets = list(own.attribute_sets)
     for module in modules[:MAX_LOCAL_MODULES]:
         mshown = (
             os.path.relpath(module)
@@ -1087,6 +1112,7 @@ def _probe_script(path: Path, script_args: tuple[str, ...], display: str | None,
         suppressions.extend(sub.suppressions)
         classes = {**sub.classes, **classes}
         parsed.extend(sub.parsed)
+        attribute_sets.extend(sub.attribute_sets)
         files.append(mshown)
     calls, found = read_frameworks(calls)  # Lightning, Sentence Transformers, Unsloth, diffusers
     unknowns.extend(found)
@@ -1105,6 +1131,7 @@ def _probe_script(path: Path, script_args: tuple[str, ...], display: str | None,
         classes=classes,
         parsed=tuple(parsed),
         configs_read=_configs_read(calls, files),
+        attribute_sets=tuple(attribute_sets),
     )
 
 

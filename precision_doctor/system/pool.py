@@ -198,6 +198,10 @@ class _Pool:
                 worker.batch_ends.append(batch[-1])
                 worker.took_any = True
         if self.idle_deaths >= IDLE_DEATHS and not self.workers:
+            if self.pending:
+                from . import reads
+
+                reads.not_cacheable("worker processes could not be started")  # (a passing failure: not kept)
             while self.pending:
                 for i in self._next_batch():
                     self.results[i] = Lost("worker processes could not be started")

@@ -12,12 +12,24 @@ from ..registry import Example, rule
 # transformers 5.23.0 renamed the feature in the message (modeling_utils.py:3146; "gradient" up to 5.22, 4.57.1
 # modeling_utils.py:3689)
 ACTIVATION_WORDING_FROM = "5.23"
+# from 4.35.0 transformers switches each module's `gradient_checkpointing` flag and refuses a model with none
+# (modeling_utils.py:1881-1901; the same text in 5.24)
+MODULE_FLAGS_FROM = "4.35"
+NO_MODULE_FLAG = (
+    "{name} is not compatible with gradient checkpointing. Make sure all the architecture support it by setting a "
+    "boolean attribute `gradient_checkpointing` to modules of the model that uses checkpointing."
+)
 
 _CONFIG = (
     '{"model_type": "chatbase", "architectures": ["ChatBaseForCausalLM"], "auto_map": {"AutoConfig": '
     '"configuration_chatbase.ChatBaseConfig", "AutoModelForCausalLM": "modeling_chatbase.ChatBaseForCausalLM"}, '
     '"hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 16, "vocab_size": 50432, '
     '"torch_dtype": "bfloat16"}\n'
+)
+_CONFIGURATION = (
+    "from transformers import PretrainedConfig\n\n\n"
+    "class ChatBaseConfig(PretrainedConfig):\n"
+    "    model_type = 'chatbase'\n"
 )
 _MODELING = (
     "from torch import nn\n"
@@ -29,9 +41,9 @@ _MODELING = (
     "class ChatBaseForCausalLM(ChatBasePreTrainedModel):\n"
     "    def __init__(self, config):\n"
     "        super().__init__(config)\n"
-    "        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)\n"
-    "        self.gradient_checkpointing = False\n"
+    "        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)\n{flag}"
 )
+_FLAG = "        self.gradient_checkpointing = False\n"
 _SCRIPT = (
     "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
     "model = AutoModelForCausalLM.from_pretrained('./chatbase-1b', dtype=torch.bfloat16, trust_remote_code=True)\n"
@@ -40,10 +52,11 @@ _SCRIPT = (
 )
 
 
-def _files(supports: str = "") -> dict[str, str]:
+def _files(supports: str = "", flag: str = _FLAG) -> dict[str, str]:
     return {
         "chatbase-1b/config.json": _CONFIG,
-        "chatbase-1b/modeling_chatbase.py": _MODELING.format(supports=supports),
+        "chatbase-1b/configuration_chatbase.py": _CONFIGURATION,
+        "chatbase-1b/modeling_chatbase.py": _MODELING.format(supports=supports, flag=flag),
     }
 
 
@@ -54,13 +67,17 @@ def _files(supports: str = "") -> dict[str, str]:
     phase="first-step",
     summary="Gradient checkpointing on a checkpoint's own model class that does not support it.",
     what="The model is loaded through an Auto class with `trust_remote_code=True`, so transformers builds the class "
-    "the checkpoint's config.json `auto_map` names from the checkpoint's own Python file — and that class (with its "
-    "bases) never sets `supports_gradient_checkpointing = True`, while the job turns gradient checkpointing on "
-    "(`gradient_checkpointing=True`, a TRL config's default, `model.gradient_checkpointing_enable()`, or peft's "
-    "`prepare_model_for_kbit_training`). The modeling file is read beside config.json (a local folder or the Hugging "
-    "Face cache), never imported.",
-    why="`gradient_checkpointing_enable()` refuses a class whose `supports_gradient_checkpointing` is false, and "
-    "`PreTrainedModel` defaults it to False: the job dies when the Trainer (or the script) switches checkpointing "
+    "the checkpoint's config.json `auto_map` names from the checkpoint's own Python file — and that class (in "
+    "Python's method order over its bases) never sets `supports_gradient_checkpointing = True`, or sets it while "
+    "none of the model's modules has the `gradient_checkpointing` flag transformers switches, while the job turns "
+    "gradient checkpointing on (`gradient_checkpointing=True`, a TRL config's default, "
+    "`model.gradient_checkpointing_enable()`, or peft's `prepare_model_for_kbit_training`). The modeling file is "
+    "read beside config.json (a local folder, or the Hugging Face cache's snapshot for the revision loaded), never "
+    "imported; a script that sets `model.supports_gradient_checkpointing = True` itself, asks the model first, or "
+    "catches the error is judged as such.",
+    why="`gradient_checkpointing_enable()` refuses a class whose `supports_gradient_checkpointing` is false "
+    "(`PreTrainedModel` defaults it to False), and from transformers 4.35 one whose modules carry no "
+    "`gradient_checkpointing` flag to switch: the job dies when the Trainer (or the script) switches checkpointing "
     "on, after the model has loaded.",
     error="ValueError: ChatBaseForCausalLM does not support activation checkpointing.",
     fix="Load a class that supports it: transformers' own (drop `trust_remote_code=True` where the installed "
@@ -79,6 +96,11 @@ def _files(supports: str = "") -> dict[str, str]:
             versions={"transformers": "4.57.1"},
             note="the script switches it on; transformers before 5.23 says 'gradient checkpointing'",
         ),
+        Example(
+            _SCRIPT.format(args=", gradient_checkpointing=True"),
+            files=_files("    supports_gradient_checkpointing = True\n", flag=""),
+            note="it says it supports checkpointing, but no module has the flag transformers switches",
+        ),
     ],
     silent=[
         Example(
@@ -95,20 +117,30 @@ def _files(supports: str = "") -> dict[str, str]:
 )
 def remote_code_no_checkpointing(setup: Setup, stack: StackFacts):
     gc = setup.placement.checkpointing
-    if not gc.through_model:
-        return
+    if not gc.through_model or gc.through_model == "caught":
+        return  # (a try around the enable call may take the refusal)
     found = setup.model_class
-    if not isinstance(found.value, RemoteClass) or found.value.checkpointing != "no":
+    if not isinstance(found.value, RemoteClass):
         return
     remote = found.value
-    word = "activation" if at_least(stack, "transformers", ACTIVATION_WORDING_FROM) else "gradient"
-    how = "always" if gc.through_model == "always" else "maybe"
+    if remote.checkpointing == "no" and gc.through_model != "asks":
+        word = "activation" if at_least(stack, "transformers", ACTIVATION_WORDING_FROM) else "gradient"
+        what, error = "which does not support it", f"{remote.name} does not support {word} checkpointing."
+    elif (
+        remote.checkpointing == "yes"
+        and remote.module_flags is False
+        and at_least(stack, "transformers", MODULE_FLAGS_FROM)
+    ):
+        what = "none of whose modules has the gradient_checkpointing flag transformers switches"
+        error = NO_MODULE_FLAG.format(name=remote.name)
+    else:
+        return
     yield Draft(
-        f"gradient checkpointing on {remote.name}, the checkpoint's own class, which does not support it: "
-        "transformers refuses it when checkpointing is switched on",
+        f"gradient checkpointing on {remote.name}, the checkpoint's own class, {what}: transformers refuses it when "
+        "checkpointing is switched on",
         evidence=found.evidence + tuple(e for e in gc.evidence if not e.note.startswith("use_reentrant")),
-        error=f"ValueError: {remote.name} does not support {word} checkpointing.",
-        severity=None if how == "always" else "warning",
+        error=f"ValueError: {error}",
+        severity="warning" if gc.through_model == "maybe" else None,
         fix=Fix(
             "load a class that supports gradient checkpointing (transformers' own, without trust_remote_code, "
             "where it has the architecture), or turn checkpointing off and make room for the activations",
