@@ -418,3 +418,8 @@ def test_the_cache_snapshot_is_the_one_huggingface_hub_loads(run_check, tmp_path
     assert len(pd307(run_check(by_commit)[0])) == 1
     absent = code.replace("trust_remote_code=True", "trust_remote_code=True, revision='v3'")
     assert pd307(run_check(absent)[0]) == []  # not in the cache: not answered from another snapshot
+
+
+def test_transformers_base_under_another_name_is_its_root(tmp_path):
+    modeling = "from transformers import PreTrainedModel as Base\n\nclass XForCausalLM(Base):\n    pass\n"
+    assert judged(checkpoint(tmp_path / "m", modeling)).checkpointing == "no"

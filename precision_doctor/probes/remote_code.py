@@ -174,7 +174,8 @@ class _Reader:
         parents = []
         for base in cls.bases:
             named = _name(base)
-            if named in _ROOTS:
+            source, original = module.imported.get(named, ("", named))
+            if original in _ROOTS and (source.startswith("transformers") or named not in module.imported):
                 parents.append([_ROOT])
             elif named in _NEUTRAL and named not in module.classes:
                 continue
