@@ -896,3 +896,42 @@ def test_pd307_a_remote_class_without_checkpointing_support_is_refused(
         trainer.train()
     assert [f.error for f in predicted] == [f"ValueError: {err.value}"]
     assert predicted[0].severity == "error"
+
+
+def test_pd308_a_checkpoints_own_code_without_trust_is_refused_at_load(
+    tmp_path, tmp_path_factory, monkeypatch, run_check
+):
+    """transformers has no class of its own for the model type, and the load does not trust the checkpoint's code:
+    with no terminal to ask, the load dies as PD308 says; with trust_remote_code=True it loads."""
+    import json
+
+    from transformers import dynamic_module_utils
+
+    monkeypatch.setattr(dynamic_module_utils, "HF_MODULES_CACHE", str(tmp_path_factory.getbasetemp() / "hf_modules"))
+    code = tmp_path / "code_untrusted"
+    code.mkdir()
+    (code / "configuration_tiny_remote.py").write_text(_REMOTE_CONFIGURATION)
+    (code / "modeling_tiny_remote.py").write_text(_REMOTE_MODELING.format(supports=SUPPORTS, flag=FLAG))
+    auto_map = {
+        "AutoConfig": "configuration_tiny_remote.TinyRemoteConfig",
+        "AutoModelForCausalLM": "modeling_tiny_remote.TinyRemoteForCausalLM",
+    }
+    (code / "config.json").write_text(json.dumps({"model_type": "tiny-remote", "auto_map": auto_map}))
+    config = transformers.AutoConfig.from_pretrained(code, trust_remote_code=True)
+    built = transformers.AutoModelForCausalLM.from_config(config, trust_remote_code=True)
+    built.save_pretrained(tmp_path / "ckpt_untrusted")
+    monkeypatch.chdir(tmp_path)
+
+    script = (
+        "from transformers import AutoModelForCausalLM\n"
+        "model = AutoModelForCausalLM.from_pretrained('./ckpt_untrusted')\n"
+    )
+    (finding,) = [f for f in run_check(script)[0].findings if f.rule_id == "PD308"]
+    with pytest.raises(ValueError) as err:
+        transformers.AutoModelForCausalLM.from_pretrained("./ckpt_untrusted")
+    assert f"ValueError: {err.value}".startswith(finding.error)
+    trusted = transformers.AutoModelForCausalLM.from_pretrained("./ckpt_untrusted", trust_remote_code=True)
+    assert type(trusted).__name__ == "TinyRemoteForCausalLM"
+    assert not [
+        f for f in run_check(script.replace("')", "', trust_remote_code=True)"))[0].findings if f.rule_id == "PD308"
+    ]

@@ -423,3 +423,104 @@ def test_the_cache_snapshot_is_the_one_huggingface_hub_loads(run_check, tmp_path
 def test_transformers_base_under_another_name_is_its_root(tmp_path):
     modeling = "from transformers import PreTrainedModel as Base\n\nclass XForCausalLM(Base):\n    pass\n"
     assert judged(checkpoint(tmp_path / "m", modeling)).checkpointing == "no"
+
+
+# --- PD308: a checkpoint that needs its own code, loaded without trust_remote_code -----------------------------
+
+UNTRUSTED = (
+    "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+    "model = AutoModelForCausalLM.from_pretrained({model!r}{trust})\n"
+    "Trainer(model=model, args=TrainingArguments('out'), train_dataset=data).train()\n"
+)
+
+
+def pd308(result):
+    return [f for f in result.findings if f.rule_id == "PD308"]
+
+
+def _fake_transformers(tmp_path, version, causal_lm_types):
+    """A training environment with transformers `version` whose Auto classes know these model types."""
+    site = tmp_path / "env" / "lib" / "python3.11" / "site-packages"
+    (site / f"transformers-{version}.dist-info").mkdir(parents=True)
+    (site / f"transformers-{version}.dist-info" / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: transformers\nVersion: {version}\n"
+    )
+    auto = site / "transformers" / "models" / "auto"
+    auto.mkdir(parents=True)
+    pairs = ", ".join(f"({t!r}, 'X')" for t in causal_lm_types)
+    (auto / "modeling_auto.py").write_text(
+        "from collections import OrderedDict\n"
+        f"MODEL_FOR_CAUSAL_LM_MAPPING_NAMES = OrderedDict([{pairs}])\n"
+        "MODEL_FOR_CAUSAL_LM_MAPPING = _LazyAutoMapping(CONFIG_MAPPING_NAMES, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)\n"
+        "class AutoModelForCausalLM(_BaseAutoModelClass):\n    _model_mapping = MODEL_FOR_CAUSAL_LM_MAPPING\n"
+    )
+    (tmp_path / "env" / "bin").mkdir()
+    (tmp_path / "env" / "bin" / "python").write_text("")
+    return tmp_path / "env" / "bin" / "python"
+
+
+def _check_with(tmp_path, code, python):
+    from precision_doctor import engine
+    from precision_doctor.probes.collect import gather
+
+    from .conftest import NO_NVML
+
+    (tmp_path / "train.py").write_text(code)
+    return engine.run(gather([str(tmp_path / "train.py")], environ={}, system=NO_NVML, python=str(python)))
+
+
+@pytest.mark.parametrize(
+    "trust,native,fires",
+    [
+        ("", [], True),
+        (", trust_remote_code=False", [], True),
+        (", trust_remote_code=True", [], False),
+        ("", ["x"], False),
+    ],
+    ids=["unset", "false", "true", "transformers-has-it"],
+)
+def test_pd308_reads_the_installed_transformers_mapping(tmp_path, trust, native, fires):
+    checkpoint(tmp_path / "ckpt", NO_SUPPORT)
+    python = _fake_transformers(tmp_path, "4.57.1", native or ["llama"])
+    found = pd308(_check_with(tmp_path, UNTRUSTED.format(model="./ckpt", trust=trust), python))
+    assert bool(found) is fires
+    if fires:
+        assert found[0].error.startswith("ValueError: The repository ./ckpt contains custom code")
+        assert any("4.57.1 (installed) models/auto/modeling_auto.py:2" in e.excerpt for e in found[0].evidence)
+
+
+def test_pd308_a_release_neither_installed_nor_in_the_table_is_unknown(run_check, tmp_path):
+    from precision_doctor.report.unknowns import unknown_entries
+
+    checkpoint(tmp_path / "ckpt", NO_SUPPORT)
+    result, facts = run_check(UNTRUSTED.format(model="./ckpt", trust=""), versions={"transformers": "4.46.3"})
+    assert pd308(result) == []
+    assert any("PD308" in u.silences for u in unknown_entries(result, facts))
+    result, _ = run_check(UNTRUSTED.format(model="./ckpt", trust=""))  # the table's release
+    assert len(pd308(result)) == 1
+
+
+@pytest.mark.parametrize(
+    "name,recipe,launcher",
+    [
+        (
+            "config.yml",
+            "base_model: ./ckpt\nadapter: lora\nlora_target_linear: true\ndatasets:\n  - path: d.jsonl\n"
+            "    type: alpaca\nbf16: true\nmicro_batch_size: 2\n",
+            "axolotl train config.yml",
+        ),
+        (
+            "sft.yaml",
+            "model_name_or_path: ./ckpt\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
+            "dataset: alpaca_en_demo\ntemplate: default\noutput_dir: out\nbf16: true\n",
+            "llamafactory-cli train sft.yaml",
+        ),
+    ],
+    ids=["axolotl", "llamafactory"],
+)
+def test_pd308_on_recipes_names_the_recipe_key(run_check, tmp_path, name, recipe, launcher):
+    """Both frameworks hand trust_remote_code (default False) to from_pretrained."""
+    checkpoint(tmp_path / "ckpt", NO_SUPPORT)
+    (finding,) = pd308(run_check(recipe, name=name, launcher=launcher)[0])
+    assert "trust_remote_code: true" in finding.fix.description and not finding.fix.edits
+    assert pd308(run_check(recipe + "trust_remote_code: true\n", name=name, launcher=launcher)[0]) == []

@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..knowledge import bf16_checks, dtypes
-from ..knowledge.versions import at_least
+from ..knowledge.versions import at_least, native_model_key
 from ..model.facts import (
     ABSENT,
     CONDITIONAL,
@@ -172,6 +172,9 @@ class Setup:
     chain: tuple[Call, ...] = ()  # wrappers between the load and the training entry
     # the class the load builds from the checkpoint's own code (a RemoteClass); False for a library's own class
     model_class: Fact = Fact(False)
+    # the load will be refused: the checkpoint brings its own code, transformers has no class of its own for it,
+    # and trust_remote_code is not given (value: the model type); False where none of that holds
+    untrusted_code: Fact = Fact(False)
     placement: Placement = Placement()  # filled by derive.derive_setup
     sharding: Sharding = Sharding()  # DeepSpeed / FSDP, wherever set up: filled by derive.derive_setup
 
@@ -335,6 +338,7 @@ def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
         clips=tuple(script.of("clip_grad")),
         chain=chain,
         model_class=_remote_class(load, script, machine, stack),
+        untrusted_code=_untrusted_code(load, script, machine, stack),
     )
 
 
@@ -661,6 +665,54 @@ def _remote_class(load: Call | None, script: ScriptFacts, machine: MachineFacts,
         found = replace(found, checkpointing="yes" if last.value else "no")
         evidence += (evidence_of(last, f"supports_gradient_checkpointing = {last.value}, set by the script", load),)
     return Fact(found, evidence, source=trust, call=load)
+
+
+def _untrusted_code(load: Call | None, script: ScriptFacts, machine: MachineFacts, stack: StackFacts) -> Fact:
+    """transformers refuses a checkpoint whose auto_map names its own class for the Auto class used, when it has no
+    class of its own for the model type and trust_remote_code is not true (dynamic_module_utils.py
+    resolve_trust_remote_code, auto_factory.py:358-375 in 5.24: `has_remote_code and not has_local_code and not
+    trust_remote_code`; with it unset, a terminal is asked for 15 s first, a job without one dies)."""
+    if load is None:
+        return Fact(False)
+    auto_class = load.callee.rpartition(".")[0].rpartition(".")[2]
+    trust = decide(load.kwarg("trust_remote_code"), machine, stack)
+    if (
+        not auto_class.startswith("Auto")
+        or (trust.state == KNOWN and trust.value)
+        or trust.state
+        not in (
+            KNOWN,
+            ABSENT,
+        )
+    ):
+        return Fact(False)
+    checkpoint = checkpoint_of(load, script)
+    found = next((c for c in (checkpoint.remote_classes if checkpoint else ()) if c.auto_class == auto_class), None)
+    if checkpoint is None or found is None or not checkpoint.model_type:
+        return Fact(False)
+    native = stack.behaviours.get(native_model_key(auto_class, checkpoint.model_type))
+    if native is None:
+        return Fact(
+            unknown=f"whether transformers {stack.get('transformers').version} has a class of its own for model type "
+            f"{checkpoint.model_type!r} is not known here (it is not installed where the doctor looks)",
+            source=trust if trust.state == KNOWN else None,
+            call=load,
+        )
+    if native.value:
+        return Fact(False)
+    written = "trust_remote_code=False" if trust.state == KNOWN else "no trust_remote_code"
+    return Fact(
+        checkpoint.model_type,
+        (
+            call_evidence(load, f"{auto_class} with {written}"),
+            checkpoint_says(checkpoint, f"auto_map names its own {found.name} for {auto_class}"),
+            Evidence(
+                None, native.evidence, f"no {auto_class} class for model type {checkpoint.model_type!r}", "default"
+            ),
+        ),
+        source=trust if trust.state == KNOWN else None,
+        call=load,
+    )
 
 
 def _says(found: RemoteClass, auto_class: str) -> str:

@@ -31,6 +31,29 @@ CURRENT = {
 TRAINER_SKIPS_DP_FOR_4BIT = "transformers.trainer.skips_dataparallel_for_4bit"  # transformers PR#45407
 
 
+# the Auto classes training scripts load through, whose own model types the shipped table holds (auto_mappings.json)
+AUTO_MAPPING_CLASSES = (
+    "AutoModel",
+    "AutoModelForCausalLM",
+    "AutoModelForSeq2SeqLM",
+    "AutoModelForSequenceClassification",
+    "AutoModelForTokenClassification",
+    "AutoModelForQuestionAnswering",
+    "AutoModelForMaskedLM",
+    "AutoModelForImageTextToText",
+    "AutoModelForVision2Seq",
+    "AutoModelForSpeechSeq2Seq",
+    "AutoModelForCTC",
+    "AutoModelForImageClassification",
+)
+
+
+def native_model_key(auto_class: str, model_type: str) -> str:
+    """The stack behaviour that says whether `auto_class` has `model_type` in the installed transformers' own
+    mapping (what `has_local_code` asks in auto_factory.py): read by probes/installed_signatures.py."""
+    return f"transformers.{auto_class}.has:{model_type}"
+
+
 _RELEASE = re.compile(r"\d+(?:\.\d+)*")
 
 

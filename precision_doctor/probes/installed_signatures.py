@@ -10,8 +10,10 @@ not the module.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import replace
+from functools import lru_cache
 from pathlib import Path
 
 from ..knowledge.signatures import (
@@ -23,7 +25,8 @@ from ..knowledge.signatures import (
     table,
     table_key,
 )
-from ..model.facts import ScriptFacts, Signature
+from ..knowledge.versions import native_model_key
+from ..model.facts import LibraryBehaviour, ScriptFacts, Signature
 from ..system import content_cache, reads
 from ..system.sources import Unreadable, is_regular_file, read_text_bounded
 from .library_source import Declaration, read_class, read_loader, resolve_base
@@ -54,7 +57,9 @@ def wanted_ids(script: ScriptFacts) -> set[str]:
 def with_installed_signatures(
     scripts: tuple[ScriptFacts, ...], site_dirs: tuple[str, ...], installed: dict[str, str]
 ) -> tuple[ScriptFacts, ...]:
-    """Each script's stack with the signatures its installed libraries declare for the classes it uses."""
+    """Each script's stack with the signatures its installed libraries declare for the classes it uses (and, for a
+    checkpoint with its own model code, whether the installed transformers has that model itself)."""
+    scripts = tuple(_with_native_models(s, site_dirs, installed) for s in scripts)
     if not site_dirs or not installed:
         return scripts
     out = []
@@ -228,3 +233,104 @@ def _mapping(tree) -> list[tuple[str, str]]:
                 return []
             return [(k, v) for k, v in mapping.items() if isinstance(k, str) and isinstance(v, str)]
     return []
+
+
+# --- which model types the installed transformers builds itself -----------------------------------------------
+
+AUTO_MODULE = "transformers/models/auto/modeling_auto.py"
+
+
+def _with_native_models(script: ScriptFacts, site_dirs: tuple[str, ...], installed: dict[str, str]) -> ScriptFacts:
+    asked = {
+        (c.auto_class, checkpoint.model_type)
+        for checkpoint in script.checkpoints.values()
+        for c in checkpoint.remote_classes
+        if checkpoint.model_type
+    }
+    if not asked or script.stack is None:
+        return script
+    version = script.stack.get("transformers").version
+    mappings, where = None, ""
+    if version and installed.get("transformers") == version and site_dirs:
+        mappings, where = _auto_mappings(site_dirs, version), "installed"
+    if mappings is None and version and version == shipped_auto_mappings()["transformers"]:
+        mappings, where = _shipped(), "the doctor's table of it"
+    if mappings is None:
+        return script
+    found = {}
+    for auto_class, model_type in sorted(asked):
+        if auto_class in mappings:
+            types, line = mappings[auto_class]
+            found[native_model_key(auto_class, model_type)] = LibraryBehaviour(
+                model_type in types, f"transformers {version} ({where}) models/auto/modeling_auto.py:{line}"
+            )
+    if not found:
+        return script
+    return replace(script, stack=replace(script.stack, behaviours={**script.stack.behaviours, **found}))
+
+
+@lru_cache(maxsize=1)
+def shipped_auto_mappings() -> dict:
+    """data/auto_mappings.json (tools/gen_auto_mappings.py): one release's mappings, for a job whose transformers
+    is that release and not installed where the doctor looks."""
+    path = Path(__file__).resolve().parent.parent / "knowledge" / "data" / "auto_mappings.json"
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _shipped() -> dict[str, tuple[frozenset[str], int]]:
+    return {
+        name: (frozenset(entry["model_types"]), entry["line"])
+        for name, entry in shipped_auto_mappings()["classes"].items()
+    }
+
+
+@reads.remembered
+def _auto_mappings(site_dirs: tuple[str, ...], version: str) -> dict[str, tuple[frozenset[str], int]] | None:
+    """Auto class -> (the model types its mapping holds, the line of that mapping), from the content cache while
+    modeling_auto.py is unchanged."""
+    return content_cache.cached(
+        "auto-mappings", (site_dirs, version), None, lambda: _read_auto_mappings(site_dirs), returns=(dict, type(None))
+    )
+
+
+def _read_auto_mappings(site_dirs: tuple[str, ...]) -> dict[str, tuple[frozenset[str], int]] | None:
+    """`class AutoModelForCausalLM: _model_mapping = MODEL_FOR_CAUSAL_LM_MAPPING`, that a
+    `_LazyAutoMapping(CONFIG_MAPPING_NAMES, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)`, that an OrderedDict of
+    (model type, class name) pairs: read as text, never imported."""
+    import ast
+
+    text = _text(site_dirs, AUTO_MODULE)
+    if text is None:
+        return None
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    names: dict[str, tuple[frozenset[str], int]] = {}  # X_MAPPING_NAMES -> its model types
+    lazy: dict[str, str] = {}  # X_MAPPING -> X_MAPPING_NAMES
+    out: dict[str, tuple[frozenset[str], int]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            target, value = node.targets[0].id, node.value
+            if not isinstance(value, ast.Call) or not isinstance(value.func, ast.Name):
+                continue
+            if value.func.id == "OrderedDict" and value.args:
+                try:
+                    pairs = ast.literal_eval(value.args[0])
+                except ValueError:
+                    continue
+                names[target] = (frozenset(p[0] for p in pairs if isinstance(p, tuple) and p), node.lineno)
+            elif value.func.id == "_LazyAutoMapping" and len(value.args) == 2 and isinstance(value.args[1], ast.Name):
+                lazy[target] = value.args[1].id
+        elif isinstance(node, ast.ClassDef):
+            for stmt in node.body:
+                if (
+                    isinstance(stmt, ast.Assign)
+                    and len(stmt.targets) == 1
+                    and isinstance(stmt.targets[0], ast.Name)
+                    and stmt.targets[0].id == "_model_mapping"
+                    and isinstance(stmt.value, ast.Name)
+                    and lazy.get(stmt.value.id) in names
+                ):
+                    out[node.name] = names[lazy[stmt.value.id]]
+    return out or None
