@@ -347,8 +347,9 @@ def test_the_flag_set_in_a_sibling_file_counts(tmp_path):
         ("type(model).supports_gradient_checkpointing = True\n", False),
         ("setattr(model, 'supports_gradient_checkpointing', True)\n", False),
         ("model.supports_gradient_checkpointing = False\n", True),
+        ("model.config.supports_gradient_checkpointing = True\n", True),
     ],
-    ids=["instance", "class", "setattr", "set-false"],
+    ids=["instance", "class", "setattr", "set-false", "on-its-config"],
 )
 def test_pd307_the_scripts_own_workaround(run_check, tmp_path, patch, fires):
     """`model.supports_gradient_checkpointing = True` is the workaround people find for this error: with a module
@@ -373,9 +374,87 @@ def test_pd307_the_scripts_own_workaround(run_check, tmp_path, patch, fires):
     ],
     ids=["asks-the-model", "in-a-try"],
 )
-def test_pd307_silent_where_the_script_asks_first_or_catches_it(run_check, tmp_path, before):
+def test_pd307_where_the_script_asks_first_or_catches_it(run_check, tmp_path, before):
+    """Asked first: never enabled. In a try: the handler may take the refusal, or re-raise it (a warning)."""
     checkpoint(tmp_path / "ckpt", NO_SUPPORT)
-    assert pd307(run_check(SCRIPT.format(model="./ckpt", before=before, args=""))[0]) == []
+    found = pd307(run_check(SCRIPT.format(model="./ckpt", before=before, args=""))[0])
+    assert [f.severity for f in found] == ([] if before.startswith("if") else ["warning"])
+
+
+@pytest.mark.parametrize(
+    "before",
+    [
+        "if not model.supports_gradient_checkpointing:\n    model.gradient_checkpointing_enable()\n",
+        "if model.supports_gradient_checkpointing:\n    pass\nelse:\n    model.gradient_checkpointing_enable()\n",
+    ],
+    ids=["negated", "else-side"],
+)
+def test_pd307_a_guard_that_lets_the_call_through_is_no_guard(run_check, tmp_path, before):
+    checkpoint(tmp_path / "ckpt", NO_SUPPORT)
+    assert pd307(run_check(SCRIPT.format(model="./ckpt", before=before, args=""))[0])
+
+
+@pytest.mark.parametrize(
+    "modeling,flags",
+    [
+        (
+            NO_FLAG + "    def __init__(self, config):\n        super().__init__(config)\n"
+            "        from .blocks import Block\n        self.block = Block()\n",
+            True,
+        ),
+        (NO_FLAG + "    def forward(self, x):\n        gradient_checkpointing = False\n        return x\n", False),
+        (
+            NO_FLAG + "\nclass XConfig(PretrainedConfig):\n    def __init__(self, **kw):\n"
+            "        self.gradient_checkpointing = False\n        super().__init__(**kw)\n",
+            False,
+        ),
+        (
+            NO_FLAG + "    def __init__(self, config):\n        super().__init__(config)\n"
+            "        for key in ('gradient_checkpointing',):\n            setattr(self, key, False)\n",
+            None,
+        ),
+        (
+            NO_FLAG + "    def __init__(self, config):\n        super().__init__(config)\n"
+            "        self.__dict__.update(gradient_checkpointing=False)\n",
+            None,
+        ),
+    ],
+    ids=["import-in-init", "local-variable", "config-setting", "computed-setattr", "dict-update"],
+)
+def test_the_flag_is_a_modules_attribute(tmp_path, modeling, flags):
+    blocks = (
+        "from torch import nn\n\nclass Block(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.gradient_checkpointing = False\n"
+    )
+    folder = checkpoint(
+        tmp_path / "m",
+        modeling.replace(
+            "from transformers import PreTrainedModel", "from transformers import PreTrainedModel, PretrainedConfig"
+        ),
+        blocks=blocks,
+    )
+    assert judged(folder).module_flags is flags
+
+
+@pytest.mark.parametrize(
+    "modeling,extra",
+    [
+        (
+            "from .deco import supported\n" + HEAD + "@supported\nclass XForCausalLM(PreTrainedModel):\n    pass\n",
+            {"deco": "def supported(cls):\n    cls.supports_gradient_checkpointing = True\n    return cls\n"},
+        ),
+        (
+            HEAD
+            + "class XForCausalLM(PreTrainedModel):\n    gradient_checkpointing_enable = lambda self, **kw: None\n",
+            {},
+        ),
+        (HEAD + "class XForCausalLM(" + "(A if B else " * 400 + "C" + ")" * 400 + "):\n    pass\n", {}),
+    ],
+    ids=["decorator-in-another-file", "enable-bound-by-assignment", "deep-base-expression"],
+)
+def test_more_that_cannot_be_read_is_unknown(tmp_path, modeling, extra):
+    found = judged(checkpoint(tmp_path / "m", modeling, **extra))
+    assert found.checkpointing == "" and found.reason
 
 
 def test_pd307_under_the_main_guard_is_certain(run_check, tmp_path):
@@ -524,3 +603,17 @@ def test_pd308_on_recipes_names_the_recipe_key(run_check, tmp_path, name, recipe
     (finding,) = pd308(run_check(recipe, name=name, launcher=launcher)[0])
     assert "trust_remote_code: true" in finding.fix.description and not finding.fix.edits
     assert pd308(run_check(recipe + "trust_remote_code: true\n", name=name, launcher=launcher)[0]) == []
+
+
+def test_loads_of_one_model_at_different_revisions_are_not_answered_from_one_snapshot(run_check, tmp_path, monkeypatch):
+    repo = tmp_path / "hub" / "models--org--two"
+    checkpoint(repo / "snapshots" / "aaa111", FLAGGED)
+    checkpoint(repo / "snapshots" / "bbb222", NO_SUPPORT)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("aaa111")
+    (repo / "refs" / "v2").write_text("bbb222")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    code = SCRIPT.format(model="org/two", before="", args=", gradient_checkpointing=True")
+    code = code.replace("Trainer(", "ref = AutoModelForCausalLM.from_pretrained('org/two', revision='v2')\nTrainer(")
+    result, facts = run_check(code)
+    assert pd307(result) == [] and not facts.scripts[0].checkpoints["org/two"].known

@@ -4,6 +4,8 @@ Derived once per script; rules read the result from `setup.placement`."""
 
 from __future__ import annotations
 
+import re
+
 from ..knowledge import dtypes
 from ..knowledge.versions import TRAINER_SKIPS_DP_FOR_4BIT, at_least
 from ..model.facts import ABSENT, KNOWN, Call, MachineFacts, ScriptFacts, StackFacts, Value
@@ -193,6 +195,7 @@ def _checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, sta
 
 
 _ENABLED = ("", "caught", "asks", "maybe", "always")
+_ASKS = re.compile(r"[\w.]+\.supports_gradient_checkpointing")  # the model's own answer, as the if's whole test
 
 
 def _stronger(a: str, b: str) -> str:
@@ -205,8 +208,8 @@ def _how_enabled(call: Call) -> str:
     refusal."""
     if call.in_try:
         return "caught"
-    if any("supports_gradient_checkpointing" in b.test for b in call.branches):
-        return "asks"
+    if any(b.taken and _ASKS.fullmatch(b.test.strip()) for b in call.branches):
+        return "asks"  # (in the body of `if model.supports_gradient_checkpointing:`)
     return "maybe" if call.branches else "always"  # (the __main__ guard is no branch: every launch takes it)
 
 

@@ -648,6 +648,13 @@ def _remote_class(load: Call | None, script: ScriptFacts, machine: MachineFacts,
         return Fact(False)  # no auto_map entry for this Auto class: transformers' own class
     if not found.checkpointing:
         return Fact(unknown=f"{found.name} is the checkpoint's own code, and {found.reason}", source=trust, call=load)
+    if found.checkpointing == "yes" and found.module_flags is None:
+        return Fact(
+            unknown=f"whether a module of {found.name} (the checkpoint's own code) has the gradient_checkpointing "
+            "flag transformers switches is not known: the code imports model code the doctor does not read",
+            source=trust,
+            call=load,
+        )
     at = Location(found.answer_path, found.answer_line) if found.answer_line else None
     evidence = (
         evidence_of(trust, "trust_remote_code=True: the checkpoint's own model code", load),

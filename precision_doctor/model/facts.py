@@ -222,8 +222,9 @@ class RemoteClass:
     answer_path: str = ""  # where the answer is written: supports_gradient_checkpointing, the old setter, the class
     answer_line: int | None = None
     answer_text: str = ""  # that line, as written
-    # under transformers' own setter: whether a module of the model carries a `gradient_checkpointing` flag (False:
-    # none in its code, which imports no other model code; None: not known, or the class sets its own)
+    # whether transformers' setter finds a module with a `gradient_checkpointing` flag to switch (False: none in
+    # its code, which imports no other model code; True also where the class brings a setter of its own; None: not
+    # known, its code imports model code not read)
     module_flags: bool | None = None
     reason: str = ""
 

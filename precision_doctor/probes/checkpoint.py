@@ -51,16 +51,20 @@ def probe_checkpoints(script: Path, calls, environ: Mapping[str, str] | None = N
     }
 
 
+CONFLICTING = "\0"  # loads of one id at different revisions: no one snapshot answers for all of them
+
+
 def _revisions(calls) -> dict[str, str]:
-    """The revision a load pins for a model id (`revision="v1.0"`, a branch, a tag or a commit), where one is."""
-    out = {}
+    """The revision the loads of a model id pin (`revision="v1.0"`, a branch, a tag or a commit), where they pin
+    one; CONFLICTING where they do not agree (one pinned, one not, or two pins)."""
+    seen: dict[str, set[str]] = {}
     for call in calls:
-        if call.kind != "model_load":
+        if call.kind != "model_load" or model_source(call).state != KNOWN:
             continue
-        source, revision = model_source(call), call.kwarg("revision")
-        if source.state == KNOWN and revision.state == KNOWN and isinstance(revision.value, str) and revision.value:
-            out[str(source.value)] = revision.value
-    return out
+        revision = call.kwarg("revision")
+        pinned = revision.value if revision.state == KNOWN and isinstance(revision.value, str) else ""
+        seen.setdefault(str(model_source(call).value), set()).add(pinned if revision.state != "dynamic" else "?")
+    return {mid: (pins.pop() if len(pins) == 1 else CONFLICTING) for mid, pins in seen.items() if pins != {""}}
 
 
 def checkpoint_facts(
@@ -191,7 +195,7 @@ def _from_cache(model_id: str, environ: Mapping[str, str], revision: str | None 
 
 def _snapshot_of(repo: Path, revision: str) -> Path | None:
     """snapshots/<commit> for a ref huggingface_hub wrote (refs/<name> holds the commit) or a commit named itself."""
-    if ".." in revision or revision.startswith("/"):
+    if ".." in revision or revision.startswith("/") or revision in (CONFLICTING, "?"):
         return None
     commit = revision
     ref = repo / "refs" / revision

@@ -71,46 +71,98 @@ def remote_classes(folder: Path, auto_map: object, shown: str = "") -> tuple[Rem
 
 
 class _Module:
-    __slots__ = ("path", "shown", "lines", "classes", "imported", "plain_imports", "odd_supports", "flag_line")
+    __slots__ = (
+        "path",
+        "shown",
+        "lines",
+        "classes",
+        "imported",
+        "relative",
+        "plain_imports",
+        "odd_supports",
+        "enable_assigned",
+        "flag_line",
+        "flag_unknown",
+    )
 
     def __init__(self, path: Path, shown: str, text: str, tree: ast.Module) -> None:
         self.path, self.shown = path, shown
         self.lines = text.splitlines()
         self.classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
-        self.imported: dict[str, tuple[str, str]] = {}  # local name -> (module as written, its name there)
+        self.imported: dict[str, tuple[str, str]] = {}  # top-level name -> (module as written, its name there)
+        self.relative: set[str] = set()  # the folder's files it imports, anywhere in it (`__init__` included)
         self.plain_imports = True  # it imports nothing that could bring a module with a checkpointing flag
         for node in tree.body:
             if isinstance(node, ast.ImportFrom):
                 source = "." * node.level + (node.module or "")
                 for alias in node.names:
                     self.imported[alias.asname or alias.name] = (source, alias.name)
-                    self.plain_imports = self.plain_imports and _plain(source, alias.name)
-            elif isinstance(node, ast.Import):
-                self.plain_imports = self.plain_imports and all(_plain(a.name, "") for a in node.names)
-        # plain class-body assignments are read; any other way of setting the flag is not followed
+        self.odd_supports = 0  # a line that sets the class's answer in a way not read (plain class-body ones are)
+        self.enable_assigned = 0  # a class body binding gradient_checkpointing_enable by assignment
+        self.flag_line = 0  # a module's `gradient_checkpointing` flag set (or a GradientCheckpointingLayer)
+        self.flag_unknown = 0  # a line that may set it in a way not read (setattr with a computed name, __dict__)
         plain = {
             id(s.targets[0] if isinstance(s, ast.Assign) else s.target)
             for c in self.classes.values()
             for s in c.body
             if isinstance(s, (ast.Assign, ast.AnnAssign)) and _assignment(s)[0] == _SUPPORTS
         }
-        self.odd_supports = 0  # the line of one that is not
-        self.flag_line = 0  # a module's `gradient_checkpointing` set (or a GradientCheckpointingLayer)
-        for each in ast.walk(tree):
-            if isinstance(each, (ast.Name, ast.Attribute)) and isinstance(each.ctx, ast.Store):
+        configs = {id(c) for c in ast.walk(tree) if isinstance(c, ast.ClassDef) and _is_config(c)}
+        for owner, each in _walk_with_class(tree):
+            in_config = owner is not None and id(owner) in configs
+            if isinstance(each, ast.ImportFrom):
+                source = "." * each.level + (each.module or "")
+                for alias in each.names:
+                    self.plain_imports = self.plain_imports and _plain(source, alias.name)
+                    if source.startswith(".") and not source.startswith(".."):
+                        self.relative.add(source[1:] if source != "." else alias.name)
+            elif isinstance(each, ast.Import):
+                self.plain_imports = self.plain_imports and all(_plain(a.name, "") for a in each.names)
+            elif isinstance(each, (ast.Name, ast.Attribute)) and isinstance(each.ctx, ast.Store):
                 named = each.id if isinstance(each, ast.Name) else each.attr
                 if named == _SUPPORTS and id(each) not in plain:
                     self.odd_supports = self.odd_supports or each.lineno
-                elif named == "gradient_checkpointing":
+                elif named in _ENABLES and isinstance(each, ast.Name) and owner is not None:
+                    self.enable_assigned = self.enable_assigned or each.lineno
+                elif named == "gradient_checkpointing" and not in_config and _sets_a_flag(each, owner):
                     self.flag_line = self.flag_line or each.lineno
+                elif named == "__dict__":
+                    self.flag_unknown = self.flag_unknown or each.lineno
+            elif isinstance(each, ast.Attribute) and each.attr == "__dict__" and not in_config:
+                self.flag_unknown = self.flag_unknown or each.lineno
             elif isinstance(each, ast.Call) and isinstance(each.func, ast.Name) and each.func.id == "setattr":
                 key = each.args[1] if len(each.args) > 1 else None
                 if isinstance(key, ast.Constant) and key.value == _SUPPORTS:
                     self.odd_supports = self.odd_supports or each.lineno
-                elif isinstance(key, ast.Constant) and key.value == "gradient_checkpointing":
+                elif isinstance(key, ast.Constant) and key.value == "gradient_checkpointing" and not in_config:
                     self.flag_line = self.flag_line or each.lineno
+                elif not isinstance(key, ast.Constant) and not in_config:
+                    self.flag_unknown = self.flag_unknown or each.lineno
             elif isinstance(each, ast.ClassDef) and any(_name(b) == "GradientCheckpointingLayer" for b in each.bases):
                 self.flag_line = self.flag_line or each.lineno
+
+
+def _walk_with_class(tree: ast.Module):
+    """Every node with the top-level class it is in (None outside classes)."""
+    for node in tree.body:
+        owner = node if isinstance(node, ast.ClassDef) else None
+        for each in ast.walk(node):
+            yield owner, each
+
+
+def _is_config(cls: ast.ClassDef) -> bool:
+    """A configuration class: its `self.gradient_checkpointing` is a setting, not a module's flag."""
+    return any(_name(b).endswith("Config") for b in cls.bases)
+
+
+def _sets_a_flag(target: ast.Name | ast.Attribute, owner: ast.ClassDef | None) -> bool:
+    """`self.gradient_checkpointing = ...` in a class, a class attribute, or `Block.gradient_checkpointing = ...`;
+    not a local variable of that name."""
+    if isinstance(target, ast.Attribute):
+        return True
+    if owner is None:
+        return False
+    return any(isinstance(s, (ast.Assign, ast.AnnAssign)) and _assignment(s)[0] == target.id for s in owner.body)
 
 
 def _plain(source: str, name: str) -> bool:
@@ -182,7 +234,7 @@ class _Reader:
             else:
                 found = self.base(module, named) if named else None
                 if found is None:
-                    return f"it inherits from {named or ast.unparse(base)}, which is not read"
+                    return f"it inherits from {named or 'an expression'}, which is not read"
                 inner = self.mro(*found, depth + 1)
                 if isinstance(inner, str):
                     return inner
@@ -200,10 +252,15 @@ class _Reader:
         order = self.mro(module, start)
         if isinstance(order, str):
             return unknown(order)
-        read = [m for m, _ in (c for c in order if c != _ROOT)]
+        read = self.reachable(module)
+        if read is None:
+            return unknown("it imports a file of its folder that is not there")
         odd = next(((m, m.odd_supports) for m in read if m.odd_supports), None)
         if odd is not None:
             return unknown(f"{_SUPPORTS} is set at {odd[0].shown}:{odd[1]} in a way the doctor does not follow")
+        bound = next(((m, m.enable_assigned) for m in read if m.enable_assigned), None)
+        if bound is not None:
+            return unknown(f"{bound[0].shown}:{bound[1]} switches checkpointing on its own way")
         supports = setter = None
         for entry in order:
             if entry == _ROOT:  # PreTrainedModel: False, its own enable and the current setter
@@ -225,32 +282,37 @@ class _Reader:
         if supports is None:
             return unknown("its bases do not reach transformers' PreTrainedModel")
         # under transformers' own setter, whether any module of the model carries a `gradient_checkpointing` flag
-        flags = self.flags(module) if setter is None else None
+        flags = self.flags(module) if setter is None else True  # (a setter of its own does not ask transformers')
         if not supports[0]:
             return _answer(auto_class, name, module, start, "no", supports[1], supports[2], flags)
         if setter is not None and setter[0] == "old":
             return _answer(auto_class, name, module, start, "old", setter[1], setter[2])
         return _answer(auto_class, name, module, start, "yes", supports[1], supports[2], flags)
 
-    def flags(self, module: _Module) -> bool | None:
-        """True: some class of the model's code sets a `gradient_checkpointing` flag; False: none does, and the
-        code imports nothing that could bring one; None: it imports model code that is not read."""
-        todo, seen = [module], set()
+    def reachable(self, module: _Module) -> list[_Module] | None:
+        """The model's file and every file of the folder it imports, anywhere in them; None when one is missing."""
+        todo, out = [module], list[_Module]()
         while todo:
             m = todo.pop()
-            if id(m) in seen:
+            if any(m is o for o in out):
                 continue
-            seen.add(id(m))
-            if m.flag_line:
-                return True
-            if not m.plain_imports:
-                return None
-            for source, original in m.imported.values():
-                if source.startswith(".") and not source.startswith(".."):
-                    other = self.module(source[1:] if source != "." else original)
-                    if other is None:
-                        return None
-                    todo.append(other)
+            out.append(m)
+            for name in sorted(m.relative):
+                other = self.module(name)
+                if other is None:
+                    return None
+                todo.append(other)
+        return out
+
+    def flags(self, module: _Module) -> bool | None:
+        """True: some class of the model's code sets a `gradient_checkpointing` flag; False: none does, and the
+        code imports nothing that could bring one; None: it imports model code that is not read, or may set the
+        flag in a way not read."""
+        read = self.reachable(module) or []
+        if any(m.flag_line for m in read):
+            return True
+        if not read or any(not m.plain_imports or m.flag_unknown for m in read):
+            return None
         return False
 
 

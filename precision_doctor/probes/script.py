@@ -666,10 +666,16 @@ class _Collector:
                     continue
                 if not (isinstance(args[1], ast.Constant) and args[1].value in WATCHED_ATTRIBUTES):
                     continue
+                if not _an_object(args[0]):
+                    continue
                 name, value = str(args[1].value), args[2]
             else:
                 targets = node.targets if type(node) is ast.Assign else [node.target]
-                found = [t for t in targets if isinstance(t, ast.Attribute) and t.attr in WATCHED_ATTRIBUTES]
+                found = [
+                    t
+                    for t in targets
+                    if isinstance(t, ast.Attribute) and t.attr in WATCHED_ATTRIBUTES and _an_object(t.value)
+                ]
                 if not found or node.value is None:
                     continue
                 name, value = found[0].attr, node.value
@@ -709,6 +715,14 @@ class _Collector:
                 kwargs = dict(call.kwargs)
                 kwargs[name[len(prefix) :]] = value
                 self.calls[i] = call = replace(call, kwargs=kwargs)
+
+
+def _an_object(node: ast.expr) -> bool:
+    """`model` or `type(model)`: the object (or its class) the attribute is set on, not one of its parts
+    (`model.config.supports_gradient_checkpointing` is the config's)."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "type" and node.args:
+        node = node.args[0]
+    return isinstance(node, ast.Name)
 
 
 _MAIN_GUARD = Branch(0, True, "__main__")  # a branch every run takes: left out of a call's branches

@@ -117,8 +117,8 @@ def _files(supports: str = "", flag: str = _FLAG) -> dict[str, str]:
 )
 def remote_code_no_checkpointing(setup: Setup, stack: StackFacts):
     gc = setup.placement.checkpointing
-    if not gc.through_model or gc.through_model == "caught":
-        return  # (a try around the enable call may take the refusal)
+    if not gc.through_model:
+        return
     found = setup.model_class
     if not isinstance(found.value, RemoteClass):
         return
@@ -140,7 +140,8 @@ def remote_code_no_checkpointing(setup: Setup, stack: StackFacts):
         "checkpointing is switched on",
         evidence=found.evidence + tuple(e for e in gc.evidence if not e.note.startswith("use_reentrant")),
         error=f"ValueError: {error}",
-        severity="warning" if gc.through_model == "maybe" else None,
+        # a condition the run decides, or a try whose handler may take the refusal (or re-raise it)
+        severity="warning" if gc.through_model in ("maybe", "caught") else None,
         fix=Fix(
             "load a class that supports gradient checkpointing (transformers' own, without trust_remote_code, "
             "where it has the architecture), or turn checkpointing off and make room for the activations",
