@@ -617,3 +617,9 @@ def test_loads_of_one_model_at_different_revisions_are_not_answered_from_one_sna
     code = code.replace("Trainer(", "ref = AutoModelForCausalLM.from_pretrained('org/two', revision='v2')\nTrainer(")
     result, facts = run_check(code)
     assert pd307(result) == [] and not facts.scripts[0].checkpoints["org/two"].known
+
+
+def test_pd307_a_second_models_flag_is_not_the_trained_ones(run_check, tmp_path):
+    checkpoint(tmp_path / "ckpt", NO_SUPPORT)
+    before = "other = AutoModelForCausalLM.from_pretrained('gpt2')\nother.supports_gradient_checkpointing = True\n"
+    assert pd307(run_check(SCRIPT.format(model="./ckpt", before=before, args=", gradient_checkpointing=True"))[0])

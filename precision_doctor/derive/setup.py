@@ -337,7 +337,7 @@ def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
         methods=methods,
         clips=tuple(script.of("clip_grad")),
         chain=chain,
-        model_class=_remote_class(load, script, machine, stack),
+        model_class=_remote_class(load, script, machine, stack, frozenset(names)),
         untrusted_code=_untrusted_code(load, script, machine, stack),
     )
 
@@ -620,7 +620,9 @@ def stored_quantization_says(checkpoint: CheckpointFacts) -> Evidence:
     return checkpoint_says(checkpoint, f"stored {checkpoint.quantization}-quantized (quantization_config)")
 
 
-def _remote_class(load: Call | None, script: ScriptFacts, machine: MachineFacts, stack: StackFacts) -> Fact:
+def _remote_class(
+    load: Call | None, script: ScriptFacts, machine: MachineFacts, stack: StackFacts, names: frozenset = frozenset()
+) -> Fact:
     """The checkpoint's own model class, where an Auto class loads it with trust_remote_code=True: transformers
     takes the class `auto_map` names for that Auto class over its own (auto_factory.py:380-391 in 5.24,
     `has_remote_code and trust_remote_code`; the same test since 4.x)."""
@@ -660,7 +662,14 @@ def _remote_class(load: Call | None, script: ScriptFacts, machine: MachineFacts,
         evidence_of(trust, "trust_remote_code=True: the checkpoint's own model code", load),
         Evidence(at, found.answer_text, _says(found, auto_class), "code"),
     )
-    patches = [v for name, v in script.attribute_sets if name == "supports_gradient_checkpointing"]
+    # (set on anything but a second model the script loads: a helper's parameter or a class patched before the
+    # load may well be the trained model's)
+    others = {c.target for c in script.of("model_load") if c is not load and c.target} - names
+    patches = [
+        v
+        for name, owner, v in script.attribute_sets
+        if name == "supports_gradient_checkpointing" and owner not in others
+    ]
     if patches and found.checkpointing in ("no", "yes"):
         # the script sets the flag itself (the workaround for the error): on the instance or the class, it is what
         # gradient_checkpointing_enable() reads

@@ -333,9 +333,10 @@ class ScriptFacts:
     classes: dict[str, ClassFacts] = field(default_factory=dict)  # the classes it defines, by name
     parsed: tuple[ParsedArguments, ...] = ()  # what its argument parsers are given
     recipe: RecipeFacts | None = None  # a recipe checked as itself: its settings as written
-    # attributes the rules watch, as the script sets them on any object (`model.supports_gradient_checkpointing =
-    # True`, `setattr(type(model), "supports_gradient_checkpointing", True)`): (name, value), in source order
-    attribute_sets: tuple[tuple[str, Value], ...] = ()
+    # attributes the rules watch, as the script sets them on an object it names (`model.supports_gradient_
+    # checkpointing = True`, `setattr(type(model), "supports_gradient_checkpointing", True)`): (attribute, the
+    # object's name, value), in source order
+    attribute_sets: tuple[tuple[str, str, Value], ...] = ()
 
     def of(self, *kinds: str) -> list[Call]:
         if len(kinds) == 1:

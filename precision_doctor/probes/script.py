@@ -655,7 +655,7 @@ class _Collector:
                 self.calls.append(self._parsed_args[sym.class_name])
             self.calls[index] = replace(call, refs={**call.refs, "args": self._parsed_args[sym.class_name].key})
 
-    def attribute_sets(self) -> tuple[tuple[str, Value], ...]:
+    def attribute_sets(self) -> tuple[tuple[str, str, Value], ...]:
         """The watched attributes the code sets on any object (facts.WATCHED_ATTRIBUTES): `x.name = v`,
         `type(x).name = v`, `setattr(x, "name", v)`."""
         out = []
@@ -668,7 +668,7 @@ class _Collector:
                     continue
                 if not _an_object(args[0]):
                     continue
-                name, value = str(args[1].value), args[2]
+                name, owner, value = str(args[1].value), _object_name(args[0]), args[2]
             else:
                 targets = node.targets if type(node) is ast.Assign else [node.target]
                 found = [
@@ -678,8 +678,8 @@ class _Collector:
                 ]
                 if not found or node.value is None:
                     continue
-                name, value = found[0].attr, node.value
-            out.append((name, self.r.value(value, self.index.scope_at(value))))
+                name, owner, value = found[0].attr, _object_name(found[0].value), node.value
+            out.append((name, owner, self.r.value(value, self.index.scope_at(value))))
         return tuple(out)
 
     def _apply_attribute_overrides(self) -> None:
@@ -720,9 +720,13 @@ class _Collector:
 def _an_object(node: ast.expr) -> bool:
     """`model` or `type(model)`: the object (or its class) the attribute is set on, not one of its parts
     (`model.config.supports_gradient_checkpointing` is the config's)."""
+    return bool(_object_name(node))
+
+
+def _object_name(node: ast.expr) -> str:
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "type" and node.args:
         node = node.args[0]
-    return isinstance(node, ast.Name)
+    return node.id if isinstance(node, ast.Name) else ""
 
 
 _MAIN_GUARD = Branch(0, True, "__main__")  # a branch every run takes: left out of a call's branches
