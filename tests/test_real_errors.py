@@ -838,6 +838,29 @@ class TinyRemoteForCausalLM(TinyRemotePreTrainedModel):
 """
 
 
+def _tiny_remote_checkpoint(tmp_path, tmp_path_factory, monkeypatch, name: str, supports: str, flag: str):
+    """A saved tiny checkpoint whose model class is its own code (auto_map), at tmp_path/ckpt_NAME."""
+    import json
+
+    from transformers import dynamic_module_utils
+
+    # one modules folder for the session: Python keeps the `transformers_modules` package it first imported
+    monkeypatch.setattr(dynamic_module_utils, "HF_MODULES_CACHE", str(tmp_path_factory.getbasetemp() / "hf_modules"))
+    code = tmp_path / f"code_{name}"  # a folder name of its own: Python keeps each module it imported
+    code.mkdir()
+    (code / "configuration_tiny_remote.py").write_text(_REMOTE_CONFIGURATION)
+    (code / "modeling_tiny_remote.py").write_text(_REMOTE_MODELING.format(supports=supports, flag=flag))
+    auto_map = {
+        "AutoConfig": "configuration_tiny_remote.TinyRemoteConfig",
+        "AutoModelForCausalLM": "modeling_tiny_remote.TinyRemoteForCausalLM",
+    }
+    (code / "config.json").write_text(json.dumps({"model_type": "tiny-remote", "auto_map": auto_map}))
+    config = transformers.AutoConfig.from_pretrained(code, trust_remote_code=True)
+    built = transformers.AutoModelForCausalLM.from_config(config, trust_remote_code=True)
+    built.save_pretrained(tmp_path / f"ckpt_{name}")
+    return tmp_path / f"ckpt_{name}"
+
+
 SUPPORTS = "    supports_gradient_checkpointing = True\n"
 FLAG = "        self.gradient_checkpointing = False  # what transformers switches (modeling_utils.py:3235-3249)\n"
 
@@ -852,27 +875,8 @@ def test_pd307_a_remote_class_without_checkpointing_support_is_refused(
     """A checkpoint with its own model code (auto_map, trust_remote_code=True) whose class never sets
     supports_gradient_checkpointing, or sets it with no module flag to switch: the Trainer's first step dies as
     PD307 says; the class that sets both trains."""
-    import json
-
-    from transformers import dynamic_module_utils
-
-    # one modules folder for the session: Python keeps the `transformers_modules` package it first imported
-    modules = tmp_path_factory.getbasetemp() / "hf_modules"
-    monkeypatch.setattr(dynamic_module_utils, "HF_MODULES_CACHE", str(modules))
-    code = tmp_path / f"code_{name}"  # a folder name of its own: Python keeps each module it imported
-    code.mkdir()
-    (code / "configuration_tiny_remote.py").write_text(_REMOTE_CONFIGURATION)
-    (code / "modeling_tiny_remote.py").write_text(_REMOTE_MODELING.format(supports=supports, flag=flag))
-    auto_map = {
-        "AutoConfig": "configuration_tiny_remote.TinyRemoteConfig",
-        "AutoModelForCausalLM": "modeling_tiny_remote.TinyRemoteForCausalLM",
-    }
-    (code / "config.json").write_text(json.dumps({"model_type": "tiny-remote", "auto_map": auto_map}))
-    config = transformers.AutoConfig.from_pretrained(code, trust_remote_code=True)
-    built = transformers.AutoModelForCausalLM.from_config(config, trust_remote_code=True)
-    built.save_pretrained(tmp_path / f"ckpt_{name}")
-
-    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / f"ckpt_{name}", trust_remote_code=True)
+    saved = _tiny_remote_checkpoint(tmp_path, tmp_path_factory, monkeypatch, name, supports, flag)
+    model = transformers.AutoModelForCausalLM.from_pretrained(saved, trust_remote_code=True)
     assert type(model).__name__ == "TinyRemoteForCausalLM"  # the checkpoint's own class, not a library one
     ids = torch.randint(0, 64, (8,))
     args = transformers.TrainingArguments(
@@ -903,23 +907,7 @@ def test_pd308_a_checkpoints_own_code_without_trust_is_refused_at_load(
 ):
     """transformers has no class of its own for the model type, and the load does not trust the checkpoint's code:
     with no terminal to ask, the load dies as PD308 says; with trust_remote_code=True it loads."""
-    import json
-
-    from transformers import dynamic_module_utils
-
-    monkeypatch.setattr(dynamic_module_utils, "HF_MODULES_CACHE", str(tmp_path_factory.getbasetemp() / "hf_modules"))
-    code = tmp_path / "code_untrusted"
-    code.mkdir()
-    (code / "configuration_tiny_remote.py").write_text(_REMOTE_CONFIGURATION)
-    (code / "modeling_tiny_remote.py").write_text(_REMOTE_MODELING.format(supports=SUPPORTS, flag=FLAG))
-    auto_map = {
-        "AutoConfig": "configuration_tiny_remote.TinyRemoteConfig",
-        "AutoModelForCausalLM": "modeling_tiny_remote.TinyRemoteForCausalLM",
-    }
-    (code / "config.json").write_text(json.dumps({"model_type": "tiny-remote", "auto_map": auto_map}))
-    config = transformers.AutoConfig.from_pretrained(code, trust_remote_code=True)
-    built = transformers.AutoModelForCausalLM.from_config(config, trust_remote_code=True)
-    built.save_pretrained(tmp_path / "ckpt_untrusted")
+    _tiny_remote_checkpoint(tmp_path, tmp_path_factory, monkeypatch, "untrusted", SUPPORTS, FLAG)
     monkeypatch.chdir(tmp_path)
 
     script = (

@@ -73,37 +73,27 @@ def _launcher_facts(words: list[str], command: str, source: str) -> LaunchFacts:
     """The launcher's own words as facts (`torchrun --nproc_per_node 2 train.py --lr 1e-4`)."""
     launcher, rest = launcher_of(words)
     head = words[0].rsplit("/", 1)[-1]
-    other = other_subcommand(words) if launcher is None else ""
-    if other:  # a tool the doctor knows, doing something other than training
-        return LaunchFacts(
-            known=False,
-            command=command,
-            unknown_launcher=other,
-            not_training=True,
-            script=next((w for w in words[1:] if w.endswith((".py", ".yaml", ".yml"))), ""),  # still checked
-            unknowns=(
-                Unknown(
-                    f"`{other}`",
-                    "not a training command: how it runs is not modelled (the rules that need the launch are "
-                    "silent); give the training command with --launcher",
-                    launch=True,
-                ),
-            ),
-        )
     if launcher is None:
+        other = other_subcommand(words)
+        if other:
+            what = f"`{other}`"
+            why = (
+                "not a training command: how it runs is not modelled (the rules that need the launch are silent); "
+                "give the training command with --launcher"
+            )
+        else:
+            what = f"launcher `{head}`"
+            why = (
+                "not a launcher the doctor knows: processes per node unknown (the rules that need them are silent); "
+                "pass the command it runs with --launcher"
+            )
         return LaunchFacts(
             known=False,
             command=command,
-            unknown_launcher=head,
+            unknown_launcher=other or head,
+            not_training=bool(other),  # a tool the doctor knows, doing something other than training
             script=next((w for w in words[1:] if w.endswith((".py", ".yaml", ".yml"))), ""),  # still checked
-            unknowns=(
-                Unknown(
-                    f"launcher `{head}`",
-                    "not a launcher the doctor knows: processes per node unknown (the rules that need them are "
-                    "silent); pass the command it runs with --launcher",
-                    launch=True,
-                ),
-            ),
+            unknowns=(Unknown(what, why, launch=True),),
         )
     if launcher == "axolotl":
         return _axolotl(rest, command, source)
