@@ -565,11 +565,22 @@ def test_pd308_a_release_neither_installed_nor_in_the_table_is_unknown(run_check
     from precision_doctor.report.unknowns import unknown_entries
 
     checkpoint(tmp_path / "ckpt", NO_SUPPORT)
-    result, facts = run_check(UNTRUSTED.format(model="./ckpt", trust=""), versions={"transformers": "4.46.3"})
+    result, facts = run_check(UNTRUSTED.format(model="./ckpt", trust=""), versions={"transformers": "4.30.2"})
     assert pd308(result) == []
     assert any("PD308" in u.silences for u in unknown_entries(result, facts))
-    result, _ = run_check(UNTRUSTED.format(model="./ckpt", trust=""))  # the table's release
+    result, _ = run_check(UNTRUSTED.format(model="./ckpt", trust=""))  # a release the table read
     assert len(pd308(result)) == 1
+
+
+@pytest.mark.parametrize("release,fires", [("4.50.3", True), ("4.51.3", False), ("5.10.4", False)])
+def test_pd308_a_model_type_transformers_took_in_later(run_check, tmp_path, release, fires):
+    """A checkpoint with its own code for a model type transformers took in later (`qwen3`, in its mapping from
+    4.51) loads without trust_remote_code only from that release on (the shipped table of its releases, by minor)."""
+    checkpoint(tmp_path / "ckpt", NO_SUPPORT)
+    config = json.loads((tmp_path / "ckpt" / "config.json").read_text())
+    (tmp_path / "ckpt" / "config.json").write_text(json.dumps({**config, "model_type": "qwen3"}))
+    result, _ = run_check(UNTRUSTED.format(model="./ckpt", trust=""), versions={"transformers": release})
+    assert bool(pd308(result)) is fires
 
 
 @pytest.mark.parametrize(

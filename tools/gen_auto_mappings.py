@@ -1,48 +1,62 @@
-"""Build precision_doctor/knowledge/data/auto_mappings.json: the model types each transformers Auto class used for
-training builds with a class of its own, at one release (the one the rules are checked against), so that PD308 can
+"""Build precision_doctor/knowledge/data/auto_mappings.json: for each transformers Auto class training scripts load
+through, the releases whose own mapping holds each model type (what `has_local_code` asks), so that PD308 can
 judge a job whose transformers is not installed where the doctor looks.
 
-    python tools/gen_auto_mappings.py SITE_PACKAGES [--out FILE]
+    python tools/gen_auto_mappings.py WHEEL_FOLDER [--out FILE]
 
-SITE_PACKAGES holds that transformers release; its models/auto/modeling_auto.py is read with `ast` through the
-reader the doctor uses on an installed transformers (probes/installed_signatures.py); nothing is imported.
+WHEEL_FOLDER holds transformers wheels (`pip download --no-deps transformers==X`), one per minor release the
+signature table reads (the last patch of each, as tools/gen_signatures.py fetches them); each wheel's
+models/auto/modeling_auto.py is read with `ast` by the reader the doctor uses on an installed transformers. Nothing
+is imported or installed. A model type is stored as [first, last] indexes into `minors` (last null: still there).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from precision_doctor.knowledge.versions import AUTO_MAPPING_CLASSES  # noqa: E402
-from precision_doctor.probes.installed_signatures import _read_auto_mappings  # noqa: E402
-from precision_doctor.probes.stack import installed_versions  # noqa: E402
+from precision_doctor.knowledge.signatures import table_key  # noqa: E402
+from precision_doctor.knowledge.versions import AUTO_MAPPING_CLASSES, version_tuple  # noqa: E402
+from precision_doctor.probes.installed_signatures import AUTO_MODULE, auto_mappings_of  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("site")
+    parser.add_argument("wheels")
     parser.add_argument("--out", default=str(ROOT / "precision_doctor/knowledge/data/auto_mappings.json"))
     opts = parser.parse_args()
-    version = installed_versions((opts.site,)).get("transformers")
-    mappings = _read_auto_mappings((opts.site,))
-    if not version or not mappings:
-        raise SystemExit(f"{opts.site}: no transformers with models/auto/modeling_auto.py there")
+    by_minor: dict[str, tuple[str, Path]] = {}
+    for wheel in Path(opts.wheels).glob("transformers-*-py3-none-any.whl"):
+        version = re.match(r"transformers-([\d.]+)-", wheel.name).group(1)  # type: ignore[union-attr]
+        key = table_key("transformers", version)
+        if key not in by_minor or version_tuple(version) > version_tuple(by_minor[key][0]):
+            by_minor[key] = (version, wheel)
+    minors = sorted(by_minor, key=version_tuple)
+    classes: dict[str, dict[str, list]] = {name: {} for name in AUTO_MAPPING_CLASSES}
+    for at, key in enumerate(minors):
+        with zipfile.ZipFile(by_minor[key][1]) as zf:
+            mappings = auto_mappings_of(zf.read(AUTO_MODULE).decode()) or {}
+        for name in AUTO_MAPPING_CLASSES:
+            for model_type in mappings.get(name, (frozenset(), 0))[0]:
+                span = classes[name].setdefault(model_type, [at, at])
+                span[1] = at
+    for types in classes.values():
+        for span in types.values():
+            span[1] = None if span[1] == len(minors) - 1 else span[1]
     table = {
-        "transformers": version,
-        "source": "models/auto/modeling_auto.py",
-        "classes": {
-            name: {"line": mappings[name][1], "model_types": sorted(mappings[name][0])}
-            for name in AUTO_MAPPING_CLASSES
-            if name in mappings
-        },
+        "source": "models/auto/modeling_auto.py of " + ", ".join(by_minor[k][0] for k in minors),
+        "minors": minors,
+        "classes": {name: dict(sorted(types.items())) for name, types in classes.items() if types},
     }
-    Path(opts.out).write_text(json.dumps(table, indent=0, sort_keys=True) + "\n", encoding="utf-8")
-    print(f"{opts.out}: transformers {version}, {len(table['classes'])} Auto classes")
+    Path(opts.out).write_text(json.dumps(table, separators=(",", ":"), sort_keys=True) + "\n", encoding="utf-8")
+    print(f"{opts.out}: {len(minors)} releases ({minors[0]}-{minors[-1]}), {len(table['classes'])} Auto classes")
 
 
 if __name__ == "__main__":

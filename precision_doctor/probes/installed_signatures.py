@@ -253,8 +253,8 @@ def _with_native_models(script: ScriptFacts, site_dirs: tuple[str, ...], install
     mappings, where = None, ""
     if version and installed.get("transformers") == version and site_dirs:
         mappings, where = _auto_mappings(site_dirs, version), "installed"
-    if mappings is None and version and version == shipped_auto_mappings()["transformers"]:
-        mappings, where = _shipped(), "the doctor's table of it"
+    if mappings is None and version:
+        mappings, where = _shipped(version), f"the doctor's table of {table_key('transformers', version)}"
     if mappings is None:
         return script
     found = {}
@@ -262,7 +262,8 @@ def _with_native_models(script: ScriptFacts, site_dirs: tuple[str, ...], install
         if auto_class in mappings:
             types, line = mappings[auto_class]
             found[native_model_key(auto_class, model_type)] = LibraryBehaviour(
-                model_type in types, f"transformers {version} ({where}) models/auto/modeling_auto.py:{line}"
+                model_type in types,
+                f"transformers {version} ({where}) models/auto/modeling_auto.py" + (f":{line}" if line else ""),
             )
     if not found:
         return script
@@ -271,16 +272,27 @@ def _with_native_models(script: ScriptFacts, site_dirs: tuple[str, ...], install
 
 @lru_cache(maxsize=1)
 def shipped_auto_mappings() -> dict:
-    """data/auto_mappings.json (tools/gen_auto_mappings.py): one release's mappings, for a job whose transformers
-    is that release and not installed where the doctor looks."""
+    """data/auto_mappings.json (tools/gen_auto_mappings.py): for each Auto class, the releases (by minor, as
+    signatures.json reads them) whose mapping holds each model type, for a job whose transformers is not
+    installed where the doctor looks."""
     path = Path(__file__).resolve().parent.parent / "knowledge" / "data" / "auto_mappings.json"
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def _shipped() -> dict[str, tuple[frozenset[str], int]]:
+def _shipped(version: str) -> dict[str, tuple[frozenset[str], int]] | None:
+    """The mappings of the minor release `version` belongs to, or None outside the releases read."""
+    data = shipped_auto_mappings()
+    minors = data["minors"]
+    key = table_key("transformers", version)
+    if key not in minors:
+        return None
+    at = minors.index(key)
     return {
-        name: (frozenset(entry["model_types"]), entry["line"])
-        for name, entry in shipped_auto_mappings()["classes"].items()
+        name: (
+            frozenset(t for t, (first, last) in types.items() if first <= at and (last is None or at <= last)),
+            0,
+        )
+        for name, types in data["classes"].items()
     }
 
 
@@ -297,11 +309,14 @@ def _read_auto_mappings(site_dirs: tuple[str, ...]) -> dict[str, tuple[frozenset
     """`class AutoModelForCausalLM: _model_mapping = MODEL_FOR_CAUSAL_LM_MAPPING`, that a
     `_LazyAutoMapping(CONFIG_MAPPING_NAMES, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)`, that an OrderedDict of
     (model type, class name) pairs: read as text, never imported."""
+    text = _text(site_dirs, AUTO_MODULE)
+    return auto_mappings_of(text) if text is not None else None
+
+
+def auto_mappings_of(text: str) -> dict[str, tuple[frozenset[str], int]] | None:
+    """modeling_auto.py's text -> Auto class -> (its model types, the line of its mapping)."""
     import ast
 
-    text = _text(site_dirs, AUTO_MODULE)
-    if text is None:
-        return None
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError):

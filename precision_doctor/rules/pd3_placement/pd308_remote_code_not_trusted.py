@@ -31,8 +31,9 @@ _SCRIPT = (
     phase="load",
     summary="A checkpoint that needs its own code, loaded without trust_remote_code.",
     what="The model is loaded through an Auto class from a checkpoint whose config.json `auto_map` names its own "
-    "class for that Auto class, the installed transformers has no class of its own for the checkpoint's model "
-    "type (read from its `models/auto/modeling_auto.py`, never imported), and `trust_remote_code` is not true. "
+    "class for that Auto class, the job's transformers has no class of its own for the checkpoint's model type "
+    "(read from the installed `models/auto/modeling_auto.py`, never imported, else from the doctor's table of "
+    "every minor release from 4.36), and `trust_remote_code` is not true. "
     "The checkpoint is read beside the script or in the Hugging Face cache.",
     why="transformers runs a checkpoint's own code only when asked to: with `trust_remote_code` unset it asks on "
     "the terminal for 15 seconds, and a job without one (a batch job, a launcher's worker) dies at load; with it "
