@@ -620,34 +620,44 @@ def stored_quantization_says(checkpoint: CheckpointFacts) -> Evidence:
     return checkpoint_says(checkpoint, f"stored {checkpoint.quantization}-quantized (quantization_config)")
 
 
+def _remote_entry(
+    load: Call | None, script: ScriptFacts, machine: MachineFacts, stack: StackFacts
+) -> tuple[str, Value, CheckpointFacts | None, RemoteClass | None] | None:
+    """For a load through an Auto class: that class, trust_remote_code as decided, the checkpoint as found, and the
+    class its `auto_map` names for that Auto class (None where it names none); None for any other load."""
+    if load is None:
+        return None
+    auto_class = load.callee.rpartition(".")[0].rpartition(".")[2]
+    if not auto_class.startswith("Auto"):
+        return None  # a named class is transformers' own (or the script's)
+    checkpoint = checkpoint_of(load, script)
+    classes = checkpoint.remote_classes if checkpoint is not None else ()
+    found = next((c for c in classes if c.auto_class == auto_class), None)
+    return auto_class, decide(load.kwarg("trust_remote_code"), machine, stack), checkpoint, found
+
+
 def _remote_class(
-    load: Call | None, script: ScriptFacts, machine: MachineFacts, stack: StackFacts, names: frozenset = frozenset()
+    load: Call | None, script: ScriptFacts, machine: MachineFacts, stack: StackFacts, names: frozenset
 ) -> Fact:
     """The checkpoint's own model class, where an Auto class loads it with trust_remote_code=True: transformers
     takes the class `auto_map` names for that Auto class over its own (auto_factory.py:380-391 in 5.24,
     `has_remote_code and trust_remote_code`; the same test since 4.x)."""
-    if load is None:
+    entry = _remote_entry(load, script, machine, stack)
+    if entry is None or load is None:
         return Fact(False)
-    auto_class = load.callee.rpartition(".")[0].rpartition(".")[2]
-    if not auto_class.startswith("Auto"):
-        return Fact(False)  # a named class is transformers' own (or the script's)
-    trust = decide(load.kwarg("trust_remote_code"), machine, stack)
+    auto_class, trust, checkpoint, found = entry
     if trust.state == ABSENT or (trust.state == KNOWN and not trust.value):
         return Fact(False)
-    checkpoint = checkpoint_of(load, script)
-    if checkpoint is None or checkpoint.source == CheckpointSource.TABLE:
-        # the table holds checkpoints transformers builds itself; one found nowhere cannot be read
-        if checkpoint is not None:
-            return Fact(False)
+    if checkpoint is None:
         return Fact(
             unknown="trust_remote_code=True, and the checkpoint's config.json (whose auto_map names its own model "
             "code) is not on this machine",
             source=trust,
             call=load,
         )
-    found = next((c for c in checkpoint.remote_classes if c.auto_class == auto_class), None)
     if found is None:
-        return Fact(False)  # no auto_map entry for this Auto class: transformers' own class
+        # no auto_map entry for this Auto class: transformers' own class (the table holds only such checkpoints)
+        return Fact(False)
     if not found.checkpointing:
         return Fact(unknown=f"{found.name} is the checkpoint's own code, and {found.reason}", source=trust, call=load)
     if found.checkpointing == "yes" and found.module_flags is None:
@@ -688,24 +698,15 @@ def _untrusted_code(load: Call | None, script: ScriptFacts, machine: MachineFact
     class of its own for the model type and trust_remote_code is not true (dynamic_module_utils.py
     resolve_trust_remote_code, auto_factory.py:358-375 in 5.24: `has_remote_code and not has_local_code and not
     trust_remote_code`; with it unset, a terminal is asked for 15 s first, a job without one dies)."""
-    if load is None:
+    entry = _remote_entry(load, script, machine, stack)
+    if entry is None or load is None:
         return Fact(False)
-    auto_class = load.callee.rpartition(".")[0].rpartition(".")[2]
-    trust = decide(load.kwarg("trust_remote_code"), machine, stack)
-    if (
-        not auto_class.startswith("Auto")
-        or (trust.state == KNOWN and trust.value)
-        or trust.state
-        not in (
-            KNOWN,
-            ABSENT,
-        )
-    ):
+    auto_class, trust, checkpoint, found = entry
+    trusted = trust.state == KNOWN and trust.value
+    if trusted or trust.state not in (KNOWN, ABSENT) or checkpoint is None or found is None:
         return Fact(False)
-    checkpoint = checkpoint_of(load, script)
-    found = next((c for c in (checkpoint.remote_classes if checkpoint else ()) if c.auto_class == auto_class), None)
-    if checkpoint is None or found is None or not checkpoint.model_type:
-        return Fact(False)
+    if not checkpoint.model_type:
+        return Fact(False)  # (the mapping is asked by model type)
     native = stack.behaviours.get(native_model_key(auto_class, checkpoint.model_type))
     if native is None:
         return Fact(

@@ -207,6 +207,7 @@ LLAMAFACTORY_PARSER_VARIABLES = {"ALLOW_EXTRA_ARGS": "0.9.2", "USE_MCA": "0.9.4"
 
 
 PYTHON_VALUE_OPTIONS = ("-X", "-W", "--check-hash-based-pycs")
+PYTHON_NAME = re.compile(r"python(\d+(\.\d+)?)?[mtd]?(\.exe)?")  # python, python3, python3.11, python3.13t
 # modules `python -m` runs that are launchers themselves
 LAUNCHER_MODULES = {
     "torch.distributed.run": "torchrun",
@@ -265,7 +266,7 @@ def launcher_of(words: list[str]) -> tuple[str | None, list[str]]:
         return "fabric", words[2:]
     if head == "lightning" and second == "run" and len(words) > 2 and words[2] == "model":
         return "fabric", words[3:]
-    if re.fullmatch(r"python(\d+(\.\d+)?)?[mtd]?(\.exe)?", head) or head in ("ipython",):
+    if PYTHON_NAME.fullmatch(head) or head in ("ipython",):
         kind, name, args = python_words(words[1:])
         if kind == "module" and name == "llamafactory.cli":  # as `llamafactory-cli`: a subcommand first
             return ("llamafactory-cli", args[1:]) if args[:1] == ["train"] else (None, words)
@@ -292,7 +293,7 @@ def other_subcommand(words: list[str]) -> str:
     a tool the doctor knows, told to do something other than train; "" for anything else."""
     head = words[0].rsplit("/", 1)[-1] if words else ""
     rest = words[1:]
-    if re.fullmatch(r"python(\d+(\.\d+)?)?[mtd]?(\.exe)?", head):
+    if PYTHON_NAME.fullmatch(head):
         kind, name, args = python_words(rest)
         if kind != "module" or name != "llamafactory.cli":
             return ""

@@ -19,7 +19,7 @@ from typing import Any
 from ..knowledge import dtypes
 from ..knowledge.families import ARCHITECTURE_SHAPES, attention_support, tied_by_default
 from ..model.errors import InputError
-from ..model.facts import KNOWN, Call, CheckpointFacts, CheckpointSource, model_source
+from ..model.facts import DYNAMIC, KNOWN, Call, CheckpointFacts, CheckpointSource, model_source
 from ..model.redact import MODEL_CONFIG_KEYS, keep_read_keys
 from ..model.util import record
 from ..system.reads import modified_time
@@ -59,11 +59,12 @@ def _revisions(calls) -> dict[str, str]:
     one; CONFLICTING where they do not agree (one pinned, one not, or two pins)."""
     seen: dict[str, set[str]] = {}
     for call in calls:
-        if call.kind != "model_load" or model_source(call).state != KNOWN:
+        source = model_source(call) if call.kind == "model_load" else None
+        if source is None or source.state != KNOWN:
             continue
         revision = call.kwarg("revision")
         pinned = revision.value if revision.state == KNOWN and isinstance(revision.value, str) else ""
-        seen.setdefault(str(model_source(call).value), set()).add(pinned if revision.state != "dynamic" else "?")
+        seen.setdefault(str(source.value), set()).add("?" if revision.state == DYNAMIC else pinned)
     return {mid: (pins.pop() if len(pins) == 1 else CONFLICTING) for mid, pins in seen.items() if pins != {""}}
 
 

@@ -268,8 +268,8 @@ class _Reader:
                 break
             where, cls = entry
             for stmt in cls.body:
-                if _assignment(stmt)[0] == _SUPPORTS and supports is None:
-                    value = _assignment(stmt)[1]
+                target, value = _assignment(stmt)
+                if target == _SUPPORTS and supports is None:
                     if not (isinstance(value, ast.Constant) and isinstance(value.value, bool)):
                         return unknown(f"{_SUPPORTS} is computed ({where.shown}:{stmt.lineno})")
                     supports = (value.value, where, stmt.lineno)
@@ -282,7 +282,7 @@ class _Reader:
         if supports is None:
             return unknown("its bases do not reach transformers' PreTrainedModel")
         # under transformers' own setter, whether any module of the model carries a `gradient_checkpointing` flag
-        flags = self.flags(module) if setter is None else True  # (a setter of its own does not ask transformers')
+        flags = _flags(read) if setter is None else True  # (a setter of its own does not ask transformers')
         if not supports[0]:
             return _answer(auto_class, name, module, start, "no", supports[1], supports[2], flags)
         if setter is not None and setter[0] == "old":
@@ -304,16 +304,16 @@ class _Reader:
                 todo.append(other)
         return out
 
-    def flags(self, module: _Module) -> bool | None:
-        """True: some class of the model's code sets a `gradient_checkpointing` flag; False: none does, and the
-        code imports nothing that could bring one; None: it imports model code that is not read, or may set the
-        flag in a way not read."""
-        read = self.reachable(module) or []
-        if any(m.flag_line for m in read):
-            return True
-        if not read or any(not m.plain_imports or m.flag_unknown for m in read):
-            return None
-        return False
+
+def _flags(read: list[_Module]) -> bool | None:
+    """True: some class of the model's code (`read`: its file and the folder's files it imports) sets a
+    `gradient_checkpointing` flag; False: none does, and the code imports nothing that could bring one; None: it
+    imports model code that is not read, or may set the flag in a way not read."""
+    if any(m.flag_line for m in read):
+        return True
+    if any(not m.plain_imports or m.flag_unknown for m in read):
+        return None
+    return False
 
 
 def _c3(head: list, sequences: list[list]) -> list | str:

@@ -659,14 +659,12 @@ class _Collector:
         """The watched attributes the code sets on any object (facts.WATCHED_ATTRIBUTES): `x.name = v`,
         `type(x).name = v`, `setattr(x, "name", v)`."""
         out = []
-        for node in self.of(ast.Assign, ast.AnnAssign, ast.Call):
+        for node in self.of(ast.Assign, ast.AnnAssign, ast.Call, ordered=False):  # (sorted below: few are kept)
             if type(node) is ast.Call:
                 func, args = node.func, node.args
                 if not (isinstance(func, ast.Name) and func.id == "setattr" and len(args) == 3):
                     continue
                 if not (isinstance(args[1], ast.Constant) and args[1].value in WATCHED_ATTRIBUTES):
-                    continue
-                if not _an_object(args[0]):
                     continue
                 name, owner, value = str(args[1].value), _object_name(args[0]), args[2]
             else:
@@ -674,13 +672,15 @@ class _Collector:
                 found = [
                     t
                     for t in targets
-                    if isinstance(t, ast.Attribute) and t.attr in WATCHED_ATTRIBUTES and _an_object(t.value)
+                    if isinstance(t, ast.Attribute) and t.attr in WATCHED_ATTRIBUTES and _object_name(t.value)
                 ]
                 if not found or node.value is None:
                     continue
                 name, owner, value = found[0].attr, _object_name(found[0].value), node.value
-            out.append((name, owner, self.r.value(value, self.index.scope_at(value))))
-        return tuple(out)
+            if owner:  # (on an object it names, not on one of its parts)
+                out.append(((node.lineno, node.col_offset), name, owner, value))
+        out.sort(key=_FIRST)
+        return tuple((name, owner, self.r.value(value, self.index.scope_at(value))) for _, name, owner, value in out)
 
     def _apply_attribute_overrides(self) -> None:
         """`training_args.bf16 = True` after construction changes what the Trainer sees (and `config.torch_dtype =`
@@ -717,13 +717,9 @@ class _Collector:
                 self.calls[i] = call = replace(call, kwargs=kwargs)
 
 
-def _an_object(node: ast.expr) -> bool:
-    """`model` or `type(model)`: the object (or its class) the attribute is set on, not one of its parts
-    (`model.config.supports_gradient_checkpointing` is the config's)."""
-    return bool(_object_name(node))
-
-
 def _object_name(node: ast.expr) -> str:
+    """`model` or `type(model)`: the name of the object (or its class) an attribute is set on; "" for one of its
+    parts (`model.config.supports_gradient_checkpointing` is the config's)."""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "type" and node.args:
         node = node.args[0]
     return node.id if isinstance(node, ast.Name) else ""

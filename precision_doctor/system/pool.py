@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..model.util import record
+from . import reads
 
 # Workers are forked where the OS allows it (they start with the doctor's state, `func` included, nothing pickled)
 FORKS = sys.platform.startswith("linux")
@@ -199,8 +200,6 @@ class _Pool:
                 worker.took_any = True
         if self.idle_deaths >= IDLE_DEATHS and not self.workers:
             if self.pending:
-                from . import reads
-
                 reads.not_cacheable("worker processes could not be started")  # (a passing failure: not kept)
             while self.pending:
                 for i in self._next_batch():
@@ -208,8 +207,6 @@ class _Pool:
 
     def _collect(self, worker: _Worker) -> None:
         """Take the worker's answers; if it died, what it was on goes back in the queue, or is lost."""
-        from . import reads
-
         try:
             while worker.conn.poll():
                 index, ok, value, recorded = worker.conn.recv()
@@ -268,7 +265,6 @@ def _how(exitcode: int | None) -> str:
 
 def _serve(func, conn, parent_pid: int) -> None:
     """A worker: dies with the doctor, leaves Ctrl-C to it, never writes to its stdout (a report stream)."""
-    from . import reads
     from .supervisor import die_with_parent  # (here: it imports ctypes and subprocess, which one script never needs)
 
     die_with_parent(parent_pid)

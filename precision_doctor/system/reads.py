@@ -167,9 +167,7 @@ def merge_worker_reads(state: tuple | None) -> None:
         not_cacheable("computed in a worker process that did not record its reads")
         return
     frame = Frame()
-    frame.reads, seen, frame.unsafe, frame.kept = state
-    for read, got in seen.items():
-        frame.saw(read, got)
+    frame.reads, frame.seen, frame.unsafe, frame.kept = state  # (one item's reads: the worker saw each once)
     _frames[-1].merge(frame)
 
 

@@ -21,3 +21,16 @@ def per_rank(code: str) -> str:
     return code.replace("import torch\n", "import os, torch\nlocal_rank = int(os.environ['LOCAL_RANK'])\n", 1).replace(
         "device_map={'': 0}", "device_map={'': local_rank}"
     )
+
+
+# A checkpoint that brings its own model code (PD307, PD308): its config.json (auto_map) and configuration file
+CHATBASE_CONFIG = (
+    '{"model_type": "chatbase", "architectures": ["ChatBaseForCausalLM"], "auto_map": {"AutoConfig": '
+    '"configuration_chatbase.ChatBaseConfig", "AutoModelForCausalLM": "modeling_chatbase.ChatBaseForCausalLM"}, '
+    '"hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 16, "vocab_size": 50432, '
+    '"torch_dtype": "bfloat16"}\n'
+)
+CHATBASE_CONFIGURATION = (
+    "from transformers import PretrainedConfig\n\n\n"  # (one line would pass the length limit)
+    "class ChatBaseConfig(PretrainedConfig):\n    model_type = 'chatbase'\n"
+)

@@ -8,6 +8,7 @@ from ...knowledge.versions import at_least
 from ...model.facts import RemoteClass, StackFacts
 from ...model.findings import Applicability, Draft, Fix
 from ..registry import Example, rule
+from ._placement import CHATBASE_CONFIG, CHATBASE_CONFIGURATION
 
 # transformers 5.23.0 renamed the feature in the message (modeling_utils.py:3146; "gradient" up to 5.22, 4.57.1
 # modeling_utils.py:3689)
@@ -20,17 +21,6 @@ NO_MODULE_FLAG = (
     "boolean attribute `gradient_checkpointing` to modules of the model that uses checkpointing."
 )
 
-_CONFIG = (
-    '{"model_type": "chatbase", "architectures": ["ChatBaseForCausalLM"], "auto_map": {"AutoConfig": '
-    '"configuration_chatbase.ChatBaseConfig", "AutoModelForCausalLM": "modeling_chatbase.ChatBaseForCausalLM"}, '
-    '"hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 16, "vocab_size": 50432, '
-    '"torch_dtype": "bfloat16"}\n'
-)
-_CONFIGURATION = (
-    "from transformers import PretrainedConfig\n\n\n"
-    "class ChatBaseConfig(PretrainedConfig):\n"
-    "    model_type = 'chatbase'\n"
-)
 _MODELING = (
     "from torch import nn\n"
     "from transformers import PreTrainedModel\n"
@@ -54,8 +44,8 @@ _SCRIPT = (
 
 def _files(supports: str = "", flag: str = _FLAG) -> dict[str, str]:
     return {
-        "chatbase-1b/config.json": _CONFIG,
-        "chatbase-1b/configuration_chatbase.py": _CONFIGURATION,
+        "chatbase-1b/config.json": CHATBASE_CONFIG,
+        "chatbase-1b/configuration_chatbase.py": CHATBASE_CONFIGURATION,
         "chatbase-1b/modeling_chatbase.py": _MODELING.format(supports=supports, flag=flag),
     }
 

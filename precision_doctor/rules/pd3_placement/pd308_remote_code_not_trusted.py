@@ -6,14 +6,11 @@ from ...derive import Setup
 from ...model.findings import Applicability, Draft, Fix
 from .._common import present, set_kwarg
 from ..registry import Example, rule
+from ._placement import CHATBASE_CONFIG, CHATBASE_CONFIGURATION
 
 _FILES = {
-    "chatbase-1b/config.json": '{"model_type": "chatbase", "architectures": ["ChatBaseForCausalLM"], "auto_map": '
-    '{"AutoConfig": "configuration_chatbase.ChatBaseConfig", "AutoModelForCausalLM": '
-    '"modeling_chatbase.ChatBaseForCausalLM"}, "hidden_size": 2048, "num_hidden_layers": 24, '
-    '"num_attention_heads": 16, "vocab_size": 50432, "torch_dtype": "bfloat16"}\n',
-    "chatbase-1b/configuration_chatbase.py": "from transformers import PretrainedConfig\n\n\n"
-    "class ChatBaseConfig(PretrainedConfig):\n    model_type = 'chatbase'\n",
+    "chatbase-1b/config.json": CHATBASE_CONFIG,
+    "chatbase-1b/configuration_chatbase.py": CHATBASE_CONFIGURATION,
     "chatbase-1b/modeling_chatbase.py": "from transformers import PreTrainedModel\n\n\n"
     "class ChatBaseForCausalLM(PreTrainedModel):\n    pass\n",
 }
