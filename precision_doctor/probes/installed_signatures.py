@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
@@ -168,17 +169,18 @@ def _text(site_dirs: tuple[str, ...], relative: str) -> str | None:
     return None
 
 
-def _candidates(site_dirs: tuple[str, ...], relative: str) -> list[Path]:
+def _candidates(site_dirs: tuple[str, ...], relative: str) -> Iterator[Path]:
     """Where a package file may be: in a site folder, else where an editable install (`pip install -e .`, the way
-    LLaMA-Factory's README installs it) keeps its source."""
+    LLaMA-Factory's README installs it) keeps its source. Lazy: the editable installs are listed only when the
+    caller did not find the file in a site folder (listing a large environment costs more than the read)."""
     top, _, rest = relative.partition("/")
-    out = [Path(folder) / relative for folder in site_dirs]
+    for folder in site_dirs:
+        yield Path(folder) / relative
     for package, folder in editable_sources(site_dirs):
         if package is None:
-            out.append(Path(folder) / relative)
+            yield Path(folder) / relative
         elif package == top:
-            out.append(Path(folder) / rest)
-    return out
+            yield Path(folder) / rest
 
 
 @reads.remembered
@@ -195,8 +197,11 @@ def editable_sources(site_dirs: tuple[str, ...]) -> tuple[tuple[str | None, str]
         except OSError:
             continue
         for name in names:
+            finder = name.startswith("__editable__") and name.endswith("_finder.py")
+            if not finder and not name.endswith(".pth"):
+                continue
             path = Path(site) / name
-            if name.startswith("__editable__") and name.endswith("_finder.py") and is_regular_file(path):
+            if finder and is_regular_file(path):
                 try:
                     tree = ast.parse(read_text_bounded(path, _MAX_PTH, errors="replace"))
                 except (Unreadable, SyntaxError, ValueError, RecursionError):
