@@ -902,6 +902,73 @@ def test_pd307_a_remote_class_without_checkpointing_support_is_refused(
     assert predicted[0].severity == "error"
 
 
+_CALLBACK = (
+    "from transformers import TrainerCallback\n\n\n"
+    "class Patch(TrainerCallback):\n"
+    "    def on_train_begin(self, args, state, control, model=None, **kwargs):\n"
+    "        model.supports_gradient_checkpointing = True\n\n\n"
+)
+
+
+@pytest.mark.parametrize(
+    "where,trains",
+    [("on-the-base-before-the-wrap", True), ("on-the-peft-wrapper", False), ("in-a-callback", False)],
+)
+def test_pd307_the_workaround_works_only_where_the_model_reads_it(
+    tmp_path, tmp_path_factory, monkeypatch, run_check, where, trains
+):
+    """`supports_gradient_checkpointing = True` set by the script: on the model before peft wraps it, the job
+    trains; on peft's wrapper (the base model's gradient_checkpointing_enable reads its own class) or in a
+    callback's on_train_begin (after the Trainer switched checkpointing on), it dies as PD307 says."""
+    import peft
+
+    saved = _tiny_remote_checkpoint(tmp_path, tmp_path_factory, monkeypatch, where.replace("-", "_"), "", FLAG)
+    lora = peft.LoraConfig(r=2, target_modules=["head"])
+    model = transformers.AutoModelForCausalLM.from_pretrained(saved, trust_remote_code=True)
+    callbacks = []
+    if where == "on-the-base-before-the-wrap":
+        model.supports_gradient_checkpointing = True
+    model = peft.get_peft_model(model, lora)
+    if where == "on-the-peft-wrapper":
+        model.supports_gradient_checkpointing = True
+    if where == "in-a-callback":
+
+        class Patch(transformers.TrainerCallback):
+            def on_train_begin(self, args, state, control, model=None, **kwargs):
+                model.supports_gradient_checkpointing = True
+
+        callbacks.append(Patch())
+    ids = torch.randint(0, 64, (8,))
+    args = transformers.TrainingArguments(
+        str(tmp_path / "out"), gradient_checkpointing=True, max_steps=1, use_cpu=True, report_to=[]
+    )
+    data = [{"input_ids": ids, "labels": ids}] * 2
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=data, callbacks=callbacks)
+
+    patch = "model.supports_gradient_checkpointing = True\n"
+    script = (
+        "from peft import LoraConfig, get_peft_model\n"
+        "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+        + (_CALLBACK if where == "in-a-callback" else "")
+        + f"model = AutoModelForCausalLM.from_pretrained('./ckpt_{where.replace('-', '_')}', trust_remote_code=True)\n"
+        + (patch if where == "on-the-base-before-the-wrap" else "")
+        + "model = get_peft_model(model, LoraConfig(r=2, target_modules=['head']))\n"
+        + (patch if where == "on-the-peft-wrapper" else "")
+        + "args = TrainingArguments('out', gradient_checkpointing=True, max_steps=1)\n"
+        + "Trainer(model=model, args=args, train_dataset=data"
+        + (", callbacks=[Patch()]" if where == "in-a-callback" else "")
+        + ").train()\n"
+    )
+    predicted = [f for f in run_check(script)[0].findings if f.rule_id == "PD307"]
+    if trains:
+        trainer.train()
+        assert not predicted
+        return
+    with pytest.raises(ValueError) as err:
+        trainer.train()
+    assert [(f.severity, f.error) for f in predicted] == [("error", f"ValueError: {err.value}")]
+
+
 def test_pd308_a_checkpoints_own_code_without_trust_is_refused_at_load(
     tmp_path, tmp_path_factory, monkeypatch, run_check
 ):

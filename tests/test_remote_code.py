@@ -366,10 +366,77 @@ def test_pd307_the_scripts_own_workaround(run_check, tmp_path, patch, fires):
     assert bool(pd307(result)) is fires
 
 
+FLAGGED_UNSUPPORTED = NO_SUPPORT.replace(
+    "    pass\n",
+    "    def __init__(self, config):\n        super().__init__(config)\n        self.gradient_checkpointing = False\n",
+)
+TRAIN_GC = (
+    "Trainer(model=model, args=TrainingArguments('out', gradient_checkpointing=True), train_dataset=data).train()\n"
+)
+LOAD = "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n" + (
+    "model = AutoModelForCausalLM.from_pretrained('./ckpt', trust_remote_code=True)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "script,fires",
+    [
+        (LOAD + "def patch(m):\n    m.supports_gradient_checkpointing = True\n\n" + TRAIN_GC, True),
+        (
+            LOAD + "def patch(model):\n    model.supports_gradient_checkpointing = True\n\npatch(model)\n" + TRAIN_GC,
+            False,
+        ),
+        (LOAD + TRAIN_GC + "model.supports_gradient_checkpointing = True\n", True),
+        (
+            LOAD + "from peft import LoraConfig, get_peft_model\nmodel = get_peft_model(model, LoraConfig())\n"
+            "model.supports_gradient_checkpointing = True\n" + TRAIN_GC,
+            True,
+        ),
+        (
+            LOAD + "model.supports_gradient_checkpointing = True\nfrom peft import LoraConfig, get_peft_model\n"
+            "model = get_peft_model(model, LoraConfig())\n" + TRAIN_GC,
+            False,
+        ),
+        (
+            LOAD + "from transformers import TrainerCallback\n\nclass Fix(TrainerCallback):\n"
+            "    def on_train_begin(self, args, state, control, model=None, **kw):\n"
+            "        model.supports_gradient_checkpointing = True\n\n"
+            + TRAIN_GC.replace("train_dataset=data", "train_dataset=data, callbacks=[Fix()]"),
+            True,
+        ),
+        (
+            LOAD + "class Patched:\n    def __init__(self, model):\n"
+            "        model.supports_gradient_checkpointing = True\n\nPatched(model)\n" + TRAIN_GC,
+            False,
+        ),
+    ],
+    ids=[
+        "function-never-called",
+        "function-called",
+        "after-training",
+        "on-the-peft-wrapper",
+        "before-the-peft-wrap",
+        "in-a-callback",
+        "in-a-constructor-called",
+    ],
+)
+def test_pd307_a_workaround_where_it_never_takes_effect(run_check, tmp_path, script, fires):
+    """The flag must be set on the model transformers asks, before checkpointing is switched on: a function
+    nobody calls, a line after `train()`, peft's wrapper (it keeps the attribute; the base model reads its class's)
+    and a callback (the Trainer switches checkpointing on before `on_train_begin`) leave the job dying."""
+    checkpoint(tmp_path / "ckpt", FLAGGED_UNSUPPORTED)
+    assert bool(pd307(run_check(script)[0])) is fires
+
+
 @pytest.mark.parametrize(
     "before,severities",
     [
         ("if model.supports_gradient_checkpointing:\n    model.gradient_checkpointing_enable()\n", []),
+        (
+            "if getattr(model, 'supports_gradient_checkpointing', False):\n    model.gradient_checkpointing_enable()\n",
+            [],
+        ),
+        ("if hasattr(model, 'gradient_checkpointing_enable'):\n    model.gradient_checkpointing_enable()\n", ["error"]),
         ("try:\n    model.gradient_checkpointing_enable()\nexcept ValueError:\n    pass\n", ["warning"]),
         ("if not model.supports_gradient_checkpointing:\n    model.gradient_checkpointing_enable()\n", ["warning"]),
         (
@@ -377,7 +444,7 @@ def test_pd307_the_scripts_own_workaround(run_check, tmp_path, patch, fires):
             ["warning"],
         ),
     ],
-    ids=["asks-the-model", "in-a-try", "negated", "else-side"],
+    ids=["asks-the-model", "asks-through-getattr", "has-the-method", "in-a-try", "negated", "else-side"],
 )
 def test_pd307_where_the_script_asks_first_or_catches_it(run_check, tmp_path, before, severities):
     """Asked first: never enabled. In a try: the handler may take the refusal, or re-raise it. A negated or

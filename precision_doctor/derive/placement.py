@@ -195,7 +195,14 @@ def _checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, sta
 
 
 _ENABLED = ("", "caught", "asks", "maybe", "always")
-_ASKS = re.compile(r"[\w.]+\.supports_gradient_checkpointing")  # the model's own answer, as the if's whole test
+# the model's own answer, as the if's whole test: `model.supports_gradient_checkpointing`, or getattr with a false
+# default
+_ASKS = re.compile(
+    r"[\w.]+\.supports_gradient_checkpointing"
+    r"|getattr\(\s*[\w.]+\s*,\s*(['\"])supports_gradient_checkpointing\1\s*(,\s*(False|None)\s*)?\)"
+)
+# a test every transformers model passes (PreTrainedModel defines the method; PeftModel forwards it): no branch
+_HAS_METHOD = re.compile(r"hasattr\(\s*[\w.]+\s*,\s*(['\"])(gradient|activation)_checkpointing_enable\1\s*\)")
 
 
 def _stronger(a: str, b: str) -> str:
@@ -208,9 +215,10 @@ def _how_enabled(call: Call) -> str:
     refusal."""
     if call.in_try:
         return "caught"
-    if any(b.taken and _ASKS.fullmatch(b.test.strip()) for b in call.branches):
+    branches = [b for b in call.branches if not (b.taken and _HAS_METHOD.fullmatch(b.test.strip()))]
+    if any(b.taken and _ASKS.fullmatch(b.test.strip()) for b in branches):
         return "asks"  # (in the body of `if model.supports_gradient_checkpointing:`)
-    return "maybe" if call.branches else "always"  # (the __main__ guard is no branch: every launch takes it)
+    return "maybe" if branches else "always"  # (the __main__ guard is no branch: every launch takes it)
 
 
 def _fsdp_activation_checkpointing(args: Call, machine: MachineFacts, stack: StackFacts) -> Evidence | None:

@@ -677,8 +677,8 @@ def _remote_class(
     others = {c.target for c in script.of("model_load") if c is not load and c.target} - names
     patches = [
         v
-        for name, owner, v in script.attribute_sets
-        if name == "supports_gradient_checkpointing" and owner not in others
+        for name, owner, scope, v in script.attribute_sets
+        if name == "supports_gradient_checkpointing" and owner not in others and _takes_effect(script, owner, scope, v)
     ]
     if patches and found.checkpointing in ("no", "yes"):
         # the script sets the flag itself (the workaround for the error): on the instance or the class, it is what
@@ -691,6 +691,23 @@ def _remote_class(
         found = replace(found, checkpointing="yes" if last.value else "no")
         evidence += (evidence_of(last, f"supports_gradient_checkpointing = {last.value}, set by the script", load),)
     return Fact(found, evidence, source=trust, call=load)
+
+
+def _takes_effect(script: ScriptFacts, owner: str, scope: str, value: Value) -> bool:
+    """Whether the model reads this `supports_gradient_checkpointing` when checkpointing is switched on: not when
+    a training or enable call on every path sits above it in its scope (too late), nor when the name holds peft's
+    wrapper there (PeftModel keeps the attribute on itself; the call is forwarded to the base model, which reads
+    its own class's)."""
+    where = value.location
+    if where is None:
+        return True
+    above = [
+        c for c in script.calls if c.scope == scope and c.location.path == where.path and c.location.line < where.line
+    ]
+    if any(c.kind in ("train", "gc_enable") and not c.branches for c in above):
+        return False
+    bound = [c for c in above if c.target == owner and c.kind in ("model_load", "get_peft_model", "peft_load")]
+    return not bound or bound[-1].kind == "model_load"
 
 
 def _untrusted_code(load: Call | None, script: ScriptFacts, machine: MachineFacts, stack: StackFacts) -> Fact:

@@ -334,9 +334,9 @@ class ScriptFacts:
     parsed: tuple[ParsedArguments, ...] = ()  # what its argument parsers are given
     recipe: RecipeFacts | None = None  # a recipe checked as itself: its settings as written
     # attributes the rules watch, as the script sets them on an object it names (`model.supports_gradient_
-    # checkpointing = True`, `setattr(type(model), "supports_gradient_checkpointing", True)`): (attribute, the
-    # object's name, value), in source order
-    attribute_sets: tuple[tuple[str, str, Value], ...] = ()
+    # checkpointing = True`, `setattr(type(model), "supports_gradient_checkpointing", True)`) where the script runs
+    # that code: (attribute, the object's name, the scope it is set in, value), in source order
+    attribute_sets: tuple[tuple[str, str, str, Value], ...] = ()
 
     def of(self, *kinds: str) -> list[Call]:
         if len(kinds) == 1:

@@ -166,6 +166,7 @@ class _Collector:
         self.by_written: dict[int, int] = {}  # a local function's call as written (recorded bound by name) -> index
         self._parsed_args: dict[str, Call] = {}
         self._assigned_names: set[str] | None = None
+        self._names_used: set[str] | None = None  # every name the code uses (`_named_elsewhere`)
         self._branch_of: dict[tuple, Branch] = {}  # if-step -> its Branch
         self.targets = self._assignment_targets()
         self.local_trainers, self.local_args = self._local_subclasses()
@@ -655,7 +656,7 @@ class _Collector:
                 self.calls.append(self._parsed_args[sym.class_name])
             self.calls[index] = replace(call, refs={**call.refs, "args": self._parsed_args[sym.class_name].key})
 
-    def attribute_sets(self) -> tuple[tuple[str, str, Value], ...]:
+    def attribute_sets(self) -> tuple[tuple[str, str, str, Value], ...]:
         """The watched attributes the code sets on any object (facts.WATCHED_ATTRIBUTES): `x.name = v`,
         `type(x).name = v`, `setattr(x, "name", v)`."""
         out = []
@@ -677,10 +678,40 @@ class _Collector:
                 if not found or node.value is None:
                     continue
                 name, owner, value = found[0].attr, _object_name(found[0].value), node.value
-            if owner:  # (on an object it names, not on one of its parts)
+            if owner and self._script_runs(value):  # (on an object it names, not on one of its parts)
                 out.append(((node.lineno, node.col_offset), name, owner, value))
         out.sort(key=_FIRST)
-        return tuple((name, owner, self.r.value(value, self.index.scope_at(value))) for _, name, owner, value in out)
+        scopes = [self.index.scope_at(value) for _, _, _, value in out]
+        return tuple(
+            (name, owner, scope.name, self.r.value(value, scope))
+            for (_, name, owner, value), scope in zip(out, scopes, strict=True)
+        )
+
+    def _script_runs(self, node: ast.expr) -> bool:
+        """Whether the script itself may run the expression `node`: each function around it is named somewhere else
+        in the file (called, or handed to whatever calls it) or decorated (a framework calls it); a dunder method
+        counts when its class is named. A TrainerCallback's `on_train_begin` is run by the library, after the
+        Trainer has switched gradient checkpointing on; a function nobody names never runs."""
+        scope: Scope | None = self.index.scope_at(node)
+        while scope is not None and scope.name != "<module>":
+            define = scope.node
+            if isinstance(define, (ast.FunctionDef, ast.AsyncFunctionDef)) and not define.decorator_list:
+                dunder = define.name.startswith("__") and define.name.endswith("__")
+                if not self._named_elsewhere(scope.class_name if dunder and scope.class_name else define.name):
+                    return False
+            scope = scope.parent
+        return True
+
+    def _named_elsewhere(self, name: str) -> bool:
+        if self._names_used is None:
+            used: set[str] = set()
+            for n in self.of(ast.Name, ast.Attribute, ordered=False):
+                used.add(n.id if type(n) is ast.Name else n.attr)
+            for n in self.of(ast.Constant):  # `getattr(module, "name")`, `globals()["name"]`
+                if type(n.value) is str and n.value.isidentifier():
+                    used.add(n.value)
+            self._names_used = used
+        return name in self._names_used
 
     def _apply_attribute_overrides(self) -> None:
         """`training_args.bf16 = True` after construction changes what the Trainer sees (and `config.torch_dtype =`

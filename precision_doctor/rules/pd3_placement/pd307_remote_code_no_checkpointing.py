@@ -64,7 +64,10 @@ def _files(supports: str = "", flag: str = _FLAG) -> dict[str, str]:
     "`model.gradient_checkpointing_enable()`, or peft's `prepare_model_for_kbit_training`). The modeling file is "
     "read beside config.json (a local folder, or the Hugging Face cache's snapshot for the revision loaded), never "
     "imported; a script that sets `model.supports_gradient_checkpointing = True` itself, asks the model first, or "
-    "catches the error is judged as such.",
+    "catches the error is judged as such. The script's own flag counts where the model reads it: on the model "
+    "before checkpointing is switched on, in code the script runs — not on peft's wrapper, not in a function "
+    "nothing calls, not after `train()`, not in a callback (the Trainer switches checkpointing on before "
+    "`on_train_begin`).",
     why="`gradient_checkpointing_enable()` refuses a class whose `supports_gradient_checkpointing` is false "
     "(`PreTrainedModel` defaults it to False), and from transformers 4.35 one whose modules carry no "
     "`gradient_checkpointing` flag to switch: the job dies when the Trainer (or the script) switches checkpointing "
