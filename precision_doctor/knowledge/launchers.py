@@ -99,6 +99,7 @@ LAUNCH_VARIABLES = (
     "USE_MCA",
     "USE_MEGATRON_BRIDGE",
     "ALLOW_EXTRA_ARGS",  # llamafactory-cli's parser then takes keys no dataclass has (hparams/parser.py)
+    "DISABLE_VERSION_CHECK",  # LLaMA-Factory's start-up version check skipped (PD703)
     "NPROC_PER_NODE",
     "NCCL_SOCKET_IFNAME",
     "ACCELERATE_MIXED_PRECISION",

@@ -81,3 +81,38 @@ def at_least(stack: StackFacts, name: str, version: str) -> bool:
     unknown or unreadable version is taken to be the release the rules were checked against."""
     got = parse_version(stack.get(name).version) or version_tuple(CURRENT.get(name, "0"))
     return got >= version_tuple(version)
+
+
+_REQUIREMENT = re.compile(r"^([^!=<>\s]+)([\s!=<>]{1,2}.+)")
+_CLAUSE = re.compile(r"^([\s!=<>]{1,2})(.+)")
+_COMPARE = {
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    ">=": lambda a, b: a >= b,
+    ">": lambda a, b: a > b,
+}
+
+
+def requirement_holds(requirement: str, version: str) -> bool | None:
+    """Whether `version` passes `requirement` as transformers' `require_version` judges it (utils/versions.py:48-110
+    in 5.24): the clauses are kept by operator, so a later `!=` replaces an earlier one (`<=5.8.0,!=4.57.0,!=5.6.0`
+    refuses 5.6.0 and lets 4.57.0 through), and versions compare as `packaging.version` orders them (a `.dev0` or
+    `rc` comes before its release). None when either side cannot be read."""
+    from packaging.version import InvalidVersion, Version
+
+    match = _REQUIREMENT.match(requirement)
+    if match is None:
+        return None
+    wanted: dict[str, str] = {}
+    for clause in match.group(2).split(","):
+        part = _CLAUSE.match(clause)
+        if part is None or part.group(1) not in _COMPARE:
+            return None
+        wanted[part.group(1)] = part.group(2)
+    try:
+        got = Version(version)
+        return all(_COMPARE[op](got, Version(want)) for op, want in wanted.items())
+    except InvalidVersion:
+        return None

@@ -635,6 +635,15 @@ class PackageVersion:
     spec: str = ""  # the declared range, when the version was decided from one: ">=4.28"
     origin: str = ""  # where it was read: "newest allowed, FastChat/pyproject.toml", the environment's folder
 
+    @property
+    def exact(self) -> bool:
+        """The release the job runs, not one picked for it: installed, given, or pinned with `==`."""
+        if not self.version:
+            return False
+        if self.source == VersionSource.DECLARED:
+            return self.spec.startswith(("==", "===")) and "*" not in self.spec
+        return self.source in (VersionSource.INSTALLED, VersionSource.GIVEN)
+
     def describe(self) -> str:
         if self.spec and not self.spec.startswith("=="):
             return f"{self.name} {self.spec} → {self.version} ({self.origin or self.source})"
@@ -663,10 +672,32 @@ class Signature:
 
 
 @record
+class GateRequirement:
+    """One library range a framework's start-up check asks for, as its source writes it."""
+
+    requirement: str  # "transformers>=4.55.0,<=5.6.0"
+    line: int
+    mandatory: bool = False  # DISABLE_VERSION_CHECK does not skip it
+
+
+@record
+class VersionGate:
+    """A framework's own check of the library versions as it starts (LLaMA-Factory's `check_dependencies()`), read
+    from its source: the installed package's, else the doctor's table of its releases."""
+
+    framework: str  # the package: "llamafactory"
+    version: str
+    requirements: tuple[GateRequirement, ...] = ()
+    disable_values: tuple[str, ...] = ()  # DISABLE_VERSION_CHECK values (lower-cased) that skip the others
+    where: str = ""  # "llamafactory 0.9.5 (installed) llamafactory/extras/misc.py"
+
+
+@record
 class StackFacts:
     packages: dict[str, PackageVersion] = field(default_factory=dict)
     behaviours: dict[str, LibraryBehaviour] = field(default_factory=dict)  # see probes/stack.py for the keys
     signatures: dict[str, Signature] = field(default_factory=dict)  # read from installed source, by class id
+    version_gates: tuple[VersionGate, ...] = ()
 
     def get(self, name: str) -> PackageVersion:
         return self.packages.get(name) or PackageVersion(name, "", VersionSource.ASSUMED)

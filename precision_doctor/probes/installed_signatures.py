@@ -26,11 +26,12 @@ from ..knowledge.signatures import (
     table,
     table_key,
 )
+from ..knowledge.version_gates import GATED, runs_framework, shipped_gate
 from ..knowledge.versions import native_model_key
-from ..model.facts import LibraryBehaviour, ScriptFacts, Signature
+from ..model.facts import GateRequirement, LibraryBehaviour, ScriptFacts, Signature, VersionGate
 from ..system import content_cache, reads
 from ..system.sources import Unreadable, is_regular_file, read_text_bounded
-from .library_source import Declaration, read_class, read_loader, resolve_base
+from .library_source import Declaration, read_class, read_loader, read_version_gate, resolve_base
 
 _MAX_SOURCE = 8 * 1024 * 1024
 _KINDS = ("training_args", "trainer", "bnb_config", "peft_config", "model_load")
@@ -60,7 +61,9 @@ def with_installed_signatures(
 ) -> tuple[ScriptFacts, ...]:
     """Each script's stack with the signatures its installed libraries declare for the classes it uses (and, for a
     checkpoint with its own model code, whether the installed transformers has that model itself)."""
-    scripts = tuple(_with_native_models(s, site_dirs, installed) for s in scripts)
+    scripts = tuple(
+        _with_version_gates(_with_native_models(s, site_dirs, installed), site_dirs, installed) for s in scripts
+    )
     if not site_dirs or not installed:
         return scripts
     out = []
@@ -238,6 +241,38 @@ def _mapping(tree) -> list[tuple[str, str]]:
                 return []
             return [(k, v) for k, v in mapping.items() if isinstance(k, str) and isinstance(v, str)]
     return []
+
+
+# --- the version check a framework runs as it starts ------------------------------------------------------------
+
+
+def _with_version_gates(script: ScriptFacts, site_dirs: tuple[str, ...], installed: dict[str, str]) -> ScriptFacts:
+    """The start-up version check of each framework the job runs (knowledge/version_gates.py), at the release it
+    runs: read from the installed framework's source, else from the doctor's table for a pinned or given release."""
+    if script.stack is None:
+        return script
+    gates = []
+    for package, relative in GATED.items():
+        have = script.stack.get(package)
+        if not have.exact or not runs_framework(script, package):
+            continue
+        gate = None
+        if installed.get(package) == have.version and site_dirs:
+            requirements, disable = _installed_gate(site_dirs, relative)
+            if requirements:
+                where = f"{package} {have.version} (installed) {relative}"
+                gate = VersionGate(package, have.version, tuple(requirements), disable, where)
+        if gate is None:
+            gate = shipped_gate(package, have.version)
+        if gate is not None:
+            gates.append(gate)
+    return replace(script, stack=replace(script.stack, version_gates=tuple(gates))) if gates else script
+
+
+@reads.remembered
+def _installed_gate(site_dirs: tuple[str, ...], relative: str) -> tuple[list[GateRequirement], tuple[str, ...]]:
+    text = _text(site_dirs, relative)
+    return read_version_gate(text) if text is not None else ([], ())
 
 
 # --- which model types the installed transformers builds itself -----------------------------------------------

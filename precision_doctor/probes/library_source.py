@@ -14,6 +14,7 @@ import re
 from dataclasses import field
 from typing import Any
 
+from ..model.facts import GateRequirement
 from ..model.python_source import literal, parse_quietly
 from ..model.util import record
 from .scopes import walk
@@ -571,3 +572,58 @@ def resolve_base(base: str, owner: str, known: set[str] | dict) -> str | None:
         if candidate in known and candidate != owner:
             return candidate
     return None
+
+
+# --- a framework's own start-up version check ------------------------------------------------------------------
+
+_GATE_CALLS = ("require_version", "check_version")
+
+
+def read_version_gate(text: str, function: str = "check_dependencies") -> tuple[list[GateRequirement], tuple[str, ...]]:
+    """The requirements a start-up check such as LLaMA-Factory's `check_dependencies()` (extras/misc.py) hands to
+    `require_version` / `check_version`, and the DISABLE_VERSION_CHECK values that skip them. 0.7-0.9.1 write
+    `if os.environ.get("DISABLE_VERSION_CHECK", "0").lower() in ["true", "1"]: <log> else: require_version(...)`;
+    from 0.9.2 each `check_version(req, mandatory=False)` asks `is_env_enabled`, whose list is read. A check under
+    another condition (0.9.2's warning on transformers 4.46-4.48) is no refusal. Empty when the function is not
+    there."""
+    tree = parse_quietly(text)
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)} if tree is not None else {}
+    gate = functions.get(function)
+    if gate is None:
+        return [], ()
+    found: list[GateRequirement] = []
+    disable: tuple[str, ...] = ()
+    todo = list(gate.body)
+    while todo:
+        stmt = todo.pop(0)
+        if isinstance(stmt, ast.If):
+            if "DISABLE_VERSION_CHECK" in ast.unparse(stmt.test):
+                disable = disable or _listed_values(stmt.test)
+                todo[:0] = stmt.orelse  # (its body logs that checking is off)
+            continue
+        call = stmt.value if isinstance(stmt, ast.Expr) else None
+        if not isinstance(call, ast.Call) or _dotted(call.func).rsplit(".", 1)[-1] not in _GATE_CALLS:
+            continue
+        first = call.args[0] if call.args else None
+        if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
+            continue
+        # check_version(requirement, mandatory=False); require_version's second argument is its hint
+        mandatory = next((k.value for k in call.keywords if k.arg == "mandatory"), None)
+        if mandatory is None and len(call.args) > 1 and _dotted(call.func).endswith("check_version"):
+            mandatory = call.args[1]
+        found.append(
+            GateRequirement(first.value, call.lineno, isinstance(mandatory, ast.Constant) and mandatory.value is True)
+        )
+    if not disable and "is_env_enabled" in functions:
+        disable = _listed_values(functions["is_env_enabled"])
+    return found, disable
+
+
+def _listed_values(node: ast.AST) -> tuple[str, ...]:
+    """The strings a `... .lower() in ["true", "1"]` test compares with."""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Compare) and isinstance(n.ops[0], ast.In):
+            options = n.comparators[0]
+            if isinstance(options, (ast.List, ast.Tuple, ast.Set)):
+                return tuple(e.value for e in options.elts if isinstance(e, ast.Constant) and isinstance(e.value, str))
+    return ()

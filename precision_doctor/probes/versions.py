@@ -68,6 +68,7 @@ TRACKED = (
     "adam-mini",
     "megatron-bridge",
     "kt-kernel",
+    "datasets",  # LLaMA-Factory's start-up check ranges it (knowledge/version_gates.py)
     "transformers-kt",
     "accelerate-kt",
     "ms-amp",

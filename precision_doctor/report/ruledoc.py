@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ..rules.registry import Rule
+from ..rules.registry import Example, Rule
 
 # Where the rule pages (docs/rules/PDxxx.md, generated from the registry) are read: a repository-relative path by
 # default, since the project has no public site; set PRECISION_DOCTOR_DOCS_URL to the folder's web address
@@ -39,12 +39,10 @@ def rule_doc(r: Rule) -> str:
         "The error",
         f"  {r.error}",
         "",
-        "Example" + (f" (on --target {fires.target})" if fires.target else "") + (" job script" if fires.job else ""),
+        "Example" + _context(fires, silent) + (" job script" if fires.job else ""),
         _indent(fires.job or fires.code),
         *_beside_text(fires.files),
-        "Use instead"
-        + (f" (on --target {silent.target})" if silent.target else "")
-        + (" job script" if silent.job else ""),
+        "Use instead" + _context(silent, fires) + (" job script" if silent.job else ""),
         _indent(silent.job or silent.code),
         *_beside_text({k: v for k, v in silent.files.items() if fires.files.get(k) != v}),
         "Fix",
@@ -54,6 +52,22 @@ def rule_doc(r: Rule) -> str:
         f"  {r.applicability}: {r.fix_safety or 'the fix is described, not applied automatically.'}",
     ]
     return "\n".join(parts)
+
+
+def _context(example: Example, other: Example, quote: str = "") -> str:
+    """What the example runs on besides its code, where the other example differs: ` (on --target t4, with
+    transformers 5.24.0, DISABLE_VERSION_CHECK=1)`; `quote` marks the option and variables as code."""
+    parts = [f"on {quote}--target {example.target}{quote}"] if example.target else []
+    versions = [f"{name} {v}" for name, v in example.versions.items() if other.versions.get(name) != v]
+    parts += [f"with {', '.join(versions)}"] if versions else []
+    parts += [f"{quote}{name}={v}{quote}" for name, v in example.env.items() if other.env.get(name) != v]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def _language(example: Example) -> str:
+    return (
+        "yaml" if example.name.endswith((".yaml", ".yml")) else "json" if example.name.endswith(".json") else "python"
+    )
 
 
 def _beside(files: dict[str, str]) -> list[str]:
@@ -101,16 +115,16 @@ def rule_page(r: Rule) -> str:
         r.error,
         "```",
         "",
-        "## Example" + (f" (on `--target {fires.target}`)" if fires.target else ""),
+        "## Example" + _context(fires, silent, "`"),
         "",
-        "```python",
+        f"```{_language(fires)}",
         fires.code.rstrip(),
         "```",
         "",
         *_beside(fires.files),
-        "## Use instead" + (f" (on `--target {silent.target}`)" if silent.target else ""),
+        "## Use instead" + _context(silent, fires, "`"),
         "",
-        "```python",
+        f"```{_language(silent)}",
         silent.code.rstrip(),
         "```",
         "",

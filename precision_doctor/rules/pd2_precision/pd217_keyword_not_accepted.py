@@ -422,7 +422,7 @@ def _successor(cid: str, name: str, got: Accepted, script: ScriptFacts, stack: S
             r"Some specified config arguments are not used by the TrlParser",
         )
     ),
-    related=("PD216", "PD406"),
+    related=("PD216", "PD406", "PD703"),
     fires=[
         Example(
             _ARGS + "args = TrainingArguments('out', group_by_length=True)\nTrainer(model=None, args=args).train()\n",
