@@ -243,50 +243,48 @@ def python_words(words: list[str]) -> tuple[str, str, list[str]]:
     return "", "", []
 
 
+# tools that train through one of their subcommands (`accelerate launch`, `llamafactory-cli train`); their others
+# train nothing (`llamafactory-cli chat`, `accelerate config`)
+@record
+class _SubcommandTool:
+    launcher: str  # its name as the facts keep it
+    training: tuple[str, ...]  # the subcommands that train
+    keeps_subcommand: bool = False  # the launcher's own reader needs the subcommand word (axolotl, trl)
+
+
+_SUBCOMMAND_TOOLS = {
+    **{cli: _SubcommandTool("llamafactory-cli", ("train",)) for cli in LLAMAFACTORY_CLIS},
+    "llamafactory.cli": _SubcommandTool("llamafactory-cli", ("train",)),  # `python -m llamafactory.cli`
+    "accelerate": _SubcommandTool("accelerate", ("launch",)),
+    "axolotl": _SubcommandTool("axolotl", tuple(AXOLOTL_TRAINING), keeps_subcommand=True),
+    "trl": _SubcommandTool("trl", tuple(TRL_COMMANDS), keeps_subcommand=True),
+    "tune": _SubcommandTool("tune", ("run",)),
+    "fabric": _SubcommandTool("fabric", ("run",)),
+}
+
+
 def launcher_of(words: list[str]) -> tuple[str | None, list[str]]:
     """The launcher a command starts (its name as the facts keep it) and the words after its own name."""
     if not words:
         return None, words
     head = words[0].rsplit("/", 1)[-1]
     second = words[1] if len(words) > 1 else ""
-    if head == "accelerate" and second == "launch":
-        return "accelerate", words[2:]
-    if head == "torchrun":
-        return "torchrun", words[1:]
-    if head == "deepspeed":
-        return "deepspeed", words[1:]
-    if head in LLAMAFACTORY_CLIS and second == "train":
-        return "llamafactory-cli", words[2:]
-    if head == "axolotl" and second in AXOLOTL_TRAINING:
-        return "axolotl", words[1:]
-    if head == "trl" and second in TRL_COMMANDS:
-        return "trl", words[1:]
-    if head == "tune" and second == "run":
-        return "tune", words[2:]
-    if head == "fabric" and second == "run":
-        return "fabric", words[2:]
+    if head in ("torchrun", "deepspeed"):
+        return head, words[1:]
+    tool = _SUBCOMMAND_TOOLS.get(head)
+    if tool is not None and second in tool.training:
+        return tool.launcher, words[1:] if tool.keeps_subcommand else words[2:]
     if head == "lightning" and second == "run" and len(words) > 2 and words[2] == "model":
         return "fabric", words[3:]
     if PYTHON_NAME.fullmatch(head) or head in ("ipython",):
         kind, name, args = python_words(words[1:])
-        if kind == "module" and name == "llamafactory.cli":  # as `llamafactory-cli`: a subcommand first
-            return ("llamafactory-cli", args[1:]) if args[:1] == ["train"] else (None, words)
+        if kind == "module" and name in _SUBCOMMAND_TOOLS:  # `python -m llamafactory.cli`: a subcommand first
+            tool = _SUBCOMMAND_TOOLS[name]
+            return (tool.launcher, args[1:]) if args[:1] and args[0] in tool.training else (None, words)
         if kind == "module" and name in LAUNCHER_MODULES:
             return LAUNCHER_MODULES[name], args
         return "python", words[1:]
     return None, words
-
-
-# the tools whose other subcommands train nothing (`llamafactory-cli chat`, `accelerate config`): those that do
-_TRAINING_SUBCOMMANDS = {
-    **{cli: ("train",) for cli in LLAMAFACTORY_CLIS},
-    "llamafactory.cli": ("train",),
-    "accelerate": ("launch",),
-    "axolotl": AXOLOTL_TRAINING,
-    "trl": TRL_COMMANDS,
-    "tune": ("run",),
-    "fabric": ("run",),
-}
 
 
 def other_subcommand(words: list[str]) -> str:
@@ -299,8 +297,8 @@ def other_subcommand(words: list[str]) -> str:
         if kind != "module" or name != "llamafactory.cli":
             return ""
         head, rest = name, args
-    training = _TRAINING_SUBCOMMANDS.get(head)
-    if training is None or not rest or rest[0] in training or rest[0].startswith("-"):
+    tool = _SUBCOMMAND_TOOLS.get(head)
+    if tool is None or not rest or rest[0] in tool.training or rest[0].startswith("-"):
         return ""
     return f"{'python -m ' if head == 'llamafactory.cli' else ''}{head} {rest[0]}"
 
