@@ -278,9 +278,11 @@ def launcher_of(words: list[str]) -> tuple[str | None, list[str]]:
         return "fabric", words[3:]
     if PYTHON_NAME.fullmatch(head) or head in ("ipython",):
         kind, name, args = python_words(words[1:])
-        if kind == "module" and name in _SUBCOMMAND_TOOLS:  # `python -m llamafactory.cli`: a subcommand first
-            tool = _SUBCOMMAND_TOOLS[name]
-            return (tool.launcher, args[1:]) if args[:1] and args[0] in tool.training else (None, words)
+        tool = _SUBCOMMAND_TOOLS.get(name) if kind == "module" and "." in name else None
+        if tool is not None:  # `python -m llamafactory.cli`: as the tool's own command, a subcommand first
+            if not (args[:1] and args[0] in tool.training):
+                return None, words
+            return tool.launcher, args if tool.keeps_subcommand else args[1:]
         if kind == "module" and name in LAUNCHER_MODULES:
             return LAUNCHER_MODULES[name], args
         return "python", words[1:]
