@@ -710,6 +710,112 @@ def test_pd303_a_peft_model_under_trainer_ddp_with_reentrant_checkpointing(tiny_
     assert ("PD303" in {f.rule_id for f in result.findings}) is dies
 
 
+_OLD_FORMAT_MODELING = """import torch.utils.checkpoint
+from torch import nn
+from transformers import PreTrainedModel
+from transformers.modeling_outputs import CausalLMOutput
+
+from .configuration_tiny_remote import TinyRemoteConfig
+
+
+class TinyOldForCausalLM(PreTrainedModel):
+    config_class = TinyRemoteConfig
+    supports_gradient_checkpointing = True
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.block = nn.Linear(config.hidden_size, config.hidden_size)
+        self.head = nn.Linear(config.hidden_size, config.vocab_size)
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embed
+
+    def _set_gradient_checkpointing(self, module, value=False):
+        if isinstance(module, TinyOldForCausalLM):
+            module.gradient_checkpointing = value
+
+    def forward(self, input_ids=None, labels=None, **kwargs):
+        hidden = self.embed(input_ids)
+        if self.gradient_checkpointing and self.training:
+            hidden = torch.utils.checkpoint.checkpoint(self.block, hidden{reentrant})
+        else:
+            hidden = self.block(hidden)
+        logits = self.head(hidden)
+        loss = nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), labels.view(-1))
+        return CausalLMOutput(loss=loss, logits=logits)
+"""
+_DDP_OLD_FORMAT = (
+    "import sys, torch\nfrom peft import LoraConfig, get_peft_model\n"
+    "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+    "model = AutoModelForCausalLM.from_pretrained('./ckpt', trust_remote_code=True)\n"
+    "model = get_peft_model(model, LoraConfig(r=4, target_modules=['block']))\n"
+    "ids = torch.randint(0, 64, (8, 16))\n"
+    "Trainer(model=model, args=TrainingArguments(sys.argv[1], use_cpu=True, max_steps=2, report_to=[], "
+    "per_device_train_batch_size=2, save_strategy='no', gradient_checkpointing=True, "
+    "gradient_checkpointing_kwargs={'use_reentrant': False}), "
+    "train_dataset=[{'input_ids': i, 'labels': i} for i in ids]).train()\n"
+    "torch.distributed.barrier()\ntorch.distributed.destroy_process_group()\n"
+)
+
+
+@pytest.mark.parametrize("reentrant,dies", [("", True), (", use_reentrant=False", False)])
+def test_pd303_an_old_format_class_checkpoints_as_its_own_code_says(
+    tmp_path, tmp_path_factory, monkeypatch, run_check, reentrant, dies
+):
+    """A checkpoint whose class keeps the pre-4.35 `_set_gradient_checkpointing(module, value)` (ChatGLM2-6B's
+    way) calls torch's checkpoint itself: transformers ignores gradient_checkpointing_kwargs for it, so
+    use_reentrant=False in the script changes nothing. Two real gloo ranks on the CPU, LoRA under Trainer DDP: with
+    the class's own call reentrant (no use_reentrant: torch's default) they die marking parameters ready twice, as
+    PD303 says; where its own call passes use_reentrant=False they train, and PD303 is silent."""
+    import json
+    import subprocess
+    import sys
+
+    from transformers import dynamic_module_utils
+
+    monkeypatch.setattr(dynamic_module_utils, "HF_MODULES_CACHE", str(tmp_path_factory.getbasetemp() / "hf_modules"))
+    code = tmp_path / ("code_old" + ("_nonreentrant" if reentrant else ""))
+    code.mkdir()
+    (code / "configuration_tiny_remote.py").write_text(_REMOTE_CONFIGURATION)
+    (code / "modeling_tiny_old.py").write_text(_OLD_FORMAT_MODELING.replace("{reentrant}", reentrant))
+    auto_map = {
+        "AutoConfig": "configuration_tiny_remote.TinyRemoteConfig",
+        "AutoModelForCausalLM": "modeling_tiny_old.TinyOldForCausalLM",
+    }
+    (code / "config.json").write_text(json.dumps({"model_type": "tiny-remote", "auto_map": auto_map}))
+    config = transformers.AutoConfig.from_pretrained(code, trust_remote_code=True)
+    transformers.AutoModelForCausalLM.from_config(config, trust_remote_code=True).save_pretrained(tmp_path / "ckpt")
+
+    script = tmp_path / "train.py"
+    script.write_text(_DDP_OLD_FORMAT)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "HF_MODULES_CACHE": str(tmp_path / "mods")}
+    run = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(script), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        cwd=tmp_path,
+    )
+    why = [line for line in run.stderr.splitlines() if any(w in line for w in ("Error", "error", "terminate", "abort"))]
+    assert (run.returncode != 0) is dies, "\n".join(why[:40]) + "\n...\n" + run.stderr[-1500:]
+    if dies:
+        assert declared("PD303").split(". ")[0] in run.stderr
+    result, _ = run_check(
+        _DDP_OLD_FORMAT,
+        launcher="torchrun --nproc_per_node 2 train.py",
+        target="a100:2",
+        versions={"transformers": transformers.__version__},
+    )
+    found = [f for f in result.findings if f.rule_id == "PD303"]
+    assert bool(found) is dies
+    if dies:
+        assert "ddp_find_unused_parameters=False" in found[0].fix.description.replace("`", "")
+
+
 def test_pd604_bitsandbytes_refuses_a_device_map_with_cpu_modules():
     """transformers' 4-bit quantizer checks the device map accelerate inferred: CPU modules are refused unless
     llm_int8_enable_fp32_cpu_offload=True. PD604 predicts the same error and the same escape."""

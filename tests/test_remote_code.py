@@ -694,3 +694,42 @@ def test_pd307_a_second_models_flag_is_not_the_trained_ones(run_check, tmp_path)
     checkpoint(tmp_path / "ckpt", NO_SUPPORT)
     before = "other = AutoModelForCausalLM.from_pretrained('gpt2')\nother.supports_gradient_checkpointing = True\n"
     assert pd307(run_check(SCRIPT.format(model="./ckpt", before=before, args=", gradient_checkpointing=True"))[0])
+
+
+OLD_SETTER = (
+    "{imports}from transformers import PreTrainedModel\n\n\n"
+    "class XForCausalLM(PreTrainedModel):\n    supports_gradient_checkpointing = True\n\n"
+    "    def _set_gradient_checkpointing(self, module, value=False):\n        module.gradient_checkpointing = value\n\n"
+    "    def forward(self, x):\n        return {call}\n"
+)
+
+
+@pytest.mark.parametrize(
+    "imports,call,reentrant,line",
+    [
+        ("import torch.utils.checkpoint\n", "torch.utils.checkpoint.checkpoint(self.block, x)", True, 12),
+        (
+            "from torch.utils.checkpoint import checkpoint\n",
+            "checkpoint(self.block, x, use_reentrant=False)",
+            False,
+            12,
+        ),
+        ("from torch.utils import checkpoint\n", "checkpoint.checkpoint(self.block, x, use_reentrant=True)", True, 12),
+        (
+            "import torch.utils.checkpoint\n",
+            "torch.utils.checkpoint.checkpoint(self.block, x, use_reentrant=flag)",
+            None,
+            0,
+        ),
+        ("", "self.block(x)", None, 0),
+        ("from mylib import checkpoint\n", "checkpoint(self.block, x)", None, 0),
+    ],
+    ids=["torch-default", "imported-non-reentrant", "module-imported", "computed", "no-call", "not-torchs"],
+)
+def test_an_old_format_class_is_read_for_its_own_checkpoint_calls(tmp_path, imports, call, reentrant, line):
+    """The pre-4.35 setter: transformers ignores the checkpointing keyword arguments, and the class's own calls of
+    torch's checkpoint decide reentrance (torch's default where they pass none); unknown where a call computes it,
+    none is found, or the function is not torch's."""
+    found = judged(checkpoint(tmp_path / "ckpt", OLD_SETTER.format(imports=imports, call=call)))
+    assert found.checkpointing == "old" and found.own_reentrant is reentrant
+    assert (found.own_checkpoint.line if found.own_checkpoint else 0) == line

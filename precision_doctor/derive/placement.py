@@ -8,7 +8,7 @@ import re
 
 from ..knowledge import dtypes
 from ..knowledge.versions import TRAINER_SKIPS_DP_FOR_4BIT, at_least
-from ..model.facts import ABSENT, KNOWN, Call, MachineFacts, ScriptFacts, StackFacts, Value
+from ..model.facts import ABSENT, KNOWN, Call, MachineFacts, RemoteClass, ScriptFacts, StackFacts, Value
 from ..model.findings import Evidence
 from .launch import device_map_kind
 from .setup import Checkpointing, Placement, Setup, call_evidence, decide, evidence_of, trainer_fsdp_config
@@ -180,7 +180,21 @@ def _checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, sta
         chosen = _use_reentrant(c, machine, stack, [])
         if not by_args:  # the Trainer enables it again from its arguments before training: theirs is the last word
             reentrant = chosen if chosen is not None else reentrant
-    if on and reentrant is None:  # the library default
+    own = _old_format_checkpointing(setup) if on else None
+    if own is not None:  # the model's own code decides, whatever the script passes
+        reentrant = bool(own.own_reentrant)
+        evidence.append(
+            Evidence(
+                own.own_checkpoint,
+                own.own_checkpoint_text,
+                f"{own.name} checkpoints its layers itself, "
+                + ("reentrant" if reentrant else "non-reentrant")
+                + (" (use_reentrant not passed: torch's default)" if reentrant else "")
+                + "; transformers ignores gradient_checkpointing_kwargs for its old-format setter",
+                "code",
+            )
+        )
+    elif on and reentrant is None:  # the library default
         reentrant = not at_least(stack, "transformers", "5.0")
         version = stack.get("transformers")
         evidence.append(
@@ -191,7 +205,17 @@ def _checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, sta
                 "default",
             )
         )
-    return Checkpointing(on, bool(reentrant), tuple(evidence), through_model)
+    return Checkpointing(on, bool(reentrant), tuple(evidence), through_model, by_model_code=own is not None)
+
+
+def _old_format_checkpointing(setup: Setup) -> RemoteClass | None:
+    """The checkpoint's own class when it still defines the pre-4.35 `_set_gradient_checkpointing(module, value)`
+    and its own torch checkpoint calls were read: transformers then switches its flag and ignores the checkpointing
+    keyword arguments (modeling_utils.py:3173-3188 in 5.24, 3698-3711 in 4.57.1), so those calls decide."""
+    found = setup.model_class.value
+    if isinstance(found, RemoteClass) and found.checkpointing == "old" and found.own_reentrant is not None:
+        return found
+    return None
 
 
 _ENABLED = ("", "caught", "asks", "maybe", "always")

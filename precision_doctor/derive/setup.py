@@ -127,6 +127,8 @@ class Checkpointing:
     # peft), not only by FSDP's own wrapper: "always" on every path to training, "maybe" only under a branch,
     # "asks" only where the script asks the model first, "caught" only in a try (derive.placement._how_enabled)
     through_model: str = ""
+    # the model's own code decides reentrance (an old-format remote class): checkpointing keyword arguments are ignored
+    by_model_code: bool = False
 
 
 @record

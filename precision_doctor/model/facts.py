@@ -227,6 +227,11 @@ class RemoteClass:
     # known, its code imports model code not read)
     module_flags: bool | None = None
     reason: str = ""
+    # old format: whether the class's own calls of torch's checkpoint are reentrant (None: not read), and the call
+    # that decides it, as written
+    own_reentrant: bool | None = None
+    own_checkpoint: Location | None = None
+    own_checkpoint_text: str = ""
 
 
 @record

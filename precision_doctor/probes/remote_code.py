@@ -14,9 +14,10 @@ attribute set in a way this reading does not follow, leaves the answer unknown.
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 from pathlib import Path
 
-from ..model.facts import RemoteClass
+from ..model.facts import Location, RemoteClass
 from ..system.sources import Unreadable, is_regular_file, read_source
 
 # auto_map keys that name a model class (AutoConfig, AutoTokenizer and the processors build no model)
@@ -83,6 +84,7 @@ class _Module:
         "enable_assigned",
         "flag_line",
         "flag_unknown",
+        "checkpoint_calls",
     )
 
     def __init__(self, path: Path, shown: str, text: str, tree: ast.Module) -> None:
@@ -101,6 +103,9 @@ class _Module:
         self.enable_assigned = 0  # a class body binding gradient_checkpointing_enable by assignment
         self.flag_line = 0  # a module's `gradient_checkpointing` flag set (or a GradientCheckpointingLayer)
         self.flag_unknown = 0  # a line that may set it in a way not read (setattr with a computed name, __dict__)
+        # torch's checkpoint called by the code itself (the old format's way): (line, use_reentrant as passed: True,
+        # False, None where absent (torch's default), "?" where computed)
+        self.checkpoint_calls: list[tuple[int, bool | None | str]] = []
         plain = {
             id(s.targets[0] if isinstance(s, ast.Assign) else s.target)
             for c in self.classes.values()
@@ -140,6 +145,33 @@ class _Module:
                     self.flag_unknown = self.flag_unknown or each.lineno
             elif isinstance(each, ast.ClassDef) and any(_name(b) == "GradientCheckpointingLayer" for b in each.bases):
                 self.flag_line = self.flag_line or each.lineno
+            if isinstance(each, ast.Call) and self._torch_checkpoint(each.func):
+                passed = next((k.value for k in each.keywords if k.arg == "use_reentrant"), None)
+                if passed is None:
+                    reentrant: bool | None | str = None
+                elif isinstance(passed, ast.Constant) and isinstance(passed.value, bool):
+                    reentrant = passed.value
+                else:
+                    reentrant = "?"
+                self.checkpoint_calls.append((each.lineno, reentrant))
+
+    def _torch_checkpoint(self, func: ast.expr) -> bool:
+        """`torch.utils.checkpoint.checkpoint`, or `checkpoint` / `checkpoint.checkpoint` imported from torch."""
+        if isinstance(func, ast.Name):
+            return self.imported.get(func.id) == ("torch.utils.checkpoint", "checkpoint")
+        if not (isinstance(func, ast.Attribute) and func.attr == "checkpoint"):
+            return False
+        owner = func.value
+        if isinstance(owner, ast.Name):
+            return self.imported.get(owner.id) == ("torch.utils", "checkpoint")
+        return (
+            isinstance(owner, ast.Attribute)
+            and owner.attr == "checkpoint"
+            and isinstance(owner.value, ast.Attribute)
+            and owner.value.attr == "utils"
+            and isinstance(owner.value.value, ast.Name)
+            and owner.value.value.id == "torch"
+        )
 
 
 def _walk_with_class(tree: ast.Module):
@@ -286,7 +318,8 @@ class _Reader:
         if not supports[0]:
             return _answer(auto_class, name, module, start, "no", supports[1], supports[2], flags)
         if setter is not None and setter[0] == "old":
-            return _answer(auto_class, name, module, start, "old", setter[1], setter[2])
+            old = _answer(auto_class, name, module, start, "old", setter[1], setter[2])
+            return _own_checkpointing(old, read)
         return _answer(auto_class, name, module, start, "yes", supports[1], supports[2], flags)
 
     def reachable(self, module: _Module) -> list[_Module] | None:
@@ -345,6 +378,20 @@ def _calls_super(func: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
             if isinstance(node.value.func, ast.Name) and node.value.func.id == "super":
                 return True
     return False
+
+
+def _own_checkpointing(found: RemoteClass, read: list[_Module]) -> RemoteClass:
+    """An old-format class checkpoints its layers with its own calls of torch's checkpoint: use_reentrant as they
+    pass it, torch's default (reentrant, with a warning, through 2.13: utils/checkpoint.py:486-496) where they pass
+    none. Reentrant where any call is; unknown where a call computes it or none is found."""
+    calls = [(m, line, passed) for m in read for line, passed in m.checkpoint_calls]
+    if not calls or any(passed == "?" for _, _, passed in calls):
+        return found
+    module, line, passed = next(((m, ln, p) for m, ln, p in calls if p is not False), calls[0])
+    text = module.lines[line - 1].strip() if 0 < line <= len(module.lines) else ""
+    return replace(
+        found, own_reentrant=passed is not False, own_checkpoint=Location(module.shown, line), own_checkpoint_text=text
+    )
 
 
 def _answer(auto_class, name, module, start, answer, where, line, flags=None) -> RemoteClass:

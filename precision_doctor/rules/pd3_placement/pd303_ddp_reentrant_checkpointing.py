@@ -9,6 +9,34 @@ from .._common import present, set_kwarg
 from ..registry import Example, rule
 from ._placement import QLORA, per_rank
 
+# a checkpoint whose class still has the pre-4.35 setter and checkpoints its layers itself (as ChatGLM2-6B's does)
+_OLD_FORMAT = {
+    "chatold-1b/config.json": '{"model_type": "chatold", "auto_map": {"AutoConfig": '
+    '"configuration_chatold.ChatOldConfig", "AutoModelForCausalLM": "modeling_chatold.ChatOldForCausalLM"}}\n',
+    "chatold-1b/configuration_chatold.py": "from transformers import PretrainedConfig\n\n\n"
+    "class ChatOldConfig(PretrainedConfig):\n    model_type = 'chatold'\n",
+    "chatold-1b/modeling_chatold.py": "import torch.utils.checkpoint\nfrom torch import nn\n"
+    "from transformers import PreTrainedModel\n\nfrom .configuration_chatold import ChatOldConfig\n\n\n"
+    "class ChatOldForCausalLM(PreTrainedModel):\n    config_class = ChatOldConfig\n"
+    "    supports_gradient_checkpointing = True\n\n    def __init__(self, config):\n"
+    "        super().__init__(config)\n        self.layer = nn.Linear(8, 8)\n"
+    "        self.gradient_checkpointing = False\n\n"
+    "    def _set_gradient_checkpointing(self, module, value=False):\n"
+    "        if isinstance(module, ChatOldForCausalLM):\n            module.gradient_checkpointing = value\n\n"
+    "    def forward(self, hidden):\n        if self.gradient_checkpointing and self.training:\n"
+    "            return torch.utils.checkpoint.checkpoint(self.layer, hidden)\n        return self.layer(hidden)\n",
+}
+_OLD_FORMAT_SCRIPT = (
+    "import os\nfrom peft import LoraConfig, get_peft_model\n"
+    "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+    "model = AutoModelForCausalLM.from_pretrained('./chatold-1b', trust_remote_code=True,"
+    " device_map={'': int(os.environ['LOCAL_RANK'])})\n"
+    "model = get_peft_model(model, LoraConfig(r=8, target_modules=['layer']))\n"
+    "args = TrainingArguments('out', gradient_checkpointing=True,"
+    " gradient_checkpointing_kwargs={'use_reentrant': False}{more})\n"
+    "Trainer(model=model, args=args, train_dataset=data).train()\n"
+)
+
 
 @rule(
     "PD303",
@@ -28,7 +56,10 @@ from ._placement import QLORA, per_rank
     fix='`gradient_checkpointing_kwargs={"use_reentrant": False}` (Trainer argument or '
     "`model.gradient_checkpointing_enable(...)`), and `ddp_find_unused_parameters=False`.",
     applicability=Applicability.SAFE,
-    fix_safety="Safe: non-reentrant checkpointing computes the same gradients.",
+    fix_safety="Safe: non-reentrant checkpointing computes the same gradients. Where the checkpoint's own code "
+    "checkpoints reentrantly (a pre-4.35 `_set_gradient_checkpointing(module, value)` class, whose checkpointing "
+    "keyword arguments transformers ignores), the fix is find_unused_parameters=False instead: unsafe, DDP then "
+    "needs a gradient for every trainable parameter each step.",
     fires=[
         Example(
             per_rank(
@@ -104,6 +135,13 @@ from ._placement import QLORA, per_rank
                 " False})).train()\n"
             ),
         ),
+        Example(
+            _OLD_FORMAT_SCRIPT.replace("{more}", ""),
+            launcher="torchrun --nproc_per_node 2 train.py",
+            files=_OLD_FORMAT,
+            note="its own code calls torch's checkpoint without use_reentrant; the keyword never reaches it",
+            fixed=_OLD_FORMAT_SCRIPT.replace("{more}", ", ddp_find_unused_parameters=False"),
+        ),
     ],
     silent=[
         Example(
@@ -140,6 +178,17 @@ from ._placement import QLORA, per_rank
             launcher="torchrun --nproc_per_node 2 train.py",
             versions={"transformers": "4.57.1"},
             note="DeepSpeed runs no DDP reducer",
+        ),
+        Example(
+            _OLD_FORMAT_SCRIPT.replace("{more}", ""),
+            launcher="torchrun --nproc_per_node 2 train.py",
+            files={
+                **_OLD_FORMAT,
+                "chatold-1b/modeling_chatold.py": _OLD_FORMAT["chatold-1b/modeling_chatold.py"].replace(
+                    "checkpoint(self.layer, hidden)", "checkpoint(self.layer, hidden, use_reentrant=False)"
+                ),
+            },
+            note="its own call passes use_reentrant=False",
         ),
     ],
 )
@@ -182,6 +231,22 @@ def ddp_reentrant_checkpointing(
         if setup.training_args is not None and "activation_checkpointing_kwargs" in setup.training_args.kwargs
         else "gradient_checkpointing_kwargs"
     )
+    if gc.by_model_code:
+        # the checkpoint's own code calls torch's checkpoint, and gradient_checkpointing_kwargs never reaches it
+        yield Draft(
+            f"reentrant gradient checkpointing under {n}-process DDP with {why}: DDP marks parameters ready twice "
+            "(the model's own code checkpoints reentrantly; gradient_checkpointing_kwargs does not reach it)",
+            evidence=(n_ev,) + ev,
+            fix=Fix(
+                "find_unused_parameters=False (`ddp_find_unused_parameters=False` for a Trainer), as LLaMA-Factory "
+                "sets for LoRA; DDP then raises at the first step if a trainable parameter gets no gradient",
+                applicability=Applicability.UNSAFE,
+                edits=present(set_kwarg(setup.training_args, "ddp_find_unused_parameters", "False"))
+                if setup.training_args is not None
+                else (),
+            ),
+        )
+        return
     edits = (
         present(set_kwarg(setup.training_args, spelled, '{"use_reentrant": False}'))
         if setup.training_args is not None
