@@ -1008,6 +1008,50 @@ def test_pd307_a_remote_class_without_checkpointing_support_is_refused(
     assert predicted[0].severity == "error"
 
 
+@pytest.mark.parametrize(
+    "signature,dies",
+    [("self, gradient_checkpointing_kwargs=None", True), ("self, gradient_checkpointing_kwargs=None, **kwargs", False)],
+)
+def test_pd307_an_own_enable_method_that_takes_fewer_keywords_than_the_trainer_passes(
+    tmp_path, tmp_path_factory, monkeypatch, run_check, signature, dies
+):
+    """A checkpoint's class overrides gradient_checkpointing_enable with the signature of transformers 4.35-5.15:
+    from 5.16 the Trainer passes every_n_layers (and from 5.23 offload), and the job dies on the keyword; an
+    override that takes **kwargs trains. PD307 predicts the TypeError word for word."""
+    override = (
+        SUPPORTS + f"\n    def gradient_checkpointing_enable({signature}):\n"
+        "        super().gradient_checkpointing_enable(gradient_checkpointing_kwargs=gradient_checkpointing_kwargs)\n"
+    )
+    name = "narrow" if dies else "wide"
+    saved = _tiny_remote_checkpoint(tmp_path, tmp_path_factory, monkeypatch, name, override, FLAG)
+    model = transformers.AutoModelForCausalLM.from_pretrained(saved, trust_remote_code=True)
+    ids = torch.randint(0, 64, (8,))
+    args = transformers.TrainingArguments(
+        str(tmp_path / "out"), gradient_checkpointing=True, max_steps=1, use_cpu=True, report_to=[]
+    )
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=[{"input_ids": ids, "labels": ids}] * 2)
+    script = (
+        "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+        f"model = AutoModelForCausalLM.from_pretrained('./ckpt_{name}', trust_remote_code=True)\n"
+        "args = TrainingArguments('out', gradient_checkpointing=True, max_steps=1)\n"
+        "Trainer(model=model, args=args, train_dataset=data).train()\n"
+    )
+    predicted = [
+        f
+        for f in run_check(script, versions={"transformers": transformers.__version__})[0].findings
+        if f.rule_id == "PD307"
+    ]
+    if not dies:
+        trainer.train()
+        assert not predicted
+        return
+    with pytest.raises(TypeError) as err:
+        trainer.train()
+    assert [(f.severity, f.error) for f in predicted] == [("error", f"TypeError: {err.value}")]
+    before = run_check(script, versions={"transformers": "5.15.0"})[0]
+    assert not [f for f in before.findings if f.rule_id == "PD307"]  # the Trainer passed only the kwargs then
+
+
 _CALLBACK = (
     "from transformers import TrainerCallback\n\n\n"
     "class Patch(TrainerCallback):\n"

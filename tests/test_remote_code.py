@@ -733,3 +733,100 @@ def test_an_old_format_class_is_read_for_its_own_checkpoint_calls(tmp_path, impo
     found = judged(checkpoint(tmp_path / "ckpt", OLD_SETTER.format(imports=imports, call=call)))
     assert found.checkpointing == "old" and found.own_reentrant is reentrant
     assert (found.own_checkpoint.line if found.own_checkpoint else 0) == line
+
+
+OWN_ENABLE = (
+    HEAD + "class XForCausalLM(PreTrainedModel):\n    supports_gradient_checkpointing = True\n\n"
+    "    def __init__(self, config):\n        super().__init__(config)\n        self.gradient_checkpointing = False\n\n"
+    "    def gradient_checkpointing_enable(self{params}):\n        {body}\n"
+)
+
+
+@pytest.mark.parametrize(
+    "params,body,before,args,versions,expected",
+    [
+        (
+            "",
+            "super().gradient_checkpointing_enable()",
+            "",
+            ", gradient_checkpointing=True",
+            {},
+            ("error", "gradient_checkpointing_kwargs"),
+        ),
+        (
+            ", gradient_checkpointing_kwargs=None",
+            "super().gradient_checkpointing_enable(gradient_checkpointing_kwargs)",
+            "",
+            ", gradient_checkpointing=True",
+            {"transformers": "5.15.0"},
+            None,
+        ),
+        (
+            ", gradient_checkpointing_kwargs=None, every_n_layers=1",
+            "super().gradient_checkpointing_enable(gradient_checkpointing_kwargs)",
+            "",
+            ", gradient_checkpointing=True",
+            {"transformers": "5.22.0"},
+            None,
+        ),
+        (
+            ", gradient_checkpointing_kwargs=None, every_n_layers=1",
+            "super().gradient_checkpointing_enable(gradient_checkpointing_kwargs)",
+            "",
+            ", gradient_checkpointing=True",
+            {"transformers": "5.24.0"},
+            ("error", "offload"),
+        ),
+        (
+            "",
+            "self.gradient_checkpointing = True",
+            "",
+            ", gradient_checkpointing=True",
+            {},
+            ("error", "gradient_checkpointing_kwargs"),
+        ),
+        ("", "super().gradient_checkpointing_enable()", "model.gradient_checkpointing_enable()\n", "", {}, None),
+        (
+            "",
+            "super().gradient_checkpointing_enable()",
+            "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': False})\n",
+            "",
+            {},
+            ("error", "gradient_checkpointing_kwargs"),
+        ),
+        (
+            "",
+            "super().gradient_checkpointing_enable()",
+            "if use_gc:\n    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={})\n",
+            "",
+            {},
+            ("warning", "gradient_checkpointing_kwargs"),
+        ),
+    ],
+    ids=[
+        "no-keywords",
+        "before-5.16",
+        "every-n-layers-5.22",
+        "offload-5.24",
+        "own-way-no-super",
+        "script-call-fits",
+        "script-call-refused",
+        "script-call-in-branch",
+    ],
+)
+def test_pd307_an_own_enable_method_refuses_the_keywords_it_is_given(
+    run_check, tmp_path, params, body, before, args, versions, expected
+):
+    """The Trainer passes gradient_checkpointing_kwargs from 4.35, every_n_layers from 5.16 and offload from 5.23 to
+    the model's gradient_checkpointing_enable; a class overriding it with fewer is refused by Python (TypeError on
+    the first keyword it lacks), whatever its body does. The script's own call is judged by the keywords it writes."""
+    checkpoint(tmp_path / "ckpt", OWN_ENABLE.format(params=params, body=body))
+    found = pd307(run_check(SCRIPT.format(model="./ckpt", before=before, args=args), versions=versions)[0])
+    if expected is None:
+        assert not found
+        return
+    severity, keyword = expected
+    assert [f.severity for f in found] == [severity]
+    assert found[0].error == (
+        f"TypeError: XForCausalLM.gradient_checkpointing_enable() got an unexpected keyword argument '{keyword}'"
+    )

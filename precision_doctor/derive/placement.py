@@ -130,7 +130,7 @@ TRL_NON_REENTRANT = "0.27"
 def _checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, stack: StackFacts) -> Checkpointing:
     """Gradient checkpointing as the script switches it on, and whether it is reentrant."""
     evidence: list[Evidence] = []
-    on = by_args = False
+    on = by_args = by_trainer = False
     reentrant = None
     through_model = ""
     args = setup.training_args
@@ -142,7 +142,7 @@ def _checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, sta
             args.callee.startswith("trl.") and gc.state == ABSENT and at_least(stack, "trl", TRL_CHECKPOINTING_DEFAULT)
         )
         if gc.is_(True) or trl_default:
-            on = by_args = True
+            on = by_args = by_trainer = True
             through_model = "always"
             evidence.append(
                 evidence_of(gc, "gradient_checkpointing=True", args)
@@ -205,7 +205,9 @@ def _checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, sta
                 "default",
             )
         )
-    return Checkpointing(on, bool(reentrant), tuple(evidence), through_model, by_model_code=own is not None)
+    return Checkpointing(
+        on, bool(reentrant), tuple(evidence), through_model, by_model_code=own is not None, by_trainer=by_trainer
+    )
 
 
 def _old_format_checkpointing(setup: Setup) -> RemoteClass | None:

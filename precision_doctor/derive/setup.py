@@ -129,6 +129,8 @@ class Checkpointing:
     through_model: str = ""
     # the model's own code decides reentrance (an old-format remote class): checkpointing keyword arguments are ignored
     by_model_code: bool = False
+    # the Trainer switches it on from its arguments, calling the model's gradient_checkpointing_enable with keywords
+    by_trainer: bool = False
 
 
 @record
@@ -174,6 +176,8 @@ class Setup:
     chain: tuple[Call, ...] = ()  # wrappers between the load and the training entry
     # the class the load builds from the checkpoint's own code (a RemoteClass); False for a library's own class
     model_class: Fact = Fact(False)
+    # that class's own gradient_checkpointing_enable (RemoteClass.enable_keywords), whatever else is known of it
+    own_enable: Fact = Fact(False)
     # the load will be refused: the checkpoint brings its own code, transformers has no class of its own for it,
     # and trust_remote_code is not given (value: the model type); False where none of that holds
     untrusted_code: Fact = Fact(False)
@@ -340,6 +344,7 @@ def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
         clips=tuple(script.of("clip_grad")),
         chain=chain,
         model_class=_remote_class(load, script, machine, stack, frozenset(names)),
+        own_enable=_own_enable(load, script, machine, stack),
         untrusted_code=_untrusted_code(load, script, machine, stack),
     )
 
@@ -636,6 +641,18 @@ def _remote_entry(
     classes = checkpoint.remote_classes if checkpoint is not None else ()
     found = next((c for c in classes if c.auto_class == auto_class), None)
     return auto_class, decide(load.kwarg("trust_remote_code"), machine, stack), checkpoint, found
+
+
+def _own_enable(load: Call | None, script: ScriptFacts, machine: MachineFacts, stack: StackFacts) -> Fact:
+    """The checkpoint's own class where it overrides gradient_checkpointing_enable: the keywords that method takes
+    decide a call to it before its body runs, whether or not the rest of its checkpointing is read."""
+    entry = _remote_entry(load, script, machine, stack)
+    if entry is None or load is None:
+        return Fact(False)
+    _, trust, _, found = entry
+    if not (trust.state == KNOWN and trust.value) or found is None or found.enable_keywords is None:
+        return Fact(False)
+    return Fact(found, (evidence_of(trust, "trust_remote_code=True: the checkpoint's own model code", load),))
 
 
 def _remote_class(

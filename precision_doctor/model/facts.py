@@ -232,6 +232,12 @@ class RemoteClass:
     own_reentrant: bool | None = None
     own_checkpoint: Location | None = None
     own_checkpoint_text: str = ""
+    # its own `gradient_checkpointing_enable` (the first along its bases), which the Trainer calls with keywords:
+    # the keywords it takes ("**" where it takes any), where it is defined, and the class that defines it
+    enable_keywords: tuple[str, ...] | None = None
+    enable_at: Location | None = None
+    enable_text: str = ""
+    enable_owner: str = ""
 
 
 @record

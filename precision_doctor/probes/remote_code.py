@@ -274,6 +274,30 @@ class _Reader:
         return _c3([(module, cls)], parents + [[p[0] for p in parents]])
 
     def judge(self, auto_class: str, name: str, module: _Module) -> RemoteClass:
+        found = self._judge(auto_class, name, module)
+        start = module.classes.get(name)
+        order = self.mro(module, start) if start is not None else "no class"
+        if isinstance(order, str):
+            return found
+        for entry in order:
+            if entry == _ROOT:
+                break
+            where, cls = entry
+            define = next((s for s in cls.body if isinstance(s, ast.FunctionDef) and s.name == _ENABLES[0]), None)
+            if define is not None:  # the method transformers' Trainer calls, with the keywords it accepts
+                args = define.args
+                takes = tuple(a.arg for a in args.posonlyargs + args.args[1:] + args.kwonlyargs)
+                text = where.lines[define.lineno - 1].strip() if 0 < define.lineno <= len(where.lines) else ""
+                return replace(
+                    found,
+                    enable_keywords=takes + (("**",) if args.kwarg is not None else ()),
+                    enable_at=Location(where.shown, define.lineno),
+                    enable_text=text,
+                    enable_owner=cls.name,
+                )
+        return found
+
+    def _judge(self, auto_class: str, name: str, module: _Module) -> RemoteClass:
         start = module.classes.get(name)
         if start is None:
             return RemoteClass(auto_class, name, module.shown, reason=f"{module.path.name} defines no class {name}")

@@ -3,13 +3,25 @@ it."""
 
 from __future__ import annotations
 
-from ...derive import Setup
+from typing import Literal
+
+from ...derive import Checkpointing, Setup
 from ...knowledge.versions import at_least
-from ...model.facts import RemoteClass, StackFacts
-from ...model.findings import Applicability, Draft, Fix
+from ...model.facts import RemoteClass, ScriptFacts, StackFacts
+from ...model.findings import Applicability, Draft, Evidence, Fix
 from ..registry import Example, rule
 from ._placement import CHATBASE_CONFIG, CHATBASE_CONFIGURATION
 
+# the keywords the Trainer hands the model's gradient_checkpointing_enable when it switches checkpointing on, from
+# each release: gradient_checkpointing_kwargs from 4.35 (4.36.2 trainer.py:1653), every_n_layers from 5.16 (5.16.1
+# trainer.py:1404-1410), offload from 5.23 (an overriding method is called by activation_checkpointing_enable with
+# all three: 5.23.0 modeling_utils.py:3133-3138, 5.24 :3142-3147)
+EVERY_N_LAYERS_FROM = "5.16"
+_TRAINER_KEYWORDS = (
+    ("5.23", ("gradient_checkpointing_kwargs", "every_n_layers", "offload")),
+    (EVERY_N_LAYERS_FROM, ("gradient_checkpointing_kwargs", "every_n_layers")),
+    ("4.35", ("gradient_checkpointing_kwargs",)),
+)
 # transformers 5.23.0 renamed the feature in the message (modeling_utils.py:3146; "gradient" up to 5.22, 4.57.1
 # modeling_utils.py:3689)
 ACTIVATION_WORDING_FROM = "5.23"
@@ -34,6 +46,10 @@ _MODELING = (
     "        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)\n{flag}"
 )
 _FLAG = "        self.gradient_checkpointing = False\n"
+_OWN_ENABLE = (
+    "\n    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None{rest}):\n"
+    "        super().gradient_checkpointing_enable(gradient_checkpointing_kwargs=gradient_checkpointing_kwargs)\n"
+)
 _SCRIPT = (
     "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
     "model = AutoModelForCausalLM.from_pretrained('./chatbase-1b', dtype=torch.bfloat16, trust_remote_code=True)\n"
@@ -67,7 +83,9 @@ def _files(supports: str = "", flag: str = _FLAG) -> dict[str, str]:
     "catches the error is judged as such. The script's own flag counts where the model reads it: on the model "
     "before checkpointing is switched on, in code the script runs — not on peft's wrapper, not in a function "
     "nothing calls, not after `train()`, not in a callback (the Trainer switches checkpointing on before "
-    "`on_train_begin`).",
+    "`on_train_begin`). A class that overrides `gradient_checkpointing_enable` with fewer keywords than the Trainer "
+    "passes (gradient_checkpointing_kwargs from 4.35, every_n_layers from 5.16, offload from 5.23) is refused by "
+    "Python instead, with a TypeError.",
     why="`gradient_checkpointing_enable()` refuses a class whose `supports_gradient_checkpointing` is false "
     "(`PreTrainedModel` defaults it to False), and from transformers 4.35 one whose modules carry no "
     "`gradient_checkpointing` flag to switch: the job dies when the Trainer (or the script) switches checkpointing "
@@ -94,6 +112,11 @@ def _files(supports: str = "", flag: str = _FLAG) -> dict[str, str]:
             files=_files("    supports_gradient_checkpointing = True\n", flag=""),
             note="it says it supports checkpointing, but no module has the flag transformers switches",
         ),
+        Example(
+            _SCRIPT.format(args=", gradient_checkpointing=True"),
+            files=_files("    supports_gradient_checkpointing = True\n" + _OWN_ENABLE.format(rest="")),
+            note="its own gradient_checkpointing_enable takes no every_n_layers, which the Trainer passes from 5.16",
+        ),
     ],
     silent=[
         Example(
@@ -106,11 +129,40 @@ def _files(supports: str = "", flag: str = _FLAG) -> dict[str, str]:
             note="without trust_remote_code transformers never runs the checkpoint's code",
         ),
         Example(_SCRIPT.format(args=""), files=_files(), note="no gradient checkpointing"),
+        Example(
+            _SCRIPT.format(args=", gradient_checkpointing=True"),
+            files=_files("    supports_gradient_checkpointing = True\n" + _OWN_ENABLE.format(rest=", **kwargs")),
+            note="its own method takes any keyword",
+        ),
     ],
 )
-def remote_code_no_checkpointing(setup: Setup, stack: StackFacts):
+def remote_code_no_checkpointing(script: ScriptFacts, setup: Setup, stack: StackFacts):
     gc = setup.placement.checkpointing
     if not gc.through_model:
+        return
+    own = setup.own_enable
+    refused = _refused_keyword(own.value, gc, script, stack) if isinstance(own.value, RemoteClass) else None
+    if refused is not None:
+        keyword, by, severity = refused
+        remote = own.value
+        method = f"{remote.enable_owner}.gradient_checkpointing_enable()"
+        evidence = own.evidence + (
+            Evidence(remote.enable_at, remote.enable_text, f"the checkpoint's own method: no `{keyword}`", "code"),
+        )
+        yield Draft(
+            f"{method}, the checkpoint's own, takes no `{keyword}`, which {by} passes when it switches gradient "
+            "checkpointing on",
+            evidence=evidence + tuple(e for e in gc.evidence if not e.note.startswith("use_reentrant")),
+            error=f"TypeError: {method} got an unexpected keyword argument '{keyword}'",
+            severity=severity,
+            fix=Fix(
+                "switch checkpointing on with the keywords the model's method takes (`model.gradient_checkpointing_"
+                "enable()` before training, gradient_checkpointing off in the arguments), or load a revision of the "
+                f"checkpoint whose method takes **kwargs; transformers before {EVERY_N_LAYERS_FROM} does not pass "
+                "`every_n_layers`",
+                applicability=Applicability.DISPLAY,
+            ),
+        )
         return
     found = setup.model_class
     if not isinstance(found.value, RemoteClass):
@@ -141,3 +193,29 @@ def remote_code_no_checkpointing(setup: Setup, stack: StackFacts):
             applicability=Applicability.DISPLAY,
         ),
     )
+
+
+def _refused_keyword(
+    remote: RemoteClass, gc: Checkpointing, script: ScriptFacts, stack: StackFacts
+) -> tuple[str, str, Literal["warning"] | None] | None:
+    """The first keyword the checkpoint's own gradient_checkpointing_enable does not take, among those the Trainer
+    (by release) or the script's own call passes it: (keyword, who passes it, severity: None for an error)."""
+    takes = remote.enable_keywords
+    if takes is None or "**" in takes:
+        return None
+    if gc.by_trainer:
+        passed = next((kw for boundary, kw in _TRAINER_KEYWORDS if at_least(stack, "transformers", boundary)), ())
+        missing = next((k for k in passed if k not in takes), None)
+        if missing is not None:
+            return missing, f"transformers {stack.get('transformers').version}'s Trainer", None
+    for call in script.of("gc_enable"):
+        if call.callee.rsplit(".", 1)[-1] != _ENABLE:
+            continue
+        missing = next((k for k in call.kwargs if k not in takes), None)
+        if missing is not None and not call.never_runs:
+            severity: Literal["warning"] | None = "warning" if call.in_try or call.branches else None
+            return missing, f"the script's call at line {call.location.line}", severity
+    return None
+
+
+_ENABLE = "gradient_checkpointing_enable"
