@@ -667,19 +667,15 @@ _DDP_PEFT = (
 )
 
 
-@pytest.mark.parametrize("args,dies", [("", True), (", ddp_find_unused_parameters=False", False)])
-def test_pd303_a_peft_model_under_trainer_ddp_with_reentrant_checkpointing(tiny_llama, tmp_path, run_check, args, dies):
-    """Reentrant checkpointing switched on on the model (as peft's k-bit preparation does on transformers 4), then
-    a PeftModel under Trainer DDP: with ddp_find_unused_parameters unset the Trainer turns it on for a model that is
-    no PreTrainedModel, and two real gloo ranks on the CPU die marking parameters ready twice; with it off they
-    train. The doctor says the same of the same script."""
+def _two_gloo_ranks(tmp_path, code: str, *args: str, env: dict | None = None):
+    """`code` saved as train.py and run by torchrun as two gloo ranks on the CPU, given these arguments and the
+    output folder last."""
     import subprocess
     import sys
 
     script = tmp_path / "train.py"
-    script.write_text(_DDP_PEFT.format(args=args))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    run = subprocess.run(
+    script.write_text(code)
+    return subprocess.run(
         [
             sys.executable,
             "-m",
@@ -687,20 +683,32 @@ def test_pd303_a_peft_model_under_trainer_ddp_with_reentrant_checkpointing(tiny_
             "--nproc_per_node",
             "2",
             str(script),
-            str(tiny_llama),
+            *args,
             str(tmp_path / "out"),
         ],
         capture_output=True,
         text=True,
         timeout=240,
-        env=env,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **(env or {})},
         cwd=tmp_path,
     )
+
+
+def _dies_as_pd303_says(run, dies: bool) -> None:
     # a rank that aborts leaves its reason far above torchrun's summary: keep the lines that say why
     why = [line for line in run.stderr.splitlines() if any(w in line for w in ("Error", "error", "terminate", "abort"))]
     assert (run.returncode != 0) is dies, "\n".join(why[:40]) + "\n...\n" + run.stderr[-1500:]
     if dies:
         assert declared("PD303").split(". ")[0] in run.stderr
+
+
+@pytest.mark.parametrize("args,dies", [("", True), (", ddp_find_unused_parameters=False", False)])
+def test_pd303_a_peft_model_under_trainer_ddp_with_reentrant_checkpointing(tiny_llama, tmp_path, run_check, args, dies):
+    """Reentrant checkpointing switched on on the model (as peft's k-bit preparation does on transformers 4), then
+    a PeftModel under Trainer DDP: with ddp_find_unused_parameters unset the Trainer turns it on for a model that is
+    no PreTrainedModel, and two real gloo ranks on the CPU die marking parameters ready twice; with it off they
+    train. The doctor says the same of the same script."""
+    _dies_as_pd303_says(_two_gloo_ranks(tmp_path, _DDP_PEFT.format(args=args), str(tiny_llama)), dies)
     result, _ = run_check(
         _DDP_PEFT.format(args=args),
         launcher="torchrun --nproc_per_node 2 train.py",
@@ -771,8 +779,6 @@ def test_pd303_an_old_format_class_checkpoints_as_its_own_code_says(
     the class's own call reentrant (no use_reentrant: torch's default) they die marking parameters ready twice, as
     PD303 says; where its own call passes use_reentrant=False they train, and PD303 is silent."""
     import json
-    import subprocess
-    import sys
 
     from transformers import dynamic_module_utils
 
@@ -789,21 +795,8 @@ def test_pd303_an_old_format_class_checkpoints_as_its_own_code_says(
     config = transformers.AutoConfig.from_pretrained(code, trust_remote_code=True)
     transformers.AutoModelForCausalLM.from_config(config, trust_remote_code=True).save_pretrained(tmp_path / "ckpt")
 
-    script = tmp_path / "train.py"
-    script.write_text(_DDP_OLD_FORMAT)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "HF_MODULES_CACHE": str(tmp_path / "mods")}
-    run = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(script), str(tmp_path / "out")],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=env,
-        cwd=tmp_path,
-    )
-    why = [line for line in run.stderr.splitlines() if any(w in line for w in ("Error", "error", "terminate", "abort"))]
-    assert (run.returncode != 0) is dies, "\n".join(why[:40]) + "\n...\n" + run.stderr[-1500:]
-    if dies:
-        assert declared("PD303").split(". ")[0] in run.stderr
+    env = {"HF_MODULES_CACHE": str(tmp_path / "mods")}
+    _dies_as_pd303_says(_two_gloo_ranks(tmp_path, _DDP_OLD_FORMAT, env=env), dies)
     result, _ = run_check(
         _DDP_OLD_FORMAT,
         launcher="torchrun --nproc_per_node 2 train.py",
