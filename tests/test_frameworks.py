@@ -110,6 +110,24 @@ def test_lightning_devices_beyond_the_visible_gpus_is_lightnings_own_refusal(tmp
 
 
 @pytest.mark.parametrize(
+    "strategy,applicability",
+    [
+        ("'ddp'", "safe"),
+        ("'deepspeed_stage_3'", "unsafe"),
+        ("'fsdp'", "unsafe"),
+        ("DeepSpeedStrategy(stage=3)", "unsafe"),
+    ],
+)
+def test_fewer_devices_is_safe_only_where_nothing_is_sharded_over_them(tmp_path, strategy, applicability):
+    """devices='auto' keeps each GPU's memory under DDP (a full copy each); under ZeRO or FSDP each of the fewer
+    processes holds a larger shard, so the fix is for review (the memory rules judge the result)."""
+    result, _ = lit(tmp_path, f"accelerator='gpu', devices=8, strategy={strategy}", target="a100:4")
+    pd111 = next(f for f in result.findings if f.rule_id == "PD111")
+    assert pd111.fix.applicability == applicability
+    assert ("more memory on each" in pd111.fix.description) is (applicability == "unsafe")
+
+
+@pytest.mark.parametrize(
     "devices,refused",
     [("[0, 3]", "[0, 3]"), ("'0,3'", "[0, 3]"), ("[1, 2]", "[1, 2]"), ("[1]", None), ("[0, 1]", None)],
 )

@@ -31,7 +31,9 @@ _LIGHTNING = (
     error="RuntimeError: CUDA error: invalid device ordinal",
     fix="Set the process count to the visible GPU count (Lightning: `devices='auto'`).",
     applicability=Applicability.SAFE,
-    fix_safety="Safe.",
+    fix_safety="Safe under DDP, where each GPU holds a full copy whatever their number. Under a strategy that shards "
+    "over the processes (Lightning's DeepSpeed or FSDP), fewer processes hold larger shards: the fix is for review, "
+    "and the memory rules judge the result.",
     needs=("machine",),
     log=LogSignature(patterns=(r"invalid device ordinal", r"You requested gpu: \[")),
     fires=[
@@ -69,6 +71,10 @@ def more_processes_than_gpus(machine: MachineFacts, launch: LaunchFacts, plan: L
     if lightning:
         trainer = plan.spawner_call  # Lightning checks the ids it is given against the visible GPUs itself
         asked = f"GPUs {ids}" if found is not None and found.device_ids else f"{n} GPUs"
+        # a strategy that shards the weights and optimizer state over the processes: fewer processes hold larger
+        # shards, so the fix moves the job's memory (the memory rules judge the result)
+        strategy = trainer.kwargs.get("strategy")
+        sharded = strategy is not None and any(w in strategy.text.lower() for w in ("deepspeed", "fsdp"))
         yield Draft(
             f"{trainer.callee.rsplit('.', 1)[-1]}(devices=...) asks for {asked} but only {visible} "
             f"{'are' if visible != 1 else 'is'} visible ({gpu_phrase(machine)})",
@@ -76,8 +82,9 @@ def more_processes_than_gpus(machine: MachineFacts, launch: LaunchFacts, plan: L
             error=f"MisconfigurationException: You requested gpu: {ids}\n But your machine only "
             f"has: {list(range(visible))}",
             fix=Fix(
-                f"devices={visible}, or devices='auto' (every visible GPU)",
-                applicability=Applicability.SAFE,
+                f"devices={visible}, or devices='auto' (every visible GPU)"
+                + (f"; {strategy.text} then shards over {visible} GPU(s): more memory on each" if sharded else ""),
+                applicability=Applicability.UNSAFE if sharded else Applicability.SAFE,
                 edits=present(set_kwarg(trainer, "devices", "'auto'")),
             ),
         )
