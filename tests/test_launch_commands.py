@@ -247,6 +247,22 @@ def test_launch_line_environment_is_the_jobs():
     assert "hf_abcdefghijklmnopqrstuvwxyz1234" not in launch.env.get("HF_TOKEN", "")
 
 
+@pytest.mark.parametrize(
+    "command,env",
+    [
+        ("cd /work && torchrun --nproc_per_node 2 train.py", {}),
+        ("export MASTER_PORT=29601; torchrun --nproc_per_node 2 train.py", {"MASTER_PORT": "29601"}),
+        ("export NCCL_DEBUG=INFO MASTER_PORT=29602 && torchrun --nproc_per_node 2 train.py", {"MASTER_PORT": "29602"}),
+        ("MASTER_PORT=29603 && torchrun --nproc_per_node 2 train.py", {}),  # a shell variable: not the command's
+        ('bash -c "export MASTER_PORT=29604; torchrun --nproc_per_node 2 train.py"', {"MASTER_PORT": "29604"}),
+    ],
+)
+def test_a_command_list_launches_its_last_launcher_with_what_it_exported(command, env):
+    launch = parse_launcher(command)
+    assert launch.known and launch.launcher == "torchrun" and launch.script == "train.py"
+    assert {k: v for k, v in launch.env.items() if k == "MASTER_PORT"} == env
+
+
 def test_axolotl_launcher_choice_and_its_arguments():
     launch = parse_launcher("axolotl train ax.yml --launcher torchrun --micro-batch-size 2 -- --nproc_per_node 4")
     assert launch.launcher == "torchrun" and launch.num_processes.value == 4

@@ -830,3 +830,108 @@ def test_pd307_an_own_enable_method_refuses_the_keywords_it_is_given(
     assert found[0].error == (
         f"TypeError: XForCausalLM.gradient_checkpointing_enable() got an unexpected keyword argument '{keyword}'"
     )
+
+
+_PEFT = "from peft import LoraConfig, get_peft_model\n"
+_WRAP = "model = get_peft_model(model, LoraConfig())\n"
+_FLAG_ON = "supports_gradient_checkpointing = True\n"
+
+
+@pytest.mark.parametrize(
+    "script,severities",
+    [
+        (
+            LOAD + "from transformers import TrainerCallback\n\nclass Fix(TrainerCallback):\n"
+            "    def on_init_end(self, args, state, control, model=None, **kw):\n        model."
+            + _FLAG_ON
+            + "\n"
+            + TRAIN_GC.replace("train_dataset=data", "train_dataset=data, callbacks=[Fix()]"),
+            [],
+        ),
+        (
+            "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n\ndef main():\n"
+            "    model = AutoModelForCausalLM.from_pretrained('./ckpt', trust_remote_code=True)\n    model."
+            + _FLAG_ON
+            + "    "
+            + TRAIN_GC,
+            [],
+        ),
+        (
+            LOAD + "import functools\n\n@functools.lru_cache\ndef patch():\n    model." + _FLAG_ON + "\n" + TRAIN_GC,
+            ["error"],
+        ),
+        (LOAD + "class Patcher:\n    def run(self):\n        model." + _FLAG_ON + "\n" + TRAIN_GC, ["error"]),
+        (LOAD + "model.__class__." + _FLAG_ON + TRAIN_GC, []),
+        (LOAD + _PEFT + _WRAP + "model.base_model.model." + _FLAG_ON + TRAIN_GC, []),
+        (LOAD + _PEFT + _WRAP + "model.get_base_model()." + _FLAG_ON + TRAIN_GC, []),
+        (LOAD + _PEFT + _WRAP + "type(model)." + _FLAG_ON + TRAIN_GC, ["error"]),
+        (
+            LOAD
+            + TRAIN_GC.replace(".train()", "").replace("Trainer(", "trainer = Trainer(")
+            + "trainer.model."
+            + _FLAG_ON
+            + "trainer.train()\n",
+            [],
+        ),
+        (
+            LOAD
+            + _PEFT
+            + _WRAP
+            + TRAIN_GC.replace(".train()", "").replace("Trainer(", "trainer = Trainer(")
+            + "trainer.model."
+            + _FLAG_ON
+            + "trainer.train()\n",
+            ["error"],
+        ),
+        (LOAD + "model." + _FLAG_ON + LOAD.splitlines(keepends=True)[1] + TRAIN_GC, ["error"]),
+        (LOAD + "if False:\n    model." + _FLAG_ON + TRAIN_GC, ["error"]),
+        (LOAD + "import os\nif os.environ.get('PATCH'):\n    model." + _FLAG_ON + TRAIN_GC, ["warning"]),
+        (
+            LOAD.replace(
+                "model = ", "config = AutoConfig.from_pretrained('./ckpt', trust_remote_code=True)\nmodel = "
+            ).replace("import AutoModel", "import AutoConfig, AutoModel")
+            + "config."
+            + _FLAG_ON
+            + TRAIN_GC,
+            ["error"],
+        ),
+        (LOAD + "def patch():\n    model." + _FLAG_ON + "\n" + TRAIN_GC + "patch()\n", ["error"]),
+    ],
+    ids=[
+        "callback-on-init-end",
+        "main-that-trains",
+        "cached-never-called",
+        "class-never-made",
+        "dunder-class",
+        "peft-base-model",
+        "peft-get-base-model",
+        "type-of-peft-wrapper",
+        "trainer-model",
+        "trainer-model-is-peft-wrapper",
+        "model-loaded-again",
+        "if-false",
+        "run-decided",
+        "on-the-config",
+        "helper-called-after-training",
+    ],
+)
+def test_pd307_where_a_workaround_reaches_the_model(run_check, tmp_path, script, severities):
+    """Reviewed against real one-step runs (CPU, transformers 5.24, peft 0.21): where the flag the script sets is
+    the one gradient_checkpointing_enable reads when the Trainer calls it, the job trains; where it is not, it dies;
+    where the run decides, a warning."""
+    checkpoint(tmp_path / "ckpt", FLAGGED_UNSUPPORTED)
+    assert [f.severity for f in pd307(run_check(script)[0])] == severities
+
+
+@pytest.mark.parametrize(
+    "guard,severities",
+    [
+        ("if hasattr(model, 'supports_gradient_checkpointing'):\n", ["error"]),
+        ("if getattr(model, 'supports_gradient_checkpointing', True):\n", []),
+    ],
+)
+def test_pd307_guards_every_model_passes_or_that_ask_it(run_check, tmp_path, guard, severities):
+    checkpoint(tmp_path / "ckpt", NO_SUPPORT)
+    before = guard + "    model.gradient_checkpointing_enable()\n"
+    found = pd307(run_check(SCRIPT.format(model="./ckpt", before=before, args=""))[0])
+    assert [f.severity for f in found] == severities

@@ -144,11 +144,28 @@ def test_versions_inside_every_range_pass(tmp_path):
     assert not check(tmp_path, lf_env(tmp_path, MISC_095, FITS_095))
 
 
-def test_a_library_missing_from_its_environment_is_refused(tmp_path):
-    """require_version asks importlib.metadata: a library LLaMA-Factory checks that is not installed beside it."""
+def test_a_library_missing_beside_it_is_left_to_the_import_that_fails(tmp_path):
+    """A library the check ranges but the environment lacks: most releases import it before the check runs
+    (`ModuleNotFoundError: No module named 'datasets'` on 0.9.5), others die in the check; not PD703's to word."""
     python = lf_env(tmp_path, MISC_095, {k: v for k, v in FITS_095.items() if k != "datasets"})
-    [finding] = check(tmp_path, python)
-    assert finding.error.startswith("importlib.metadata.PackageNotFoundError: The 'datasets>=2.16.0,<=4.0.0'")
+    assert not check(tmp_path, python)
+
+
+def test_an_environment_without_the_framework_is_not_the_jobs(tmp_path):
+    """transformers installed where the doctor looks, LLaMA-Factory only pinned: that environment is not the one
+    LLaMA-Factory runs in, so its transformers is not judged against the pin's check; the pins are."""
+    env = tmp_path / "other-env"
+    site = env / "lib" / "python3.11" / "site-packages"
+    (site / "transformers-5.24.0.dist-info").mkdir(parents=True)
+    (site / "transformers-5.24.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: transformers\nVersion: 5.24.0\n"
+    )
+    (env / "bin").mkdir()
+    (env / "bin" / "python").write_text("")
+    assert not check(tmp_path, env / "bin" / "python", requirements="llamafactory==0.9.2\ntransformers==4.47.1\n")
+    found = check(tmp_path, env / "bin" / "python", requirements="llamafactory==0.9.2\npeft==0.13.0\n")
+    assert found and "peft 0.13.0 is outside" in found[0].message
+    assert "the checks of transformers, datasets, accelerate, whose versions are not pinned here" in found[0].message
 
 
 @pytest.mark.parametrize(
@@ -158,11 +175,20 @@ def test_a_library_missing_from_its_environment_is_refused(tmp_path):
         ("DISABLE_VERSION_CHECK=y llamafactory-cli train train.yaml", False),
         ("DISABLE_VERSION_CHECK=0 llamafactory-cli train train.yaml", True),
         ("llamafactory-cli train train.yaml", True),
+        ("export DISABLE_VERSION_CHECK=1; llamafactory-cli train train.yaml", False),
+        ("cd /work && export DISABLE_VERSION_CHECK=true && llamafactory-cli train train.yaml", False),
+        ("DISABLE_VERSION_CHECK=1 && llamafactory-cli train train.yaml", True),  # a shell variable, not exported
     ],
 )
 def test_disable_version_check_skips_it(tmp_path, launcher, fires):
     python = lf_env(tmp_path, MISC_095, {**FITS_095, "transformers": "5.24.0"})
     assert bool(check(tmp_path, python, launcher=launcher)) is fires
+
+
+def test_a_launch_the_doctor_cannot_read_may_set_the_variable(tmp_path):
+    python = lf_env(tmp_path, MISC_095, {**FITS_095, "transformers": "5.24.0"})
+    [finding] = check(tmp_path, python, launcher="./run_train.sh train.yaml")
+    assert finding.severity == "warning"
 
 
 def test_y_does_not_skip_the_check_before_0_9_2(tmp_path):
@@ -198,11 +224,13 @@ def test_pinned_releases_are_judged_by_the_doctors_table(tmp_path, requirements,
     [
         ("from llamafactory.train.tuner import run_exp\n\nrun_exp()\n", True),
         ("import llamafactory.cli\n", True),
+        ("from llamafactory.chat import ChatModel\n", True),
+        ("from llamafactory.data import get_dataset\n", False),  # 0.9.x: the data module does not import the parser
         ("from transformers import Trainer\n", False),
     ],
 )
 def test_a_script_that_starts_llamafactory_is_judged_too(tmp_path, code, fires):
-    python = lf_env(tmp_path, MISC_095, {**FITS_095, "transformers": "5.24.0"})
+    python = lf_env(tmp_path, MISC_095, {**FITS_095, "transformers": "5.24.0"}, llamafactory="0.9.5")
     assert bool(check(tmp_path, python, recipe=code, name="train.py")) is fires
 
 
@@ -220,3 +248,9 @@ def test_the_table_holds_what_each_wheel_checks():
     assert releases["0.9.2"]["requirements"][0][0].count("!=") == 7
     assert releases["0.9.1"]["disable_values"] == ["true", "1"]
     assert releases["0.9.2"]["disable_values"] == ["true", "y", "1"]
+
+
+def test_before_0_9_any_import_of_the_package_runs_the_check(tmp_path):
+    """0.7-0.8's llamafactory/__init__.py imports its cli, which imports the parser."""
+    python = lf_env(tmp_path, MISC_091, {"transformers": "4.37.1", "peft": "0.12.0"}, llamafactory="0.8.3")
+    assert check(tmp_path, python, recipe="from llamafactory.data import get_dataset\n", name="train.py")

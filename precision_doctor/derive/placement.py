@@ -221,14 +221,18 @@ def _old_format_checkpointing(setup: Setup) -> RemoteClass | None:
 
 
 _ENABLED = ("", "caught", "asks", "maybe", "always")
-# the model's own answer, as the if's whole test: `model.supports_gradient_checkpointing`, or getattr with a false
-# default
+# the model's own answer, as the if's whole test: `model.supports_gradient_checkpointing`, or getattr of it (every
+# transformers model has the attribute, so a default is never taken)
 _ASKS = re.compile(
     r"[\w.]+\.supports_gradient_checkpointing"
-    r"|getattr\(\s*[\w.]+\s*,\s*(['\"])supports_gradient_checkpointing\1\s*(,\s*(False|None)\s*)?\)"
+    r"|getattr\(\s*[\w.]+\s*,\s*(['\"])supports_gradient_checkpointing\1\s*(,\s*[\w.]+\s*)?\)"
 )
-# a test every transformers model passes (PreTrainedModel defines the method; PeftModel forwards it): no branch
-_HAS_METHOD = re.compile(r"hasattr\(\s*[\w.]+\s*,\s*(['\"])(gradient|activation)_checkpointing_enable\1\s*\)")
+# a test every transformers model passes (PreTrainedModel defines the method and the attribute; PeftModel forwards
+# them): no branch
+_HAS_METHOD = re.compile(
+    r"hasattr\(\s*[\w.]+\s*,\s*(['\"])"
+    r"((gradient|activation)_checkpointing_enable|supports_gradient_checkpointing)\1\s*\)"
+)
 
 
 def _stronger(a: str, b: str) -> str:

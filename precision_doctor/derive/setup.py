@@ -16,6 +16,7 @@ from ..model.facts import (
     ABSENT,
     CONDITIONAL,
     KNOWN,
+    AttributeSet,
     Call,
     CheckpointFacts,
     CheckpointSource,
@@ -691,42 +692,89 @@ def _remote_class(
         evidence_of(trust, "trust_remote_code=True: the checkpoint's own model code", load),
         Evidence(at, found.answer_text, _says(found, auto_class), "code"),
     )
-    # (set on anything but a second model the script loads: a helper's parameter or a class patched before the
-    # load may well be the trained model's)
-    others = {c.target for c in script.of("model_load") if c is not load and c.target} - names
-    patches = [
-        v
-        for name, owner, scope, v in script.attribute_sets
-        if name == "supports_gradient_checkpointing" and owner not in others and _takes_effect(script, owner, scope, v)
-    ]
+    patches = [a for a in script.attribute_sets if a.name == "supports_gradient_checkpointing"]
+    patches = [a for a in patches if _on_the_model(script, load, names, a) and _takes_effect(script, a)]
     if patches and found.checkpointing in ("no", "yes"):
         # the script sets the flag itself (the workaround for the error): on the instance or the class, it is what
         # gradient_checkpointing_enable() reads
-        if not all(v.state == KNOWN and isinstance(v.value, bool) for v in patches):
-            where = patches[0].location
+        if not all(a.value.state == KNOWN and isinstance(a.value.value, bool) for a in patches):
+            where = patches[0].value.location
             line = f" (line {where.line})" if where else ""
-            return Fact(unknown=f"the script sets supports_gradient_checkpointing{line}", source=patches[0], call=load)
+            return Fact(
+                unknown=f"the script sets supports_gradient_checkpointing{line}", source=patches[0].value, call=load
+            )
         last = patches[-1]  # (in source order: the last one set before training)
-        found = replace(found, checkpointing="yes" if last.value else "no")
-        evidence += (evidence_of(last, f"supports_gradient_checkpointing = {last.value}, set by the script", load),)
+        if last.conditional and last.value.value and found.checkpointing == "no":
+            # set only where the run takes a condition: the job dies where it does not
+            found = replace(found, workaround_conditional=True)
+        else:
+            found = replace(found, checkpointing="yes" if last.value.value else "no")
+        said = f"supports_gradient_checkpointing = {last.value.value}, set by the script"
+        evidence += (evidence_of(last.value, said + (" under a condition" if last.conditional else ""), load),)
     return Fact(found, evidence, source=trust, call=load)
 
 
-def _takes_effect(script: ScriptFacts, owner: str, scope: str, value: Value) -> bool:
+# the calls whose result is no model: a flag set on what they return is not the model's
+_NOT_MODELS = ("config_load", "trainer", "training_args", "bnb_config", "peft_config", "accelerator", "optimizer")
+
+
+def _on_the_model(script: ScriptFacts, load: Call, names: frozenset, a: AttributeSet) -> bool:
+    """Whether a flag set through this name reaches the trained model: not a second model the script loads, not
+    a config or Trainer it builds (a helper's parameter, or a class patched before the load, may well be the
+    model's); through `trainer.model` / `self.model` only where peft does not wrap the model (the Trainer then holds
+    peft's wrapper, which keeps the attribute on itself)."""
+    if a.held:
+        return not any(c.kind in ("get_peft_model", "peft_load") for c in script.calls)
+    others = {c.target for c in script.of("model_load") if c is not load and c.target} - names
+    not_models = {c.target for c in script.calls if c.kind in _NOT_MODELS and c.target} - names
+    return a.owner not in others and a.owner not in not_models
+
+
+def _takes_effect(script: ScriptFacts, a: AttributeSet) -> bool:
     """Whether the model reads this `supports_gradient_checkpointing` when checkpointing is switched on: not when
-    a training or enable call on every path sits above it in its scope (too late), nor when the name holds peft's
-    wrapper there (PeftModel keeps the attribute on itself; the call is forwarded to the base model, which reads
-    its own class's)."""
-    where = value.location
+    a training or enable call on every path sits above it in its scope (too late), or above every call of the
+    function it is set in; not when the name holds peft's wrapper there (PeftModel keeps the attribute on itself;
+    the call is forwarded to the base model, which reads its own class's); not on an instance the name no longer
+    holds when training starts (the model loaded again)."""
+    where = a.value.location
     if where is None:
         return True
-    above = [
-        c for c in script.calls if c.scope == scope and c.location.path == where.path and c.location.line < where.line
-    ]
-    if any(c.kind in ("train", "gc_enable") and not c.branches for c in above):
+    if _too_late(script, a.scope, where):
         return False
-    bound = [c for c in above if c.target == owner and c.kind in ("model_load", "get_peft_model", "peft_load")]
-    return not bound or bound[-1].kind == "model_load"
+    helper_calls = [c for c in script.of("local_call") if c.callee == a.scope]
+    if helper_calls and all(_too_late(script, c.scope, c.location) for c in helper_calls):
+        return False
+    if a.inner or a.held:
+        return True
+    same = [c for c in script.calls if c.scope == a.scope and c.location.path == where.path]
+    above = [c for c in same if c.location.line < where.line]
+    bound = [c for c in above if c.target == a.owner and c.kind in ("model_load", "get_peft_model", "peft_load")]
+    if bound and bound[-1].kind != "model_load":
+        return False  # (`type(wrapper)` is PeftModel's class)
+    if a.on_class:
+        return True  # (a model loaded again is of the same class)
+    starts = min(
+        (c.location.line for c in same if c.kind in ("train", "gc_enable") and c.location.line > where.line),
+        default=None,
+    )
+    reloaded = [
+        c
+        for c in same
+        if c.kind == "model_load"
+        and c.target == a.owner
+        and c.location.line > where.line
+        and (starts is None or c.location.line < starts)
+    ]
+    return not reloaded
+
+
+def _too_late(script: ScriptFacts, scope: str, where: Location) -> bool:
+    """A training or enable call on every path sits above this line in its scope."""
+    return any(
+        c.kind in ("train", "gc_enable") and not c.branches and c.location.line < where.line
+        for c in script.calls
+        if c.scope == scope and c.location.path == where.path
+    )
 
 
 def _untrusted_code(load: Call | None, script: ScriptFacts, machine: MachineFacts, stack: StackFacts) -> Fact:

@@ -13,15 +13,28 @@ from ..model.facts import GateRequirement, ScriptFacts, VersionGate
 # package -> the file whose check_dependencies() runs as the framework starts (llamafactory-cli train imports
 # hparams/parser.py, which calls it at module level: parser.py:47 in 0.9.5)
 GATED = {"llamafactory": "llamafactory/extras/misc.py"}
-# package -> (its recipes' family, the modules whose import runs the check: each imports hparams/parser.py)
-_STARTED_BY = {"llamafactory": ("LLaMA-Factory", ("llamafactory.hparams", "llamafactory.train", "llamafactory.cli"))}
+# package -> (its recipes' family, the modules whose import runs the check: each imports hparams/parser.py; before
+# 0.9.0 the package's __init__ imports its cli, so any import of it does)
+_STARTED_BY = {
+    "llamafactory": (
+        "LLaMA-Factory",
+        ("llamafactory.hparams", "llamafactory.train", "llamafactory.cli", "llamafactory.chat", "llamafactory.api"),
+    )
+}
+_ANY_IMPORT_BEFORE = {"llamafactory": "0.9.0"}
 
 
-def runs_framework(script: ScriptFacts, package: str) -> bool:
-    """Whether the job starts this framework: a recipe of its family, or a script importing what runs its check."""
-    family, modules = _STARTED_BY[package]
+def runs_framework(script: ScriptFacts, package: str, version: str) -> bool:
+    """Whether the job starts this framework at this release: a recipe of its family, or a script importing what
+    runs its check."""
+    from .versions import version_tuple
+
+    family, starting = _STARTED_BY[package]
     if script.recipe is not None:
         return script.recipe.family == family
+    modules: tuple[str, ...] = starting
+    if version_tuple(version) < version_tuple(_ANY_IMPORT_BEFORE[package]):
+        modules = (package,)
     return any(i == m or i.startswith(m + ".") for i in script.imports for m in modules)
 
 

@@ -234,6 +234,8 @@ class RemoteClass:
     own_checkpoint_text: str = ""
     # its own `gradient_checkpointing_enable` (the first along its bases), which the Trainer calls with keywords:
     # the keywords it takes ("**" where it takes any), where it is defined, and the class that defines it
+    # the script sets supports_gradient_checkpointing = True only under a condition the run decides
+    workaround_conditional: bool = False
     enable_keywords: tuple[str, ...] | None = None
     enable_at: Location | None = None
     enable_text: str = ""
@@ -310,6 +312,21 @@ class ParsedArguments:
 
 
 @record
+class AttributeSet:
+    """A watched attribute (WATCHED_ATTRIBUTES) the script sets: `model.supports_gradient_checkpointing = True`,
+    `setattr(type(model), ...)`, `trainer.model.… = …`."""
+
+    name: str
+    owner: str  # the name the object is reached through: "model", "trainer", "self"
+    scope: str  # where it is set: "<module>" or the function's qualified name
+    value: Value
+    on_class: bool = False  # `type(model).x` / `model.__class__.x`: the class, so every instance of it
+    inner: bool = False  # `model.base_model.model.x` / `model.get_base_model().x`: the model peft wraps
+    held: bool = False  # `trainer.model.x` / `self.model.x`: the model an object holds (a Trainer's)
+    conditional: bool = False  # under a condition the run decides
+
+
+@record
 class RecipeFacts:
     """A recipe as its framework reads it (Axolotl, LLaMA-Factory): every setting written, by dotted key path
     (`fsdp_config.offload_params`), each pointing at the line that writes it or the launch-line word that sets it.
@@ -344,10 +361,9 @@ class ScriptFacts:
     classes: dict[str, ClassFacts] = field(default_factory=dict)  # the classes it defines, by name
     parsed: tuple[ParsedArguments, ...] = ()  # what its argument parsers are given
     recipe: RecipeFacts | None = None  # a recipe checked as itself: its settings as written
-    # attributes the rules watch, as the script sets them on an object it names (`model.supports_gradient_
-    # checkpointing = True`, `setattr(type(model), "supports_gradient_checkpointing", True)`) where the script runs
-    # that code: (attribute, the object's name, the scope it is set in, value), in source order
-    attribute_sets: tuple[tuple[str, str, str, Value], ...] = ()
+    # attributes the rules watch, as the script sets them on an object it names, where the script runs that code,
+    # in source order
+    attribute_sets: tuple[AttributeSet, ...] = ()
 
     def of(self, *kinds: str) -> list[Call]:
         if len(kinds) == 1:
@@ -701,6 +717,7 @@ class VersionGate:
     requirements: tuple[GateRequirement, ...] = ()
     disable_values: tuple[str, ...] = ()  # DISABLE_VERSION_CHECK values (lower-cased) that skip the others
     where: str = ""  # "llamafactory 0.9.5 (installed) llamafactory/extras/misc.py"
+    installed: bool = False  # the framework is installed in the environment read: the libraries there are its
 
 
 @record

@@ -124,6 +124,9 @@ def peel(words: list[str]) -> Peeled:
     reason = ""
     srun, srun_options = False, dict[str, str]()
     words = list(words)
+    segments = _segments(words)
+    if len(segments) > 1:  # `export VAR=1; torchrun ...`, `cd /work && torchrun ...`
+        words = _launching(segments, env)
     for _ in range(MAX_LAYERS):
         if not words:
             break
@@ -153,8 +156,7 @@ def peel(words: list[str]) -> Peeled:
             segments = _segments(inner)
             if not segments:
                 break
-            # `cd /work && torchrun ...`: the part that launches (the last one when none does)
-            words = next((seg for seg in reversed(segments) if launcher_of(peel(seg).words)[0]), segments[-1])
+            words = _launching(segments, env)
             continue
         if head == "srun":
             srun = True
@@ -196,6 +198,21 @@ def _segments(words: list[str]) -> list[list[str]]:
         else:
             out[-1].append(w)
     return [seg for seg in out if seg]
+
+
+def _launching(segments: list[list[str]], env: dict[str, str]) -> list[str]:
+    """Of a command list (`cd /work && export NCCL_DEBUG=INFO; torchrun ...`), the part that launches (the last one
+    when none does), with what an `export` before it puts in its environment (a bare `VAR=1 &&` sets a shell
+    variable the command does not see)."""
+    at = next(
+        (i for i in range(len(segments) - 1, -1, -1) if launcher_of(peel(segments[i]).words)[0]), len(segments) - 1
+    )
+    for seg in segments[:at]:
+        if seg[0] == "export":
+            for word in seg[1:]:
+                if ASSIGNMENT.match(word):
+                    _assign(env, word)
+    return segments[at]
 
 
 def _assign(env: dict[str, str], word: str) -> None:

@@ -254,10 +254,11 @@ def _with_version_gates(script: ScriptFacts, site_dirs: tuple[str, ...], install
     gates = []
     for package, relative in GATED.items():
         have = script.stack.get(package)
-        if not have.exact or not runs_framework(script, package):
+        if not have.exact or not runs_framework(script, package, have.version):
             continue
         gate = None
-        if installed.get(package) == have.version and site_dirs:
+        here = installed.get(package) == have.version and bool(site_dirs)  # the environment read is the framework's
+        if here:
             requirements, disable = _installed_gate(site_dirs, relative)
             if requirements:
                 where = f"{package} {have.version} (installed) {relative}"
@@ -265,7 +266,7 @@ def _with_version_gates(script: ScriptFacts, site_dirs: tuple[str, ...], install
         if gate is None:
             gate = shipped_gate(package, have.version)
         if gate is not None:
-            gates.append(gate)
+            gates.append(replace(gate, installed=here))
     return replace(script, stack=replace(script.stack, version_gates=tuple(gates))) if gates else script
 
 

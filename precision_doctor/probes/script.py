@@ -25,6 +25,7 @@ from ..model.facts import (
     CONDITIONAL,
     KNOWN,
     WATCHED_ATTRIBUTES,
+    AttributeSet,
     Branch,
     Call,
     Location,
@@ -166,7 +167,7 @@ class _Collector:
         self.by_written: dict[int, int] = {}  # a local function's call as written (recorded bound by name) -> index
         self._parsed_args: dict[str, Call] = {}
         self._assigned_names: set[str] | None = None
-        self._names_used: set[str] | None = None  # every name the code uses (`_named_elsewhere`)
+        self._names_used: tuple[set[str], set[str]] | None = None  # bare names and attribute names the code uses
         self._branch_of: dict[tuple, Branch] = {}  # if-step -> its Branch
         self.targets = self._assignment_targets()
         self.local_trainers, self.local_args = self._local_subclasses()
@@ -656,9 +657,10 @@ class _Collector:
                 self.calls.append(self._parsed_args[sym.class_name])
             self.calls[index] = replace(call, refs={**call.refs, "args": self._parsed_args[sym.class_name].key})
 
-    def attribute_sets(self) -> tuple[tuple[str, str, str, Value], ...]:
-        """The watched attributes the code sets on any object (facts.WATCHED_ATTRIBUTES): `x.name = v`,
-        `type(x).name = v`, `setattr(x, "name", v)`."""
+    def attribute_sets(self) -> tuple[AttributeSet, ...]:
+        """The watched attributes the code sets on an object it names (facts.WATCHED_ATTRIBUTES): `x.name = v`,
+        `type(x).name = v`, `setattr(x, "name", v)`, where the script runs that code and no decided condition
+        leaves it out."""
         out = []
         for node in self.of(ast.Assign, ast.AnnAssign, ast.Call, ordered=False):  # (sorted below: few are kept)
             if type(node) is ast.Call:
@@ -667,51 +669,82 @@ class _Collector:
                     continue
                 if not (isinstance(args[1], ast.Constant) and args[1].value in WATCHED_ATTRIBUTES):
                     continue
-                name, owner, value = str(args[1].value), _object_name(args[0]), args[2]
+                name, target, value = str(args[1].value), args[0], args[2]
             else:
                 targets = node.targets if type(node) is ast.Assign else [node.target]
-                found = [
-                    t
-                    for t in targets
-                    if isinstance(t, ast.Attribute) and t.attr in WATCHED_ATTRIBUTES and _object_name(t.value)
-                ]
+                found = [t for t in targets if isinstance(t, ast.Attribute) and t.attr in WATCHED_ATTRIBUTES]
                 if not found or node.value is None:
                     continue
-                name, owner, value = found[0].attr, _object_name(found[0].value), node.value
-            if owner and self._script_runs(value):  # (on an object it names, not on one of its parts)
-                out.append(((node.lineno, node.col_offset), name, owner, value))
+                name, target, value = found[0].attr, found[0].value, node.value
+            reached = _set_on(target)
+            if reached is None or not self._script_runs(value):  # (on an object it names, not on one of its parts)
+                continue
+            branches = self._branches(self.index.chain_at(value))
+            if any(b.decided is False for b in branches):
+                continue  # `if False:`: never set
+            out.append(((node.lineno, node.col_offset), name, reached, value, any(b.decided is None for b in branches)))
         out.sort(key=_FIRST)
-        scopes = [self.index.scope_at(value) for _, _, _, value in out]
-        return tuple(
-            (name, owner, scope.name, self.r.value(value, scope))
-            for (_, name, owner, value), scope in zip(out, scopes, strict=True)
-        )
+        sets = []
+        for _, name, (owner, kind), value, conditional in out:
+            scope = self.index.scope_at(value)
+            sets.append(
+                AttributeSet(
+                    name,
+                    owner,
+                    scope.name,
+                    self.r.value(value, scope),
+                    on_class=kind == "class",
+                    inner=kind == "inner",
+                    held=kind == "held",
+                    conditional=conditional,
+                )
+            )
+        return tuple(sets)
 
     def _script_runs(self, node: ast.expr) -> bool:
-        """Whether the script itself may run the expression `node`: each function around it is named somewhere else
-        in the file (called, or handed to whatever calls it) or decorated (a framework calls it); a dunder method
-        counts when its class is named. A TrainerCallback's `on_train_begin` is run by the library, after the
-        Trainer has switched gradient checkpointing on; a function nobody names never runs."""
+        """Whether the script itself may run the expression `node`: each function around it trains itself, is named
+        somewhere else in the file (called, or handed to whatever calls it), is a method (a framework may call it;
+        not a TrainerCallback event past `on_init_end`, which runs after the Trainer switched checkpointing on), or
+        is registered by a decorator (a framework calls it). A function nobody names never runs."""
         scope: Scope | None = self.index.scope_at(node)
         while scope is not None and scope.name != "<module>":
             define = scope.node
-            if isinstance(define, (ast.FunctionDef, ast.AsyncFunctionDef)) and not define.decorator_list:
-                dunder = define.name.startswith("__") and define.name.endswith("__")
-                if not self._named_elsewhere(scope.class_name if dunder and scope.class_name else define.name):
-                    return False
+            if isinstance(define, (ast.FunctionDef, ast.AsyncFunctionDef)) and not self._may_run(define, scope):
+                return False
             scope = scope.parent
         return True
 
-    def _named_elsewhere(self, name: str) -> bool:
+    def _may_run(self, define: ast.FunctionDef | ast.AsyncFunctionDef, scope: Scope) -> bool:
+        if any(c.scope == scope.name and c.kind in (CallKind.TRAIN, CallKind.GC_ENABLE) for c in self.calls):
+            return True  # (its training is judged as running: so is the rest of it)
+        if any(_decorator_name(d) not in _PLAIN_DECORATORS for d in define.decorator_list):
+            return True
+        if scope.class_name:
+            if not self._named_elsewhere(scope.class_name.rsplit(".", 1)[-1], attributes=True):
+                return False  # a class nothing names: nothing makes one or calls its methods
+            if define.name.startswith("on_") and define.name != "on_init_end":
+                return self._named_elsewhere(define.name, attributes=True)
+            return True
+        return self._named_elsewhere(define.name, attributes=False)
+
+    def _named_elsewhere(self, name: str, attributes: bool) -> bool:
+        """A plain function is named by a bare name (or `getattr(module, "name")`); a method through an attribute."""
         if self._names_used is None:
-            used: set[str] = set()
+            bare: set[str] = set()
+            attrs: set[str] = set()
             for n in self.of(ast.Name, ast.Attribute, ordered=False):
-                used.add(n.id if type(n) is ast.Name else n.attr)
-            for n in self.of(ast.Constant):  # `getattr(module, "name")`, `globals()["name"]`
-                if type(n.value) is str and n.value.isidentifier():
-                    used.add(n.value)
-            self._names_used = used
-        return name in self._names_used
+                if type(n) is ast.Name:
+                    bare.add(n.id)
+                else:
+                    attrs.add(n.attr)
+            for n in self.of(ast.Call):
+                if isinstance(n.func, ast.Name) and n.func.id in ("getattr", "hasattr") and len(n.args) > 1:
+                    key = n.args[1]
+                    if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                        bare.add(key.value)
+            self._names_used = (bare, attrs)
+        bare, attrs = self._names_used
+        return name in bare or (attributes and name in attrs)
 
     def _apply_attribute_overrides(self) -> None:
         """`training_args.bf16 = True` after construction changes what the Trainer sees (and `config.torch_dtype =`
@@ -748,12 +781,39 @@ class _Collector:
                 self.calls[i] = call = replace(call, kwargs=kwargs)
 
 
-def _object_name(node: ast.expr) -> str:
-    """`model` or `type(model)`: the name of the object (or its class) an attribute is set on; "" for one of its
-    parts (`model.config.supports_gradient_checkpointing` is the config's)."""
+def _set_on(node: ast.expr) -> tuple[str, str] | None:
+    """What an attribute is set on, as (the name it is reached through, how): "" the object itself, "class" its
+    class (`type(model)`, `model.__class__`), "inner" the model peft wraps (`model.base_model.model`,
+    `model.get_base_model()`), "held" the model an object holds (`trainer.model`, `self.model`); None for another
+    part of it (`model.config.x` is the config's)."""
+    if isinstance(node, ast.Name):
+        return node.id, ""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "type" and node.args:
-        node = node.args[0]
-    return node.id if isinstance(node, ast.Name) else ""
+        return (node.args[0].id, "class") if isinstance(node.args[0], ast.Name) else None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get_base_model":
+        return (node.func.value.id, "inner") if isinstance(node.func.value, ast.Name) else None
+    if not isinstance(node, ast.Attribute):
+        return None
+    path = dotted(node)
+    head, _, rest = path.partition(".")
+    if rest == "__class__":
+        return head, "class"
+    if rest in ("base_model.model", "base_model.model.model"):
+        return head, "inner"
+    if rest == "model":
+        return head, "held"
+    return None
+
+
+def _decorator_name(node: ast.expr) -> str:
+    node = node.func if isinstance(node, ast.Call) else node
+    return dotted(node).rsplit(".", 1)[-1]
+
+
+# decorators that wrap a function without handing it to anything that calls it
+_PLAIN_DECORATORS = frozenset(
+    {"lru_cache", "cache", "wraps", "no_grad", "inference_mode", "enable_grad", "staticmethod", "classmethod"}
+)
 
 
 _MAIN_GUARD = Branch(0, True, "__main__")  # a branch every run takes: left out of a call's branches

@@ -186,7 +186,7 @@ def remote_code_no_checkpointing(script: ScriptFacts, setup: Setup, stack: Stack
         evidence=found.evidence + tuple(e for e in gc.evidence if not e.note.startswith("use_reentrant")),
         error=f"ValueError: {error}",
         # a condition the run decides, or a try whose handler may take the refusal (or re-raise it)
-        severity="warning" if gc.through_model in ("maybe", "caught") else None,
+        severity="warning" if gc.through_model in ("maybe", "caught") or remote.workaround_conditional else None,
         fix=Fix(
             "load a class that supports gradient checkpointing (transformers' own, without trust_remote_code, "
             "where it has the architecture), or turn checkpointing off and make room for the activations",

@@ -91,11 +91,26 @@ def framework_refuses_versions(script: ScriptFacts, stack: StackFacts, machine: 
     # (taking the script: its project's stack, where the framework's check was read)
     env = job_env(launch, machine)
     for gate in stack.version_gates:
-        refused = _refused(gate, stack, env.get("DISABLE_VERSION_CHECK", "0").lower())
+        refused, unjudged = _refused(gate, stack, env.get("DISABLE_VERSION_CHECK", "0").lower())
         if not refused:
             continue
         name = _NAMES.get(gate.framework, gate.framework)
         said = "; ".join(what for _, what, _ in refused)
+        if unjudged:
+            said += (
+                f" (the check of {unjudged[0]}, whose version is not pinned here, comes first)"
+                if len(unjudged) == 1
+                else f" (the checks of {', '.join(unjudged)}, whose versions are not pinned here, come first)"
+            )
+        declared = [
+            requirement_name(r.requirement)
+            for r, _, _ in refused
+            if stack.get(requirement_name(r.requirement)).source == VersionSource.DECLARED
+        ]
+        if declared and stack.get(gate.framework).source == VersionSource.DECLARED:
+            said += "; pinned in one install, pip's resolver may refuse the pair before the job starts"
+        # a launch the doctor could not read may set DISABLE_VERSION_CHECK for the job
+        unread = launch.unknown_launcher and not launch.not_training
         evidence = tuple(
             Evidence(None, requirement.requirement, f"{gate.where}:{requirement.line} check_dependencies()", "library")
             for requirement, _, _ in refused
@@ -116,6 +131,7 @@ def framework_refuses_versions(script: ScriptFacts, stack: StackFacts, machine: 
             f"{name} {gate.version} refuses the library versions as it starts: {said}",
             evidence=evidence,
             error=refused[0][2],
+            severity="warning" if unread else None,
             fix=Fix(
                 f"install versions its check accepts (`pip install {wanted}`){others}; DISABLE_VERSION_CHECK=1 "
                 "skips the check and runs a combination it was not tested with",
@@ -124,28 +140,29 @@ def framework_refuses_versions(script: ScriptFacts, stack: StackFacts, machine: 
         )
 
 
-def _refused(gate: VersionGate, stack: StackFacts, disable: str) -> list:
+def _refused(gate: VersionGate, stack: StackFacts, disable: str) -> tuple[list, list[str]]:
     """(requirement, what is wrong, the error it raises) for each requirement the job's versions fail, in the
-    check's order: the first is the one the job dies on."""
-    out = []
-    installed_gate = "(installed)" in gate.where
+    check's order, and the libraries checked before the first of them whose version is not the job's own (one of
+    those may stop the job first). A version counts where it comes from the framework's own environment (the
+    installed framework's check against what is installed beside it), or, for the table's check, from a pin or the
+    caller: an environment that has the library but not the framework is not the job's."""
+    out: list = []
+    unjudged: list[str] = []
     for requirement in gate.requirements:
         if disable in gate.disable_values and not requirement.mandatory:
             continue
         library = requirement_name(requirement.requirement)
         have = stack.get(library)
-        if installed_gate and have.source not in (VersionSource.INSTALLED, VersionSource.GIVEN):
-            # the framework's environment was read and the library is not in it: importlib.metadata finds nothing
-            out.append(
-                (
-                    requirement,
-                    f"{library} is not installed where {gate.framework} is (it requires {requirement.requirement})",
-                    f"importlib.metadata.PackageNotFoundError: The '{requirement.requirement}' distribution was not "
-                    "found and is required by this application.",
-                )
-            )
+        own = (
+            have.source in (VersionSource.INSTALLED, VersionSource.GIVEN)
+            if gate.installed
+            else (have.source != VersionSource.INSTALLED)
+        )
+        if not (have.exact and own):
+            if not out:
+                unjudged.append(library)
             continue
-        if not have.exact or requirement_holds(requirement.requirement, have.version) is not False:
+        if requirement_holds(requirement.requirement, have.version) is not False:
             continue
         out.append(
             (
@@ -155,4 +172,4 @@ def _refused(gate: VersionGate, stack: StackFacts, disable: str) -> list:
                 f"found {library}=={have.version}.",
             )
         )
-    return out
+    return out, unjudged
