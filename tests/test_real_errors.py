@@ -960,6 +960,23 @@ def _tiny_remote_checkpoint(tmp_path, tmp_path_factory, monkeypatch, name: str, 
     return tmp_path / f"ckpt_{name}"
 
 
+_GC_SCRIPT = (
+    "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+    "model = AutoModelForCausalLM.from_pretrained('./ckpt_{name}', trust_remote_code=True)\n"
+    "args = TrainingArguments('out', gradient_checkpointing=True, max_steps=1)\n"
+    "Trainer(model=model, args=args, train_dataset=data).train()\n"
+)
+
+
+def _one_step_with_checkpointing(model, tmp_path):
+    """A Trainer that switches gradient checkpointing on and trains `model` one step on the CPU."""
+    ids = torch.randint(0, 64, (8,))
+    args = transformers.TrainingArguments(
+        str(tmp_path / "out"), gradient_checkpointing=True, max_steps=1, use_cpu=True, report_to=[]
+    )
+    return transformers.Trainer(model=model, args=args, train_dataset=[{"input_ids": ids, "labels": ids}] * 2)
+
+
 SUPPORTS = "    supports_gradient_checkpointing = True\n"
 FLAG = "        self.gradient_checkpointing = False  # what transformers switches (modeling_utils.py:3235-3249)\n"
 
@@ -977,18 +994,9 @@ def test_pd307_a_remote_class_without_checkpointing_support_is_refused(
     saved = _tiny_remote_checkpoint(tmp_path, tmp_path_factory, monkeypatch, name, supports, flag)
     model = transformers.AutoModelForCausalLM.from_pretrained(saved, trust_remote_code=True)
     assert type(model).__name__ == "TinyRemoteForCausalLM"  # the checkpoint's own class, not a library one
-    ids = torch.randint(0, 64, (8,))
-    args = transformers.TrainingArguments(
-        str(tmp_path / "out"), gradient_checkpointing=True, max_steps=1, use_cpu=True, report_to=[]
-    )
-    trainer = transformers.Trainer(model=model, args=args, train_dataset=[{"input_ids": ids, "labels": ids}] * 2)
+    trainer = _one_step_with_checkpointing(model, tmp_path)
 
-    script = (
-        "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
-        f"model = AutoModelForCausalLM.from_pretrained('./ckpt_{name}', trust_remote_code=True)\n"
-        "args = TrainingArguments('out', gradient_checkpointing=True, max_steps=1)\n"
-        "Trainer(model=model, args=args, train_dataset=data).train()\n"
-    )
+    script = _GC_SCRIPT.format(name=name)
     result, _ = run_check(script)
     predicted = [f for f in result.findings if f.rule_id == "PD307"]
     if supports and flag:
@@ -1018,17 +1026,8 @@ def test_pd307_an_own_enable_method_that_takes_fewer_keywords_than_the_trainer_p
     name = "narrow" if dies else "wide"
     saved = _tiny_remote_checkpoint(tmp_path, tmp_path_factory, monkeypatch, name, override, FLAG)
     model = transformers.AutoModelForCausalLM.from_pretrained(saved, trust_remote_code=True)
-    ids = torch.randint(0, 64, (8,))
-    args = transformers.TrainingArguments(
-        str(tmp_path / "out"), gradient_checkpointing=True, max_steps=1, use_cpu=True, report_to=[]
-    )
-    trainer = transformers.Trainer(model=model, args=args, train_dataset=[{"input_ids": ids, "labels": ids}] * 2)
-    script = (
-        "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
-        f"model = AutoModelForCausalLM.from_pretrained('./ckpt_{name}', trust_remote_code=True)\n"
-        "args = TrainingArguments('out', gradient_checkpointing=True, max_steps=1)\n"
-        "Trainer(model=model, args=args, train_dataset=data).train()\n"
-    )
+    trainer = _one_step_with_checkpointing(model, tmp_path)
+    script = _GC_SCRIPT.format(name=name)
     predicted = [
         f
         for f in run_check(script, versions={"transformers": transformers.__version__})[0].findings
