@@ -724,7 +724,9 @@ def _on_the_model(script: ScriptFacts, load: Call, names: frozenset, a: Attribut
     model's); through `trainer.model` / `self.model` only where peft does not wrap the model (the Trainer then holds
     peft's wrapper, which keeps the attribute on itself)."""
     if a.held:
-        return not any(c.kind in ("get_peft_model", "peft_load") for c in script.calls)
+        wraps = [c for c in script.calls if c.kind in ("get_peft_model", "peft_load")]
+        # `peft_model.model` is the model peft wraps (forwarded to base_model.model); `trainer.model` the wrapper
+        return not wraps or any(c.target == a.owner for c in wraps)
     others = {c.target for c in script.of("model_load") if c is not load and c.target} - names
     not_models = {c.target for c in script.calls if c.kind in _NOT_MODELS and c.target} - names
     return a.owner not in others and a.owner not in not_models

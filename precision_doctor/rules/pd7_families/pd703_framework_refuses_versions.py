@@ -91,7 +91,7 @@ def framework_refuses_versions(script: ScriptFacts, stack: StackFacts, machine: 
     # (taking the script: its project's stack, where the framework's check was read)
     env = job_env(launch, machine)
     for gate in stack.version_gates:
-        refused, unjudged = _refused(gate, stack, env.get("DISABLE_VERSION_CHECK", "0").lower())
+        refused, unjudged, judged = _refused(gate, stack, env.get("DISABLE_VERSION_CHECK", "0").lower())
         if not refused:
             continue
         name = _NAMES.get(gate.framework, gate.framework)
@@ -116,17 +116,12 @@ def framework_refuses_versions(script: ScriptFacts, stack: StackFacts, machine: 
             for requirement, _, _ in refused
         ) + (Evidence(None, stack.get(gate.framework).describe(), f"{name} {gate.version}", "environment"),)
         wanted = " ".join(f"'{requirement.requirement}'" for requirement, _, _ in refused)
-        # (a release whose check takes every library version the job pins: moving one package is enough)
-        pinned = {
-            requirement_name(r.requirement): stack.get(requirement_name(r.requirement)).version
-            for r in gate.requirements
-            if stack.get(requirement_name(r.requirement)).exact
-        }
-        newest = newest_accepting(gate.framework, pinned)
+        # (a release whose check takes every library version judged here: moving one package is enough)
+        newest = newest_accepting(gate.framework, judged)
         others = ""
         library = requirement_name(refused[0][0].requirement)
-        if newest and newest != gate.version and len(refused) == 1 and library in pinned:
-            others = f", or {name} {newest}, the newest release whose check accepts {library} {pinned[library]}"
+        if newest and newest != gate.version and len(refused) == 1:
+            others = f", or {name} {newest}, the newest release whose check accepts {library} {judged[library]}"
         yield Draft(
             f"{name} {gate.version} refuses the library versions as it starts: {said}",
             evidence=evidence,
@@ -140,14 +135,15 @@ def framework_refuses_versions(script: ScriptFacts, stack: StackFacts, machine: 
         )
 
 
-def _refused(gate: VersionGate, stack: StackFacts, disable: str) -> tuple[list, list[str]]:
-    """(requirement, what is wrong, the error it raises) for each requirement the job's versions fail, in the
-    check's order, and the libraries checked before the first of them whose version is not the job's own (one of
-    those may stop the job first). A version counts where it comes from the framework's own environment (the
-    installed framework's check against what is installed beside it), or, for the table's check, from a pin or the
-    caller: an environment that has the library but not the framework is not the job's."""
+def _refused(gate: VersionGate, stack: StackFacts, disable: str) -> tuple[list, list[str], dict[str, str]]:
+    """(requirement, what is wrong, the error it raises) for each requirement the job's versions fail, in the check's
+    order; the libraries checked before the first of them whose version is not the job's own (one of those may stop
+    the job first); and the versions judged, by library. A version counts where it comes from the framework's own
+    environment (the installed framework's check against what is installed beside it), or, for the table's check,
+    from a pin or the caller: an environment that has the library but not the framework is not the job's."""
     out: list = []
     unjudged: list[str] = []
+    judged: dict[str, str] = {}
     for requirement in gate.requirements:
         if disable in gate.disable_values and not requirement.mandatory:
             continue
@@ -162,6 +158,7 @@ def _refused(gate: VersionGate, stack: StackFacts, disable: str) -> tuple[list, 
             if not out:
                 unjudged.append(library)
             continue
+        judged[library] = have.version
         if requirement_holds(requirement.requirement, have.version) is not False:
             continue
         out.append(
@@ -172,4 +169,4 @@ def _refused(gate: VersionGate, stack: StackFacts, disable: str) -> tuple[list, 
                 f"found {library}=={have.version}.",
             )
         )
-    return out, unjudged
+    return out, unjudged, judged
