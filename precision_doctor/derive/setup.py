@@ -126,7 +126,7 @@ class Checkpointing:
     evidence: tuple[Evidence, ...] = ()
     # switched on through the model's gradient_checkpointing_enable() (the Trainer from its arguments, the script,
     # peft), not only by FSDP's own wrapper: "always" on every path to training, "maybe" only under a branch,
-    # "asks" only where the script asks the model first, "caught" only in a try (derive.placement._how_enabled)
+    # "asks" only where the script asks the model first, "caught" only in a try (derive.placement.how_enabled)
     through_model: str = ""
     # the model's own code decides reentrance (an old-format remote class): checkpointing keyword arguments are ignored
     by_model_code: bool = False
@@ -314,6 +314,7 @@ def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
         adapter_dtype = _trl_casts_adapters(trainer, script, stack) or adapter_dtype
     amp, fp16, bf16 = _amp(style, args_call, accelerators, script, machine, stack, launch)
     trl = bool((trainer and trainer.callee.startswith("trl")) or (args_call and args_call.callee.startswith("trl")))
+    remote = _remote_entry(load, script, machine, stack)  # (the class auto_map names, asked once)
     return Setup(
         path=script.path,
         trains=trains,
@@ -344,9 +345,9 @@ def derive_setup(script: ScriptFacts, facts: Facts) -> Setup:
         methods=methods,
         clips=tuple(script.of("clip_grad")),
         chain=chain,
-        model_class=_remote_class(load, script, machine, stack, frozenset(names)),
-        own_enable=_own_enable(load, script, machine, stack),
-        untrusted_code=_untrusted_code(load, script, machine, stack),
+        model_class=_remote_class(remote, load, script, frozenset(names)),
+        own_enable=_own_enable(remote, load),
+        untrusted_code=_untrusted_code(remote, load, stack),
     )
 
 
@@ -628,9 +629,12 @@ def stored_quantization_says(checkpoint: CheckpointFacts) -> Evidence:
     return checkpoint_says(checkpoint, f"stored {checkpoint.quantization}-quantized (quantization_config)")
 
 
+_RemoteEntry = tuple[str, Value, CheckpointFacts | None, RemoteClass | None]
+
+
 def _remote_entry(
     load: Call | None, script: ScriptFacts, machine: MachineFacts, stack: StackFacts
-) -> tuple[str, Value, CheckpointFacts | None, RemoteClass | None] | None:
+) -> _RemoteEntry | None:
     """For a load through an Auto class: that class, trust_remote_code as decided, the checkpoint as found, and the
     class its `auto_map` names for that Auto class (None where it names none); None for any other load."""
     if load is None:
@@ -644,10 +648,9 @@ def _remote_entry(
     return auto_class, decide(load.kwarg("trust_remote_code"), machine, stack), checkpoint, found
 
 
-def _own_enable(load: Call | None, script: ScriptFacts, machine: MachineFacts, stack: StackFacts) -> Fact:
+def _own_enable(entry: _RemoteEntry | None, load: Call | None) -> Fact:
     """The checkpoint's own class where it overrides gradient_checkpointing_enable: the keywords that method takes
     decide a call to it before its body runs, whether or not the rest of its checkpointing is read."""
-    entry = _remote_entry(load, script, machine, stack)
     if entry is None or load is None:
         return Fact(False)
     _, trust, _, found = entry
@@ -656,13 +659,10 @@ def _own_enable(load: Call | None, script: ScriptFacts, machine: MachineFacts, s
     return Fact(found, (evidence_of(trust, "trust_remote_code=True: the checkpoint's own model code", load),))
 
 
-def _remote_class(
-    load: Call | None, script: ScriptFacts, machine: MachineFacts, stack: StackFacts, names: frozenset
-) -> Fact:
+def _remote_class(entry: _RemoteEntry | None, load: Call | None, script: ScriptFacts, names: frozenset) -> Fact:
     """The checkpoint's own model class, where an Auto class loads it with trust_remote_code=True: transformers
     takes the class `auto_map` names for that Auto class over its own (auto_factory.py:380-391 in 5.24,
     `has_remote_code and trust_remote_code`; the same test since 4.x)."""
-    entry = _remote_entry(load, script, machine, stack)
     if entry is None or load is None:
         return Fact(False)
     auto_class, trust, checkpoint, found = entry
@@ -779,12 +779,11 @@ def _too_late(script: ScriptFacts, scope: str, where: Location) -> bool:
     )
 
 
-def _untrusted_code(load: Call | None, script: ScriptFacts, machine: MachineFacts, stack: StackFacts) -> Fact:
+def _untrusted_code(entry: _RemoteEntry | None, load: Call | None, stack: StackFacts) -> Fact:
     """transformers refuses a checkpoint whose auto_map names its own class for the Auto class used, when it has no
     class of its own for the model type and trust_remote_code is not true (dynamic_module_utils.py
     resolve_trust_remote_code, auto_factory.py:358-375 in 5.24: `has_remote_code and not has_local_code and not
     trust_remote_code`; with it unset, a terminal is asked for 15 s first, a job without one dies)."""
-    entry = _remote_entry(load, script, machine, stack)
     if entry is None or load is None:
         return Fact(False)
     auto_class, trust, checkpoint, found = entry

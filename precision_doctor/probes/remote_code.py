@@ -274,40 +274,18 @@ class _Reader:
         return _c3([(module, cls)], parents + [[p[0] for p in parents]])
 
     def judge(self, auto_class: str, name: str, module: _Module) -> RemoteClass:
-        found = self._judge(auto_class, name, module)
-        start = module.classes.get(name)
-        order = self.mro(module, start) if start is not None else "no class"
-        if isinstance(order, str):
-            return found
-        for entry in order:
-            if entry == _ROOT:
-                break
-            where, cls = entry
-            define = next((s for s in cls.body if isinstance(s, ast.FunctionDef) and s.name == _ENABLES[0]), None)
-            if define is not None:  # the method transformers' Trainer calls, with the keywords it accepts
-                args = define.args
-                takes = tuple(a.arg for a in args.posonlyargs + args.args[1:] + args.kwonlyargs)
-                text = where.lines[define.lineno - 1].strip() if 0 < define.lineno <= len(where.lines) else ""
-                return replace(
-                    found,
-                    enable_keywords=takes + (("**",) if args.kwarg is not None else ()),
-                    enable_at=Location(where.shown, define.lineno),
-                    enable_text=text,
-                    enable_owner=cls.name,
-                )
-        return found
-
-    def _judge(self, auto_class: str, name: str, module: _Module) -> RemoteClass:
         start = module.classes.get(name)
         if start is None:
             return RemoteClass(auto_class, name, module.shown, reason=f"{module.path.name} defines no class {name}")
+        order = self.mro(module, start)
+        if isinstance(order, str):
+            return RemoteClass(auto_class, name, module.shown, start.lineno, reason=order)
+        return _with_own_enable(self._judge(auto_class, name, module, start, order), order)
 
+    def _judge(self, auto_class: str, name: str, module: _Module, start: ast.ClassDef, order: list) -> RemoteClass:
         def unknown(why: str) -> RemoteClass:
             return RemoteClass(auto_class, name, module.shown, start.lineno, reason=why)
 
-        order = self.mro(module, start)
-        if isinstance(order, str):
-            return unknown(order)
         read = self.reachable(module)
         if read is None:
             return unknown("it imports a file of its folder that is not there")
@@ -402,6 +380,28 @@ def _calls_super(func: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
             if isinstance(node.value.func, ast.Name) and node.value.func.id == "super":
                 return True
     return False
+
+
+def _with_own_enable(found: RemoteClass, order: list) -> RemoteClass:
+    """The class's own `gradient_checkpointing_enable` (the first along its bases), which the Trainer calls with
+    keywords: the keywords it takes, where it is defined, the class that defines it."""
+    for entry in order:
+        if entry == _ROOT:
+            break
+        where, cls = entry
+        define = next((s for s in cls.body if isinstance(s, ast.FunctionDef) and s.name == _ENABLES[0]), None)
+        if define is not None:
+            args = define.args
+            takes = tuple(a.arg for a in args.posonlyargs + args.args[1:] + args.kwonlyargs)
+            text = where.lines[define.lineno - 1].strip() if 0 < define.lineno <= len(where.lines) else ""
+            return replace(
+                found,
+                enable_keywords=takes + (("**",) if args.kwarg is not None else ()),
+                enable_at=Location(where.shown, define.lineno),
+                enable_text=text,
+                enable_owner=cls.name,
+            )
+    return found
 
 
 def _own_checkpointing(found: RemoteClass, read: list[_Module]) -> RemoteClass:
