@@ -802,6 +802,15 @@ OWN_ENABLE = (
             {},
             ("warning", "gradient_checkpointing_kwargs"),
         ),
+        (
+            "",
+            "super().gradient_checkpointing_enable()",
+            "if model.supports_gradient_checkpointing:\n"
+            "    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={})\n",
+            "",
+            {},
+            ("error", "gradient_checkpointing_kwargs"),
+        ),
     ],
     ids=[
         "no-keywords",
@@ -812,6 +821,7 @@ OWN_ENABLE = (
         "script-call-fits",
         "script-call-refused",
         "script-call-in-branch",
+        "script-call-asks-a-model-that-says-yes",
     ],
 )
 def test_pd307_an_own_enable_method_refuses_the_keywords_it_is_given(

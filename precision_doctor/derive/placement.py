@@ -175,7 +175,7 @@ def _checkpointing(setup: Setup, script: ScriptFacts, machine: MachineFacts, sta
                 switches.append((c, "prepare_model_for_kbit_training() turns gradient checkpointing on"))
     for c, note in switches:
         on = True
-        through_model = _stronger(through_model, _how_enabled(c))
+        through_model = _stronger(through_model, how_enabled(c))
         evidence.append(call_evidence(c, note))
         chosen = _use_reentrant(c, machine, stack, [])
         if not by_args:  # the Trainer enables it again from its arguments before training: theirs is the last word
@@ -239,7 +239,7 @@ def _stronger(a: str, b: str) -> str:
     return max(a, b, key=_ENABLED.index)
 
 
-def _how_enabled(call: Call) -> str:
+def how_enabled(call: Call) -> str:
     """always: on every path; maybe: under a condition the run decides; asks: only where the model says it supports
     checkpointing (`if model.supports_gradient_checkpointing:`); caught: in a try, whose handler may take the
     refusal."""

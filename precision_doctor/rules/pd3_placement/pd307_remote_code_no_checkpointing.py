@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Literal
 
 from ...derive import Checkpointing, Setup
+from ...derive.placement import how_enabled
 from ...knowledge.versions import at_least
 from ...model.facts import RemoteClass, ScriptFacts, StackFacts
 from ...model.findings import Applicability, Draft, Evidence, Fix
@@ -140,6 +141,7 @@ def remote_code_no_checkpointing(script: ScriptFacts, setup: Setup, stack: Stack
     gc = setup.placement.checkpointing
     if not gc.through_model:
         return
+    switched_on = tuple(e for e in gc.evidence if not e.note.startswith("use_reentrant"))  # (where it is turned on)
     own = setup.own_enable
     refused = _refused_keyword(own.value, gc, script, stack) if isinstance(own.value, RemoteClass) else None
     if refused is not None:
@@ -152,7 +154,7 @@ def remote_code_no_checkpointing(script: ScriptFacts, setup: Setup, stack: Stack
         yield Draft(
             f"{method}, the checkpoint's own, takes no `{keyword}`, which {by} passes when it switches gradient "
             "checkpointing on",
-            evidence=evidence + tuple(e for e in gc.evidence if not e.note.startswith("use_reentrant")),
+            evidence=evidence + switched_on,
             error=f"TypeError: {method} got an unexpected keyword argument '{keyword}'",
             severity=severity,
             fix=Fix(
@@ -183,7 +185,7 @@ def remote_code_no_checkpointing(script: ScriptFacts, setup: Setup, stack: Stack
     yield Draft(
         f"gradient checkpointing on {remote.name}, the checkpoint's own class, {what}: transformers refuses it when "
         "checkpointing is switched on",
-        evidence=found.evidence + tuple(e for e in gc.evidence if not e.note.startswith("use_reentrant")),
+        evidence=found.evidence + switched_on,
         error=f"ValueError: {error}",
         # a condition the run decides, or a try whose handler may take the refusal (or re-raise it)
         severity="warning" if gc.through_model in ("maybe", "caught") or remote.workaround_conditional else None,
@@ -209,11 +211,14 @@ def _refused_keyword(
         if missing is not None:
             return missing, f"transformers {stack.get('transformers').version}'s Trainer", None
     for call in script.of("gc_enable"):
-        if call.callee.rsplit(".", 1)[-1] != _ENABLE:
+        if call.callee.rsplit(".", 1)[-1] != _ENABLE or call.never_runs:
             continue
+        how = how_enabled(call)  # (as the setup judges where checkpointing is switched on)
+        if how == "asks" and remote.checkpointing == "no":
+            continue  # (asked first, a model that says no is never called)
         missing = next((k for k in call.kwargs if k not in takes), None)
-        if missing is not None and not call.never_runs:
-            severity: Literal["warning"] | None = "warning" if call.in_try or call.branches else None
+        if missing is not None:
+            severity: Literal["warning"] | None = "warning" if how in ("maybe", "caught") else None
             return missing, f"the script's call at line {call.location.line}", severity
     return None
 
