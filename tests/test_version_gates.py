@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from precision_doctor import engine
-from precision_doctor.knowledge.version_gates import requirement_name
-from precision_doctor.knowledge.versions import requirement_holds
+from precision_doctor.knowledge.versions import requirement_holds, requirement_name
 from precision_doctor.probes.collect import gather
 from precision_doctor.probes.library_source import read_version_gate
 

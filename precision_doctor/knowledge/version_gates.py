@@ -24,6 +24,11 @@ _STARTED_BY = {
 _ANY_IMPORT_BEFORE = {"llamafactory": "0.9.0"}
 
 
+def family_of(package: str) -> str:
+    """The framework's name as its recipes' family is known: "LLaMA-Factory"."""
+    return _STARTED_BY[package][0]
+
+
 def runs_framework(script: ScriptFacts, package: str, version: str) -> bool:
     """Whether the job starts this framework at this release: a recipe of its family, or a script importing what
     runs its check."""
@@ -62,7 +67,7 @@ def shipped_gate(package: str, version: str) -> VersionGate | None:
 def newest_accepting(package: str, versions: dict[str, str]) -> str:
     """The newest release of `package` in the table whose check accepts every one of these library versions; ""
     when none does."""
-    from .versions import requirement_holds, version_tuple
+    from .versions import requirement_holds, requirement_name, version_tuple
 
     accepting = [
         release
@@ -74,11 +79,3 @@ def newest_accepting(package: str, versions: dict[str, str]) -> str:
         )
     ]
     return max(accepting, key=version_tuple, default="")
-
-
-def requirement_name(requirement: str) -> str:
-    """`transformers>=4.55.0,<=5.6.0` -> "transformers" (what require_version splits off)."""
-    for i, ch in enumerate(requirement):
-        if ch in "!=<> \t":
-            return requirement[:i]
-    return requirement

@@ -95,6 +95,12 @@ _COMPARE = {
 }
 
 
+def requirement_name(requirement: str) -> str:
+    """`transformers>=4.55.0,<=5.6.0` -> "transformers", split off as `require_version` splits it."""
+    match = _REQUIREMENT.match(requirement)
+    return match.group(1) if match else requirement.strip()
+
+
 def requirement_holds(requirement: str, version: str) -> bool | None:
     """Whether `version` passes `requirement` as transformers' `require_version` judges it (utils/versions.py:48-110
     in 5.24): the clauses are kept by operator, so a later `!=` replaces an earlier one (`<=5.8.0,!=4.57.0,!=5.6.0`

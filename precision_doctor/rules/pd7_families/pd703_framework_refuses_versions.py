@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ...derive.launch import job_env
-from ...knowledge.version_gates import newest_accepting, requirement_name
-from ...knowledge.versions import requirement_holds
+from ...knowledge.version_gates import family_of, newest_accepting
+from ...knowledge.versions import requirement_holds, requirement_name
 from ...model.facts import LaunchFacts, MachineFacts, ScriptFacts, StackFacts, VersionGate, VersionSource
 from ...model.findings import Applicability, Draft, Evidence, Fix
 from ..registry import Example, LogSignature, rule
@@ -13,7 +13,6 @@ _RECIPE = (
     "model_name_or_path: Qwen/Qwen2.5-7B\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
     "dataset: alpaca_en_demo\ntemplate: qwen\noutput_dir: out\nbf16: true\n"
 )
-_NAMES = {"llamafactory": "LLaMA-Factory"}
 # versions each release's check accepts, but for what an example changes
 _FITS_095 = {
     "llamafactory": "0.9.5",
@@ -94,7 +93,7 @@ def framework_refuses_versions(script: ScriptFacts, stack: StackFacts, machine: 
         refused, unjudged, judged = _refused(gate, stack, env.get("DISABLE_VERSION_CHECK", "0").lower())
         if not refused:
             continue
-        name = _NAMES.get(gate.framework, gate.framework)
+        name = family_of(gate.framework)
         said = "; ".join(what for _, what, _ in refused)
         if unjudged:
             said += (
