@@ -253,3 +253,27 @@ def test_before_0_9_any_import_of_the_package_runs_the_check(tmp_path):
     """0.7-0.8's llamafactory/__init__.py imports its cli, which imports the parser."""
     python = lf_env(tmp_path, MISC_091, {"transformers": "4.37.1", "peft": "0.12.0"}, llamafactory="0.8.3")
     assert check(tmp_path, python, recipe="from llamafactory.data import get_dataset\n", name="train.py")
+
+
+@pytest.mark.parametrize(
+    "requirements,reason",
+    [
+        ("", "the release the job runs is not known"),
+        ("llamafactory>=0.9\n", "the release the job runs is not known"),
+        ("llamafactory==0.9.6.dev0\n", "neither installed where the doctor looks nor a release in its table"),
+        ("llamafactory==0.9.5\n", None),
+    ],
+)
+def test_a_check_it_cannot_read_is_an_unknown_with_its_reason(tmp_path, requirements, reason):
+    """Never a silent "no problems": where the release (or its check) is not known, the report says so."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.yaml").write_text(RECIPE)
+    if requirements:
+        (project / "requirements.txt").write_text(requirements)
+    facts = gather([str(project / "train.yaml")], environ={}, system=NO_NVML, python=str(bare_env(tmp_path)))
+    said = [u.reason for u in facts.scripts[0].unknowns if u.what == "LLaMA-Factory's start-up version check"]
+    if reason is None:
+        assert not said
+    else:
+        assert len(said) == 1 and reason in said[0]

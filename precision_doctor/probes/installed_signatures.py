@@ -26,9 +26,9 @@ from ..knowledge.signatures import (
     table,
     table_key,
 )
-from ..knowledge.version_gates import GATED, runs_framework, shipped_gate
+from ..knowledge.version_gates import GATED, family_of, runs_framework, shipped_gate
 from ..knowledge.versions import native_model_key
-from ..model.facts import GateRequirement, LibraryBehaviour, ScriptFacts, Signature, VersionGate
+from ..model.facts import GateRequirement, LibraryBehaviour, ScriptFacts, Signature, Unknown, VersionGate
 from ..system import content_cache, reads
 from ..system.sources import Unreadable, is_regular_file, read_text_bounded
 from .library_source import Declaration, read_class, read_loader, read_version_gate, resolve_base
@@ -251,10 +251,19 @@ def _with_version_gates(script: ScriptFacts, site_dirs: tuple[str, ...], install
     runs: read from the installed framework's source, else from the doctor's table for a pinned or given release."""
     if script.stack is None:
         return script
-    gates = []
+    gates, unknowns = [], []
     for package, relative in GATED.items():
         have = script.stack.get(package)
-        if not have.exact or not runs_framework(script, package, have.version):
+        if not runs_framework(script, package, have.version):
+            continue
+        if not have.exact:
+            unknowns.append(
+                Unknown(
+                    f"{family_of(package)}'s start-up version check",
+                    f"{have.describe()}: the release the job runs is not known; install it where the doctor reads "
+                    "versions (--python) or pin it with ==",
+                )
+            )
             continue
         gate = None
         here = installed.get(package) == have.version and bool(site_dirs)  # the environment read is the framework's
@@ -267,7 +276,17 @@ def _with_version_gates(script: ScriptFacts, site_dirs: tuple[str, ...], install
             gate = shipped_gate(package, have.version)
         if gate is not None:
             gates.append(replace(gate, installed=here))
-    return replace(script, stack=replace(script.stack, version_gates=tuple(gates))) if gates else script
+        else:
+            unknowns.append(
+                Unknown(
+                    f"{family_of(package)}'s start-up version check",
+                    f"{package} {have.version} is neither installed where the doctor looks nor a release in its "
+                    "table: its check_dependencies() was not read",
+                )
+            )
+    if gates:
+        script = replace(script, stack=replace(script.stack, version_gates=tuple(gates)))
+    return replace(script, unknowns=script.unknowns + tuple(unknowns)) if unknowns else script
 
 
 @reads.remembered
