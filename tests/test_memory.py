@@ -13,6 +13,7 @@ import pytest
 
 from precision_doctor.derive.memory import (
     GIB,
+    RESERVE_OF_TRANSIENT,
     Parallelism,
     TrainingShape,
     activation_bytes,
@@ -244,8 +245,9 @@ H200 = json.loads((ROOT / "fixtures" / "memory_h200_phases.json").read_text())
 
 @pytest.mark.parametrize("case", H200["cases"], ids=[c["name"] for c in H200["cases"]])
 def test_peak_matches_what_an_h200_allocated(case):
-    """Trainer runs measured on an H200 (benchmarks/memory_cuda.py --phases): the memory held when the first
-    forward ends and the peak of two steps, against the estimate for the same script. Before these were counted
+    """Trainer runs measured on an H200 (the --phases mode benchmarks/memory_cuda.py had at 17dcba7): the memory
+    held when the first forward ends and the peak of two steps, against the estimate for the same script. Before
+    these were counted
     the estimate was 30-45 % under every Llama row, and the batches it called the largest that fit ran out of
     memory."""
     facts = from_config(case["arch"], CheckpointSource.LOCAL, "config", H200["configs"][case["arch"]])
@@ -311,7 +313,7 @@ def test_what_backward_adds_can_be_where_it_runs_out(tmp_path):
         "train_dataset=ds).train()\n"
     )
     found = {}
-    for batch in (7, 8):
+    for batch in (6, 7):
         (tmp_path / "train.py").write_text(code.format(batch=batch))
         out = subprocess.run(
             [sys.executable, "-m", "precision_doctor", "check", "train.py", "--target", "l4", "--format", "json"],
@@ -322,8 +324,8 @@ def test_what_backward_adds_can_be_where_it_runs_out(tmp_path):
             env={"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin"},
         )
         found[batch] = {f["id"]: f["message"] for f in json.loads(out.stdout)["findings"]}
-    assert "PD602" not in found[7] and "PD603" not in found[7]
-    assert "as the first backward starts" in found[8]["PD602"] and "PD603" not in found[8]
+    assert "PD602" not in found[6] and "PD603" not in found[6]
+    assert "as the first backward starts" in found[7]["PD602"] and "PD603" not in found[7]
     verdict = _memory(tmp_path, code.format(batch=8), "--target", "l4", "--format", "json")
     assert json.loads(verdict.stdout)["scripts"][0]["verdict"] == "will not fit as the first backward starts"
 
@@ -333,8 +335,8 @@ def test_a_first_step_that_fits_and_a_second_that_does_not(tmp_path):
     the job runs out, and PD603 says so rather than blaming the first step."""
     code = (
         "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
-        "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-0.5B', dtype=torch.bfloat16)\n"
-        "Trainer(model=model, args=TrainingArguments('out', bf16=True, per_device_train_batch_size=4), "
+        "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.2-1B', dtype=torch.bfloat16)\n"
+        "Trainer(model=model, args=TrainingArguments('out', bf16=True, per_device_train_batch_size=2), "
         "train_dataset=ds).train()\n"
     )
     entry = json.loads(_memory(tmp_path, code, "--target", "t4", "--format", "json").stdout)["scripts"][0]
@@ -362,7 +364,7 @@ def test_a_classifier_has_no_vocabulary_logits():
     classifier = replace(lm, vocabulary_head=False)
     vocab_terms = 32 * 512 * facts.vocab_size * (4 + 4 + 2 * 2)  # logits kept, loss gradient, log-probabilities
     gap = estimate(facts, lm).peak - estimate(facts, classifier).peak
-    assert abs(gap / (vocab_terms * 1.05) - 1) < 0.1
+    assert abs(gap / (vocab_terms * (1 + RESERVE_OF_TRANSIENT)) - 1) < 0.1
 
 
 def test_a_loader_imported_under_another_name_is_a_load(tmp_path):

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from precision_doctor.derive.memory import MEASURED_UNDERESTIMATE
+
 ENV = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HF_HUB_CACHE": "/nonexistent"}
 QLORA_8B = ["--model", "meta-llama/Llama-3.1-8B", "--batch", "4", "--seq", "2048", "--qlora", "--amp", "bf16"]
 
@@ -28,7 +30,14 @@ def test_a_model_and_its_settings_get_the_breakdown_and_verdict(tmp_path):
     out = done.stdout
     assert out.startswith("--model meta-llama/Llama-3.1-8B\n")
     assert "LoRA r=16" in out and "4bit" in out and "batch 4 x 2048 tokens" in out and "checkpointing on" in out
-    assert "will not fit" in out and "largest per_device_train_batch_size that fits: 3" in out
+    (entry,) = json.loads(
+        memory(tmp_path, *QLORA_8B, "--checkpointing", "--target", "a10g", "--format", "json").stdout
+    )["scripts"]
+    assert 0 < entry["largest_batch_that_fits"] < 4  # batch 4 does not fit; a smaller one does, and the text says it
+    assert (
+        "will not fit" in out
+        and f"largest per_device_train_batch_size that fits: {entry['largest_batch_that_fits']}" in out
+    )
     assert "train.py" not in out  # the script the flags describe is the doctor's own
     assert list(tmp_path.iterdir()) == []  # nothing written where it runs
 
@@ -141,8 +150,8 @@ def test_the_verdict_says_which_batches_the_measured_error_makes_uncertain(tmp_p
     assert 0 < safe < fits
     text = memory(tmp_path, *args).stdout
     assert (
-        f"that fits: {fits} (with the estimate's measured error, +18%: up to {safe}; {safe + 1}-{fits} uncertain)"
-        in text
+        f"that fits: {fits} (with the estimate's measured error, +{MEASURED_UNDERESTIMATE:.0%}: up to {safe}; "
+        f"{safe + 1}-{fits} uncertain)" in text
     )
 
 

@@ -10,7 +10,8 @@ counted with torch.autograd.graph.saved_tensors_hooks on models built from confi
 (benchmarks/memory_accuracy.py re-measures them), in each precision regime: fp32, half weights, and fp32 weights
 under half autocast, where norms, the residual stream and the loss stay in fp32. Beyond what is saved, the peak
 holds the logits the forward returns and, at the start of backward, the loss's fp32 gradient: both measured on a
-GPU (benchmarks/memory_cuda.py --phases). Everything here is a pure function of its inputs.
+GPU, as is what the caching allocator reserves beyond them (benchmarks/memory_cuda.py). Everything here is a pure
+function of its inputs.
 """
 
 from __future__ import annotations
@@ -27,12 +28,21 @@ MIB = 1024**2
 # Outside torch's allocator: the CUDA context, loaded kernels, library handles. An H200 with torch 2.11 and CUDA 13
 # held 695 MiB there before its first step and 767 MiB after training steps (benchmarks/memory_cuda.py).
 CUDA_CONTEXT_BYTES = 768 * MIB
-ALLOCATOR_RESERVE = 0.05  # caching-allocator fragmentation on top of what tensors hold
-# How far below what the GPU held the estimate was measured to be (issue 31: three Trainer jobs on an H200,
-# torch 2.11, reserved memory plus the context against the estimate: -2 % to -18 %, the largest for LoRA with
-# checkpointing). A batch whose estimate fits only without this margin is uncertain (memory --plot).
-MEASURED_UNDERESTIMATE = 0.18
-# PD605: a plan that fits with less to spare than that error is within it (peak x 1.18 > what the GPU has: 15 %)
+# What torch's caching allocator reserves beyond the allocated peak: freed blocks it keeps but cannot reuse for the
+# next requests of other sizes. Fitted on twelve Trainer jobs on an H200 (three families x full bf16, fp32 weights
+# under fp16 AMP, LoRA and QLoRA with checkpointing; fixtures/memory_h200_jobs.json): reserved minus allocated was
+# 3-24 % of the transient memory (activations, the loss's gradient) without checkpointing and 27-65 % with it (each
+# recomputed layer and the vocabulary-wide loss buffers freed between them), plus a share of the model's states
+# (fp32 weights' half copies, optimizer temporaries). With these the estimate is -4 % to +10 % of reserved plus
+# the context on every job measured.
+RESERVE_OF_TRANSIENT = 0.12
+RESERVE_OF_TRANSIENT_CHECKPOINTED = 0.32
+RESERVE_OF_STATES = 0.11
+# How far below what the GPU held the estimate can be (reserved memory plus the context): -3.6 % at most on the
+# twelve H200 jobs above (fixtures/memory_h200_jobs.json), so 5 %. A batch whose estimate fits only without this
+# margin is uncertain (memory --plot); every job trained at the batch it leaves (capped at the target GPU's memory).
+MEASURED_UNDERESTIMATE = 0.05
+# PD605: a plan that fits with less to spare than that error is within it (peak x 1.05 > what the GPU has: 4.8 %)
 HEADROOM_WARNING = 1 - 1 / (1 + MEASURED_UNDERESTIMATE)
 BYTES = {dtypes.FLOAT32: 4, dtypes.FLOAT16: 2, dtypes.BFLOAT16: 2}
 
@@ -58,6 +68,10 @@ class ActivationFactor:
     decoder_h: float = 0.0
     cross_h: float = 0.0
     source_h: float = 0.0
+    # bytes per attention score (heads x sequence per token) a GPU kept where no score is materialised: measured on
+    # an H200 for GPT-2 with its attention dropout (benchmarks/memory_cuda.py: 1.26 in bf16, 0.43 beside fp16 AMP's
+    # per-token count); the CPU counts above run the math kernel, which keeps the scores themselves
+    gpu_score_bytes: float = 0.0
 
 
 # Counted on transformers 5.x (see the module doc); families not listed use the Llama factor.
@@ -111,9 +125,11 @@ AMP = "amp"
 HALF_ACTIVATION_FACTORS = {
     (HALF, "llama"): ActivationFactor(h=10, kv=2, i=4, scores=1, head_h=4.5, head_v=2),
     (AMP, "llama"): ActivationFactor(h=15, kv=2, i=4, scores=1, head_h=5.5, head_v=2, checkpoint_h=2),
-    (HALF, "gpt2"): ActivationFactor(h=8, kv=5, i=5, scores=6, head_h=3, head_v=2),
+    (HALF, "gpt2"): ActivationFactor(h=8, kv=5, i=5, scores=6, head_h=3, head_v=2, gpu_score_bytes=1.26),
     # GPT-2 under autocast: set by the H200 run (its attention dropout kernel keeps more than the CPU counts: 7 %)
-    (AMP, "gpt2"): ActivationFactor(h=12.5, kv=5, i=5, scores=6, head_h=5, head_v=3, checkpoint_h=2),
+    (AMP, "gpt2"): ActivationFactor(
+        h=12.5, kv=5, i=5, scores=6, head_h=5, head_v=3, checkpoint_h=2, gpu_score_bytes=0.43
+    ),
     (HALF, "bert"): ActivationFactor(h=8, kv=5, i=2, scores=6, head_h=7, head_v=2),
     (AMP, "bert"): ActivationFactor(h=11.5, kv=5, i=2, scores=6, head_h=9, head_v=2, checkpoint_h=2),
     (HALF, "t5"): ActivationFactor(h=17, kv=8, i=3, scores=9, head_h=17.5, head_v=2, always_scores=True),
@@ -129,7 +145,7 @@ HALF_ACTIVATION_FACTORS = {
 }
 HALF_LORA_ACTIVATION_FACTORS = {
     "llama": ActivationFactor(h=8, kv=2.5, i=3, scores=1, head_h=0.5, head_v=2),
-    "gpt2": ActivationFactor(h=6.5, kv=5, i=4, scores=6, head_h=0, head_v=2),
+    "gpt2": ActivationFactor(h=6.5, kv=5, i=4, scores=6, head_h=0, head_v=2, gpu_score_bytes=1.26),
     "bert": ActivationFactor(h=7.5, kv=5, i=1, scores=6, head_h=0, head_v=2),
 }
 
@@ -390,7 +406,7 @@ def activation_bytes(c: CheckpointFacts, shape: TrainingShape, batch: int | None
     else:
         kept = layers * stacks * per_layer
     residual = 0
-    if _fp32_embeddings(shape):
+    if _fp32_residual(shape):
         extra = FP32_RESIDUAL_CHECKPOINTED_BYTES if shape.checkpointing else FP32_RESIDUAL_BYTES
         residual = tokens * layers * stacks * h * extra
     return int(tokens * (kept + outside) * element) + residual
@@ -402,7 +418,10 @@ def _per_layer(c: CheckpointFacts, shape: TrainingShape, f: ActivationFactor, s:
     head_dim = c.head_dim or (h // heads if heads else 0)
     kv = (c.kv_heads or heads) * head_dim
     inter = (c.intermediate_size or 0) * (c.experts_per_token if c.experts and c.experts_per_token else 1)
-    scores = f.scores * heads * s if shape.scores_materialised or f.always_scores else 0
+    if shape.scores_materialised or f.always_scores:
+        scores = f.scores * heads * s
+    else:
+        scores = f.gpu_score_bytes / BYTES.get(shape.compute_dtype, 4) * heads * s
     lora = len(_lora_shapes(c, shape.lora_modules)) * shape.lora_rank if shape.lora_rank else 0  # adapters' A outputs
     return f.h * h + f.kv * kv + f.i * inter + scores + lora
 
@@ -438,7 +457,7 @@ def autocast_copies(c: CheckpointFacts, shape: TrainingShape) -> int:
     """fp32 weights under half autocast: the half copy of every weight it casts for a matmul, kept until the forward
     ends. Checkpointed layers run their forward without grad and keep none; the output head outside them does."""
     h = c.hidden_size or 0
-    if _fp32_embeddings(shape) and shape.compute_dtype != dtypes.FLOAT32:  # the fp32 output layer's half copy
+    if _fp32_residual(shape) and shape.compute_dtype != dtypes.FLOAT32:  # the fp32 output layer's half copy
         return 2 * _vocabulary(c, shape) * h
     if regime(shape) != AMP:
         return 0
@@ -513,7 +532,8 @@ def estimate(c: CheckpointFacts, shape: TrainingShape) -> Breakdown:
     per_sample = saved + backward_bytes(c, shape, batch=1)
     activations += _shard(autocast_copies(c, shape), n if p.kind in ("zero3", "fsdp-full") else 1)
     context = CUDA_CONTEXT_BYTES
-    reserve = int(ALLOCATOR_RESERVE * (weights + gradients + optimizer + master + activations + backward))
+    transient = RESERVE_OF_TRANSIENT_CHECKPOINTED if shape.checkpointing else RESERVE_OF_TRANSIENT
+    reserve = int(transient * (activations + backward) + RESERVE_OF_STATES * (weights + gradients + optimizer + master))
     return Breakdown(
         weights=weights,
         gradients=gradients,
@@ -544,6 +564,15 @@ def _tied_gradient_sum(c: CheckpointFacts, shape: TrainingShape) -> int:
 
 def _fp32_embeddings(shape: TrainingShape) -> bool:
     return shape.fp32_embeddings and not shape.lora_rank and shape.weight_dtype in (dtypes.FLOAT16, dtypes.BFLOAT16)
+
+
+def _fp32_residual(shape: TrainingShape) -> bool:
+    """The residual stream runs in fp32 under half compute: the embedding it starts from is fp32 (Axolotl's loader;
+    peft's prepare_model_for_kbit_training on a quantized base, whose norms and output layer are fp32 too). Measured
+    on an H200 for QLoRA with checkpointing: 2.1-2.3 bytes per token, layer and hidden unit beyond a bf16 stream,
+    and a half copy of the output layer (benchmarks/memory_cuda.py)."""
+    kbit = shape.kbit_upcast and bool(shape.quantized) and BYTES.get(shape.compute_dtype, 4) == 2
+    return _fp32_embeddings(shape) or kbit
 
 
 def embedding_parameters(c: CheckpointFacts) -> int:

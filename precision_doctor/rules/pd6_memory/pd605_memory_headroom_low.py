@@ -29,10 +29,10 @@ from ._memory import LOG, OOM, _evidence, advice, breakdown_text, gib, trained_p
     log=LOG,
     fires=[
         Example(
-            trainer("meta-llama/Llama-3.2-1B", "per_device_train_batch_size=4"),
-            target="l4",
-            note="bf16 weights, gradients and AdamW: 9.2 GiB; 4 x 1024 tokens of activations, the logits of "
-            "a 128k vocabulary and the loss gradient: 12.6 GiB",
+            trainer("Qwen/Qwen2.5-0.5B", "per_device_train_batch_size=8"),
+            target="rtx-5090",
+            note="bf16 weights, gradients and AdamW: 3.7 GiB; 8 x 1024 tokens of activations, the logits of "
+            "a 152k vocabulary and the loss gradient: 24.5 GiB; peak 31.3 of the RTX 5090's 31.8 GiB",
         )
     ],
     silent=[
