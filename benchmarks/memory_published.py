@@ -130,7 +130,7 @@ def main() -> int:
         states = (b.weights + b.gradients + b.optimizer + b.master) / 1e9
         figure = f"{row.figure_gb:.1f}" if row.figure_gb is not None else "-"
         print(f"{row.label:58} {states:9.1f} {b.peak / 1e9:8.1f} {figure:>10}  {row.counts}: {row.claim}; {row.source}")
-    print(f"\n(1 GB = 1e9 bytes; peaks include CUDA context and a 5% allocator reserve; 1 GiB = {GIB / 1e9:.3f} GB)")
+    print(f"\n(1 GB = 1e9 bytes; peaks include the CUDA context and the allocator reserve; 1 GiB = {GIB / 1e9:.3f} GB)")
     return 0
 
 

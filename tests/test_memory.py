@@ -313,7 +313,7 @@ def test_what_backward_adds_can_be_where_it_runs_out(tmp_path):
         "train_dataset=ds).train()\n"
     )
     found = {}
-    for batch in (6, 7):
+    for batch in (7, 8):
         (tmp_path / "train.py").write_text(code.format(batch=batch))
         out = subprocess.run(
             [sys.executable, "-m", "precision_doctor", "check", "train.py", "--target", "l4", "--format", "json"],
@@ -324,8 +324,8 @@ def test_what_backward_adds_can_be_where_it_runs_out(tmp_path):
             env={"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin"},
         )
         found[batch] = {f["id"]: f["message"] for f in json.loads(out.stdout)["findings"]}
-    assert "PD602" not in found[6] and "PD603" not in found[6]
-    assert "as the first backward starts" in found[7]["PD602"] and "PD603" not in found[7]
+    assert "PD602" not in found[7] and "PD603" not in found[7]
+    assert "as the first backward starts" in found[8]["PD602"] and "PD603" not in found[8]
     verdict = _memory(tmp_path, code.format(batch=8), "--target", "l4", "--format", "json")
     assert json.loads(verdict.stdout)["scripts"][0]["verdict"] == "will not fit as the first backward starts"
 
@@ -336,13 +336,14 @@ def test_a_first_step_that_fits_and_a_second_that_does_not(tmp_path):
     code = (
         "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
         "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.2-1B', dtype=torch.bfloat16)\n"
-        "Trainer(model=model, args=TrainingArguments('out', bf16=True, per_device_train_batch_size=2), "
+        "Trainer(model=model, args=TrainingArguments('out', bf16=True, per_device_train_batch_size=3), "
         "train_dataset=ds).train()\n"
     )
     entry = json.loads(_memory(tmp_path, code, "--target", "t4", "--format", "json").stdout)["scripts"][0]
     b = entry["per_gpu_bytes"]
     assert entry["verdict"] == "will not fit in the second step, with the optimizer state held"
-    assert b["weights"] + b["gradients"] + b["optimizer state"] + b["CUDA context"] < entry["budget_bytes"] < b["peak"]
+    states = b["weights"] + b["gradients"] + b["optimizer state"] + b["CUDA context"]
+    assert states < entry["budget_bytes"] < b["peak"] - b["allocator reserve"]  # the tensors alone overflow
 
 
 def test_qlora_layers_are_placed_before_peft_upcasts():

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from precision_doctor.derive.memory import MEASURED_UNDERESTIMATE
+
 ROOT = Path(__file__).resolve().parent.parent
 H200 = json.loads((ROOT / "fixtures" / "memory_h200_jobs.json").read_text())
 ROWS = H200["rows"]
@@ -40,13 +42,32 @@ def at_cap(row: dict) -> bool:
 def test_the_estimate_is_what_the_gpu_held(verdicts):
     """Reserved by torch's caching allocator plus the memory outside it: within -5 %..+10 % on every run that was
     not held at its cap (before the allocator was modelled, LoRA with checkpointing was 9-16 % under, QLoRA 15-30 %,
-    GPT-2 in bf16 8-16 %)."""
+    GPT-2 in bf16 8-16 %), and never more above the estimate than the margin a safe batch keeps."""
     errors = {}
     for row, verdict in zip(ROWS, verdicts, strict=True):
         if not at_cap(row):
-            errors[row["family"], row["regime"], row["batch"]] = verdict["per_gpu_bytes"]["peak"] / held(row) - 1
+            peak = verdict["per_gpu_bytes"]["peak"]
+            errors[row["family"], row["regime"], row["batch"]] = peak / held(row) - 1
+            assert held(row) <= peak * (1 + MEASURED_UNDERESTIMATE), (row["family"], row["regime"], row["batch"])
     assert len(errors) >= 30
     assert all(-0.05 <= e <= 0.10 for e in errors.values()), {k: f"{e:+.1%}" for k, e in errors.items()}
+
+
+def test_no_job_that_trained_is_called_out_of_memory(verdicts):
+    """An error says the job will die: every capped run that trained gets no "will not fit" (the allocator's reserve
+    alone decides nothing: near its cap it flushes and retries), and every run that ran out of memory gets either
+    "will not fit" or "may not fit", never "fits"."""
+    said = defaultdict(set)
+    for row, verdict in zip(ROWS, verdicts, strict=True):
+        if row["capped"]:
+            said[row["result"]].add(verdict["verdict"].split(":")[0])
+            if row["result"] == "trains":
+                assert not verdict["verdict"].startswith("will not fit"), (row["family"], row["regime"], row["batch"])
+            else:
+                assert verdict["verdict"] != "fits", (row["family"], row["regime"], row["batch"])
+    # the runs that ran out: two whose tensors the estimate puts past the GPU, one it calls uncertain
+    assert "may not fit" in said["out of memory"]
+    assert any(v.startswith("will not fit") for v in said["out of memory"])
 
 
 def test_the_allocated_peak_is_what_torch_allocated(verdicts):
@@ -56,7 +77,6 @@ def test_the_allocated_peak_is_what_torch_allocated(verdicts):
         b = verdict["per_gpu_bytes"]
         allocated = b["peak"] - b["CUDA context"] - b["allocator reserve"]
         assert abs(allocated / row["peak_allocated"] - 1) <= 0.04, (row["family"], row["regime"], row["batch"])
-        assert b["CUDA context"] >= OUTSIDE
 
 
 def test_the_safe_batch_trained(verdicts):

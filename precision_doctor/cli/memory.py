@@ -248,7 +248,7 @@ def _table(label: str, opts, rows: list[dict]) -> str:
     for r in rows:
         verdict = "fits" if r["fits"] else f"out of memory at {r['fails_at']}"
         if r["fits"] and opts.batch > r["safe_batch"]:
-            verdict = "fits, within the error"  # the estimate fits, its measured error does not
+            verdict = "uncertain"  # the tensors fit; with the allocator's reserve and the measured error, not
         lines.append(
             f"{r['target']:<12} {r['gpu'][:30]:<30} {r['peak_gib']:>9.2f} {r['available_gib']:>8.2f}  "
             f"{verdict:<28} {r['largest_batch']} ({r['safe_batch']})"

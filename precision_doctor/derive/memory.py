@@ -31,18 +31,22 @@ CUDA_CONTEXT_BYTES = 768 * MIB
 # What torch's caching allocator reserves beyond the allocated peak: freed blocks it keeps but cannot reuse for the
 # next requests of other sizes. Fitted on twelve Trainer jobs on an H200 (three families x full bf16, fp32 weights
 # under fp16 AMP, LoRA and QLoRA with checkpointing; fixtures/memory_h200_jobs.json): reserved minus allocated was
-# 3-24 % of the transient memory (activations, the loss's gradient) without checkpointing and 27-65 % with it (each
-# recomputed layer and the vocabulary-wide loss buffers freed between them), plus a share of the model's states
-# (fp32 weights' half copies, optimizer temporaries). With these the estimate is -4 % to +10 % of reserved plus
-# the context on every job measured.
-RESERVE_OF_TRANSIENT = 0.12
-RESERVE_OF_TRANSIENT_CHECKPOINTED = 0.32
-RESERVE_OF_STATES = 0.11
-# How far below what the GPU held the estimate can be (reserved memory plus the context): -3.6 % at most on the
-# twelve H200 jobs above (fixtures/memory_h200_jobs.json), so 5 %. A batch whose estimate fits only without this
-# margin is uncertain (memory --plot); every job trained at the batch it leaves (capped at the target GPU's memory).
-MEASURED_UNDERESTIMATE = 0.05
-# PD605: a plan that fits with less to spare than that error is within it (peak x 1.05 > what the GPU has: 4.8 %)
+# 3-24 % of the activations without checkpointing and 27-65 % with it (each recomputed layer and the
+# vocabulary-wide loss buffers freed between them), a share of the trained states (the
+# optimizer's temporaries, fp32 weights' half copies; frozen weights are placed once and never freed) and about a
+# quarter of one sample's fp32 logits (the largest blocks the loss frees; measured at 1,024 tokens only). With these
+# the estimate is -4.8 % to +8.8 % of reserved plus the context on every job measured. The reserve is what an
+# uncapped allocator keeps: near its limit it flushes its cache and retries before it fails, so past the GPU only
+# the tensors' own peak (tensors_peak) says a job will not fit; between the two it may or may not.
+RESERVE_OF_TRANSIENT = 0.08
+RESERVE_OF_TRANSIENT_CHECKPOINTED = 0.30
+RESERVE_OF_TRAINED_STATES = 0.12
+RESERVE_OF_LOGITS_BLOCK = 0.25
+# How far below what the GPU held the estimate can be (reserved memory plus the context): 5.1 % at most on the
+# twelve H200 jobs above (fixtures/memory_h200_jobs.json), so 6 %. A batch is safe when its estimate plus this
+# margin fits; above that, up to the batch whose tensors alone fit, it is uncertain (memory --plot).
+MEASURED_UNDERESTIMATE = 0.06
+# PD605: a plan that fits with less to spare than that error is within it (peak x 1.06 > what the GPU has: 5.7 %)
 HEADROOM_WARNING = 1 - 1 / (1 + MEASURED_UNDERESTIMATE)
 BYTES = {dtypes.FLOAT32: 4, dtypes.FLOAT16: 2, dtypes.BFLOAT16: 2}
 
@@ -68,10 +72,6 @@ class ActivationFactor:
     decoder_h: float = 0.0
     cross_h: float = 0.0
     source_h: float = 0.0
-    # bytes per attention score (heads x sequence per token) a GPU kept where no score is materialised: measured on
-    # an H200 for GPT-2 with its attention dropout (benchmarks/memory_cuda.py: 1.26 in bf16, 0.43 beside fp16 AMP's
-    # per-token count); the CPU counts above run the math kernel, which keeps the scores themselves
-    gpu_score_bytes: float = 0.0
 
 
 # Counted on transformers 5.x (see the module doc); families not listed use the Llama factor.
@@ -125,11 +125,9 @@ AMP = "amp"
 HALF_ACTIVATION_FACTORS = {
     (HALF, "llama"): ActivationFactor(h=10, kv=2, i=4, scores=1, head_h=4.5, head_v=2),
     (AMP, "llama"): ActivationFactor(h=15, kv=2, i=4, scores=1, head_h=5.5, head_v=2, checkpoint_h=2),
-    (HALF, "gpt2"): ActivationFactor(h=8, kv=5, i=5, scores=6, head_h=3, head_v=2, gpu_score_bytes=1.26),
+    (HALF, "gpt2"): ActivationFactor(h=8, kv=5, i=5, scores=6, head_h=3, head_v=2),
     # GPT-2 under autocast: set by the H200 run (its attention dropout kernel keeps more than the CPU counts: 7 %)
-    (AMP, "gpt2"): ActivationFactor(
-        h=12.5, kv=5, i=5, scores=6, head_h=5, head_v=3, checkpoint_h=2, gpu_score_bytes=0.43
-    ),
+    (AMP, "gpt2"): ActivationFactor(h=12.5, kv=5, i=5, scores=6, head_h=5, head_v=3, checkpoint_h=2),
     (HALF, "bert"): ActivationFactor(h=8, kv=5, i=2, scores=6, head_h=7, head_v=2),
     (AMP, "bert"): ActivationFactor(h=11.5, kv=5, i=2, scores=6, head_h=9, head_v=2, checkpoint_h=2),
     (HALF, "t5"): ActivationFactor(h=17, kv=8, i=3, scores=9, head_h=17.5, head_v=2, always_scores=True),
@@ -145,9 +143,16 @@ HALF_ACTIVATION_FACTORS = {
 }
 HALF_LORA_ACTIVATION_FACTORS = {
     "llama": ActivationFactor(h=8, kv=2.5, i=3, scores=1, head_h=0.5, head_v=2),
-    "gpt2": ActivationFactor(h=6.5, kv=5, i=4, scores=6, head_h=0, head_v=2, gpu_score_bytes=1.26),
+    "gpt2": ActivationFactor(h=6.5, kv=5, i=4, scores=6, head_h=0, head_v=2),
     "bert": ActivationFactor(h=7.5, kv=5, i=1, scores=6, head_h=0, head_v=2),
 }
+
+# Bytes per attention score (heads x sequence, per token and layer) GPT-2 kept on a GPU under SDPA, where the CPU
+# counts above run the math kernel and keep the scores themselves: measured on an H200 with GPT-2's default
+# attention dropout (benchmarks/memory_cuda.py: 1.26 in bf16; 0.43 beside fp16 AMP's per-token count). Not
+# measured for the families that share GPT-2's factors (OPT, Phi, Falcon, Bloom: no attention dropout by
+# default) nor under flash-attention.
+GPU_SCORE_BYTES = {(HALF, "gpt2"): 1.26, (AMP, "gpt2"): 0.43}
 
 # Bytes per token per vocabulary entry beyond what is saved, measured on an H200 (torch 2.11, transformers 5.17;
 # Llama in bf16, bf16 autocast and LoRA, GPT-2 under fp16 autocast): the logits the forward returns and the loss's
@@ -231,6 +236,7 @@ class TrainingShape:
     sequence: int = 1024
     checkpointing: bool = False
     scores_materialised: bool = False  # eager attention (sdpa/flash keep O(sequence) memory)
+    flash_attention: bool = False  # attn_implementation="flash_attention_2"/"_3"
     parallelism: Parallelism = Parallelism()
     master_weights: bool = False  # DeepSpeed/apex mixed precision: an fp32 copy beside half weights
     vocabulary_head: bool = True  # logits over the vocabulary (a language model); False: a task head (num_labels)
@@ -282,6 +288,13 @@ class Breakdown:
     @property
     def peak(self) -> int:
         return sum(size for _, size in self.peak_parts())
+
+    @property
+    def tensors_peak(self) -> int:
+        """The peak without the allocator's reserve: past the GPU's memory the job runs out whatever the allocator
+        does (on the H200 every run whose tensors fit trained or ran out; every run whose tensors did not fit ran
+        out)."""
+        return self.peak - self.reserve
 
     def peak_parts(self) -> list[tuple[str, int]]:
         """What the peak is made of, bottom to top. Steady state: the next step runs with the optimizer state
@@ -420,8 +433,10 @@ def _per_layer(c: CheckpointFacts, shape: TrainingShape, f: ActivationFactor, s:
     inter = (c.intermediate_size or 0) * (c.experts_per_token if c.experts and c.experts_per_token else 1)
     if shape.scores_materialised or f.always_scores:
         scores = f.scores * heads * s
+    elif shape.flash_attention:
+        scores = 0.0
     else:
-        scores = f.gpu_score_bytes / BYTES.get(shape.compute_dtype, 4) * heads * s
+        scores = GPU_SCORE_BYTES.get((regime(shape), c.model_type), 0.0) / BYTES.get(shape.compute_dtype, 4) * heads * s
     lora = len(_lora_shapes(c, shape.lora_modules)) * shape.lora_rank if shape.lora_rank else 0  # adapters' A outputs
     return f.h * h + f.kv * kv + f.i * inter + scores + lora
 
@@ -533,7 +548,13 @@ def estimate(c: CheckpointFacts, shape: TrainingShape) -> Breakdown:
     activations += _shard(autocast_copies(c, shape), n if p.kind in ("zero3", "fsdp-full") else 1)
     context = CUDA_CONTEXT_BYTES
     transient = RESERVE_OF_TRANSIENT_CHECKPOINTED if shape.checkpointing else RESERVE_OF_TRANSIENT
-    reserve = int(transient * (activations + backward) + RESERVE_OF_STATES * (weights + gradients + optimizer + master))
+    trained = gradients + optimizer + master + (0 if shape.lora_rank or shape.quantized else weights)
+    logits_block = sequence_tokens(c, shape.sequence) * _logits_width(c, shape) * 4  # one sample's, in fp32
+    reserve = int(
+        transient * (activations + backward)
+        + RESERVE_OF_TRAINED_STATES * trained
+        + RESERVE_OF_LOGITS_BLOCK * logits_block
+    )
     return Breakdown(
         weights=weights,
         gradients=gradients,
@@ -605,14 +626,20 @@ def _largest_layer(c: CheckpointFacts) -> int:
     return max((c.vocab_size or 0) * h, (c.intermediate_size or 0) * h)
 
 
-def largest_batch(c: CheckpointFacts, shape: TrainingShape, budget: int) -> int:
-    """The largest per-device batch whose steady-state peak fits in `budget` bytes (0: not even one)."""
+def largest_batch(c: CheckpointFacts, shape: TrainingShape, budget: int, tensors_only: bool = False) -> int:
+    """The largest per-device batch whose steady-state peak (with the allocator's reserve, or `tensors_only`)
+    fits in `budget` bytes (0: not even one)."""
+
+    def fits(batch: int) -> bool:
+        b = estimate(c, replace(shape, batch=batch))
+        return (b.tensors_peak if tensors_only else b.peak) <= budget
+
     low, high = 0, max(shape.batch, 1)
-    while estimate(c, replace(shape, batch=high)).peak <= budget and high < 1 << 16:
+    while fits(high) and high < 1 << 16:
         low, high = high, high * 2
     while high - low > 1:
         mid = (low + high) // 2
-        if estimate(c, replace(shape, batch=mid)).peak <= budget:
+        if fits(mid):
             low = mid
         else:
             high = mid
@@ -621,8 +648,9 @@ def largest_batch(c: CheckpointFacts, shape: TrainingShape, budget: int) -> int:
 
 def batch_ranges(c: CheckpointFacts, shape: TrainingShape, budget: int) -> tuple[int, int]:
     """(the largest batch that fits even with the estimate as far below real use as measured, the largest whose
-    estimate fits): the batches between the two are uncertain."""
-    return largest_batch(c, shape, int(budget / (1 + MEASURED_UNDERESTIMATE))), largest_batch(c, shape, budget)
+    tensors fit): the batches between the two are uncertain, past the second the job runs out of memory."""
+    safe = largest_batch(c, shape, int(budget / (1 + MEASURED_UNDERESTIMATE)))
+    return safe, largest_batch(c, shape, budget, tensors_only=True)
 
 
 @record
@@ -638,22 +666,27 @@ def cheapest_fit(c: CheckpointFacts, shape: TrainingShape, budget: int) -> Chang
     """The least intrusive single change (in this order) after which the steady-state peak fits with the
     estimate's measured error to spare; failing that, one that fits the estimate alone, said to be uncertain."""
     safe_budget = int(budget / (1 + MEASURED_UNDERESTIMATE))
-    for limit, hedge in ((safe_budget, ""), (budget, " (fits only within the estimate's measured error)")):
-        for description, changed in _changes(c, shape, limit):
+    for limit, tensors_only, hedge in (
+        (safe_budget, False, ""),
+        (budget, True, " (fits only within the estimate's measured error)"),
+    ):
+        for description, changed in _changes(c, shape, limit, tensors_only):
             b = estimate(c, changed)
-            if b.peak <= limit:
+            if (b.tensors_peak if tensors_only else b.peak) <= limit:
                 return Change(description + hedge, changed, b)
     return None
 
 
-def _changes(c: CheckpointFacts, shape: TrainingShape, limit: int) -> list[tuple[str, TrainingShape]]:
+def _changes(
+    c: CheckpointFacts, shape: TrainingShape, limit: int, tensors_only: bool = False
+) -> list[tuple[str, TrainingShape]]:
     """The single changes to try, least intrusive first; the batch size is the largest under `limit`."""
     candidates: list[tuple[str, TrainingShape]] = []
     if not shape.checkpointing:
         candidates.append(
             ("turn on gradient checkpointing (gradient_checkpointing=True)", replace(shape, checkpointing=True))
         )
-    fitting = largest_batch(c, replace(shape, batch=1), limit) if shape.batch > 1 else 0
+    fitting = largest_batch(c, replace(shape, batch=1), limit, tensors_only) if shape.batch > 1 else 0
     if 1 <= fitting < shape.batch:
         candidates.append(
             (

@@ -22,7 +22,16 @@ from ..model.facts import (
 from ..model.util import record
 from .checkpoint import checkpoint_of
 from .launch import LaunchPlan, device_map_kind
-from .memory import MIB, WHISPER_MAX_LABELS, Breakdown, Parallelism, TrainingShape, estimate, source_frames
+from .memory import (
+    MEASURED_UNDERESTIMATE,
+    MIB,
+    WHISPER_MAX_LABELS,
+    Breakdown,
+    Parallelism,
+    TrainingShape,
+    estimate,
+    source_frames,
+)
 from .optimizer import optimizer_of
 from .setup import Setup, decide, other_device
 
@@ -47,22 +56,25 @@ class MemoryPlan:
 
 
 def first_failure(m: MemoryPlan) -> str:
-    """Where the job first runs out of memory: load | forward | backward | step | second step, or "" when it
-    fits."""
+    """Where the job first runs out of memory: load | forward | backward | step | second step, or "" when its
+    tensors fit (what the caching allocator reserves beyond them is flushed before it fails: a peak that fits only
+    without that reserve is uncertain, `uncertain`)."""
     b = m.breakdown
     if m.shape.parallelism.kind == "device-map":
         return ""  # device_map spreads the weights and offloads what does not fit (PD604)
     if b.at_load > m.budget:
         return "load"
-    if b.at_forward > m.budget:
-        return "forward"
-    if b.at_backward > m.budget:
-        return "backward"
-    if b.at_step > m.budget:
-        return "step"
-    if b.peak > m.budget:
+    for phase, need in (("forward", b.at_forward), ("backward", b.at_backward), ("step", b.at_step)):
+        if need - b.reserve > m.budget:
+            return phase
+    if b.tensors_peak > m.budget:
         return "second step"  # the first step fits; the next runs with the optimizer state it created
     return ""
+
+
+def uncertain(m: MemoryPlan) -> bool:
+    """The tensors fit, but not with the estimate's measured error on top of the allocator's reserve."""
+    return not first_failure(m) and m.breakdown.peak * (1 + MEASURED_UNDERESTIMATE) > m.budget
 
 
 def _why_unknown(load, script: ScriptFacts) -> str:
@@ -177,6 +189,7 @@ def training_shape(
         sequence=sequence,
         checkpointing=setup.placement.checkpointing.on,
         scores_materialised=bool(eager),
+        flash_attention=bool(attn is not None and attn.state == KNOWN and str(attn.value).startswith("flash_")),
         parallelism=parallelism,
         master_weights=master,
         vocabulary_head=not _classifier(setup),

@@ -37,6 +37,8 @@ def memory_report(facts: Facts, memory: Mapping[str, tuple[Setup, MemoryPlan | s
             "step": "will not fit at the first optimizer step",
             "second step": "will not fit in the second step, with the optimizer state held",
         }.get(first_failure(m), "fits")
+        if verdict == "fits" and b.peak > m.budget:
+            verdict = "may not fit: the tensors fit, the allocator's reserve may not"
         if m.shape.parallelism.kind == "device-map":
             n = offloaded_layers(m.checkpoint, m.shape, list(m.spread_budgets))
             verdict = f"device_map offloads {n} layers to the CPU" if n else "fits"
