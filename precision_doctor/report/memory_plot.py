@@ -125,10 +125,10 @@ def svg_plot(plan: MemoryPlan, title: str) -> str:
     for i, (colour, name) in enumerate(ranges):
         out.append(f'<rect x="{lx}" y="{ly + i * 18}" width="12" height="12" fill="{colour}" stroke="#999"/>')
         out.append(f'<text x="{lx + 18}" y="{ly + i * 18 + 10}">{escape(name)}</text>')
-    out.append(f'<text x="{lx}" y="{ly + 3 * 18 + 14}" font-size="10">uncertain: the estimate fits, but not</text>')
+    out.append(f'<text x="{lx}" y="{ly + 3 * 18 + 14}" font-size="10">uncertain: the tensors fit, the</text>')
     out.append(
         f'<text x="{lx}" y="{ly + 3 * 18 + 27}" font-size="10">'
-        f"with +{MEASURED_UNDERESTIMATE:.0%} (measured error)</text>"
+        f"estimate +{MEASURED_UNDERESTIMATE:.0%} (measured error) not</text>"
     )
     out.append("</svg>")
     return "\n".join(out) + "\n"
