@@ -263,6 +263,34 @@ def test_a_command_list_launches_its_last_launcher_with_what_it_exported(command
     assert {k: v for k, v in launch.env.items() if k == "MASTER_PORT"} == env
 
 
+@pytest.mark.parametrize(
+    "command,script_args,env",
+    [
+        # quoted operators are words of the script's arguments, never where the command ends
+        ('torchrun --nproc_per_node 2 train.py --sep ";" --tag "a && b"', ("--sep", ";", "--tag", "a && b"), {}),
+        ("torchrun --nproc_per_node 2 train.py --name 'run;2'", ("--name", "run;2"), {}),
+        # operators without spaces around them still end a command
+        ("export MASTER_PORT=29605;torchrun --nproc_per_node 2 train.py", (), {"MASTER_PORT": "29605"}),
+        # a pipeline's launcher, not the command its output goes to; a redirection is no background operator
+        ("torchrun --nproc_per_node 2 train.py 2>&1 | tee train.log", ("2>&1",), {}),
+        ("nohup torchrun --nproc_per_node 2 train.py > train.log 2>&1 &", (">", "train.log", "2>&1"), {}),
+        # a command substitution is one word, whatever it holds (its value is the job's, decided when it runs)
+        (
+            "export MASTER_PORT=$(cat port; echo); torchrun --nproc_per_node 2 train.py",
+            (),
+            {"MASTER_PORT": "$(cat port; echo)"},
+        ),
+        ("bash -c \"cd /w; torchrun --nproc_per_node 2 train.py --sep ';'\"", ("--sep", ";"), {}),
+    ],
+)
+def test_the_shell_ends_a_command_only_at_an_unquoted_operator(command, script_args, env):
+    launch = parse_launcher(command)
+    assert launch.known and launch.launcher == "torchrun" and launch.script == "train.py"
+    assert launch.num_processes.value == 2
+    assert launch.script_args == script_args
+    assert {k: v for k, v in launch.env.items() if k == "MASTER_PORT"} == env
+
+
 def test_axolotl_launcher_choice_and_its_arguments():
     launch = parse_launcher("axolotl train ax.yml --launcher torchrun --micro-batch-size 2 -- --nproc_per_node 4")
     assert launch.launcher == "torchrun" and launch.num_processes.value == 4

@@ -99,6 +99,121 @@ def slurm_options(words: list[str]) -> tuple[dict[str, str], list[str]]:
     return out, words[i:]
 
 
+class Operator(str):
+    """A control operator the shell reads outside quotes: `;`, `&&`, `||`, `|`, `&`, `|&`, `;;`, or a newline (read
+    as `;`). A quoted `";"` is a word like any other."""
+
+
+_CONTROL = ("&&", "||", ";;", "|&", ";", "|", "&")
+
+
+def shell_words(text: str, comments: bool = True) -> list[str]:
+    """The words of a shell command line, as `shlex.split(text, comments=True)` gives them, except that the control
+    operators the shell reads outside quotes are `Operator` words of their own (`a;` is `a`, `;`), and a quoted
+    operator stays an ordinary word. Redirections (`2>&1`, `&>log`, `>|f`) stay words. Unbalanced quotes raise
+    ValueError, as shlex does."""
+    words: list[str] = []
+    current: list[str] = []
+    in_word = False
+    i, n = 0, len(text)
+
+    def flush() -> None:
+        nonlocal in_word
+        if in_word:
+            words.append("".join(current))
+        current.clear()
+        in_word = False
+
+    while i < n:
+        c = text[i]
+        if c == "\\":
+            if i + 1 >= n:
+                raise ValueError("No escaped character")
+            if text[i + 1] != "\n":  # a backslash-newline joins the lines
+                current.append(text[i + 1])
+                in_word = True
+            i += 2
+        elif c == "'":
+            end = text.find("'", i + 1)
+            if end < 0:
+                raise ValueError("No closing quotation")
+            current.append(text[i + 1 : end])
+            in_word, i = True, end + 1
+        elif c == '"':
+            i += 1
+            while True:
+                if i >= n:
+                    raise ValueError("No closing quotation")
+                d = text[i]
+                if d == '"':
+                    i += 1
+                    break
+                if d == "\\" and i + 1 < n and text[i + 1] in '"\\$`\n':
+                    if text[i + 1] != "\n":
+                        current.append(text[i + 1])
+                    i += 2
+                    continue
+                current.append(d)
+                i += 1
+            in_word = True
+        elif c == "$" and text.startswith("$(", i) or c == "`":  # a command substitution is part of the word
+            end = _substitution_end(text, i)
+            current.append(text[i:end])
+            in_word, i = True, end
+        elif c == "\n":
+            flush()
+            words.append(Operator(";"))
+            i += 1
+        elif c.isspace():
+            flush()
+            i += 1
+        elif c == "#" and comments and not in_word:
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+        else:
+            op = next((o for o in _CONTROL if text.startswith(o, i)), None)
+            redirect = current and current[-1][-1:] in ("<", ">")  # `2>&1`, `>|file`
+            if op and not redirect and not (c == "&" and text.startswith("&>", i)):
+                flush()
+                words.append(Operator(op))
+                i += len(op)
+            else:
+                current.append(c)
+                in_word = True
+                i += 1
+    flush()
+    return words
+
+
+def _substitution_end(text: str, start: int) -> int:
+    """Where `$(...)` (nested) or a backquoted command starting at `start` ends; unclosed: raise as shlex would."""
+    if text[start] == "`":
+        end = text.find("`", start + 1)
+        if end < 0:
+            raise ValueError("No closing quotation")
+        return end + 1
+    depth, i, quote = 0, start + 1, ""
+    while i < len(text):
+        c = text[i]
+        if quote:
+            quote = "" if c == quote else quote
+        elif c in "'\"":
+            quote = c
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    raise ValueError("No closing parenthesis")
+
+
+def shell_join(words: list[str]) -> str:
+    """The inverse of shell_words: each word quoted where it needs it, each operator as the operator."""
+    return " ".join(w if isinstance(w, Operator) else shlex.quote(w) for w in words)
+
+
 @record
 class Peeled:
     """A command with its outer layers read: the launcher's words, and what the layers add."""
@@ -125,7 +240,7 @@ def peel(words: list[str]) -> Peeled:
     srun, srun_options = False, dict[str, str]()
     words = list(words)
     segments = _segments(words)
-    if len(segments) > 1:  # `export VAR=1; torchrun ...`, `cd /work && torchrun ...`
+    if segments and any(isinstance(w, Operator) for w in words):  # `export VAR=1; torchrun ...`, `torchrun ... &`
         words = _launching(segments, env)
     for _ in range(MAX_LAYERS):
         if not words:
@@ -150,7 +265,7 @@ def peel(words: list[str]) -> Peeled:
         if head in ("bash", "sh", "zsh") and len(words) > 2 and words[1] in ("-c", "-lc", "-l", "-ic"):
             script = words[2] if words[1] != "-l" else (words[3] if len(words) > 3 and words[2] == "-c" else "")
             try:
-                inner = shlex.split(script, comments=True)
+                inner = shell_words(script)
             except ValueError:
                 break
             segments = _segments(inner)
@@ -187,13 +302,11 @@ def peel(words: list[str]) -> Peeled:
 
 
 def _segments(words: list[str]) -> list[list[str]]:
-    """A `bash -c` command list split at `&&`, `||` and `;` (as words or ending one)."""
+    """A command list or pipeline split at its control operators (`&&`, `||`, `;`, `|`, `&`: the shell_words
+    `Operator`s, never a quoted `";"`)."""
     out: list[list[str]] = [[]]
     for w in words:
-        if w in ("&&", "||", ";"):
-            out.append([])
-        elif w.endswith(";") and w != ";":
-            out[-1].append(w[:-1])
+        if isinstance(w, Operator):
             out.append([])
         else:
             out[-1].append(w)

@@ -1,10 +1,10 @@
 """A batch job script (SLURM) as facts: its #SBATCH directives, the launch variables it exports, and its launch line
 (`srun torchrun ...`, `srun accelerate launch ...`, `deepspeed --hostfile ...`, `srun python ...`).
 
-Nothing in the script is run: lines are split with shlex and `$VAR` / `${VAR}` / `${VAR:-default}` / `$((...))` are
-expanded here, only from values the script itself (or its #SBATCH request) sets; anything else stays as written and
-the rules that need it stay silent. The partition's GPU type comes from the project's config, else from the
-scheduler's own `scontrol` when it is reachable.
+Nothing in the script is run: lines are split as the shell splits them (command_words.shell_words) and `$VAR` /
+`${VAR}` / `${VAR:-default}` / `$((...))` are expanded here, only from values the script itself (or its #SBATCH
+request) sets; anything else stays as written and the rules that need it stay silent. The partition's GPU type
+comes from the project's config, else from the scheduler's own `scontrol` when it is reachable.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from ..model.errors import InputError
 from ..model.facts import KNOWN, JobFacts, JobSetting, LaunchFacts, Origin, Unknown, Value
 from ..model.redact import redact_text
 from ..system.sources import Unreadable, read_text_bounded, status
-from .command_words import peel, slurm_options
+from .command_words import peel, shell_join, shell_words, slurm_options
 from .launch import parse_launcher, with_accelerate_files
 from .shell_arithmetic import MAX_EXPRESSION, evaluate
 
@@ -66,7 +66,7 @@ def logical_lines(text: str) -> list[tuple[int, str]]:
 
 def _words(text: str) -> list[str] | None:
     try:
-        return shlex.split(_without_comment(text))
+        return shell_words(_without_comment(text), comments=False)
     except ValueError:
         return None
 
@@ -387,7 +387,7 @@ def _launch_in(line: str, expander: _Expander):
 
 
 def _with_script(job: JobFacts, words: list[str], cwd: str, unknowns: list[Unknown]) -> tuple[JobFacts, LaunchFacts]:
-    launch = parse_launcher(shlex.join(words), source=f"{job.path}:{job.launch_line}")
+    launch = parse_launcher(shell_join(words), source=f"{job.path}:{job.launch_line}")
     # the script it runs: the first .py, else a config the launcher runs (`axolotl train x.yml`); never the value
     # of a launcher's own file option (`--config_file accel.yaml`)
     options = {i + 1 for i, w in enumerate(words) if w in _LAUNCHER_FILE_OPTIONS}

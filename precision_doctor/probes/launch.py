@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from ..model.errors import InputError
 from ..model.facts import DYNAMIC, KNOWN, HostFacts, LaunchFacts, Location, Origin, Unknown, Value
 from ..model.util import MAX_GPUS_PER_NODE, MAX_PORT, whole_number
 from ..system.sources import Unreadable, is_regular_file
-from .command_words import peel
+from .command_words import peel, shell_words
 from .config_files import display, read_deepspeed_config
 from .host import read_accelerate_config
 
@@ -35,7 +34,7 @@ def parse_launcher(command: str, source: str = LAUNCHER_OPTION) -> LaunchFacts:
     front of the launcher (`VAR=value`, `env`, `nohup`, `srun`, `mpirun`, `sbatch FILE`) are read first
     (command_words.py); a launcher the doctor does not know is reported by its name, never refused."""
     try:
-        words = shlex.split(command)
+        words = shell_words(command, comments=False)
     except ValueError as exc:
         raise InputError(f"{source}: cannot split {command!r} ({exc}); quote it as one shell command") from None
     if not words:
