@@ -74,6 +74,7 @@ _LLAMAFACTORY = (
     "dataset: alpaca_en_demo\ntemplate: qwen\noutput_dir: out\nbf16: true\n"
 )
 _MEGATRON = "tensor_model_parallel_size: 2\n"
+_EXTRA_ARGS_IGNORED = "ALLOW_EXTRA_ARGS=1 at launch lets it through and nothing reads it, so the setting has no effect"
 _LAUNCH_DECIDES = (
     "no launch given: USE_MCA=1 or USE_MEGATRON_BRIDGE=1 at launch add Megatron argument classes the doctor does "
     "not read; pass --launcher"
@@ -212,9 +213,19 @@ def _from_dict(value: Value) -> bool:
     return value.text.endswith("]") and "[" in value.text
 
 
-def _judge_parsed(parsed: ParsedArguments, script: ScriptFacts, stack: StackFacts, unsure: str = ""):
+def _judge_parsed(
+    parsed: ParsedArguments,
+    script: ScriptFacts,
+    stack: StackFacts,
+    unsure: str = "",
+    ignored: str = "",
+    near_misses_only: bool = False,
+):
     """`unsure`: why a key no release of these classes ever had may still parse (a parser the launch could swap
-    in, unread): such a key is a warning saying so; a typo, or a key of another release, stays an error."""
+    in, unread): such a key is a warning saying so; a typo, or a key of another release, stays an error.
+    `ignored`: why the parser lets a key no class has through: every such key is a warning, its setting has no
+    effect. `near_misses_only`: classes the doctor does not read may have any other key: only a key with a known
+    successor or a close field is said, a warning."""
     if not parsed.strict or not parsed.keys:
         return
     trl = parsed.parser == "trl.TrlParser"
@@ -258,15 +269,21 @@ def _judge_parsed(parsed: ParsedArguments, script: ScriptFacts, stack: StackFact
             new = new or close or ""
         if unsure and not new and all(spans_of(cid, key, script.classes) is None for cid, _ in parts):
             severity, hint = "warning", f"{hint} ({unsure})"
+        if near_misses_only:
+            if not new:
+                continue
+            severity, hint = "warning", f"{hint} ({unsure})"
+        if ignored:
+            severity, hint, error = "warning", f"{hint}: {ignored}", "no error: the key is dropped"
         shown = f"`{key}`" if recipe else f"--{key}"
         where = f"in {parsed.via}" if recipe else "on the command line"
         yield Draft(
             f"{shown} {where} is not a field of {names} on {how}{hint}",
-            evidence=(_parsed_evidence(value, key, parsed), _parser_evidence(parsed)),
+            evidence=(_parsed_evidence(value, key, parsed), _parser_evidence(parsed, dropped=bool(ignored))),
             error=error,
             phase="config",
             severity=severity,
-            confidence="likely" if severity == "warning" else "certain",
+            confidence="likely" if severity == "warning" and not ignored else "certain",
             fix=Fix(
                 (f"rename {shown} to `{new}`" if new else f"remove {shown}")
                 + (f" in {value.location}" if value.location else ""),
@@ -275,13 +292,14 @@ def _judge_parsed(parsed: ParsedArguments, script: ScriptFacts, stack: StackFact
         )
 
 
-def _parser_evidence(parsed: ParsedArguments) -> Evidence:
+def _parser_evidence(parsed: ParsedArguments, dropped: bool = False) -> Evidence:
     if parsed.parser.startswith("llamafactory."):
         return Evidence(
             None,
             parsed.via,
-            "get_train_args parses the recipe with HfArgumentParser.parse_dict, refusing unknown keys "
-            "(LLaMA-Factory hparams/parser.py)",
+            "get_train_args parses the recipe with HfArgumentParser.parse_dict, "
+            + ("dropping unknown keys (allow_extra_keys)" if dropped else "refusing unknown keys")
+            + " (LLaMA-Factory hparams/parser.py)",
             "launcher",
         )
     return Evidence(parsed.location, "", f"{parsed.method}()")
@@ -396,8 +414,10 @@ def _successor(cid: str, name: str, got: Accepted, script: ScriptFacts, stack: S
     "trainers, `ModelConfig`, `BitsAndBytesConfig`, peft's `LoraConfig`, `Trainer(...)` or `from_pretrained` "
     "that the installed (or declared) release does not have; a key of a YAML/JSON recipe that "
     "`HfArgumentParser` / `TrlParser --config` reads and no dataclass of the parser has; a key of an "
-    "LLaMA-Factory recipe that none of the five dataclasses `llamafactory-cli train` fills has (unless the launch "
-    "sets ALLOW_EXTRA_ARGS, USE_MCA or USE_MEGATRON_BRIDGE); an option after `--` that none has. Renamed "
+    "LLaMA-Factory recipe that none of the five dataclasses `llamafactory-cli train` fills has (a warning where the "
+    "launch sets ALLOW_EXTRA_ARGS: the key is dropped, its setting has no effect; under USE_MCA or "
+    "USE_MEGATRON_BRIDGE, whose classes are not read, only a near miss of a known field, a warning); an option "
+    "after `--` that none has. Renamed "
     "keywords name their successor (`evaluation_strategy` -> `eval_strategy`, "
     "`warmup_ratio` -> `warmup_steps`), typos the field they miss (`learning_rat` -> `learning_rate`).",
     why="A dataclass's `__init__` refuses a keyword it has no field for; HfArgumentParser refuses unused recipe keys "
@@ -474,6 +494,20 @@ def _successor(cid: str, name: str, got: Accepted, script: ScriptFacts, stack: S
             note="no launch given: the launch's variables decide, a warning",
         ),
         Example(
+            _LLAMAFACTORY + "learnig_rate: 1.0e-4\n",
+            name="train.yaml",
+            versions={"llamafactory": "0.9.3", "transformers": "4.51.3"},
+            launcher="ALLOW_EXTRA_ARGS=1 llamafactory-cli train train.yaml",
+            note="the parser lets the typo through and drops it: the default learning rate trains, a warning",
+        ),
+        Example(
+            _LLAMAFACTORY + "learnig_rate: 1.0e-4\n",
+            name="train.yaml",
+            versions={"llamafactory": "0.9.4", "transformers": "4.55.0"},
+            launcher="USE_MCA=1 llamafactory-cli train train.yaml",
+            note="mcore_adapter's arguments are not read: a near miss of a known field is a warning",
+        ),
+        Example(
             _ARGS + "args = TrainingArguments('out', learning_rat=2e-5)\nTrainer(model=model, args=args).train()\n",
             note="a typo: the fix names the field it misses, for review",
             fixed=(
@@ -520,10 +554,18 @@ def _successor(cid: str, name: str, got: Accepted, script: ScriptFacts, stack: S
             note="its git tree (past 0.9.5) reads USE_MEGATRON_BRIDGE: Megatron Bridge's arguments, not read",
         ),
         Example(
-            _LLAMAFACTORY + "learnig_rate: 1.0e-4\n",
+            _LLAMAFACTORY + "learning_rate: 1.0e-4\n",
             name="train.yaml",
             versions={"llamafactory": "0.9.3", "transformers": "4.51.3"},
             launcher="ALLOW_EXTRA_ARGS=1 llamafactory-cli train train.yaml",
+            note="every key is a field: ALLOW_EXTRA_ARGS lets nothing through that would be dropped",
+        ),
+        Example(
+            _LLAMAFACTORY + _MEGATRON,
+            name="train.yaml",
+            versions={"llamafactory": "0.9.4", "transformers": "4.55.0"},
+            launcher="USE_MCA=1 llamafactory-cli train train.yaml",
+            note="mcore_adapter's arguments, not read, may have any key that is no near miss of a known field",
         ),
     ],
 )
@@ -537,32 +579,37 @@ def keyword_not_accepted(script: ScriptFacts, stack: StackFacts, launch: LaunchF
     if recipe is not None and _words_refused_before_overrides(launch, stack):
         yield _words_after_the_recipe(launch, stack)
     elif recipe is not None:
-        parsed, judged_with = recipe
-        # with no launch given its variables are not known: USE_MCA / USE_MEGATRON_BRIDGE add argument classes
-        reads_mca = _llamafactory_reads(stack, "USE_MCA")
-        unsure = "" if launch.known or not reads_mca else _LAUNCH_DECIDES
+        parsed, judged_with, enabled = recipe
+        if enabled == "ALLOW_EXTRA_ARGS":  # the parser lets every key through: one no class has sets nothing
+            yield from _judge_parsed(parsed, script, judged_with, ignored=_EXTRA_ARGS_IGNORED)
+            return
+        if enabled:  # Megatron argument classes the doctor does not read: only a near miss of a known field is said
+            unsure = f"{enabled}=1 at launch adds Megatron argument classes the doctor does not read"
+            yield from _judge_parsed(parsed, script, judged_with, unsure, near_misses_only=True)
+            return
+        else:  # with no launch given its variables are not known: USE_MCA / USE_MEGATRON_BRIDGE add classes
+            unsure = "" if launch.known or not _llamafactory_reads(stack, "USE_MCA") else _LAUNCH_DECIDES
         yield from _judge_parsed(parsed, script, judged_with, unsure)
 
 
 def _llamafactory_recipe(
     script: ScriptFacts, stack: StackFacts, launch: LaunchFacts, env: dict[str, str]
-) -> tuple[ParsedArguments, StackFacts] | None:
+) -> tuple[ParsedArguments, StackFacts, str] | None:
     """An LLaMA-Factory training recipe as `get_train_args` parses it (hparams/parser.py), with the stack to judge
-    it by: HfArgumentParser over its five dataclasses, refusing any key none has unless ALLOW_EXTRA_ARGS is on.
-    USE_MCA swaps in mcore_adapter's arguments and USE_MEGATRON_BRIDGE adds MegatronBridgeArguments, which the
-    doctor does not read: such a launch is not judged, where the release reads the variable. A recipe that sets
-    neither `stage` nor `do_train` (an eval, chat or export config) or a launch of another subcommand is another
-    parser's."""
+    it by and the parser variable the launch turns on (where the release reads it): HfArgumentParser over its five
+    dataclasses, refusing any key none has unless ALLOW_EXTRA_ARGS is on (then it ignores the key). USE_MCA swaps
+    in mcore_adapter's arguments and USE_MEGATRON_BRIDGE adds MegatronBridgeArguments, which the doctor does not
+    read. A recipe that sets neither `stage` nor `do_train` (an eval, chat or export config) or a launch of another
+    subcommand is another parser's."""
     recipe = script.recipe
     if recipe is None or recipe.family != "LLaMA-Factory":
         return None
     if not ({"stage", "do_train"} & set(recipe.settings)) or _other_subcommand(launch):
         return None
-    if any(
-        llamafactory_env_enabled(env, name) and _llamafactory_reads(stack, name)
-        for name in LLAMAFACTORY_PARSER_VARIABLES
-    ):
-        return None
+    on = [
+        n for n in LLAMAFACTORY_PARSER_VARIABLES if llamafactory_env_enabled(env, n) and _llamafactory_reads(stack, n)
+    ]
+    enabled = next((n for n in on if n != "ALLOW_EXTRA_ARGS"), on[0] if on else "")  # Megatron's classes first
     stack = _with_llamafactorys_transformers(stack)
     training = LLAMAFACTORY_TRAIN[2]
     classes = tuple(
@@ -571,15 +618,19 @@ def _llamafactory_recipe(
     )
     keys = {key: value for key, value in recipe.settings.items() if "." not in key}
     first = min((v.location for v in keys.values() if v.location is not None), default=None, key=_line_order)
-    return ParsedArguments(
-        parser="llamafactory.HfArgumentParser",
-        method="parse_dict",
-        location=first or Location(script.path, 1),
-        classes=classes,
-        keys=keys,
-        source="recipe",
-        via=f"llamafactory-cli train {script.path}",
-    ), stack
+    return (
+        ParsedArguments(
+            parser="llamafactory.HfArgumentParser",
+            method="parse_dict",
+            location=first or Location(script.path, 1),
+            classes=classes,
+            keys=keys,
+            source="recipe",
+            via=f"llamafactory-cli train {script.path}",
+        ),
+        stack,
+        enabled,
+    )
 
 
 # hparams/parser.py read_args: before 0.9.3 a recipe is read only when it is the one argument (`len(sys.argv) == 2`);
