@@ -72,13 +72,21 @@ def lf_env(tmp_path: Path, misc: str, installed: dict[str, str], llamafactory: s
     return env / "bin" / "python"
 
 
-def check(tmp_path: Path, python: Path, recipe: str = RECIPE, launcher=None, requirements: str = "", name="train.yaml"):
+def check(
+    tmp_path: Path,
+    python: Path,
+    recipe: str = RECIPE,
+    launcher=None,
+    requirements: str = "",
+    name="train.yaml",
+    environ: dict[str, str] | None = None,
+):
     project = tmp_path / "project"
     project.mkdir(exist_ok=True)
     (project / name).write_text(recipe)
     if requirements:
         (project / "requirements.txt").write_text(requirements)
-    facts = gather([str(project / name)], environ={}, system=NO_NVML, python=str(python), launcher=launcher)
+    facts = gather([str(project / name)], environ=environ or {}, system=NO_NVML, python=str(python), launcher=launcher)
     return [f for f in engine.run(facts).findings if f.rule_id == "PD703"]
 
 
@@ -182,6 +190,23 @@ def test_an_environment_without_the_framework_is_not_the_jobs(tmp_path):
 def test_disable_version_check_skips_it(tmp_path, launcher, fires):
     python = lf_env(tmp_path, MISC_095, {**FITS_095, "transformers": "5.24.0"})
     assert bool(check(tmp_path, python, launcher=launcher)) is fires
+
+
+@pytest.mark.parametrize(
+    "launcher,fires",
+    [
+        ("llamafactory-cli train train.yaml", False),  # this shell's DISABLE_VERSION_CHECK=1 reaches the job
+        ("env -u DISABLE_VERSION_CHECK llamafactory-cli train train.yaml", True),
+        ("env --unset=DISABLE_VERSION_CHECK llamafactory-cli train train.yaml", True),
+        ("unset DISABLE_VERSION_CHECK; llamafactory-cli train train.yaml", True),
+        ("env -i PATH=/usr/bin llamafactory-cli train train.yaml", True),  # nothing inherited
+        ("env -u DISABLE_VERSION_CHECK DISABLE_VERSION_CHECK=1 llamafactory-cli train train.yaml", False),
+    ],
+)
+def test_a_launch_that_removes_the_variable_runs_the_check(tmp_path, launcher, fires):
+    python = lf_env(tmp_path, MISC_095, {**FITS_095, "transformers": "5.24.0"})
+    environ = {"DISABLE_VERSION_CHECK": "1"}
+    assert bool(check(tmp_path, python, launcher=launcher, environ=environ)) is fires
 
 
 def test_a_launch_the_doctor_cannot_read_may_set_the_variable(tmp_path):

@@ -324,9 +324,11 @@ def plan_recipe(plan: LaunchPlan, imports: tuple[str, ...], launch: LaunchFacts,
 
 
 def job_env(launch: LaunchFacts, machine: MachineFacts) -> dict[str, str]:
-    """The launch variables the job starts with: this machine's (or the snapshot's), under those the launch
-    line sets (`CUDA_VISIBLE_DEVICES=0,1 torchrun ...`)."""
-    return {**(machine.host.env if machine.host else {}), **launch.env}
+    """The launch variables the job starts with: this machine's (or the snapshot's) less those the launch line
+    removes (`env -u X`, `unset X;`, all of them under `env -i`), under those it sets (`CUDA_VISIBLE_DEVICES=0,1
+    torchrun ...`)."""
+    inherited = machine.host.env if machine.host and "*" not in launch.env_unset else {}
+    return {**{k: v for k, v in inherited.items() if k not in launch.env_unset}, **launch.env}
 
 
 ALL_GPUS = ("gpu", "auto", "-1", "all")  # `--nproc_per_node gpu`, `fabric run --devices auto`

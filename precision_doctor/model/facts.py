@@ -541,6 +541,7 @@ class LaunchFacts:
     script: str = ""
     module: str = ""
     env: dict[str, str] = field(default_factory=dict)
+    env_unset: tuple[str, ...] = ()  # inherited variables the line removes (`env -u X`, `unset X;`); "*": `env -i`
     through: tuple[str, ...] = ()
     copies: int | None = 1
     copies_reason: str = ""

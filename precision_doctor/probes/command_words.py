@@ -229,6 +229,9 @@ class Peeled:
     job_file: str = ""  # `sbatch FILE`: the job script it queues
     job_options: dict[str, str] = field(default_factory=dict)  # sbatch's own options, over the #SBATCH lines
     job_args: tuple[str, ...] = ()
+    # launch variables the line removes from the environment it inherits (`env -u NAME`, `unset NAME;`); "*": all
+    # of them (`env -i`)
+    unset: tuple[str, ...] = ()
 
 
 def peel(words: list[str]) -> Peeled:
@@ -238,10 +241,11 @@ def peel(words: list[str]) -> Peeled:
     copies: int | None = 1
     reason = ""
     srun, srun_options = False, dict[str, str]()
+    unset: set[str] = set()
     words = list(words)
     segments = _segments(words)
     if segments and any(isinstance(w, Operator) for w in words):  # `export VAR=1; torchrun ...`, `torchrun ... &`
-        words = _launching(segments, env)
+        words = _launching(segments, env, unset)
     for _ in range(MAX_LAYERS):
         if not words:
             break
@@ -250,7 +254,7 @@ def peel(words: list[str]) -> Peeled:
             _assign(env, words.pop(0))
             continue
         if head == "env":
-            words = _env_command(words[1:], env)
+            words = _env_command(words[1:], env, unset)
             through.append("env")
             continue
         if head in WRAPPERS:
@@ -271,7 +275,7 @@ def peel(words: list[str]) -> Peeled:
             segments = _segments(inner)
             if not segments:
                 break
-            words = _launching(segments, env)
+            words = _launching(segments, env, unset)
             continue
         if head == "srun":
             srun = True
@@ -296,9 +300,10 @@ def peel(words: list[str]) -> Peeled:
                 job_file=rest[0] if rest else "",
                 job_options=options,
                 job_args=tuple(rest[1:]),
+                unset=tuple(sorted(unset)),
             )
         break
-    return Peeled(words, env, tuple(through), copies, reason, srun, srun_options)
+    return Peeled(words, env, tuple(through), copies, reason, srun, srun_options, unset=tuple(sorted(unset)))
 
 
 def _segments(words: list[str]) -> list[list[str]]:
@@ -313,10 +318,10 @@ def _segments(words: list[str]) -> list[list[str]]:
     return [seg for seg in out if seg]
 
 
-def _launching(segments: list[list[str]], env: dict[str, str]) -> list[str]:
+def _launching(segments: list[list[str]], env: dict[str, str], unset: set[str]) -> list[str]:
     """Of a command list (`cd /work && export NCCL_DEBUG=INFO; torchrun ...`), the part that launches (the last one
-    when none does), with what an `export` before it puts in its environment (a bare `VAR=1 &&` sets a shell
-    variable the command does not see)."""
+    when none does), with what an `export` before it puts in its environment and an `unset` takes out of it (a
+    bare `VAR=1 &&` sets a shell variable the command does not see)."""
     at = next(
         (i for i in range(len(segments) - 1, -1, -1) if launcher_of(peel(segments[i]).words)[0]), len(segments) - 1
     )
@@ -325,6 +330,11 @@ def _launching(segments: list[list[str]], env: dict[str, str]) -> list[str]:
             for word in seg[1:]:
                 if ASSIGNMENT.match(word):
                     _assign(env, word)
+        elif seg[0] == "unset":
+            for name in seg[1:]:
+                if not name.startswith("-"):
+                    env.pop(name, None)
+                    unset.add(name)
     return segments[at]
 
 
@@ -334,7 +344,7 @@ def _assign(env: dict[str, str], word: str) -> None:
         env[name] = redact_text(value)[:200]
 
 
-def _env_command(words: list[str], env: dict[str, str]) -> list[str]:
+def _env_command(words: list[str], env: dict[str, str], unset: set[str]) -> list[str]:
     """`env [-i] [-u NAME] [-C DIR] [NAME=value ...] command`."""
     i = 0
     while i < len(words):
@@ -342,10 +352,18 @@ def _env_command(words: list[str], env: dict[str, str]) -> list[str]:
         if w in ("-u", "--unset", "-C", "--chdir", "-S", "--split-string"):
             if w in ("-u", "--unset") and i + 1 < len(words):
                 env.pop(words[i + 1], None)
+                unset.add(words[i + 1])
             i += 2
+            continue
+        if w.startswith("--unset="):
+            env.pop(w.partition("=")[2], None)
+            unset.add(w.partition("=")[2])
+            i += 1
             continue
         if w in ("-i", "--ignore-environment", "-"):
             env.clear()
+            unset.clear()
+            unset.add("*")
             i += 1
             continue
         if w.startswith("-") and not ASSIGNMENT.match(w):

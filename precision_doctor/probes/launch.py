@@ -45,6 +45,7 @@ def parse_launcher(command: str, source: str = LAUNCHER_OPTION) -> LaunchFacts:
         "through": peeled.through,
         "copies": peeled.copies,
         "copies_reason": peeled.copies_reason,
+        "env_unset": peeled.unset,
     }
     if peeled.job_file or "sbatch" in peeled.through:
         if not peeled.job_file:
