@@ -72,24 +72,13 @@ FAMILIES = {
     ),
 }
 # --smoke: the same families, a few layers wide
+_SMOKE_DECODER = dict(
+    hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
+)
 SMOKE_SIZES = {
-    "qwen2": dict(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=1000,
-    ),  # fmt: skip
+    "qwen2": {**_SMOKE_DECODER, "vocab_size": 1000},
     "gpt2": dict(n_embd=64, n_layer=2, n_head=4, vocab_size=1000),
-    "llama": dict(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=1000,
-    ),  # fmt: skip
+    "llama": {**_SMOKE_DECODER, "vocab_size": 1000},
 }
 
 
