@@ -54,6 +54,19 @@ def test_directives_continuations_and_expansion(tmp_path):
     assert launch.script_args == ("--lr", "1e-4")
 
 
+def test_sbatch_reads_its_own_lines_and_a_trailing_semicolon_ends_an_assignment(tmp_path):
+    """An `#SBATCH` line is sbatch's, not a shell's: `|` in a constraint splits nothing. `PORT=29513;` is still
+    the script's own variable."""
+    job = _write(
+        tmp_path / "semi",
+        "#!/bin/bash\n#SBATCH --constraint=a100|h100 --gres=gpu:4\n#SBATCH --nodes=1\nPORT=29513;\n"
+        "srun torchrun --nproc_per_node 4 --master_port $PORT train.py 2>&1 | tee train.log\n",
+    )
+    facts, launch = read_job(str(job))
+    assert facts.directives["constraint"].value == "a100|h100" and "gres" in facts.directives
+    assert launch.main_process_port.value == 29513 and launch.script_args == ()
+
+
 def test_values_set_at_run_time_stay_unknown_and_nothing_is_run(tmp_path):
     marker = tmp_path / "ran"
     job = _write(

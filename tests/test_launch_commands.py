@@ -271,9 +271,12 @@ def test_a_command_list_launches_its_last_launcher_with_what_it_exported(command
         ("torchrun --nproc_per_node 2 train.py --name 'run;2'", ("--name", "run;2"), {}),
         # operators without spaces around them still end a command
         ("export MASTER_PORT=29605;torchrun --nproc_per_node 2 train.py", (), {"MASTER_PORT": "29605"}),
-        # a pipeline's launcher, not the command its output goes to; a redirection is no background operator
-        ("torchrun --nproc_per_node 2 train.py 2>&1 | tee train.log", ("2>&1",), {}),
-        ("nohup torchrun --nproc_per_node 2 train.py > train.log 2>&1 &", (">", "train.log", "2>&1"), {}),
+        # a pipeline's launcher, not the command its output goes to; redirections are no arguments of the script
+        ("torchrun --nproc_per_node 2 train.py 2>&1 | tee train.log", (), {}),
+        ("nohup torchrun --nproc_per_node 2 train.py > train.log 2>&1 &", (), {}),
+        ("torchrun --nproc_per_node 2 train.py>train.log --lr 1e-4", ("--lr", "1e-4"), {}),
+        ("torchrun --nproc_per_node 2 train.py --lr 1e-4 | grep -v warn | python filter.py", ("--lr", "1e-4"), {}),
+        ('torchrun --nproc_per_node 2 train.py --prompt "x>" &>> train.log', ("--prompt", "x>"), {}),
         # a command substitution is one word, whatever it holds (its value is the job's, decided when it runs)
         (
             "export MASTER_PORT=$(cat port; echo); torchrun --nproc_per_node 2 train.py",
@@ -289,6 +292,21 @@ def test_the_shell_ends_a_command_only_at_an_unquoted_operator(command, script_a
     assert launch.num_processes.value == 2
     assert launch.script_args == script_args
     assert {k: v for k, v in launch.env.items() if k == "MASTER_PORT"} == env
+
+
+@pytest.mark.parametrize(
+    "command,launcher,detail",
+    [
+        ("sbatch job.sbatch 2>&1 | tee submit.log", "sbatch", "job.sbatch"),  # the job it queues, not `tee`
+        ("./run_train.sh --gpus 2 | tee train.log", "", "run_train.sh"),  # no launcher known: the pipeline's first
+        ("llamafactory-cli train train.yaml > train.log 2>&1", "llamafactory-cli", "train.yaml"),
+    ],
+)
+def test_a_pipeline_launches_its_first_command(command, launcher, detail):
+    launch = parse_launcher(command)
+    assert launch.launcher == launcher
+    assert detail in (launch.job_file, launch.unknown_launcher, launch.script)
+    assert launch.script_args == ()
 
 
 def test_axolotl_launcher_choice_and_its_arguments():

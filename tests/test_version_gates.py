@@ -200,6 +200,7 @@ def test_disable_version_check_skips_it(tmp_path, launcher, fires):
         ("env --unset=DISABLE_VERSION_CHECK llamafactory-cli train train.yaml", True),
         ("unset DISABLE_VERSION_CHECK; llamafactory-cli train train.yaml", True),
         ("env -i PATH=/usr/bin llamafactory-cli train train.yaml", True),  # nothing inherited
+        ("env -uDISABLE_VERSION_CHECK llamafactory-cli train train.yaml", True),  # GNU env's attached form
         ("env -u DISABLE_VERSION_CHECK DISABLE_VERSION_CHECK=1 llamafactory-cli train train.yaml", False),
     ],
 )

@@ -104,23 +104,35 @@ class Operator(str):
     as `;`). A quoted `";"` is a word like any other."""
 
 
+class Redirection(str):
+    """A redirection with its target (`2>&1`, `>train.log`, `&>>log`, `<input`): no word of the command."""
+
+
 _CONTROL = ("&&", "||", ";;", "|&", ";", "|", "&")
+_REDIRECT = re.compile(r"&>>|&>|>>|>\||>&|>|<<<|<<|<&|<>|<")
+_DUPLICATE = re.compile(r"[0-9]+-?|-")  # `>&1`, `<&0`, `>&-`
 
 
 def shell_words(text: str, comments: bool = True) -> list[str]:
     """The words of a shell command line, as `shlex.split(text, comments=True)` gives them, except that the control
-    operators the shell reads outside quotes are `Operator` words of their own (`a;` is `a`, `;`), and a quoted
-    operator stays an ordinary word. Redirections (`2>&1`, `&>log`, `>|f`) stay words. Unbalanced quotes raise
-    ValueError, as shlex does."""
+    operators the shell reads outside quotes are `Operator` words of their own (`a;` is `a`, `;`), a redirection
+    with its target is a `Redirection` (`train.py>log 2>&1` is `train.py`, `>log`, `2>&1`), and a quoted operator
+    stays an ordinary word. Unbalanced quotes raise ValueError, as shlex does."""
     words: list[str] = []
     current: list[str] = []
     in_word = False
+    target = False  # the next word is the target of the redirection just read
     i, n = 0, len(text)
 
     def flush() -> None:
-        nonlocal in_word
+        nonlocal in_word, target
         if in_word:
-            words.append("".join(current))
+            word = "".join(current)
+            if target and words and isinstance(words[-1], Redirection):
+                words[-1] = Redirection(words[-1] + word)
+            else:
+                words.append(word)
+            target = False
         current.clear()
         in_word = False
 
@@ -170,13 +182,28 @@ def shell_words(text: str, comments: bool = True) -> list[str]:
         elif c == "#" and comments and not in_word:
             end = text.find("\n", i)
             i = n if end < 0 else end
+        elif c in "<>" or text.startswith("&>", i):
+            fd = "".join(current) if in_word and "".join(current).isdigit() else ""
+            if fd:  # `2>`: the digits name the stream, no word of their own
+                current.clear()
+                in_word = False
+            flush()
+            match = _REDIRECT.match(text, i)
+            assert match is not None  # the character is one of them
+            op, i = fd + match.group(0), match.end()
+            duplicate = _DUPLICATE.match(text, i) if op.endswith("&") else None
+            if duplicate:
+                words.append(Redirection(op + duplicate.group(0)))
+                i = duplicate.end()
+            else:
+                words.append(Redirection(op))
+                target = True
         else:
-            op = next((o for o in _CONTROL if text.startswith(o, i)), None)
-            redirect = current and current[-1][-1:] in ("<", ">")  # `2>&1`, `>|file`
-            if op and not redirect and not (c == "&" and text.startswith("&>", i)):
+            control = next((o for o in _CONTROL if text.startswith(o, i)), None)
+            if control:
                 flush()
-                words.append(Operator(op))
-                i += len(op)
+                words.append(Operator(control))
+                i += len(control)
             else:
                 current.append(c)
                 in_word = True
@@ -211,7 +238,7 @@ def _substitution_end(text: str, start: int) -> int:
 
 def shell_join(words: list[str]) -> str:
     """The inverse of shell_words: each word quoted where it needs it, each operator as the operator."""
-    return " ".join(w if isinstance(w, Operator) else shlex.quote(w) for w in words)
+    return " ".join(w if isinstance(w, (Operator, Redirection)) else shlex.quote(w) for w in words)
 
 
 @record
@@ -242,7 +269,7 @@ def peel(words: list[str]) -> Peeled:
     reason = ""
     srun, srun_options = False, dict[str, str]()
     unset: set[str] = set()
-    words = list(words)
+    words = [w for w in words if not isinstance(w, Redirection)]
     segments = _segments(words)
     if segments and any(isinstance(w, Operator) for w in words):  # `export VAR=1; torchrun ...`, `torchrun ... &`
         words = _launching(segments, env, unset)
@@ -306,26 +333,40 @@ def peel(words: list[str]) -> Peeled:
     return Peeled(words, env, tuple(through), copies, reason, srun, srun_options, unset=tuple(sorted(unset)))
 
 
-def _segments(words: list[str]) -> list[list[str]]:
-    """A command list or pipeline split at its control operators (`&&`, `||`, `;`, `|`, `&`: the shell_words
-    `Operator`s, never a quoted `";"`)."""
-    out: list[list[str]] = [[]]
+class Segment(list[str]):
+    """One command of a command list, its words; `piped`: its input is the previous command's output."""
+
+    piped = False
+
+
+def _segments(words: list[str]) -> list[Segment]:
+    """A command list and its pipelines split at their control operators (`&&`, `||`, `;`, `&`, `|`, `|&`: the
+    shell_words `Operator`s, never a quoted `";"`), redirections left out."""
+    out: list[Segment] = [Segment()]
     for w in words:
         if isinstance(w, Operator):
-            out.append([])
-        else:
+            out.append(Segment())
+            out[-1].piped = w in ("|", "|&") and bool(out[-2])
+        elif not isinstance(w, Redirection):
             out[-1].append(w)
     return [seg for seg in out if seg]
 
 
-def _launching(segments: list[list[str]], env: dict[str, str], unset: set[str]) -> list[str]:
+def _launching(segments: list[Segment], env: dict[str, str], unset: set[str]) -> list[str]:
     """Of a command list (`cd /work && export NCCL_DEBUG=INFO; torchrun ...`), the part that launches (the last one
     when none does), with what an `export` before it puts in its environment and an `unset` takes out of it (a
     bare `VAR=1 &&` sets a shell variable the command does not see)."""
-    at = next(
-        (i for i in range(len(segments) - 1, -1, -1) if launcher_of(peel(segments[i]).words)[0]), len(segments) - 1
-    )
-    for seg in segments[:at]:
+
+    def launches(words: list[str]) -> bool:
+        peeled = peel(words)
+        return bool(peeled.job_file) or launcher_of(peeled.words)[0] is not None
+
+    last = next((i for i in range(len(segments) - 1, -1, -1) if launches(segments[i])), len(segments) - 1)
+    start = last  # a pipeline's launcher is its first command that launches (`torchrun ... | tee log`)
+    while start > 0 and segments[start].piped:
+        start -= 1
+    at = next((i for i in range(start, last + 1) if launches(segments[i])), start)
+    for seg in segments[:start]:
         if seg[0] == "export":
             for word in seg[1:]:
                 if ASSIGNMENT.match(word):
@@ -355,9 +396,10 @@ def _env_command(words: list[str], env: dict[str, str], unset: set[str]) -> list
                 unset.add(words[i + 1])
             i += 2
             continue
-        if w.startswith("--unset="):
-            env.pop(w.partition("=")[2], None)
-            unset.add(w.partition("=")[2])
+        if w.startswith("--unset=") or (w.startswith("-u") and len(w) > 2):  # `--unset=X`, `-uX`
+            name = w.partition("=")[2] if w.startswith("--") else w[2:]
+            env.pop(name, None)
+            unset.add(name)
             i += 1
             continue
         if w in ("-i", "--ignore-environment", "-"):

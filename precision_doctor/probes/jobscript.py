@@ -21,7 +21,7 @@ from ..model.errors import InputError
 from ..model.facts import KNOWN, JobFacts, JobSetting, LaunchFacts, Origin, Unknown, Value
 from ..model.redact import redact_text
 from ..system.sources import Unreadable, read_text_bounded, status
-from .command_words import peel, shell_join, shell_words, slurm_options
+from .command_words import ASSIGNMENT, Operator, peel, shell_join, shell_words, slurm_options
 from .launch import parse_launcher, with_accelerate_files
 from .shell_arithmetic import MAX_EXPRESSION, evaluate
 
@@ -69,6 +69,14 @@ def _words(text: str) -> list[str] | None:
         return shell_words(_without_comment(text), comments=False)
     except ValueError:
         return None
+
+
+def _directive_words(text: str) -> list[str]:
+    """An `#SBATCH` line's options as sbatch reads them: no shell reads the line (`--constraint=a100|h100`)."""
+    try:
+        return shlex.split(_without_comment(text))
+    except ValueError:
+        return []
 
 
 def _without_comment(text: str) -> str:
@@ -219,7 +227,7 @@ def read_job(path: str, display: str | None = None) -> tuple[JobFacts, LaunchFac
     for index, (number, line) in enumerate(lines):
         stripped = line.strip()
         if stripped.startswith("#SBATCH"):
-            opts, _ = slurm_options(_words(stripped[len("#SBATCH") :]) or [])
+            opts, _ = slurm_options(_directive_words(stripped[len("#SBATCH") :]))
             directives.update({k: JobSetting(v, number) for k, v in opts.items()})
         elif stripped and not stripped.startswith("#"):
             body_start = index
@@ -244,6 +252,8 @@ def read_job(path: str, display: str | None = None) -> tuple[JobFacts, LaunchFac
                 env[name] = JobSetting(redact_text(value if complete else single.group("value"))[:200], number)
             continue
         words = _words(line)
+        if words and all(isinstance(w, Operator) and w == ";" for w in words[1:] if not ASSIGNMENT.match(w)):
+            words = [w for w in words if not isinstance(w, Operator)]  # `PORT=29513;`, `A=1; B=2`
         if not words:
             continue
         if words[0] == "export":

@@ -219,13 +219,11 @@ def _judge_parsed(
     stack: StackFacts,
     unsure: str = "",
     ignored: str = "",
-    near_misses_only: bool = False,
 ):
     """`unsure`: why a key no release of these classes ever had may still parse (a parser the launch could swap
     in, unread): such a key is a warning saying so; a typo, or a key of another release, stays an error.
     `ignored`: why the parser lets a key no class has through: every such key is a warning, its setting has no
-    effect. `near_misses_only`: classes the doctor does not read may have any other key: only a key with a known
-    successor or a close field is said, a warning."""
+    effect."""
     if not parsed.strict or not parsed.keys:
         return
     trl = parsed.parser == "trl.TrlParser"
@@ -268,10 +266,6 @@ def _judge_parsed(
             hint = f" (did you mean `{close}`?)" if close else ""
             new = new or close or ""
         if unsure and not new and all(spans_of(cid, key, script.classes) is None for cid, _ in parts):
-            severity, hint = "warning", f"{hint} ({unsure})"
-        if near_misses_only:
-            if not new:
-                continue
             severity, hint = "warning", f"{hint} ({unsure})"
         if ignored:
             severity, hint, error = "warning", f"{hint}: {ignored}", "no error: the key is dropped"
@@ -415,9 +409,8 @@ def _successor(cid: str, name: str, got: Accepted, script: ScriptFacts, stack: S
     "that the installed (or declared) release does not have; a key of a YAML/JSON recipe that "
     "`HfArgumentParser` / `TrlParser --config` reads and no dataclass of the parser has; a key of an "
     "LLaMA-Factory recipe that none of the five dataclasses `llamafactory-cli train` fills has (a warning where the "
-    "launch sets ALLOW_EXTRA_ARGS: the key is dropped, its setting has no effect; under USE_MCA or "
-    "USE_MEGATRON_BRIDGE, whose classes are not read, only a near miss of a known field, a warning); an option "
-    "after `--` that none has. Renamed "
+    "launch sets ALLOW_EXTRA_ARGS: the key is dropped, its setting has no effect; not judged under USE_MCA or "
+    "USE_MEGATRON_BRIDGE, whose classes are not read); an option after `--` that none has. Renamed "
     "keywords name their successor (`evaluation_strategy` -> `eval_strategy`, "
     "`warmup_ratio` -> `warmup_steps`), typos the field they miss (`learning_rat` -> `learning_rate`).",
     why="A dataclass's `__init__` refuses a keyword it has no field for; HfArgumentParser refuses unused recipe keys "
@@ -501,13 +494,6 @@ def _successor(cid: str, name: str, got: Accepted, script: ScriptFacts, stack: S
             note="the parser lets the typo through and drops it: the default learning rate trains, a warning",
         ),
         Example(
-            _LLAMAFACTORY + "learnig_rate: 1.0e-4\n",
-            name="train.yaml",
-            versions={"llamafactory": "0.9.4", "transformers": "4.55.0"},
-            launcher="USE_MCA=1 llamafactory-cli train train.yaml",
-            note="mcore_adapter's arguments are not read: a near miss of a known field is a warning",
-        ),
-        Example(
             _ARGS + "args = TrainingArguments('out', learning_rat=2e-5)\nTrainer(model=model, args=args).train()\n",
             note="a typo: the fix names the field it misses, for review",
             fixed=(
@@ -565,7 +551,7 @@ def _successor(cid: str, name: str, got: Accepted, script: ScriptFacts, stack: S
             name="train.yaml",
             versions={"llamafactory": "0.9.4", "transformers": "4.55.0"},
             launcher="USE_MCA=1 llamafactory-cli train train.yaml",
-            note="mcore_adapter's arguments, not read, may have any key that is no near miss of a known field",
+            note="mcore_adapter's arguments, not read, may have any key",
         ),
     ],
 )
@@ -583,10 +569,8 @@ def keyword_not_accepted(script: ScriptFacts, stack: StackFacts, launch: LaunchF
         if enabled == "ALLOW_EXTRA_ARGS":  # the parser lets every key through: one no class has sets nothing
             yield from _judge_parsed(parsed, script, judged_with, ignored=_EXTRA_ARGS_IGNORED)
             return
-        if enabled:  # Megatron argument classes the doctor does not read: only a near miss of a known field is said
-            unsure = f"{enabled}=1 at launch adds Megatron argument classes the doctor does not read"
-            yield from _judge_parsed(parsed, script, judged_with, unsure, near_misses_only=True)
-            return
+        if enabled:  # Megatron argument classes the doctor does not read: any key may be theirs (mcore_adapter has
+            return  # `moe_aux_loss_coeff` beside LLaMA-Factory's `moe_aux_loss_coef`: a near miss is no typo there)
         else:  # with no launch given its variables are not known: USE_MCA / USE_MEGATRON_BRIDGE add classes
             unsure = "" if launch.known or not _llamafactory_reads(stack, "USE_MCA") else _LAUNCH_DECIDES
         yield from _judge_parsed(parsed, script, judged_with, unsure)
