@@ -309,6 +309,30 @@ def test_a_pipeline_launches_its_first_command(command, launcher, detail):
     assert launch.script_args == ()
 
 
+@pytest.mark.parametrize(
+    "command,option,rewritten",
+    [
+        (
+            "cd /work && torchrun --nproc_per_node 2 train.py --lr 1e-4 2>&1 | tee log",
+            "--master_port 29501",
+            "cd /work && torchrun --nproc_per_node 2 --master_port 29501 train.py --lr 1e-4 2>&1 | tee log",
+        ),
+        ("torchrun --nproc_per_node 2 train.py --sep ';'", "--master_port 29501", None),
+        ("llamafactory-cli train x.yaml > train.log 2>&1", "MASTER_PORT=29501", None),
+    ],
+)
+def test_a_fix_rewrites_the_launch_line_as_the_shell_reads_it(command, option, rewritten):
+    """PD110's fix sets a port in the user's own launch line: its operators, quotes and redirections survive."""
+    from precision_doctor.derive.launch import command_with_option
+
+    new = command_with_option(parse_launcher(command), option)
+    if rewritten:
+        assert new == rewritten
+    again, before = parse_launcher(new), parse_launcher(command)
+    assert (again.launcher, again.script_args) == (before.launcher, before.script_args)
+    assert again.main_process_port.value == 29501 or again.env.get("MASTER_PORT") == "29501"
+
+
 def test_axolotl_launcher_choice_and_its_arguments():
     launch = parse_launcher("axolotl train ax.yml --launcher torchrun --micro-batch-size 2 -- --nproc_per_node 4")
     assert launch.launcher == "torchrun" and launch.num_processes.value == 4

@@ -538,8 +538,10 @@ def command_with_option(launch: LaunchFacts, option: str) -> str:
     that takes no options of its own (`llamafactory-cli`) gets a `MASTER_PORT=N`-style option as a prefix."""
     import shlex
 
-    try:
-        words = shlex.split(launch.command)
+    from ..knowledge.shell import shell_join, shell_words
+
+    try:  # split as the shell splits it: `cd /w && torchrun ... 2>&1 | tee log` keeps its operators
+        words = shell_words(launch.command, comments=False)
     except ValueError:
         return f"{launch.command} {option}"
     start = next((i for i in range(len(words)) if launcher_of(words[i:])[0] is not None), None)
@@ -547,11 +549,11 @@ def command_with_option(launch: LaunchFacts, option: str) -> str:
         return f"{launch.command} {option}"
     if "=" in option.split()[0] and not option.startswith("-"):  # `MASTER_PORT=29501`: over an earlier one
         name = option.split("=", 1)[0] + "="
-        return shlex.join([w for w in words[:start] if not w.startswith(name)] + [option] + words[start:])
+        return shell_join([w for w in words[:start] if not w.startswith(name)] + [option] + words[start:])
     new = shlex.split(option)
     if words[start].rsplit("/", 1)[-1] == "axolotl":  # its launcher's options go after `--`
         cut = words.index("--") + 1 if "--" in words else len(words)
-        return shlex.join(words[:cut] + ([] if "--" in words else ["--"]) + new + words[cut:])
+        return shell_join(words[:cut] + ([] if "--" in words else ["--"]) + new + words[cut:])
     _, rest = launcher_of(words[start:])
     head, rest = words[: len(words) - len(rest)], list(rest)
     name = new[0]
@@ -566,4 +568,4 @@ def command_with_option(launch: LaunchFacts, option: str) -> str:
         if not options[i].startswith(name + "="):
             kept.append(options[i])
         i += 1
-    return shlex.join(head + kept + new + tail)
+    return shell_join(head + kept + new + tail)

@@ -17,11 +17,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..knowledge.launchers import DEFAULT_PORT, TORCHRUN_DEFAULT, launch_variable, launcher_of
+from ..knowledge.shell import Operator, shell_join, shell_words
 from ..model.errors import InputError
 from ..model.facts import KNOWN, JobFacts, JobSetting, LaunchFacts, Origin, Unknown, Value
 from ..model.redact import redact_text
 from ..system.sources import Unreadable, read_text_bounded, status
-from .command_words import ASSIGNMENT, Operator, peel, shell_join, shell_words, slurm_options
+from .command_words import ASSIGNMENT, peel, slurm_options
 from .launch import parse_launcher, with_accelerate_files
 from .shell_arithmetic import MAX_EXPRESSION, evaluate
 

@@ -16,11 +16,12 @@ from ..knowledge.launchers import (
     other_subcommand,
     python_words,
 )
+from ..knowledge.shell import shell_words
 from ..model.errors import InputError
 from ..model.facts import DYNAMIC, KNOWN, HostFacts, LaunchFacts, Location, Origin, Unknown, Value
 from ..model.util import MAX_GPUS_PER_NODE, MAX_PORT, whole_number
 from ..system.sources import Unreadable, is_regular_file
-from .command_words import peel, shell_words
+from .command_words import peel
 from .config_files import display, read_deepspeed_config
 from .host import read_accelerate_config
 

@@ -1,0 +1,150 @@
+"""How a POSIX shell splits a command line into words, read without running anything: control operators
+(`;`, `&&`, `|`, ...) and redirections outside quotes are words of their own kinds, quoted text is a word like any
+other. Shared by the probes that read launch lines and job scripts and by the fixes that rewrite them."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+
+class Operator(str):
+    """A control operator the shell reads outside quotes: `;`, `&&`, `||`, `|`, `&`, `|&`, `;;`, or a newline (read
+    as `;`). A quoted `";"` is a word like any other."""
+
+
+class Redirection(str):
+    """A redirection with its target (`2>&1`, `>train.log`, `&>>log`, `<input`): no word of the command."""
+
+
+_CONTROL = ("&&", "||", ";;", "|&", ";", "|", "&")
+_REDIRECT = re.compile(r"&>>|&>|>>|>\||>&|>|<<<|<<|<&|<>|<")
+_DUPLICATE = re.compile(r"[0-9]+-?|-")  # `>&1`, `<&0`, `>&-`
+
+
+def shell_words(text: str, comments: bool = True) -> list[str]:
+    """The words of a shell command line, as `shlex.split(text, comments=True)` gives them, except that the control
+    operators the shell reads outside quotes are `Operator` words of their own (`a;` is `a`, `;`), a redirection
+    with its target is a `Redirection` (`train.py>log 2>&1` is `train.py`, `>log`, `2>&1`), and a quoted operator
+    stays an ordinary word. Unbalanced quotes raise ValueError, as shlex does."""
+    words: list[str] = []
+    current: list[str] = []
+    in_word = False
+    target = False  # the next word is the target of the redirection just read
+    i, n = 0, len(text)
+
+    def flush() -> None:
+        nonlocal in_word, target
+        if in_word:
+            word = "".join(current)
+            if target and words and isinstance(words[-1], Redirection):
+                words[-1] = Redirection(words[-1] + word)
+            else:
+                words.append(word)
+            target = False
+        current.clear()
+        in_word = False
+
+    while i < n:
+        c = text[i]
+        if c == "\\":
+            if i + 1 >= n:
+                raise ValueError("No escaped character")
+            if text[i + 1] != "\n":  # a backslash-newline joins the lines
+                current.append(text[i + 1])
+                in_word = True
+            i += 2
+        elif c == "'":
+            end = text.find("'", i + 1)
+            if end < 0:
+                raise ValueError("No closing quotation")
+            current.append(text[i + 1 : end])
+            in_word, i = True, end + 1
+        elif c == '"':
+            i += 1
+            while True:
+                if i >= n:
+                    raise ValueError("No closing quotation")
+                d = text[i]
+                if d == '"':
+                    i += 1
+                    break
+                if d == "\\" and i + 1 < n and text[i + 1] in '"\\$`\n':
+                    if text[i + 1] != "\n":
+                        current.append(text[i + 1])
+                    i += 2
+                    continue
+                current.append(d)
+                i += 1
+            in_word = True
+        elif c == "$" and text.startswith("$(", i) or c == "`":  # a command substitution is part of the word
+            end = _substitution_end(text, i)
+            current.append(text[i:end])
+            in_word, i = True, end
+        elif c == "\n":
+            flush()
+            words.append(Operator(";"))
+            i += 1
+        elif c.isspace():
+            flush()
+            i += 1
+        elif c == "#" and comments and not in_word:
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+        elif c in "<>" or text.startswith("&>", i):
+            fd = "".join(current) if in_word and "".join(current).isdigit() else ""
+            if fd:  # `2>`: the digits name the stream, no word of their own
+                current.clear()
+                in_word = False
+            flush()
+            match = _REDIRECT.match(text, i)
+            assert match is not None  # the character is one of them
+            op, i = fd + match.group(0), match.end()
+            duplicate = _DUPLICATE.match(text, i) if op.endswith("&") else None
+            if duplicate:
+                words.append(Redirection(op + duplicate.group(0)))
+                i = duplicate.end()
+            else:
+                words.append(Redirection(op))
+                target = True
+        else:
+            control = next((o for o in _CONTROL if text.startswith(o, i)), None)
+            if control:
+                flush()
+                words.append(Operator(control))
+                i += len(control)
+            else:
+                current.append(c)
+                in_word = True
+                i += 1
+    flush()
+    return words
+
+
+def _substitution_end(text: str, start: int) -> int:
+    """Where `$(...)` (nested) or a backquoted command starting at `start` ends; unclosed: raise as shlex would."""
+    if text[start] == "`":
+        end = text.find("`", start + 1)
+        if end < 0:
+            raise ValueError("No closing quotation")
+        return end + 1
+    depth, i, quote = 0, start + 1, ""
+    while i < len(text):
+        c = text[i]
+        if quote:
+            quote = "" if c == quote else quote
+        elif c in "'\"":
+            quote = c
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    raise ValueError("No closing parenthesis")
+
+
+def shell_join(words: list[str]) -> str:
+    """The inverse of shell_words: each word quoted where it needs it, each operator as the operator."""
+    return " ".join(w if isinstance(w, (Operator, Redirection)) else shlex.quote(w) for w in words)
