@@ -338,6 +338,7 @@ def write_script(job: Job, model: Path, vocab: int, batch: int, folder: Path, se
 
 
 def doctor_many(paths: list[str], target: str, cwd: Path) -> list[dict]:
+    """`precision-doctor memory PATH... --target TARGET --format json`: one entry per script."""
     done = subprocess.run(
         [sys.executable, "-m", "precision_doctor", "memory", *paths, "--target", target, "--format", "json"],
         capture_output=True,
@@ -346,21 +347,12 @@ def doctor_many(paths: list[str], target: str, cwd: Path) -> list[dict]:
         env={**os.environ, "PYTHONPATH": _python_path()},
     )
     if not done.stdout.strip():
-        raise SystemExit(f"precision-doctor memory failed: {done.stderr.strip()[-500:]}")
+        raise SystemExit(f"precision-doctor memory failed on {paths}: {done.stderr.strip()[-500:]}")
     return json.loads(done.stdout)["scripts"]
 
 
 def doctor(script: Path, target: str) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-m", "precision_doctor", "memory", str(script), "--target", target, "--format", "json"],
-        capture_output=True,
-        text=True,
-        cwd=script.parent,
-        env={**os.environ, "PYTHONPATH": _python_path()},
-    )
-    if not done.stdout.strip():
-        raise SystemExit(f"precision-doctor memory failed on {script}: {done.stderr.strip()[-500:]}")
-    return json.loads(done.stdout)["scripts"][0]
+    return doctor_many([str(script)], target, script.parent)[0]
 
 
 def plan(job: Job, model: Path, vocab: int, folder: Path, sequence: int, smoke: bool) -> list[dict]:

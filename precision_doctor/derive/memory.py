@@ -268,22 +268,25 @@ class Breakdown:
     # their sum for a moment beside every other gradient (traced: 2 x the matrix in its dtype, half or fp32)
     gradient_sum: int = 0
 
+    # What the tensors and the context need at each phase, the allocator's reserve left out: past the GPU's memory
+    # the job runs out whatever the allocator does (it flushes its cache and retries before it fails).
+
     @property
     def at_load(self) -> int:
         return self.weights + self.context
 
     @property
     def at_forward(self) -> int:
-        return self.weights + self.activations + self.context + self.reserve
+        return self.weights + self.activations + self.context
 
     @property
     def at_backward(self) -> int:
         """The first backward's start: no gradients or optimizer state yet."""
-        return self.weights + self.activations + self.backward + self.context + self.reserve
+        return self.weights + self.activations + self.backward + self.context
 
     @property
     def at_step(self) -> int:
-        return self.weights + self.gradients + self.optimizer + self.master + self.context + self.reserve
+        return self.weights + self.gradients + self.optimizer + self.master + self.context
 
     @property
     def peak(self) -> int:

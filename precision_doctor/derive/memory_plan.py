@@ -65,7 +65,7 @@ def first_failure(m: MemoryPlan) -> str:
     if b.at_load > m.budget:
         return "load"
     for phase, need in (("forward", b.at_forward), ("backward", b.at_backward), ("step", b.at_step)):
-        if need - b.reserve > m.budget:
+        if need > m.budget:
             return phase
     if b.tensors_peak > m.budget:
         return "second step"  # the first step fits; the next runs with the optimizer state it created

@@ -3,7 +3,7 @@
 `uv run` ...), `bash -c "..."`, and the schedulers that start several copies of it (`srun`, `mpirun`), or queue a
 job script (`sbatch FILE`). What is left is the launcher's own words (probes/launch.py reads them).
 
-Nothing is run; the words are the ones `shlex` splits.
+Nothing is run; the words are the ones the shell splits (knowledge/shell.py).
 """
 
 from __future__ import annotations
@@ -127,10 +127,11 @@ def peel(words: list[str]) -> Peeled:
     reason = ""
     srun, srun_options = False, dict[str, str]()
     unset: set[str] = set()
-    words = [w for w in words if not isinstance(w, Redirection)]
-    segments = _segments(words)
-    if segments and any(isinstance(w, Operator) for w in words):  # `export VAR=1; torchrun ...`, `torchrun ... &`
+    segments = _segments(words)  # the commands of a list or pipeline, redirections left out
+    if len(segments) > 1:  # `export VAR=1; torchrun ...`, `torchrun ... | tee log`
         words = _launching(segments, env, unset)
+    else:
+        words = segments[0] if segments else []
     for _ in range(MAX_LAYERS):
         if not words:
             break

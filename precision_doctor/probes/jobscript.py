@@ -1,7 +1,7 @@
 """A batch job script (SLURM) as facts: its #SBATCH directives, the launch variables it exports, and its launch line
 (`srun torchrun ...`, `srun accelerate launch ...`, `deepspeed --hostfile ...`, `srun python ...`).
 
-Nothing in the script is run: lines are split as the shell splits them (command_words.shell_words) and `$VAR` /
+Nothing in the script is run: lines are split as the shell splits them (knowledge/shell.py) and `$VAR` /
 `${VAR}` / `${VAR:-default}` / `$((...))` are expanded here, only from values the script itself (or its #SBATCH
 request) sets; anything else stays as written and the rules that need it stay silent. The partition's GPU type
 comes from the project's config, else from the scheduler's own `scontrol` when it is reachable.

@@ -565,35 +565,35 @@ def keyword_not_accepted(script: ScriptFacts, stack: StackFacts, launch: LaunchF
     if recipe is not None and _words_refused_before_overrides(launch, stack):
         yield _words_after_the_recipe(launch, stack)
     elif recipe is not None:
-        parsed, judged_with, enabled = recipe
-        if enabled == "ALLOW_EXTRA_ARGS":  # the parser lets every key through: one no class has sets nothing
+        parsed, judged_with, extra_allowed = recipe
+        if extra_allowed:  # the parser lets every key through: one no class has sets nothing
             yield from _judge_parsed(parsed, script, judged_with, ignored=_EXTRA_ARGS_IGNORED)
-            return
-        if enabled:  # Megatron argument classes the doctor does not read: any key may be theirs (mcore_adapter has
-            return  # `moe_aux_loss_coeff` beside LLaMA-Factory's `moe_aux_loss_coef`: a near miss is no typo there)
         else:  # with no launch given its variables are not known: USE_MCA / USE_MEGATRON_BRIDGE add classes
             unsure = "" if launch.known or not _llamafactory_reads(stack, "USE_MCA") else _LAUNCH_DECIDES
-        yield from _judge_parsed(parsed, script, judged_with, unsure)
+            yield from _judge_parsed(parsed, script, judged_with, unsure)
 
 
 def _llamafactory_recipe(
     script: ScriptFacts, stack: StackFacts, launch: LaunchFacts, env: dict[str, str]
-) -> tuple[ParsedArguments, StackFacts, str] | None:
+) -> tuple[ParsedArguments, StackFacts, bool] | None:
     """An LLaMA-Factory training recipe as `get_train_args` parses it (hparams/parser.py), with the stack to judge
-    it by and the parser variable the launch turns on (where the release reads it): HfArgumentParser over its five
-    dataclasses, refusing any key none has unless ALLOW_EXTRA_ARGS is on (then it ignores the key). USE_MCA swaps
-    in mcore_adapter's arguments and USE_MEGATRON_BRIDGE adds MegatronBridgeArguments, which the doctor does not
-    read. A recipe that sets neither `stage` nor `do_train` (an eval, chat or export config) or a launch of another
-    subcommand is another parser's."""
+    it by and whether the launch turns ALLOW_EXTRA_ARGS on: HfArgumentParser over its five dataclasses, refusing
+    any key none has, or ignoring it under ALLOW_EXTRA_ARGS. USE_MCA swaps in mcore_adapter's arguments and
+    USE_MEGATRON_BRIDGE adds MegatronBridgeArguments, which the doctor does not read: such a launch is not judged
+    (mcore_adapter has `moe_aux_loss_coeff` beside LLaMA-Factory's `moe_aux_loss_coef`: a near miss is no typo
+    there). Each variable counts where the release reads it. A recipe that sets neither `stage` nor `do_train` (an
+    eval, chat or export config) or a launch of another subcommand is another parser's."""
     recipe = script.recipe
     if recipe is None or recipe.family != "LLaMA-Factory":
         return None
     if not ({"stage", "do_train"} & set(recipe.settings)) or _other_subcommand(launch):
         return None
-    on = [
-        n for n in LLAMAFACTORY_PARSER_VARIABLES if llamafactory_env_enabled(env, n) and _llamafactory_reads(stack, n)
-    ]
-    enabled = next((n for n in on if n != "ALLOW_EXTRA_ARGS"), on[0] if on else "")  # Megatron's classes first
+
+    def on(name: str) -> bool:
+        return llamafactory_env_enabled(env, name) and _llamafactory_reads(stack, name)
+
+    if on("USE_MCA") or on("USE_MEGATRON_BRIDGE"):
+        return None
     stack = _with_llamafactorys_transformers(stack)
     training = LLAMAFACTORY_TRAIN[2]
     classes = tuple(
@@ -613,7 +613,7 @@ def _llamafactory_recipe(
             via=f"llamafactory-cli train {script.path}",
         ),
         stack,
-        enabled,
+        on("ALLOW_EXTRA_ARGS"),
     )
 
 

@@ -50,7 +50,7 @@ def oom_at_optimizer_step(setup: Setup, memory: Callable[[], MemoryPlan | str]):
     if m is None or first_failure(m) not in ("step", "second step"):
         return
     b = m.breakdown
-    if b.at_step - b.reserve > m.budget:
+    if b.at_step > m.budget:
         when = (
             f"at the first optimizer step. Gradients {gib(b.gradients)} and optimizer state "
             f"{gib(b.optimizer + b.master)} ({m.shape.optimizer}) on top of the weights"
@@ -64,5 +64,5 @@ def oom_at_optimizer_step(setup: Setup, memory: Callable[[], MemoryPlan | str]):
         f"will not fit: out of memory {when}: {breakdown_text(m)}",
         evidence=_evidence(m, setup),
         fix=advice(m),
-        **hedged(m, b.at_step - b.reserve <= m.budget),
+        **hedged(m, b.at_step <= m.budget),
     )

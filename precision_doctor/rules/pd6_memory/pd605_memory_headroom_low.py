@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from ...derive import Setup
 from ...derive.memory import HEADROOM_WARNING, MEASURED_UNDERESTIMATE
-from ...derive.memory_plan import MemoryPlan, first_failure
+from ...derive.memory_plan import MemoryPlan, uncertain
 from ...model.findings import Draft
 from ..registry import Example, rule
 from ._memory import LOG, OOM, _evidence, advice, breakdown_text, gib, trained_plan, trainer
@@ -51,7 +51,7 @@ from ._memory import LOG, OOM, _evidence, advice, breakdown_text, gib, trained_p
 )
 def memory_headroom_low(setup: Setup, memory: Callable[[], MemoryPlan | str]):
     m = trained_plan(setup, memory())
-    if m is None or first_failure(m) or m.shape.parallelism.kind == "device-map" or m.headroom >= HEADROOM_WARNING:
+    if m is None or m.shape.parallelism.kind == "device-map" or not uncertain(m):
         return
     b = m.breakdown
     if b.peak > m.budget:
