@@ -105,6 +105,28 @@ def test_a_job_is_checked_with_its_training_script_and_findings_point_at_its_lin
     assert hit.path.endswith("job.sbatch") and {loc.line for loc in hit.locations} == {5, 3}
 
 
+def test_a_job_running_several_programs_is_judged_by_the_one_that_trains(tmp_path):
+    """Data preparation before training and evaluation after it: the training launch is the job's, with the
+    exports above it; a second training stage is named as not judged, never silently passed."""
+    (tmp_path / "prepare.py").write_text("import datasets\ndatasets.load_dataset('x').save_to_disk('data')\n")
+    (tmp_path / "eval.py").write_text("import torch\nmodel.eval()\n")
+    (tmp_path / "dpo.py").write_text("from trl import DPOTrainer\nDPOTrainer(model=m).train()\n")
+    job = _write(
+        tmp_path,
+        "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --gres=gpu:4\npython prepare.py\nexport MASTER_PORT=29511\n"
+        "srun torchrun --nproc_per_node 4 train.py\nexport MASTER_PORT=29999\npython eval.py\n"
+        "torchrun --nproc_per_node 4 dpo.py\n",
+    )
+    facts, launch = read_job(str(job))
+    assert facts.launch_line == 6 and facts.script.endswith("train.py") and launch.launcher == "torchrun"
+    assert launch.main_process_port.value == 29511  # the export above it, not the one after
+    assert [u.what for u in facts.unknowns] == ["line 9"] and "dpo.py" in facts.unknowns[0].reason
+    result, gathered = _check(job, target="a100")
+    assert [Path(s.path).name for s in gathered.scripts] == ["train.py"]
+    fixed_port = next(f for f in result.findings if f.rule_id == "PD119")
+    assert "port: 29511," in fixed_port.error  # the port the job fixes, in the error it would show
+
+
 def test_the_partitions_config_and_the_scheduler_name_the_gpu(tmp_path):
     job = _write(tmp_path, "#!/bin/bash\n#SBATCH -p big\n#SBATCH --gres=gpu:2\npython train.py\n")
     _, facts = _check(job, partitions={"big": {"gpu": "a100-80gb", "count": 8}})

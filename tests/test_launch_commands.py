@@ -257,10 +257,43 @@ def test_launch_line_environment_is_the_jobs():
         ('bash -c "export MASTER_PORT=29604; torchrun --nproc_per_node 2 train.py"', {"MASTER_PORT": "29604"}),
     ],
 )
-def test_a_command_list_launches_its_last_launcher_with_what_it_exported(command, env):
+def test_a_command_list_launches_its_launcher_with_what_it_exported(command, env):
     launch = parse_launcher(command)
     assert launch.known and launch.launcher == "torchrun" and launch.script == "train.py"
     assert {k: v for k, v in launch.env.items() if k == "MASTER_PORT"} == env
+
+
+TRAINS = "from transformers import Trainer\ntrainer = Trainer(model=model)\ntrainer.train()\n"
+LOOP = "for batch in data:\n    loss = model(**batch).loss\n    loss.backward()\n    opt.step()\n"
+EVALUATES = "model.eval()\nprint(model(**batch).loss)\n"
+DOWNLOADS = "from huggingface_hub import snapshot_download\nsnapshot_download('org/model')\n"
+
+
+@pytest.mark.parametrize(
+    "command,files,script",
+    [
+        # the program that trains, wherever it stands in the list
+        (
+            "python download.py && python train.py && python eval.py",
+            {"download.py": DOWNLOADS, "train.py": TRAINS, "eval.py": EVALUATES},
+            "train.py",
+        ),
+        (
+            "torchrun --nproc_per_node 2 train.py && python eval.py",
+            {"train.py": TRAINS, "eval.py": EVALUATES},
+            "train.py",
+        ),
+        ("python eval.py; python run.py", {"run.py": LOOP, "eval.py": EVALUATES}, "run.py"),  # what it calls, not order
+        ("python evaluate.py && python finetune.py", {}, "finetune.py"),  # not readable: the name says which
+        ("python sft.py && python dpo.py", {"sft.py": TRAINS, "dpo.py": TRAINS}, "sft.py"),  # the first of equals
+        ("python prepare.py && llamafactory-cli train sft.yaml", {"prepare.py": DOWNLOADS}, "sft.yaml"),
+    ],
+)
+def test_a_command_list_launches_the_program_that_trains(tmp_path, monkeypatch, command, files, script):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    monkeypatch.chdir(tmp_path)
+    assert parse_launcher(command).script == script
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,15 @@ TORCHRUN_FREE_PORT_FROM = "2.12"
 TUNE_STANDALONE_FROM = "0.5.0"
 TORCHRUN_DEFAULT = "torchrun-default"  # a job script's launch with no port written: decided by the job's torch
 
+
+def address_in_use(port: int | str) -> str:
+    """What c10d's store says when its rendezvous port is taken (torch/csrc/distributed/c10d/socket.cpp)."""
+    return (
+        f"RuntimeError: The server socket has failed to listen on any local network address. port: {port}, "
+        "useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use"
+    )
+
+
 # flag spellings each launcher accepts, mapped to the fact they set
 FLAGS = {
     "accelerate": {

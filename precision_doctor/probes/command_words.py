@@ -8,6 +8,7 @@ Nothing is run; the words are the ones the shell splits (knowledge/shell.py).
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import field
 
@@ -21,13 +22,23 @@ from ..knowledge.launchers import (
     WRAPPERS,
     launch_variable,
     launcher_of,
+    python_words,
 )
 from ..knowledge.shell import Operator, Redirection, shell_words
+from ..model.errors import InputError
 from ..model.redact import redact_text
 from ..model.util import MAX_GPUS_PER_NODE, record, whole_number
+from ..system.sources import Unreadable, read_text_bounded
 
 ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*=")
 MAX_LAYERS = 32  # `nohup nohup nohup ...`: no real command has more
+LAUNCHER_FILE_OPTIONS = {"--config_file", "--config-file", "--deepspeed_config_file", "--hostfile", "--fsdp_config"}
+# what tells a training program from the others a job runs (`python download.py && torchrun train.py`, an evaluation
+# after training): a call that trains or takes a step (a Trainer's or Lightning's, Keras' fit, a loop's backward and
+# step), else a name that says so
+_TRAINING_CALL = re.compile(r"\.(?:train|fit|backward)\s*\(|\.step\s*\(\s*\)|^\s*train\s*\(", re.M)
+_TRAINING_NAME = re.compile(r"train|finetun|fine_tun|sft|dpo|orpo|kto|ppo|grpo|rlhf", re.I)
+_MAX_SCRIPT_READ = 4 * 1024 * 1024
 
 # scheduler options (srun, sbatch): short letters to their long names, and options that take no value
 SLURM_SHORT = {
@@ -119,8 +130,9 @@ class Peeled:
     unset: tuple[str, ...] = ()
 
 
-def peel(words: list[str]) -> Peeled:
-    """Read the layers in front of the launcher, outermost first."""
+def peel(words: list[str], cwd: str = "") -> Peeled:
+    """Read the layers in front of the launcher, outermost first; `cwd`: the folder the command runs in (where its
+    scripts are read to tell which of a list's commands trains)."""
     env: dict[str, str] = {}
     through: list[str] = []
     copies: int | None = 1
@@ -129,7 +141,7 @@ def peel(words: list[str]) -> Peeled:
     unset: set[str] = set()
     segments = _segments(words)  # the commands of a list or pipeline, redirections left out
     if len(segments) > 1:  # `export VAR=1; torchrun ...`, `torchrun ... | tee log`
-        words = _launching(segments, env, unset)
+        words = _launching(segments, env, unset, cwd)
     else:
         words = segments[0] if segments else []
     for _ in range(MAX_LAYERS):
@@ -161,7 +173,7 @@ def peel(words: list[str]) -> Peeled:
             segments = _segments(inner)
             if not segments:
                 break
-            words = _launching(segments, env, unset)
+            words = _launching(segments, env, unset, cwd)
             continue
         if head == "srun":
             srun = True
@@ -192,6 +204,39 @@ def peel(words: list[str]) -> Peeled:
     return Peeled(words, env, tuple(through), copies, reason, srun, srun_options, unset=tuple(sorted(unset)))
 
 
+def launched_file(words: list[str]) -> str:
+    """The file a launch runs: the first .py, else a recipe (`axolotl train x.yml`); never the value of a
+    launcher's own file option (`--config_file accel.yaml`)."""
+    options = {i + 1 for i, w in enumerate(words) if w in LAUNCHER_FILE_OPTIONS}
+    candidates = [w for i, w in enumerate(words) if i and i not in options and "=" not in w]
+    return next((w for w in candidates if w.endswith(".py")), "") or next(
+        (w for w in candidates if w.endswith((".yaml", ".yml"))), ""
+    )
+
+
+def launch_rank(peeled: Peeled, cwd: str = "") -> tuple[int, int, int]:
+    """How surely a launch trains, for choosing among a job's several: (2 a framework's training subcommand, a queued
+    job script, or a script that calls train/fit/backward/step; 1 a script not read; 0 a script read that makes no
+    such call), then a name that says it trains, then a launcher that starts several processes."""
+    launcher, rest = launcher_of(peeled.words)
+    if peeled.job_file:
+        return 2, 1, 1
+    file = launched_file(peeled.words)
+    name = file
+    if launcher == "python":
+        kind, module, _ = python_words(rest)
+        name = module if kind == "module" else name
+    says = 1 if _TRAINING_NAME.search(os.path.basename(name)) else 0
+    several = 1 if launcher != "python" or peeled.copies != 1 else 0
+    if launcher not in ("python", "torchrun", "deepspeed", "accelerate", "fabric") or not file.endswith(".py"):
+        return (2 if launcher not in ("python", "torchrun", "deepspeed", "accelerate", "fabric") else 1), says, several
+    try:
+        text = read_text_bounded(os.path.join(cwd, os.path.expanduser(file)), _MAX_SCRIPT_READ, "script", "replace")
+    except (Unreadable, InputError, OSError):
+        return 1, says, several
+    return (2 if _TRAINING_CALL.search(text) else 0), says, several
+
+
 class Segment(list[str]):
     """One command of a command list, its words; `piped`: its input is the previous command's output."""
 
@@ -211,20 +256,21 @@ def _segments(words: list[str]) -> list[Segment]:
     return [seg for seg in out if seg]
 
 
-def _launching(segments: list[Segment], env: dict[str, str], unset: set[str]) -> list[str]:
-    """Of a command list (`cd /work && export NCCL_DEBUG=INFO; torchrun ...`), the part that launches (the last one
-    when none does), with what an `export` before it puts in its environment and an `unset` takes out of it (a
-    bare `VAR=1 &&` sets a shell variable the command does not see)."""
-
-    def launches(words: list[str]) -> bool:
-        peeled = peel(words)
-        return bool(peeled.job_file) or launcher_of(peeled.words)[0] is not None
-
-    last = next((i for i in range(len(segments) - 1, -1, -1) if launches(segments[i])), len(segments) - 1)
-    start = last  # a pipeline's launcher is its first command that launches (`torchrun ... | tee log`)
+def _launching(segments: list[Segment], env: dict[str, str], unset: set[str], cwd: str = "") -> list[str]:
+    """Of a command list (`cd /work && export NCCL_DEBUG=INFO; torchrun ...`), the part that launches the training
+    (`launch_rank`; the first of equals, where the job would die first; the last command when none launches), with
+    what an `export` before it puts in its environment and an `unset` takes out of it (a bare `VAR=1 &&` sets a shell
+    variable the command does not see)."""
+    ranked = {}  # the commands that launch, by index
+    for i, seg in enumerate(segments):
+        peeled = peel(seg, cwd)
+        if peeled.job_file or launcher_of(peeled.words)[0] is not None:
+            ranked[i] = launch_rank(peeled, cwd)
+    chosen = max(ranked, key=lambda i: (ranked[i], -i)) if ranked else len(segments) - 1
+    start = chosen  # a pipeline's launcher is its first command that launches (`torchrun ... | tee log`)
     while start > 0 and segments[start].piped:
         start -= 1
-    at = next((i for i in range(start, last + 1) if launches(segments[i])), start)
+    at = next((i for i in range(start, chosen + 1) if i in ranked), start)
     for seg in segments[:start]:
         if seg[0] == "export":
             for word in seg[1:]:

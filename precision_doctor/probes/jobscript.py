@@ -22,7 +22,7 @@ from ..model.errors import InputError
 from ..model.facts import KNOWN, JobFacts, JobSetting, LaunchFacts, Origin, Unknown, Value
 from ..model.redact import redact_text
 from ..system.sources import Unreadable, read_text_bounded, status
-from .command_words import ASSIGNMENT, peel, slurm_options
+from .command_words import ASSIGNMENT, launch_rank, launched_file, peel, slurm_options
 from .launch import parse_launcher, with_accelerate_files
 from .shell_arithmetic import MAX_EXPRESSION, evaluate
 
@@ -30,7 +30,6 @@ JOB_SUFFIXES = (".sbatch", ".slurm", ".sh", ".bash", ".job")
 _VAR = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_]\w*)(?::?-(?P<default>[^}]*))?\}|(?P<plain>[A-Za-z_]\w*))")
 _NAME = re.compile(r"(?<![#\w])\$?\b([A-Za-z_]\w*)\b")  # a name in arithmetic; `ff` in `16#ff` is digits
 _ASSIGNMENT = re.compile(r"^(export\s+)?(?P<name>[A-Za-z_]\w*)=(?P<value>.*)$")
-_LAUNCHER_FILE_OPTIONS = {"--config_file", "--config-file", "--deepspeed_config_file", "--hostfile", "--fsdp_config"}
 
 
 def is_job_script(path: str) -> bool:
@@ -237,6 +236,7 @@ def read_job(path: str, display: str | None = None) -> tuple[JobFacts, LaunchFac
     env: dict[str, JobSetting] = {}
     unknowns: list[Unknown] = [Unknown(f"line {n}", f"longer than {MAX_LINE // 1024} KiB: not read") for n in too_long]
     cwd = folder
+    candidates = []  # (line, what _launch_in found, the exports above it, its folder)
     for number, line in lines[body_start:]:
         single = _ASSIGNMENT.match(line.strip())
         if single and ("$(" in single.group("value").replace("$((", "") or "`" in single.group("value")):
@@ -274,10 +274,21 @@ def read_job(path: str, display: str | None = None) -> tuple[JobFacts, LaunchFac
             target, complete = expander.expand(words[1])
             cwd = os.path.normpath(os.path.join(cwd, os.path.expanduser(target))) if complete else cwd
             continue
-        found = _launch_in(line, expander)
-        if found is None:
-            continue
-        launch_words, prefix_env, srun, srun_options = found
+        found = _launch_in(line, expander, cwd)
+        if found is not None:  # the environment and folder it launches in: the lines above it only
+            candidates.append((number, found, dict(env), cwd))
+    if candidates:  # the launch that trains (`launch_rank`), the first of equals: where the job would die first
+        chosen = max(candidates, key=lambda c: (c[1][4], -c[0]))
+        number, (launch_words, prefix_env, srun, srun_options, rank), env, cwd = chosen
+        for other, (words, *_, other_rank), *_ in candidates:
+            if other != number and other_rank[0] == 2:
+                unknowns.append(
+                    Unknown(
+                        f"line {other}",
+                        f"also trains ({redact_text(shlex.join(words))[:120]}), after the launch judged here: "
+                        "check it with its own --launcher",
+                    )
+                )
         for name, value in prefix_env.items():
             if launch_variable(name):
                 env[name] = JobSetting(redact_text(value)[:200], number)
@@ -331,7 +342,7 @@ def _background_launches(
         if found is None:
             continue
         background = bool(words) and (words[-1] == "&" or words[-1].endswith("&") and not words[-1].endswith("&&"))
-        launch, _, srun, _ = found
+        launch, _, srun, _, _ = found
         port = "" if srun and multi_node else _rendezvous_port(launch)
         if loops and re.search(r"(--master[_-]port|--main_process_port|--rdzv[_-]endpoint)[= ]\S*\$", line):
             port = ""  # written from a variable: it may change from one iteration to the next
@@ -379,14 +390,15 @@ def _rendezvous_port(launch: list[str]) -> str:
     return ""  # python listens on none
 
 
-def _launch_in(line: str, expander: _Expander):
-    """(launcher words, VAR=value prefixes, through srun, srun's options) when the line launches training: the
-    layers in front (`exec`, `nohup`, `env`, `srun`, `bash -c`) read as a launch line's are (command_words.py)."""
+def _launch_in(line: str, expander: _Expander, cwd: str = ""):
+    """(launcher words, VAR=value prefixes, through srun, srun's options, `launch_rank`) when the line launches
+    training: the layers in front (`exec`, `nohup`, `env`, `srun`, `bash -c`) read as a launch line's are
+    (command_words.py)."""
     expanded, _ = expander.expand(line)
     words = _words(expanded)
     if not words:
         return None
-    peeled = peel(words)
+    peeled = peel(words, cwd)
     if not peeled.words or launcher_of(peeled.words)[0] is None:
         return None
     keep = {
@@ -394,18 +406,12 @@ def _launch_in(line: str, expander: _Expander):
         for k, v in peeled.srun_options.items()
         if k in ("nodes", "ntasks", "ntasks-per-node", "gpus-per-task", "gpus", "gres", "gpus-per-node")
     }
-    return peeled.words, peeled.env, peeled.srun, keep
+    return peeled.words, peeled.env, peeled.srun, keep, launch_rank(peeled, cwd) if cwd else (1, 0, 0)
 
 
 def _with_script(job: JobFacts, words: list[str], cwd: str, unknowns: list[Unknown]) -> tuple[JobFacts, LaunchFacts]:
     launch = parse_launcher(shell_join(words), source=f"{job.path}:{job.launch_line}")
-    # the script it runs: the first .py, else a config the launcher runs (`axolotl train x.yml`); never the value
-    # of a launcher's own file option (`--config_file accel.yaml`)
-    options = {i + 1 for i, w in enumerate(words) if w in _LAUNCHER_FILE_OPTIONS}
-    candidates = [w for i, w in enumerate(words) if i and i not in options and "=" not in w]
-    script = next((w for w in candidates if w.endswith(".py")), "") or next(
-        (w for w in candidates if w.endswith((".yaml", ".yml"))), ""
-    )
+    script = launched_file(words)
     resolved = ""
     if script:
         candidate = os.path.normpath(os.path.join(cwd, os.path.expanduser(script)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ...derive import LaunchPlan
 from ...derive.launch import command_with_option
+from ...knowledge.launchers import DEFAULT_PORT, address_in_use
 from ...knowledge.versions import at_least
 from ...model.facts import BusyPort, LaunchFacts, MachineFacts, StackFacts
 from ...model.findings import Applicability, Draft, Evidence, Fix
@@ -23,8 +24,7 @@ from ._launch import ACC_GOOD
     "multi-node jobs die; accelerate >= 1.8 on one node warns and falls back; torchrun on one node with no port "
     "given (no --master_port, PET_MASTER_PORT or --rdzv_endpoint) listens on 29500 up to torch 2.11 and picks a "
     "free port from torch 2.12 (pytorch#175699); it never reads MASTER_PORT.",
-    error="RuntimeError: The server socket has failed to listen on any local network address. port: 29500, "
-    "useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use",
+    error=address_in_use(DEFAULT_PORT),
     fix="Use another port: `accelerate launch --main_process_port 29501`, `torchrun --master_port 29501` (or "
     "`--standalone`), `MASTER_PORT=29501`; or end the process that holds it if it is a leftover of yours.",
     applicability=Applicability.SAFE,
@@ -125,8 +125,7 @@ def master_port_in_use(machine: MachineFacts, launch: LaunchFacts, stack: StackF
             f"ConnectionError: Tried to launch distributed communication on port `{port}`, but another "
             f"process is utilizing it."
             if launch.launcher == "accelerate"
-            else f"RuntimeError: The server socket has failed to listen on any local network address. port: "
-            f"{port}, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use"
+            else address_in_use(port)
         ),
         fix=Fix(f"launch on a free port: {flag}", applicability=Applicability.SAFE, commands=tuple(commands)),
     )

@@ -3,7 +3,7 @@ it."""
 
 from __future__ import annotations
 
-from ...knowledge.launchers import DEFAULT_PORT, TORCHRUN_DEFAULT, torchrun_picks_free_port
+from ...knowledge.launchers import DEFAULT_PORT, TORCHRUN_DEFAULT, address_in_use, torchrun_picks_free_port
 from ...model.facts import JobFacts, LaunchFacts, StackFacts
 from ...model.findings import Applicability, Draft, Fix
 from ..registry import Example, rule
@@ -34,8 +34,7 @@ def _sweep(first: str, second: str) -> str:
     "(single-node torchrun with none given picks a free one).",
     why="Jobs that share a node share its ports: the second job with the same fixed port cannot listen and dies at "
     "the rendezvous; which job fails depends on where the scheduler puts it.",
-    error="RuntimeError: The server socket has failed to listen on any local network address. port: 29500, "
-    "useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use",
+    error=address_in_use(DEFAULT_PORT),
     fix="Derive the port from the job id: `export MASTER_PORT=$((10000 + SLURM_JOB_ID % 50000))`, or ask for whole "
     "nodes with `#SBATCH --exclusive`.",
     applicability=Applicability.DISPLAY,
@@ -143,6 +142,7 @@ def job_fixed_master_port(job: JobFacts, launch: LaunchFacts, stack: StackFacts)
             f"the job starts {what} on rendezvous port {port}: all but the first fail to listen",
             path=job.path,
             severity="error",
+            error=address_in_use(port.split()[0]),
             evidence=tuple(
                 _at(job, line, f"line {line}", f"started in the background on port {port}")
                 for line in sorted(set(lines))
@@ -171,5 +171,6 @@ def job_fixed_master_port(job: JobFacts, launch: LaunchFacts, stack: StackFacts)
         f"with that port makes one of them fail",
         path=job.path,
         evidence=(where,),
+        error=address_in_use(port),
         fix=Fix("export MASTER_PORT=$((10000 + SLURM_JOB_ID % 50000)) (or #SBATCH --exclusive)"),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ...derive import LaunchPlan
+from ...knowledge.launchers import DEFAULT_PORT, address_in_use
 from ...model.facts import BusyPort, JobFacts, LaunchFacts, MachineFacts
 from ...model.findings import Applicability, Draft, Evidence, Fix
 from ..registry import Example, rule
@@ -30,8 +31,7 @@ def master_node(machine: MachineFacts, job: JobFacts | None) -> MachineFacts | N
     "config, else 29500) is in use on the master node (MASTER_ADDR's, else the allocation's first).",
     why="Rank 0's rendezvous store listens there; the port is taken, so it cannot listen, and every other node "
     "waits for it until the timeout.",
-    error="RuntimeError: The server socket has failed to listen on any local network address. port: 29500, "
-    "useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use",
+    error=address_in_use(DEFAULT_PORT),
     fix="Use a port that is free there (`--master_port`, `MASTER_PORT`), derived from the job id so that jobs "
     "differ; or end the process holding it if it is a leftover of yours.",
     applicability=Applicability.DISPLAY,
@@ -63,8 +63,7 @@ def master_node_port_in_use(machine: MachineFacts, launch: LaunchFacts, plan: La
             Evidence(None, launch.command, f"rendezvous on port {plan.port}", "launcher"),
             Evidence(None, master.node_name, f"port {plan.port} busy{holder}", "profile"),
         ),
-        error=f"RuntimeError: The server socket has failed to listen on any local network address. port: "
-        f"{plan.port}, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use",
+        error=address_in_use(plan.port),
         fix=Fix(
             "a port free on the master: export MASTER_PORT=$((10000 + SLURM_JOB_ID % 50000))",
             commands=(f"kill {state.pid}  # on {master.node_name}, if it is a leftover of yours",)
