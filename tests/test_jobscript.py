@@ -127,6 +127,29 @@ def test_a_job_running_several_programs_is_judged_by_the_one_that_trains(tmp_pat
     assert "port: 29511," in fixed_port.error  # the port the job fixes, in the error it would show
 
 
+@pytest.mark.parametrize(
+    "line,port,args",
+    [
+        ("export MASTER_ADDR=$(hostname); srun torchrun --nproc_per_node 4 --master_port 29512 train.py", 29512, ()),
+        (
+            "P=29513; RUN=a; srun torchrun --nproc_per_node 4 --master_port $P train.py --name $RUN",
+            29513,
+            ("--name", "a"),
+        ),
+        ("cd . && export MASTER_PORT=29514 && srun python train.py", 29514, ()),
+        ("if [ -f data.bin ]; then srun torchrun --nproc_per_node 4 --master_port 29515 train.py; fi", 29515, ()),
+        ("( srun torchrun --nproc_per_node 4 --master_port 29516 train.py ) 2>&1 | tee log", 29516, ()),
+    ],
+)
+def test_a_job_line_that_sets_variables_then_launches(tmp_path, line, port, args):
+    """Variables set, folders changed and compound commands opened on the launch's own line: the launch is still
+    found, with what the line set before it."""
+    facts, launch = read_job(str(_write(tmp_path, f"#!/bin/bash\n#SBATCH --gres=gpu:4\n{line}\n")))
+    assert facts.launch_line == 3 and facts.script.endswith("train.py")
+    assert launch.main_process_port.value == port
+    assert launch.script_args == args
+
+
 def test_the_partitions_config_and_the_scheduler_name_the_gpu(tmp_path):
     job = _write(tmp_path, "#!/bin/bash\n#SBATCH -p big\n#SBATCH --gres=gpu:2\npython train.py\n")
     _, facts = _check(job, partitions={"big": {"gpu": "a100-80gb", "count": 8}})

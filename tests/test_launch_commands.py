@@ -317,6 +317,16 @@ def test_a_command_list_launches_the_program_that_trains(tmp_path, monkeypatch, 
             {"MASTER_PORT": "$(cat port; echo)"},
         ),
         ("bash -c \"cd /w; torchrun --nproc_per_node 2 train.py --sep ';'\"", ("--sep", ";"), {}),
+        # compound commands: a subshell, a group, one-line if and loops start the command inside them
+        ("(cd /w && torchrun --nproc_per_node 2 train.py)", (), {}),
+        ("{ torchrun --nproc_per_node 2 train.py; } 2>&1 | tee train.log", (), {}),
+        ("if [ -d data ]; then torchrun --nproc_per_node 2 train.py; fi", (), {}),
+        ("while true; do torchrun --nproc_per_node 2 train.py && break; done", (), {}),
+        ("for seed in 1 2; do torchrun --nproc_per_node 2 train.py --seed $seed; done", ("--seed", "$seed"), {}),
+        # a substitution's own quotes and spaces stay in its word; `$'...'` is read as bash reads it
+        ('torchrun --nproc_per_node 2 train.py --tag "$(date "+%F %T")"', ("--tag", '$(date "+%F %T")'), {}),
+        ("torchrun --nproc_per_node 2 train.py --run ${NAME:-a b}", ("--run", "${NAME:-a b}"), {}),
+        ("torchrun --nproc_per_node 2 train.py --sep $'\\t'", ("--sep", "\t"), {}),
     ],
 )
 def test_the_shell_ends_a_command_only_at_an_unquoted_operator(command, script_args, env):
@@ -352,6 +362,12 @@ def test_a_pipeline_launches_its_first_command(command, launcher, detail):
         ),
         ("torchrun --nproc_per_node 2 train.py --sep ';'", "--master_port 29501", None),
         ("llamafactory-cli train x.yaml > train.log 2>&1", "MASTER_PORT=29501", None),
+        (  # the option goes to the launch judged (the one that trains), not the first command of the list
+            "python evaluate_base.py && torchrun --nproc_per_node 2 train.py",
+            "--master_port 29501",
+            "python evaluate_base.py && torchrun --nproc_per_node 2 --master_port 29501 train.py",
+        ),
+        ("(cd /w && torchrun --nproc_per_node 2 train.py)", "--master_port 29501", None),
     ],
 )
 def test_a_fix_rewrites_the_launch_line_as_the_shell_reads_it(command, option, rewritten):

@@ -538,13 +538,19 @@ def command_with_option(launch: LaunchFacts, option: str) -> str:
     that takes no options of its own (`llamafactory-cli`) gets a `MASTER_PORT=N`-style option as a prefix."""
     import shlex
 
-    from ..knowledge.shell import shell_join, shell_words
+    from ..knowledge.shell import Operator, shell_join, shell_words
 
     try:  # split as the shell splits it: `cd /w && torchrun ... 2>&1 | tee log` keeps its operators
         words = shell_words(launch.command, comments=False)
     except ValueError:
         return f"{launch.command} {option}"
-    start = next((i for i in range(len(words)) if launcher_of(words[i:])[0] is not None), None)
+    starts = [i for i in range(len(words)) if launcher_of(words[i:])[0] is not None]
+
+    def runs_the_script(i: int) -> bool:  # `python download.py && torchrun train.py`: the launch judged
+        end = next((j for j in range(i, len(words)) if isinstance(words[j], Operator)), len(words))
+        return launch.script in words[i:end]
+
+    start = next((i for i in starts if launch.script and runs_the_script(i)), starts[0] if starts else None)
     if start is None:
         return f"{launch.command} {option}"
     if "=" in option.split()[0] and not option.startswith("-"):  # `MASTER_PORT=29501`: over an earlier one

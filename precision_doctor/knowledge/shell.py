@@ -9,15 +9,15 @@ import shlex
 
 
 class Operator(str):
-    """A control operator the shell reads outside quotes: `;`, `&&`, `||`, `|`, `&`, `|&`, `;;`, or a newline (read
-    as `;`). A quoted `";"` is a word like any other."""
+    """A control operator the shell reads outside quotes: `;`, `&&`, `||`, `|`, `&`, `|&`, `;;`, a subshell's `(`
+    and `)`, or a newline (read as `;`). A quoted `";"` is a word like any other."""
 
 
 class Redirection(str):
     """A redirection with its target (`2>&1`, `>train.log`, `&>>log`, `<input`): no word of the command."""
 
 
-_CONTROL = ("&&", "||", ";;", "|&", ";", "|", "&")
+_CONTROL = ("&&", "||", ";;", "|&", ";", "|", "&", "(", ")")
 _REDIRECT = re.compile(r"&>>|&>|>>|>\||>&|>|<<<|<<|<&|<>|<")
 _DUPLICATE = re.compile(r"[0-9]+-?|-")  # `>&1`, `<&0`, `>&-`
 
@@ -74,13 +74,26 @@ def shell_words(text: str, comments: bool = True) -> list[str]:
                         current.append(text[i + 1])
                     i += 2
                     continue
+                if d == "$" and text.startswith(("$(", "${"), i) or d == "`":  # `"$(echo "a b")"`: its own quotes
+                    end = _substitution_end(text, i)
+                    current.append(text[i:end])
+                    i = end
+                    continue
                 current.append(d)
                 i += 1
             in_word = True
-        elif c == "$" and text.startswith("$(", i) or c == "`":  # a command substitution is part of the word
+        elif c == "$" and text.startswith(("$(", "${"), i) or c == "`":  # a substitution is part of the word
             end = _substitution_end(text, i)
             current.append(text[i:end])
             in_word, i = True, end
+        elif c == "$" and text.startswith("$'", i):  # ANSI-C quoting: `$'a\tb'`
+            end = i + 2
+            while end < n and text[end] != "'":
+                end += 2 if text[end] == "\\" else 1
+            if end >= n:
+                raise ValueError("No closing quotation")
+            current.append(text[i + 2 : end].encode("latin-1", "backslashreplace").decode("unicode_escape"))
+            in_word, i = True, end + 1
         elif c == "\n":
             flush()
             words.append(Operator(";"))
@@ -122,12 +135,14 @@ def shell_words(text: str, comments: bool = True) -> list[str]:
 
 
 def _substitution_end(text: str, start: int) -> int:
-    """Where `$(...)` (nested) or a backquoted command starting at `start` ends; unclosed: raise as shlex would."""
+    """Where `$(...)`, `${...}` (nested) or a backquoted command starting at `start` ends; unclosed: raise as shlex
+    would."""
     if text[start] == "`":
         end = text.find("`", start + 1)
         if end < 0:
             raise ValueError("No closing quotation")
         return end + 1
+    opening, closing = ("{", "}") if text.startswith("${", start) else ("(", ")")
     depth, i, quote = 0, start + 1, ""
     while i < len(text):
         c = text[i]
@@ -135,14 +150,14 @@ def _substitution_end(text: str, start: int) -> int:
             quote = "" if c == quote else quote
         elif c in "'\"":
             quote = c
-        elif c == "(":
+        elif c == opening:
             depth += 1
-        elif c == ")":
+        elif c == closing:
             depth -= 1
             if depth == 0:
                 return i + 1
         i += 1
-    raise ValueError("No closing parenthesis")
+    raise ValueError("No closing parenthesis" if opening == "(" else "No closing brace")
 
 
 def shell_join(words: list[str]) -> str:

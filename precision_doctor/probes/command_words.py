@@ -139,7 +139,7 @@ def peel(words: list[str], cwd: str = "") -> Peeled:
     reason = ""
     srun, srun_options = False, dict[str, str]()
     unset: set[str] = set()
-    segments = _segments(words)  # the commands of a list or pipeline, redirections left out
+    segments = command_segments(words)  # the commands of a list or pipeline, redirections left out
     if len(segments) > 1:  # `export VAR=1; torchrun ...`, `torchrun ... | tee log`
         words = _launching(segments, env, unset, cwd)
     else:
@@ -170,7 +170,7 @@ def peel(words: list[str], cwd: str = "") -> Peeled:
                 inner = shell_words(script)
             except ValueError:
                 break
-            segments = _segments(inner)
+            segments = command_segments(inner)
             if not segments:
                 break
             words = _launching(segments, env, unset, cwd)
@@ -243,17 +243,28 @@ class Segment(list[str]):
     piped = False
 
 
-def _segments(words: list[str]) -> list[Segment]:
-    """A command list and its pipelines split at their control operators (`&&`, `||`, `;`, `&`, `|`, `|&`: the
-    shell_words `Operator`s, never a quoted `";"`), redirections left out."""
+# words that open or close a compound command where a command would start (`if ...; then srun ...; fi`, `{ ...; }`,
+# `while ...; do ...; done`): the command is what follows them; `for NAME in ...` and `case WORD in` start none
+_OPENING = {"if", "then", "else", "elif", "do", "while", "until", "!", "{"}
+_CLOSING = {"fi", "done", "}", "esac"}
+
+
+def command_segments(words: list[str]) -> list[Segment]:
+    """A command list and its pipelines split at their control operators (`&&`, `||`, `;`, `&`, `|`, `|&`, a
+    subshell's parentheses: the shell_words `Operator`s, never a quoted `";"`), redirections and the words of
+    compound commands left out."""
     out: list[Segment] = [Segment()]
     for w in words:
         if isinstance(w, Operator):
             out.append(Segment())
             out[-1].piped = w in ("|", "|&") and bool(out[-2])
-        elif not isinstance(w, Redirection):
+        elif isinstance(w, Redirection):
+            continue
+        elif not out[-1] and w in _OPENING:
+            continue
+        else:
             out[-1].append(w)
-    return [seg for seg in out if seg]
+    return [seg for seg in out if seg and seg[0] not in _CLOSING and seg[0] not in ("for", "case", "select")]
 
 
 def _launching(segments: list[Segment], env: dict[str, str], unset: set[str], cwd: str = "") -> list[str]:

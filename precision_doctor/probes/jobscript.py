@@ -17,19 +17,18 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..knowledge.launchers import DEFAULT_PORT, TORCHRUN_DEFAULT, launch_variable, launcher_of
-from ..knowledge.shell import Operator, shell_join, shell_words
+from ..knowledge.shell import shell_join, shell_words
 from ..model.errors import InputError
 from ..model.facts import KNOWN, JobFacts, JobSetting, LaunchFacts, Origin, Unknown, Value
 from ..model.redact import redact_text
 from ..system.sources import Unreadable, read_text_bounded, status
-from .command_words import ASSIGNMENT, launch_rank, launched_file, peel, slurm_options
+from .command_words import ASSIGNMENT, command_segments, launch_rank, launched_file, peel, slurm_options
 from .launch import parse_launcher, with_accelerate_files
 from .shell_arithmetic import MAX_EXPRESSION, evaluate
 
 JOB_SUFFIXES = (".sbatch", ".slurm", ".sh", ".bash", ".job")
 _VAR = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_]\w*)(?::?-(?P<default>[^}]*))?\}|(?P<plain>[A-Za-z_]\w*))")
 _NAME = re.compile(r"(?<![#\w])\$?\b([A-Za-z_]\w*)\b")  # a name in arithmetic; `ff` in `16#ff` is digits
-_ASSIGNMENT = re.compile(r"^(export\s+)?(?P<name>[A-Za-z_]\w*)=(?P<value>.*)$")
 
 
 def is_job_script(path: str) -> bool:
@@ -238,41 +237,23 @@ def read_job(path: str, display: str | None = None) -> tuple[JobFacts, LaunchFac
     cwd = folder
     candidates = []  # (line, what _launch_in found, the exports above it, its folder)
     for number, line in lines[body_start:]:
-        single = _ASSIGNMENT.match(line.strip())
-        if single and ("$(" in single.group("value").replace("$((", "") or "`" in single.group("value")):
-            name = single.group("name")  # set by a command at run time: known to be set, value unknown
-            expander.vars[name] = None
-            if launch_variable(name):
-                env[name] = JobSetting(redact_text(single.group("value"))[:200], number)
-            continue
-        if single and "$((" in single.group("value"):  # arithmetic: shlex would split it at its spaces
-            name = single.group("name")
-            value, complete = expander.expand(single.group("value").strip("\"'"))
-            expander.vars[name] = value if complete else None
-            if launch_variable(name):
-                env[name] = JobSetting(redact_text(value if complete else single.group("value"))[:200], number)
-            continue
         words = _words(line)
-        if words and all(isinstance(w, Operator) and w == ";" for w in words[1:] if not ASSIGNMENT.match(w)):
-            words = [w for w in words if not isinstance(w, Operator)]  # `PORT=29513;`, `A=1; B=2`
         if not words:
             continue
-        if words[0] == "export":
-            words = words[1:]
-            if not words:  # a bare `export` lists the environment
-                continue
-        assignments = [w for w in words if re.match(r"^[A-Za-z_]\w*=", w)]
-        if assignments and len(assignments) == len(words):  # `NAME=value` lines: the script's own variables
-            for w in assignments:
-                name, _, raw = w.partition("=")
-                value, complete = expander.expand(raw)
-                expander.vars[name] = value if complete else None
-                if launch_variable(name):
-                    env[name] = JobSetting(redact_text(value if complete else raw)[:200], number)
-            continue
-        if words[0] == "cd" and len(words) == 2:
-            target, complete = expander.expand(words[1])
-            cwd = os.path.normpath(os.path.join(cwd, os.path.expanduser(target))) if complete else cwd
+        segments = command_segments(words)
+        settled = 0  # the line's leading commands that only set variables or change folder (`RUN=a; srun ...`)
+        for segment in segments:
+            names = segment[1:] if segment[0] == "export" else segment
+            if all(ASSIGNMENT.match(w) for w in names):  # a bare `export` lists the environment
+                for word in names:
+                    _set_variable(word, number, expander, env)
+            elif segment[0] == "cd" and len(segment) == 2:
+                target, complete = expander.expand(segment[1])
+                cwd = os.path.normpath(os.path.join(cwd, os.path.expanduser(target))) if complete else cwd
+            else:
+                break
+            settled += 1
+        if settled == len(segments):
             continue
         found = _launch_in(line, expander, cwd)
         if found is not None:  # the environment and folder it launches in: the lines above it only
@@ -388,6 +369,19 @@ def _rendezvous_port(launch: list[str]) -> str:
     if launcher == "torchrun":
         return TORCHRUN_DEFAULT  # 29500 or a free port, by the job's torch (PD119 decides)
     return ""  # python listens on none
+
+
+def _set_variable(word: str, number: int, expander: _Expander, env: dict[str, JobSetting]) -> None:
+    """`NAME=value` as the script sets it: a value from a command (`$(...)`, backquotes) is known to be set but not
+    its value; arithmetic and `${...}` are expanded from what the script set before."""
+    name, _, raw = word.partition("=")
+    if "$(" in raw.replace("$((", "") or "`" in raw:
+        value, complete = raw, False
+    else:
+        value, complete = expander.expand(raw)
+    expander.vars[name] = value if complete else None
+    if launch_variable(name):
+        env[name] = JobSetting(redact_text(value if complete else raw)[:200], number)
 
 
 def _launch_in(line: str, expander: _Expander, cwd: str = ""):
