@@ -150,6 +150,36 @@ def test_a_job_line_that_sets_variables_then_launches(tmp_path, line, port, args
     assert launch.script_args == args
 
 
+def test_a_launch_built_in_variables_keeps_what_is_set_at_run_time_as_written(tmp_path):
+    """accelerate's own SLURM example: the launch is assembled in variables, one part from a command. The launch is
+    read, the part set at run time stays unknown, and accelerate's total process count is split over its machines."""
+    job = _write(
+        tmp_path,
+        "#!/bin/bash\n#SBATCH --nodes=4\n#SBATCH --ntasks-per-node=1\n#SBATCH --gres=gpu:4\n"
+        "export GPUS_PER_NODE=4\nhead_node_ip=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n 1)\n"
+        'export LAUNCHER="accelerate launch \\\n    --num_processes $((SLURM_NNODES * GPUS_PER_NODE)) \\\n'
+        '    --num_machines $SLURM_NNODES --main_process_ip $head_node_ip --main_process_port 29500 \\\n    "\n'
+        'export SCRIPT="train.py"\nexport CMD="$LAUNCHER $SCRIPT --mixed_precision fp16"\nsrun $CMD\n',
+    )
+    facts, launch = read_job(str(job))
+    assert facts.launch_line == 13 and launch.launcher == "accelerate" and facts.script.endswith("train.py")
+    assert launch.num_processes.value == 16 and "$head_node_ip" in launch.command
+    result, _ = _check(job, target="a100")
+    assert not [f for f in result.findings if f.rule_id in ("PD116", "PD118")]  # 16 over 4 machines: 4 per node
+
+
+def test_axolotl_preprocess_before_train_is_not_the_training_launch(tmp_path):
+    job = _write(
+        tmp_path,
+        "#!/bin/bash\n#SBATCH --gres=gpu:8\nsrun axolotl preprocess train.yaml\n"
+        "srun axolotl train train.yaml --launcher torchrun -- --nproc_per_node=8\n",
+        script="base_model: org/m\n",
+        name="train.yaml",
+    )
+    facts, launch = read_job(str(job))
+    assert facts.launch_line == 4 and launch.launcher == "torchrun" and not facts.unknowns  # axolotl train under it
+
+
 def test_the_partitions_config_and_the_scheduler_name_the_gpu(tmp_path):
     job = _write(tmp_path, "#!/bin/bash\n#SBATCH -p big\n#SBATCH --gres=gpu:2\npython train.py\n")
     _, facts = _check(job, partitions={"big": {"gpu": "a100-80gb", "count": 8}})

@@ -327,6 +327,8 @@ def test_a_command_list_launches_the_program_that_trains(tmp_path, monkeypatch, 
         ('torchrun --nproc_per_node 2 train.py --tag "$(date "+%F %T")"', ("--tag", '$(date "+%F %T")'), {}),
         ("torchrun --nproc_per_node 2 train.py --run ${NAME:-a b}", ("--run", "${NAME:-a b}"), {}),
         ("torchrun --nproc_per_node 2 train.py --sep $'\\t'", ("--sep", "\t"), {}),
+        # a `#` that starts a word outside quotes begins a comment; inside a word or quoted it is text
+        ("torchrun --nproc_per_node 2 train.py --tag a#b '#c'  # on 2 GPUs; --bf16", ("--tag", "a#b", "#c"), {}),
     ],
 )
 def test_the_shell_ends_a_command_only_at_an_unquoted_operator(command, script_args, env):

@@ -375,12 +375,13 @@ def _written_nodes(launch: LaunchFacts) -> int | None:
     return written.value if written.state == KNOWN and isinstance(written.value, int) else 0
 
 
-def accelerate_machines(launch: LaunchFacts, machine: MachineFacts) -> int:
-    """`--num_machines`, else the accelerate config's `num_machines`, else 1; 0 where written but not a count."""
+def accelerate_machines(launch: LaunchFacts, machine: MachineFacts | None = None) -> int:
+    """`--num_machines`, else the accelerate config's `num_machines` (the launch's, else this host's), else 1; 0
+    where written but not a count."""
     written = _written_nodes(launch)
     if written is not None:
         return written
-    config = launch.accelerate_config or (machine.host.accelerate_config if machine.host else {})
+    config = launch.accelerate_config or (machine.host.accelerate_config if machine and machine.host else {})
     found = config.get("num_machines", 1)
     return found if isinstance(found, int) and not isinstance(found, bool) and found > 0 else 0
 
@@ -541,7 +542,7 @@ def command_with_option(launch: LaunchFacts, option: str) -> str:
     from ..knowledge.shell import Operator, shell_join, shell_words
 
     try:  # split as the shell splits it: `cd /w && torchrun ... 2>&1 | tee log` keeps its operators
-        words = shell_words(launch.command, comments=False)
+        words = shell_words(launch.command)
     except ValueError:
         return f"{launch.command} {option}"
     starts = [i for i in range(len(words)) if launcher_of(words[i:])[0] is not None]

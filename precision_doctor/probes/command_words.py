@@ -228,8 +228,10 @@ def launch_rank(peeled: Peeled, cwd: str = "") -> tuple[int, int, int]:
         name = module if kind == "module" else name
     says = 1 if _TRAINING_NAME.search(os.path.basename(name)) else 0
     several = 1 if launcher != "python" or peeled.copies != 1 else 0
-    if launcher not in ("python", "torchrun", "deepspeed", "accelerate", "fabric") or not file.endswith(".py"):
-        return (2 if launcher not in ("python", "torchrun", "deepspeed", "accelerate", "fabric") else 1), says, several
+    if launcher not in ("python", "torchrun", "deepspeed", "accelerate", "fabric"):  # a framework's subcommand
+        return (1 if rest[:1] and rest[0] in ("preprocess", "evaluate") else 2), says, several  # axolotl's read it
+    if not file.endswith(".py"):
+        return 1, says, several
     try:
         text = read_text_bounded(os.path.join(cwd, os.path.expanduser(file)), _MAX_SCRIPT_READ, "script", "replace")
     except (Unreadable, InputError, OSError):

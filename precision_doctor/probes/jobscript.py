@@ -373,13 +373,14 @@ def _rendezvous_port(launch: list[str]) -> str:
 
 def _set_variable(word: str, number: int, expander: _Expander, env: dict[str, JobSetting]) -> None:
     """`NAME=value` as the script sets it: a value from a command (`$(...)`, backquotes) is known to be set but not
-    its value; arithmetic and `${...}` are expanded from what the script set before."""
+    its value; arithmetic and `${...}` are expanded from what the script set before, the rest kept as written."""
     name, _, raw = word.partition("=")
     if "$(" in raw.replace("$((", "") or "`" in raw:
         value, complete = raw, False
-    else:
+        expander.vars[name] = None
+    else:  # what it refers to that is set at run time stays as written (`CMD="$LAUNCHER --main_process_ip $IP"`)
         value, complete = expander.expand(raw)
-    expander.vars[name] = value if complete else None
+        expander.vars[name] = value
     if launch_variable(name):
         env[name] = JobSetting(redact_text(value if complete else raw)[:200], number)
 

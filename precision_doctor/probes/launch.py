@@ -35,7 +35,7 @@ def parse_launcher(command: str, source: str = LAUNCHER_OPTION) -> LaunchFacts:
     front of the launcher (`VAR=value`, `env`, `nohup`, `srun`, `mpirun`, `sbatch FILE`) are read first
     (command_words.py); a launcher the doctor does not know is reported by its name, never refused."""
     try:
-        words = shell_words(command, comments=False)
+        words = shell_words(command)  # a `#` starting a word begins a comment, as the shell reads it
     except ValueError as exc:
         raise InputError(f"{source}: cannot split {command!r} ({exc}); quote it as one shell command") from None
     if not words:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 
+from ...derive.launch import accelerate_machines
 from ...model.facts import KNOWN, JobFacts, LaunchFacts, Location, MachineFacts
 from ...model.findings import Evidence
 
@@ -55,13 +56,15 @@ def _flag(command: str, *names: str) -> str | None:
 
 
 def per_task_processes(launch: LaunchFacts) -> int | None:
-    """Processes one launcher invocation starts on its node; None when the launch does not say."""
+    """Processes one launcher invocation starts on its node; None when the launch does not say. accelerate's count
+    is the total over its machines (`derive.launch.accelerate_machines`)."""
     if launch.launcher == "python":
         return 1
     if launch.launcher in SPAWNERS:
         v = launch.num_processes
         if v.state == KNOWN and isinstance(v.value, int):
-            return v.value
+            machines = accelerate_machines(launch) if launch.launcher == "accelerate" else 1
+            return v.value // machines if machines else None
         if launch.launcher == "torchrun" and _flag(launch.command, "--nproc_per_node", "--nproc-per-node") is None:
             return 1  # torchrun's default
     return None

@@ -22,8 +22,9 @@ from ._cluster import (
     severity="error",
     phase="launch",
     summary="The job starts more processes per node than the GPUs it asks each node for.",
-    what="A job script whose tasks per node times the processes each launcher starts (`--nproc_per_node`, "
-    "`--num_processes`) is more than its `--gres=gpu:N` / `--gpus-per-node`.",
+    what="A job script whose tasks per node times the processes each launcher starts on its node "
+    "(`--nproc_per_node`; accelerate's `--num_processes` over its `--num_machines`) is more than its `--gres=gpu:N` "
+    "/ `--gpus-per-node`.",
     why="Under SLURM a job sees only the GPUs it was given; each rank selects GPU `LOCAL_RANK`, and the ranks past "
     "the granted count ask for a device that is not there.",
     error="RuntimeError: CUDA error: invalid device ordinal",
@@ -45,7 +46,17 @@ from ._cluster import (
             job=_job(
                 "--nodes=1", "--ntasks-per-node=1", "--gres=gpu:4", body="srun torchrun --nproc_per_node 4 train.py\n"
             ),
-        )
+        ),
+        Example(
+            LOOP,
+            job=_job(
+                "--nodes=4",
+                "--ntasks-per-node=1",
+                "--gres=gpu:4",
+                body="srun accelerate launch --num_processes 16 --num_machines 4 train.py\n",
+            ),
+            note="accelerate's --num_processes counts every machine's: 4 per node",
+        ),
     ],
 )
 def job_processes_exceed_gpus(job: JobFacts, launch: LaunchFacts):
