@@ -253,6 +253,55 @@ def test_yes_fixes_the_same_call_written_twice(tmp_path):
     assert proc.returncode == 0
 
 
+TWINS_ON_ONE_LINE = (
+    "import torch\nfrom transformers import AutoModelForCausalLM\n"
+    "a = AutoModelForCausalLM.from_pretrained('gpt2', torch_dtype=torch.bfloat16); "
+    "b = AutoModelForCausalLM.from_pretrained('gpt2', torch_dtype=torch.bfloat16)\n"
+)
+
+
+def test_yes_fixes_twin_calls_on_one_line(tmp_path):
+    """Two calls alike on one line: each fix edits the call it is for (the first one the edit still changes), so
+    both safe fixes `check` showed are applied and the line keeps its other text."""
+    (tmp_path / "train.py").write_text(TWINS_ON_ONE_LINE)
+    proc = doctor("fix", "train.py", "--target", "a100", "--yes", cwd=tmp_path)
+    assert "applied 2 fixes" in proc.stdout, proc.stdout + proc.stderr
+    assert (tmp_path / "train.py").read_text() == TWINS_ON_ONE_LINE.replace("torch_dtype=", "dtype=")
+
+
+def test_no_to_the_first_twin_still_offers_the_second(tmp_path, monkeypatch):
+    """Twins share how a finding is recognised across re-checks; declining one must not decline the other."""
+    from rich.console import Console
+
+    from precision_doctor.fix.session import run_engine_check, run_fix
+    from precision_doctor.probes.collect import gather
+
+    from .conftest import machine_probes
+
+    (tmp_path / "train.py").write_text(TWINS_ON_ONE_LINE)
+    monkeypatch.chdir(tmp_path)
+    check = run_engine_check(lambda: gather(["train.py"], target="a100", **machine_probes()), None)
+    answers = iter(["n", "y"])
+    asked = []
+
+    def ask(question):
+        asked.append(question)
+        return next(answers)
+
+    run_fix(
+        check,
+        yes=False,
+        diff_only=False,
+        unsafe=False,
+        select=None,
+        console=Console(file=open(os.devnull, "w")),
+        ask=ask,
+    )
+    line = (tmp_path / "train.py").read_text().splitlines()[2]
+    assert len(asked) == 2  # both twins offered
+    assert line.count("torch_dtype=") == 1 and line.count("dtype=") == 2  # one declined, one applied
+
+
 def test_yes_applies_several_fixes_to_one_notebook_and_undo_restores_it(tmp_path):
     cells = [
         {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": i, "source": src}

@@ -134,7 +134,7 @@ def _apply(module: cst.Module, edit: Edit) -> cst.Module:
     if kind == "replace_value":
         return _replace_value(tree, positions, edit)
     if kind in ("set_kwarg", "remove_kwarg", "rename_kwarg", "replace_callee"):
-        call = _call_at(tree, positions, edit.line, edit.call)
+        call = _call_at(tree, positions, edit)
         if edit.library:
             _check_library(wrapper, call, edit)
         return tree.deep_replace(call, _edit_call(call, edit))
@@ -220,17 +220,29 @@ def _call_name(call: cst.Call) -> str:
     return ""
 
 
-def _call_at(tree: cst.Module, positions, line: int, name: str) -> cst.Call:
-    found = [
-        n
-        for n, p in positions.items()
-        if isinstance(n, cst.Call)
-        and p.start.line == line
-        and (not name or _call_name(n) == name or tree.code_for_node(n.func).endswith(name))
-    ]
+def _call_at(tree: cst.Module, positions, edit: Edit) -> cst.Call:
+    """The call an edit is for: on its line, by its callee; of twins on one line (`a = f(x=1); b = f(x=1)`) the
+    first the edit still changes, as columns move once an earlier twin is edited."""
+    name = edit.call
+    found = sorted(
+        (
+            n
+            for n, p in positions.items()
+            if isinstance(n, cst.Call)
+            and p.start.line == edit.line
+            and (not name or _call_name(n) == name or tree.code_for_node(n.func).endswith(name))
+        ),
+        key=lambda n: positions[n].start.column,
+    )
     if not found:
-        raise EditFailed(f"line {line}: no call to {name or 'anything'} there any more")
-    return min(found, key=lambda n: positions[n].start.column)
+        raise EditFailed(f"line {edit.line}: no call to {name or 'anything'} there any more")
+    for call in found if len(found) > 1 else ():
+        try:
+            if not call.deep_equals(_edit_call(call, edit)):
+                return call
+        except EditFailed:
+            continue
+    return found[0]  # the outermost
 
 
 def _edit_call(call: cst.Call, edit: Edit) -> cst.Call:

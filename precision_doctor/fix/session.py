@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,7 +93,9 @@ class Session:
         self.select = select
         self.unsafe = unsafe
         self.write = write
-        self.decided: set[tuple] = set()
+        # findings offered, by key: twins share a key (the same call written twice), so the n-th twin is still open
+        # while fewer than n of that key were decided
+        self.decided: Counter[tuple] = Counter()
         self.applied: list[Finding] = []
         self.left: list[tuple[Finding, str]] = []  # (finding, why it was not applied)
         self.backup = Backup()
@@ -114,7 +117,14 @@ class Session:
         ]
 
     def candidates(self, findings: list[Finding]) -> list[Finding]:
-        return [f for f in self.fixable(findings) if _key(f) not in self.decided]
+        seen: Counter[tuple] = Counter()
+        out = []
+        for f in self.fixable(findings):
+            key = _key(f)
+            if seen[key] >= self.decided[key]:
+                out.append(f)
+            seen[key] += 1
+        return out
 
     def text(self, path: str) -> str:
         from .edits import read_source_file
@@ -212,7 +222,15 @@ class Session:
         self.applied.extend(step.findings)
         # a twin with the same key (the same call written twice) is offered next: a step is only taken when its
         # rule fires fewer times on the file (`_gone`), so offering it again always ends
-        self.decided.difference_update(_key(g) for g in step.findings)
+        for g in step.findings:
+            self.decided[_key(g)] = max(0, self.decided[_key(g)] - 1)
+        # a finding declined on a line the step edited has new line text: it stays declined under its new key
+        before, after = {_key(g) for g in self.now}, {_key(g) for g in step.after}
+        for key, count in list(self.decided.items()):
+            moved = next((k for k in after - before if k[:3] == key[:3]), None) if key not in after else None
+            if count and moved is not None:
+                self.decided[moved] += count
+                del self.decided[key]
         self.now = step.after
 
     def changes(self):
@@ -268,7 +286,7 @@ def _walk(session: Session, yes: bool, unsafe: bool, ask: Callable[[str], str] |
         if not todo:
             return False
         f = todo[0]
-        session.decided.add(_key(f))
+        session.decided[_key(f)] += 1
         if apply_all and not f.fix.safe and not unsafe:
             session.left.append((f, "needs review: add --unsafe to apply it with --yes, or run `fix` in a terminal"))
             continue
