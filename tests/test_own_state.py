@@ -130,6 +130,20 @@ def test_undo_folder_is_printed_and_undoes_from_anywhere(tmp_path):
     assert (project / FIXED).read_bytes() == original
 
 
+def test_plain_undo_from_a_folder_above_the_project_restores_its_latest_fix(tmp_path):
+    project = tmp_path / "work" / "proj"
+    original = make_project(project, "crlf")
+    (project / ".git").mkdir()
+    doctor("fix", "train.py", "--target", "titan-rtx", "--yes", cwd=project)
+    assert (project / FIXED).read_bytes() != original
+    (tmp_path / "elsewhere").mkdir()
+    beside = doctor("fix", "--undo", cwd=tmp_path / "elsewhere")  # no project under it: one line, nothing touched
+    assert beside.returncode == 2 and b"nothing to undo" in beside.stderr
+    undone = doctor("fix", "--undo", cwd=tmp_path / "work")
+    assert undone.returncode == 0, undone.stderr
+    assert (project / FIXED).read_bytes() == original
+
+
 def test_a_state_folder_inside_the_checked_repository_is_refused(tmp_path):
     project = tmp_path / "proj"
     original = make_project(project, "crlf")

@@ -150,7 +150,8 @@ def _save(run: OwnFolder, manifest: dict) -> None:
 
 def undo(targets: list[str], force: bool, say) -> int:
     """Restore the runs named (an undo folder `fix` printed, or a file or folder of a project: the latest run that
-    changed files there and is not yet undone; none: the current directory's project). Every file is checked before
+    changed files there, or in a project inside that folder, and is not yet undone; none: the current directory's
+    project). Every file is checked before
     any is restored: one that changed since the fix refuses the whole undo unless `force`."""
     from ..system.programs import distrust
 
@@ -206,7 +207,8 @@ def _run_for(target: str) -> str:
             manifest = _load(stamp)
         except InputError:
             continue  # another run's folder being written, or one tampered with: not this project's latest
-        if manifest["files"] and not manifest.get("undone") and root in manifest.get("roots", ()):
+        within = any(r == root or r.startswith(root.rstrip(os.sep) + os.sep) for r in manifest.get("roots", ()))
+        if manifest["files"] and not manifest.get("undone") and within:  # this project, or one inside the folder
             return stamp
     raise InputError(
         f"fix --undo: nothing to undo for {root} (undo folders: {undo_folder_path()}); pass the folder `fix` printed"
