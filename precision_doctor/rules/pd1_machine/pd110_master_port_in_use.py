@@ -27,8 +27,9 @@ from ._launch import ACC_GOOD
     error=address_in_use(DEFAULT_PORT),
     fix="Use another port: `accelerate launch --main_process_port 29501`, `torchrun --master_port 29501` (or "
     "`--standalone`), `MASTER_PORT=29501`; or end the process that holds it if it is a leftover of yours.",
-    applicability=Applicability.SAFE,
-    fix_safety="Safe: any free port works on a single node.",
+    applicability=Applicability.DISPLAY,
+    fix_safety="Display only: a change to the launch command, which `fix` does not run (any free port works on a "
+    "single node).",
     needs=("host",),
     log=LogSignature(
         patterns=(

@@ -66,8 +66,9 @@ def _accelerate_mismatch(setup: Setup, launch: LaunchFacts, config: dict, where:
     "- ds fp16.enabled=True vs hf fp16|fp16_full_eval+fp16_backend(amp)=False\nThe easiest method is to set "
     "these DeepSpeed config values to 'auto'.",
     fix='Set `"enabled": "auto"` in the DeepSpeed config and choose the precision only in TrainingArguments.',
-    applicability=Applicability.SAFE,
-    fix_safety='Safe: "auto" takes the Trainer\'s value.',
+    applicability=Applicability.DISPLAY,
+    fix_safety='Display only: a change to the DeepSpeed config, which `fix` does not write ("auto" takes the '
+    "Trainer's value, so it is safe to make by hand).",
     fires=[Example(_script("{'fp16': {'enabled': True}, 'zero_optimization': {'stage': 2}}", ", bf16=True"))],
     silent=[
         Example(
