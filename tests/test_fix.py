@@ -160,7 +160,8 @@ def test_yes_applies_safe_fixes_rechecks_and_keeps_the_mode(project):
     assert not [f for f in after["findings"] if f["severity"] == "error"]
 
 
-def test_interactive_answers(project, monkeypatch):
+def _fix_answering(folder, target, answers, monkeypatch) -> tuple[list[str], int]:
+    """`fix train.py` in a terminal, answered in turn; the questions asked and the exit code."""
     from rich.console import Console
 
     from precision_doctor.fix.session import run_engine_check, run_fix
@@ -168,23 +169,23 @@ def test_interactive_answers(project, monkeypatch):
 
     from .conftest import machine_probes
 
-    monkeypatch.chdir(project)
-    check = run_engine_check(lambda: gather(["train.py"], target="titan-rtx", **machine_probes()), None)
-    asked = []
+    monkeypatch.chdir(folder)
+    check = run_engine_check(lambda: gather(["train.py"], target=target, **machine_probes()), None)
+    replies, asked = iter(answers), []
 
     def ask(question):
         asked.append(question)
-        return "n" if len(asked) == 1 else "y"
+        return next(replies)
 
-    code = run_fix(
-        check,
-        yes=False,
-        diff_only=False,
-        unsafe=False,
-        select=None,
-        console=Console(file=open(os.devnull, "w")),
-        ask=ask,
-    )
+    with open(os.devnull, "w") as devnull:
+        code = run_fix(
+            check, yes=False, diff_only=False, unsafe=False, select=None, console=Console(file=devnull), ask=ask
+        )
+    return asked, code
+
+
+def test_interactive_answers(project, monkeypatch):
+    asked, code = _fix_answering(project, "titan-rtx", ["n", "y"], monkeypatch)
     text = (project / "model_utility_configs.py").read_text()
     assert len(asked) == 2 and "[y]es / [n]o / [a]ll / [q]uit" in asked[0]
     assert "torch.float16" in text and "torch_dtype" not in text  # first (PD201) declined, second (PD214) taken
@@ -271,32 +272,8 @@ def test_yes_fixes_twin_calls_on_one_line(tmp_path):
 
 def test_no_to_the_first_twin_still_offers_the_second(tmp_path, monkeypatch):
     """Twins share how a finding is recognised across re-checks; declining one must not decline the other."""
-    from rich.console import Console
-
-    from precision_doctor.fix.session import run_engine_check, run_fix
-    from precision_doctor.probes.collect import gather
-
-    from .conftest import machine_probes
-
     (tmp_path / "train.py").write_text(TWINS_ON_ONE_LINE)
-    monkeypatch.chdir(tmp_path)
-    check = run_engine_check(lambda: gather(["train.py"], target="a100", **machine_probes()), None)
-    answers = iter(["n", "y"])
-    asked = []
-
-    def ask(question):
-        asked.append(question)
-        return next(answers)
-
-    run_fix(
-        check,
-        yes=False,
-        diff_only=False,
-        unsafe=False,
-        select=None,
-        console=Console(file=open(os.devnull, "w")),
-        ask=ask,
-    )
+    asked, _ = _fix_answering(tmp_path, "a100", ["n", "y"], monkeypatch)
     line = (tmp_path / "train.py").read_text().splitlines()[2]
     assert len(asked) == 2  # both twins offered
     assert line.count("torch_dtype=") == 1 and line.count("dtype=") == 2  # one declined, one applied

@@ -180,6 +180,37 @@ def test_axolotl_preprocess_before_train_is_not_the_training_launch(tmp_path):
     assert facts.launch_line == 4 and launch.launcher == "torchrun" and not facts.unknowns  # axolotl train under it
 
 
+def test_a_subshell_keeps_what_it_sets_and_a_sweep_reads_each_launchs_own_port(tmp_path):
+    (tmp_path / "data").mkdir()
+    job = _write(
+        tmp_path,
+        "#!/bin/bash\n#SBATCH --gres=gpu:4\n(export MASTER_PORT=29601; python prepare.py)\n"
+        "(cd data && python prepare.py)\nsrun python train.py\n",
+    )
+    facts, launch = read_job(str(job))
+    assert facts.launch_line == 5 and facts.script.endswith("train.py") and "MASTER_PORT" not in facts.env
+    assert not facts.unknowns  # train.py is found in the job's folder, not in data/
+    sweep = _write(
+        tmp_path / "sweep",
+        "#!/bin/bash\n#SBATCH --gres=gpu:8\nPORT=29500\ntorchrun --nproc_per_node 4 --master_port $PORT train.py &\n"
+        "PORT=29501\ntorchrun --nproc_per_node 4 --master_port $PORT train.py &\nwait\n",
+    )
+    result, _ = _check(sweep, target="a100")
+    assert not [f for f in result.findings if f.rule_id == "PD119" and f.severity == "error"]
+
+
+def test_an_evaluation_module_after_training_through_imported_code_is_not_judged(tmp_path):
+    (tmp_path / "pretrain_gpt.py").write_text("from megatron.training import pretrain\npretrain(provider)\n")
+    job = _write(
+        tmp_path,
+        "#!/bin/bash\n#SBATCH --gres=gpu:4\npython train_tokenizer.py\n"
+        "srun torchrun --nproc_per_node 4 pretrain_gpt.py --num-layers 24\nsrun python -m tools.evaluate --ckpt out\n",
+    )
+    facts, launch = read_job(str(job))
+    assert facts.launch_line == 4 and launch.launcher == "torchrun" and facts.script.endswith("pretrain_gpt.py")
+    assert not facts.unknowns  # a tokenizer's training is not named as another training launch
+
+
 def test_the_partitions_config_and_the_scheduler_name_the_gpu(tmp_path):
     job = _write(tmp_path, "#!/bin/bash\n#SBATCH -p big\n#SBATCH --gres=gpu:2\npython train.py\n")
     _, facts = _check(job, partitions={"big": {"gpu": "a100-80gb", "count": 8}})

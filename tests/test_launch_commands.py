@@ -287,13 +287,39 @@ DOWNLOADS = "from huggingface_hub import snapshot_download\nsnapshot_download('o
         ("python evaluate.py && python finetune.py", {}, "finetune.py"),  # not readable: the name says which
         ("python sft.py && python dpo.py", {"sft.py": TRAINS, "dpo.py": TRAINS}, "sft.py"),  # the first of equals
         ("python prepare.py && llamafactory-cli train sft.yaml", {"prepare.py": DOWNLOADS}, "sft.yaml"),
+        # training through imported code: no call in the script itself; the names and the order decide
+        (
+            "torchrun --nproc_per_node 4 -m eval_harness --baseline && torchrun --nproc_per_node 4 pretrain_gpt.py",
+            {"pretrain_gpt.py": "from megatron.training import pretrain\npretrain(provider)\n"},
+            "pretrain_gpt.py",
+        ),
+        ("python -m scripts.download && python main.py", {"main.py": "from lib import main\nmain()\n"}, "main.py"),
+        ("python prepare.py && python cli.py fit", {"prepare.py": DOWNLOADS, "cli.py": "LightningCLI(M)\n"}, "cli.py"),
+        ("python tok.py && python main.py", {"tok.py": "spm.SentencePieceTrainer.train(input='c.txt')\n"}, "main.py"),
+        ("python -c 'import torch; print(torch.cuda.is_available())' && python run.py", {}, "run.py"),
+        (
+            "cd exp && python score.py --baseline && python run.py",
+            {"exp/run.py": LOOP, "exp/score.py": "print(1)\n"},
+            "run.py",
+        ),
+        (
+            "tune run eleuther_eval --config eval.yaml && tune run --nproc_per_node 4 full_finetune_distributed "
+            "--config ft.yaml",
+            {},
+            "full_finetune_distributed",
+        ),
     ],
 )
 def test_a_command_list_launches_the_program_that_trains(tmp_path, monkeypatch, command, files, script):
     for name, text in files.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text(text)
     monkeypatch.chdir(tmp_path)
     assert parse_launcher(command).script == script
+
+
+def test_of_queued_jobs_the_one_that_trains_is_read():
+    assert parse_launcher("sbatch prep_data.sbatch; sbatch train.sbatch").job_file == "train.sbatch"
 
 
 @pytest.mark.parametrize(
@@ -327,6 +353,14 @@ def test_a_command_list_launches_the_program_that_trains(tmp_path, monkeypatch, 
         ('torchrun --nproc_per_node 2 train.py --tag "$(date "+%F %T")"', ("--tag", '$(date "+%F %T")'), {}),
         ("torchrun --nproc_per_node 2 train.py --run ${NAME:-a b}", ("--run", "${NAME:-a b}"), {}),
         ("torchrun --nproc_per_node 2 train.py --sep $'\\t'", ("--sep", "\t"), {}),
+        (
+            "torchrun --nproc_per_node 2 train.py --sep $'\\x' --p $'C:\\Users'",
+            ("--sep", "\\x", "--p", "C:\\Users"),
+            {},
+        ),
+        ("torchrun --nproc_per_node 2 train.py --x $(echo \\)) --lr 1", ("--x", "$(echo \\))", "--lr", "1"), {}),
+        # a subshell's exports stay in it
+        ("(export MASTER_PORT=29612); torchrun --nproc_per_node 2 train.py", (), {}),
         # a `#` that starts a word outside quotes begins a comment; inside a word or quoted it is text
         ("torchrun --nproc_per_node 2 train.py --tag a#b '#c'  # on 2 GPUs; --bf16", ("--tag", "a#b", "#c"), {}),
     ],
@@ -370,6 +404,11 @@ def test_a_pipeline_launches_its_first_command(command, launcher, detail):
             "python evaluate_base.py && torchrun --nproc_per_node 2 --master_port 29501 train.py",
         ),
         ("(cd /w && torchrun --nproc_per_node 2 train.py)", "--master_port 29501", None),
+        (  # the same script twice: the launch judged is the multi-process one
+            "python train.py --dry_run && deepspeed --num_gpus 2 train.py",
+            "--master_port 29501",
+            "python train.py --dry_run && deepspeed --num_gpus 2 --master_port 29501 train.py",
+        ),
     ],
 )
 def test_a_fix_rewrites_the_launch_line_as_the_shell_reads_it(command, option, rewritten):

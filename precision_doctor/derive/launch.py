@@ -545,13 +545,10 @@ def command_with_option(launch: LaunchFacts, option: str) -> str:
         words = shell_words(launch.command)
     except ValueError:
         return f"{launch.command} {option}"
-    starts = [i for i in range(len(words)) if launcher_of(words[i:])[0] is not None]
-
-    def runs_the_script(i: int) -> bool:  # `python download.py && torchrun train.py`: the launch judged
-        end = next((j for j in range(i, len(words)) if isinstance(words[j], Operator)), len(words))
-        return launch.script in words[i:end]
-
-    start = next((i for i in starts if launch.script and runs_the_script(i)), starts[0] if starts else None)
+    begin = min(launch.segment_start, len(words))  # the command judged, not the list's first launcher
+    end = next((j for j in range(begin, len(words)) if isinstance(words[j], Operator)), len(words))
+    # a launcher is told by its first few words (`python -m llamafactory.cli train`): no suffix copied per word
+    start = next((i for i in range(begin, end) if launcher_of(words[i : min(end, i + 32)])[0] is not None), None)
     if start is None:
         return f"{launch.command} {option}"
     if "=" in option.split()[0] and not option.startswith("-"):  # `MASTER_PORT=29501`: over an earlier one

@@ -92,7 +92,7 @@ def shell_words(text: str, comments: bool = True) -> list[str]:
                 end += 2 if text[end] == "\\" else 1
             if end >= n:
                 raise ValueError("No closing quotation")
-            current.append(text[i + 2 : end].encode("latin-1", "backslashreplace").decode("unicode_escape"))
+            current.append(_ansi_c(text[i + 2 : end]))
             in_word, i = True, end + 1
         elif c == "\n":
             flush()
@@ -134,6 +134,38 @@ def shell_words(text: str, comments: bool = True) -> list[str]:
     return words
 
 
+_ANSI_C = re.compile(
+    r"\\(?:([abeEfnrtv\\'\"?])|([0-7]{1,3})|x([0-9a-fA-F]{1,2})|u([0-9a-fA-F]{1,4})|U([0-9a-fA-F]{1,8})|c(.))"
+)
+_ANSI_C_LETTERS = {
+    "a": "\a",
+    "b": "\b",
+    "e": "\x1b",
+    "E": "\x1b",
+    "f": "\f",
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+    "v": "\v",
+}
+
+
+def _ansi_c(body: str) -> str:
+    """The text of `$'...'` as bash decodes it; an escape bash does not know keeps its backslash (`\\x`,
+    `C:\\Users`)."""
+
+    def one(m: re.Match) -> str:
+        letter, octal, hex2, hex4, hex8, control = m.groups()
+        if letter:
+            return _ANSI_C_LETTERS.get(letter, letter)
+        if control:
+            return chr(ord(control) & 0x1F)
+        code = int(octal, 8) & 0xFF if octal else int(hex2 or hex4 or hex8, 16)
+        return chr(code) if code <= 0x10FFFF else m.group(0)
+
+    return _ANSI_C.sub(one, body)
+
+
 def _substitution_end(text: str, start: int) -> int:
     """Where `$(...)`, `${...}` (nested) or a backquoted command starting at `start` ends; unclosed: raise as shlex
     would."""
@@ -146,6 +178,9 @@ def _substitution_end(text: str, start: int) -> int:
     depth, i, quote = 0, start + 1, ""
     while i < len(text):
         c = text[i]
+        if c == "\\" and quote != "'":  # `$(echo \))`: an escaped parenthesis is text
+            i += 2
+            continue
         if quote:
             quote = "" if c == quote else quote
         elif c in "'\"":

@@ -543,6 +543,8 @@ class LaunchFacts:
     env: dict[str, str] = field(default_factory=dict)
     env_unset: tuple[str, ...] = ()  # inherited variables the line removes (`env -u X`, `unset X;`); "*": `env -i`
     through: tuple[str, ...] = ()
+    # where, in the command's shell words, the command that launches starts (of a list: the one judged)
+    segment_start: int = 0
     copies: int | None = 1
     copies_reason: str = ""
     job_file: str = ""  # `sbatch FILE`: the job script, read as a job (probes/jobscript.py)

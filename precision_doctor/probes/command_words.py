@@ -8,6 +8,7 @@ Nothing is run; the words are the ones the shell splits (knowledge/shell.py).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import field
@@ -35,9 +36,16 @@ MAX_LAYERS = 32  # `nohup nohup nohup ...`: no real command has more
 LAUNCHER_FILE_OPTIONS = {"--config_file", "--config-file", "--deepspeed_config_file", "--hostfile", "--fsdp_config"}
 # what tells a training program from the others a job runs (`python download.py && torchrun train.py`, an evaluation
 # after training): a call that trains or takes a step (a Trainer's or Lightning's, Keras' fit, a loop's backward and
-# step), else a name that says so
-_TRAINING_CALL = re.compile(r"\.(?:train|fit|backward)\s*\(|\.step\s*\(\s*\)|^\s*train\s*\(", re.M)
+# step; not a tokenizer's training), else a name that says so, or says it does something else
+_TRAINING_CALL = re.compile(
+    r"(?<!SentencePieceTrainer)(?<!okenizer)\.(?:train|fit|backward)\s*\(|\.step\s*\(\s*\)|^\s*train\s*\(", re.M
+)
 _TRAINING_NAME = re.compile(r"train|finetun|fine_tun|sft|dpo|orpo|kto|ppo|grpo|rlhf", re.I)
+_OTHER_NAME = re.compile(
+    r"eval|test|bench|infer|predict|generat|download|prep|convert|export|merge|score|tokeniz|collect_env|pip|"
+    r"install|setup|serve|upload|quantiz",
+    re.I,
+)
 _MAX_SCRIPT_READ = 4 * 1024 * 1024
 
 # scheduler options (srun, sbatch): short letters to their long names, and options that take no value
@@ -128,6 +136,7 @@ class Peeled:
     # launch variables the line removes from the environment it inherits (`env -u NAME`, `unset NAME;`); "*": all
     # of them (`env -i`)
     unset: tuple[str, ...] = ()
+    segment_start: int = 0  # the index, in the words read, where the command list's launching command starts
 
 
 def peel(words: list[str], cwd: str = "") -> Peeled:
@@ -140,10 +149,13 @@ def peel(words: list[str], cwd: str = "") -> Peeled:
     srun, srun_options = False, dict[str, str]()
     unset: set[str] = set()
     segments = command_segments(words)  # the commands of a list or pipeline, redirections left out
+    at = 0
     if len(segments) > 1:  # `export VAR=1; torchrun ...`, `torchrun ... | tee log`
-        words = _launching(segments, env, unset, cwd)
+        words, at = _launching(segments, env, unset, cwd)
+        cwd = _folder(segments, at, cwd)
     else:
         words = segments[0] if segments else []
+    start = segments[at].start if segments else 0
     for _ in range(MAX_LAYERS):
         if not words:
             break
@@ -173,7 +185,7 @@ def peel(words: list[str], cwd: str = "") -> Peeled:
             segments = command_segments(inner)
             if not segments:
                 break
-            words = _launching(segments, env, unset, cwd)
+            words, _ = _launching(segments, env, unset, cwd)
             continue
         if head == "srun":
             srun = True
@@ -199,9 +211,12 @@ def peel(words: list[str], cwd: str = "") -> Peeled:
                 job_options=options,
                 job_args=tuple(rest[1:]),
                 unset=tuple(sorted(unset)),
+                segment_start=start,
             )
         break
-    return Peeled(words, env, tuple(through), copies, reason, srun, srun_options, unset=tuple(sorted(unset)))
+    return Peeled(
+        words, env, tuple(through), copies, reason, srun, srun_options, unset=tuple(sorted(unset)), segment_start=start
+    )
 
 
 def launched_file(words: list[str]) -> str:
@@ -216,33 +231,65 @@ def launched_file(words: list[str]) -> str:
 
 def launch_rank(peeled: Peeled, cwd: str = "") -> tuple[int, int, int]:
     """How surely a launch trains, for choosing among a job's several: (2 a framework's training subcommand, a queued
-    job script, or a script that calls train/fit/backward/step; 1 a script not read; 0 a script read that makes no
-    such call), then a name that says it trains, then a launcher that starts several processes."""
+    job script, or a script that calls train/fit/backward/step; 1 a script not read, or read and calling none (it
+    may train through what it imports); 0 code on the command line), then its name (1 says it trains, -1 says it
+    does something else: eval, download, prepare, ...), then a launcher that starts several processes."""
     launcher, rest = launcher_of(peeled.words)
-    if peeled.job_file:
-        return 2, 1, 1
-    file = launched_file(peeled.words)
+    file = peeled.job_file or launched_file(peeled.words)
     name = file
     if launcher == "python":
         kind, module, _ = python_words(rest)
+        if kind == "code":
+            return 0, 0, 0
         name = module if kind == "module" else name
-    says = 1 if _TRAINING_NAME.search(os.path.basename(name)) else 0
+    elif launcher not in ("torchrun", "deepspeed", "accelerate", "fabric"):  # a framework's own recipe name
+        name = file or next((w for w in rest[1:] if not w.startswith("-")), "")
+    base = os.path.basename(name)
+    says = (1 if _TRAINING_NAME.search(base) else 0) - (1 if _OTHER_NAME.search(base) else 0)
     several = 1 if launcher != "python" or peeled.copies != 1 else 0
+    if peeled.job_file:
+        return 2, says, 1
     if launcher not in ("python", "torchrun", "deepspeed", "accelerate", "fabric"):  # a framework's subcommand
         return (1 if rest[:1] and rest[0] in ("preprocess", "evaluate") else 2), says, several  # axolotl's read it
     if not file.endswith(".py"):
         return 1, says, several
+    return (2 if _calls_training(os.path.join(cwd, os.path.expanduser(file))) else 1), says, several
+
+
+def _calls_training(path: str) -> bool:
     try:
-        text = read_text_bounded(os.path.join(cwd, os.path.expanduser(file)), _MAX_SCRIPT_READ, "script", "replace")
+        stat = os.stat(path)
+    except (OSError, ValueError):
+        return False
+    return _calls_training_read(os.path.realpath(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=256)
+def _calls_training_read(path: str, _mtime: int, _size: int) -> bool:
+    """Read once per version of the file (a job script may launch it on a thousand lines)."""
+    try:
+        text = read_text_bounded(path, _MAX_SCRIPT_READ, "script", "replace")
     except (Unreadable, InputError, OSError):
-        return 1, says, several
-    return (2 if _TRAINING_CALL.search(text) else 0), says, several
+        return False
+    return _TRAINING_CALL.search(text) is not None
+
+
+def chosen_launch(ranks: list[tuple[int, int, int]]) -> int:
+    """Of launches ranked in the order they run, the one judged: the best; of equals known to train the first (the
+    job dies there first), of equals not known to train the last (what comes before it prepares)."""
+    best = max(ranks)
+    tied = [i for i, rank in enumerate(ranks) if rank == best]
+    return tied[0] if best[0] == 2 else tied[-1]
 
 
 class Segment(list[str]):
-    """One command of a command list, its words; `piped`: its input is the previous command's output."""
+    """One command of a command list, its words; `piped`: its input is the previous command's output; `scope`: the
+    subshells it runs in, outermost first (`( cd x && ... )`); `start`: the index of its first word in the line's
+    words."""
 
     piped = False
+    scope: tuple[int, ...] = ()
+    start = 0
 
 
 # words that open or close a compound command where a command would start (`if ...; then srun ...; fi`, `{ ...; }`,
@@ -256,35 +303,53 @@ def command_segments(words: list[str]) -> list[Segment]:
     subshell's parentheses: the shell_words `Operator`s, never a quoted `";"`), redirections and the words of
     compound commands left out."""
     out: list[Segment] = [Segment()]
-    for w in words:
+    scope: list[int] = []
+    opened = 0
+    for i, w in enumerate(words):
         if isinstance(w, Operator):
+            if w == "(":
+                opened += 1
+                scope.append(opened)
+            elif w == ")" and scope:
+                scope.pop()
             out.append(Segment())
             out[-1].piped = w in ("|", "|&") and bool(out[-2])
+            out[-1].scope = tuple(scope)
         elif isinstance(w, Redirection):
             continue
         elif not out[-1] and w in _OPENING:
             continue
         else:
+            if not out[-1]:
+                out[-1].start = i
             out[-1].append(w)
     return [seg for seg in out if seg and seg[0] not in _CLOSING and seg[0] not in ("for", "case", "select")]
 
 
-def _launching(segments: list[Segment], env: dict[str, str], unset: set[str], cwd: str = "") -> list[str]:
+def _encloses(outer: Segment, inner: Segment) -> bool:
+    """What `outer` sets (`export`, `cd`) is seen by `inner`: it ran in the same subshell or one around it."""
+    return inner.scope[: len(outer.scope)] == outer.scope
+
+
+def _launching(segments: list[Segment], env: dict[str, str], unset: set[str], cwd: str = "") -> tuple[list[str], int]:
     """Of a command list (`cd /work && export NCCL_DEBUG=INFO; torchrun ...`), the part that launches the training
-    (`launch_rank`; the first of equals, where the job would die first; the last command when none launches), with
-    what an `export` before it puts in its environment and an `unset` takes out of it (a bare `VAR=1 &&` sets a shell
-    variable the command does not see)."""
-    ranked = {}  # the commands that launch, by index
+    (`launch_rank`, `chosen_launch`; the last command when none launches) and its index, with what an `export`
+    before it puts in its environment and an `unset` takes out of it (a bare `VAR=1 &&` sets a shell variable the
+    command does not see; a subshell's exports stay in it)."""
+    launching, ranks = [], []
     for i, seg in enumerate(segments):
-        peeled = peel(seg, cwd)
+        peeled = peel(seg, _folder(segments, i, cwd))
         if peeled.job_file or launcher_of(peeled.words)[0] is not None:
-            ranked[i] = launch_rank(peeled, cwd)
-    chosen = max(ranked, key=lambda i: (ranked[i], -i)) if ranked else len(segments) - 1
+            launching.append(i)
+            ranks.append(launch_rank(peeled, _folder(segments, i, cwd)) if len(segments) > 1 else (1, 0, 0))
+    chosen = launching[chosen_launch(ranks)] if launching else len(segments) - 1
     start = chosen  # a pipeline's launcher is its first command that launches (`torchrun ... | tee log`)
     while start > 0 and segments[start].piped:
         start -= 1
-    at = next((i for i in range(start, chosen + 1) if i in ranked), start)
+    at = next((i for i in range(start, chosen + 1) if i in launching), start)
     for seg in segments[:start]:
+        if not _encloses(seg, segments[at]):
+            continue
         if seg[0] == "export":
             for word in seg[1:]:
                 if ASSIGNMENT.match(word):
@@ -294,7 +359,15 @@ def _launching(segments: list[Segment], env: dict[str, str], unset: set[str], cw
                 if not name.startswith("-"):
                     env.pop(name, None)
                     unset.add(name)
-    return segments[at]
+    return segments[at], at
+
+
+def _folder(segments: list[Segment], index: int, cwd: str) -> str:
+    """The folder a command of the list runs in: the `cd DIR` commands before it that it sees."""
+    for seg in segments[:index]:
+        if seg[0] == "cd" and len(seg) == 2 and "$" not in seg[1] and _encloses(seg, segments[index]):
+            cwd = os.path.join(cwd, os.path.expanduser(seg[1]))
+    return cwd
 
 
 def _assign(env: dict[str, str], word: str) -> None:

@@ -22,7 +22,15 @@ from ..model.errors import InputError
 from ..model.facts import KNOWN, JobFacts, JobSetting, LaunchFacts, Origin, Unknown, Value
 from ..model.redact import redact_text
 from ..system.sources import Unreadable, read_text_bounded, status
-from .command_words import ASSIGNMENT, command_segments, launch_rank, launched_file, peel, slurm_options
+from .command_words import (
+    ASSIGNMENT,
+    chosen_launch,
+    command_segments,
+    launch_rank,
+    launched_file,
+    peel,
+    slurm_options,
+)
 from .launch import parse_launcher, with_accelerate_files
 from .shell_arithmetic import MAX_EXPRESSION, evaluate
 
@@ -244,6 +252,8 @@ def read_job(path: str, display: str | None = None) -> tuple[JobFacts, LaunchFac
         settled = 0  # the line's leading commands that only set variables or change folder (`RUN=a; srun ...`)
         for segment in segments:
             names = segment[1:] if segment[0] == "export" else segment
+            if segment.scope:  # in a subshell: what it sets stays there
+                break
             if all(ASSIGNMENT.match(w) for w in names):  # a bare `export` lists the environment
                 for word in names:
                     _set_variable(word, number, expander, env)
@@ -258,16 +268,17 @@ def read_job(path: str, display: str | None = None) -> tuple[JobFacts, LaunchFac
         found = _launch_in(line, expander, cwd)
         if found is not None:  # the environment and folder it launches in: the lines above it only
             candidates.append((number, found, dict(env), cwd))
-    if candidates:  # the launch that trains (`launch_rank`), the first of equals: where the job would die first
-        chosen = max(candidates, key=lambda c: (c[1][4], -c[0]))
-        number, (launch_words, prefix_env, srun, srun_options, rank), env, cwd = chosen
-        for other, (words, *_, other_rank), *_ in candidates:
-            if other != number and other_rank[0] == 2:
+    if candidates:  # the launch that trains (`launch_rank`, `chosen_launch`)
+        ranks = [launch_rank(found[4], folder) for _, found, _, folder in candidates] if len(candidates) > 1 else []
+        chosen = chosen_launch(ranks) if ranks else 0
+        number, (launch_words, prefix_env, srun, srun_options, _), env, cwd = candidates[chosen]
+        for index, (other, (words, *_), *_) in enumerate(candidates):
+            if index != chosen and ranks[index][0] == 2 and ranks[index][1] >= 0:
                 unknowns.append(
                     Unknown(
                         f"line {other}",
-                        f"also trains ({redact_text(shlex.join(words))[:120]}), after the launch judged here: "
-                        "check it with its own --launcher",
+                        f"also trains ({redact_text(shlex.join(words))[:120]}), not judged with the launch at line "
+                        f"{number}: check it with its own --launcher",
                     )
                 )
         for name, value in prefix_env.items():
@@ -282,7 +293,9 @@ def read_job(path: str, display: str | None = None) -> tuple[JobFacts, LaunchFac
             srun=srun,
             srun_options=srun_options,
             background=_background_launches(
-                lines[body_start:], expander, (JobFacts(path="", directives=directives).number("nodes") or 1) > 1
+                lines[body_start:],
+                {n: found for n, found, _, _ in candidates},
+                (JobFacts(path="", directives=directives).number("nodes") or 1) > 1,
             ),
         )
         return _with_script(job, launch_words, cwd, unknowns)
@@ -297,7 +310,7 @@ def read_job(path: str, display: str | None = None) -> tuple[JobFacts, LaunchFac
 
 
 def _background_launches(
-    lines: list[tuple[int, str]], expander: _Expander, multi_node: bool
+    lines: list[tuple[int, str]], launches: dict[int, tuple], multi_node: bool
 ) -> tuple[tuple[int, str, int], ...]:
     """The launches from the first on that run at the same time as another (a sweep: `torchrun ... &` twice, then
     `wait`), each as (line, the rendezvous port it listens on, its group: launches of one group overlap). A `wait`,
@@ -319,7 +332,7 @@ def _background_launches(
         if words[:1] == ["done"] and loops:
             loops.pop()
             continue
-        found = _launch_in(line, expander)
+        found = launches.get(number)  # read with the variables as the script had set them there
         if found is None:
             continue
         background = bool(words) and (words[-1] == "&" or words[-1].endswith("&") and not words[-1].endswith("&&"))
@@ -386,7 +399,7 @@ def _set_variable(word: str, number: int, expander: _Expander, env: dict[str, Jo
 
 
 def _launch_in(line: str, expander: _Expander, cwd: str = ""):
-    """(launcher words, VAR=value prefixes, through srun, srun's options, `launch_rank`) when the line launches
+    """(launcher words, VAR=value prefixes, through srun, srun's options, the layers read) when the line launches
     training: the layers in front (`exec`, `nohup`, `env`, `srun`, `bash -c`) read as a launch line's are
     (command_words.py)."""
     expanded, _ = expander.expand(line)
@@ -401,7 +414,7 @@ def _launch_in(line: str, expander: _Expander, cwd: str = ""):
         for k, v in peeled.srun_options.items()
         if k in ("nodes", "ntasks", "ntasks-per-node", "gpus-per-task", "gpus", "gres", "gpus-per-node")
     }
-    return peeled.words, peeled.env, peeled.srun, keep, launch_rank(peeled, cwd) if cwd else (1, 0, 0)
+    return peeled.words, peeled.env, peeled.srun, keep, peeled
 
 
 def _with_script(job: JobFacts, words: list[str], cwd: str, unknowns: list[Unknown]) -> tuple[JobFacts, LaunchFacts]:

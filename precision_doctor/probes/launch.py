@@ -47,6 +47,7 @@ def parse_launcher(command: str, source: str = LAUNCHER_OPTION) -> LaunchFacts:
         "copies": peeled.copies,
         "copies_reason": peeled.copies_reason,
         "env_unset": peeled.unset,
+        "segment_start": peeled.segment_start,
     }
     if peeled.job_file or "sbatch" in peeled.through:
         if not peeled.job_file:
