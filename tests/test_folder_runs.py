@@ -6,6 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from precision_doctor import engine
 from precision_doctor.knowledge.versions import CURRENT
 from precision_doctor.probes.collect import gather
@@ -73,20 +75,21 @@ def test_a_recipe_a_script_reads_is_judged_with_it_once(tmp_path, monkeypatch):
     assert checked(facts) == {"reads.py", "ax.yml"}
 
 
-def test_a_job_script_in_a_folder_is_its_own_run(tmp_path, monkeypatch):
+@pytest.mark.parametrize("job", ["job.sbatch", "submit.sh"])  # a SLURM job named .sh: a job by its #SBATCH lines
+def test_a_job_script_in_a_folder_is_its_own_run(tmp_path, monkeypatch, job):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text(TRAINER.format(dm=", device_map='auto'"))
     (tmp_path / "other.py").write_text(TRAINER.format(dm=""))
     (tmp_path / "slurm").mkdir()
-    (tmp_path / "slurm" / "job.sbatch").write_text(
+    (tmp_path / "slurm" / job).write_text(
         "#!/bin/bash\n#SBATCH --gres=gpu:2\ncd ..\nsrun torchrun --nproc_per_node 4 train.py\n"
     )
     result, facts, report = check(tmp_path, target="a100")
-    assert checked(facts) == {"train.py", "other.py", "job.sbatch"}
+    assert checked(facts) == {"train.py", "other.py", job}
     by_path = {}
     for f in result.findings:
         by_path.setdefault(Path(f.path).name, set()).add(f.rule_id)
-    assert "PD116" in by_path["job.sbatch"]  # 4 processes, 2 GPUs asked for: reported on the job script
+    assert "PD116" in by_path[job]  # 4 processes, 2 GPUs asked for: reported on the job script
     assert "PD302" in by_path["train.py"]  # device_map="auto" under the job's DDP ranks, judged once
     assert len([f for f in result.findings if f.rule_id == "PD302"]) == 1
     assert "PD302" not in by_path.get("other.py", set())  # the script no job launches: one process

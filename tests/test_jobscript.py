@@ -139,6 +139,7 @@ def test_a_job_running_several_programs_is_judged_by_the_one_that_trains(tmp_pat
         ("cd . && export MASTER_PORT=29514 && srun python train.py", 29514, ()),
         ("if [ -f data.bin ]; then srun torchrun --nproc_per_node 4 --master_port 29515 train.py; fi", 29515, ()),
         ("( srun torchrun --nproc_per_node 4 --master_port 29516 train.py ) 2>&1 | tee log", 29516, ()),
+        ("mkdir -p out && cd out && srun torchrun --nproc_per_node 4 --master_port 29517 ../train.py", 29517, ()),
     ],
 )
 def test_a_job_line_that_sets_variables_then_launches(tmp_path, line, port, args):

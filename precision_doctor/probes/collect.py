@@ -37,7 +37,7 @@ from ..system import content_cache, progress, reads
 from ..system.pool import FORKS
 from ..system.reads import RecordedEnviron
 from ..system.sources import EmptySource, Unreadable, os_reason, parse_json, read_text_bounded, status
-from ..system.walk import CODE_SUFFIXES, python_files
+from ..system.walk import CODE_SUFFIXES, JOB_SUFFIXES, python_files
 from .checkpoint import lookup_options as probe_options
 from .config_families import CONFIG_SUFFIXES, family_of, is_config_path, probe_config
 from .config_files import ConfigError, parse_config
@@ -82,8 +82,7 @@ def _expand(paths: list[str], exclude: tuple[str, ...] = (), root: str = ".") ->
 
 
 # what a folder run reads: code, and the recipes and job scripts among these files (recognised by content)
-JOB_FILE_SUFFIXES = (".sbatch", ".slurm")
-FOLDER_SUFFIXES = (*CODE_SUFFIXES, *CONFIG_SUFFIXES, *JOB_FILE_SUFFIXES)
+FOLDER_SUFFIXES = (*CODE_SUFFIXES, *CONFIG_SUFFIXES, *JOB_SUFFIXES)  # a shell script is a job by its #SBATCH lines
 MAX_RECIPE_BYTES = 512 * 1024  # a recipe is a page of settings; larger YAML/JSON is data
 # a key every recipe family the doctor knows writes (its detection reads more), LLaMA-Factory v1's included
 RECIPE_KEYS = ("base_model", "model_name_or_path", "compute_environment", "distributed_type", "model_class")
@@ -584,7 +583,7 @@ def _gather(
     content_cache.prepare()
     entries = _expand(paths, exclude, root) if paths or job is None else []
     job_runs: tuple[Facts, ...] = ()
-    found_jobs = [p for p, named in entries if not named and p.suffix in JOB_FILE_SUFFIXES]
+    found_jobs = [p for p, named in entries if not named and p.suffix in JOB_SUFFIXES]
     if found_jobs:  # each job script a folder holds is its own run: its launch, its partition, what it runs
         job_runs = tuple(
             gather(

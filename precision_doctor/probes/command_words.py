@@ -137,6 +137,7 @@ class Peeled:
     # of them (`env -i`)
     unset: tuple[str, ...] = ()
     segment_start: int = 0  # the index, in the words read, where the command list's launching command starts
+    folder: str = ""  # where the launching command runs: `cwd` after the list's `cd`s before it
 
 
 def peel(words: list[str], cwd: str = "") -> Peeled:
@@ -212,10 +213,20 @@ def peel(words: list[str], cwd: str = "") -> Peeled:
                 job_args=tuple(rest[1:]),
                 unset=tuple(sorted(unset)),
                 segment_start=start,
+                folder=cwd,
             )
         break
     return Peeled(
-        words, env, tuple(through), copies, reason, srun, srun_options, unset=tuple(sorted(unset)), segment_start=start
+        words,
+        env,
+        tuple(through),
+        copies,
+        reason,
+        srun,
+        srun_options,
+        unset=tuple(sorted(unset)),
+        segment_start=start,
+        folder=cwd,
     )
 
 

@@ -22,6 +22,7 @@ from ..model.errors import InputError
 from ..model.facts import KNOWN, JobFacts, JobSetting, LaunchFacts, Origin, Unknown, Value
 from ..model.redact import redact_text
 from ..system.sources import Unreadable, read_text_bounded, status
+from ..system.walk import JOB_SUFFIXES
 from .command_words import (
     ASSIGNMENT,
     chosen_launch,
@@ -34,7 +35,6 @@ from .command_words import (
 from .launch import parse_launcher, with_accelerate_files
 from .shell_arithmetic import MAX_EXPRESSION, evaluate
 
-JOB_SUFFIXES = (".sbatch", ".slurm", ".sh", ".bash", ".job")
 _VAR = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_]\w*)(?::?-(?P<default>[^}]*))?\}|(?P<plain>[A-Za-z_]\w*))")
 _NAME = re.compile(r"(?<![#\w])\$?\b([A-Za-z_]\w*)\b")  # a name in arithmetic; `ff` in `16#ff` is digits
 
@@ -267,7 +267,7 @@ def read_job(path: str, display: str | None = None) -> tuple[JobFacts, LaunchFac
             continue
         found = _launch_in(line, expander, cwd)
         if found is not None:  # the environment and folder it launches in: the lines above it only
-            candidates.append((number, found, dict(env), cwd))
+            candidates.append((number, found, dict(env), found[4].folder or cwd))
     if candidates:  # the launch that trains (`launch_rank`, `chosen_launch`)
         ranks = [launch_rank(found[4], folder) for _, found, _, folder in candidates] if len(candidates) > 1 else []
         chosen = chosen_launch(ranks) if ranks else 0

@@ -59,6 +59,7 @@ class _Rules:
 
 
 CODE_SUFFIXES = (".py", ".ipynb")  # scripts and notebooks
+JOB_SUFFIXES = (".sbatch", ".slurm", ".sh", ".bash", ".job")  # a batch job script, by its name
 
 
 def python_files(folder: Path, suffixes: tuple[str, ...] = CODE_SUFFIXES) -> Walk:
