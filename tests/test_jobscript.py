@@ -212,6 +212,23 @@ def test_an_evaluation_module_after_training_through_imported_code_is_not_judged
     assert not facts.unknowns  # a tokenizer's training is not named as another training launch
 
 
+@pytest.mark.parametrize(
+    "lines,port",
+    [
+        ("MASTER_PORT=29555\n", None),  # a shell variable: the launch's environment has none
+        ("MASTER_PORT=29555; srun python -c pass\n", None),
+        ("MASTER_PORT=29556\nexport MASTER_PORT\n", 29556),
+        ("set -a\nMASTER_PORT=29557\n", 29557),
+        ("export MASTER_PORT=1\nMASTER_PORT=29558\n", 29558),  # assigned again once exported: still exported
+        ("export -n X\nexport MASTER_PORT=29559\n", 29559),
+        ("export MASTER_PORT=29560\nexport -n MASTER_PORT\n", None),
+    ],
+)
+def test_only_exported_variables_reach_the_launch(tmp_path, lines, port):
+    facts, launch = read_job(str(_write(tmp_path, f"#!/bin/bash\n#SBATCH --gres=gpu:4\n{lines}srun python train.py\n")))
+    assert launch.main_process_port.value == port and ("MASTER_PORT" in facts.env) == (port is not None)
+
+
 def test_the_partitions_config_and_the_scheduler_name_the_gpu(tmp_path):
     job = _write(tmp_path, "#!/bin/bash\n#SBATCH -p big\n#SBATCH --gres=gpu:2\npython train.py\n")
     _, facts = _check(job, partitions={"big": {"gpu": "a100-80gb", "count": 8}})

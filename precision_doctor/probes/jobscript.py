@@ -244,6 +244,7 @@ def read_job(path: str, display: str | None = None) -> tuple[JobFacts, LaunchFac
     unknowns: list[Unknown] = [Unknown(f"line {n}", f"longer than {MAX_LINE // 1024} KiB: not read") for n in too_long]
     cwd = folder
     candidates = []  # (line, what _launch_in found, the exports above it, its folder)
+    shell = _Shell(expander, env)
     for number, line in lines[body_start:]:
         words = _words(line)
         if not words:
@@ -251,12 +252,18 @@ def read_job(path: str, display: str | None = None) -> tuple[JobFacts, LaunchFac
         segments = command_segments(words)
         settled = 0  # the line's leading commands that only set variables or change folder (`RUN=a; srun ...`)
         for segment in segments:
-            names = segment[1:] if segment[0] == "export" else segment
+            export = segment[0] == "export"
+            names = [w for w in segment[1:] if w not in ("-n", "-p")] if export else segment
             if segment.scope:  # in a subshell: what it sets stays there
                 break
-            if all(ASSIGNMENT.match(w) for w in names):  # a bare `export` lists the environment
-                for word in names:
-                    _set_variable(word, number, expander, env)
+            if segment[:2] in (["set", "-a"], ["set", "-o"]) and segment[-1] in ("-a", "allexport"):
+                shell.export_all = True  # every variable set from here on is exported
+            elif export and "-n" in segment:  # `export -n NAME`: no longer exported
+                for name in names:
+                    shell.unexport(name.partition("=")[0])
+            elif all(ASSIGNMENT.match(w) or (export and _NAME_ONLY.match(w)) for w in names):
+                for word in names:  # a bare `export` lists the environment
+                    shell.set(word, number, export)
             elif segment[0] == "cd" and len(segment) == 2:
                 target, complete = expander.expand(segment[1])
                 cwd = os.path.normpath(os.path.join(cwd, os.path.expanduser(target))) if complete else cwd
@@ -384,18 +391,44 @@ def _rendezvous_port(launch: list[str]) -> str:
     return ""  # python listens on none
 
 
-def _set_variable(word: str, number: int, expander: _Expander, env: dict[str, JobSetting]) -> None:
-    """`NAME=value` as the script sets it: a value from a command (`$(...)`, backquotes) is known to be set but not
-    its value; arithmetic and `${...}` are expanded from what the script set before, the rest kept as written."""
-    name, _, raw = word.partition("=")
-    if "$(" in raw.replace("$((", "") or "`" in raw:
-        value, complete = raw, False
-        expander.vars[name] = None
-    else:  # what it refers to that is set at run time stays as written (`CMD="$LAUNCHER --main_process_ip $IP"`)
-        value, complete = expander.expand(raw)
-        expander.vars[name] = value
-    if launch_variable(name):
-        env[name] = JobSetting(redact_text(value if complete else raw)[:200], number)
+_NAME_ONLY = re.compile(r"^[A-Za-z_]\w*$")
+
+
+class _Shell:
+    """The variables the script sets, as the shell keeps them: `NAME=value` for the script's own expansion, and
+    those a launch sees in its environment: exported (`export NAME=value`, `NAME=v; export NAME`, `set -a`) or
+    assigned again once exported."""
+
+    def __init__(self, expander: _Expander, env: dict[str, JobSetting]):
+        self.expander, self.env = expander, env
+        self.unexported: dict[str, JobSetting] = {}
+        self.export_all = False
+
+    def unexport(self, name: str) -> None:
+        if name in self.env:
+            self.unexported[name] = self.env.pop(name)
+
+    def set(self, word: str, number: int, export: bool) -> None:
+        """`NAME=value` (or a bare `NAME` after `export`): a value from a command (`$(...)`, backquotes) is known to
+        be set but not its value; arithmetic and `${...}` are expanded from what the script set before, the rest
+        kept as written."""
+        name, eq, raw = word.partition("=")
+        if not eq:
+            if name in self.unexported:
+                self.env[name] = self.unexported.pop(name)
+            return
+        if "$(" in raw.replace("$((", "") or "`" in raw:
+            value, complete = raw, False
+            self.expander.vars[name] = None
+        else:  # what it refers to that is set at run time stays as written (`CMD="$LAUNCHER --main_process_ip $IP"`)
+            value, complete = self.expander.expand(raw)
+            self.expander.vars[name] = value
+        if launch_variable(name):
+            setting = JobSetting(redact_text(value if complete else raw)[:200], number)
+            if export or self.export_all or name in self.env:
+                self.env[name] = setting
+            else:
+                self.unexported[name] = setting
 
 
 def _launch_in(line: str, expander: _Expander, cwd: str = ""):
