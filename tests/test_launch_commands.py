@@ -297,6 +297,7 @@ DOWNLOADS = "from huggingface_hub import snapshot_download\nsnapshot_download('o
         ("python prepare.py && python cli.py fit", {"prepare.py": DOWNLOADS, "cli.py": "LightningCLI(M)\n"}, "cli.py"),
         ("python tok.py && python main.py", {"tok.py": "spm.SentencePieceTrainer.train(input='c.txt')\n"}, "main.py"),
         ("python -c 'import torch; print(torch.cuda.is_available())' && python run.py", {}, "run.py"),
+        ("python main_latest.py && python run_tests.py", {}, "main_latest.py"),  # `latest` says nothing of tests
         (
             "cd exp && python score.py --baseline && python run.py",
             {"exp/run.py": LOOP, "exp/score.py": "print(1)\n"},

@@ -42,8 +42,8 @@ _TRAINING_CALL = re.compile(
 )
 _TRAINING_NAME = re.compile(r"train|finetun|fine_tun|sft|dpo|orpo|kto|ppo|grpo|rlhf", re.I)
 _OTHER_NAME = re.compile(
-    r"eval|test|bench|infer|predict|generat|download|prep|convert|export|merge|score|tokeniz|collect_env|pip|"
-    r"install|setup|serve|upload|quantiz",
+    r"eval|(?<![a-z])test|bench|infer|predict|generat|download|prep|convert|export|merge|score|tokeniz|collect_env|"
+    r"(?<![a-z])pip(?![a-z])|install|setup|(?<![a-z])serve|upload|quantiz",
     re.I,
 )
 _MAX_SCRIPT_READ = 4 * 1024 * 1024
@@ -247,15 +247,15 @@ def launch_rank(peeled: Peeled, cwd: str = "") -> tuple[int, int, int]:
     does something else: eval, download, prepare, ...), then a launcher that starts several processes."""
     launcher, rest = launcher_of(peeled.words)
     file = peeled.job_file or launched_file(peeled.words)
-    name = file
+    names = [file]
     if launcher == "python":
         kind, module, _ = python_words(rest)
         if kind == "code":
             return 0, 0, 0
-        name = module if kind == "module" else name
-    elif launcher not in ("torchrun", "deepspeed", "accelerate", "fabric"):  # a framework's own recipe name
-        name = file or next((w for w in rest[1:] if not w.startswith("-")), "")
-    base = os.path.basename(name)
+        names = [module] if kind == "module" else names
+    elif launcher is not None and launcher not in ("torchrun", "deepspeed", "accelerate", "fabric"):  # a framework's
+        names = [w for w in rest[:8] if not w.startswith("-")]  # subcommand and recipe: `axolotl preprocess x.yml`
+    base = " ".join(os.path.basename(n) for n in names)
     says = (1 if _TRAINING_NAME.search(base) else 0) - (1 if _OTHER_NAME.search(base) else 0)
     several = 1 if launcher != "python" or peeled.copies != 1 else 0
     if peeled.job_file:
