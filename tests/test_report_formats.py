@@ -61,6 +61,14 @@ def test_folder_report_opens_with_a_summary_and_lists_files_most_severe_first(tr
     assert "c_clean.py  no problems found" in verbose
 
 
+def test_a_folders_job_scripts_are_counted_as_files_checked_as_json_counts_them(tree):
+    (tree / "job.sh").write_text("#!/bin/bash\n#SBATCH --gres=gpu:2\nsrun torchrun --nproc_per_node 4 c_clean.py\n")
+    out = doctor("check", ".", "--target", "t4", "--no-color", cwd=tree).stdout
+    report = json.loads(doctor("check", ".", "--target", "t4", "--format", "json", cwd=tree).stdout)
+    checked = report["files"]["checked"]
+    assert checked == 6 and f"{checked} files checked: 3 with findings" in out  # job.sh: PD116
+
+
 def test_folder_unknowns_are_folded_and_name_the_rules_they_silenced(tree):
     out = doctor("check", ".", "--target", "t4", cwd=tree).stdout
     folded = next(line for line in out.splitlines() if line.startswith("unknown"))

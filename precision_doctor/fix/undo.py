@@ -151,8 +151,8 @@ def _save(run: OwnFolder, manifest: dict) -> None:
 def undo(targets: list[str], force: bool, say) -> int:
     """Restore the runs named (an undo folder `fix` printed, or a file or folder of a project: the latest run that
     changed files there, or in a project inside that folder, and is not yet undone; none: the current directory's
-    project). Every file is checked before
-    any is restored: one that changed since the fix refuses the whole undo unless `force`."""
+    project). Every file is checked before any is restored: one that changed since the fix refuses the whole undo
+    unless `force`."""
     from ..system.programs import distrust
 
     distrust(targets or ["."])

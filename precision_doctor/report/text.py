@@ -167,13 +167,16 @@ def rule_counts(findings) -> list[tuple[str, int, str, str, str]]:
 
 
 def _files_line(facts: Facts, by_path: dict[str, list[Finding]]) -> str:
+    """The files checked, the job scripts of a folder run among them (as the JSON report counts them)."""
     scripts = facts.all_scripts
+    jobs = [run.job.path for run in facts.jobs if run.job is not None]
     not_checked = sum(1 for s in scripts if any(u.what == NOT_CHECKED for u in s.unknowns))
-    with_findings = sum(1 for s in scripts if by_path.get(s.path))
-    clean = len(scripts) - with_findings - not_checked
+    with_findings = sum(1 for s in scripts if by_path.get(s.path)) + sum(1 for j in jobs if by_path.get(j))
+    total = len(scripts) + len(jobs)
+    clean = total - with_findings - not_checked
     extra = f", {not_checked} not checked" if not_checked else ""
     return (
-        f"{len(scripts)} files checked: {with_findings} with findings, {clean} with no "
+        f"{total} files checked: {with_findings} with findings, {clean} with no "
         f"problems{extra}{'' if clean == 0 else ' (-v lists them)'}"
     )
 
