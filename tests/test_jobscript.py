@@ -229,6 +229,19 @@ def test_only_exported_variables_reach_the_launch(tmp_path, lines, port):
     assert launch.main_process_port.value == port and ("MASTER_PORT" in facts.env) == (port is not None)
 
 
+def test_a_launch_kept_in_arrays_is_read_where_it_runs(tmp_path):
+    """`CMD=(torchrun ...)` assigns and runs nothing; `srun "${CMD[@]}" "${ARGS[@]}"` runs each element as a word."""
+    job = _write(
+        tmp_path,
+        '#!/bin/bash\n#SBATCH --gres=gpu:4\nARGS=(--lr 1e-4 --run-name "my run")\n'
+        "CMD=(torchrun --nproc_per_node 4 --master_port 29533 train.py)\n"
+        'srun "${CMD[@]}" "${ARGS[@]}"\n',
+    )
+    facts, launch = read_job(str(job))
+    assert facts.launch_line == 5 and launch.launcher == "torchrun" and facts.script.endswith("train.py")
+    assert launch.main_process_port.value == 29533 and launch.script_args == ("--lr", "1e-4", "--run-name", "my run")
+
+
 def test_the_partitions_config_and_the_scheduler_name_the_gpu(tmp_path):
     job = _write(tmp_path, "#!/bin/bash\n#SBATCH -p big\n#SBATCH --gres=gpu:2\npython train.py\n")
     _, facts = _check(job, partitions={"big": {"gpu": "a100-80gb", "count": 8}})

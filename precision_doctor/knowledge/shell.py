@@ -20,6 +20,7 @@ class Redirection(str):
 _CONTROL = ("&&", "||", ";;", "|&", ";", "|", "&", "(", ")")
 _REDIRECT = re.compile(r"&>>|&>|>>|>\||>&|>|<<<|<<|<&|<>|<")
 _DUPLICATE = re.compile(r"[0-9]+-?|-")  # `>&1`, `<&0`, `>&-`
+_ARRAY_NAME = re.compile(r"[A-Za-z_]\w*\+?=")  # an array assignment's name: `ARGS=(`, `ARGS+=(`
 
 
 def shell_words(text: str, comments: bool = True) -> list[str]:
@@ -120,6 +121,10 @@ def shell_words(text: str, comments: bool = True) -> list[str]:
             else:
                 words.append(Redirection(op))
                 target = True
+        elif c == "(" and in_word and _ARRAY_NAME.fullmatch("".join(current)):  # `ARGS=(--lr 1e-4)`: one word
+            end = _group_end(text, i)
+            current.append(text[i:end])
+            i = end
         else:
             control = next((o for o in _CONTROL if text.startswith(o, i)), None)
             if control:
@@ -174,8 +179,14 @@ def _substitution_end(text: str, start: int) -> int:
         if end < 0:
             raise ValueError("No closing quotation")
         return end + 1
-    opening, closing = ("{", "}") if text.startswith("${", start) else ("(", ")")
-    depth, i, quote = 0, start + 1, ""
+    return _group_end(text, start + 1)
+
+
+def _group_end(text: str, start: int) -> int:
+    """Where the group opened by the `(` or `{` at `start` closes (nested, quotes and escapes skipped)."""
+    opening = text[start]
+    closing = ")" if opening == "(" else "}"
+    depth, i, quote = 0, start, ""
     while i < len(text):
         c = text[i]
         if c == "\\" and quote != "'":  # `$(echo \))`: an escaped parenthesis is text

@@ -35,7 +35,8 @@ from .command_words import (
 from .launch import parse_launcher, with_accelerate_files
 from .shell_arithmetic import MAX_EXPRESSION, evaluate
 
-_VAR = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_]\w*)(?::?-(?P<default>[^}]*))?\}|(?P<plain>[A-Za-z_]\w*))")
+_VAR = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_]\w*)(?:\[[@*]\])?(?::?-(?P<default>[^}]*))?\}|(?P<plain>[A-Za-z_]\w*))")
+_QUOTED_ARRAY = re.compile(r'"\$\{([A-Za-z_]\w*)\[@\]\}"')  # `"${ARGS[@]}"`: each element a word of its own
 _NAME = re.compile(r"(?<![#\w])\$?\b([A-Za-z_]\w*)\b")  # a name in arithmetic; `ff` in `16#ff` is digits
 
 
@@ -120,10 +121,12 @@ class _Expander:
 
     def __init__(self, known: dict[str, str | None]):
         self.vars = dict(known)
+        self.arrays: set[str] = set()  # names set as arrays (`ARGS=(--lr 1e-4)`): their value is the elements' text
         self.work = 0
 
     def expand(self, text: str) -> tuple[str, bool]:
         """The text with every variable the script sets replaced; False when something stays unknown."""
+        text = _QUOTED_ARRAY.sub(lambda m: m.group(0)[1:-1] if m.group(1) in self.arrays else m.group(0), text)
         complete = "$(" not in text.replace("$((", "") and "`" not in text
         text, arithmetic_known = self._arithmetic(text)
         out, known = self._variables(text)
@@ -417,7 +420,12 @@ class _Shell:
             if name in self.unexported:
                 self.env[name] = self.unexported.pop(name)
             return
-        if "$(" in raw.replace("$((", "") or "`" in raw:
+        self.expander.arrays.discard(name)
+        if raw.startswith("(") and raw.endswith(")"):  # an array: its elements as written, expanded
+            value, complete = self.expander.expand(raw[1:-1])
+            self.expander.vars[name] = value
+            self.expander.arrays.add(name)
+        elif "$(" in raw.replace("$((", "") or "`" in raw:
             value, complete = raw, False
             self.expander.vars[name] = None
         else:  # what it refers to that is set at run time stays as written (`CMD="$LAUNCHER --main_process_ip $IP"`)
