@@ -47,6 +47,7 @@ _OTHER_NAME = re.compile(
     re.I,
 )
 _MAX_SCRIPT_READ = 4 * 1024 * 1024
+_SCRIPT_LAUNCHERS = ("python", "torchrun", "deepspeed", "accelerate", "fabric")  # run a script, not a recipe
 
 # scheduler options (srun, sbatch): short letters to their long names, and options that take no value
 SLURM_SHORT = {
@@ -152,8 +153,7 @@ def peel(words: list[str], cwd: str = "") -> Peeled:
     segments = command_segments(words)  # the commands of a list or pipeline, redirections left out
     at = 0
     if len(segments) > 1:  # `export VAR=1; torchrun ...`, `torchrun ... | tee log`
-        words, at = _launching(segments, env, unset, cwd)
-        cwd = _folder(segments, at, cwd)
+        words, at, cwd = _launching(segments, env, unset, cwd)
     else:
         words = segments[0] if segments else []
     start = segments[at].start if segments else 0
@@ -186,7 +186,7 @@ def peel(words: list[str], cwd: str = "") -> Peeled:
             segments = command_segments(inner)
             if not segments:
                 break
-            words, _ = _launching(segments, env, unset, cwd)
+            words, _, _ = _launching(segments, env, unset, cwd)
             continue
         if head == "srun":
             srun = True
@@ -253,14 +253,14 @@ def launch_rank(peeled: Peeled, cwd: str = "") -> tuple[int, int, int]:
         if kind == "code":
             return 0, 0, 0
         names = [module] if kind == "module" else names
-    elif launcher is not None and launcher not in ("torchrun", "deepspeed", "accelerate", "fabric"):  # a framework's
+    elif launcher is not None and launcher not in _SCRIPT_LAUNCHERS:  # a framework's
         names = [w for w in rest[:8] if not w.startswith("-")]  # subcommand and recipe: `axolotl preprocess x.yml`
     base = " ".join(os.path.basename(n) for n in names)
     says = (1 if _TRAINING_NAME.search(base) else 0) - (1 if _OTHER_NAME.search(base) else 0)
     several = 1 if launcher != "python" or peeled.copies != 1 else 0
     if peeled.job_file:
         return 2, says, 1
-    if launcher not in ("python", "torchrun", "deepspeed", "accelerate", "fabric"):  # a framework's subcommand
+    if launcher not in _SCRIPT_LAUNCHERS:  # a framework's subcommand
         return (1 if rest[:1] and rest[0] in ("preprocess", "evaluate") else 2), says, several  # axolotl's read it
     if not file.endswith(".py"):
         return 1, says, several
@@ -342,17 +342,20 @@ def _encloses(outer: Segment, inner: Segment) -> bool:
     return inner.scope[: len(outer.scope)] == outer.scope
 
 
-def _launching(segments: list[Segment], env: dict[str, str], unset: set[str], cwd: str = "") -> tuple[list[str], int]:
+def _launching(
+    segments: list[Segment], env: dict[str, str], unset: set[str], cwd: str = ""
+) -> tuple[list[str], int, str]:
     """Of a command list (`cd /work && export NCCL_DEBUG=INFO; torchrun ...`), the part that launches the training
-    (`launch_rank`, `chosen_launch`; the last command when none launches) and its index, with what an `export`
-    before it puts in its environment and an `unset` takes out of it (a bare `VAR=1 &&` sets a shell variable the
-    command does not see; a subshell's exports stay in it)."""
+    (`launch_rank`, `chosen_launch`; the last command when none launches), its index and its folder, with what an
+    `export` before it puts in its environment and an `unset` takes out of it (a bare `VAR=1 &&` sets a shell
+    variable the command does not see; a subshell's exports stay in it)."""
     launching, ranks = [], []
+    folders = [_folder(segments, i, cwd) for i in range(len(segments))]
     for i, seg in enumerate(segments):
-        peeled = peel(seg, _folder(segments, i, cwd))
+        peeled = peel(seg, folders[i])
         if peeled.job_file or launcher_of(peeled.words)[0] is not None:
             launching.append(i)
-            ranks.append(launch_rank(peeled, _folder(segments, i, cwd)) if len(segments) > 1 else (1, 0, 0))
+            ranks.append(launch_rank(peeled, folders[i]) if len(segments) > 1 else (1, 0, 0))
     chosen = launching[chosen_launch(ranks)] if launching else len(segments) - 1
     start = chosen  # a pipeline's launcher is its first command that launches (`torchrun ... | tee log`)
     while start > 0 and segments[start].piped:
@@ -370,7 +373,7 @@ def _launching(segments: list[Segment], env: dict[str, str], unset: set[str], cw
                 if not name.startswith("-"):
                     env.pop(name, None)
                     unset.add(name)
-    return segments[at], at
+    return segments[at], at, folders[at]
 
 
 def _folder(segments: list[Segment], index: int, cwd: str) -> str:

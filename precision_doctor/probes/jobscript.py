@@ -25,6 +25,7 @@ from ..system.sources import Unreadable, read_text_bounded, status
 from ..system.walk import JOB_SUFFIXES
 from .command_words import (
     ASSIGNMENT,
+    Peeled,
     chosen_launch,
     command_segments,
     launch_rank,
@@ -246,7 +247,7 @@ def read_job(path: str, display: str | None = None) -> tuple[JobFacts, LaunchFac
     env: dict[str, JobSetting] = {}
     unknowns: list[Unknown] = [Unknown(f"line {n}", f"longer than {MAX_LINE // 1024} KiB: not read") for n in too_long]
     cwd = folder
-    candidates = []  # (line, what _launch_in found, the exports above it, its folder)
+    candidates: list[tuple[int, Peeled, dict[str, JobSetting]]] = []  # (line, its launch, the exports above it)
     shell = _Shell(expander, env)
     for number, line in lines[body_start:]:
         words = _words(line)
@@ -277,38 +278,38 @@ def read_job(path: str, display: str | None = None) -> tuple[JobFacts, LaunchFac
             continue
         found = _launch_in(line, expander, cwd)
         if found is not None:  # the environment and folder it launches in: the lines above it only
-            candidates.append((number, found, dict(env), found[4].folder or cwd))
+            candidates.append((number, found, dict(env)))
     if candidates:  # the launch that trains (`launch_rank`, `chosen_launch`)
-        ranks = [launch_rank(found[4], folder) for _, found, _, folder in candidates] if len(candidates) > 1 else []
+        ranks = [launch_rank(p, p.folder) for _, p, _ in candidates] if len(candidates) > 1 else []
         chosen = chosen_launch(ranks) if ranks else 0
-        number, (launch_words, prefix_env, srun, srun_options, _), env, cwd = candidates[chosen]
-        for index, (other, (words, *_), *_) in enumerate(candidates):
+        number, launch, env = candidates[chosen]
+        for index, (other, peeled, _) in enumerate(candidates):
             if index != chosen and ranks[index][0] == 2 and ranks[index][1] >= 0:
                 unknowns.append(
                     Unknown(
                         f"line {other}",
-                        f"also trains ({redact_text(shlex.join(words))[:120]}), not judged with the launch at line "
-                        f"{number}: check it with its own --launcher",
+                        f"also trains ({redact_text(shlex.join(peeled.words))[:120]}), not judged with the launch "
+                        f"at line {number}: check it with its own --launcher",
                     )
                 )
-        for name, value in prefix_env.items():
+        for name, value in launch.env.items():
             if launch_variable(name):
                 env[name] = JobSetting(redact_text(value)[:200], number)
         job = JobFacts(
             path=display,
             directives=directives,
             env=env,
-            launch=redact_text(shlex.join(launch_words)),
+            launch=redact_text(shlex.join(launch.words)),
             launch_line=number,
-            srun=srun,
-            srun_options=srun_options,
+            srun=launch.srun,
+            srun_options={k: v for k, v in launch.srun_options.items() if k in _SRUN_KEPT},
             background=_background_launches(
                 lines[body_start:],
-                {n: found for n, found, _, _ in candidates},
+                {n: peeled for n, peeled, _ in candidates},
                 (JobFacts(path="", directives=directives).number("nodes") or 1) > 1,
             ),
         )
-        return _with_script(job, launch_words, cwd, unknowns)
+        return _with_script(job, launch.words, launch.folder, unknowns)
     unknowns.append(
         Unknown(
             "launch line",
@@ -320,7 +321,7 @@ def read_job(path: str, display: str | None = None) -> tuple[JobFacts, LaunchFac
 
 
 def _background_launches(
-    lines: list[tuple[int, str]], launches: dict[int, tuple], multi_node: bool
+    lines: list[tuple[int, str]], launches: dict[int, Peeled], multi_node: bool
 ) -> tuple[tuple[int, str, int], ...]:
     """The launches from the first on that run at the same time as another (a sweep: `torchrun ... &` twice, then
     `wait`), each as (line, the rendezvous port it listens on, its group: launches of one group overlap). A `wait`,
@@ -346,8 +347,7 @@ def _background_launches(
         if found is None:
             continue
         background = bool(words) and (words[-1] == "&" or words[-1].endswith("&") and not words[-1].endswith("&&"))
-        launch, _, srun, _, _ = found
-        port = "" if srun and multi_node else _rendezvous_port(launch)
+        port = "" if found.srun and multi_node else _rendezvous_port(found.words)
         if loops and re.search(r"(--master[_-]port|--main_process_port|--rdzv[_-]endpoint)[= ]\S*\$", line):
             port = ""  # written from a variable: it may change from one iteration to the next
         out.extend([(number, port, group)] * (max(loops) if loops and background else 1))
@@ -439,10 +439,12 @@ class _Shell:
                 self.unexported[name] = setting
 
 
-def _launch_in(line: str, expander: _Expander, cwd: str = ""):
-    """(launcher words, VAR=value prefixes, through srun, srun's options, the layers read) when the line launches
-    training: the layers in front (`exec`, `nohup`, `env`, `srun`, `bash -c`) read as a launch line's are
-    (command_words.py)."""
+_SRUN_KEPT = ("nodes", "ntasks", "ntasks-per-node", "gpus-per-task", "gpus", "gres", "gpus-per-node")  # the rules'
+
+
+def _launch_in(line: str, expander: _Expander, cwd: str) -> Peeled | None:
+    """The line's launch, its layers read (`exec`, `nohup`, `env`, `srun`, `bash -c`: command_words.py) in the
+    folder it runs in, when it launches training."""
     expanded, _ = expander.expand(line)
     words = _words(expanded)
     if not words:
@@ -450,12 +452,7 @@ def _launch_in(line: str, expander: _Expander, cwd: str = ""):
     peeled = peel(words, cwd)
     if not peeled.words or launcher_of(peeled.words)[0] is None:
         return None
-    keep = {
-        k: v
-        for k, v in peeled.srun_options.items()
-        if k in ("nodes", "ntasks", "ntasks-per-node", "gpus-per-task", "gpus", "gres", "gpus-per-node")
-    }
-    return peeled.words, peeled.env, peeled.srun, keep, peeled
+    return peeled
 
 
 def _with_script(job: JobFacts, words: list[str], cwd: str, unknowns: list[Unknown]) -> tuple[JobFacts, LaunchFacts]:

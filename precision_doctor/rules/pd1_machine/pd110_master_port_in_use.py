@@ -128,5 +128,5 @@ def master_port_in_use(machine: MachineFacts, launch: LaunchFacts, stack: StackF
             if launch.launcher == "accelerate"
             else address_in_use(port)
         ),
-        fix=Fix(f"launch on a free port: {flag}", applicability=Applicability.SAFE, commands=tuple(commands)),
+        fix=Fix(f"launch on a free port: {flag}", applicability=Applicability.DISPLAY, commands=tuple(commands)),
     )

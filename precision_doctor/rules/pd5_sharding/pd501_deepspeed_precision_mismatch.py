@@ -24,7 +24,7 @@ def _trainer_mismatch(setup: Setup, config: dict, where: tuple[Evidence, ...]):
                 f"TrainingArguments values:\n- ds {name}.enabled=True vs hf {hf_text}=False\nThe easiest "
                 f"method is to set these DeepSpeed config values to 'auto'.",
                 fix=Fix(
-                    f'set "{name}": {{"enabled": "auto"}} in the DeepSpeed config', applicability=Applicability.SAFE
+                    f'set "{name}": {{"enabled": "auto"}} in the DeepSpeed config', applicability=Applicability.DISPLAY
                 ),
             )
 
@@ -44,7 +44,7 @@ def _accelerate_mismatch(setup: Setup, launch: LaunchFacts, config: dict, where:
         evidence=where + ((said,) if said else ()),
         error=f"ValueError: `--mixed_precision` arg cannot be set to `{mode}` when `{other}` is set in the "
         f"DeepSpeed config file.",
-        fix=Fix(f'set "{other}": {{"enabled": "auto"}} in the DeepSpeed config', applicability=Applicability.SAFE),
+        fix=Fix(f'set "{other}": {{"enabled": "auto"}} in the DeepSpeed config', applicability=Applicability.DISPLAY),
     )
 
 
@@ -91,7 +91,9 @@ def deepspeed_precision_mismatch(
             "the DeepSpeed config enables both fp16 and bf16",
             evidence=where,
             error="ValueError: bfloat16 and fp16 modes cannot be simultaneously enabled",
-            fix=Fix('set both to "enabled": "auto" and choose in TrainingArguments', applicability=Applicability.SAFE),
+            fix=Fix(
+                'set both to "enabled": "auto" and choose in TrainingArguments', applicability=Applicability.DISPLAY
+            ),
         )
         return
     # what the job hits first: TrainingArguments checks its own deepspeed= against its flags; accelerate's
