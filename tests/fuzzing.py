@@ -258,7 +258,7 @@ def run_case(case: Case, folder: Path, time_limit: float = TIME_LIMIT_S) -> Outc
     """The case through `cli.main` in this process: the exit code, the time, and what was wrong, if anything."""
     import shutil
 
-    from precision_doctor import cli
+    from precision_doctor.cli import app as cli
 
     folder = folder / "case"
     shutil.rmtree(folder, ignore_errors=True)

@@ -282,7 +282,7 @@ def test_help_is_wrapped_to_the_terminal_width_as_argparse_wraps_it(columns, mon
     (without importing shutil): the same help, line for line."""
     import argparse
 
-    from precision_doctor.cli import build_parser
+    from precision_doctor.cli.app import build_parser
 
     monkeypatch.setenv("COLUMNS", columns)
     parser = build_parser()

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from precision_doctor.cli import build_parser
+from precision_doctor.cli.app import build_parser
 from precision_doctor.cli.completion import script_for
 
 ESCAPES = re.compile(r"\x1b\[[0-9;]*m")

@@ -112,7 +112,7 @@ def test_fix_never_edits_a_config_with_python_edits(tmp_path):
 
 STATIC_PROBE = """
 import sys, io, contextlib
-from precision_doctor.cli import main
+from precision_doctor.cli.app import main
 with contextlib.redirect_stdout(io.StringIO()):
     main(["check", sys.argv[1], "--target", "t4"])
 heavy = ("torch", "transformers", "lightning", "pytorch_lightning", "sentence_transformers", "axolotl",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from precision_doctor.cli import main
+from precision_doctor.cli.app import main
 from precision_doctor.system import content_cache
 
 HEAD = "import torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"

@@ -32,7 +32,7 @@ def test_fuzzed_inputs_through_the_whole_cli():
 
 def test_the_harness_reports_crashes_hangs_and_loose_json(monkeypatch, tmp_path):
     """The harness itself can fail: an exit 3, a case that never ends, and `NaN` in the output are each caught."""
-    from precision_doctor import cli
+    from precision_doctor.cli import app as cli
 
     case = fuzzing.Case("mutated", "x = 1\n")
     monkeypatch.setattr(cli, "main", lambda argv: 3)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from precision_doctor import cli
+from precision_doctor.cli import app as cli
 from precision_doctor.knowledge.versions import at_least, parse_version
 from precision_doctor.model.facts import BusyPort, HostFacts, PackageVersion, StackFacts
 from precision_doctor.model.strict_json import dumps

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from precision_doctor import cli
+from precision_doctor.cli import app as cli
 from precision_doctor.probes.shell_arithmetic import evaluate
 
 TRAIN = (

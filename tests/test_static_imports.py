@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 PROBE = """
 import sys, io, contextlib
-from precision_doctor.cli import main
+from precision_doctor.cli.app import main
 buf = io.StringIO()
 with contextlib.redirect_stdout(buf):
     code = main(["check", "fixtures/seed001_titan_fp16/buggy/train.py", "--target", "titan-rtx"])
@@ -51,7 +51,7 @@ def test_check_never_imports_the_frameworks_it_reads(tmp_path):
             f"open({str(marks / name)!r}, 'w').close()\nraise ImportError('static mode imported {name}')\n"
         )
     probe = (
-        "import sys, io, contextlib\nsys.path.insert(0, sys.argv[1])\nfrom precision_doctor.cli import main\n"
+        "import sys, io, contextlib\nsys.path.insert(0, sys.argv[1])\nfrom precision_doctor.cli.app import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         "    codes = [main(['check', s, '--target', 'a100:4', '--', '--mixed_precision', 'fp16'])\n"
         "             for s in sys.argv[2:]]\n"

@@ -7,6 +7,8 @@ import argparse
 import errno
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from ..model.errors import InputError
 
@@ -50,9 +52,11 @@ class Parser(argparse.ArgumentParser):
     options: tuple[str, ...] = ()  # every option of every command, for "did you mean" on an unrecognised one
     owners: dict[str, tuple[str, ...]] = {}  # option -> the commands that take it
     command = ""  # the command the line names, once known: suggestions come from its options
+    whole: Callable[[], Any] | None = None  # builds every command's parser, where this one holds one command's
 
     def error(self, message: str) -> None:  # one line, exit 2, like every other bad input
-        hint = _suggestion(message, self.options, self.owners, self.command)
+        every = self.whole() if self.whole is not None else self
+        hint = _suggestion(message, every.options, every.owners, self.command)
         raise InputError(f"{message}{hint} (see `{self.prog} --help`)")
 
     def _get_formatter(self):
