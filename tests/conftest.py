@@ -9,6 +9,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # the command line keeps a content cache in the user's cache folder: the suite's own, shared by its tests (a hit
 # must give what a miss gives) and never the user's
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="precision-doctor-tests-")
+# a `precision-doctor server` the developer runs would answer the suite's checks: each runs in its own process
+# (tests/test_server.py starts servers of its own)
+os.environ["PRECISION_DOCTOR_NO_SERVER"] = "1"
 
 from precision_doctor import engine  # noqa: E402
 from precision_doctor.knowledge.versions import CURRENT  # noqa: E402

@@ -8,7 +8,8 @@ imports too. The rules, as the README states them:
 - derive and the rules never import probes: they read facts, and the knowledge layer holds what probes and rules
   both need;
 - the report never derives: what it shows of the derived setup comes from the engine's result;
-- a module is loaded by name (importlib) only by the two plugin loaders, each over its own folder.
+- a module is loaded by name (importlib) only by the two plugin loaders, each over its own folder, and by the
+  resident server, which loads the whole doctor once.
 """
 
 import ast
@@ -36,6 +37,7 @@ DERIVING = {"derive", "derive_setup", "plan_launch", "plan_of_script", "plan_mem
 PLUGIN_LOADERS = {
     "precision_doctor.rules.catalog": "precision_doctor.rules",
     "precision_doctor.probes.handlers": "precision_doctor.probes.handlers",
+    "precision_doctor.system.server": "precision_doctor",  # a resident server loads the whole doctor once
 }
 
 

@@ -1,4 +1,4 @@
-"""Command line: `precision-doctor check|fix|explain|memory|snapshot|rules|rule|targets|completion`.
+"""Command line: `precision-doctor check|fix|explain|memory|snapshot|rules|rule|targets|completion|server`.
 
 Exit codes: 0 nothing at or above --fail-on, 1 findings at or above it, 2 bad usage or unreadable
 input, 3 an internal error of the doctor.

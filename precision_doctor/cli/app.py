@@ -7,7 +7,7 @@ import sys
 
 from .. import __version__
 from ..model.errors import InputError
-from . import check, completion, explain, fix, memory, rules, snapshot
+from . import check, completion, explain, fix, memory, rules, server, snapshot
 from ._common import EXIT_FINDINGS, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, Parser, detach_stdout
 
 # each command's name -> the module that declares its parser, and the function that runs it as run(opts, script_args)
@@ -20,6 +20,7 @@ COMMANDS = {
     "rule": (rules, lambda opts, _: rules.show_rule(opts.rule_id)),
     "targets": (rules, lambda opts, _: rules.list_targets()),
     "snapshot": (snapshot, lambda opts, _: snapshot.write_snapshot(opts)),
+    "server": (server, server.run_server),
     "completion": (completion, lambda opts, _: completion.print_completion(build_parser(), opts.shell)),
 }
 

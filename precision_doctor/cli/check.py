@@ -120,6 +120,11 @@ def register(sub) -> None:
         "else ~/.cache/precision-doctor); never inside a checked repository",
     )
     check.add_argument("--no-cache", action="store_true", help="read every file afresh and keep nothing between runs")
+    check.add_argument(
+        "--no-server",
+        action="store_true",
+        help="check in this process even when `precision-doctor server` runs",
+    )
 
 
 def report_options(check: argparse.ArgumentParser) -> None:

@@ -1,4 +1,8 @@
-"""The `precision-doctor` program."""
+"""The `precision-doctor` program, and the body of the server process that runs it for others.
+
+A `check` is handed to this interpreter's resident server when one runs (`precision-doctor server start`,
+system/server.py): what it prints and its exit code are this process's own. Nothing else is imported before that
+is known: the doctor's modules are most of a lone check's time."""
 
 from __future__ import annotations
 
@@ -9,6 +13,23 @@ import sys
 def entry() -> None:
     if sys.stdin is None:  # started with stdin closed (`<&-`): read as empty, never as a crash
         sys.stdin = open(os.devnull, encoding="utf-8")
+    from ..system.server_client import served
+
+    code = served(sys.argv[1:])
+    if code is None:
+        from .app import main
+
+        code = main()
+    sys.exit(code)
+
+
+def serve_forever(idle_minutes: float) -> int:
+    """The server process (started by `precision-doctor server start`): it serves the command line."""
+    from ..system import server
     from .app import main
 
-    sys.exit(main())
+    try:
+        return server.serve(main, idle_minutes)
+    except server.ServerError as exc:
+        print(f"precision-doctor server: {exc}", file=sys.stderr, flush=True)
+        return 2

@@ -93,6 +93,7 @@ def record(cls: type[T]) -> type[T]:
     fields = dataclasses.fields(cls)
     if direct:
         cls.__init__ = _first_init(cls, fields)
+        _uncompiled.append((cls, fields))
         names = frozenset(f.name for f in fields)
         cls.__setattr__, cls.__delattr__ = _frozen_guards(cls, names)
         params = cls.__dataclass_params__  # what @dataclass(frozen=True) records, which the class now is
@@ -110,6 +111,17 @@ def record(cls: type[T]) -> type[T]:
     if not explicit_hash:
         cls.__hash__ = _hash_of(_values_of(tuple(f.name for f in fields if (f.compare if f.hash is None else f.hash))))
     return cls
+
+
+_uncompiled: list[tuple[type, tuple]] = []  # record classes whose __init__ is compiled when first used
+
+
+def compile_record_inits() -> None:
+    """Compile every record class's `__init__` now (a resident process does, once, for all the processes it forks)."""
+    while _uncompiled:
+        cls, fields = _uncompiled.pop()
+        if hasattr(cls.__dict__["__init__"], "__record_first__"):
+            cls.__init__ = _init_of(cls, fields)  # type: ignore[misc]
 
 
 def _plain_fields(cls: type) -> bool:
