@@ -44,7 +44,7 @@ def served_count(env, cwd=ROOT) -> int | None:
     said = doctor(env, "server", "status", cwd=cwd).stdout
     if "no server" in said:
         return None
-    return int(said.split("(")[1].split(" checks")[0])
+    return int(said.split("(")[1].split(" check")[0])
 
 
 @pytest.fixture(scope="module")
@@ -262,3 +262,29 @@ def test_a_socket_folder_others_can_enter_is_never_used(tmp_path):
     assert refused.returncode == 2
     assert len(refused.stderr.strip().splitlines()) == 1 and "not a private folder" in refused.stderr
     assert doctor(env, "check", SEED001, "--target", "titan-rtx").returncode == 1  # checked here all the same
+
+
+def test_auto_starts_a_server_for_the_next_check_without_holding_this_one(tmp_path):
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    env = environment(runtime, PRECISION_DOCTOR_SERVER="auto")
+    try:
+        started = time.monotonic()
+        first = doctor(env, "check", SEED001, "--target", "titan-rtx")  # (output read to its end: the server
+        assert first.returncode == 1 and "PD201" in first.stdout  # holds none of this process's descriptors)
+        assert time.monotonic() - started < 60
+        deadline = time.monotonic() + 30
+        while served_count(env) is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert served_count(env) == 0
+        second = doctor(env, "check", SEED001, "--target", "titan-rtx")
+        assert (second.returncode, second.stdout) == (1, first.stdout)
+        assert served_count(env) == 1
+    finally:
+        doctor(env, "server", "stop")
+    other = tmp_path / "other"
+    other.mkdir(mode=0o700)
+    refused = environment(other, PRECISION_DOCTOR_SERVER="auto")  # a check that refuses a server starts none
+    assert doctor(refused, "check", SEED001, "--target", "titan-rtx", "--no-server").returncode == 1
+    time.sleep(2)
+    assert served_count(refused) is None and not list(other.rglob("*.log"))

@@ -20,7 +20,24 @@ def entry() -> None:
         from .app import main
 
         code = main()
+        _start_a_server_for_next_time(sys.argv[1:])
     sys.exit(code)
+
+
+def _start_a_server_for_next_time(argv: list[str]) -> None:
+    """With PRECISION_DOCTOR_SERVER=auto, start this interpreter's server in the background, silently: it changes
+    nothing of this run (a folder that will not do, or any other failure, leaves it at that)."""
+    from ..system.server_client import wants_a_server
+
+    if not wants_a_server(argv):
+        return
+    try:
+        from ..system import server
+        from .server import SERVER_BODY
+
+        server.launch(server.DEFAULT_IDLE_MINUTES, SERVER_BODY)
+    except Exception:  # noqa: BLE001, S110 - a convenience for the next run, never this run's failure
+        pass
 
 
 def serve_forever(idle_minutes: float) -> int:

@@ -40,11 +40,7 @@ def run_server(opts, _script_args) -> int:
 
     try:
         if opts.action == "start":
-            _, pid, started, served, idle, path, _version = server.start(opts.idle_minutes, SERVER_BODY)
-            print(
-                f"server {pid} running since {_when(started)} ({served} checks served; stops after {idle:g} idle "
-                f"minutes): {path}"
-            )
+            print(_described(server.start(opts.idle_minutes, SERVER_BODY)))
         elif opts.action == "stop":
             answer = server.ask("stop")
             print(f"server {answer[1]} stopped" if answer else "no server was running for this interpreter")
@@ -53,14 +49,16 @@ def run_server(opts, _script_args) -> int:
             if answer is None:
                 print("no server is running for this interpreter (start one with `precision-doctor server start`)")
             else:
-                _, pid, started, served, idle, path, _version = answer
-                print(
-                    f"server {pid} running since {_when(started)} ({served} checks served; stops after {idle:g} "
-                    f"idle minutes): {path}"
-                )
+                print(_described(answer))
     except server.ServerError as exc:
         raise InputError(str(exc)) from None
     return EXIT_OK
+
+
+def _described(status: tuple) -> str:
+    _, pid, started, served, idle, path, _version = status
+    checks = f"{served} check{'' if served == 1 else 's'} served"
+    return f"server {pid} running since {_when(started)} ({checks}; stops after {idle:g} idle minutes): {path}"
 
 
 def _when(moment: float) -> str:

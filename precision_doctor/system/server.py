@@ -389,6 +389,27 @@ def start(idle_minutes: float, body: str) -> tuple:
     running = ask("status")
     if running is not None:
         return running
+    process, log = launch(idle_minutes, body)
+    deadline = time.monotonic() + _START_WAIT_S
+    while time.monotonic() < deadline:
+        status = ask("status")
+        if status is not None:
+            return status
+        if process.poll() is not None:
+            break
+        time.sleep(0.05)
+    try:
+        with open(log) as out:  # noqa: PTH123
+            said = out.read().strip().splitlines()
+    except OSError:
+        said = []
+    raise ServerError(f"the server did not start{': ' + said[-1] if said else ''} (its log: {log})")
+
+
+def launch(idle_minutes: float, body: str):
+    """Start the server process and return at once: (the process, its log's path). It shares nothing with this one
+    (a session of its own, no inherited descriptor: a caller reading this process's output to its end never
+    waits for it); a second one started meanwhile finds the lock taken and exits."""
     path = socket_path(identity())
     folder = os.path.dirname(path)
     _make_private(folder)
@@ -414,17 +435,4 @@ def start(idle_minutes: float, body: str) -> tuple:
             start_new_session=True,
             close_fds=True,
         )
-    deadline = time.monotonic() + _START_WAIT_S
-    while time.monotonic() < deadline:
-        status = ask("status")
-        if status is not None:
-            return status
-        if process.poll() is not None:
-            break
-        time.sleep(0.05)
-    try:
-        with open(log) as out:  # noqa: PTH123
-            said = out.read().strip().splitlines()
-    except OSError:
-        said = []
-    raise ServerError(f"the server did not start{': ' + said[-1] if said else ''} (its log: {log})")
+    return process, log

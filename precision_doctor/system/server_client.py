@@ -21,6 +21,7 @@ PROTOCOL = 1
 SERVED_COMMANDS = ("check",)  # the command a pre-commit hook or an editor runs on every save
 NO_SERVER_OPTION = "--no-server"
 NO_SERVER_VARIABLE = "PRECISION_DOCTOR_NO_SERVER"
+AUTO_VARIABLE = "PRECISION_DOCTOR_SERVER"
 LIVE_OPTION = "--live"  # never served: live mode's processes end with the doctor's, which is this one
 EXIT_INTERNAL = 3  # (cli/_common.py's, not imported here: it would load the command line's modules)
 _ANSWER_WAIT_S = 5.0  # a server that does not answer a request by then is skipped, before the command starts
@@ -103,17 +104,26 @@ def _stream(stream) -> tuple | None:
     return (stream.encoding, stream.errors) if stream is not None and hasattr(stream, "encoding") else None
 
 
+def servable(argv: list[str]) -> bool:
+    """Whether a server may run this command line: a `check`, not live, not refused by the caller."""
+    own = argv[: argv.index("--")] if "--" in argv else argv
+    if not own or own[0] not in SERVED_COMMANDS or os.environ.get(NO_SERVER_VARIABLE) or not hasattr(os, "fork"):
+        return False
+    if any(len(word) > 5 and NO_SERVER_OPTION.startswith(word) for word in own):  # (as argparse takes `--no-serv`)
+        return False
+    return not any(len(word) > 3 and LIVE_OPTION.startswith(word) for word in own)  # live: its own process
+
+
+def wants_a_server(argv: list[str]) -> bool:
+    """PRECISION_DOCTOR_SERVER=auto: a check that found no server starts one for the next (pre-commit's own
+    interpreter included, which no one starts a server for by hand)."""
+    return os.environ.get(AUTO_VARIABLE) == "auto" and servable(argv)
+
+
 def served(argv: list[str]) -> int | None:
     """The exit code of `argv` run by this interpreter's server, or None when no server took it (then nothing of it
     has run)."""
-    own = argv[: argv.index("--")] if "--" in argv else argv
-    if not own or own[0] not in SERVED_COMMANDS or os.environ.get(NO_SERVER_VARIABLE):
-        return None
-    if any(len(word) > 5 and NO_SERVER_OPTION.startswith(word) for word in own):  # (as argparse takes `--no-serv`)
-        return None
-    if any(len(word) > 3 and LIVE_OPTION.startswith(word) for word in own):  # runs the script: its own process
-        return None
-    if not hasattr(os, "fork"):
+    if not servable(argv):
         return None
     try:
         for fd in (0, 1, 2):
