@@ -5,7 +5,7 @@ duplicated, swapped, truncated; tokens swapped; two files spliced), mutated snap
 inputs a repository hands the doctor: SLURM job scripts (with expansion and arithmetic bombs), Axolotl /
 LLaMA-Factory / accelerate / TRL recipes, a checkpoint's config.json and safetensors header, and requirements files
 (self-including ones too) read through a training environment that has none of the ML stack. Each runs as
-`precision_doctor.cli.main(["check", FILE, "--format", "json", ...])` with stdout captured, and must end with
+`precision_doctor.cli.app.main(["check", FILE, "--format", "json", ...])` with stdout captured, and must end with
 exit 0, 1 or 2 within a time limit, printing strict JSON whenever it exits 0 or 1. Used by tests/test_fuzz.py (a
 few hundred cases) and benchmarks/fuzz.py (thousands, with figures).
 """

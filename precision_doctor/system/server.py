@@ -24,12 +24,15 @@ import io
 import os
 import signal
 import socket
+import stat
 import struct
 import sys
 import time
+import traceback
 from collections.abc import Callable
 
 from .server_client import (
+    ANSWER_WAIT_S,
     EXIT_INTERNAL,
     identity,
     private_folder,
@@ -39,7 +42,7 @@ from .server_client import (
 )
 
 DEFAULT_IDLE_MINUTES = 60.0
-NEVER_LOADED = frozenset({"torch", "transformers", "libcst", "accelerate", "peft", "bitsandbytes", "pynvml", "tomli"})
+NEVER_LOADED = frozenset({"torch", "transformers", "libcst", "accelerate", "peft", "bitsandbytes", "pynvml"})
 _START_WAIT_S = 30.0
 
 
@@ -117,23 +120,34 @@ def _imported(node: ast.AST, module: str, is_package: bool) -> list[str]:
     return [base] + [f"{base}.{alias.name}" for alias in node.names if node.module is None or node.level]
 
 
-def loaded_files() -> dict[str, tuple[int, int]]:
-    """Each loaded module's file and each file of the doctor's own (its data too), with (modification time, size):
-    a request finds the server stale when one differs. They are what the content cache's fingerprint of the doctor
-    covers, so the fingerprint taken here stands for every process forked while none has changed."""
-    paths = [getattr(module, "__file__", None) for module in list(sys.modules.values())]
+def package_files() -> dict[str, tuple[int, int]]:
+    """Each file of the doctor's own (its data too) and each of its folders (a file added or removed changes the
+    folder's), with (modification time, size)."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = []
     for folder, dirs, names in os.walk(package):
         dirs[:] = [d for d in dirs if d != "__pycache__"]
-        paths += [os.path.join(folder, n) for n in names if n.endswith((".py", ".json"))]
+        paths += [folder] + [os.path.join(folder, n) for n in names if n.endswith((".py", ".json"))]
+    return _stats(paths)
+
+
+def loaded_files(before: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+    """`before` (the doctor's files, taken before it was loaded: one changed while loading is then found changed)
+    and each loaded module's file: a request finds the server stale when one differs. They are what the content
+    cache's fingerprint of the doctor covers, so the fingerprint taken here stands for every process forked while
+    none has changed."""
+    modules = [getattr(module, "__file__", None) for module in list(sys.modules.values())]
+    return {**_stats([p for p in modules if isinstance(p, str)]), **before}
+
+
+def _stats(paths: list[str]) -> dict[str, tuple[int, int]]:
     files = {}
     for path in paths:
-        if isinstance(path, str):
-            try:
-                st = os.stat(path)
-            except OSError:
-                continue
-            files[path] = (st.st_mtime_ns, st.st_size)
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        files[path] = (st.st_mtime_ns, st.st_size)
     return files
 
 
@@ -156,17 +170,25 @@ def serve(run: Callable[[], int], idle_minutes: float = DEFAULT_IDLE_MINUTES) ->
     folder = os.path.dirname(path)
     _make_private(folder)
     lock = open(path[: -len(".sock")] + ".lock", "a")  # noqa: SIM115 - held for the server's whole life
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        print("precision-doctor server: another server for this interpreter is running", file=sys.stderr)
-        return 1
+    deadline = time.monotonic() + 5.0  # (a server stepping aside releases it as it exits)
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                print("precision-doctor server: another server for this interpreter is running", file=sys.stderr)
+                return 1
+            time.sleep(0.05)
+    before = package_files()
     preload()
-    files = loaded_files()
+    files = loaded_files(before)
     from .content_cache import doctor_fingerprint
 
     doctor_fingerprint()  # (kept for every forked process: `files` unchanged means it still holds)
     if os.path.lexists(path):
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            raise ServerError(f"{path} is there and is no socket: remove it")
         os.unlink(path)  # (a server that died left it: the lock says none runs)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
@@ -189,7 +211,7 @@ def serve(run: Callable[[], int], idle_minutes: float = DEFAULT_IDLE_MINUTES) ->
                 print(f"precision-doctor server: no check for {idle_minutes:g} minutes, stopping", flush=True)
                 return 0
             with conn:
-                verdict = _handle(conn, listener, run, ident, files, (started, served, idle_minutes, path))
+                verdict = _handle(conn, (listener, lock), run, ident, files, (started, served, idle_minutes, path))
             if verdict == "served":
                 served += 1
                 last_check = time.monotonic()
@@ -201,22 +223,25 @@ def serve(run: Callable[[], int], idle_minutes: float = DEFAULT_IDLE_MINUTES) ->
             os.unlink(path)
 
 
-def _handle(
-    conn: socket.socket, listener: socket.socket, run: Callable[[], int], ident: tuple, files: dict, info: tuple
-) -> str:
+def _handle(conn: socket.socket, own: tuple, run: Callable[[], int], ident: tuple, files: dict, info: tuple) -> str:
+    """One connection: a status, a stop, or a check run in a forked process. `own` holds what a forked process must
+    close (the listening socket, the lock)."""
     conn.settimeout(5.0)
-    fds: list[int] = []
     try:
         if not _same_user(conn):
             return "refused"
-        data, fds, _, _ = socket.recv_fds(conn, 65536, 3)
         try:
-            request = receive_message(conn, data) if data else None
+            request = receive_message(conn)
         except (ValueError, EOFError, TypeError):
             request = None
         if not (isinstance(request, tuple) and request and isinstance(request[0], str)):
             return "refused"
         kind = request[0]
+        stale = changed_file(files)
+        if stale is not None:  # (a status then says none runs, and the next start starts a fresh one)
+            send_message(conn, ("refused", f"{stale} changed since the server started"))
+            print(f"precision-doctor server: {stale} changed, stopping", flush=True)
+            return "stop"
         if kind == "status":
             started, served, idle_minutes, path = info
             send_message(conn, ("status", os.getpid(), started, served, idle_minutes, path, ident[4]))
@@ -224,21 +249,17 @@ def _handle(
         if kind == "stop":
             send_message(conn, ("stopping", os.getpid()))
             return "stop"
-        if kind != "run" or len(request) != 9 or request[1] != ident or len(fds) != 3:
+        if kind != "run" or len(request) != 11 or request[1] != ident:
             send_message(conn, ("refused", "not this interpreter's or this doctor's request"))
             return "refused"
-        stale = changed_file(files)
-        if stale is not None:
-            send_message(conn, ("refused", f"{stale} changed since the server started"))
-            print(f"precision-doctor server: {stale} changed, stopping", flush=True)
-            return "stop"
+        # no signal between the fork and the forked process's own handlers: the server's would run in it
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
         if os.fork() == 0:
-            _run_worker(conn, listener, run, request, fds)  # never returns
+            _run_worker(conn, own, run, request, mask)  # never returns
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         return "served"
     except OSError:
         return "refused"
-    finally:
-        _close(fds)  # (the forked process has its own copies, and never returns here)
 
 
 def _same_user(conn: socket.socket) -> bool:
@@ -249,6 +270,9 @@ def _same_user(conn: socket.socket) -> bool:
     return uid == os.getuid()
 
 
+_SIGNALS = {getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGCHLD") if hasattr(signal, n)}
+
+
 def _close(fds: list[int]) -> None:
     for fd in fds:
         try:
@@ -257,32 +281,28 @@ def _close(fds: list[int]) -> None:
             pass
 
 
-def _run_worker(
-    conn: socket.socket, listener: socket.socket, run: Callable[[], int], request: tuple, fds: list[int]
-) -> None:
-    """In the forked process: become the requesting process, run its command line, send its exit code."""
+def _run_worker(conn: socket.socket, own: tuple, run: Callable[[], int], request: tuple, mask: set) -> None:
+    """In the forked process: become the requesting process, run its command line, send its exit code. Whatever
+    happens, it ends here (os._exit): nothing unwinds into the server's loop."""
     code = EXIT_INTERNAL
     try:
-        listener.close()
-        send_message(conn, ("ready", os.getpid()))
-        go = b""
-        while len(go) < 2:
-            chunk = conn.recv(2 - len(go))
-            if not chunk:
-                break
-            go += chunk
-    except OSError:
-        go = b""
-    if go != b"go":  # the client gave up waiting: it runs the command itself, and nothing of it ran here
-        os._exit(0)
-    try:
+        _, _, executable, orig_argv, program, argv, cwd, umask, environ, ignored, streams = request
         for name in ("SIGCHLD", "SIGTERM", "SIGHUP", "SIGQUIT"):
             if hasattr(signal, name):
                 signal.signal(getattr(signal, name), signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        for signum in ignored:  # as the requesting process ignores them (nohup, a background job)
+            signal.signal(signum, signal.SIG_IGN)
+        for closing in own:
+            closing.close()
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        send_message(conn, ("ready", os.getpid()))
+        first, fds, _, _ = socket.recv_fds(conn, 64, 3)
+        said = receive_message(conn, first) if first else None
+        if said != "go" or len(fds) != 3:
+            os._exit(0)  # the client gave up waiting: it runs the command itself, and nothing ran here
         conn.settimeout(None)
         _die_with_client(conn)
-        _, _, program, argv, cwd, umask, environ, path, streams = request
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
@@ -290,8 +310,9 @@ def _run_worker(
         os.umask(umask)
         os.environ.clear()
         os.environ.update(environ)
-        sys.path[:] = path
-        sys.argv = [program, *argv]
+        sys.executable, sys.argv = executable, [program, *argv]
+        if hasattr(sys, "orig_argv"):
+            sys.orig_argv = orig_argv
         sys.stdin, sys.stdout, sys.stderr = (_text_stream(fd, how) for fd, how in enumerate(streams))
         for name in ("stdin", "stdout", "stderr"):
             setattr(sys, f"__{name}__", getattr(sys, name))
@@ -301,10 +322,11 @@ def _run_worker(
             code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
     except KeyboardInterrupt:  # before the command line's own handler took over
         code = 130
-    except BaseException as exc:  # noqa: BLE001 - reported as the command line reports its own
+    except BaseException:  # noqa: BLE001 - as Python ends a program on an exception it does not catch
+        code = 1
         try:
-            sys.stderr.write(f"precision-doctor: internal error: {type(exc).__name__}: {exc}\n")
-        except Exception:  # noqa: BLE001
+            traceback.print_exc()
+        except BaseException:  # noqa: BLE001
             pass
     finally:
         try:
@@ -312,11 +334,11 @@ def _run_worker(
             for stream in (sys.stdout, sys.stderr):
                 if stream is not None:
                     stream.flush()
-        except Exception:  # noqa: BLE001 - a reader that went away: the exit code still goes back
+        except BaseException:  # noqa: BLE001 - a reader that went away: the exit code still goes back
             pass
         try:
             send_message(conn, int(code))
-        except OSError:
+        except BaseException:  # noqa: BLE001
             pass
         os._exit(int(code) & 0xFF)
 
@@ -336,19 +358,15 @@ def _die_with_client(conn: socket.socket) -> None:
 
 
 def _text_stream(fd: int, how: tuple | None):
-    """A standard stream on `fd` encoded as the requesting process's was (None where it had none)."""
+    """A standard stream on `fd` built as the requesting process's was (None where it had none): its encoding and
+    errors, its buffering (line-buffered on a terminal and for stderr; written through under -u)."""
     if how is None:
         return None
-    encoding, errors = how
-    mode = "r" if fd == 0 else "w"
-    raw = io.FileIO(fd, mode, closefd=False)
+    encoding, errors, line_buffering, write_through = how
+    raw = io.FileIO(fd, "r" if fd == 0 else "w", closefd=False)
     buffered = io.BufferedReader(raw) if fd == 0 else io.BufferedWriter(raw)
-    interactive = os.isatty(fd)
     return io.TextIOWrapper(
-        buffered,
-        encoding=encoding,
-        errors=errors,
-        line_buffering=fd == 2 or (fd == 1 and interactive),
+        buffered, encoding=encoding, errors=errors, line_buffering=line_buffering, write_through=write_through
     )
 
 
@@ -368,19 +386,29 @@ def _make_private(folder: str) -> None:
 
 
 def ask(kind: str) -> tuple | None:
-    """The server's answer to `status` or `stop`; None when none runs for this interpreter."""
+    """The server's answer to `status` or `stop`; None when none runs for this interpreter (or the one there just
+    stepped aside: its files changed)."""
     path = socket_path(identity())
     if not private_folder(os.path.dirname(path)) or not os.path.exists(path):
         return None
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(5.0)
+        sock.settimeout(ANSWER_WAIT_S)
         try:
             sock.connect(path)
+        except OSError:
+            return None  # (a socket a dead server left)
+        try:
             send_message(sock, (kind,))
             answer = receive_message(sock)
+        except TimeoutError:
+            raise ServerError(f"the server at {path} does not answer (stopped?): end it, then start again") from None
         except (OSError, ValueError, EOFError, TypeError):
             return None
-    return answer if isinstance(answer, tuple) else None
+    if isinstance(answer, tuple) and answer and answer[0] in ("status", "stopping"):
+        return answer
+    if isinstance(answer, tuple) and answer and answer[0] == "refused":
+        time.sleep(0.2)  # (it steps aside: give it the moment it takes to go)
+    return None
 
 
 def start(idle_minutes: float, body: str) -> tuple:
@@ -398,6 +426,8 @@ def start(idle_minutes: float, body: str) -> tuple:
         if process.poll() is not None:
             break
         time.sleep(0.05)
+    if process.poll() is None:
+        process.terminate()  # (one that never answered here: not left behind)
     try:
         with open(log) as out:  # noqa: PTH123
             said = out.read().strip().splitlines()
@@ -409,12 +439,11 @@ def start(idle_minutes: float, body: str) -> tuple:
 def launch(idle_minutes: float, body: str):
     """Start the server process and return at once: (the process, its log's path). It shares nothing with this one
     (a session of its own, no inherited descriptor: a caller reading this process's output to its end never
-    waits for it); a second one started meanwhile finds the lock taken and exits."""
+    waits for it), and is this interpreter as started here (its flags, -X options and import path: the same
+    identity); a second one started meanwhile finds the lock taken and exits."""
     path = socket_path(identity())
     folder = os.path.dirname(path)
     _make_private(folder)
-    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    import_path = [package_parent] + [p for p in sys.path if p and p != package_parent]
     module, function = body.split(":")
     code = (
         "import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
@@ -423,16 +452,22 @@ def launch(idle_minutes: float, body: str):
     import json
     import subprocess
 
+    flags = [a for a in subprocess._args_from_interpreter_flags() if a != "-X"]  # type: ignore[attr-defined]
+    flags = [a for a in flags if not any(a == k or a.startswith(f"{k}=") for k in sys._xoptions)]
+    for key, value in sys._xoptions.items():
+        flags += ["-X", key if value is True else f"{key}={value}"]
     log = path[: -len(".sock")] + ".log"
-    flags = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]  # (-W, -X, -B ...: identity)
-    with open(log, "w") as out:  # noqa: PTH123
-        process = subprocess.Popen(  # noqa: S603 - this interpreter, running the doctor's own module
-            [sys.executable, *flags, "-c", code, json.dumps(import_path), repr(idle_minutes)],
-            cwd=folder,  # (nothing of the working folder can be imported: `-c` puts the cwd first on the path)
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            close_fds=True,
-        )
+    try:
+        with open(log, "w") as out:  # noqa: PTH123
+            process = subprocess.Popen(  # noqa: S603 - this interpreter, running the doctor's own module
+                [sys.executable, *flags, "-c", code, json.dumps(sys.path), repr(idle_minutes)],
+                cwd=folder,  # (`-c` puts its folder first on the path: the code above puts back this one's)
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+    except OSError as exc:
+        raise ServerError(f"the server could not be started: {exc}") from None
     return process, log
