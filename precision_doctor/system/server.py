@@ -2,16 +2,18 @@
 afterwards skips the imports that are most of a lone check's time (a pre-commit hook, an editor on save).
 
 Each request is run in a process forked for it, which takes the requesting process's standard streams (passed
-over the socket), working folder, umask, environment, import path and command line, then runs the command line as
-`precision-doctor` would and sends back its exit code. The server itself runs no check: every forked process is
+over the socket), working folder, umask, environment, ignored signals and command line, then runs the command line
+as `precision-doctor` would and sends back its exit code. The server itself runs no check: every forked process is
 the first run in its process (no memo of an earlier run), its reads recorded and its answer cached exactly as a
 fresh process's (system/run_answer.py).
 
 What it will not do: serve another user (the socket's folder is private and the peer's uid is checked where the
-OS tells it), serve another interpreter or doctor (the socket is named after both and each request carries them),
-run code its files no longer hold (it compares every loaded module's file on each request and exits when one
-changed), import what static mode never imports (torch, transformers, libcst: modules that need them are not
-loaded), or stay after `--idle-minutes` without a request.
+OS tells it), serve a process that would run other code or may do other things (each request carries the identity
+the socket is named after: interpreter, flags, import path, the doctor's folder and version, locale, groups,
+limits, namespaces, confinement), run code its files no longer hold (it compares the package's files and folders
+and every loaded module's file on each request and steps aside when one changed), import what static mode never
+imports (torch, transformers, libcst: modules that need them are not loaded), or stay after `--idle-minutes`
+without a check.
 """
 
 from __future__ import annotations
@@ -73,9 +75,10 @@ def preload() -> list[str]:
                 tree = ast.parse(handle.read(), path)
             top = own.setdefault(module, set())
             is_package = parts[-1] == "__init__"
+            statements = {id(node) for node in tree.body}
             for node in ast.walk(tree):
                 for imported in _imported(node, module, is_package):
-                    (top if node in tree.body else elsewhere).add(imported)
+                    (top if id(node) in statements else elsewhere).add(imported)
     left_out = {m for m, imports in own.items() if any(_root(i) in NEVER_LOADED for i in imports)}
     changed = True
     while changed:  # and the modules that import those at their top level
@@ -254,9 +257,11 @@ def _handle(conn: socket.socket, own: tuple, run: Callable[[], int], ident: tupl
             return "refused"
         # no signal between the fork and the forked process's own handlers: the server's would run in it
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
-        if os.fork() == 0:
-            _run_worker(conn, own, run, request, mask)  # never returns
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        try:
+            if os.fork() == 0:
+                _run_worker(conn, own, run, request, mask)  # never returns
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         return "served"
     except OSError:
         return "refused"
@@ -296,9 +301,12 @@ def _run_worker(conn: socket.socket, own: tuple, run: Callable[[], int], request
         for closing in own:
             closing.close()
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        send_message(conn, ("ready", os.getpid()))
-        first, fds, _, _ = socket.recv_fds(conn, 64, 3)
-        said = receive_message(conn, first) if first else None
+        try:
+            send_message(conn, ("ready", os.getpid()))
+            first, fds, _, _ = socket.recv_fds(conn, 64, 3)
+            said = receive_message(conn, first) if first else None
+        except BaseException:  # noqa: BLE001
+            said, fds = None, []
         if said != "go" or len(fds) != 3:
             os._exit(0)  # the client gave up waiting: it runs the command itself, and nothing ran here
         conn.settimeout(None)
