@@ -6,6 +6,7 @@ on the import path."""
 import json
 import os
 import pty
+import resource
 import shutil
 import signal
 import subprocess
@@ -158,13 +159,15 @@ def test_what_the_server_does_not_serve_runs_here(running, tmp_path):
     assert other_flags.returncode == 1
     other_path = {**running, "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"}
     assert doctor(other_path, "check", SEED001, "--target", "titan-rtx").returncode == 1
+    lower = resource.getrlimit(resource.RLIMIT_NOFILE)[0] - 1  # (a lower soft limit is always allowed)
     limited = subprocess.run(
-        ["bash", "-c", f'ulimit -n 1000 && exec "{PROGRAM}" check "{SEED001}" --target titan-rtx'],
+        ["bash", "-c", f'ulimit -S -n {lower} && exec "{PROGRAM}" check "{SEED001}" --target titan-rtx'],
         env=running,
         capture_output=True,
+        text=True,
         timeout=120,
     )
-    assert limited.returncode == 1
+    assert limited.returncode == 1 and "PD201" in limited.stdout, limited.stderr
     assert served_count(running) == before
 
 
