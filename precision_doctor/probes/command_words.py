@@ -350,7 +350,7 @@ def _launching(
     `export` before it puts in its environment and an `unset` takes out of it (a bare `VAR=1 &&` sets a shell
     variable the command does not see; a subshell's exports stay in it)."""
     launching, ranks = [], []
-    folders = [_folder(segments, i, cwd) for i in range(len(segments))]
+    folders = _folders(segments, cwd)
     for i, seg in enumerate(segments):
         peeled = peel(seg, folders[i])
         if peeled.job_file or launcher_of(peeled.words)[0] is not None:
@@ -376,12 +376,21 @@ def _launching(
     return segments[at], at, folders[at]
 
 
-def _folder(segments: list[Segment], index: int, cwd: str) -> str:
-    """The folder a command of the list runs in: the `cd DIR` commands before it that it sees."""
-    for seg in segments[:index]:
-        if seg[0] == "cd" and len(seg) == 2 and "$" not in seg[1] and _encloses(seg, segments[index]):
-            cwd = os.path.join(cwd, os.path.expanduser(seg[1]))
-    return cwd
+def _folders(segments: list[Segment], cwd: str) -> list[str]:
+    """The folder each command of the list runs in: the `cd DIR` commands before it that it sees (`_encloses`),
+    in one pass: a subshell starts in its parent's folder as it is when the subshell opens, and each subshell of a
+    line has a scope of its own."""
+    current: dict[tuple[int, ...], str] = {(): cwd}  # each scope's folder so far
+    out = []
+    for seg in segments:
+        scope = seg.scope
+        while scope not in current:  # (a subshell not yet seen: the innermost one around it that is)
+            scope = scope[:-1]
+        folder = current[scope]
+        out.append(folder)
+        if seg[0] == "cd" and len(seg) == 2 and "$" not in seg[1]:
+            current[seg.scope] = os.path.join(folder, os.path.expanduser(seg[1]))
+    return out
 
 
 def _assign(env: dict[str, str], word: str) -> None:
