@@ -297,6 +297,18 @@ def _tidy(folder: OwnFolder) -> None:
 _FINGERPRINT: list[str] = []
 
 
+def doctor_files(with_folders: bool = False) -> list[str]:
+    """The doctor's own code and data files, what its fingerprint covers (and, with `with_folders`, the folders
+    that hold them: a file added changes its folder's)."""
+    package = str(Path(__file__).resolve().parent.parent)
+    out: list[str] = []
+    for root, dirs, files in os.walk(package):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        out += [root] if with_folders else []
+        out += [os.path.join(root, f) for f in sorted(files) if f.endswith((".py", ".json"))]
+    return out
+
+
 def doctor_fingerprint() -> str:
     """The doctor's own code and data (each file's name, size and time), Python's version and the YAML parser it
     reads recipes with: a new release, an edit or a reinstall starts afresh."""
@@ -305,12 +317,9 @@ def doctor_fingerprint() -> str:
 
         package = Path(__file__).resolve().parent.parent
         parts: list[tuple] = []
-        for root, dirs, files in os.walk(package):
-            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-            for f in sorted(files):
-                if f.endswith((".py", ".json")):
-                    st = os.stat(os.path.join(root, f))
-                    parts.append((os.path.relpath(os.path.join(root, f), package), st.st_size, st.st_mtime_ns))
+        for path in doctor_files():
+            st = os.stat(path)
+            parts.append((os.path.relpath(path, package), st.st_size, st.st_mtime_ns))
         spec = find_spec("yaml")
         origin = spec.origin if spec else None
         parts.append(("yaml", origin, os.stat(origin).st_mtime_ns if origin else None))

@@ -33,6 +33,7 @@ import time
 import traceback
 from collections.abc import Callable
 
+from .content_cache import doctor_files, doctor_fingerprint
 from .server_client import (
     ANSWER_WAIT_S,
     EXIT_INTERNAL,
@@ -124,14 +125,9 @@ def _imported(node: ast.AST, module: str, is_package: bool) -> list[str]:
 
 
 def package_files() -> dict[str, tuple[int, int]]:
-    """Each file of the doctor's own (its data too) and each of its folders (a file added or removed changes the
-    folder's), with (modification time, size)."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    paths = []
-    for folder, dirs, names in os.walk(package):
-        dirs[:] = [d for d in dirs if d != "__pycache__"]
-        paths += [folder] + [os.path.join(folder, n) for n in names if n.endswith((".py", ".json"))]
-    return _stats(paths)
+    """Each file the content cache's fingerprint of the doctor covers and each folder holding them (a file added or
+    removed changes the folder's), with (modification time, size)."""
+    return _stats(doctor_files(with_folders=True))
 
 
 def loaded_files(before: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
@@ -186,8 +182,6 @@ def serve(run: Callable[[], int], idle_minutes: float = DEFAULT_IDLE_MINUTES) ->
     before = package_files()
     preload()
     files = loaded_files(before)
-    from .content_cache import doctor_fingerprint
-
     doctor_fingerprint()  # (kept for every forked process: `files` unchanged means it still holds)
     if os.path.lexists(path):
         if not stat.S_ISSOCK(os.lstat(path).st_mode):
